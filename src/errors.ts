@@ -1,0 +1,67 @@
+/**
+ * The error catalogue. Every error Chorus raises on purpose is a `ChorusError` with a stable `code`
+ * (what clients and tests match on) and the HTTP status a server answers it with. Messages say what was
+ * wrong and what was expected.
+ */
+
+/** Every error code, its HTTP status and what it means. */
+export const ERROR_CODES = {
+  CHORUS_INVALID_ARGUMENT: { status: 400, description: 'a request field or option has a wrong value' },
+  CHORUS_CONFIG_INVALID: { status: 400, description: 'a repository definition failed validation' },
+  CHORUS_NOT_FOUND: { status: 404, description: 'a named tokenizer, model, ensemble or pipeline does not exist' },
+  CHORUS_FILE_MISSING: { status: 500, description: 'a file a definition points at does not exist' },
+  CHORUS_FILE_INVALID: { status: 500, description: 'a file exists but cannot be parsed' },
+  CHORUS_SOURCE_UNAVAILABLE: { status: 503, description: 'a remote source is not in the local cache and cannot be fetched' },
+  CHORUS_UNSUPPORTED: { status: 501, description: 'the feature or format is not supported' },
+  CHORUS_INTERNAL: { status: 500, description: 'an invariant broke inside Chorus' },
+} as const satisfies Record<string, { status: number; description: string }>;
+
+/** A stable error code from the catalogue. */
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+/** Extra facts an error carries: the offending parameter and value, and the underlying cause. */
+export interface ErrorDetails {
+  /** The request field, option or config path that was wrong. */
+  param?: string;
+  /** The value that was given. */
+  value?: unknown;
+  /** The error this one wraps. */
+  cause?: unknown;
+}
+
+/** The one error class Chorus throws on purpose. */
+export class ChorusError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly param: string | undefined;
+  readonly value: unknown;
+
+  constructor(code: ErrorCode, message: string, details: ErrorDetails = {}) {
+    super(message, details.cause === undefined ? undefined : { cause: details.cause });
+    this.name = 'ChorusError';
+    this.code = code;
+    this.status = ERROR_CODES[code].status;
+    this.param = details.param;
+    this.value = details.value;
+  }
+}
+
+/** An invalid value for `param`: "`param` must be <expected>, got <value>". */
+export function invalidArgument(param: string, expected: string, value: unknown): ChorusError {
+  return new ChorusError('CHORUS_INVALID_ARGUMENT', `${param} must be ${expected}, got ${describe(value)}`, {
+    param,
+    value,
+  });
+}
+
+/** A short, bounded rendering of a value for an error message. */
+export function describe(value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value.length > 60 ? `${value.slice(0, 57)}...` : value);
+  if (value === undefined) return 'nothing';
+  try {
+    const json = JSON.stringify(value);
+    return json.length > 60 ? `${json.slice(0, 57)}...` : json;
+  } catch {
+    return String(value);
+  }
+}

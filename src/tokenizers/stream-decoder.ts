@@ -1,0 +1,70 @@
+/**
+ * Incremental detokenization: ids in one at a time, text deltas out, such that the deltas joined equal
+ * `tokenizer.decode(allIds)` exactly.
+ *
+ * Invariant: `ids[prefixOffset, readOffset)` is the window whose text was last emitted in full, and it
+ * decodes to complete characters. Each push decodes `ids[prefixOffset, end)` and emits what it adds to
+ * the window's text, unless that text ends in U+FFFD (an unfinished UTF-8 sequence that later ids may
+ * complete): then nothing moves and the next push tries again. Decoding from a window start instead of
+ * from the first id keeps each push O(window), and because the window starts one emission back, a
+ * SentencePiece piece that opens with "▁" keeps its space (only a text's first piece loses it).
+ */
+import type { Tokenizer } from './tokenizer.ts';
+
+/** Options of `StreamDecoder`. */
+export interface StreamDecoderOptions {
+  /** As `Tokenizer.decode`'s option. Default: false. */
+  skipSpecialTokens?: boolean;
+  /**
+   * Ids that come before the streamed ones (the prompt's tail). They are not emitted; they make the
+   * first streamed piece decode as it would mid-text (with its leading space). Default: none.
+   */
+  context?: readonly number[];
+}
+
+/** How many context ids the first window starts with. */
+const CONTEXT_WINDOW = 6;
+
+/** Turns a stream of ids into a stream of text deltas. */
+export class StreamDecoder {
+  private readonly ids: number[];
+  private prefixOffset: number;
+  private readOffset: number;
+  private readonly skipSpecialTokens: boolean;
+
+  constructor(
+    private readonly tokenizer: Tokenizer,
+    options: StreamDecoderOptions = {},
+  ) {
+    const context = options.context ?? [];
+    this.ids = context.slice(-CONTEXT_WINDOW);
+    this.prefixOffset = 0;
+    this.readOffset = this.ids.length;
+    this.skipSpecialTokens = options.skipSpecialTokens ?? false;
+  }
+
+  /** Adds ids; returns the text they complete (possibly ''). */
+  push(...ids: number[]): string {
+    this.ids.push(...ids);
+    const before = this.decode(this.prefixOffset, this.readOffset);
+    const after = this.decode(this.prefixOffset, this.ids.length);
+    if (after.length <= before.length || after.endsWith('\uFFFD') || !after.startsWith(before)) return '';
+    // A window must open on visible text: SentencePiece drops every leading whitespace-only piece of
+    // what it decodes, so a window opening on a lone "▁" would lose that space from the next delta.
+    if (/\S/u.test(this.decode(this.readOffset, this.ids.length))) this.prefixOffset = this.readOffset;
+    this.readOffset = this.ids.length;
+    return after.slice(before.length);
+  }
+
+  /** Ends the stream: returns whatever was held back (an unfinished character decodes as U+FFFD). */
+  flush(): string {
+    const before = this.decode(this.prefixOffset, this.readOffset);
+    const after = this.decode(this.prefixOffset, this.ids.length);
+    this.prefixOffset = this.readOffset = this.ids.length;
+    return after.startsWith(before) ? after.slice(before.length) : after;
+  }
+
+  private decode(start: number, end: number): string {
+    return this.tokenizer.decode(this.ids.slice(start, end), { skipSpecialTokens: this.skipSpecialTokens });
+  }
+}
