@@ -5,4 +5,4 @@ export { SentencePieceAdapter, type SentencePieceOptions } from './sentencepiece
 export { Llama2cTokenizer, type Llama2cOptions } from './llama2c.ts';
 export { StreamDecoder, type StreamDecoderOptions } from './stream-decoder.ts';
 export { toWordList, parseWordCsv, type WordListTensor } from './word-list.ts';
-export { openTokenizerPath } from './open.ts';
+export { openTokenizerPath, openHfTokenizerJson } from './open.ts';

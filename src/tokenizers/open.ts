@@ -2,7 +2,7 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { ChorusError } from '../errors.ts';
-import { HfTokenizerAdapter, type HfTokenizerConfig } from './hf.ts';
+import { HfTokenizerAdapter, type HfTokenizerConfig, type HfTokenizerOptions } from './hf.ts';
 import { Llama2cTokenizer } from './llama2c.ts';
 import { SentencePieceAdapter } from './sentencepiece.ts';
 import { TiktokenAdapter } from './tiktoken.ts';
@@ -34,11 +34,11 @@ export async function openTokenizerPath(path: string): Promise<Tokenizer> {
 }
 
 /** Reads a `tokenizer.json` and the `tokenizer_config.json` beside it, when there is one. */
-export function openHfTokenizerJson(file: string, options: { chatTemplate?: string | undefined } = {}): HfTokenizerAdapter {
+export function openHfTokenizerJson(file: string, options: Omit<HfTokenizerOptions, 'config'> = {}): HfTokenizerAdapter {
   const configFile = join(dirname(file), 'tokenizer_config.json');
   return new HfTokenizerAdapter(readJson(file), {
+    ...options,
     config: existsSync(configFile) ? (readJson(configFile) as HfTokenizerConfig) : undefined,
-    chatTemplate: options.chatTemplate,
   });
 }
 

@@ -7,9 +7,9 @@ import { checkIds, specialTokenIds, type DecodeOptions, type EncodeOptions, type
 
 /** Options of `SentencePieceAdapter.load`. */
 export interface SentencePieceOptions {
-  /** Put BOS before encoded text. Default: true when the model has a BOS id (Llama), else false (T5). */
+  /** Put BOS before encoded text (Llama does). Default: false, as SentencePiece itself. */
   addBos?: boolean | undefined;
-  /** Put EOS after encoded text. Default: true when the model has no BOS id but an EOS id (T5), else false. */
+  /** Put EOS after encoded text (T5 does). Default: false, as SentencePiece itself. */
   addEos?: boolean | undefined;
   chatTemplate?: string | undefined;
 }
@@ -33,8 +33,8 @@ export class SentencePieceAdapter implements Tokenizer {
     this.vocabSize = pieces.length;
     const control = pieces.flatMap((p, id) => (p.type === PieceType.CONTROL || p.type === PieceType.UNKNOWN ? [id] : []));
     this.specialTokens = specialTokenIds(ids, control);
-    this.addBos = options.addBos ?? ids.bos !== undefined;
-    this.addEos = options.addEos ?? (ids.bos === undefined && ids.eos !== undefined);
+    this.addBos = options.addBos ?? false;
+    this.addEos = options.addEos ?? false;
     this.chatTemplate = options.chatTemplate;
   }
 

@@ -1,0 +1,169 @@
+/**
+ * Schemas of the repository's four definition kinds. They are the documentation: every field has a
+ * description, and `docs/repository.md` is generated from them (`npm run docs`).
+ */
+import { Type, type SchemaOptions, type Static, type TSchema, type TUnsafe } from '@sinclair/typebox';
+import { DATATYPES } from './datatypes.ts';
+
+/** A string that must be one of `values` (a JSON Schema `enum`, so errors list them in one message). */
+function Enum<const T extends readonly string[]>(values: T, options: SchemaOptions = {}): TUnsafe<T[number]> {
+  return Type.Unsafe<T[number]>({ type: 'string', enum: [...values], ...options });
+}
+
+const Name = Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9_.-]*$', description: 'A definition name: letters, digits, `_`, `.`, `-`.' });
+
+const Source = Type.String({
+  minLength: 1,
+  description:
+    'Where the files are: a local path (relative to the repository directory, or absolute), or `hf:<org>/<name>[@<revision>]` for a Hugging Face model id, read from the cache directory.',
+});
+
+/** A `tokenizers/<name>.yaml` definition. */
+export const TokenizerDefinition = Type.Object(
+  {
+    type: Enum(['huggingface', 'tiktoken', 'sentencepiece', 'llama2c'], {
+      description:
+        'The format: `huggingface` (tokenizer.json + tokenizer_config.json), `tiktoken` (an OpenAI BPE encoding or a .tiktoken file), `sentencepiece` (a .model file), `llama2c` (a llama2.c tokenizer.bin).',
+    }),
+    description: Type.Optional(Type.String({ description: 'What this tokenizer is, for people.' })),
+    source: Type.Optional({ ...Source, description: `${Source.description} Required except for a bundled tiktoken encoding.` }),
+    file: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description:
+          'The file inside `source`. Default: `tokenizer.json` (huggingface); `tokenizer.model`, then `spiece.model` (sentencepiece); `tokenizer.bin` (llama2c); `<encoding>.tiktoken` (tiktoken with a source).',
+      }),
+    ),
+    encoding: Type.Optional(
+      Enum(
+        ['gpt2', 'r50k_base', 'p50k_base', 'p50k_edit', 'cl100k_base', 'o200k_base'],
+        { description: 'tiktoken only: a bundled encoding; with `source`, it gives the pattern and special tokens for the rank file.' },
+      ),
+    ),
+    pattern: Type.Optional(Type.String({ minLength: 1, description: 'tiktoken only: the pre-tokenization regex of a .tiktoken file. Default: the encoding\'s.' })),
+    special_tokens: Type.Optional(
+      Type.Object(
+        {
+          bos: Type.Optional(Type.String({ description: 'Beginning-of-sequence token text.' })),
+          eos: Type.Optional(Type.String({ description: 'End-of-sequence token text.' })),
+          pad: Type.Optional(Type.String({ description: 'Padding token text.' })),
+          unk: Type.Optional(Type.String({ description: 'Unknown token text.' })),
+        },
+        { additionalProperties: false, description: 'huggingface only: special tokens by text, overriding tokenizer_config.json.' },
+      ),
+    ),
+    add_bos: Type.Optional(Type.Boolean({ description: 'sentencepiece and llama2c: put BOS before encoded text (Llama does). Default: false for sentencepiece (as SentencePiece itself), true for llama2c (as llama2.c).' })),
+    add_eos: Type.Optional(Type.Boolean({ description: 'sentencepiece and llama2c: put EOS after encoded text (T5 does). Default: false.' })),
+    chat_template: Type.Optional(Type.String({ minLength: 1, description: 'A Jinja chat template; wins over the one in tokenizer_config.json.' })),
+  },
+  { additionalProperties: false },
+);
+export type TokenizerDefinition = Static<typeof TokenizerDefinition>;
+
+const InstanceGroup = Type.Object(
+  {
+    count: Type.Optional(Type.Integer({ minimum: 1, maximum: 64, description: 'Sessions of the model on each device. Default: 1.' })),
+    kind: Type.Optional(Enum(['cpu', 'gpu'], { description: 'Where the sessions run. Default: the model\'s device.' })),
+    gpus: Type.Optional(Type.Array(Type.Integer({ minimum: 0 }), { minItems: 1, description: 'GPU indices (kind gpu). Default: [0].' })),
+  },
+  { additionalProperties: false },
+);
+
+const TensorSpec = Type.Object(
+  {
+    datatype: Enum(DATATYPES, { description: 'The KServe datatype.' }),
+    dims: Type.Array(Type.Integer({ minimum: -1 }), { description: 'Shape without the batch dimension; -1 is any size.' }),
+    optional: Type.Optional(Type.Boolean({ description: 'A request may leave it out. Default: false.' })),
+    description: Type.Optional(Type.String()),
+  },
+  { additionalProperties: false },
+);
+export type TensorSpec = Static<typeof TensorSpec>;
+
+/** A `models/<name>.yaml` definition. */
+export const ModelDefinition = Type.Object(
+  {
+    engine: Enum(['generate', 'encode', 'forward'], {
+      description: '`generate` (autoregressive decoding with a KV cache), `encode` (hidden states out), or `forward` (tensors in, tensors out).',
+    }),
+    description: Type.Optional(Type.String()),
+    source: { ...Source, description: `The model: a directory in the Optimum layout (config.json, onnx/*.onnx), a checkpoint to build from, or an .onnx file. ${Source.description}` },
+    tokenizer: Type.Optional({ ...Name, description: 'The tokenizer definition that matches this model\'s vocabulary.' }),
+    device: Type.Optional(Type.String({ pattern: '^(cpu|cuda(:[0-9]+)?)$', description: '`cpu`, `cuda` or `cuda:N`. Default: cpu.' })),
+    dtype: Type.Optional(Enum(['fp32', 'fp16'], { description: 'Weights and activations. Default: fp32.' })),
+    max_batch_size: Type.Optional(Type.Integer({ minimum: 1, maximum: 4096, description: 'Most sequences in one batch. Default: 8.' })),
+    max_sequence_length: Type.Optional(Type.Integer({ minimum: 1, description: 'Prompt plus output tokens, at most. Default: the model config\'s context length.' })),
+    instance_group: Type.Optional(Type.Array(InstanceGroup, { minItems: 1, description: 'Sessions of this model and where they run.' })),
+    dynamic_batching: Type.Optional(
+      Type.Object(
+        {
+          preferred_batch_size: Type.Optional(Type.Array(Type.Integer({ minimum: 1 }), { minItems: 1 })),
+          max_queue_delay_microseconds: Type.Optional(Type.Integer({ minimum: 0 })),
+        },
+        { additionalProperties: false, description: 'encode and forward: gather requests into batches as Triton does.' },
+      ),
+    ),
+    inputs: Type.Optional(Type.Record(Type.String(), TensorSpec, { description: 'forward: the model\'s input tensors.' })),
+    outputs: Type.Optional(Type.Record(Type.String(), TensorSpec, { description: 'forward: the model\'s output tensors.' })),
+  },
+  { additionalProperties: false },
+);
+export type ModelDefinition = Static<typeof ModelDefinition>;
+
+/** The step kinds of an ensemble; each step names exactly one. */
+export const STEP_KINDS = ['tokenize', 'generate', 'encode', 'forward', 'detokenize', 'script'] as const;
+export type StepKind = (typeof STEP_KINDS)[number];
+
+const TensorMap = Type.Record(Type.String({ minLength: 1 }), Type.String({ minLength: 1 }));
+
+const Step = Type.Object(
+  {
+    name: { ...Name, description: 'The step\'s name, unique in the ensemble; errors carry it.' },
+    tokenize: Type.Optional({ ...Name, description: 'Tokenize with this tokenizer.' }),
+    generate: Type.Optional({ ...Name, description: 'Generate with this model (engine generate).' }),
+    encode: Type.Optional({ ...Name, description: 'Encode with this model (engine encode).' }),
+    forward: Type.Optional({ ...Name, description: 'Run this model (engine forward).' }),
+    detokenize: Type.Optional({ ...Name, description: 'Detokenize with this tokenizer.' }),
+    script: Type.Optional(Type.String({ minLength: 1, description: 'A TS/JS module (path relative to the repository) whose default export maps tensors to tensors.' })),
+    inputs: { ...TensorMap, description: 'The step\'s port -> the tensor that feeds it.' },
+    outputs: { ...TensorMap, description: 'The step\'s port -> the tensor it produces.' },
+  },
+  { additionalProperties: false },
+);
+
+/** An `ensembles/<name>.yaml` definition. */
+export const EnsembleDefinition = Type.Object(
+  {
+    description: Type.Optional(Type.String()),
+    inputs: Type.Record(Type.String({ minLength: 1 }), TensorSpec, { description: 'The ensemble\'s input tensors.' }),
+    outputs: Type.Record(Type.String({ minLength: 1 }), TensorSpec, { description: 'The ensemble\'s output tensors.' }),
+    steps: Type.Array(Step, { minItems: 1, description: 'The steps; order does not matter, wiring does.' }),
+  },
+  { additionalProperties: false },
+);
+export type EnsembleDefinition = Static<typeof EnsembleDefinition>;
+export type StepDefinition = Static<typeof Step>;
+
+/** A `pipelines/<name>.yaml` definition. */
+export const PipelineDefinition = Type.Object(
+  {
+    description: Type.Optional(Type.String()),
+    ensemble: Type.Optional({ ...Name, description: 'The ensemble this pipeline runs.' }),
+    model: Type.Optional({ ...Name, description: 'Shortcut instead of `ensemble`: tokenize -> generate with this model -> detokenize.' }),
+    tokenizer: Type.Optional({ ...Name, description: 'With `model`: the tokenizer. Default: the model\'s.' }),
+    fields: Type.Optional(Type.Record(Type.String({ minLength: 1 }), Type.String({ minLength: 1 }), { description: 'Request field -> ensemble input tensor.' })),
+    defaults: Type.Optional(Type.Record(Type.String({ minLength: 1 }), Type.Unknown(), { description: 'Request field -> value used when a request leaves it out.' })),
+    chat_template: Type.Optional(Type.String({ minLength: 1, description: '`tokenizer` (the tokenizer\'s template) or an inline Jinja template.' })),
+  },
+  { additionalProperties: false },
+);
+export type PipelineDefinition = Static<typeof PipelineDefinition>;
+
+/** The four kinds, by the folder that holds them. */
+export const KINDS = {
+  tokenizer: { folder: 'tokenizers', schema: TokenizerDefinition },
+  model: { folder: 'models', schema: ModelDefinition },
+  ensemble: { folder: 'ensembles', schema: EnsembleDefinition },
+  pipeline: { folder: 'pipelines', schema: PipelineDefinition },
+} as const satisfies Record<string, { folder: string; schema: TSchema }>;
+export type Kind = keyof typeof KINDS;

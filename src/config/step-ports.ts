@@ -1,0 +1,74 @@
+/**
+ * The ports each built-in step kind offers, with their datatypes: what ensemble validation checks wiring
+ * against. Names and datatypes follow the FasterTransformer backend's tensors. `forward` and `script`
+ * steps take any ports (the model or module decides).
+ */
+import type { Datatype } from './datatypes.ts';
+import type { StepKind } from './schemas.ts';
+
+/** One port of a step kind. */
+export interface PortSpec {
+  datatype: Datatype;
+  /** A step cannot run without it. */
+  required?: boolean;
+}
+
+/** The ports of a step kind: `undefined` where any names are accepted. */
+export interface StepPorts {
+  inputs: Record<string, PortSpec> | undefined;
+  outputs: Record<string, PortSpec> | undefined;
+}
+
+const u32 = { datatype: 'UINT32' } as const;
+const f32 = { datatype: 'FP32' } as const;
+const i32 = { datatype: 'INT32' } as const;
+
+/** FasterTransformer's decoding inputs (all optional, per request). */
+const DECODING_INPUTS: Record<string, PortSpec> = {
+  bad_words_list: i32,
+  stop_words_list: i32,
+  runtime_top_k: u32,
+  runtime_top_p: f32,
+  temperature: f32,
+  len_penalty: f32,
+  repetition_penalty: f32,
+  presence_penalty: f32,
+  frequency_penalty: f32,
+  min_length: u32,
+  beam_width: u32,
+  beam_search_diversity_rate: f32,
+  random_seed: { datatype: 'UINT64' },
+  is_return_log_probs: { datatype: 'BOOL' },
+  start_id: u32,
+  end_id: u32,
+  top_p_decay: f32,
+  top_p_min: f32,
+  top_p_reset_ids: u32,
+  num_return_sequences: u32,
+};
+
+export const STEP_PORTS: Record<StepKind, StepPorts> = {
+  tokenize: {
+    inputs: { text: { datatype: 'BYTES', required: true }, bad_words: { datatype: 'BYTES' }, stop_words: { datatype: 'BYTES' } },
+    outputs: { input_ids: u32, input_lengths: u32, bad_words_list: i32, stop_words_list: i32 },
+  },
+  generate: {
+    inputs: {
+      input_ids: { ...u32, required: true },
+      input_lengths: { ...u32, required: true },
+      request_output_len: { ...u32, required: true },
+      ...DECODING_INPUTS,
+    },
+    outputs: { output_ids: u32, sequence_length: u32, cum_log_probs: f32, output_log_probs: f32 },
+  },
+  encode: {
+    inputs: { input_ids: { ...u32, required: true }, input_lengths: { ...u32, required: true } },
+    outputs: { last_hidden_state: f32, attentions: f32 },
+  },
+  detokenize: {
+    inputs: { output_ids: { ...u32, required: true }, sequence_length: u32 },
+    outputs: { text: { datatype: 'BYTES' } },
+  },
+  forward: { inputs: undefined, outputs: undefined },
+  script: { inputs: undefined, outputs: undefined },
+};

@@ -1,0 +1,45 @@
+/** Checks that `source` (and `file`) of tokenizers and models point at something that exists. */
+import { existsSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Diagnostic } from '../config/diagnostic.ts';
+import { tokenizerFileCandidates } from './tokenizer-files.ts';
+import { diagnosticAt, type Definition, type Repository } from './repository.ts';
+import { resolveSource } from './source.ts';
+
+/** Diagnostics for the sources of every tokenizer and model. */
+export function checkSources(repository: Repository): Diagnostic[] {
+  const out: Diagnostic[] = [];
+  for (const definition of repository.tokenizers.values()) {
+    const { source } = definition.value;
+    if (source === undefined) continue;
+    const dir = checkSource(definition, source, repository.dir, out);
+    if (dir === undefined || !statSync(dir).isDirectory()) continue;
+    const candidates = tokenizerFileCandidates(definition.value);
+    if (!candidates.some((name) => existsSync(join(dir, name)))) {
+      const path = definition.value.file === undefined ? ['source'] : ['file'];
+      out.push(diagnosticAt(definition, path, `${dir} holds no ${candidates.join(' or ')}`));
+    }
+  }
+  for (const definition of repository.models.values()) checkSource(definition, definition.value.source, repository.dir, out);
+  return out;
+}
+
+/** Reports a source that is malformed, missing or not cached; returns its path when it exists. */
+function checkSource(definition: Definition<'tokenizer' | 'model'>, source: string, repositoryDir: string, out: Diagnostic[]): string | undefined {
+  const resolved = resolveSource(source, repositoryDir);
+  if (resolved === undefined) {
+    out.push(diagnosticAt(definition, ['source'], `source must be a path or hf:<org>/<name>[@<revision>], got "${source}"`));
+    return undefined;
+  }
+  if (existsSync(resolved.path)) return resolved.path;
+  if (resolved.kind === 'hf') {
+    out.push(
+      diagnosticAt(definition, ['source'], `${resolved.id} is not in the cache (${resolved.path}); place its files there or point source at a local path`, {
+        severity: 'warning',
+      }),
+    );
+  } else {
+    out.push(diagnosticAt(definition, ['source'], `source path ${resolved.path} does not exist`));
+  }
+  return undefined;
+}

@@ -1,0 +1,5 @@
+export { readRepository, mapOf, diagnosticAt, type Repository, type Definition, type LoadedRepository, type RepositoryCheck } from './repository.ts';
+export { loadRepository, REPOSITORY_CHECKS } from './validate.ts';
+export { openTokenizerDefinition } from './open-tokenizer.ts';
+export { resolveSource, cacheDir, isHubSource, type ResolvedSource } from './source.ts';
+export { bundledRepositoryDir } from './bundled.ts';
