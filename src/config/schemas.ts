@@ -10,7 +10,7 @@ function Enum<const T extends readonly string[]>(values: T, options: SchemaOptio
   return Type.Unsafe<T[number]>({ type: 'string', enum: [...values], ...options });
 }
 
-const Name = Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9_.-]*$', description: 'A definition name: letters, digits, `_`, `.`, `-`.' });
+const Name = Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9_.-]*$', expected: 'a name of letters, digits, _, . and -', description: 'A definition name: letters, digits, `_`, `.`, `-`.' });
 
 const Source = Type.String({
   minLength: 1,
@@ -89,7 +89,7 @@ export const ModelDefinition = Type.Object(
     description: Type.Optional(Type.String()),
     source: { ...Source, description: `The model: a directory in the Optimum layout (config.json, onnx/*.onnx), a checkpoint to build from, or an .onnx file. ${Source.description}` },
     tokenizer: Type.Optional({ ...Name, description: 'The tokenizer definition that matches this model\'s vocabulary.' }),
-    device: Type.Optional(Type.String({ pattern: '^(cpu|cuda(:[0-9]+)?)$', description: '`cpu`, `cuda` or `cuda:N`. Default: cpu.' })),
+    device: Type.Optional(Type.String({ pattern: '^(cpu|cuda(:[0-9]+)?)$', expected: 'cpu, cuda or cuda:N', description: '`cpu`, `cuda` or `cuda:N`. Default: cpu.' })),
     dtype: Type.Optional(Enum(['fp32', 'fp16'], { description: 'Weights and activations. Default: fp32.' })),
     max_batch_size: Type.Optional(Type.Integer({ minimum: 1, maximum: 4096, description: 'Most sequences in one batch. Default: 8.' })),
     max_sequence_length: Type.Optional(Type.Integer({ minimum: 1, description: 'Prompt plus output tokens, at most. Default: the model config\'s context length.' })),

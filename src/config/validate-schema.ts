@@ -48,7 +48,8 @@ function toDiagnostic(kind: Kind, doc: DefinitionDocument, error: ErrorObject): 
       message = `${where || 'the file'} must be ${article(String(params.type))}, got ${typeName(error.data)}`;
       break;
     case 'pattern':
-      message = `${where} must match: ${String(error.parentSchema?.description ?? params.pattern)} Got ${describe(error.data)}`;
+      // Schemas with a pattern say in `expected` what the pattern means.
+      message = `${where} must be ${String(error.parentSchema?.expected ?? `text matching ${String(params.pattern)}`)}, got ${describe(error.data)}`;
       break;
     default:
       message = `${where || 'the file'} ${error.message ?? 'is invalid'}, got ${describe(error.data)}`;

@@ -1,0 +1,15 @@
+// ESLint: typescript-eslint's recommended rules over src, test, bench and bin.
+import tseslint from 'typescript-eslint';
+
+export default tseslint.config(
+  { ignores: ['node_modules/', '.device/', 'test-output/'] },
+  ...tseslint.configs.recommended,
+  {
+    rules: {
+      'no-console': ['error', { allow: ['warn', 'error'] }],
+      '@typescript-eslint/no-explicit-any': 'error',
+      '@typescript-eslint/consistent-type-imports': 'error',
+      eqeqeq: ['error', 'always'],
+    },
+  },
+);

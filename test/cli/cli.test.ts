@@ -1,0 +1,71 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { ROOT, STORIES, TOKENIZERS } from '../helpers/paths.ts';
+
+const env = { ...process.env, CHORUS_CACHE: mkdtempSync(join(tmpdir(), 'chorus-cache-')) };
+
+/** Runs `chorus` as a user would, through bin/chorus.js. */
+function chorus(...args: string[]): { status: number | null; stdout: string; stderr: string } {
+  const result = spawnSync(process.execPath, [join(ROOT, 'bin/chorus.js'), ...args], { encoding: 'utf8', env, cwd: ROOT });
+  return { status: result.status, stdout: result.stdout, stderr: result.stderr };
+}
+
+test('chorus tokenize --tokenizer gpt2 --ids "Hello world" prints 15496 995', () => {
+  assert.deepEqual(chorus('tokenize', '--tokenizer', 'gpt2', '--ids', 'Hello world'), { status: 0, stdout: '15496 995\n', stderr: '' });
+});
+
+test('chorus tokenize with T5\'s tokenizer.json and spiece.model', () => {
+  const prompt = 'translate English to German: The house is wonderful.';
+  assert.equal(chorus('tokenize', '-t', `${TOKENIZERS}/t5/tokenizer.json`, '--ids', prompt).stdout, '13959 1566 12 2968 10 37 629 19 1627 5 1\n');
+  assert.equal(chorus('tokenize', '-t', `${TOKENIZERS}/t5/spiece.model`, '--ids', prompt).stdout, '13959 1566 12 2968 10 37 629 19 1627 5\n');
+});
+
+test('chorus tokenize with a llama2.c tokenizer.bin, and without --ids shows each token\'s text', () => {
+  assert.equal(chorus('tokenize', '-t', `${STORIES}/tok512.bin`, '--ids', 'Once upon a time').stdout, '1 403 407 261 378\n');
+  assert.equal(chorus('tokenize', '-t', 'gpt2', 'Hi there').stdout, '17250\t"Hi"\n612\t" there"\n');
+  assert.equal(chorus('tokenize', '-t', `${STORIES}/tok512.bin`, '--no-special', '--ids', 'Once').stdout, '403\n');
+});
+
+test('chorus detokenize prints the text, with or without special tokens', () => {
+  assert.equal(chorus('detokenize', '-t', 'gpt2', '15496', '995', '50256').stdout, 'Hello world<|endoftext|>\n');
+  assert.equal(chorus('detokenize', '-t', 'gpt2', '--skip-special', '15496', '995', '50256').stdout, 'Hello world\n');
+});
+
+test('bad input gets a clear error and a non-zero exit', () => {
+  const unknown = chorus('tokenize', '-t', 'gpt3', 'x');
+  assert.equal(unknown.status, 1);
+  assert.match(unknown.stderr, /--tokenizer gpt3 is neither a tokenizer of .* \(gpt2, llama2, t5\) nor an existing path/);
+  const notId = chorus('detokenize', '-t', 'gpt2', '12', 'abc');
+  assert.equal(notId.status, 1);
+  assert.match(notId.stderr, /ids\[1\] must be a non-negative integer, got "abc"/);
+  const outOfRange = chorus('detokenize', '-t', 'gpt2', '99999');
+  assert.match(outOfRange.stderr, /ids\[0\] must be a token id, an integer in \[0, 50256\], got 99999/);
+  const uncached = chorus('tokenize', '-t', 't5', 'x');
+  assert.equal(uncached.status, 1);
+  assert.match(uncached.stderr, /tokenizer t5: google-t5\/t5-small is not in the cache/);
+  const missingArgument = chorus('tokenize', 'x');
+  assert.equal(missingArgument.status, 1);
+  assert.match(missingArgument.stderr, /required option '-t, --tokenizer <name\|path>' not specified/);
+});
+
+test('chorus validate exits 1 and prints file:line:column for a broken repository, 0 for the bundled one', () => {
+  const broken = chorus('validate', 'test/fixtures/repositories/broken');
+  assert.equal(broken.status, 1);
+  assert.match(broken.stdout, /^test\/fixtures\/repositories\/broken\/tokenizers\/typo\.yaml:2:1: error: unknown field "encodng"/m);
+  assert.match(broken.stdout, /; 27 errors, 3 warnings\n$/);
+  const bundled = chorus('validate');
+  assert.equal(bundled.status, 0);
+  assert.match(bundled.stdout, /repository \.: 3 tokenizers \(gpt2, llama2, t5\), 0 models, 0 ensembles, 0 pipelines; 0 errors, 2 warnings\n$/);
+});
+
+test('--help is there for every command', () => {
+  for (const command of [[], ['validate'], ['tokenize'], ['detokenize']]) {
+    const help = chorus(...command, '--help');
+    assert.equal(help.status, 0, command.join(' '));
+    assert.match(help.stdout, /^Usage: chorus/);
+  }
+});

@@ -1,0 +1,86 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
+import { test } from 'node:test';
+import { formatDiagnostic, type Diagnostic } from '../../src/config/index.ts';
+import { bundledRepositoryDir, loadRepository } from '../../src/repository/index.ts';
+import { ROOT } from '../helpers/paths.ts';
+
+// Hub sources are looked up in the cache; an empty one makes "not in the cache" the same everywhere.
+process.env.CHORUS_CACHE = mkdtempSync(join(tmpdir(), 'chorus-cache-'));
+
+const FIXTURES = join(ROOT, 'test/fixtures/repositories');
+
+interface Expectation {
+  file: string;
+  line: number;
+  severity: 'error' | 'warning';
+  text: string;
+}
+
+/** The `# expect: <text>` and `# expect-warning: <text>` markers planted in a fixture repository. */
+function expectations(dir: string): Expectation[] {
+  const found: Expectation[] = [];
+  for (const folder of readdirSync(dir)) {
+    for (const name of readdirSync(join(dir, folder))) {
+      const file = join(dir, folder, name);
+      readFileSync(file, 'utf8')
+        .split('\n')
+        .forEach((text, index) => {
+          const marker = /# expect(-warning)?: (.*)$/.exec(text);
+          if (marker) found.push({ file: relative(process.cwd(), file), line: index + 1, severity: marker[1] ? 'warning' : 'error', text: marker[2]! });
+        });
+    }
+  }
+  return found;
+}
+
+test('validate reports each planted mistake at its line, and nothing else', () => {
+  const dir = join(FIXTURES, 'broken');
+  const { diagnostics } = loadRepository(dir);
+  const expected = expectations(dir);
+  assert.ok(expected.filter((e) => e.severity === 'error').length >= 6, 'the fixture plants at least 6 mistakes');
+  const unmatched = [...diagnostics];
+  for (const expectation of expected) {
+    const index = unmatched.findIndex(
+      (d) => d.file === expectation.file && d.line === expectation.line && d.severity === expectation.severity && d.message.includes(expectation.text),
+    );
+    assert.ok(index >= 0, `expected at ${expectation.file}:${expectation.line}: ${expectation.severity}: ${expectation.text}\ngot:\n${diagnostics.map(formatDiagnostic).join('\n')}`);
+    unmatched.splice(index, 1);
+  }
+  assert.deepEqual(unmatched.map(formatDiagnostic), []);
+});
+
+test('validate gives the column of the offending value, or of the key for unknown fields', () => {
+  const { diagnostics } = loadRepository(join(FIXTURES, 'broken'));
+  const find = (text: string): Diagnostic => diagnostics.find((d) => d.message.includes(text))!;
+  assert.deepEqual([find('unknown field "encodng"').line, find('unknown field "encodng"').column], [2, 1]);
+  assert.deepEqual([find('type must be one of').line, find('type must be one of').column], [1, 7]);
+  assert.deepEqual([find('unknown tensor _lenghts').line, find('unknown tensor _lenghts').column], [15, 47]);
+});
+
+test('a valid repository has no diagnostics', () => {
+  const { repository, diagnostics } = loadRepository(join(FIXTURES, 'valid'));
+  assert.deepEqual(diagnostics.map(formatDiagnostic), []);
+  assert.deepEqual([...repository.tokenizers.keys()], ['gpt2', 'stories', 't5']);
+  assert.deepEqual(repository.ensembles.get('gpt')?.value.steps.map((s) => s.name), ['postprocessing', 'preprocessing', 'generate']);
+});
+
+test('the bundled repository has no errors; hub tokenizers not in the cache are warnings', () => {
+  const { repository, diagnostics } = loadRepository(bundledRepositoryDir());
+  assert.deepEqual([...repository.tokenizers.keys()], ['gpt2', 'llama2', 't5']);
+  assert.deepEqual(diagnostics.filter((d) => d.severity === 'error'), []);
+  assert.deepEqual(
+    diagnostics.map((d) => [d.file.replace(/^.*tokenizers\//, ''), d.severity]),
+    [['llama2.yaml', 'warning'], ['t5.yaml', 'warning']],
+  );
+});
+
+test('a directory without definitions is an error, not an empty success', () => {
+  const empty = mkdtempSync(join(tmpdir(), 'chorus-empty-'));
+  const { diagnostics } = loadRepository(empty);
+  assert.equal(diagnostics.length, 1);
+  assert.match(diagnostics[0]!.message, /no definitions found: expected YAML files under tokenizers\/, models\/, ensembles\/, pipelines\//);
+  assert.match(loadRepository(join(empty, 'nope')).diagnostics[0]!.message, /repository directory does not exist/);
+});
