@@ -38,8 +38,8 @@ function rows(schema: JsonSchema, prefix: string): string[] {
   for (const [name, property] of Object.entries(schema.properties ?? {})) {
     const path = `${prefix}${name}`;
     const required = schema.required?.includes(name) ? 'yes' : '';
-    const nested = property.type === 'object' ? property : property.type === 'array' && property.items?.type === 'object' ? property.items : undefined;
     const mapOf = property.patternProperties ? Object.values(property.patternProperties)[0] : undefined;
+    const nested = mapOf !== undefined ? undefined : property.type === 'object' ? property : property.type === 'array' && property.items?.type === 'object' ? property.items : undefined;
     const shown = nested ? (property.type === 'array' ? 'list of objects' : 'object') : mapOf?.type === 'object' ? 'map of name → object' : typeText(property);
     out.push(`| \`${path}\` | ${shown} | ${required} | ${(property.description ?? '').replace(/\|/g, '\\|')} |`);
     if (nested) out.push(...rows(nested, `${path}${property.type === 'array' ? '[]' : ''}.`));
