@@ -2,6 +2,6 @@
 import { fileURLToPath } from 'node:url';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-export const SHARED = process.env.CHORUS_SHARED ?? fileURLToPath(new URL('../../../shared', import.meta.url));
+export const SHARED = fileURLToPath(new URL('../../../shared', import.meta.url));
 export const TOKENIZERS = `${SHARED}/tokenizers`;
 export const STORIES = `${SHARED}/models/stories260K`;
