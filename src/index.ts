@@ -1,0 +1,21 @@
+/** The library API: what `import { ... } from 'chorus'` gives. */
+export { ChorusError, ERROR_CODES, type ErrorCode, type ErrorDetails } from './errors.ts';
+export * from './tokenizers/index.ts';
+export {
+  formatDiagnostic,
+  DATATYPES,
+  STEP_KINDS,
+  type Datatype,
+  type Diagnostic,
+  type Kind,
+  type StepKind,
+  type TensorSpec,
+} from './config/index.ts';
+export {
+  loadRepository,
+  openTokenizerDefinition,
+  bundledRepositoryDir,
+  type Repository,
+  type Definition,
+  type LoadedRepository,
+} from './repository/index.ts';
