@@ -13,6 +13,7 @@ export const ERROR_CODES = {
   CHORUS_FILE_INVALID: { status: 500, description: 'a file exists but cannot be parsed' },
   CHORUS_SOURCE_UNAVAILABLE: { status: 503, description: 'a remote source is not in the local cache and cannot be fetched' },
   CHORUS_UNSUPPORTED: { status: 501, description: 'the feature or format is not supported' },
+  CHORUS_INTERNAL: { status: 500, description: 'an invariant broke inside Chorus' },
 } as const satisfies Record<string, { status: number; description: string }>;
 
 /** A stable error code from the catalogue. */

@@ -1,0 +1,21 @@
+/** The registry of architectures, by `model_type`. */
+import { ChorusError, describe } from '../../errors.ts';
+import type { ModelConfig } from '../checkpoint.ts';
+import type { Architecture } from './architecture.ts';
+import { gpt2 } from './gpt2.ts';
+import { llama } from './llama.ts';
+
+export type { Architecture } from './architecture.ts';
+
+const ARCHITECTURES: readonly Architecture[] = [gpt2, llama];
+
+/** The architecture that builds `config`'s `model_type`. */
+export function architectureFor(config: ModelConfig): Architecture {
+  const type = config.model_type;
+  const found = ARCHITECTURES.find((a) => a.modelTypes.includes(String(type)));
+  if (found === undefined) {
+    const known = ARCHITECTURES.flatMap((a) => a.modelTypes).join(', ');
+    throw new ChorusError('CHORUS_UNSUPPORTED', `config.json: model_type ${describe(type)} is not supported; supported: ${known}`, { param: 'model_type', value: type });
+  }
+  return found;
+}

@@ -1,0 +1,76 @@
+/**
+ * The Llama family: Llama, Qwen2 (q/k/v biases), SmolLM, and llama2.c checkpoints. RMSNorm, rotary
+ * embeddings over the whole head with `rope_theta`, SwiGLU, grouped-query attention, tied or untied head.
+ */
+import { ChorusError } from '../../errors.ts';
+import type { Checkpoint } from '../checkpoint.ts';
+import { bool, oneOf, positiveInt, positiveNumber } from '../config-fields.ts';
+import type { DecoderSpec, DecoderWeights, Linear } from '../decoder-spec.ts';
+import { transpose2d } from '../tensor.ts';
+import type { Architecture } from './architecture.ts';
+
+export const llama: Architecture = {
+  modelTypes: ['llama', 'qwen2'],
+
+  spec(config) {
+    oneOf(config, 'hidden_act', ['silu']);
+    if (config.rope_scaling !== undefined && config.rope_scaling !== null) {
+      throw new ChorusError('CHORUS_UNSUPPORTED', 'config.json: rope_scaling is not supported yet; only plain rotary embeddings are', { param: 'rope_scaling' });
+    }
+    const hiddenSize = positiveInt(config, 'hidden_size');
+    const numHeads = positiveInt(config, 'num_attention_heads');
+    const numKvHeads = positiveInt(config, 'num_key_value_heads', numHeads);
+    const headDim = positiveInt(config, 'head_dim', hiddenSize / numHeads);
+    if (numHeads % numKvHeads !== 0) {
+      throw new ChorusError('CHORUS_FILE_INVALID', `config.json: num_attention_heads ${numHeads} is not a multiple of num_key_value_heads ${numKvHeads}`);
+    }
+    return {
+      vocabSize: positiveInt(config, 'vocab_size'),
+      hiddenSize,
+      numLayers: positiveInt(config, 'num_hidden_layers'),
+      numHeads,
+      numKvHeads,
+      headDim,
+      norm: 'rmsnorm',
+      normEps: positiveNumber(config, 'rms_norm_eps', 1e-6),
+      mlp: 'silu_gated',
+      positions: { kind: 'rotary', theta: positiveNumber(config, 'rope_theta', 10000) },
+      maxPositions: positiveInt(config, 'max_position_embeddings', 2048),
+    };
+  },
+
+  weights(checkpoint: Checkpoint, spec: DecoderSpec): DecoderWeights {
+    const { hiddenSize: d, numHeads, numKvHeads, headDim, vocabSize } = spec;
+    const intermediate = positiveInt(checkpoint.config, 'intermediate_size');
+    const qkvBias = checkpoint.config.model_type === 'qwen2' || checkpoint.config.attention_bias === true;
+    /** A [out, in] PyTorch Linear turned into MatMul layout, with its bias when the model has one. */
+    const linear = (name: string, out: number, inDim: number, bias = false): Linear => ({
+      weight: transpose2d(checkpoint.take(`${name}.weight`, [out, inDim])),
+      bias: bias ? checkpoint.take(`${name}.bias`, [out]) : undefined,
+    });
+    const layers = Array.from({ length: spec.numLayers }, (_, i) => {
+      const p = `model.layers.${i}`;
+      return {
+        inputNorm: { weight: checkpoint.take(`${p}.input_layernorm.weight`, [d]) },
+        q: linear(`${p}.self_attn.q_proj`, numHeads * headDim, d, qkvBias),
+        k: linear(`${p}.self_attn.k_proj`, numKvHeads * headDim, d, qkvBias),
+        v: linear(`${p}.self_attn.v_proj`, numKvHeads * headDim, d, qkvBias),
+        o: linear(`${p}.self_attn.o_proj`, d, numHeads * headDim),
+        postNorm: { weight: checkpoint.take(`${p}.post_attention_layernorm.weight`, [d]) },
+        gate: linear(`${p}.mlp.gate_proj`, intermediate, d),
+        up: linear(`${p}.mlp.up_proj`, intermediate, d),
+        down: linear(`${p}.mlp.down_proj`, d, intermediate),
+      };
+    });
+    const embedTokens = checkpoint.take('model.embed_tokens.weight', [vocabSize, d]);
+    const tied = bool(checkpoint.config, 'tie_word_embeddings', false);
+    if (tied) checkpoint.takeTiedCopy('lm_head.weight', embedTokens);
+    return {
+      embedTokens,
+      layers,
+      finalNorm: { weight: checkpoint.take('model.norm.weight', [d]) },
+      lmHead: tied ? undefined : checkpoint.take('lm_head.weight', [vocabSize, d]),
+    };
+  },
+};
+

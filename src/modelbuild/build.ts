@@ -1,0 +1,122 @@
+/**
+ * `chorus build`: a checkpoint in, a model directory in the Optimum / transformers.js layout out:
+ * config.json, generation_config.json, the tokenizer files, onnx/decoder_model_merged.onnx (and
+ * onnx/decoder_model_merged.onnx_data when the weights are large), and chorus_build.json saying how it
+ * was built.
+ */
+import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+import { ChorusError, invalidArgument } from '../errors.ts';
+import { architectureFor } from './arch/index.ts';
+import { readHfCheckpoint, type Checkpoint } from './checkpoint.ts';
+import { buildDecoderGraph } from './decoder-graph.ts';
+import type { DecoderSpec } from './decoder-spec.ts';
+import { readLlama2cCheckpoint } from './llama2c-checkpoint.ts';
+
+/** Options of `buildModel`. */
+export interface BuildOptions {
+  /** A Hugging Face checkpoint directory, or a llama2.c `.bin` file. */
+  source: string;
+  /** The output directory (created). */
+  out: string;
+  /** Weights and activations. Default: fp32. */
+  dtype?: 'fp32' | 'fp16';
+  /** `portable`: standard ONNX operators. Default: portable. */
+  flavor?: 'portable' | 'cuda';
+  /** llama2.c sources: the tokenizer.bin. Default: tokenizer.bin, else the one tok*.bin, beside the model. */
+  tokenizer?: string;
+  /** Called as the build moves through its stages. */
+  onProgress?: (stage: BuildStage, index: number, total: number) => void;
+}
+
+export const BUILD_STAGES = ['read checkpoint', 'map weights', 'build graph', 'serialize', 'write files'] as const;
+export type BuildStage = (typeof BUILD_STAGES)[number];
+
+/** What `buildModel` wrote. */
+export interface BuildResult {
+  out: string;
+  spec: DecoderSpec;
+  files: string[];
+}
+
+/** The file Chorus writes beside the model to record how it was built. */
+export interface BuildInfo {
+  builder: 'chorus';
+  architecture: string;
+  dtype: 'fp32' | 'fp16';
+  flavor: 'portable' | 'cuda';
+  spec: DecoderSpec;
+}
+
+const HF_TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'vocab.json', 'merges.txt', 'tokenizer.model', 'spiece.model'];
+
+/** Builds the ONNX model directory for `options.source`. */
+export function buildModel(options: BuildOptions): BuildResult {
+  const dtype = options.dtype ?? 'fp32';
+  const flavor = options.flavor ?? 'portable';
+  if (dtype !== 'fp32' && dtype !== 'fp16') throw invalidArgument('dtype', 'fp32 or fp16', dtype);
+  if (flavor !== 'portable') throw new ChorusError('CHORUS_UNSUPPORTED', `flavor ${flavor} is not available yet; use portable`, { param: 'flavor', value: flavor });
+  const progress = (stage: BuildStage): void => options.onProgress?.(stage, BUILD_STAGES.indexOf(stage), BUILD_STAGES.length);
+  if (!existsSync(options.source)) throw new ChorusError('CHORUS_FILE_MISSING', `build source ${options.source} does not exist`, { param: 'source' });
+
+  progress('read checkpoint');
+  const isLlama2c = statSync(options.source).isFile();
+  const checkpoint: Checkpoint = isLlama2c ? readLlama2cCheckpoint(options.source) : readHfCheckpoint(options.source);
+  const architecture = architectureFor(checkpoint.config);
+
+  progress('map weights');
+  const spec = architecture.spec(checkpoint.config);
+  const weights = architecture.weights(checkpoint, spec);
+  checkpoint.finish();
+
+  progress('build graph');
+  const graph = buildDecoderGraph(spec, weights, dtype === 'fp16' ? 'float16' : 'float32');
+
+  progress('serialize');
+  const modelName = 'decoder_model_merged.onnx';
+  const { model, externalData } = graph.serialize({ externalDataFile: `${modelName}_data`, docString: `built by chorus from ${basename(options.source)}` });
+
+  progress('write files');
+  const onnxDir = join(options.out, 'onnx');
+  mkdirSync(onnxDir, { recursive: true });
+  const files: string[] = [];
+  const write = (relative: string, content: string | Uint8Array): void => {
+    writeFileSync(join(options.out, relative), content);
+    files.push(relative);
+  };
+  write(`onnx/${modelName}`, model);
+  if (externalData) write(`onnx/${modelName}_data`, externalData);
+  const config: Record<string, unknown> = { ...checkpoint.config, ...(dtype === 'fp16' ? { torch_dtype: 'float16' } : {}) };
+  if (externalData) config['transformers.js_config'] = { use_external_data_format: true };
+  write('config.json', `${JSON.stringify(config, null, 2)}\n`);
+  write('generation_config.json', `${JSON.stringify(generationConfig(checkpoint), null, 2)}\n`);
+  const info: BuildInfo = { builder: 'chorus', architecture: String(checkpoint.config.model_type), dtype, flavor, spec };
+  write('chorus_build.json', `${JSON.stringify(info, null, 2)}\n`);
+  const tokenizerFiles = isLlama2c ? [[llama2cTokenizer(options.source, options.tokenizer), 'tokenizer.bin'] as const] : HF_TOKENIZER_FILES.map((name) => [join(options.source, name), name] as const);
+  for (const [from, to] of tokenizerFiles) {
+    if (existsSync(from)) {
+      copyFileSync(from, join(options.out, to));
+      files.push(to);
+    }
+  }
+  return { out: options.out, spec, files };
+}
+
+function generationConfig(checkpoint: Checkpoint): Record<string, unknown> {
+  const config = checkpoint.config;
+  const generation: Record<string, unknown> = {};
+  for (const key of ['bos_token_id', 'eos_token_id', 'pad_token_id', 'decoder_start_token_id']) if (config[key] !== undefined && config[key] !== null) generation[key] = config[key];
+  return generation;
+}
+
+function llama2cTokenizer(model: string, given: string | undefined): string {
+  if (given !== undefined) {
+    if (!existsSync(given)) throw new ChorusError('CHORUS_FILE_MISSING', `tokenizer ${given} does not exist`, { param: 'tokenizer' });
+    return given;
+  }
+  const dir = dirname(model);
+  if (existsSync(join(dir, 'tokenizer.bin'))) return join(dir, 'tokenizer.bin');
+  const candidates = readdirSync(dir).filter((name) => /^tok.*\.bin$/.test(name));
+  if (candidates.length === 1) return join(dir, candidates[0]!);
+  throw new ChorusError('CHORUS_FILE_MISSING', `no tokenizer for ${model}: give --tokenizer (looked for tokenizer.bin or one tok*.bin in ${dir})`, { param: 'tokenizer' });
+}

@@ -1,0 +1,58 @@
+/** What an architecture file hands the shared decoder builder: the shape of the model and its weights. */
+import type { Tensor } from './tensor.ts';
+
+/** The hyper-parameters of a decoder-only transformer. */
+export interface DecoderSpec {
+  vocabSize: number;
+  hiddenSize: number;
+  numLayers: number;
+  numHeads: number;
+  /** Key/value heads; fewer than `numHeads` is grouped-query attention. */
+  numKvHeads: number;
+  headDim: number;
+  norm: 'layernorm' | 'rmsnorm';
+  normEps: number;
+  /** `gelu_new`: up -> tanh-approximated GELU -> down (GPT-2); `silu_gated`: down(silu(gate) * up) (Llama). */
+  mlp: 'gelu_new' | 'silu_gated';
+  /** Learned position embeddings (GPT-2) or rotary embeddings over the whole head (Llama). */
+  positions: { kind: 'learned' } | { kind: 'rotary'; theta: number };
+  /** Longest sequence the model was trained for. */
+  maxPositions: number;
+}
+
+/** A linear layer in MatMul layout: `weight` is [in, out]. */
+export interface Linear {
+  weight: Tensor;
+  bias?: Tensor | undefined;
+}
+
+/** A norm's scale, and its shift for LayerNorm. */
+export interface Norm {
+  weight: Tensor;
+  bias?: Tensor | undefined;
+}
+
+/** One transformer block. `gate` is present for gated MLPs. */
+export interface DecoderLayerWeights {
+  inputNorm: Norm;
+  q: Linear;
+  k: Linear;
+  v: Linear;
+  o: Linear;
+  postNorm: Norm;
+  up: Linear;
+  gate?: Linear | undefined;
+  down: Linear;
+}
+
+/** Every weight of a decoder. */
+export interface DecoderWeights {
+  /** [vocab, hidden] */
+  embedTokens: Tensor;
+  /** [maxPositions, hidden], for learned positions. */
+  embedPositions?: Tensor | undefined;
+  layers: DecoderLayerWeights[];
+  finalNorm: Norm;
+  /** [vocab, hidden]; absent when the head is tied to `embedTokens`. */
+  lmHead?: Tensor | undefined;
+}

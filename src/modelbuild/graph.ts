@@ -1,0 +1,198 @@
+/**
+ * A small builder of ONNX graphs: values are names, `op()` adds a node and returns its output names,
+ * weights become initializers in the build's float type, and `serialize()` writes a ModelProto (with the
+ * weights in a side file when they are too large for one protobuf message).
+ */
+import onnxProto from 'onnx-proto';
+import { toHalfArray, type Tensor } from './tensor.ts';
+
+const { onnx } = onnxProto;
+type NodeProto = onnxProto.onnx.INodeProto;
+type TensorProto = onnxProto.onnx.ITensorProto;
+type ValueInfoProto = onnxProto.onnx.IValueInfoProto;
+type AttributeProto = onnxProto.onnx.IAttributeProto;
+
+/** Element types the builder uses. */
+export type ElementType = 'float32' | 'float16' | 'int64' | 'int32' | 'bool';
+
+const ELEMENT_TYPES: Record<ElementType, number> = {
+  float32: onnx.TensorProto.DataType.FLOAT,
+  float16: onnx.TensorProto.DataType.FLOAT16,
+  int64: onnx.TensorProto.DataType.INT64,
+  int32: onnx.TensorProto.DataType.INT32,
+  bool: onnx.TensorProto.DataType.BOOL,
+};
+
+/** A float attribute (plain numbers that are integers become INT attributes). */
+export interface FloatAttribute {
+  float: number;
+}
+
+/** Attribute values: integers, floats (`{ float }`), strings and integer lists. */
+export type AttributeValue = number | FloatAttribute | string | number[];
+
+/** A float attribute value. */
+export function float(value: number): FloatAttribute {
+  return { float: value };
+}
+
+/** A dimension: a fixed size or a symbolic name. */
+export type Dim = number | string;
+
+/** Options of `GraphBuilder.op`. */
+export interface OpOptions {
+  /** How many outputs the node has. Default: 1. */
+  outputs?: number;
+  /** The operator set domain, e.g. `com.microsoft`. Default: the ONNX domain. */
+  domain?: string;
+  /** A readable prefix for the node and output names. */
+  name?: string;
+}
+
+/** The serialized model, and its weights file when they are kept apart. */
+export interface SerializedModel {
+  model: Uint8Array;
+  /** Raw weights for `<model>.onnx_data`, when `externalDataFile` was given and weights are large. */
+  externalData: Buffer | undefined;
+}
+
+/** Builds one ONNX graph. */
+export class GraphBuilder {
+  private readonly nodes: NodeProto[] = [];
+  private readonly initializers: TensorProto[] = [];
+  private readonly inputs: ValueInfoProto[] = [];
+  private readonly outputs: ValueInfoProto[] = [];
+  private readonly constants = new Map<string, string>();
+  private readonly counts = new Map<string, number>();
+  private readonly domains = new Set<string>();
+
+  /** @param floatType the element type of weights and activations */
+  constructor(readonly floatType: 'float32' | 'float16') {}
+
+  /** Declares a graph input. */
+  input(name: string, type: ElementType, dims: readonly Dim[]): string {
+    this.inputs.push(valueInfo(name, type, dims));
+    return name;
+  }
+
+  /** Declares `value` as the graph output `name`. */
+  output(name: string, value: string, type: ElementType, dims: readonly Dim[]): void {
+    if (value !== name) this.nodes.push({ opType: 'Identity', input: [value], output: [name], name: `${name}_identity` });
+    this.outputs.push(valueInfo(name, type, dims));
+  }
+
+  /** Adds a weight as an initializer in the build's float type; returns its name. */
+  weight(name: string, tensor: Tensor): string {
+    this.initializers.push(floatTensor(name, tensor, this.floatType));
+    return name;
+  }
+
+  /** An int64 constant (shared between uses). */
+  int64(values: readonly number[], dims: readonly number[] = [values.length]): string {
+    return this.constant('int64', values, dims);
+  }
+
+  /** A constant of the build's float type (or float32), shared between uses. */
+  floatConstant(values: readonly number[], dims: readonly number[] = [values.length], type: 'float32' | 'float16' = this.floatType): string {
+    return this.constant(type, values, dims);
+  }
+
+  /** Adds a node; returns its single output, or all outputs with `outputs` > 1 via `opMany`. */
+  op(type: string, inputs: ReadonlyArray<string>, attributes: Record<string, AttributeValue> = {}, options: OpOptions = {}): string {
+    return this.opMany(type, inputs, attributes, { ...options, outputs: 1 })[0]!;
+  }
+
+  /** Adds a node with several outputs. An empty input name is an omitted optional input. */
+  opMany(type: string, inputs: ReadonlyArray<string>, attributes: Record<string, AttributeValue> = {}, options: OpOptions = {}): string[] {
+    const base = this.unique(options.name ?? type);
+    const outputs = Array.from({ length: options.outputs ?? 1 }, (_, i) => (i === 0 ? base : `${base}_${i}`));
+    const node: NodeProto = { opType: type, name: base, input: [...inputs], output: outputs, attribute: Object.entries(attributes).map(([k, v]) => attribute(k, v)) };
+    if (options.domain) {
+      node.domain = options.domain;
+      this.domains.add(options.domain);
+    }
+    this.nodes.push(node);
+    return outputs;
+  }
+
+  /**
+   * The ModelProto bytes. With `externalDataFile`, initializers over 1 KiB go to a side buffer when all
+   * of them together exceed `externalThreshold` bytes (protobuf messages must stay under 2 GiB).
+   */
+  serialize(options: { externalDataFile?: string; externalThreshold?: number; docString?: string } = {}): SerializedModel {
+    const threshold = options.externalThreshold ?? 1_500_000_000;
+    const total = this.initializers.reduce((sum, t) => sum + (t.rawData?.length ?? 0), 0);
+    let externalData: Buffer | undefined;
+    if (options.externalDataFile !== undefined && total > threshold) {
+      const chunks: Buffer[] = [];
+      let offset = 0;
+      for (const tensor of this.initializers) {
+        const raw = tensor.rawData;
+        if (!raw || raw.length <= 1024) continue;
+        const padding = (64 - (offset % 64)) % 64; // aligned so the runtime can map weights in place
+        if (padding > 0) chunks.push(Buffer.alloc(padding));
+        offset += padding;
+        chunks.push(Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength));
+        tensor.dataLocation = onnx.TensorProto.DataLocation.EXTERNAL;
+        tensor.externalData = [
+          { key: 'location', value: options.externalDataFile },
+          { key: 'offset', value: String(offset) },
+          { key: 'length', value: String(raw.length) },
+        ];
+        tensor.rawData = undefined;
+        offset += raw.length;
+      }
+      externalData = Buffer.concat(chunks);
+    }
+    const model = onnx.ModelProto.create({
+      irVersion: 8,
+      producerName: 'chorus',
+      docString: options.docString ?? '',
+      opsetImport: [{ domain: '', version: 17 }, ...[...this.domains].map((domain) => ({ domain, version: 1 }))],
+      graph: { name: 'main', node: this.nodes, initializer: this.initializers, input: this.inputs, output: this.outputs },
+    });
+    return { model: onnx.ModelProto.encode(model).finish(), externalData };
+  }
+
+  private constant(type: ElementType, values: readonly number[], dims: readonly number[]): string {
+    const key = `${type}:${dims.join('x')}:${values.join(',')}`;
+    let name = this.constants.get(key);
+    if (name === undefined) {
+      name = this.unique('const');
+      this.initializers.push(type === 'int64' ? int64Tensor(name, values, dims) : floatTensor(name, { dims: [...dims], data: Float32Array.from(values) }, type as 'float32' | 'float16'));
+      this.constants.set(key, name);
+    }
+    return name;
+  }
+
+  private unique(prefix: string): string {
+    const n = this.counts.get(prefix) ?? 0;
+    this.counts.set(prefix, n + 1);
+    return n === 0 ? prefix : `${prefix}_${n}`;
+  }
+}
+
+function valueInfo(name: string, type: ElementType, dims: readonly Dim[]): ValueInfoProto {
+  return {
+    name,
+    type: { tensorType: { elemType: ELEMENT_TYPES[type], shape: { dim: dims.map((d) => (typeof d === 'number' ? { dimValue: d } : { dimParam: d })) } } },
+  };
+}
+
+function floatTensor(name: string, tensor: Tensor, type: 'float32' | 'float16'): TensorProto {
+  const raw = type === 'float32' ? tensor.data : toHalfArray(tensor.data);
+  return { name, dims: tensor.dims, dataType: ELEMENT_TYPES[type], rawData: new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength) };
+}
+
+function int64Tensor(name: string, values: readonly number[], dims: readonly number[]): TensorProto {
+  const data = BigInt64Array.from(values.map((v) => BigInt(v)));
+  return { name, dims: [...dims], dataType: ELEMENT_TYPES.int64, rawData: new Uint8Array(data.buffer) };
+}
+
+function attribute(name: string, value: AttributeValue): AttributeProto {
+  const types = onnx.AttributeProto.AttributeType;
+  if (typeof value === 'string') return { name, type: types.STRING, s: Buffer.from(value, 'utf8') };
+  if (Array.isArray(value)) return { name, type: types.INTS, ints: value };
+  if (typeof value === 'object') return { name, type: types.FLOAT, f: value.float };
+  return { name, type: types.INT, i: value };
+}

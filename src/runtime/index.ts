@@ -1,0 +1,1 @@
+export { DecoderSession, argmax, positionsFromMask, type KvCache, type DecoderStep, type DecoderOutput } from './decoder-session.ts';
