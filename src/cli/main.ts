@@ -1,6 +1,7 @@
 /** The `chorus` command line. */
 import { Command, CommanderError } from 'commander';
 import { ChorusError } from '../errors.ts';
+import { registerBuild } from './build.ts';
 import { registerTokenize } from './tokenize.ts';
 import { registerValidate } from './validate.ts';
 
@@ -12,6 +13,7 @@ export function buildProgram(): Command {
     .exitOverride();
   registerValidate(program);
   registerTokenize(program);
+  registerBuild(program);
   return program;
 }
 

@@ -23,10 +23,10 @@ export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, fl
     value: g.input(`past_key_values.${i}.value`, floatType, ['batch_size', numKvHeads, 'past_sequence_length', headDim]),
   }));
 
-  const embedTokens = g.weight('embed_tokens', weights.embedTokens);
+  const embedTokens = g.weight('embed_tokens.weight', weights.embedTokens);
   let x = g.op('Gather', [embedTokens, inputIds], { axis: 0 }, { name: 'embed' });
   if (spec.positions.kind === 'learned') {
-    const table = g.weight('embed_positions', required(weights.embedPositions, 'position embeddings'));
+    const table = g.weight('embed_positions.weight', required(weights.embedPositions, 'position embeddings'));
     x = g.op('Add', [x, g.op('Gather', [table, positionIds], { axis: 0 })]);
   }
   const bias = attentionBias(g, inputIds, attentionMask);
@@ -41,7 +41,7 @@ export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, fl
 
   x = norm(g, spec, weights.finalNorm, x, 'final_norm');
   // The head as Gemm with transB, so a tied head reads the embedding initializer instead of a copy.
-  const head = weights.lmHead === undefined ? embedTokens : g.weight('lm_head', weights.lmHead);
+  const head = weights.lmHead === undefined ? embedTokens : g.weight('lm_head.weight', weights.lmHead);
   const flat = g.op('Reshape', [x, g.int64([-1, spec.hiddenSize])]);
   const logits2d = g.op('Gemm', [flat, head], { transB: 1 }, { name: 'lm_head' });
   const outShape = g.op('Concat', [g.op('Slice', [g.op('Shape', [inputIds]), g.int64([0]), g.int64([2])]), g.int64([vocabSize])], { axis: 0 });

@@ -4,3 +4,4 @@ export { readLlama2cCheckpoint } from './llama2c-checkpoint.ts';
 export { readSafetensors, writeSafetensors } from './safetensors.ts';
 export type { DecoderSpec, DecoderWeights } from './decoder-spec.ts';
 export type { Tensor } from './tensor.ts';
+export { makeCheckpoint, CHECKPOINT_ARCHS, type CheckpointArch, type CheckpointSize, type MakeCheckpointOptions } from './make-checkpoint.ts';

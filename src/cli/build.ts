@@ -1,0 +1,55 @@
+/** `chorus build` and `chorus make-checkpoint`. */
+import { Option, type Command } from 'commander';
+import cliProgress from 'cli-progress';
+import { buildModel, CHECKPOINT_ARCHS, makeCheckpoint, type BuildStage, type CheckpointArch, type CheckpointSize } from '../modelbuild/index.ts';
+import { invalidArgument } from '../errors.ts';
+
+export function registerBuild(program: Command): void {
+  program
+    .command('build')
+    .description('build an ONNX model directory (Optimum / transformers.js layout) from a checkpoint')
+    .argument('<source>', 'a Hugging Face checkpoint directory (config.json + safetensors) or a llama2.c .bin')
+    .requiredOption('-o, --out <dir>', 'the output directory')
+    .addOption(new Option('--dtype <dtype>', 'weights and activations').choices(['fp32', 'fp16']).default('fp32'))
+    .addOption(new Option('--flavor <flavor>', 'portable: standard ONNX operators, any execution provider').choices(['portable', 'cuda']).default('portable'))
+    .option('--tokenizer <file>', 'llama2.c sources: the tokenizer.bin (default: found beside the model)')
+    .action((source: string, options: { out: string; dtype: 'fp32' | 'fp16'; flavor: 'portable' | 'cuda'; tokenizer?: string }) => {
+      const bar = new cliProgress.SingleBar(
+        { format: 'build [{bar}] {value}/{total} {stage}', noTTYOutput: false, stream: process.stderr, clearOnComplete: false },
+        cliProgress.Presets.shades_classic,
+      );
+      bar.start(5, 0, { stage: '' });
+      let result;
+      try {
+        result = buildModel({
+          source,
+          out: options.out,
+          dtype: options.dtype,
+          flavor: options.flavor,
+          tokenizer: options.tokenizer,
+          onProgress: (stage: BuildStage, index: number) => bar.update(index, { stage }),
+        });
+        bar.update(5, { stage: 'done' });
+      } finally {
+        bar.stop();
+      }
+      const { spec } = result;
+      process.stdout.write(
+        `built ${options.out}: ${spec.numLayers} layers, hidden ${spec.hiddenSize}, ${spec.numHeads} heads (${spec.numKvHeads} kv), vocab ${spec.vocabSize}, ${options.dtype}\n` +
+          result.files.map((file) => `  ${file}\n`).join(''),
+      );
+    });
+
+  program
+    .command('make-checkpoint')
+    .description('write a random, seeded Hugging Face checkpoint (config.json + model.safetensors)')
+    .addOption(new Option('--arch <arch>', 'architecture').choices([...CHECKPOINT_ARCHS]).makeOptionMandatory())
+    .addOption(new Option('--size <size>', 'tiny: width 64; real: GPT-2 124M, or Qwen2-0.5B\'s shape').choices(['tiny', 'real']).default('tiny'))
+    .option('--seed <n>', 'the random seed', '0')
+    .requiredOption('-o, --out <dir>', 'the output directory')
+    .action((options: { arch: CheckpointArch; size: CheckpointSize; seed: string; out: string }) => {
+      if (!/^\d+$/.test(options.seed)) throw invalidArgument('--seed', 'a non-negative integer', options.seed);
+      const config = makeCheckpoint({ arch: options.arch, size: options.size, seed: Number(options.seed), out: options.out });
+      process.stdout.write(`wrote ${options.out}: ${String(config.model_type)} ${options.size}, seed ${options.seed}\n`);
+    });
+}
