@@ -9,7 +9,6 @@ import { float, GraphBuilder } from './graph.ts';
 import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Linear, Norm } from './decoder-spec.ts';
 
 const FLOAT32_MIN = -3.4028234663852886e38;
-const FLOAT16_MIN = -65504;
 
 /** Builds the decoder graph of `spec` with `weights`. */
 export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: 'float32' | 'float16'): GraphBuilder {
@@ -50,9 +49,10 @@ export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, fl
 }
 
 /**
- * The additive attention bias, [batch, 1, 1, seq, total]: 0 where a query may attend (the key is not
- * padding and not in its future), the float type's minimum elsewhere. Query i sits at absolute position
- * past + i, where past = total - seq.
+ * The additive attention bias, [batch, 1, 1, seq, total], float32 whatever the build's type: 0 where a
+ * query may attend (the key is not padding and not in its future), float32's minimum elsewhere. Query i
+ * sits at absolute position past + i, where past = total - seq. (In float16 the minimum plus a score
+ * overflows to -inf, and a row with nothing to attend, a padding query, would become NaN.)
  */
 function attentionBias(g: GraphBuilder, inputIds: string, attentionMask: string): string {
   const seq = g.op('Slice', [g.op('Shape', [inputIds]), g.int64([1]), g.int64([2])]);
@@ -66,8 +66,7 @@ function attentionBias(g: GraphBuilder, inputIds: string, attentionMask: string)
   const causal = g.op('LessOrEqual', [g.op('Unsqueeze', [keyPositions, g.int64([0])]), g.op('Unsqueeze', [queryPositions, g.int64([1])])]);
   const notPadding = g.op('Unsqueeze', [g.op('Cast', [attentionMask], { to: 9 }), g.int64([1, 2, 3])]);
   const allowed = g.op('And', [causal, notPadding]);
-  const min = g.floatType === 'float16' ? FLOAT16_MIN : FLOAT32_MIN;
-  return g.op('Where', [allowed, g.floatConstant([0], []), g.floatConstant([min], [])], {}, { name: 'attention_bias' });
+  return g.op('Where', [allowed, g.floatConstant([0], [], 'float32'), g.floatConstant([FLOAT32_MIN], [], 'float32')], {}, { name: 'attention_bias' });
 }
 
 /**
@@ -121,8 +120,12 @@ function block(
   const k5 = g.op('Unsqueeze', [presentKey, g.int64([2])]);
   const v5 = g.op('Unsqueeze', [presentValue, g.int64([2])]);
   const scores = g.op('MatMul', [q5, g.op('Transpose', [k5], { perm: [0, 1, 2, 4, 3] })]);
-  const scaled = g.op('Add', [g.op('Mul', [scores, g.floatConstant([1 / Math.sqrt(headDim)], [])]), bias]);
-  const probs = g.op('Softmax', [scaled], { axis: -1 });
+  // Scale, mask and softmax in float32, as transformers does for half-precision models.
+  const half = g.floatType === 'float16';
+  const scores32 = half ? g.op('Cast', [scores], { to: 1 }) : scores;
+  const scaled = g.op('Add', [g.op('Mul', [scores32, g.floatConstant([1 / Math.sqrt(headDim)], [], 'float32')]), bias]);
+  const probs32 = g.op('Softmax', [scaled], { axis: -1 });
+  const probs = half ? g.op('Cast', [probs32], { to: 10 }) : probs32;
   const context = g.op('MatMul', [probs, v5]);
   const merged = g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [context, g.int64([0, numHeads, -1, headDim])])], { perm: [0, 2, 1, 3] }), g.int64([0, 0, numHeads * headDim])]);
   const attended = g.op('Add', [x, linear(g, w.o, merged, `${name}.o`)]);

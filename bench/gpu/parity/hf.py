@@ -1,0 +1,88 @@
+"""The Hugging Face side of the parity check, and the comparison.
+
+For each model chorus.ts ran: load the same checkpoint with transformers on the GPU (float32 with TF32
+off, or float16), feed the same prompts and teacher-forced steps with the cache, greedy-decode the same
+lengths, and compare with Chorus's logits and ids. Prints a table, writes parity.json, and for tiny
+models the golden fixtures the CPU test checks. Exits 1 when a bound is not met.
+Usage: python3 bench/gpu/parity/hf.py <work-dir> <out-dir>
+"""
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+
+BOUNDS = {"fp32": {"logits": 1e-4, "greedy": 1.0}, "fp16": {"logits": 2e-2, "greedy": 0.95}}
+
+
+def run(model, prompts, forced, greedy_steps, device):
+    rows, greedy = [], []
+    with torch.no_grad():
+        for prompt, steps in zip(prompts, forced):
+            out = model(torch.tensor([prompt], device=device), use_cache=True)
+            rows.append(out.logits[0, -1].float().cpu().numpy())
+            past = out.past_key_values
+            for token in steps:
+                out = model(torch.tensor([[token]], device=device), past_key_values=past, use_cache=True)
+                rows.append(out.logits[0, -1].float().cpu().numpy())
+                past = out.past_key_values
+        for prompt in prompts:
+            ids = []
+            out = model(torch.tensor([prompt], device=device), use_cache=True)
+            for i in range(greedy_steps):
+                token = int(out.logits[0, -1].argmax())
+                ids.append(token)
+                if i + 1 < greedy_steps:
+                    out = model(torch.tensor([[token]], device=device), past_key_values=out.past_key_values, use_cache=True)
+            greedy.append(ids)
+    return np.stack(rows), greedy
+
+
+def main():
+    work, out_dir = sys.argv[1], sys.argv[2]
+    os.makedirs(out_dir, exist_ok=True)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    results, failed = [], False
+    for name in json.load(open(os.path.join(work, "models.json"))):
+        spec = json.load(open(os.path.join(work, f"{name}.json")))
+        dtype = torch.float16 if spec["dtype"] == "fp16" else torch.float32
+        started = time.time()
+        model = AutoModelForCausalLM.from_pretrained(spec["checkpoint"], torch_dtype=dtype, attn_implementation="eager").to(device).eval()
+        hf_rows, hf_greedy = run(model, spec["prompts"], spec["forced"], spec["greedySteps"], device)
+        chorus_rows = np.fromfile(os.path.join(work, f"{name}.logits"), dtype=np.float32).reshape(hf_rows.shape)
+        diff = float(np.abs(chorus_rows - hf_rows).max())
+        same = sum(a == b for x, y in zip(spec["greedy"], hf_greedy) for a, b in zip(x, y))
+        total = sum(len(x) for x in hf_greedy)
+        bound = BOUNDS[spec["dtype"]]
+        ok = diff <= bound["logits"] and same / total >= bound["greedy"]
+        failed |= not ok
+        results.append({"model": name, "dtype": spec["dtype"], "chorus_device": spec["device"], "hf_device": device, "logit_rows": int(hf_rows.shape[0]),
+                        "vocab": int(hf_rows.shape[1]), "max_abs_diff": diff, "greedy_identical": same, "greedy_total": total,
+                        "bound_logits": bound["logits"], "bound_greedy": bound["greedy"], "ok": ok, "seconds": round(time.time() - started, 1)})
+        if spec["golden"]:
+            golden = {"generated_by": "bench/gpu/parity (transformers, float32, TF32 off)", "arch": spec["arch"], "size": spec["size"], "seed": spec["seed"],
+                      "prompts": spec["prompts"], "forced": spec["forced"], "greedy": hf_greedy,
+                      "logits": [[float(f"{v:.7g}") for v in row] for row in hf_rows]}
+            with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
+                json.dump(golden, f, separators=(",", ":"))
+        del model
+        torch.cuda.empty_cache()
+    info = {"torch": torch.__version__, "transformers": __import__("transformers").__version__,
+            "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None, "results": results}
+    with open(os.path.join(out_dir, "parity.json"), "w") as f:
+        json.dump(info, f, indent=2)
+    print(f"{'model':18} {'dtype':5} {'chorus on':9} {'max |diff|':>11} {'bound':>7} {'greedy same':>12} {'ok':>3}")
+    for r in results:
+        print(f"{r['model']:18} {r['dtype']:5} {r['chorus_device']:9} {r['max_abs_diff']:11.3e} {r['bound_logits']:7.0e} "
+              f"{r['greedy_identical']:5}/{r['greedy_total']:<6} {'yes' if r['ok'] else 'NO':>3}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
