@@ -21,7 +21,7 @@ export interface BuildOptions {
   out: string;
   /** Weights and activations. Default: fp32. */
   dtype?: 'fp32' | 'fp16';
-  /** `portable`: standard ONNX operators. Default: portable. */
+  /** `portable`: standard ONNX operators, any execution provider; `cuda`: ONNX Runtime's fused contrib operators. Default: portable. */
   flavor?: 'portable' | 'cuda';
   /** llama2.c sources: the tokenizer.bin. Default: tokenizer.bin, else the one tok*.bin, beside the model. */
   tokenizer?: string;
@@ -55,7 +55,7 @@ export function buildModel(options: BuildOptions): BuildResult {
   const dtype = options.dtype ?? 'fp32';
   const flavor = options.flavor ?? 'portable';
   if (dtype !== 'fp32' && dtype !== 'fp16') throw invalidArgument('dtype', 'fp32 or fp16', dtype);
-  if (flavor !== 'portable') throw new ChorusError('CHORUS_UNSUPPORTED', `flavor ${flavor} is not available yet; use portable`, { param: 'flavor', value: flavor });
+  if (flavor !== 'portable' && flavor !== 'cuda') throw invalidArgument('flavor', 'portable or cuda', flavor);
   const progress = (stage: BuildStage): void => options.onProgress?.(stage, BUILD_STAGES.indexOf(stage), BUILD_STAGES.length);
   if (!existsSync(options.source)) throw new ChorusError('CHORUS_FILE_MISSING', `build source ${options.source} does not exist`, { param: 'source' });
 
@@ -70,7 +70,7 @@ export function buildModel(options: BuildOptions): BuildResult {
   checkpoint.finish();
 
   progress('build graph');
-  const graph = buildDecoderGraph(spec, weights, dtype === 'fp16' ? 'float16' : 'float32');
+  const graph = buildDecoderGraph(spec, weights, dtype === 'fp16' ? 'float16' : 'float32', flavor);
 
   progress('serialize');
   const modelName = 'decoder_model_merged.onnx';

@@ -6,12 +6,31 @@
  */
 import { ChorusError } from '../errors.ts';
 import { float, GraphBuilder } from './graph.ts';
+
+const MS = 'com.microsoft';
 import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Linear, Norm } from './decoder-spec.ts';
 
 const FLOAT32_MIN = -3.4028234663852886e38;
+const FLOAT16_MIN = -65504;
+
+/** What every block of one graph shares. */
+interface GraphContext {
+  spec: DecoderSpec;
+  flavor: Flavor;
+  positionIds: string;
+  bias: string;
+  rotary: Rotary | undefined;
+  cacheLengths: { seqlensK: string; total: string } | undefined;
+}
+
+/** Rotary embeddings: cos/sin per position (portable), or the caches RotaryEmbedding reads (cuda). */
+type Rotary = { kind: 'tables'; cos: string; sin: string } | { kind: 'caches'; cos: string; sin: string };
+
+/** Which operators the graph uses: standard ONNX only, or ONNX Runtime's fused contrib operators. */
+export type Flavor = 'portable' | 'cuda';
 
 /** Builds the decoder graph of `spec` with `weights`. */
-export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: 'float32' | 'float16'): GraphBuilder {
+export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: 'float32' | 'float16', flavor: Flavor = 'portable'): GraphBuilder {
   const g = new GraphBuilder(floatType);
   const { numLayers, numKvHeads, headDim, vocabSize } = spec;
   const inputIds = g.input('input_ids', 'int64', ['batch_size', 'sequence_length']);
@@ -28,17 +47,30 @@ export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, fl
     const table = g.weight('embed_positions.weight', required(weights.embedPositions, 'position embeddings'));
     x = g.op('Add', [x, g.op('Gather', [table, positionIds], { axis: 0 })]);
   }
-  const bias = attentionBias(g, inputIds, attentionMask);
-  const rotary = spec.positions.kind === 'rotary' ? rotaryTables(g, positionIds, headDim, spec.positions.theta) : undefined;
+  const context: GraphContext = {
+    spec,
+    flavor,
+    positionIds,
+    bias: attentionBias(g, inputIds, attentionMask, flavor),
+    rotary: spec.positions.kind === 'rotary' ? rotary(g, positionIds, spec, flavor) : undefined,
+    cacheLengths: flavor === 'cuda' && spec.numKvHeads !== spec.numHeads ? cacheLengths(g, inputIds, attentionMask) : undefined,
+  };
 
+  // The residual stream: each block adds to x, and the norm that follows is taken of the sum (fused
+  // into one Skip*Normalization in the cuda flavor).
+  let h = norm(g, spec, weights.layers[0]!.inputNorm, x, 'layers.0.input_norm');
   weights.layers.forEach((layer, i) => {
-    const { hidden, presentKey, presentValue } = block(g, spec, layer, i, x, past[i]!, bias, rotary);
-    x = hidden;
-    g.output(`present.${i}.key`, presentKey, floatType, ['batch_size', numKvHeads, 'total_sequence_length', headDim]);
-    g.output(`present.${i}.value`, presentValue, floatType, ['batch_size', numKvHeads, 'total_sequence_length', headDim]);
+    const attention = attend(g, context, layer, i, h, past[i]!);
+    g.output(`present.${i}.key`, attention.presentKey, floatType, ['batch_size', numKvHeads, 'total_sequence_length', headDim]);
+    g.output(`present.${i}.value`, attention.presentValue, floatType, ['batch_size', numKvHeads, 'total_sequence_length', headDim]);
+    const afterAttention = residualNorm(g, context, layer.postNorm, x, attention.output, `layers.${i}.post_norm`);
+    const mlpOut = mlp(g, context, layer, i, afterAttention.normed);
+    const nextNorm = weights.layers[i + 1]?.inputNorm ?? weights.finalNorm;
+    const afterMlp = residualNorm(g, context, nextNorm, afterAttention.sum, mlpOut, i + 1 < numLayers ? `layers.${i + 1}.input_norm` : 'final_norm');
+    x = afterMlp.sum;
+    h = afterMlp.normed;
   });
-
-  x = norm(g, spec, weights.finalNorm, x, 'final_norm');
+  x = h;
   // The head as Gemm with transB, so a tied head reads the embedding initializer instead of a copy.
   const head = weights.lmHead === undefined ? embedTokens : g.weight('lm_head.weight', weights.lmHead);
   const flat = g.op('Reshape', [x, g.int64([-1, spec.hiddenSize])]);
@@ -54,7 +86,7 @@ export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, fl
  * sits at absolute position past + i, where past = total - seq. (In float16 the minimum plus a score
  * overflows to -inf, and a row with nothing to attend, a padding query, would become NaN.)
  */
-function attentionBias(g: GraphBuilder, inputIds: string, attentionMask: string): string {
+function attentionBias(g: GraphBuilder, inputIds: string, attentionMask: string, flavor: Flavor): string {
   const seq = g.op('Slice', [g.op('Shape', [inputIds]), g.int64([1]), g.int64([2])]);
   const total = g.op('Slice', [g.op('Shape', [attentionMask]), g.int64([1]), g.int64([2])]);
   const pastLength = g.op('Squeeze', [g.op('Sub', [total, seq])]);
@@ -66,23 +98,56 @@ function attentionBias(g: GraphBuilder, inputIds: string, attentionMask: string)
   const causal = g.op('LessOrEqual', [g.op('Unsqueeze', [keyPositions, g.int64([0])]), g.op('Unsqueeze', [queryPositions, g.int64([1])])]);
   const notPadding = g.op('Unsqueeze', [g.op('Cast', [attentionMask], { to: 9 }), g.int64([1, 2, 3])]);
   const allowed = g.op('And', [causal, notPadding]);
+  if (flavor === 'cuda') {
+    // The contrib attention operators take a [batch, 1, seq, total] bias of the activations' type.
+    const min = g.floatType === 'float16' ? FLOAT16_MIN : FLOAT32_MIN;
+    const bias = g.op('Where', [allowed, g.floatConstant([0], []), g.floatConstant([min], [])], {}, { name: 'attention_bias' });
+    return g.op('Squeeze', [bias, g.int64([1])]);
+  }
   return g.op('Where', [allowed, g.floatConstant([0], [], 'float32'), g.floatConstant([FLOAT32_MIN], [], 'float32')], {}, { name: 'attention_bias' });
+}
+
+/**
+ * GroupQueryAttention's seqlens_k (the index of each row's last key) and total_sequence_length. Every
+ * row counts as full (padding is masked by the bias instead), so its cache layout is the portable one.
+ */
+function cacheLengths(g: GraphBuilder, inputIds: string, attentionMask: string): { seqlensK: string; total: string } {
+  const total = g.op('Cast', [g.op('Squeeze', [g.op('Slice', [g.op('Shape', [attentionMask]), g.int64([1]), g.int64([2])])])], { to: 6 });
+  const batch = g.op('Slice', [g.op('Shape', [inputIds]), g.int64([0]), g.int64([1])]);
+  const seqlensK = g.op('Expand', [g.op('Sub', [total, g.constantOf('int32', [1], [])]), batch]);
+  return { seqlensK, total };
 }
 
 /**
  * cos and sin of position * inverse frequency, [batch, 1, seq, head_dim], halves repeated (Hugging Face's
  * rotate-half layout). Computed in float32 from float32 inverse frequencies, as transformers does.
  */
-function rotaryTables(g: GraphBuilder, positionIds: string, headDim: number, theta: number): { cos: string; sin: string } {
+function rotary(g: GraphBuilder, positionIds: string, spec: DecoderSpec, flavor: Flavor): Rotary {
+  const headDim = spec.headDim;
+  const theta = spec.positions.kind === 'rotary' ? spec.positions.theta : 10000;
   const invFreq = Array.from({ length: headDim / 2 }, (_, i) => Math.fround(1 / Math.fround(Math.pow(theta, Math.fround((2 * i) / headDim)))));
+  if (flavor === 'cuda') {
+    // RotaryEmbedding looks cos and sin up by position in [max_positions, head_dim / 2] caches.
+    const cos = new Float32Array(spec.maxPositions * (headDim / 2));
+    const sin = new Float32Array(cos.length);
+    for (let p = 0; p < spec.maxPositions; p++) {
+      for (let i = 0; i < headDim / 2; i++) {
+        const angle = Math.fround(p * invFreq[i]!);
+        cos[p * (headDim / 2) + i] = Math.cos(angle);
+        sin[p * (headDim / 2) + i] = Math.sin(angle);
+      }
+    }
+    const dims = [spec.maxPositions, headDim / 2];
+    return { kind: 'caches', cos: g.weight('rope.cos_cache', { dims, data: cos }), sin: g.weight('rope.sin_cache', { dims, data: sin }) };
+  }
   const positions = g.op('Unsqueeze', [g.op('Cast', [positionIds], { to: 1 }), g.int64([2])]);
   const freqs = g.op('Mul', [positions, g.floatConstant(invFreq, [headDim / 2], 'float32')]);
   const angles = g.op('Unsqueeze', [g.op('Concat', [freqs, freqs], { axis: -1 }), g.int64([1])]);
   const cast = (value: string): string => (g.floatType === 'float16' ? g.op('Cast', [value], { to: 10 }) : value);
-  return { cos: cast(g.op('Cos', [angles], {}, { name: 'rope_cos' })), sin: cast(g.op('Sin', [angles], {}, { name: 'rope_sin' })) };
+  return { kind: 'tables', cos: cast(g.op('Cos', [angles], {}, { name: 'rope_cos' })), sin: cast(g.op('Sin', [angles], {}, { name: 'rope_sin' })) };
 }
 
-function rotate(g: GraphBuilder, x: string, tables: { cos: string; sin: string }, headDim: number): string {
+function rotate(g: GraphBuilder, x: string, tables: Rotary, headDim: number): string {
   const half = headDim / 2;
   const first = g.op('Slice', [x, g.int64([0]), g.int64([half]), g.int64([3])]);
   const second = g.op('Slice', [x, g.int64([half]), g.int64([headDim]), g.int64([3])]);
@@ -90,55 +155,97 @@ function rotate(g: GraphBuilder, x: string, tables: { cos: string; sin: string }
   return g.op('Add', [g.op('Mul', [x, tables.cos]), g.op('Mul', [rotated, tables.sin])]);
 }
 
-function block(
+/** Self-attention of one block on the normed input `h`: the projected output and the grown cache. */
+function attend(
   g: GraphBuilder,
-  spec: DecoderSpec,
+  c: GraphContext,
   w: DecoderLayerWeights,
   index: number,
-  x: string,
+  h: string,
   past: { key: string; value: string },
-  bias: string,
-  rotary: { cos: string; sin: string } | undefined,
-): { hidden: string; presentKey: string; presentValue: string } {
-  const { numHeads, numKvHeads, headDim } = spec;
+): { output: string; presentKey: string; presentValue: string } {
+  const { numHeads, numKvHeads, headDim } = c.spec;
   const name = `layers.${index}`;
-  const h = norm(g, spec, w.inputNorm, x, `${name}.input_norm`);
+  let q = linear(g, w.q, h, `${name}.q`);
+  let k = linear(g, w.k, h, `${name}.k`);
+  const v = linear(g, w.v, h, `${name}.v`);
+  const scale = float(1 / Math.sqrt(headDim));
+  if (c.flavor === 'cuda') {
+    if (c.rotary !== undefined) {
+      const rope = (x: string, heads: number): string =>
+        g.op('RotaryEmbedding', [x, c.positionIds, c.rotary!.cos, c.rotary!.sin], { interleaved: 0, num_heads: heads }, { domain: MS });
+      q = rope(q, numHeads);
+      k = rope(k, numKvHeads);
+    }
+    const [output, presentKey, presentValue] =
+      c.cacheLengths === undefined
+        ? g.opMany('MultiHeadAttention', [q, k, v, '', '', c.bias, past.key, past.value], { num_heads: numHeads, scale }, { domain: MS, outputs: 3 })
+        : g.opMany(
+            'GroupQueryAttention',
+            [q, k, v, past.key, past.value, c.cacheLengths.seqlensK, c.cacheLengths.total, '', '', '', c.bias],
+            { num_heads: numHeads, kv_num_heads: numKvHeads, scale },
+            { domain: MS, outputs: 3 },
+          );
+    return { output: linear(g, w.o, output!, `${name}.o`), presentKey: presentKey!, presentValue: presentValue! };
+  }
   const heads = (value: string, count: number): string =>
     g.op('Transpose', [g.op('Reshape', [value, g.int64([0, 0, count, headDim])])], { perm: [0, 2, 1, 3] });
-  let q = heads(linear(g, w.q, h, `${name}.q`), numHeads);
-  let k = heads(linear(g, w.k, h, `${name}.k`), numKvHeads);
-  const v = heads(linear(g, w.v, h, `${name}.v`), numKvHeads);
-  if (rotary) {
-    q = rotate(g, q, rotary, headDim);
-    k = rotate(g, k, rotary, headDim);
+  let q4 = heads(q, numHeads);
+  let k4 = heads(k, numKvHeads);
+  const v4 = heads(v, numKvHeads);
+  if (c.rotary?.kind === 'tables') {
+    q4 = rotate(g, q4, c.rotary, headDim);
+    k4 = rotate(g, k4, c.rotary, headDim);
   }
-  const presentKey = g.op('Concat', [past.key, k], { axis: 2 });
-  const presentValue = g.op('Concat', [past.value, v], { axis: 2 });
+  const presentKey = g.op('Concat', [past.key, k4], { axis: 2 });
+  const presentValue = g.op('Concat', [past.value, v4], { axis: 2 });
   // Grouped-query attention by broadcasting: queries [b, kv, rep, s, d] against keys [b, kv, 1, t, d].
   const groups = numHeads / numKvHeads;
-  const q5 = g.op('Reshape', [q, g.int64([0, numKvHeads, groups, -1, headDim])]);
+  const q5 = g.op('Reshape', [q4, g.int64([0, numKvHeads, groups, -1, headDim])]);
   const k5 = g.op('Unsqueeze', [presentKey, g.int64([2])]);
   const v5 = g.op('Unsqueeze', [presentValue, g.int64([2])]);
   const scores = g.op('MatMul', [q5, g.op('Transpose', [k5], { perm: [0, 1, 2, 4, 3] })]);
   // Scale, mask and softmax in float32, as transformers does for half-precision models.
   const half = g.floatType === 'float16';
   const scores32 = half ? g.op('Cast', [scores], { to: 1 }) : scores;
-  const scaled = g.op('Add', [g.op('Mul', [scores32, g.floatConstant([1 / Math.sqrt(headDim)], [], 'float32')]), bias]);
+  const scaled = g.op('Add', [g.op('Mul', [scores32, g.floatConstant([1 / Math.sqrt(headDim)], [], 'float32')]), c.bias]);
   const probs32 = g.op('Softmax', [scaled], { axis: -1 });
   const probs = half ? g.op('Cast', [probs32], { to: 10 }) : probs32;
   const context = g.op('MatMul', [probs, v5]);
   const merged = g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [context, g.int64([0, numHeads, -1, headDim])])], { perm: [0, 2, 1, 3] }), g.int64([0, 0, numHeads * headDim])]);
-  const attended = g.op('Add', [x, linear(g, w.o, merged, `${name}.o`)]);
+  return { output: linear(g, w.o, merged, `${name}.o`), presentKey, presentValue };
+}
 
-  const m = norm(g, spec, w.postNorm, attended, `${name}.post_norm`);
+/** The MLP of one block on the normed input `m`. */
+function mlp(g: GraphBuilder, c: GraphContext, w: DecoderLayerWeights, index: number, m: string): string {
+  const name = `layers.${index}`;
   let inner: string;
-  if (spec.mlp === 'silu_gated') {
+  if (c.spec.mlp === 'silu_gated') {
     const gate = linear(g, required(w.gate, `layer ${index} gate projection`), m, `${name}.gate`);
     inner = g.op('Mul', [g.op('Mul', [gate, g.op('Sigmoid', [gate])]), linear(g, w.up, m, `${name}.up`)]);
+  } else if (c.flavor === 'cuda') {
+    const up = g.op('MatMul', [m, g.weight(`${name}.up.weight`, w.up.weight)]);
+    const bias = w.up.bias === undefined ? [] : [g.weight(`${name}.up.bias`, w.up.bias)];
+    inner = g.op('FastGelu', [up, ...bias], {}, { domain: MS });
   } else {
     inner = geluTanh(g, linear(g, w.up, m, `${name}.up`));
   }
-  return { hidden: g.op('Add', [attended, linear(g, w.down, inner, `${name}.down`)]), presentKey, presentValue };
+  return linear(g, w.down, inner, `${name}.down`);
+}
+
+/** `sum = x + delta` and the norm of it: Add then norm (portable), or one fused Skip*Normalization (cuda). */
+function residualNorm(g: GraphBuilder, c: GraphContext, w: Norm, x: string, delta: string, name: string): { normed: string; sum: string } {
+  if (c.flavor === 'cuda') {
+    const epsilon = float(c.spec.normEps);
+    const scale = g.weight(`${name}.weight`, w.weight);
+    const [normed, , , sum] =
+      c.spec.norm === 'rmsnorm'
+        ? g.opMany('SkipSimplifiedLayerNormalization', [delta, x, scale], { epsilon }, { domain: MS, outputs: 4 })
+        : g.opMany('SkipLayerNormalization', [delta, x, scale, g.weight(`${name}.bias`, required(w.bias, `${name} bias`))], { epsilon }, { domain: MS, outputs: 4 });
+    return { normed: normed!, sum: sum! };
+  }
+  const sum = g.op('Add', [x, delta]);
+  return { normed: norm(g, c.spec, w, sum, name), sum };
 }
 
 function linear(g: GraphBuilder, w: Linear, x: string, name: string): string {

@@ -92,6 +92,11 @@ export class GraphBuilder {
     return this.constant('int64', values, dims);
   }
 
+  /** A constant of any element type, shared between uses. */
+  constantOf(type: ElementType, values: readonly number[], dims: readonly number[] = [values.length]): string {
+    return this.constant(type, values, dims);
+  }
+
   /** A constant of the build's float type (or float32), shared between uses. */
   floatConstant(values: readonly number[], dims: readonly number[] = [values.length], type: 'float32' | 'float16' = this.floatType): string {
     return this.constant(type, values, dims);
@@ -105,7 +110,7 @@ export class GraphBuilder {
   /** Adds a node with several outputs. An empty input name is an omitted optional input. */
   opMany(type: string, inputs: ReadonlyArray<string>, attributes: Record<string, AttributeValue> = {}, options: OpOptions = {}): string[] {
     const base = this.unique(options.name ?? type);
-    const outputs = Array.from({ length: options.outputs ?? 1 }, (_, i) => (i === 0 ? base : `${base}_${i}`));
+    const outputs = Array.from({ length: options.outputs ?? 1 }, (_, i) => (i === 0 ? base : `${base}:${i}`));
     const node: NodeProto = { opType: type, name: base, input: [...inputs], output: outputs, attribute: Object.entries(attributes).map(([k, v]) => attribute(k, v)) };
     if (options.domain) {
       node.domain = options.domain;
@@ -159,7 +164,7 @@ export class GraphBuilder {
     let name = this.constants.get(key);
     if (name === undefined) {
       name = this.unique('const');
-      this.initializers.push(type === 'int64' ? int64Tensor(name, values, dims) : floatTensor(name, { dims: [...dims], data: Float32Array.from(values) }, type as 'float32' | 'float16'));
+      this.initializers.push(integerOrFloatTensor(name, type, values, dims));
       this.constants.set(key, name);
     }
     return name;
@@ -184,9 +189,11 @@ function floatTensor(name: string, tensor: Tensor, type: 'float32' | 'float16'):
   return { name, dims: tensor.dims, dataType: ELEMENT_TYPES[type], rawData: new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength) };
 }
 
-function int64Tensor(name: string, values: readonly number[], dims: readonly number[]): TensorProto {
-  const data = BigInt64Array.from(values.map((v) => BigInt(v)));
-  return { name, dims: [...dims], dataType: ELEMENT_TYPES.int64, rawData: new Uint8Array(data.buffer) };
+function integerOrFloatTensor(name: string, type: ElementType, values: readonly number[], dims: readonly number[]): TensorProto {
+  if (type === 'float32' || type === 'float16') return floatTensor(name, { dims: [...dims], data: Float32Array.from(values) }, type);
+  const data =
+    type === 'int64' ? BigInt64Array.from(values.map((v) => BigInt(v))) : type === 'int32' ? Int32Array.from(values) : Uint8Array.from(values.map((v) => (v ? 1 : 0)));
+  return { name, dims: [...dims], dataType: ELEMENT_TYPES[type], rawData: new Uint8Array(data.buffer) };
 }
 
 function attribute(name: string, value: AttributeValue): AttributeProto {

@@ -18,7 +18,7 @@ for (const model of PARITY_MODELS.filter((m) => m.name.includes(filter))) {
   const checkpoint = join(work, `${model.arch}-${model.size}-${model.seed}`);
   if (!existsSync(join(checkpoint, 'model.safetensors'))) makeCheckpoint({ arch: model.arch, size: model.size, seed: model.seed, out: checkpoint });
   const built = join(work, model.name);
-  buildModel({ source: checkpoint, out: built, dtype: model.dtype });
+  buildModel({ source: checkpoint, out: built, dtype: model.dtype, flavor: model.flavor });
   const session = await DecoderSession.open(built, { executionProviders: [model.device] });
   const { prompts, forced } = parityInputs(model, session.vocabSize);
   const rows: Float32Array[] = [];

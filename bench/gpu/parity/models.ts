@@ -7,6 +7,7 @@ export interface ParityModel {
   size: CheckpointSize;
   seed: number;
   dtype: 'fp32' | 'fp16';
+  flavor: 'portable' | 'cuda';
   /** Where Chorus runs it: fp32 on the CPU (bit-faithful float32), fp16 on CUDA. */
   device: 'cpu' | 'cuda';
   prompts: number;
@@ -17,13 +18,15 @@ export interface ParityModel {
 }
 
 export const PARITY_MODELS: ParityModel[] = [
-  { name: 'gpt2-124m-fp32', arch: 'gpt2', size: 'real', seed: 1, dtype: 'fp32', device: 'cpu', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
-  { name: 'gpt2-124m-fp16', arch: 'gpt2', size: 'real', seed: 1, dtype: 'fp16', device: 'cuda', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
-  { name: 'qwen2-0.5b-fp32', arch: 'qwen2', size: 'real', seed: 2, dtype: 'fp32', device: 'cpu', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
-  { name: 'qwen2-0.5b-fp16', arch: 'qwen2', size: 'real', seed: 2, dtype: 'fp16', device: 'cuda', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
-  { name: 'gpt2-tiny', arch: 'gpt2', size: 'tiny', seed: 11, dtype: 'fp32', device: 'cpu', prompts: 2, forcedSteps: 8, greedySteps: 16, golden: true },
-  { name: 'llama-tiny', arch: 'llama', size: 'tiny', seed: 12, dtype: 'fp32', device: 'cpu', prompts: 2, forcedSteps: 8, greedySteps: 16, golden: true },
-  { name: 'qwen2-tiny', arch: 'qwen2', size: 'tiny', seed: 13, dtype: 'fp32', device: 'cpu', prompts: 2, forcedSteps: 8, greedySteps: 16, golden: true },
+  { name: 'gpt2-124m-fp32', arch: 'gpt2', size: 'real', seed: 1, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
+  { name: 'gpt2-124m-fp16', arch: 'gpt2', size: 'real', seed: 1, dtype: 'fp16', flavor: 'portable', device: 'cuda', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
+  { name: 'qwen2-0.5b-fp32', arch: 'qwen2', size: 'real', seed: 2, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
+  { name: 'qwen2-0.5b-fp16', arch: 'qwen2', size: 'real', seed: 2, dtype: 'fp16', flavor: 'portable', device: 'cuda', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
+  { name: 'gpt2-124m-fp16-cuda', arch: 'gpt2', size: 'real', seed: 1, dtype: 'fp16', flavor: 'cuda', device: 'cuda', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
+  { name: 'qwen2-0.5b-fp16-cuda', arch: 'qwen2', size: 'real', seed: 2, dtype: 'fp16', flavor: 'cuda', device: 'cuda', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
+  { name: 'gpt2-tiny', arch: 'gpt2', size: 'tiny', seed: 11, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 2, forcedSteps: 8, greedySteps: 16, golden: true },
+  { name: 'llama-tiny', arch: 'llama', size: 'tiny', seed: 12, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 2, forcedSteps: 8, greedySteps: 16, golden: true },
+  { name: 'qwen2-tiny', arch: 'qwen2', size: 'tiny', seed: 13, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 2, forcedSteps: 8, greedySteps: 16, golden: true },
 ];
 
 /** Seeded prompts (lengths 4 to 39) and teacher-forced continuation ids, the same on every run. */
