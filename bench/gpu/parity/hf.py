@@ -53,7 +53,7 @@ def main():
         spec = json.load(open(os.path.join(work, f"{name}.json")))
         dtype = torch.float16 if spec["dtype"] == "fp16" else torch.float32
         started = time.time()
-        model = AutoModelForCausalLM.from_pretrained(spec["checkpoint"], torch_dtype=dtype, attn_implementation="eager").to(device).eval()
+        model = AutoModelForCausalLM.from_pretrained(spec["checkpoint"], dtype=dtype, attn_implementation="eager").to(device).eval()
         hf_rows, hf_greedy = run(model, spec["prompts"], spec["forced"], spec["greedySteps"], device)
         chorus_rows = np.fromfile(os.path.join(work, f"{name}.logits"), dtype=np.float32).reshape(hf_rows.shape)
         diff = float(np.abs(chorus_rows - hf_rows).max())
