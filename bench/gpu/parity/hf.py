@@ -22,7 +22,8 @@ BOUNDS = {"fp32": {"logits": 1e-4, "greedy": 1.0}, "fp16": {"logits": 2e-2, "gre
 
 
 def run(model, prompts, forced, greedy_steps, device):
-    rows, greedy = [], []
+    """Logit rows (prefill's last, then teacher-forced steps), greedy ids, and each greedy step's top-2 gap."""
+    rows, greedy, gaps = [], [], []
     with torch.no_grad():
         for prompt, steps in zip(prompts, forced):
             out = model(torch.tensor([prompt], device=device), use_cache=True)
@@ -33,15 +34,28 @@ def run(model, prompts, forced, greedy_steps, device):
                 rows.append(out.logits[0, -1].float().cpu().numpy())
                 past = out.past_key_values
         for prompt in prompts:
-            ids = []
+            ids, step_gaps = [], []
             out = model(torch.tensor([prompt], device=device), use_cache=True)
             for i in range(greedy_steps):
-                token = int(out.logits[0, -1].argmax())
+                top = out.logits[0, -1].float().topk(2)
+                token = int(top.indices[0])
+                step_gaps.append(float(top.values[0] - top.values[1]))
                 ids.append(token)
                 if i + 1 < greedy_steps:
                     out = model(torch.tensor([[token]], device=device), past_key_values=out.past_key_values, use_cache=True)
             greedy.append(ids)
-    return np.stack(rows), greedy
+            gaps.append(step_gaps)
+    return np.stack(rows), greedy, gaps
+
+
+def first_divergences(ours, theirs, gaps):
+    """For each sequence that diverges: the step, and transformers' top-2 logit gap there."""
+    found = []
+    for a, b, g in zip(ours, theirs, gaps):
+        step = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+        if step is not None:
+            found.append({"step": step, "hf_top2_gap": round(g[step], 6)})
+    return found
 
 
 def main():
@@ -54,9 +68,19 @@ def main():
         dtype = torch.float16 if spec["dtype"] == "fp16" else torch.float32
         started = time.time()
         model = AutoModelForCausalLM.from_pretrained(spec["checkpoint"], dtype=dtype, attn_implementation="eager").to(device).eval()
-        hf_rows, hf_greedy = run(model, spec["prompts"], spec["forced"], spec["greedySteps"], device)
+        hf_rows, hf_greedy, hf_gaps = run(model, spec["prompts"], spec["forced"], spec["greedySteps"], device)
         chorus_rows = np.fromfile(os.path.join(work, f"{name}.logits"), dtype=np.float32).reshape(hf_rows.shape)
         diff = float(np.abs(chorus_rows - hf_rows).max())
+        # Greedy decisions without the cascade: on the same context, is the top-1 token the same?
+        argmax_same = int((chorus_rows.argmax(axis=1) == hf_rows.argmax(axis=1)).sum())
+        extra = {}
+        if spec["dtype"] == "fp16":
+            # How far transformers' own fp16 greedy strays from its fp32 greedy: the noise floor.
+            reference = AutoModelForCausalLM.from_pretrained(spec["checkpoint"], dtype=torch.float32, attn_implementation="eager").to(device).eval()
+            _, hf32_greedy, _ = run(reference, spec["prompts"], [[] for _ in spec["prompts"]], spec["greedySteps"], device)
+            del reference
+            extra = {"hf_fp16_vs_hf_fp32_greedy_identical": sum(a == b for x, y in zip(hf32_greedy, hf_greedy) for a, b in zip(x, y)),
+                     "chorus_vs_hf_fp32_greedy_identical": sum(a == b for x, y in zip(hf32_greedy, spec["greedy"]) for a, b in zip(x, y))}
         same = sum(a == b for x, y in zip(spec["greedy"], hf_greedy) for a, b in zip(x, y))
         total = sum(len(x) for x in hf_greedy)
         bound = BOUNDS[spec["dtype"]]
@@ -64,7 +88,8 @@ def main():
         failed |= not ok
         results.append({"model": name, "dtype": spec["dtype"], "chorus_device": spec["device"], "hf_device": device, "logit_rows": int(hf_rows.shape[0]),
                         "vocab": int(hf_rows.shape[1]), "max_abs_diff": diff, "greedy_identical": same, "greedy_total": total,
-                        "bound_logits": bound["logits"], "bound_greedy": bound["greedy"], "ok": ok, "seconds": round(time.time() - started, 1)})
+                        "bound_logits": bound["logits"], "bound_greedy": bound["greedy"], "ok": ok, "seconds": round(time.time() - started, 1),
+                        "teacher_forced_argmax_identical": argmax_same, "first_divergences": first_divergences(spec["greedy"], hf_greedy, hf_gaps), **extra})
         if spec["golden"]:
             golden = {"generated_by": "bench/gpu/parity (transformers, float32, TF32 off)", "arch": spec["arch"], "size": spec["size"], "seed": spec["seed"],
                       "prompts": spec["prompts"], "forced": spec["forced"], "greedy": hf_greedy,
@@ -77,10 +102,15 @@ def main():
             "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None, "results": results}
     with open(os.path.join(out_dir, "parity.json"), "w") as f:
         json.dump(info, f, indent=2)
-    print(f"{'model':18} {'dtype':5} {'chorus on':9} {'max |diff|':>11} {'bound':>7} {'greedy same':>12} {'ok':>3}")
+    print(f"{'model':21} {'dtype':5} {'chorus on':9} {'max |diff|':>11} {'bound':>7} {'greedy same':>12} {'argmax same':>12} {'ok':>3}")
     for r in results:
-        print(f"{r['model']:18} {r['dtype']:5} {r['chorus_device']:9} {r['max_abs_diff']:11.3e} {r['bound_logits']:7.0e} "
-              f"{r['greedy_identical']:5}/{r['greedy_total']:<6} {'yes' if r['ok'] else 'NO':>3}")
+        print(f"{r['model']:21} {r['dtype']:5} {r['chorus_device']:9} {r['max_abs_diff']:11.3e} {r['bound_logits']:7.0e} "
+              f"{r['greedy_identical']:5}/{r['greedy_total']:<6} {r['teacher_forced_argmax_identical']:5}/{r['logit_rows']:<6} {'yes' if r['ok'] else 'NO':>3}")
+        if r["first_divergences"]:
+            print(f"    diverging sequences (step, transformers' top-2 gap there): {[(d['step'], d['hf_top2_gap']) for d in r['first_divergences']]}")
+        if "hf_fp16_vs_hf_fp32_greedy_identical" in r:
+            print(f"    transformers fp16 vs its own fp32 greedy: {r['hf_fp16_vs_hf_fp32_greedy_identical']}/{r['greedy_total']}; "
+                  f"Chorus fp16 vs transformers fp32: {r['chorus_vs_hf_fp32_greedy_identical']}/{r['greedy_total']}")
     sys.exit(1 if failed else 0)
 
 
