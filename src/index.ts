@@ -19,3 +19,5 @@ export {
   type Definition,
   type LoadedRepository,
 } from './repository/index.ts';
+export { buildModel, makeCheckpoint, type BuildOptions, type BuildResult, type MakeCheckpointOptions } from './modelbuild/index.ts';
+export { DecoderSession, type KvCache, type DecoderStep, type DecoderOutput } from './runtime/index.ts';
