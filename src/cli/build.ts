@@ -12,8 +12,9 @@ export function registerBuild(program: Command): void {
     .requiredOption('-o, --out <dir>', 'the output directory')
     .addOption(new Option('--dtype <dtype>', 'weights and activations').choices(['fp32', 'fp16']).default('fp32'))
     .addOption(new Option('--flavor <flavor>', 'portable: standard ONNX operators, any execution provider').choices(['portable', 'cuda']).default('portable'))
+    .addOption(new Option('--task <task>', 'generate: the decoder (and encoder); encode: an encoder alone, hidden states out').choices(['generate', 'encode']).default('generate'))
     .option('--tokenizer <file>', 'llama2.c sources: the tokenizer.bin (default: found beside the model)')
-    .action((source: string, options: { out: string; dtype: 'fp32' | 'fp16'; flavor: 'portable' | 'cuda'; tokenizer?: string }) => {
+    .action((source: string, options: { out: string; dtype: 'fp32' | 'fp16'; flavor: 'portable' | 'cuda'; task: 'generate' | 'encode'; tokenizer?: string }) => {
       const bar = new cliProgress.SingleBar(
         { format: 'build [{bar}] {value}/{total} {stage}', noTTYOutput: false, stream: process.stderr, clearOnComplete: false },
         cliProgress.Presets.shades_classic,
@@ -26,6 +27,7 @@ export function registerBuild(program: Command): void {
           out: options.out,
           dtype: options.dtype,
           flavor: options.flavor,
+          task: options.task,
           tokenizer: options.tokenizer,
           onProgress: (stage: BuildStage, index: number) => bar.update(index, { stage }),
         });
@@ -34,10 +36,11 @@ export function registerBuild(program: Command): void {
         bar.stop();
       }
       const { spec } = result;
-      process.stdout.write(
-        `built ${options.out}: ${spec.numLayers} layers, hidden ${spec.hiddenSize}, ${spec.numHeads} heads (${spec.numKvHeads} kv), vocab ${spec.vocabSize}, ${options.dtype}\n` +
-          result.files.map((file) => `  ${file}\n`).join(''),
-      );
+      const shape =
+        'hiddenSize' in spec
+          ? `${spec.numLayers} layers, hidden ${spec.hiddenSize}, ${spec.numHeads} heads (${spec.numKvHeads} kv)`
+          : `${spec.encoderLayers}+${spec.decoderLayers} layers, d_model ${spec.dModel}, ${spec.numHeads} heads`;
+      process.stdout.write(`built ${options.out}: ${shape}, vocab ${spec.vocabSize}, ${options.dtype}\n${result.files.map((file) => `  ${file}\n`).join('')}`);
     });
 
   program

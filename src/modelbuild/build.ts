@@ -11,6 +11,9 @@ import { architectureFor } from './arch/index.ts';
 import { readHfCheckpoint, type Checkpoint } from './checkpoint.ts';
 import { buildDecoderGraph } from './decoder-graph.ts';
 import type { DecoderSpec } from './decoder-spec.ts';
+import type { GraphBuilder } from './graph.ts';
+import { buildEncoderGraph, buildSeq2SeqDecoderGraph } from './seq2seq-graph.ts';
+import type { Seq2SeqSpec } from './seq2seq-spec.ts';
 import { readLlama2cCheckpoint } from './llama2c-checkpoint.ts';
 
 /** Options of `buildModel`. */
@@ -23,6 +26,8 @@ export interface BuildOptions {
   dtype?: 'fp32' | 'fp16';
   /** `portable`: standard ONNX operators, any execution provider; `cuda`: ONNX Runtime's fused contrib operators. Default: portable. */
   flavor?: 'portable' | 'cuda';
+  /** `generate` (the default): the decoder (and encoder); `encode`: the encoder alone, hidden states out. */
+  task?: 'generate' | 'encode';
   /** llama2.c sources: the tokenizer.bin. Default: tokenizer.bin, else the one tok*.bin, beside the model. */
   tokenizer?: string;
   /** Called as the build moves through its stages. */
@@ -35,7 +40,7 @@ export type BuildStage = (typeof BUILD_STAGES)[number];
 /** What `buildModel` wrote. */
 export interface BuildResult {
   out: string;
-  spec: DecoderSpec;
+  spec: DecoderSpec | Seq2SeqSpec;
   files: string[];
 }
 
@@ -45,7 +50,8 @@ export interface BuildInfo {
   architecture: string;
   dtype: 'fp32' | 'fp16';
   flavor: 'portable' | 'cuda';
-  spec: DecoderSpec;
+  task: 'generate' | 'encode';
+  spec: DecoderSpec | Seq2SeqSpec;
 }
 
 const HF_TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'vocab.json', 'merges.txt', 'tokenizer.model', 'spiece.model'];
@@ -64,19 +70,29 @@ export function buildModel(options: BuildOptions): BuildResult {
   const checkpoint: Checkpoint = isLlama2c ? readLlama2cCheckpoint(options.source) : readHfCheckpoint(options.source);
   const architecture = architectureFor(checkpoint.config);
 
+  const task = options.task ?? 'generate';
+  if (task !== 'generate' && task !== 'encode') throw invalidArgument('task', 'generate or encode', task);
+  const floatType = dtype === 'fp16' ? 'float16' : 'float32';
+
   progress('map weights');
-  const spec = architecture.spec(checkpoint.config);
-  const weights = architecture.weights(checkpoint, spec);
+  let spec: DecoderSpec | Seq2SeqSpec;
+  let graphs: Array<[string, () => GraphBuilder]>;
+  if (architecture.kind === 'decoder') {
+    if (task === 'encode') throw new ChorusError('CHORUS_UNSUPPORTED', `task encode needs an encoder; ${String(checkpoint.config.model_type)} is decoder-only`, { param: 'task' });
+    const decoderSpec = architecture.spec(checkpoint.config);
+    const weights = architecture.weights(checkpoint, decoderSpec);
+    spec = decoderSpec;
+    graphs = [['decoder_model_merged.onnx', () => buildDecoderGraph(decoderSpec, weights, floatType, flavor)]];
+  } else {
+    if (flavor !== 'portable') throw new ChorusError('CHORUS_UNSUPPORTED', 'the cuda flavor covers decoder-only models so far; build encoder-decoders with --flavor portable', { param: 'flavor' });
+    const seq2seqSpec = architecture.spec(checkpoint.config);
+    const weights = architecture.weights(checkpoint, seq2seqSpec, { encoderOnly: task === 'encode' });
+    spec = seq2seqSpec;
+    graphs = [['encoder_model.onnx', () => buildEncoderGraph(seq2seqSpec, weights, floatType)]];
+    if (task === 'generate') graphs.push(['decoder_model_merged.onnx', () => buildSeq2SeqDecoderGraph(seq2seqSpec, weights, floatType)]);
+  }
   checkpoint.finish();
 
-  progress('build graph');
-  const graph = buildDecoderGraph(spec, weights, dtype === 'fp16' ? 'float16' : 'float32', flavor);
-
-  progress('serialize');
-  const modelName = 'decoder_model_merged.onnx';
-  const { model, externalData } = graph.serialize({ externalDataFile: `${modelName}_data`, docString: `built by chorus from ${basename(options.source)}` });
-
-  progress('write files');
   const onnxDir = join(options.out, 'onnx');
   mkdirSync(onnxDir, { recursive: true });
   const files: string[] = [];
@@ -84,13 +100,22 @@ export function buildModel(options: BuildOptions): BuildResult {
     writeFileSync(join(options.out, relative), content);
     files.push(relative);
   };
-  write(`onnx/${modelName}`, model);
-  if (externalData) write(`onnx/${modelName}_data`, externalData);
+  let external = false;
+  for (const [modelName, build] of graphs) {
+    progress('build graph');
+    const graph = build();
+    progress('serialize');
+    const { model, externalData } = graph.serialize({ externalDataFile: `${modelName}_data`, docString: `built by chorus from ${basename(options.source)}` });
+    progress('write files');
+    write(`onnx/${modelName}`, model);
+    if (externalData) write(`onnx/${modelName}_data`, externalData);
+    external ||= externalData !== undefined;
+  }
   const config: Record<string, unknown> = { ...checkpoint.config, ...(dtype === 'fp16' ? { torch_dtype: 'float16' } : {}) };
-  if (externalData) config['transformers.js_config'] = { use_external_data_format: true };
+  if (external) config['transformers.js_config'] = { use_external_data_format: true };
   write('config.json', `${JSON.stringify(config, null, 2)}\n`);
   write('generation_config.json', `${JSON.stringify(generationConfig(checkpoint), null, 2)}\n`);
-  const info: BuildInfo = { builder: 'chorus', architecture: String(checkpoint.config.model_type), dtype, flavor, spec };
+  const info: BuildInfo = { builder: 'chorus', architecture: String(checkpoint.config.model_type), dtype, flavor, task, spec };
   write('chorus_build.json', `${JSON.stringify(info, null, 2)}\n`);
   const tokenizerFiles = isLlama2c ? [[llama2cTokenizer(options.source, options.tokenizer), 'tokenizer.bin'] as const] : HF_TOKENIZER_FILES.map((name) => [join(options.source, name), name] as const);
   for (const [from, to] of tokenizerFiles) {
@@ -105,7 +130,7 @@ export function buildModel(options: BuildOptions): BuildResult {
 function generationConfig(checkpoint: Checkpoint): Record<string, unknown> {
   const config = checkpoint.config;
   const generation: Record<string, unknown> = {};
-  for (const key of ['bos_token_id', 'eos_token_id', 'pad_token_id', 'decoder_start_token_id']) if (config[key] !== undefined && config[key] !== null) generation[key] = config[key];
+  for (const key of ['bos_token_id', 'eos_token_id', 'pad_token_id', 'decoder_start_token_id', 'forced_bos_token_id']) if (config[key] !== undefined && config[key] !== null) generation[key] = config[key];
   return generation;
 }
 

@@ -24,6 +24,11 @@ export class Checkpoint {
     private readonly tensors: Map<string, Tensor>,
   ) {}
 
+  /** Every tensor name. */
+  names(): string[] {
+    return [...this.tensors.keys()];
+  }
+
   /** True when the checkpoint holds `name`. */
   has(name: string): boolean {
     return this.tensors.has(name);

@@ -4,11 +4,11 @@
  * Keys and values are [batch, kv_heads, length, head_dim]; a past of length 0 is the prefill.
  * Standard ONNX operators only (opset 17), so any execution provider runs it.
  */
-import { ChorusError } from '../errors.ts';
 import { float, GraphBuilder } from './graph.ts';
+import { geluTanh, linear, norm, required } from './layers.ts';
 
 const MS = 'com.microsoft';
-import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Linear, Norm } from './decoder-spec.ts';
+import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Norm } from './decoder-spec.ts';
 
 const FLOAT32_MIN = -3.4028234663852886e38;
 const FLOAT16_MIN = -65504;
@@ -246,34 +246,4 @@ function residualNorm(g: GraphBuilder, c: GraphContext, w: Norm, x: string, delt
   }
   const sum = g.op('Add', [x, delta]);
   return { normed: norm(g, c.spec, w, sum, name), sum };
-}
-
-function linear(g: GraphBuilder, w: Linear, x: string, name: string): string {
-  const y = g.op('MatMul', [x, g.weight(`${name}.weight`, w.weight)]);
-  return w.bias === undefined ? y : g.op('Add', [y, g.weight(`${name}.bias`, w.bias)]);
-}
-
-function norm(g: GraphBuilder, spec: DecoderSpec, w: Norm, x: string, name: string): string {
-  const scale = g.weight(`${name}.weight`, w.weight);
-  if (spec.norm === 'layernorm') {
-    return g.op('LayerNormalization', [x, scale, g.weight(`${name}.bias`, required(w.bias, `${name} bias`))], { axis: -1, epsilon: float(spec.normEps) });
-  }
-  // RMSNorm in float32, as transformers computes it: x / sqrt(mean(x^2) + eps), then the scale.
-  const xf = g.floatType === 'float16' ? g.op('Cast', [x], { to: 1 }) : x;
-  const meanSquare = g.op('ReduceMean', [g.op('Mul', [xf, xf])], { axes: [-1], keepdims: 1 });
-  const inverse = g.op('Reciprocal', [g.op('Sqrt', [g.op('Add', [meanSquare, g.floatConstant([spec.normEps], [], 'float32')])])]);
-  const normalized = g.op('Mul', [xf, inverse]);
-  return g.op('Mul', [scale, g.floatType === 'float16' ? g.op('Cast', [normalized], { to: 10 }) : normalized]);
-}
-
-/** GPT-2's gelu_new: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). */
-function geluTanh(g: GraphBuilder, x: string): string {
-  const cube = g.op('Mul', [g.op('Mul', [x, x]), x]);
-  const inner = g.op('Mul', [g.op('Add', [x, g.op('Mul', [cube, g.floatConstant([0.044715], [])])]), g.floatConstant([Math.sqrt(2 / Math.PI)], [])]);
-  return g.op('Mul', [g.op('Mul', [x, g.floatConstant([0.5], [])]), g.op('Add', [g.op('Tanh', [inner]), g.floatConstant([1], [])])]);
-}
-
-function required<T>(value: T | undefined, what: string): T {
-  if (value === undefined) throw new ChorusError('CHORUS_INTERNAL', `the architecture gave no ${what}`);
-  return value;
 }

@@ -28,8 +28,13 @@ export interface FloatAttribute {
   float: number;
 }
 
-/** Attribute values: integers, floats (`{ float }`), strings and integer lists. */
-export type AttributeValue = number | FloatAttribute | string | number[];
+/** A subgraph attribute (an If node's branches): its nodes, and the values it outputs. */
+export interface GraphAttribute {
+  graph: onnxProto.onnx.IGraphProto;
+}
+
+/** Attribute values: integers, floats (`{ float }`), strings, integer lists and subgraphs. */
+export type AttributeValue = number | FloatAttribute | string | number[] | GraphAttribute;
 
 /** A float attribute value. */
 export function float(value: number): FloatAttribute {
@@ -100,6 +105,23 @@ export class GraphBuilder {
   /** A constant of the build's float type (or float32), shared between uses. */
   floatConstant(values: readonly number[], dims: readonly number[] = [values.length], type: 'float32' | 'float16' = this.floatType): string {
     return this.constant(type, values, dims);
+  }
+
+  /**
+   * Builds a subgraph (an If branch): `body` adds nodes to this builder as usual, then those nodes are
+   * moved into the subgraph, which outputs `body`'s returned values under their own names. Subgraph
+   * nodes may read any value of the enclosing graph (weights, inputs).
+   */
+  subgraph(name: string, body: () => string[], types: ReadonlyArray<{ type: ElementType; dims: readonly Dim[] }>): GraphAttribute {
+    const first = this.nodes.length;
+    const values = body();
+    const nodes = this.nodes.splice(first);
+    const output = values.map((value, i) => {
+      const outName = `${name}_out_${i}`;
+      nodes.push({ opType: 'Identity', input: [value], output: [outName], name: `${outName}_identity` });
+      return valueInfo(outName, types[i]!.type, types[i]!.dims);
+    });
+    return { graph: { name, node: nodes, output } };
   }
 
   /** Adds a node; returns its single output, or all outputs with `outputs` > 1 via `opMany`. */
@@ -200,6 +222,7 @@ function attribute(name: string, value: AttributeValue): AttributeProto {
   const types = onnx.AttributeProto.AttributeType;
   if (typeof value === 'string') return { name, type: types.STRING, s: Buffer.from(value, 'utf8') };
   if (Array.isArray(value)) return { name, type: types.INTS, ints: value };
+  if (typeof value === 'object' && 'graph' in value) return { name, type: types.GRAPH, g: value.graph };
   if (typeof value === 'object') return { name, type: types.FLOAT, f: value.float };
   return { name, type: types.INT, i: value };
 }

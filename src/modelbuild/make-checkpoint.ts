@@ -8,20 +8,28 @@ import { invalidArgument } from '../errors.ts';
 import { writeSafetensors } from './safetensors.ts';
 import type { Tensor } from './tensor.ts';
 
-export const CHECKPOINT_ARCHS = ['gpt2', 'llama', 'qwen2'] as const;
+export const CHECKPOINT_ARCHS = ['gpt2', 'llama', 'qwen2', 't5', 't5v1_1'] as const;
 export type CheckpointArch = (typeof CHECKPOINT_ARCHS)[number];
 export type CheckpointSize = 'tiny' | 'real';
 
 /** Options of `makeCheckpoint`. */
 export interface MakeCheckpointOptions {
   arch: CheckpointArch;
-  /** `tiny`: a few layers of width 64; `real`: GPT-2 124M, or Qwen2-0.5B's shape for llama and qwen2. */
+  /** `tiny`: a few layers of width 64; `real`: GPT-2 124M, Qwen2-0.5B's shape (llama, qwen2), t5-small, t5-v1_1-small. */
   size: CheckpointSize;
   seed: number;
   out: string;
 }
 
 const CONFIGS: Record<CheckpointArch, Record<CheckpointSize, Record<string, unknown>>> = {
+  t5: {
+    tiny: { vocab_size: 512, d_model: 64, d_kv: 16, d_ff: 128, num_layers: 2, num_decoder_layers: 2, num_heads: 4, feed_forward_proj: 'relu', tie_word_embeddings: true },
+    real: { vocab_size: 32128, d_model: 512, d_kv: 64, d_ff: 2048, num_layers: 6, num_decoder_layers: 6, num_heads: 8, feed_forward_proj: 'relu', tie_word_embeddings: true },
+  },
+  t5v1_1: {
+    tiny: { vocab_size: 512, d_model: 64, d_kv: 16, d_ff: 96, num_layers: 2, num_decoder_layers: 3, num_heads: 4, feed_forward_proj: 'gated-gelu', tie_word_embeddings: false },
+    real: { vocab_size: 32128, d_model: 512, d_kv: 64, d_ff: 1024, num_layers: 8, num_decoder_layers: 8, num_heads: 6, feed_forward_proj: 'gated-gelu', tie_word_embeddings: false },
+  },
   gpt2: {
     tiny: { vocab_size: 512, n_embd: 64, n_layer: 2, n_head: 4, n_positions: 128 },
     real: { vocab_size: 50257, n_embd: 768, n_layer: 12, n_head: 12, n_positions: 1024 },
@@ -103,6 +111,63 @@ export function makeCheckpoint(options: MakeCheckpointOptions): Record<string, u
       conv(`${p}.mlp.c_proj`, 4 * d, d);
     }
     layerNorm('transformer.ln_f');
+  } else if (arch === 't5' || arch === 't5v1_1') {
+    const c = CONFIGS[arch][size] as { vocab_size: number; d_model: number; d_kv: number; d_ff: number; num_layers: number; num_decoder_layers: number; num_heads: number; tie_word_embeddings: boolean };
+    const gated = arch === 't5v1_1';
+    config = {
+      architectures: ['T5ForConditionalGeneration'],
+      model_type: 't5',
+      relative_attention_num_buckets: 32,
+      relative_attention_max_distance: 128,
+      layer_norm_epsilon: 1e-6,
+      is_encoder_decoder: true,
+      decoder_start_token_id: 0,
+      pad_token_id: 0,
+      eos_token_id: 1,
+      ...(gated ? { dense_act_fn: 'gelu_new', is_gated_act: true } : { dense_act_fn: 'relu', is_gated_act: false }),
+      torch_dtype: 'float32',
+      ...c,
+    };
+    const d = c.d_model;
+    const inner = c.num_heads * c.d_kv;
+    const linear = (name: string, outDim: number, inDim: number): void => void tensors.set(`${name}.weight`, normal([outDim, inDim]));
+    const attention = (p: string, relative: boolean): void => {
+      for (const x of ['q', 'k', 'v']) linear(`${p}.${x}`, inner, d);
+      linear(`${p}.o`, d, inner);
+      if (relative) tensors.set(`${p}.relative_attention_bias.weight`, normal([32, c.num_heads], 0.5));
+    };
+    const feedForward = (p: string): void => {
+      if (gated) {
+        linear(`${p}.wi_0`, c.d_ff, d);
+        linear(`${p}.wi_1`, c.d_ff, d);
+      } else {
+        linear(`${p}.wi`, c.d_ff, d);
+      }
+      linear(`${p}.wo`, d, c.d_ff);
+    };
+    const rms = (name: string): void => void tensors.set(`${name}.weight`, normal([d], 0.1, 1));
+    // Small enough that the residual stream is not just the input token's embedding (a tied head would
+    // then predict the token it was given, over and over).
+    tensors.set('shared.weight', normal([c.vocab_size, d], 0.2));
+    for (let i = 0; i < c.num_layers; i++) {
+      const p = `encoder.block.${i}.layer`;
+      rms(`${p}.0.layer_norm`);
+      attention(`${p}.0.SelfAttention`, i === 0);
+      rms(`${p}.1.layer_norm`);
+      feedForward(`${p}.1.DenseReluDense`);
+    }
+    rms('encoder.final_layer_norm');
+    for (let i = 0; i < c.num_decoder_layers; i++) {
+      const p = `decoder.block.${i}.layer`;
+      rms(`${p}.0.layer_norm`);
+      attention(`${p}.0.SelfAttention`, i === 0);
+      rms(`${p}.1.layer_norm`);
+      attention(`${p}.1.EncDecAttention`, false);
+      rms(`${p}.2.layer_norm`);
+      feedForward(`${p}.2.DenseReluDense`);
+    }
+    rms('decoder.final_layer_norm');
+    if (!c.tie_word_embeddings) tensors.set('lm_head.weight', normal([c.vocab_size, d]));
   } else {
     const c = CONFIGS[arch][size] as { vocab_size: number; hidden_size: number; intermediate_size: number; num_hidden_layers: number; num_attention_heads: number; num_key_value_heads: number; tie_word_embeddings: boolean };
     config = {

@@ -1,1 +1,2 @@
 export { DecoderSession, argmax, positionsFromMask, type KvCache, type DecoderStep, type DecoderOutput } from './decoder-session.ts';
+export { Seq2SeqSession, type Encoded, type Seq2SeqCache, type Seq2SeqOutput } from './seq2seq-session.ts';

@@ -7,9 +7,10 @@ import type { Checkpoint } from '../checkpoint.ts';
 import { oneOf, positiveInt, positiveNumber } from '../config-fields.ts';
 import type { DecoderSpec, DecoderWeights, Linear } from '../decoder-spec.ts';
 import type { Tensor } from '../tensor.ts';
-import type { Architecture } from './architecture.ts';
+import type { DecoderArchitecture } from './architecture.ts';
 
-export const gpt2: Architecture = {
+export const gpt2: DecoderArchitecture = {
+  kind: 'decoder',
   modelTypes: ['gpt2'],
 
   spec(config) {

@@ -4,10 +4,11 @@ import type { ModelConfig } from '../checkpoint.ts';
 import type { Architecture } from './architecture.ts';
 import { gpt2 } from './gpt2.ts';
 import { llama } from './llama.ts';
+import { t5 } from './t5.ts';
 
-export type { Architecture } from './architecture.ts';
+export type { Architecture, DecoderArchitecture, Seq2SeqArchitecture } from './architecture.ts';
 
-const ARCHITECTURES: readonly Architecture[] = [gpt2, llama];
+const ARCHITECTURES: readonly Architecture[] = [gpt2, llama, t5];
 
 /** The architecture that builds `config`'s `model_type`. */
 export function architectureFor(config: ModelConfig): Architecture {

@@ -7,9 +7,10 @@ import type { Checkpoint } from '../checkpoint.ts';
 import { bool, oneOf, positiveInt, positiveNumber } from '../config-fields.ts';
 import type { DecoderSpec, DecoderWeights, Linear } from '../decoder-spec.ts';
 import { transpose2d } from '../tensor.ts';
-import type { Architecture } from './architecture.ts';
+import type { DecoderArchitecture } from './architecture.ts';
 
-export const llama: Architecture = {
+export const llama: DecoderArchitecture = {
+  kind: 'decoder',
   modelTypes: ['llama', 'qwen2'],
 
   spec(config) {

@@ -1,0 +1,184 @@
+/**
+ * Encoder-decoder graphs in the Optimum / transformers.js layout.
+ * - `onnx/encoder_model.onnx`: input_ids, attention_mask -> last_hidden_state.
+ * - `onnx/decoder_model_merged.onnx`: encoder_attention_mask, input_ids, encoder_hidden_states,
+ *   past_key_values.{i}.decoder|encoder.key|value, use_cache_branch -> logits,
+ *   present.{i}.decoder|encoder.key|value. The self-attention cache grows by the new tokens; the
+ *   cross-attention keys and values are computed from encoder_hidden_states when use_cache_branch is
+ *   false (the first step) and passed through from the past after, in an If node.
+ */
+import { type Dim, GraphBuilder } from './graph.ts';
+import { geluTanh, linear, norm, required } from './layers.ts';
+import { relativeBucketTable } from './relative-position.ts';
+import type { AttentionWeights, FeedForwardWeights, Seq2SeqSpec, Seq2SeqWeights, StackWeights } from './seq2seq-spec.ts';
+import type { Norm } from './decoder-spec.ts';
+import type { Tensor } from './tensor.ts';
+
+const FLOAT32_MIN = -3.4028234663852886e38;
+
+/** The encoder graph. */
+export function buildEncoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: 'float32' | 'float16'): GraphBuilder {
+  const g = new GraphBuilder(floatType);
+  const inputIds = g.input('input_ids', 'int64', ['batch_size', 'encoder_sequence_length']);
+  const attentionMask = g.input('attention_mask', 'int64', ['batch_size', 'encoder_sequence_length']);
+  const length = g.op('Squeeze', [g.op('Slice', [g.op('Shape', [inputIds]), g.int64([1]), g.int64([2])])]);
+  const positions = g.op('Range', [g.int64([0], []), length, g.int64([1], [])]);
+  const stack = weights.encoder;
+  let x = embed(g, spec, weights, stack, inputIds, positions, 'encoder');
+  let bias = paddingBias(g, attentionMask);
+  if (spec.positions.kind === 'relative') {
+    bias = g.op('Add', [relativeBias(g, spec.positions, required(stack.relativeBias, 'encoder relative bias'), positions, positions, true, 'encoder'), bias]);
+  }
+  stack.layers.forEach((layer, i) => {
+    const name = `encoder.layers.${i}`;
+    x = sublayer(g, spec, layer.selfNorm, x, `${name}.self_norm`, (h) => {
+      const [k, v] = [heads(g, spec, linear(g, layer.self.k, h, `${name}.self.k`)), heads(g, spec, linear(g, layer.self.v, h, `${name}.self.v`))];
+      return attention(g, spec, layer.self, h, k, v, bias, `${name}.self`);
+    });
+    x = sublayer(g, spec, layer.ffnNorm, x, `${name}.ffn_norm`, (h) => feedForward(g, spec, layer.ffn, h, `${name}.ffn`));
+  });
+  if (spec.finalNorm) x = norm(g, spec, required(stack.finalNorm, 'encoder final norm'), x, 'encoder.final_norm');
+  g.output('last_hidden_state', x, floatType, ['batch_size', 'encoder_sequence_length', spec.dModel]);
+  return g;
+}
+
+/** The merged decoder graph. */
+export function buildSeq2SeqDecoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: 'float32' | 'float16'): GraphBuilder {
+  const g = new GraphBuilder(floatType);
+  const { numHeads, headDim, dModel, vocabSize } = spec;
+  const encoderMask = g.input('encoder_attention_mask', 'int64', ['batch_size', 'encoder_sequence_length']);
+  const inputIds = g.input('input_ids', 'int64', ['batch_size', 'decoder_sequence_length']);
+  const encoderHidden = g.input('encoder_hidden_states', floatType, ['batch_size', 'encoder_sequence_length', dModel]);
+  const past = weights.decoder.layers.map((_, i) => ({
+    key: g.input(`past_key_values.${i}.decoder.key`, floatType, ['batch_size', numHeads, 'past_decoder_sequence_length', headDim]),
+    value: g.input(`past_key_values.${i}.decoder.value`, floatType, ['batch_size', numHeads, 'past_decoder_sequence_length', headDim]),
+    crossKey: g.input(`past_key_values.${i}.encoder.key`, floatType, ['batch_size', numHeads, 'encoder_sequence_length_out', headDim]),
+    crossValue: g.input(`past_key_values.${i}.encoder.value`, floatType, ['batch_size', numHeads, 'encoder_sequence_length_out', headDim]),
+  }));
+  const useCache = g.input('use_cache_branch', 'bool', [1]);
+
+  // Query i of this step sits at absolute position past + i.
+  const pastLength = g.op('Squeeze', [g.op('Slice', [g.op('Shape', [past[0]!.key]), g.int64([2]), g.int64([3])])]);
+  const seqLength = g.op('Squeeze', [g.op('Slice', [g.op('Shape', [inputIds]), g.int64([1]), g.int64([2])])]);
+  const total = g.op('Add', [pastLength, seqLength]);
+  const one = g.int64([1], []);
+  const queryPositions = g.op('Range', [pastLength, total, one]);
+  const keyPositions = g.op('Range', [g.int64([0], []), total, one]);
+  const stack = weights.decoder;
+  let x = embed(g, spec, weights, stack, inputIds, queryPositions, 'decoder');
+  const causal = g.op('LessOrEqual', [g.op('Unsqueeze', [keyPositions, g.int64([0])]), g.op('Unsqueeze', [queryPositions, g.int64([1])])]);
+  let selfBias = g.op('Where', [causal, g.floatConstant([0], [], 'float32'), g.floatConstant([FLOAT32_MIN], [], 'float32')]);
+  if (spec.positions.kind === 'relative') {
+    selfBias = g.op('Add', [relativeBias(g, spec.positions, required(stack.relativeBias, 'decoder relative bias'), queryPositions, keyPositions, false, 'decoder'), selfBias]);
+  }
+  const crossBias = paddingBias(g, encoderMask);
+
+  // Cross-attention keys and values: from the encoder output on the first step, from the past after.
+  const crossDims: Dim[] = ['batch_size', numHeads, 'encoder_sequence_length_out', headDim];
+  const crossTypes = stack.layers.flatMap(() => [{ type: floatType, dims: crossDims }, { type: floatType, dims: crossDims }]);
+  const reuse = g.subgraph('reuse_cross_cache', () => past.flatMap((p) => [p.crossKey, p.crossValue]), crossTypes);
+  const compute = g.subgraph(
+    'compute_cross_cache',
+    () =>
+      stack.layers.flatMap((layer, i) => [
+        heads(g, spec, linear(g, layer.cross.k, encoderHidden, `decoder.layers.${i}.cross.k`)),
+        heads(g, spec, linear(g, layer.cross.v, encoderHidden, `decoder.layers.${i}.cross.v`)),
+      ]),
+    crossTypes,
+  );
+  const cross = g.opMany('If', [useCache], { then_branch: reuse, else_branch: compute }, { outputs: 2 * stack.layers.length, name: 'cross_cache' });
+
+  stack.layers.forEach((layer, i) => {
+    const name = `decoder.layers.${i}`;
+    x = sublayer(g, spec, layer.selfNorm, x, `${name}.self_norm`, (h) => {
+      const key = g.op('Concat', [past[i]!.key, heads(g, spec, linear(g, layer.self.k, h, `${name}.self.k`))], { axis: 2 });
+      const value = g.op('Concat', [past[i]!.value, heads(g, spec, linear(g, layer.self.v, h, `${name}.self.v`))], { axis: 2 });
+      g.output(`present.${i}.decoder.key`, key, floatType, ['batch_size', numHeads, 'total_decoder_sequence_length', headDim]);
+      g.output(`present.${i}.decoder.value`, value, floatType, ['batch_size', numHeads, 'total_decoder_sequence_length', headDim]);
+      return attention(g, spec, layer.self, h, key, value, selfBias, `${name}.self`);
+    });
+    const [crossKey, crossValue] = [cross[2 * i]!, cross[2 * i + 1]!];
+    g.output(`present.${i}.encoder.key`, crossKey, floatType, crossDims);
+    g.output(`present.${i}.encoder.value`, crossValue, floatType, crossDims);
+    x = sublayer(g, spec, layer.crossNorm, x, `${name}.cross_norm`, (h) => attention(g, spec, layer.cross, h, crossKey, crossValue, crossBias, `${name}.cross`));
+    x = sublayer(g, spec, layer.ffnNorm, x, `${name}.ffn_norm`, (h) => feedForward(g, spec, layer.ffn, h, `${name}.ffn`));
+  });
+  if (spec.finalNorm) x = norm(g, spec, required(stack.finalNorm, 'decoder final norm'), x, 'decoder.final_norm');
+  if (spec.headScale !== 1) x = g.op('Mul', [x, g.floatConstant([spec.headScale], [])]);
+  const head = weights.lmHead === undefined ? 'shared.weight' : g.weight('lm_head.weight', weights.lmHead);
+  let logits = g.op('Gemm', [g.op('Reshape', [x, g.int64([-1, dModel])]), head], { transB: 1 }, { name: 'lm_head' });
+  if (weights.logitsBias !== undefined) logits = g.op('Add', [logits, g.weight('final_logits_bias', weights.logitsBias)]);
+  const outShape = g.op('Concat', [g.op('Slice', [g.op('Shape', [inputIds]), g.int64([0]), g.int64([2])]), g.int64([vocabSize])], { axis: 0 });
+  g.output('logits', g.op('Reshape', [logits, outShape]), floatType, ['batch_size', 'decoder_sequence_length', vocabSize]);
+  return g;
+}
+
+/** Token embeddings (scaled), plus learned positions, plus the embedding norm, as the spec says. */
+function embed(g: GraphBuilder, spec: Seq2SeqSpec, weights: Seq2SeqWeights, stack: StackWeights<unknown>, ids: string, positions: string, name: string): string {
+  let x = g.op('Gather', [g.weight('shared.weight', weights.shared), ids], { axis: 0 }, { name: `${name}.embed` });
+  if (spec.embedScale !== 1) x = g.op('Mul', [x, g.floatConstant([spec.embedScale], [])]);
+  if (spec.positions.kind === 'learned') {
+    const table = g.weight(`${name}.positions.weight`, required(stack.positions, `${name} positions`));
+    x = g.op('Add', [x, g.op('Gather', [table, g.op('Add', [positions, g.int64([spec.positions.offset], [])])], { axis: 0 })]);
+  }
+  if (spec.embeddingNorm) x = norm(g, spec, required(stack.embeddingNorm, `${name} embedding norm`), x, `${name}.embedding_norm`);
+  return x;
+}
+
+/** A residual sublayer: x + f(norm(x)) (pre-norm), or norm(x + f(x)) (post-norm). */
+function sublayer(g: GraphBuilder, spec: Seq2SeqSpec, w: Norm, x: string, name: string, f: (h: string) => string): string {
+  if (spec.preNorm) return g.op('Add', [x, f(norm(g, spec, w, x, name))]);
+  return norm(g, spec, w, g.op('Add', [x, f(x)]), name);
+}
+
+/** [b, s, heads * headDim] -> [b, heads, s, headDim]. */
+function heads(g: GraphBuilder, spec: Seq2SeqSpec, x: string): string {
+  return g.op('Transpose', [g.op('Reshape', [x, g.int64([0, 0, spec.numHeads, spec.headDim])])], { perm: [0, 2, 1, 3] });
+}
+
+/** Attention of the query input `h` over ready keys and values [b, heads, t, headDim]; scores in float32. */
+function attention(g: GraphBuilder, spec: Seq2SeqSpec, w: AttentionWeights, h: string, key: string, value: string, bias: string, name: string): string {
+  const q = heads(g, spec, linear(g, w.q, h, `${name}.q`));
+  let scores = g.op('MatMul', [q, g.op('Transpose', [key], { perm: [0, 1, 3, 2] })]);
+  const half = g.floatType === 'float16';
+  if (half) scores = g.op('Cast', [scores], { to: 1 });
+  if (spec.attentionScale !== 1) scores = g.op('Mul', [scores, g.floatConstant([spec.attentionScale], [], 'float32')]);
+  let probs = g.op('Softmax', [g.op('Add', [scores, bias])], { axis: -1 });
+  if (half) probs = g.op('Cast', [probs], { to: 10 });
+  const context = g.op('MatMul', [probs, value]);
+  const merged = g.op('Reshape', [g.op('Transpose', [context], { perm: [0, 2, 1, 3] }), g.int64([0, 0, spec.numHeads * spec.headDim])]);
+  return linear(g, w.o, merged, `${name}.o`);
+}
+
+function feedForward(g: GraphBuilder, spec: Seq2SeqSpec, w: FeedForwardWeights, h: string, name: string): string {
+  const up = linear(g, w.up, h, `${name}.up`);
+  let inner: string;
+  if (spec.ffn === 'relu') inner = g.op('Relu', [up]);
+  else if (spec.ffn === 'gated_gelu_new') inner = g.op('Mul', [geluTanh(g, linear(g, required(w.gate, `${name} gate`), h, `${name}.gate`)), up]);
+  else inner = g.op('Mul', [g.op('Mul', [up, g.floatConstant([0.5], [])]), g.op('Add', [g.op('Erf', [g.op('Mul', [up, g.floatConstant([Math.SQRT1_2], [])])]), g.floatConstant([1], [])])]);
+  return linear(g, w.down, inner, `${name}.down`);
+}
+
+/** [b, 1, 1, t] float32: 0 for real tokens, float32's minimum for padding. */
+function paddingBias(g: GraphBuilder, mask: string): string {
+  const real = g.op('Unsqueeze', [g.op('Cast', [mask], { to: 9 }), g.int64([1, 2])]);
+  return g.op('Where', [real, g.floatConstant([0], [], 'float32'), g.floatConstant([FLOAT32_MIN], [], 'float32')]);
+}
+
+/** T5's position bias [1, heads, queries, keys] in float32, from the bucket of key - query position. */
+function relativeBias(
+  g: GraphBuilder,
+  { numBuckets, maxDistance }: { numBuckets: number; maxDistance: number },
+  table: Tensor,
+  queryPositions: string,
+  keyPositions: string,
+  bidirectional: boolean,
+  name: string,
+): string {
+  const relative = g.op('Sub', [g.op('Unsqueeze', [keyPositions, g.int64([0])]), g.op('Unsqueeze', [queryPositions, g.int64([1])])]);
+  const clipped = g.op('Max', [g.op('Min', [relative, g.int64([maxDistance], [])]), g.int64([-maxDistance], [])]);
+  const buckets = g.op('Gather', [g.int64(relativeBucketTable(bidirectional, numBuckets, maxDistance)), g.op('Add', [clipped, g.int64([maxDistance], [])])], { axis: 0 });
+  const values = g.op('Gather', [g.weight(`${name}.relative_bias.weight`, table), buckets], { axis: 0 });
+  const perHead = g.op('Unsqueeze', [g.op('Transpose', [values], { perm: [2, 0, 1] }), g.int64([0])]);
+  return g.floatType === 'float16' ? g.op('Cast', [perHead], { to: 1 }) : perHead;
+}
