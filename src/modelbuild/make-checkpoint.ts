@@ -8,20 +8,31 @@ import { invalidArgument } from '../errors.ts';
 import { writeSafetensors } from './safetensors.ts';
 import type { Tensor } from './tensor.ts';
 
-export const CHECKPOINT_ARCHS = ['gpt2', 'llama', 'qwen2', 't5', 't5v1_1'] as const;
+export const CHECKPOINT_ARCHS = ['gpt2', 'llama', 'qwen2', 't5', 't5v1_1', 'bart', 'mbart'] as const;
 export type CheckpointArch = (typeof CHECKPOINT_ARCHS)[number];
 export type CheckpointSize = 'tiny' | 'real';
 
 /** Options of `makeCheckpoint`. */
 export interface MakeCheckpointOptions {
   arch: CheckpointArch;
-  /** `tiny`: a few layers of width 64; `real`: GPT-2 124M, Qwen2-0.5B's shape (llama, qwen2), t5-small, t5-v1_1-small. */
+  /**
+   * `tiny`: a few layers of width 64; `real`: GPT-2 124M, Qwen2-0.5B's shape (llama, qwen2), t5-small,
+   * t5-v1_1-small, bart-base, and mBART's architecture at bart-base's size with mBART's 250027 vocabulary.
+   */
   size: CheckpointSize;
   seed: number;
   out: string;
 }
 
 const CONFIGS: Record<CheckpointArch, Record<CheckpointSize, Record<string, unknown>>> = {
+  bart: {
+    tiny: { vocab_size: 512, d_model: 64, encoder_layers: 2, decoder_layers: 2, encoder_attention_heads: 4, decoder_attention_heads: 4, encoder_ffn_dim: 128, decoder_ffn_dim: 128, max_position_embeddings: 128, scale_embedding: false },
+    real: { vocab_size: 50265, d_model: 768, encoder_layers: 6, decoder_layers: 6, encoder_attention_heads: 12, decoder_attention_heads: 12, encoder_ffn_dim: 3072, decoder_ffn_dim: 3072, max_position_embeddings: 1024, scale_embedding: false },
+  },
+  mbart: {
+    tiny: { vocab_size: 512, d_model: 64, encoder_layers: 2, decoder_layers: 3, encoder_attention_heads: 4, decoder_attention_heads: 4, encoder_ffn_dim: 128, decoder_ffn_dim: 128, max_position_embeddings: 128, scale_embedding: true },
+    real: { vocab_size: 250027, d_model: 768, encoder_layers: 6, decoder_layers: 6, encoder_attention_heads: 12, decoder_attention_heads: 12, encoder_ffn_dim: 3072, decoder_ffn_dim: 3072, max_position_embeddings: 1024, scale_embedding: true },
+  },
   t5: {
     tiny: { vocab_size: 512, d_model: 64, d_kv: 16, d_ff: 128, num_layers: 2, num_decoder_layers: 2, num_heads: 4, feed_forward_proj: 'relu', tie_word_embeddings: true },
     real: { vocab_size: 32128, d_model: 512, d_kv: 64, d_ff: 2048, num_layers: 6, num_decoder_layers: 6, num_heads: 8, feed_forward_proj: 'relu', tie_word_embeddings: true },
@@ -111,6 +122,54 @@ export function makeCheckpoint(options: MakeCheckpointOptions): Record<string, u
       conv(`${p}.mlp.c_proj`, 4 * d, d);
     }
     layerNorm('transformer.ln_f');
+  } else if (arch === 'bart' || arch === 'mbart') {
+    const c = CONFIGS[arch][size] as { vocab_size: number; d_model: number; encoder_layers: number; decoder_layers: number; encoder_ffn_dim: number; max_position_embeddings: number };
+    config = {
+      architectures: [arch === 'mbart' ? 'MBartForConditionalGeneration' : 'BartForConditionalGeneration'],
+      model_type: arch,
+      activation_function: 'gelu',
+      is_encoder_decoder: true,
+      bos_token_id: 0,
+      pad_token_id: 1,
+      eos_token_id: 2,
+      decoder_start_token_id: 2,
+      forced_bos_token_id: arch === 'bart' ? 0 : null,
+      tie_word_embeddings: true,
+      torch_dtype: 'float32',
+      ...c,
+    };
+    const d = c.d_model;
+    const ffn = c.encoder_ffn_dim;
+    const linear = (name: string, outDim: number, inDim: number): void => {
+      tensors.set(`${name}.weight`, normal([outDim, inDim]));
+      tensors.set(`${name}.bias`, normal([outDim], 0.02));
+    };
+    const layerNorm = (name: string): void => {
+      tensors.set(`${name}.weight`, normal([d], 0.1, 1));
+      tensors.set(`${name}.bias`, normal([d], 0.02));
+    };
+    const attention = (p: string): void => {
+      for (const x of ['q_proj', 'k_proj', 'v_proj', 'out_proj']) linear(`${p}.${x}`, d, d);
+    };
+    tensors.set('model.shared.weight', normal([c.vocab_size, d]));
+    for (const stack of ['encoder', 'decoder'] as const) {
+      tensors.set(`model.${stack}.embed_positions.weight`, normal([c.max_position_embeddings + 2, d]));
+      layerNorm(`model.${stack}.layernorm_embedding`);
+      if (arch === 'mbart') layerNorm(`model.${stack}.layer_norm`);
+      for (let i = 0; i < (stack === 'encoder' ? c.encoder_layers : c.decoder_layers); i++) {
+        const p = `model.${stack}.layers.${i}`;
+        attention(`${p}.self_attn`);
+        layerNorm(`${p}.self_attn_layer_norm`);
+        if (stack === 'decoder') {
+          attention(`${p}.encoder_attn`);
+          layerNorm(`${p}.encoder_attn_layer_norm`);
+        }
+        linear(`${p}.fc1`, ffn, d);
+        linear(`${p}.fc2`, d, ffn);
+        layerNorm(`${p}.final_layer_norm`);
+      }
+    }
+    tensors.set('final_logits_bias', normal([1, c.vocab_size], 0.1));
   } else if (arch === 't5' || arch === 't5v1_1') {
     const c = CONFIGS[arch][size] as { vocab_size: number; d_model: number; d_kv: number; d_ff: number; num_layers: number; num_decoder_layers: number; num_heads: number; tie_word_embeddings: boolean };
     const gated = arch === 't5v1_1';

@@ -2,23 +2,65 @@
  * The Chorus side of the parity check. For each model: make the seeded checkpoint, build it, then for
  * each prompt record the logits of the prefill's last position and of each teacher-forced cached decode
  * step, and a greedy continuation. Writes <work>/<name>.logits (float32 rows), <name>.json and models.json.
- * Usage: node --import tsx bench/gpu/parity/chorus.ts <work-dir> [name-filter]
+ * Usage: node --import tsx bench/gpu/parity/chorus.ts <work-dir> [name-regexp]
  */
 import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { buildModel, makeCheckpoint } from '../../../src/modelbuild/index.ts';
-import { DecoderSession } from '../../../src/runtime/index.ts';
-import { PARITY_MODELS, parityInputs } from './models.ts';
+import { relativeBucketTable } from '../../../src/modelbuild/relative-position.ts';
+import { DecoderSession, Seq2SeqSession, argmax } from '../../../src/runtime/index.ts';
+import { PARITY_MODELS, SEQ2SEQ_ARCHS, parityInputs, type ParityModel } from './models.ts';
+
+/** Logit rows and greedy ids of an encoder-decoder; with task encode, hidden states instead of logits. */
+async function runSeq2Seq(model: ParityModel, built: string): Promise<{ rows: Float32Array[]; greedy: number[][]; prompts: number[][]; forced: number[][]; vocabSize: number }> {
+  const session = await Seq2SeqSession.open(built);
+  const vocabSize = model.task === 'encode' ? 0 : session.vocabSize;
+  const { prompts, forced } = parityInputs(model, model.task === 'encode' ? 512 : vocabSize);
+  const rows: Float32Array[] = [];
+  const greedy: number[][] = [];
+  const start = Number(session.config.decoder_start_token_id ?? 0);
+  for (let p = 0; p < prompts.length; p++) {
+    const encoded = await session.encode([prompts[p]!]);
+    if (model.task === 'encode') {
+      rows.push(Float32Array.from(encoded.hidden.data as Float32Array));
+      continue;
+    }
+    let out = await session.step(encoded, [[start]]);
+    rows.push(out.logits.slice(0, vocabSize));
+    for (const token of forced[p]!) {
+      out = await session.step(encoded, [[token]], out.cache);
+      rows.push(out.logits.slice(0, vocabSize));
+    }
+    const ids: number[] = [];
+    out = await session.step(encoded, [[start]]);
+    for (let i = 0; i < model.greedySteps; i++) {
+      const next = argmax(out.logits, 0, vocabSize);
+      ids.push(next);
+      if (i + 1 < model.greedySteps) out = await session.step(encoded, [[next]], out.cache);
+    }
+    greedy.push(ids);
+  }
+  await session.close();
+  return { rows, greedy, prompts, forced, vocabSize };
+}
 
 const work = process.argv[2] ?? '/tmp/parity';
 const filter = process.argv[3] ?? '';
 const listed = [];
-for (const model of PARITY_MODELS.filter((m) => m.name.includes(filter))) {
+for (const model of PARITY_MODELS.filter((m) => new RegExp(filter).test(m.name))) {
   const started = Date.now();
   const checkpoint = join(work, `${model.arch}-${model.size}-${model.seed}`);
   if (!existsSync(join(checkpoint, 'model.safetensors'))) makeCheckpoint({ arch: model.arch, size: model.size, seed: model.seed, out: checkpoint });
   const built = join(work, model.name);
-  buildModel({ source: checkpoint, out: built, dtype: model.dtype, flavor: model.flavor });
+  buildModel({ source: checkpoint, out: built, dtype: model.dtype, flavor: model.flavor, task: model.task ?? 'generate' });
+  if (SEQ2SEQ_ARCHS.includes(model.arch)) {
+    const { rows, greedy, prompts, forced, vocabSize } = await runSeq2Seq(model, built);
+    writeFileSync(join(work, `${model.name}.logits`), Buffer.concat(rows.map((row) => Buffer.from(row.buffer, row.byteOffset, row.byteLength))));
+    writeFileSync(join(work, `${model.name}.json`), JSON.stringify({ ...model, kind: 'seq2seq', checkpoint, vocabSize, prompts, forced, greedy }));
+    listed.push(model.name);
+    process.stdout.write(`chorus ${model.name}: ${rows.length} rows, ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
+    continue;
+  }
   const session = await DecoderSession.open(built, { executionProviders: [model.device] });
   const { prompts, forced } = parityInputs(model, session.vocabSize);
   const rows: Float32Array[] = [];
@@ -37,8 +79,10 @@ for (const model of PARITY_MODELS.filter((m) => m.name.includes(filter))) {
   const all = new Float32Array(rows.length * V);
   rows.forEach((row, i) => all.set(row, i * V));
   writeFileSync(join(work, `${model.name}.logits`), Buffer.from(all.buffer));
-  writeFileSync(join(work, `${model.name}.json`), JSON.stringify({ ...model, checkpoint, vocabSize: V, prompts, forced, greedy }));
+  writeFileSync(join(work, `${model.name}.json`), JSON.stringify({ ...model, kind: 'decoder', checkpoint, vocabSize: V, prompts, forced, greedy }));
   listed.push(model.name);
   process.stdout.write(`chorus ${model.name}: ${rows.length} logit rows, ${prompts.length} greedy runs, ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
 }
 writeFileSync(join(work, 'models.json'), JSON.stringify(listed));
+// T5's relative position buckets as Chorus tabulates them, for hf.py to check against transformers.
+writeFileSync(join(work, 'relative-buckets.json'), JSON.stringify({ bidirectional: relativeBucketTable(true, 32, 128), causal: relativeBucketTable(false, 32, 128), maxDistance: 128 }));

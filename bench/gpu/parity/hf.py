@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, T5EncoderModel
 
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
@@ -48,6 +48,53 @@ def run(model, prompts, forced, greedy_steps, device):
     return np.stack(rows), greedy, gaps
 
 
+def run_seq2seq(model, spec, device):
+    """Encoder-decoder rows: per prompt the start step's logits, then teacher-forced steps; greedy ids.
+    With task encode, the encoder's hidden states (one row per prompt)."""
+    rows, greedy, gaps = [], [], []
+    start = model.config.decoder_start_token_id
+    with torch.no_grad():
+        for prompt, steps in zip(spec["prompts"], spec["forced"]):
+            ids = torch.tensor([prompt], device=device)
+            if spec.get("task") == "encode":
+                rows.append(model(input_ids=ids).last_hidden_state[0].float().cpu().numpy().reshape(-1))
+                continue
+            encoder_outputs = model.get_encoder()(input_ids=ids)
+            out = model(encoder_outputs=encoder_outputs, decoder_input_ids=torch.tensor([[start]], device=device), use_cache=True)
+            rows.append(out.logits[0, -1].float().cpu().numpy())
+            past = out.past_key_values
+            for token in steps:
+                out = model(encoder_outputs=encoder_outputs, decoder_input_ids=torch.tensor([[token]], device=device), past_key_values=past, use_cache=True)
+                rows.append(out.logits[0, -1].float().cpu().numpy())
+                past = out.past_key_values
+            out = model(encoder_outputs=encoder_outputs, decoder_input_ids=torch.tensor([[start]], device=device), use_cache=True)
+            seq, step_gaps = [], []
+            for i in range(spec["greedySteps"]):
+                top = out.logits[0, -1].float().topk(2)
+                token = int(top.indices[0])
+                seq.append(token)
+                step_gaps.append(float(top.values[0] - top.values[1]))
+                if i + 1 < spec["greedySteps"]:
+                    out = model(encoder_outputs=encoder_outputs, decoder_input_ids=torch.tensor([[token]], device=device), past_key_values=out.past_key_values, use_cache=True)
+            greedy.append(seq)
+            gaps.append(step_gaps)
+    # Hidden states of prompts of different lengths: one flat row; logits: one row per step.
+    return (np.concatenate(rows) if spec.get("task") == "encode" else np.stack(rows)), greedy, gaps
+
+
+def check_relative_buckets(work):
+    """Chorus's bucket table against transformers' own function; returns the count of differing entries."""
+    from transformers.models.t5.modeling_t5 import T5Attention
+    tables = json.load(open(os.path.join(work, "relative-buckets.json")))
+    relative = torch.arange(-tables["maxDistance"], tables["maxDistance"] + 1)
+    wrong = 0
+    for key, bidirectional in (("bidirectional", True), ("causal", False)):
+        for dev in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
+            theirs = T5Attention._relative_position_bucket(relative.to(dev), bidirectional=bidirectional, num_buckets=32, max_distance=128).cpu().tolist()
+            wrong += sum(a != b for a, b in zip(theirs, tables[key]))
+    return wrong
+
+
 def first_divergences(ours, theirs, gaps):
     """For each sequence that diverges: the step, and transformers' top-2 logit gap there."""
     found = []
@@ -67,12 +114,17 @@ def main():
         spec = json.load(open(os.path.join(work, f"{name}.json")))
         dtype = torch.float16 if spec["dtype"] == "fp16" else torch.float32
         started = time.time()
-        model = AutoModelForCausalLM.from_pretrained(spec["checkpoint"], dtype=dtype, attn_implementation="eager").to(device).eval()
-        hf_rows, hf_greedy, hf_gaps = run(model, spec["prompts"], spec["forced"], spec["greedySteps"], device)
+        if spec["kind"] == "seq2seq":
+            cls = T5EncoderModel if spec.get("task") == "encode" else AutoModelForSeq2SeqLM
+            model = cls.from_pretrained(spec["checkpoint"], dtype=dtype, attn_implementation="eager").to(device).eval()
+            hf_rows, hf_greedy, hf_gaps = run_seq2seq(model, spec, device)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(spec["checkpoint"], dtype=dtype, attn_implementation="eager").to(device).eval()
+            hf_rows, hf_greedy, hf_gaps = run(model, spec["prompts"], spec["forced"], spec["greedySteps"], device)
         chorus_rows = np.fromfile(os.path.join(work, f"{name}.logits"), dtype=np.float32).reshape(hf_rows.shape)
         diff = float(np.abs(chorus_rows - hf_rows).max())
         # Greedy decisions without the cascade: on the same context, is the top-1 token the same?
-        argmax_same = int((chorus_rows.argmax(axis=1) == hf_rows.argmax(axis=1)).sum())
+        argmax_same = int((chorus_rows.argmax(axis=1) == hf_rows.argmax(axis=1)).sum()) if chorus_rows.ndim == 2 else 0
         extra = {}
         if spec["dtype"] == "fp16":
             # How far transformers' own fp16 greedy strays from its fp32 greedy: the noise floor.
@@ -82,23 +134,28 @@ def main():
             extra = {"hf_fp16_vs_hf_fp32_greedy_identical": sum(a == b for x, y in zip(hf32_greedy, hf_greedy) for a, b in zip(x, y)),
                      "chorus_vs_hf_fp32_greedy_identical": sum(a == b for x, y in zip(hf32_greedy, spec["greedy"]) for a, b in zip(x, y))}
         same = sum(a == b for x, y in zip(spec["greedy"], hf_greedy) for a, b in zip(x, y))
-        total = sum(len(x) for x in hf_greedy)
+        total = max(1, sum(len(x) for x in hf_greedy))
+        if not hf_greedy:
+            same = total
         bound = BOUNDS[spec["dtype"]]
         ok = diff <= bound["logits"] and same / total >= bound["greedy"]
         failed |= not ok
-        results.append({"model": name, "dtype": spec["dtype"], "chorus_device": spec["device"], "hf_device": device, "logit_rows": int(hf_rows.shape[0]),
-                        "vocab": int(hf_rows.shape[1]), "max_abs_diff": diff, "greedy_identical": same, "greedy_total": total,
+        results.append({"model": name, "dtype": spec["dtype"], "chorus_device": spec["device"], "hf_device": device, "logit_rows": int(hf_rows.shape[0]) if hf_rows.ndim == 2 else 0,
+                        "vocab": int(hf_rows.shape[1]) if hf_rows.ndim == 2 else 0, "compared": "encoder hidden states" if spec.get("task") == "encode" else "logits", "max_abs_diff": diff, "greedy_identical": same, "greedy_total": total,
                         "bound_logits": bound["logits"], "bound_greedy": bound["greedy"], "ok": ok, "seconds": round(time.time() - started, 1),
                         "teacher_forced_argmax_identical": argmax_same, "first_divergences": first_divergences(spec["greedy"], hf_greedy, hf_gaps), **extra})
         if spec["golden"]:
-            golden = {"generated_by": "bench/gpu/parity (transformers, float32, TF32 off)", "arch": spec["arch"], "size": spec["size"], "seed": spec["seed"],
+            golden = {"generated_by": "bench/gpu/parity (transformers, float32, TF32 off)", "kind": spec["kind"], "arch": spec["arch"], "size": spec["size"], "seed": spec["seed"],
                       "prompts": spec["prompts"], "forced": spec["forced"], "greedy": hf_greedy,
                       "logits": [[float(f"{v:.7g}") for v in row] for row in hf_rows]}
             with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
                 json.dump(golden, f, separators=(",", ":"))
         del model
         torch.cuda.empty_cache()
-    info = {"torch": torch.__version__, "transformers": __import__("transformers").__version__,
+    wrong_buckets = check_relative_buckets(work)
+    failed |= wrong_buckets != 0
+    print(f"T5 relative position buckets differing from transformers' (cpu and cuda, both directions): {wrong_buckets}")
+    info = {"relative_buckets_differing": wrong_buckets, "torch": torch.__version__, "transformers": __import__("transformers").__version__,
             "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None, "results": results}
     with open(os.path.join(out_dir, "parity.json"), "w") as f:
         json.dump(info, f, indent=2)

@@ -8,6 +8,8 @@ export interface ParityModel {
   seed: number;
   dtype: 'fp32' | 'fp16';
   flavor: 'portable' | 'cuda';
+  /** `encode`: the encoder alone (compared with T5EncoderModel); default: the whole model. */
+  task?: 'encode';
   /** Where Chorus runs it: fp32 on the CPU (bit-faithful float32), fp16 on CUDA. */
   device: 'cpu' | 'cuda';
   prompts: number;
@@ -24,10 +26,22 @@ export const PARITY_MODELS: ParityModel[] = [
   { name: 'qwen2-0.5b-fp16', arch: 'qwen2', size: 'real', seed: 2, dtype: 'fp16', flavor: 'portable', device: 'cuda', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
   { name: 'gpt2-124m-fp16-cuda', arch: 'gpt2', size: 'real', seed: 1, dtype: 'fp16', flavor: 'cuda', device: 'cuda', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
   { name: 'qwen2-0.5b-fp16-cuda', arch: 'qwen2', size: 'real', seed: 2, dtype: 'fp16', flavor: 'cuda', device: 'cuda', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
+  { name: 't5-small-fp32', arch: 't5', size: 'real', seed: 3, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
+  { name: 't5-v1_1-small-fp32', arch: 't5v1_1', size: 'real', seed: 4, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
+  { name: 't5-encoder-fp32', arch: 't5v1_1', size: 'real', seed: 4, dtype: 'fp32', flavor: 'portable', device: 'cpu', task: 'encode', prompts: 8, forcedSteps: 0, greedySteps: 0, golden: false },
+  { name: 'bart-base-fp32', arch: 'bart', size: 'real', seed: 5, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
+  { name: 'mbart-shaped-fp32', arch: 'mbart', size: 'real', seed: 6, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
+  { name: 't5-tiny', arch: 't5', size: 'tiny', seed: 14, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 2, forcedSteps: 8, greedySteps: 16, golden: true },
+  { name: 't5v1_1-tiny', arch: 't5v1_1', size: 'tiny', seed: 15, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 2, forcedSteps: 8, greedySteps: 16, golden: true },
+  { name: 'bart-tiny', arch: 'bart', size: 'tiny', seed: 16, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 2, forcedSteps: 8, greedySteps: 16, golden: true },
+  { name: 'mbart-tiny', arch: 'mbart', size: 'tiny', seed: 17, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 2, forcedSteps: 8, greedySteps: 16, golden: true },
   { name: 'gpt2-tiny', arch: 'gpt2', size: 'tiny', seed: 11, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 2, forcedSteps: 8, greedySteps: 16, golden: true },
   { name: 'llama-tiny', arch: 'llama', size: 'tiny', seed: 12, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 2, forcedSteps: 8, greedySteps: 16, golden: true },
   { name: 'qwen2-tiny', arch: 'qwen2', size: 'tiny', seed: 13, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 2, forcedSteps: 8, greedySteps: 16, golden: true },
 ];
+
+/** Encoder-decoder architectures: their parity runs encode, then decode from decoder_start_token_id. */
+export const SEQ2SEQ_ARCHS: readonly string[] = ['t5', 't5v1_1', 'bart', 'mbart'];
 
 /** Seeded prompts (lengths 4 to 39) and teacher-forced continuation ids, the same on every run. */
 export function parityInputs(model: ParityModel, vocabSize: number): { prompts: number[][]; forced: number[][] } {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Parity of Chorus-built models with Hugging Face transformers, run on the GPU host:
-#   source /root/gpu-env/env.sh && bash bench/gpu/parity/run.sh [name-filter]
+#   source /root/gpu-env/env.sh && bash bench/gpu/parity/run.sh [name-regexp]
 # Random GPT-2 124M and Qwen2-0.5B-shaped checkpoints (fp32 and fp16) and three tiny ones; results in
 # $OUT/parity.json, golden fixtures for the tiny ones in $OUT/<name>.json (-> test/fixtures/golden/).
 set -euo pipefail
