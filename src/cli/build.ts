@@ -13,8 +13,9 @@ export function registerBuild(program: Command): void {
     .addOption(new Option('--dtype <dtype>', 'weights and activations').choices(['fp32', 'fp16']).default('fp32'))
     .addOption(new Option('--flavor <flavor>', 'portable: standard ONNX operators, any execution provider').choices(['portable', 'cuda']).default('portable'))
     .addOption(new Option('--task <task>', 'generate: the decoder (and encoder); encode: an encoder alone, hidden states out').choices(['generate', 'encode']).default('generate'))
+    .option('--output-attentions', 'encoders: also output each layer\'s attention probabilities (attentions.N)')
     .option('--tokenizer <file>', 'llama2.c sources: the tokenizer.bin (default: found beside the model)')
-    .action((source: string, options: { out: string; dtype: 'fp32' | 'fp16'; flavor: 'portable' | 'cuda'; task: 'generate' | 'encode'; tokenizer?: string }) => {
+    .action((source: string, options: { out: string; dtype: 'fp32' | 'fp16'; flavor: 'portable' | 'cuda'; task: 'generate' | 'encode'; outputAttentions?: boolean; tokenizer?: string }) => {
       const bar = new cliProgress.SingleBar(
         { format: 'build [{bar}] {value}/{total} {stage}', noTTYOutput: false, stream: process.stderr, clearOnComplete: false },
         cliProgress.Presets.shades_classic,
@@ -28,6 +29,7 @@ export function registerBuild(program: Command): void {
           dtype: options.dtype,
           flavor: options.flavor,
           task: options.task,
+          outputAttentions: options.outputAttentions ?? false,
           tokenizer: options.tokenizer,
           onProgress: (stage: BuildStage, index: number) => bar.update(index, { stage }),
         });

@@ -28,6 +28,8 @@ export interface BuildOptions {
   flavor?: 'portable' | 'cuda';
   /** `generate` (the default): the decoder (and encoder); `encode`: the encoder alone, hidden states out. */
   task?: 'generate' | 'encode';
+  /** Encoders: also output each layer's attention probabilities, `attentions.{i}`. Default: false. */
+  outputAttentions?: boolean;
   /** llama2.c sources: the tokenizer.bin. Default: tokenizer.bin, else the one tok*.bin, beside the model. */
   tokenizer?: string;
   /** Called as the build moves through its stages. */
@@ -79,6 +81,7 @@ export function buildModel(options: BuildOptions): BuildResult {
   let graphs: Array<[string, () => GraphBuilder]>;
   if (architecture.kind === 'decoder') {
     if (task === 'encode') throw new ChorusError('CHORUS_UNSUPPORTED', `task encode needs an encoder; ${String(checkpoint.config.model_type)} is decoder-only`, { param: 'task' });
+    if (options.outputAttentions) throw new ChorusError('CHORUS_UNSUPPORTED', 'output attentions applies to encoders', { param: 'outputAttentions' });
     const decoderSpec = architecture.spec(checkpoint.config);
     const weights = architecture.weights(checkpoint, decoderSpec);
     spec = decoderSpec;
@@ -88,7 +91,7 @@ export function buildModel(options: BuildOptions): BuildResult {
     const seq2seqSpec = architecture.spec(checkpoint.config);
     const weights = architecture.weights(checkpoint, seq2seqSpec, { encoderOnly: task === 'encode' });
     spec = seq2seqSpec;
-    graphs = [['encoder_model.onnx', () => buildEncoderGraph(seq2seqSpec, weights, floatType)]];
+    graphs = [['encoder_model.onnx', () => buildEncoderGraph(seq2seqSpec, weights, floatType, options.outputAttentions ?? false)]];
     if (task === 'generate') graphs.push(['decoder_model_merged.onnx', () => buildSeq2SeqDecoderGraph(seq2seqSpec, weights, floatType)]);
   }
   checkpoint.finish();

@@ -16,8 +16,8 @@ import type { Tensor } from './tensor.ts';
 
 const FLOAT32_MIN = -3.4028234663852886e38;
 
-/** The encoder graph. */
-export function buildEncoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: 'float32' | 'float16'): GraphBuilder {
+/** The encoder graph; with `outputAttentions`, each layer's attention probabilities are outputs too. */
+export function buildEncoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: 'float32' | 'float16', outputAttentions = false): GraphBuilder {
   const g = new GraphBuilder(floatType);
   const inputIds = g.input('input_ids', 'int64', ['batch_size', 'encoder_sequence_length']);
   const attentionMask = g.input('attention_mask', 'int64', ['batch_size', 'encoder_sequence_length']);
@@ -33,7 +33,9 @@ export function buildEncoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, fl
     const name = `encoder.layers.${i}`;
     x = sublayer(g, spec, layer.selfNorm, x, `${name}.self_norm`, (h) => {
       const [k, v] = [heads(g, spec, linear(g, layer.self.k, h, `${name}.self.k`)), heads(g, spec, linear(g, layer.self.v, h, `${name}.self.v`))];
-      return attention(g, spec, layer.self, h, k, v, bias, `${name}.self`);
+      const { output, probs } = attention(g, spec, layer.self, h, k, v, bias, `${name}.self`);
+      if (outputAttentions) g.output(`attentions.${i}`, probs, floatType, ['batch_size', spec.numHeads, 'encoder_sequence_length', 'encoder_sequence_length']);
+      return output;
     });
     x = sublayer(g, spec, layer.ffnNorm, x, `${name}.ffn_norm`, (h) => feedForward(g, spec, layer.ffn, h, `${name}.ffn`));
   });
@@ -95,12 +97,12 @@ export function buildSeq2SeqDecoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeig
       const value = g.op('Concat', [past[i]!.value, heads(g, spec, linear(g, layer.self.v, h, `${name}.self.v`))], { axis: 2 });
       g.output(`present.${i}.decoder.key`, key, floatType, ['batch_size', numHeads, 'total_decoder_sequence_length', headDim]);
       g.output(`present.${i}.decoder.value`, value, floatType, ['batch_size', numHeads, 'total_decoder_sequence_length', headDim]);
-      return attention(g, spec, layer.self, h, key, value, selfBias, `${name}.self`);
+      return attention(g, spec, layer.self, h, key, value, selfBias, `${name}.self`).output;
     });
     const [crossKey, crossValue] = [cross[2 * i]!, cross[2 * i + 1]!];
     g.output(`present.${i}.encoder.key`, crossKey, floatType, crossDims);
     g.output(`present.${i}.encoder.value`, crossValue, floatType, crossDims);
-    x = sublayer(g, spec, layer.crossNorm, x, `${name}.cross_norm`, (h) => attention(g, spec, layer.cross, h, crossKey, crossValue, crossBias, `${name}.cross`));
+    x = sublayer(g, spec, layer.crossNorm, x, `${name}.cross_norm`, (h) => attention(g, spec, layer.cross, h, crossKey, crossValue, crossBias, `${name}.cross`).output);
     x = sublayer(g, spec, layer.ffnNorm, x, `${name}.ffn_norm`, (h) => feedForward(g, spec, layer.ffn, h, `${name}.ffn`));
   });
   if (spec.finalNorm) x = norm(g, spec, required(stack.finalNorm, 'decoder final norm'), x, 'decoder.final_norm');
@@ -136,8 +138,11 @@ function heads(g: GraphBuilder, spec: Seq2SeqSpec, x: string): string {
   return g.op('Transpose', [g.op('Reshape', [x, g.int64([0, 0, spec.numHeads, spec.headDim])])], { perm: [0, 2, 1, 3] });
 }
 
-/** Attention of the query input `h` over ready keys and values [b, heads, t, headDim]; scores in float32. */
-function attention(g: GraphBuilder, spec: Seq2SeqSpec, w: AttentionWeights, h: string, key: string, value: string, bias: string, name: string): string {
+/**
+ * Attention of the query input `h` over ready keys and values [b, heads, t, headDim], scores in float32:
+ * the projected output, and the probabilities [b, heads, s, t].
+ */
+function attention(g: GraphBuilder, spec: Seq2SeqSpec, w: AttentionWeights, h: string, key: string, value: string, bias: string, name: string): { output: string; probs: string } {
   const q = heads(g, spec, linear(g, w.q, h, `${name}.q`));
   let scores = g.op('MatMul', [q, g.op('Transpose', [key], { perm: [0, 1, 3, 2] })]);
   const half = g.floatType === 'float16';
@@ -147,7 +152,7 @@ function attention(g: GraphBuilder, spec: Seq2SeqSpec, w: AttentionWeights, h: s
   if (half) probs = g.op('Cast', [probs], { to: 10 });
   const context = g.op('MatMul', [probs, value]);
   const merged = g.op('Reshape', [g.op('Transpose', [context], { perm: [0, 2, 1, 3] }), g.int64([0, 0, spec.numHeads * spec.headDim])]);
-  return linear(g, w.o, merged, `${name}.o`);
+  return { output: linear(g, w.o, merged, `${name}.o`), probs };
 }
 
 function feedForward(g: GraphBuilder, spec: Seq2SeqSpec, w: FeedForwardWeights, h: string, name: string): string {

@@ -12,6 +12,8 @@ import { argmax } from './decoder-session.ts';
 export interface Encoded {
   hidden: ort.Tensor;
   mask: readonly (readonly number[])[];
+  /** Each layer's attention probabilities [batch, heads, seq, seq], when the model was built to output them. */
+  attentions: ort.Tensor[];
 }
 
 /** Both caches of every decoder layer, as the model returned them; `length` counts decoder tokens. */
@@ -64,7 +66,8 @@ export class Seq2SeqSession {
     const mask = attentionMask ?? inputIds.map((row) => row.map(() => 1));
     const dims = [inputIds.length, inputIds[0]?.length ?? 0];
     const out = await this.encoder.run({ input_ids: int64(inputIds, dims), attention_mask: int64(mask, dims) });
-    return { hidden: out.last_hidden_state!, mask };
+    const attentions = this.encoder.outputNames.filter((name) => name.startsWith('attentions.')).map((name) => out[name]!);
+    return { hidden: out.last_hidden_state!, mask, attentions };
   }
 
   /** One decoder step: `inputIds` are the new decoder tokens; without a cache, cross-attention is computed. */

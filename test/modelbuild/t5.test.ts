@@ -80,3 +80,24 @@ describe('T5 builds', () => {
     await session.close();
   });
 });
+
+test('--output-attentions adds each encoder layer\'s attention probabilities', async () => {
+  const checkpoint = join(root, 'attentions');
+  makeCheckpoint({ arch: 't5', size: 'tiny', seed: 6, out: checkpoint });
+  buildModel({ source: checkpoint, out: `${checkpoint}-onnx`, task: 'encode', outputAttentions: true });
+  const session = await Seq2SeqSession.open(`${checkpoint}-onnx`);
+  const encoded = await session.encode([[5, 17, 99, 1], [8, 9, 1, 0]], [[1, 1, 1, 1], [1, 1, 1, 0]]);
+  assert.equal(encoded.attentions.length, 2);
+  for (const attention of encoded.attentions) {
+    assert.deepEqual(attention.dims, [2, 4, 4, 4]);
+    const p = attention.data as Float32Array;
+    for (let row = 0; row < 2 * 4 * 4; row++) {
+      const sum = p[row * 4]! + p[row * 4 + 1]! + p[row * 4 + 2]! + p[row * 4 + 3]!;
+      assert.ok(Math.abs(sum - 1) < 1e-5, `row ${row} sums to ${sum}`);
+      if (row >= 16) assert.equal(p[row * 4 + 3], 0, 'the padded key of the second input gets no attention');
+    }
+  }
+  makeCheckpoint({ arch: 'gpt2', size: 'tiny', seed: 6, out: join(root, 'gpt2') });
+  assert.throws(() => buildModel({ source: join(root, 'gpt2'), out: join(root, 'gpt2-onnx'), outputAttentions: true }), { message: 'output attentions applies to encoders' });
+  await session.close();
+});
