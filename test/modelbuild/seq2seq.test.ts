@@ -3,7 +3,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
+import { buildModel, makeCheckpoint, readSafetensors, writeSafetensors } from '../../src/modelbuild/index.ts';
 import { Seq2SeqSession } from '../../src/runtime/index.ts';
 import { SentencePieceAdapter } from '../../src/tokenizers/index.ts';
 import { TOKENIZERS } from '../helpers/paths.ts';
@@ -16,8 +16,8 @@ function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   return max;
 }
 
-describe('T5 builds', () => {
-  for (const arch of ['t5', 't5v1_1'] as const) {
+describe('encoder-decoder builds', () => {
+  for (const arch of ['t5', 't5v1_1', 'bart', 'mbart'] as const) {
     test(`${arch}: decoding with both caches gives the logits of recomputing every step`, async () => {
       const checkpoint = join(root, arch);
       makeCheckpoint({ arch, size: 'tiny', seed: 3, out: checkpoint });
@@ -100,4 +100,15 @@ test('--output-attentions adds each encoder layer\'s attention probabilities', a
   makeCheckpoint({ arch: 'gpt2', size: 'tiny', seed: 6, out: join(root, 'gpt2') });
   assert.throws(() => buildModel({ source: join(root, 'gpt2'), out: join(root, 'gpt2-onnx'), outputAttentions: true }), { message: 'output attentions applies to encoders' });
   await session.close();
+});
+
+test('a T5 checkpoint missing a cross-attention tensor fails the build, naming it', () => {
+  const checkpoint = join(root, 'missing');
+  makeCheckpoint({ arch: 't5', size: 'tiny', seed: 7, out: checkpoint });
+  const tensors = readSafetensors(join(checkpoint, 'model.safetensors'));
+  tensors.delete('decoder.block.1.layer.1.EncDecAttention.k.weight');
+  writeSafetensors(join(checkpoint, 'model.safetensors'), tensors);
+  assert.throws(() => buildModel({ source: checkpoint, out: `${checkpoint}-onnx` }), {
+    message: /tensor decoder\.block\.1\.layer\.1\.EncDecAttention\.k\.weight is missing \(expected shape \[64, 64\]\)/,
+  });
 });
