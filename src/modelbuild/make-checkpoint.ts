@@ -8,7 +8,7 @@ import { invalidArgument } from '../errors.ts';
 import { writeSafetensors } from './safetensors.ts';
 import type { Tensor } from './tensor.ts';
 
-export const CHECKPOINT_ARCHS = ['gpt2', 'llama', 'qwen2', 't5', 't5v1_1', 'bart', 'mbart'] as const;
+export const CHECKPOINT_ARCHS = ['gpt2', 'llama', 'qwen2', 't5', 't5v1_1', 'ul2', 'bart', 'mbart'] as const;
 export type CheckpointArch = (typeof CHECKPOINT_ARCHS)[number];
 export type CheckpointSize = 'tiny' | 'real';
 
@@ -17,7 +17,8 @@ export interface MakeCheckpointOptions {
   arch: CheckpointArch;
   /**
    * `tiny`: a few layers of width 64; `real`: GPT-2 124M, Qwen2-0.5B's shape (llama, qwen2), t5-small,
-   * t5-v1_1-small, bart-base, and mBART's architecture at bart-base's size with mBART's 250027 vocabulary.
+   * t5-v1_1-small, UL2's gated-SiLU at t5-v1_1-small's size, bart-base, and mBART's architecture at
+   * bart-base's size with mBART's 250027 vocabulary.
    */
   size: CheckpointSize;
   seed: number;
@@ -25,6 +26,10 @@ export interface MakeCheckpointOptions {
 }
 
 const CONFIGS: Record<CheckpointArch, Record<CheckpointSize, Record<string, unknown>>> = {
+  ul2: {
+    tiny: { vocab_size: 512, d_model: 64, d_kv: 16, d_ff: 96, num_layers: 2, num_decoder_layers: 2, num_heads: 4, feed_forward_proj: 'gated-silu', tie_word_embeddings: false },
+    real: { vocab_size: 32128, d_model: 512, d_kv: 64, d_ff: 1024, num_layers: 8, num_decoder_layers: 8, num_heads: 6, feed_forward_proj: 'gated-silu', tie_word_embeddings: false },
+  },
   bart: {
     tiny: { vocab_size: 512, d_model: 64, encoder_layers: 2, decoder_layers: 2, encoder_attention_heads: 4, decoder_attention_heads: 4, encoder_ffn_dim: 128, decoder_ffn_dim: 128, max_position_embeddings: 128, scale_embedding: false },
     real: { vocab_size: 50265, d_model: 768, encoder_layers: 6, decoder_layers: 6, encoder_attention_heads: 12, decoder_attention_heads: 12, encoder_ffn_dim: 3072, decoder_ffn_dim: 3072, max_position_embeddings: 1024, scale_embedding: false },
@@ -170,9 +175,10 @@ export function makeCheckpoint(options: MakeCheckpointOptions): Record<string, u
       }
     }
     tensors.set('final_logits_bias', normal([1, c.vocab_size], 0.1));
-  } else if (arch === 't5' || arch === 't5v1_1') {
+  } else if (arch === 't5' || arch === 't5v1_1' || arch === 'ul2') {
     const c = CONFIGS[arch][size] as { vocab_size: number; d_model: number; d_kv: number; d_ff: number; num_layers: number; num_decoder_layers: number; num_heads: number; tie_word_embeddings: boolean };
-    const gated = arch === 't5v1_1';
+    const gated = arch !== 't5';
+    const act = arch === 'ul2' ? 'silu' : 'gelu_new';
     config = {
       architectures: ['T5ForConditionalGeneration'],
       model_type: 't5',
@@ -183,7 +189,7 @@ export function makeCheckpoint(options: MakeCheckpointOptions): Record<string, u
       decoder_start_token_id: 0,
       pad_token_id: 0,
       eos_token_id: 1,
-      ...(gated ? { dense_act_fn: 'gelu_new', is_gated_act: true } : { dense_act_fn: 'relu', is_gated_act: false }),
+      ...(gated ? { dense_act_fn: act, is_gated_act: true } : { dense_act_fn: 'relu', is_gated_act: false }),
       torch_dtype: 'float32',
       ...c,
     };

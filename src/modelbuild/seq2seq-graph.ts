@@ -160,6 +160,10 @@ function feedForward(g: GraphBuilder, spec: Seq2SeqSpec, w: FeedForwardWeights, 
   let inner: string;
   if (spec.ffn === 'relu') inner = g.op('Relu', [up]);
   else if (spec.ffn === 'gated_gelu_new') inner = g.op('Mul', [geluTanh(g, linear(g, required(w.gate, `${name} gate`), h, `${name}.gate`)), up]);
+  else if (spec.ffn === 'gated_silu') {
+    const gate = linear(g, required(w.gate, `${name} gate`), h, `${name}.gate`);
+    inner = g.op('Mul', [g.op('Mul', [gate, g.op('Sigmoid', [gate])]), up]);
+  }
   else inner = g.op('Mul', [g.op('Mul', [up, g.floatConstant([0.5], [])]), g.op('Add', [g.op('Erf', [g.op('Mul', [up, g.floatConstant([Math.SQRT1_2], [])])]), g.floatConstant([1], [])])]);
   return linear(g, w.down, inner, `${name}.down`);
 }

@@ -15,8 +15,8 @@ export interface Seq2SeqSpec {
   normEps: number;
   /** Norm before each sublayer (T5, mBART), or after the residual add (BART). */
   preNorm: boolean;
-  /** `relu` (T5 v1.0), `gated_gelu_new` (T5 v1.1), `gelu` (BART, the exact erf form). */
-  ffn: 'relu' | 'gated_gelu_new' | 'gelu';
+  /** `relu` (T5 v1.0), `gated_gelu_new` (T5 v1.1, flan-T5, mT5), `gated_silu` (UL2), `gelu` (BART, the exact erf form). */
+  ffn: 'relu' | 'gated_gelu_new' | 'gated_silu' | 'gelu';
   /** T5's bucketed relative position bias, or learned absolute positions read at position + offset (BART: 2). */
   positions: { kind: 'relative'; numBuckets: number; maxDistance: number } | { kind: 'learned'; offset: number };
   /** Multiplies attention scores: 1 for T5, headDim^-0.5 for BART. */

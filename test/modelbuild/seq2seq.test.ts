@@ -17,7 +17,7 @@ function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
 }
 
 describe('encoder-decoder builds', () => {
-  for (const arch of ['t5', 't5v1_1', 'bart', 'mbart'] as const) {
+  for (const arch of ['t5', 't5v1_1', 'ul2', 'bart', 'mbart'] as const) {
     test(`${arch}: decoding with both caches gives the logits of recomputing every step`, async () => {
       const checkpoint = join(root, arch);
       makeCheckpoint({ arch, size: 'tiny', seed: 3, out: checkpoint });

@@ -31,6 +31,8 @@ export const PARITY_MODELS: ParityModel[] = [
   { name: 't5-encoder-fp32', arch: 't5v1_1', size: 'real', seed: 4, dtype: 'fp32', flavor: 'portable', device: 'cpu', task: 'encode', prompts: 8, forcedSteps: 0, greedySteps: 0, golden: false },
   { name: 'bart-base-fp32', arch: 'bart', size: 'real', seed: 5, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
   { name: 'mbart-shaped-fp32', arch: 'mbart', size: 'real', seed: 6, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
+  { name: 'ul2-small-fp32', arch: 'ul2', size: 'real', seed: 8, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 8, forcedSteps: 32, greedySteps: 64, golden: false },
+  { name: 'ul2-tiny', arch: 'ul2', size: 'tiny', seed: 18, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 2, forcedSteps: 8, greedySteps: 16, golden: true },
   { name: 't5-tiny', arch: 't5', size: 'tiny', seed: 14, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 2, forcedSteps: 8, greedySteps: 16, golden: true },
   { name: 't5v1_1-tiny', arch: 't5v1_1', size: 'tiny', seed: 15, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 2, forcedSteps: 8, greedySteps: 16, golden: true },
   { name: 'bart-tiny', arch: 'bart', size: 'tiny', seed: 16, dtype: 'fp32', flavor: 'portable', device: 'cpu', prompts: 2, forcedSteps: 8, greedySteps: 16, golden: true },
@@ -41,7 +43,7 @@ export const PARITY_MODELS: ParityModel[] = [
 ];
 
 /** Encoder-decoder architectures: their parity runs encode, then decode from decoder_start_token_id. */
-export const SEQ2SEQ_ARCHS: readonly string[] = ['t5', 't5v1_1', 'bart', 'mbart'];
+export const SEQ2SEQ_ARCHS: readonly string[] = ['t5', 't5v1_1', 'ul2', 'bart', 'mbart'];
 
 /** Seeded prompts (lengths 4 to 39) and teacher-forced continuation ids, the same on every run. */
 export function parityInputs(model: ParityModel, vocabSize: number): { prompts: number[][]; forced: number[][] } {

@@ -1,6 +1,6 @@
 /**
  * The T5 family: T5 v1.0 (ReLU feed-forward, head tied to the embeddings with a d_model^-0.5 rescale),
- * and T5 v1.1 / flan-T5 / mT5 / UL2 (gated-GELU feed-forward, untied head). RMS norms without bias,
+ * and T5 v1.1 / flan-T5 / mT5 (gated-GELU feed-forward, untied head) and UL2 (gated-SiLU). RMS norms without bias,
  * unscaled attention, relative position buckets computed once per stack from its first layer's table.
  */
 import { ChorusError, describe } from '../../errors.ts';
@@ -17,8 +17,11 @@ export const t5: Seq2SeqArchitecture = {
 
   spec(config) {
     const proj = config.feed_forward_proj ?? 'relu';
-    if (proj !== 'relu' && proj !== 'gated-gelu') {
-      throw new ChorusError('CHORUS_UNSUPPORTED', `config.json: feed_forward_proj ${describe(proj)} is not supported; expected "relu" or "gated-gelu"`, { param: 'feed_forward_proj' });
+    const ffn = ({ relu: 'relu', 'gated-gelu': 'gated_gelu_new', 'gated-silu': 'gated_silu' } as const)[String(proj) as 'relu'];
+    if (ffn === undefined) {
+      throw new ChorusError('CHORUS_UNSUPPORTED', `config.json: feed_forward_proj ${describe(proj)} is not supported; expected "relu", "gated-gelu" or "gated-silu"`, {
+        param: 'feed_forward_proj',
+      });
     }
     if (config.model_type === 'umt5') throw new ChorusError('CHORUS_UNSUPPORTED', 'config.json: umt5 (a relative bias per layer) is not supported yet', { param: 'model_type' });
     const dModel = positiveInt(config, 'd_model');
@@ -34,7 +37,7 @@ export const t5: Seq2SeqArchitecture = {
       norm: 'rmsnorm',
       normEps: positiveNumber(config, 'layer_norm_epsilon', 1e-6),
       preNorm: true,
-      ffn: proj === 'relu' ? 'relu' : 'gated_gelu_new',
+      ffn,
       positions: {
         kind: 'relative',
         numBuckets: positiveInt(config, 'relative_attention_num_buckets', 32),
