@@ -43,7 +43,7 @@ function comparer(golden: Golden, vocabSize: number): { compare: (logits: Float3
   };
 }
 
-for (const name of ['t5-tiny', 't5v1_1-tiny', 'bart-tiny', 'mbart-tiny']) {
+for (const name of ['t5-tiny', 't5v1_1-tiny', 'ul2-tiny', 'bart-tiny', 'mbart-tiny']) {
   test(`${name}: the built encoder-decoder matches transformers' golden logits (<= 1e-4) and greedy ids`, async () => {
     const golden = read(name);
     const checkpoint = join(root, name);
