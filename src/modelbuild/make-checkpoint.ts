@@ -10,13 +10,14 @@ import type { Tensor } from './tensor.ts';
 
 export const CHECKPOINT_ARCHS = ['gpt2', 'llama', 'qwen2', 't5', 't5v1_1', 'ul2', 'bart', 'mbart'] as const;
 export type CheckpointArch = (typeof CHECKPOINT_ARCHS)[number];
-export type CheckpointSize = 'tiny' | 'real';
+/** `base` is a second real size, for the T5 variants (t5-base, t5-v1_1-base). */
+export type CheckpointSize = 'tiny' | 'real' | 'base';
 
 /** Options of `makeCheckpoint`. */
 export interface MakeCheckpointOptions {
   arch: CheckpointArch;
   /**
-   * `tiny`: a few layers of width 64; `real`: GPT-2 124M, Qwen2-0.5B's shape (llama, qwen2), t5-small,
+   * `tiny`: a few layers of width 64; `base`: t5-base and t5-v1_1-base (T5 variants only); `real`: GPT-2 124M, Qwen2-0.5B's shape (llama, qwen2), t5-small,
    * t5-v1_1-small, UL2's gated-SiLU at t5-v1_1-small's size, bart-base, and mBART's architecture at
    * bart-base's size with mBART's 250027 vocabulary.
    */
@@ -25,7 +26,7 @@ export interface MakeCheckpointOptions {
   out: string;
 }
 
-const CONFIGS: Record<CheckpointArch, Record<CheckpointSize, Record<string, unknown>>> = {
+const CONFIGS: Record<CheckpointArch, Partial<Record<CheckpointSize, Record<string, unknown>>> & Record<'tiny' | 'real', Record<string, unknown>>> = {
   ul2: {
     tiny: { vocab_size: 512, d_model: 64, d_kv: 16, d_ff: 96, num_layers: 2, num_decoder_layers: 2, num_heads: 4, feed_forward_proj: 'gated-silu', tie_word_embeddings: false },
     real: { vocab_size: 32128, d_model: 512, d_kv: 64, d_ff: 1024, num_layers: 8, num_decoder_layers: 8, num_heads: 6, feed_forward_proj: 'gated-silu', tie_word_embeddings: false },
@@ -41,10 +42,12 @@ const CONFIGS: Record<CheckpointArch, Record<CheckpointSize, Record<string, unkn
   t5: {
     tiny: { vocab_size: 512, d_model: 64, d_kv: 16, d_ff: 128, num_layers: 2, num_decoder_layers: 2, num_heads: 4, feed_forward_proj: 'relu', tie_word_embeddings: true },
     real: { vocab_size: 32128, d_model: 512, d_kv: 64, d_ff: 2048, num_layers: 6, num_decoder_layers: 6, num_heads: 8, feed_forward_proj: 'relu', tie_word_embeddings: true },
+    base: { vocab_size: 32128, d_model: 768, d_kv: 64, d_ff: 3072, num_layers: 12, num_decoder_layers: 12, num_heads: 12, feed_forward_proj: 'relu', tie_word_embeddings: true },
   },
   t5v1_1: {
     tiny: { vocab_size: 512, d_model: 64, d_kv: 16, d_ff: 96, num_layers: 2, num_decoder_layers: 3, num_heads: 4, feed_forward_proj: 'gated-gelu', tie_word_embeddings: false },
     real: { vocab_size: 32128, d_model: 512, d_kv: 64, d_ff: 1024, num_layers: 8, num_decoder_layers: 8, num_heads: 6, feed_forward_proj: 'gated-gelu', tie_word_embeddings: false },
+    base: { vocab_size: 32128, d_model: 768, d_kv: 64, d_ff: 2048, num_layers: 12, num_decoder_layers: 12, num_heads: 12, feed_forward_proj: 'gated-gelu', tie_word_embeddings: false },
   },
   gpt2: {
     tiny: { vocab_size: 512, n_embd: 64, n_layer: 2, n_head: 4, n_positions: 128 },
@@ -91,7 +94,8 @@ class Normal {
 export function makeCheckpoint(options: MakeCheckpointOptions): Record<string, unknown> {
   const { arch, size, seed, out } = options;
   if (!CHECKPOINT_ARCHS.includes(arch)) throw invalidArgument('arch', CHECKPOINT_ARCHS.join(', '), arch);
-  if (size !== 'tiny' && size !== 'real') throw invalidArgument('size', 'tiny or real', size);
+  const sizes = Object.keys(CONFIGS[arch] ?? {});
+  if (!sizes.includes(size)) throw invalidArgument('size', `one of ${sizes.join(', ')} for ${arch}`, size);
   if (!Number.isSafeInteger(seed) || seed < 0) throw invalidArgument('seed', 'a non-negative integer', seed);
   const rng = new Normal(seed);
   // Tiny models get larger weights so their outputs are not near-uniform (greedy ties would be noise).

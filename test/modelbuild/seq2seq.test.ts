@@ -112,3 +112,9 @@ test('a T5 checkpoint missing a cross-attention tensor fails the build, naming i
     message: /tensor decoder\.block\.1\.layer\.1\.EncDecAttention\.k\.weight is missing \(expected shape \[64, 64\]\)/,
   });
 });
+
+test('make-checkpoint refuses a size an architecture does not have', () => {
+  assert.throws(() => makeCheckpoint({ arch: 'gpt2', size: 'base', seed: 1, out: join(root, 'no') }), {
+    message: 'size must be one of tiny, real for gpt2, got "base"',
+  });
+});
