@@ -4,12 +4,12 @@
  * Keys and values are [batch, kv_heads, length, head_dim]; a past of length 0 is the prefill.
  * Standard ONNX operators only (opset 17), so any execution provider runs it.
  */
+import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Norm } from './decoder-spec.ts';
 import { float, GraphBuilder } from './graph.ts';
 import { geluTanh, linear, norm, required } from './layers.ts';
 
+/** ONNX Runtime's contrib operator domain. */
 const MS = 'com.microsoft';
-import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Norm } from './decoder-spec.ts';
-
 const FLOAT32_MIN = -3.4028234663852886e38;
 const FLOAT16_MIN = -65504;
 
@@ -81,10 +81,11 @@ export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, fl
 }
 
 /**
- * The additive attention bias, [batch, 1, 1, seq, total], float32 whatever the build's type: 0 where a
- * query may attend (the key is not padding and not in its future), float32's minimum elsewhere. Query i
- * sits at absolute position past + i, where past = total - seq. (In float16 the minimum plus a score
- * overflows to -inf, and a row with nothing to attend, a padding query, would become NaN.)
+ * The additive attention bias: 0 where a query may attend (the key is not padding and not in its
+ * future), the minimum elsewhere. Query i sits at absolute position past + i, where past = total - seq.
+ * Portable: [batch, 1, 1, seq, total] in float32 whatever the build's type (in float16 the minimum plus
+ * a score overflows to -inf, and a row with nothing to attend, a padding query, would become NaN).
+ * cuda: [batch, 1, seq, total] in the activations' type, as the contrib attention operators take it.
  */
 function attentionBias(g: GraphBuilder, inputIds: string, attentionMask: string, flavor: Flavor): string {
   const seq = g.op('Slice', [g.op('Shape', [inputIds]), g.int64([1]), g.int64([2])]);
@@ -99,7 +100,6 @@ function attentionBias(g: GraphBuilder, inputIds: string, attentionMask: string,
   const notPadding = g.op('Unsqueeze', [g.op('Cast', [attentionMask], { to: 9 }), g.int64([1, 2, 3])]);
   const allowed = g.op('And', [causal, notPadding]);
   if (flavor === 'cuda') {
-    // The contrib attention operators take a [batch, 1, seq, total] bias of the activations' type.
     const min = g.floatType === 'float16' ? FLOAT16_MIN : FLOAT32_MIN;
     const bias = g.op('Where', [allowed, g.floatConstant([0], []), g.floatConstant([min], [])], {}, { name: 'attention_bias' });
     return g.op('Squeeze', [bias, g.int64([1])]);
