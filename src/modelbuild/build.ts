@@ -1,8 +1,8 @@
 /**
  * `chorus build`: a checkpoint in, a model directory in the Optimum / transformers.js layout out:
  * config.json, generation_config.json, the tokenizer files, onnx/decoder_model_merged.onnx (and
- * onnx/decoder_model_merged.onnx_data when the weights are large), and chorus_build.json saying how it
- * was built.
+ * onnx/encoder_model.onnx for encoder-decoders; `<file>_data` beside a file whose weights are large),
+ * and chorus_build.json saying how it was built.
  */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
