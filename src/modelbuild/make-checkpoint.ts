@@ -5,6 +5,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { invalidArgument } from '../errors.ts';
+import { uniformStream } from '../util/random.ts';
 import { writeSafetensors } from './safetensors.ts';
 import type { Tensor } from './tensor.ts';
 
@@ -63,19 +64,12 @@ const CONFIGS: Record<CheckpointArch, Partial<Record<CheckpointSize, Record<stri
   },
 };
 
-/** A seeded generator of normal samples (mulberry32 uniforms, Box-Muller). */
+/** A seeded generator of normal samples (Box-Muller over a seeded uniform stream). */
 class Normal {
-  private state: number;
+  private readonly uniform: () => number;
   private spare: number | undefined;
   constructor(seed: number) {
-    this.state = seed >>> 0;
-  }
-  private uniform(): number {
-    this.state = (this.state + 0x6d2b79f5) >>> 0;
-    let t = this.state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (((t ^ (t >>> 14)) >>> 0) + 0.5) / 4294967296;
+    this.uniform = uniformStream(seed);
   }
   sample(): number {
     if (this.spare !== undefined) {

@@ -1,0 +1,22 @@
+/**
+ * Bad words: a phrase's last id is banned when the output so far ends with the phrase's other ids
+ * (a one-id phrase is always banned), so no phrase is ever completed.
+ */
+import type { LogitsProcessor } from './processor.ts';
+
+/** The processor for phrases of token ids (already validated); undefined for none. */
+export function badWords(phrases: readonly (readonly number[])[]): LogitsProcessor | undefined {
+  if (phrases.length === 0) return undefined;
+  return (logits, state) => {
+    const out = Float32Array.from(logits);
+    const output = state.outputIds;
+    for (const phrase of phrases) {
+      const prefix = phrase.length - 1;
+      if (prefix > output.length) continue;
+      let matches = true;
+      for (let i = 0; i < prefix && matches; i++) matches = output[output.length - prefix + i] === phrase[i];
+      if (matches) out[phrase[prefix]!] = -Infinity;
+    }
+    return out;
+  };
+}

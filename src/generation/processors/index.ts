@@ -1,0 +1,38 @@
+/**
+ * The logits pipeline of one request, in the order transformers and FasterTransformer apply it:
+ * penalties (repetition, presence, frequency), bad words, minimum length, temperature, top-k, top-p.
+ */
+import type { ResolvedSamplingParams } from '../sampling-params.ts';
+import type { SequenceState } from '../sequence-state.ts';
+import { badWords } from './bad-words.ts';
+import { frequencyPenalty } from './frequency-penalty.ts';
+import { minLength } from './min-length.ts';
+import { presencePenalty } from './presence-penalty.ts';
+import type { LogitsProcessor } from './processor.ts';
+import { repetitionPenalty } from './repetition-penalty.ts';
+import { temperature } from './temperature.ts';
+import { topK } from './top-k.ts';
+import { topP } from './top-p.ts';
+
+export type { LogitsProcessor } from './processor.ts';
+export { badWords, frequencyPenalty, minLength, presencePenalty, repetitionPenalty, temperature, topK, topP };
+export { nextTopP } from './top-p.ts';
+
+/** The processors a request's parameters call for, in order; empty when none changes anything. */
+export function logitsProcessors(params: ResolvedSamplingParams, vocabSize: number, endId: number | undefined): LogitsProcessor[] {
+  return [
+    repetitionPenalty(params.repetition_penalty),
+    presencePenalty(params.presence_penalty),
+    frequencyPenalty(params.frequency_penalty),
+    badWords(params.bad_words),
+    minLength(params.min_length, params.end_id ?? endId),
+    temperature(params.temperature),
+    topK(params.runtime_top_k, vocabSize),
+    topP(params.runtime_top_p, params.top_p_decay < 1),
+  ].filter((p): p is LogitsProcessor => p !== undefined);
+}
+
+/** Runs the processors over one row of logits. */
+export function processLogits(processors: readonly LogitsProcessor[], logits: Float32Array, state: SequenceState): Float32Array {
+  return processors.reduce((current, processor) => processor(current, state), logits);
+}

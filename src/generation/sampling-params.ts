@@ -1,0 +1,100 @@
+/**
+ * Per-request decoding parameters: FasterTransformer's decoding inputs under their FT names, validated
+ * in one place. Every field is optional; `validateSamplingParams` fills defaults and throws a
+ * CHORUS_INVALID_ARGUMENT naming the field and its allowed range for a bad value.
+ */
+import { invalidArgument } from '../errors.ts';
+
+/** What a request may set. */
+export interface SamplingParams {
+  /** Tokens to generate at most (FT's request_output_len). Default: 16. */
+  request_output_len?: number;
+  /** Keep the k most likely tokens; 0 disables. Default: 0. */
+  runtime_top_k?: number;
+  /** Keep the smallest set of most likely tokens whose probability reaches p, in (0, 1]. Default: 1. */
+  runtime_top_p?: number;
+  /** Divides logits; 0 means greedy. Default: 1. */
+  temperature?: number;
+  /** Multiplicative penalty on tokens of the prompt and output, > 0 (1 is none; HF/FT semantics). Default: 1. */
+  repetition_penalty?: number;
+  /** Subtracted once from the logit of every token already generated. Default: 0. */
+  presence_penalty?: number;
+  /** Subtracted from a token's logit once per time it was generated. Default: 0. */
+  frequency_penalty?: number;
+  /** The end id cannot be generated before this many tokens. Default: 0. */
+  min_length?: number;
+  /** Beams; 1 samples or decodes greedily. Default: 1. */
+  beam_width?: number;
+  /** Beam score = log-prob / length^len_penalty. Default: 1. */
+  len_penalty?: number;
+  /** Subtracted per sibling rank in diverse beam search (arXiv 1611.08562), >= 0. Default: 0. */
+  beam_search_diversity_rate?: number;
+  /** Seeds this request's own random stream. Default: 0. */
+  random_seed?: number;
+  /** Return the log-probability of each generated token and their sum. Default: false. */
+  is_return_log_probs?: boolean;
+  /** The id generation stops at. Default: the model's eos. */
+  end_id?: number;
+  /** Factual-nucleus sampling: top_p is multiplied by this after each token, in (0, 1]. Default: 1 (off). */
+  top_p_decay?: number;
+  /** ...but not below this, in (0, 1]. Default: 1e-6. */
+  top_p_min?: number;
+  /** ...and reset to runtime_top_p after generating one of these ids. Default: none. */
+  top_p_reset_ids?: number[];
+  /** Phrases (token id sequences) that must not be generated. Default: none. */
+  bad_words?: number[][];
+  /** Sequences to return (at most beam_width with beam search). Default: 1. */
+  num_return_sequences?: number;
+}
+
+/** Parameters with every default filled in. */
+export type ResolvedSamplingParams = Required<Omit<SamplingParams, 'end_id'>> & { end_id: number | undefined };
+
+/** Checks every field against its range and fills the defaults; `vocabSize` bounds the id fields. */
+export function validateSamplingParams(params: SamplingParams, vocabSize: number): ResolvedSamplingParams {
+  const int = (field: keyof SamplingParams, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number => {
+    const value = params[field] ?? fallback;
+    if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+      throw invalidArgument(field, `an integer in [${min}, ${max === Number.MAX_SAFE_INTEGER ? '2^53' : max}]`, value);
+    }
+    return value;
+  };
+  const num = (field: keyof SamplingParams, fallback: number, ok: (v: number) => boolean, range: string): number => {
+    const value = params[field] ?? fallback;
+    if (typeof value !== 'number' || !Number.isFinite(value) || !ok(value)) throw invalidArgument(field, `a number in ${range}`, value);
+    return value;
+  };
+  const id = (field: string, value: unknown): number => {
+    if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value >= vocabSize) {
+      throw invalidArgument(field, `a token id, an integer in [0, ${vocabSize - 1}]`, value);
+    }
+    return value;
+  };
+  const beamWidth = int('beam_width', 1, 1, 64);
+  const resolved: ResolvedSamplingParams = {
+    request_output_len: int('request_output_len', 16, 1),
+    runtime_top_k: int('runtime_top_k', 0, 0, vocabSize),
+    runtime_top_p: num('runtime_top_p', 1, (v) => v > 0 && v <= 1, '(0, 1]'),
+    temperature: num('temperature', 1, (v) => v >= 0, '[0, inf)'),
+    repetition_penalty: num('repetition_penalty', 1, (v) => v > 0, '(0, inf)'),
+    presence_penalty: num('presence_penalty', 0, () => true, '(-inf, inf)'),
+    frequency_penalty: num('frequency_penalty', 0, () => true, '(-inf, inf)'),
+    min_length: int('min_length', 0, 0),
+    beam_width: beamWidth,
+    len_penalty: num('len_penalty', 1, () => true, '(-inf, inf)'),
+    beam_search_diversity_rate: num('beam_search_diversity_rate', 0, (v) => v >= 0, '[0, inf)'),
+    random_seed: int('random_seed', 0, 0),
+    is_return_log_probs: params.is_return_log_probs ?? false,
+    end_id: params.end_id === undefined ? undefined : id('end_id', params.end_id),
+    top_p_decay: num('top_p_decay', 1, (v) => v > 0 && v <= 1, '(0, 1]'),
+    top_p_min: num('top_p_min', 1e-6, (v) => v > 0 && v <= 1, '(0, 1]'),
+    top_p_reset_ids: (params.top_p_reset_ids ?? []).map((v, i) => id(`top_p_reset_ids[${i}]`, v)),
+    bad_words: (params.bad_words ?? []).map((phrase, i) => {
+      if (!Array.isArray(phrase) || phrase.length === 0) throw invalidArgument(`bad_words[${i}]`, 'a non-empty list of token ids', phrase);
+      return phrase.map((v, j) => id(`bad_words[${i}][${j}]`, v));
+    }),
+    num_return_sequences: int('num_return_sequences', 1, 1, beamWidth),
+  };
+  if (typeof resolved.is_return_log_probs !== 'boolean') throw invalidArgument('is_return_log_probs', 'true or false', params.is_return_log_probs);
+  return resolved;
+}
