@@ -1,0 +1,44 @@
+/** The engine interface the rest of Chorus sees: requests in, streams of token events out. */
+import type { Observable } from 'rxjs';
+import type { SamplingParams } from './sampling-params.ts';
+
+/** One generation request. */
+export interface GenerateRequest {
+  /** The prompt's token ids (with any BOS the tokenizer adds). */
+  inputIds: readonly number[];
+  params?: SamplingParams;
+}
+
+/** Why a sequence stopped. */
+export type FinishReason = 'length' | 'end_id' | 'cancelled';
+
+/** One generated token. The last event of a stream carries `finishReason`. */
+export interface TokenEvent {
+  token: number;
+  /** 0 for the first generated token. */
+  index: number;
+  /** log P(token) under the distribution it was drawn from (with is_return_log_probs). */
+  logProb?: number;
+  /** Sum of the log-probabilities so far (with is_return_log_probs). */
+  cumLogProb?: number;
+  finishReason?: FinishReason;
+}
+
+/** What the engine is doing, for metrics and tests. */
+export interface EngineStats {
+  running: number;
+  waiting: number;
+  /** Cache tokens reserved by running sequences. */
+  reservedTokens: number;
+  /** Columns of the batched cache times its rows: what it holds now, padding included. */
+  cacheTokens: number;
+  steps: number;
+}
+
+/** A generation engine. */
+export interface Engine {
+  /** Starts generating on subscription; unsubscribing cancels the request within one step. */
+  submit(request: GenerateRequest): Observable<TokenEvent>;
+  stats(): EngineStats;
+  close(): Promise<void>;
+}

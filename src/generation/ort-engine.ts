@@ -1,0 +1,217 @@
+/**
+ * The engine over a built decoder-only model on ONNX Runtime, with continuous batching: a step is
+ * schedule() -> runModel() -> applyOutputs(). Newly admitted requests are prefilled together, apart
+ * from decode steps; running ones decode one token per step in one batch whose cache is rebuilt only
+ * when membership changes. Each request keeps its own parameters, processors and seeded random stream,
+ * so its tokens do not depend on what else is batched.
+ */
+import ort from 'onnxruntime-node';
+import { Observable, type Subscriber } from 'rxjs';
+import { DecoderSession, positionsFromMask } from '../runtime/index.ts';
+import { uniformStream } from '../util/random.ts';
+import { gatherRows, mergeCaches, type BatchCache, type CacheData } from './batch-cache.ts';
+import type { Engine, EngineStats, FinishReason, GenerateRequest, TokenEvent } from './engine.ts';
+import { logitsProcessors, nextTopP, processLogits, type LogitsProcessor } from './processors/index.ts';
+import { greedy, sample } from './sampler.ts';
+import { validateSamplingParams, type ResolvedSamplingParams } from './sampling-params.ts';
+import { Scheduler, type Schedulable, type SchedulerLimits } from './scheduler.ts';
+import { sequenceState } from './sequence-state.ts';
+
+/** Options of `OrtEngine.open`. */
+export interface OrtEngineOptions extends Partial<SchedulerLimits> {
+  executionProviders?: string[];
+}
+
+class Sequence implements Schedulable {
+  cancelled = false;
+  finished = false;
+  readonly outputIds: number[] = [];
+  readonly outputCounts = new Map<number, number>();
+  readonly processors: LogitsProcessor[];
+  readonly random: () => number;
+  topP: number;
+  cumLogProb = 0;
+
+  constructor(
+    readonly promptIds: readonly number[],
+    readonly params: ResolvedSamplingParams,
+    readonly endId: number | undefined,
+    vocabSize: number,
+    readonly subscriber: Subscriber<TokenEvent>,
+  ) {
+    this.processors = logitsProcessors(params, vocabSize, endId);
+    this.random = uniformStream(params.random_seed);
+    this.topP = params.runtime_top_p;
+  }
+
+  get reservedTokens(): number {
+    return this.promptIds.length + this.params.request_output_len;
+  }
+
+  /** Chooses, records and emits the next token from this row's raw logits. */
+  advance(logits: Float32Array): void {
+    const state = { promptIds: this.promptIds, outputIds: this.outputIds, outputCounts: this.outputCounts, topP: this.topP };
+    const processed = processLogits(this.processors, logits, state);
+    const choice = this.params.temperature === 0 ? greedy(processed) : sample(processed, this.random());
+    this.outputIds.push(choice.token);
+    this.outputCounts.set(choice.token, (this.outputCounts.get(choice.token) ?? 0) + 1);
+    this.topP = nextTopP(this.topP, choice.token, this.params);
+    this.cumLogProb += choice.logProb;
+    let finishReason: FinishReason | undefined;
+    if (choice.token === this.endId) finishReason = 'end_id';
+    else if (this.outputIds.length >= this.params.request_output_len) finishReason = 'length';
+    const event: TokenEvent = { token: choice.token, index: this.outputIds.length - 1 };
+    if (this.params.is_return_log_probs) Object.assign(event, { logProb: choice.logProb, cumLogProb: this.cumLogProb });
+    if (finishReason) event.finishReason = finishReason;
+    this.finished = finishReason !== undefined;
+    this.subscriber.next(event);
+    if (this.finished) this.subscriber.complete();
+  }
+}
+
+/** Continuous-batching generation over a DecoderSession. */
+export class OrtEngine implements Engine {
+  private readonly scheduler: Scheduler<Sequence>;
+  /** Rows of the batched cache, in order; the same sequences as the scheduler's running ones after a step. */
+  private rows: Sequence[] = [];
+  private cache: BatchCache | undefined;
+  private loop: Promise<void> | undefined;
+  private steps = 0;
+  private closed = false;
+
+  private constructor(
+    private readonly session: DecoderSession,
+    limits: SchedulerLimits,
+    private readonly endId: number | undefined,
+  ) {
+    this.scheduler = new Scheduler(limits);
+  }
+
+  /** Opens a built model directory. */
+  static async open(dir: string, options: OrtEngineOptions = {}): Promise<OrtEngine> {
+    const session = await DecoderSession.open(dir, { executionProviders: options.executionProviders ?? ['cpu'] });
+    const context = Number(session.config.max_position_embeddings ?? session.config.n_positions ?? 2048);
+    const eos = session.config.eos_token_id;
+    const limits: SchedulerLimits = {
+      maxBatchSize: options.maxBatchSize ?? 16,
+      maxQueue: options.maxQueue ?? 1024,
+      contextLength: options.contextLength ?? context,
+      kvTokenBudget: options.kvTokenBudget ?? 16 * context,
+    };
+    return new OrtEngine(session, limits, typeof eos === 'number' ? eos : undefined);
+  }
+
+  submit(request: GenerateRequest): Observable<TokenEvent> {
+    return new Observable<TokenEvent>((subscriber) => {
+      let sequence: Sequence;
+      try {
+        if (this.closed) throw new Error('the engine is closed');
+        const params = validateSamplingParams(request.params ?? {}, this.session.vocabSize);
+        if (request.inputIds.length === 0) throw new Error('inputIds must hold at least one token');
+        sequence = new Sequence([...request.inputIds], params, params.end_id ?? this.endId, this.session.vocabSize, subscriber);
+        this.scheduler.enqueue(sequence);
+      } catch (error) {
+        subscriber.error(error);
+        return undefined;
+      }
+      this.loop ??= this.run().finally(() => {
+        this.loop = undefined;
+      });
+      return () => {
+        if (!sequence.finished) sequence.cancelled = true;
+      };
+    });
+  }
+
+  stats(): EngineStats {
+    return {
+      running: this.scheduler.running.length,
+      waiting: this.scheduler.waiting.length,
+      reservedTokens: this.scheduler.reserved(),
+      cacheTokens: this.cache === undefined ? 0 : this.cache.length * this.cache.masks.length,
+      steps: this.steps,
+    };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const s of [...this.scheduler.waiting, ...this.scheduler.running]) s.cancelled = true;
+    await this.loop;
+    await this.session.close();
+  }
+
+  private async run(): Promise<void> {
+    while (this.scheduler.running.length + this.scheduler.waiting.length > 0) {
+      const { admitted, left } = this.scheduler.schedule();
+      if (left.length > 0) this.dropRows(left);
+      try {
+        if (admitted.length > 0) await this.prefill(admitted);
+        else if (this.rows.length > 0) await this.decode();
+      } catch (error) {
+        for (const s of [...admitted, ...this.rows]) {
+          s.finished = true;
+          s.subscriber.error(error);
+        }
+        this.rows = [];
+        this.cache = undefined;
+      }
+      this.steps++;
+      // Let submissions and cancellations in between steps.
+      await new Promise<void>((resolve) => setImmediate(resolve));
+    }
+    this.rows = [];
+    this.cache = undefined;
+  }
+
+  /** Rebuilds the batch without the rows that finished or were cancelled. */
+  private dropRows(left: readonly Sequence[]): void {
+    const gone = new Set(left);
+    const keep = this.rows.flatMap((s, i) => (gone.has(s) ? [] : [i]));
+    this.rows = keep.map((i) => this.rows[i]!);
+    this.cache = this.rows.length === 0 || this.cache === undefined ? undefined : gatherRows(this.cache, keep);
+  }
+
+  /** Runs the new prompts as one left-padded batch, emits their first tokens, and joins them to the batch. */
+  private async prefill(admitted: readonly Sequence[]): Promise<void> {
+    const length = Math.max(...admitted.map((s) => s.promptIds.length));
+    const masks = admitted.map((s) => [...Array<number>(length - s.promptIds.length).fill(0), ...Array<number>(s.promptIds.length).fill(1)]);
+    const inputIds = admitted.map((s) => [...Array<number>(length - s.promptIds.length).fill(0), ...s.promptIds]);
+    const out = await this.session.run({ inputIds, attentionMask: masks });
+    const V = this.session.vocabSize;
+    admitted.forEach((s, r) => s.advance(out.logits.subarray((r * length + length - 1) * V, (r * length + length) * V)));
+    const joining: BatchCache = { ...this.toHost(out.cache.tensors), length, masks };
+    this.cache = this.cache === undefined ? joining : mergeCaches(this.cache, joining);
+    this.rows = [...this.rows, ...admitted];
+  }
+
+  /** One token for every running row. */
+  private async decode(): Promise<void> {
+    const cache = this.cache!;
+    const masks = cache.masks.map((mask) => [...mask, 1]);
+    const out = await this.session.run({
+      inputIds: this.rows.map((s) => [s.outputIds[s.outputIds.length - 1]!]),
+      attentionMask: masks,
+      positionIds: masks.map((mask) => [positionsFromMask(mask)[mask.length - 1]!]),
+      cache: { tensors: this.toDevice(cache), length: cache.length },
+    });
+    const V = this.session.vocabSize;
+    this.cache = { ...this.toHost(out.cache.tensors), length: cache.length + 1, masks };
+    this.rows.forEach((s, r) => {
+      if (!s.cancelled) s.advance(out.logits.subarray(r * V, (r + 1) * V));
+    });
+  }
+
+  private toHost(tensors: Record<string, ort.Tensor>): Pick<BatchCache, 'tensors' | 'heads' | 'headDim'> {
+    return {
+      tensors: new Map(Object.entries(tensors).map(([name, tensor]) => [name, tensor.data as CacheData])),
+      heads: this.session.numKvHeads,
+      headDim: this.session.headDim,
+    };
+  }
+
+  private toDevice(cache: BatchCache): Record<string, ort.Tensor> {
+    const dims = [cache.masks.length, cache.heads, cache.length, cache.headDim];
+    const type = this.session.floatType;
+    return Object.fromEntries([...cache.tensors].map(([name, data]) => [name, new ort.Tensor(type, data, dims)]));
+  }
+}

@@ -1,0 +1,160 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { firstValueFrom, lastValueFrom, toArray } from 'rxjs';
+import { OrtEngine, type SamplingParams, type TokenEvent } from '../../src/generation/index.ts';
+import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
+import { DecoderSession } from '../../src/runtime/index.ts';
+import { Llama2cTokenizer } from '../../src/tokenizers/index.ts';
+import { STORIES } from '../helpers/paths.ts';
+
+const root = mkdtempSync(join(tmpdir(), 'chorus-engine-'));
+const models: Record<'stories' | 'gpt2', string> = { stories: join(root, 'stories'), gpt2: join(root, 'gpt2') };
+
+before(() => {
+  buildModel({ source: `${STORIES}/stories260K.bin`, out: models.stories });
+  makeCheckpoint({ arch: 'gpt2', size: 'tiny', seed: 21, out: join(root, 'gpt2-ckpt') });
+  buildModel({ source: join(root, 'gpt2-ckpt'), out: models.gpt2 });
+});
+
+function events(engine: OrtEngine, inputIds: number[], params: SamplingParams): Promise<TokenEvent[]> {
+  return lastValueFrom(engine.submit({ inputIds, params }).pipe(toArray()));
+}
+
+async function ids(engine: OrtEngine, inputIds: number[], params: SamplingParams): Promise<number[]> {
+  return (await events(engine, inputIds, params)).map((e) => e.token);
+}
+
+/** A fixed pseudo-random sequence of requests. */
+function requests(count: number, seed: number, vocab: number): Array<{ prompt: number[]; length: number }> {
+  let state = seed;
+  const next = (n: number): number => {
+    state = (Math.imul(state, 1103515245) + 12345) >>> 0;
+    return (state >>> 8) % n;
+  };
+  return Array.from({ length: count }, () => ({ prompt: [1, ...Array.from({ length: 1 + next(20) }, () => 3 + next(vocab - 3))], length: 1 + next(40) }));
+}
+
+describe('OrtEngine', () => {
+  let stories: OrtEngine;
+  let alone: DecoderSession;
+  before(async () => {
+    stories = await OrtEngine.open(models.stories, { maxBatchSize: 16 });
+    alone = await DecoderSession.open(models.stories);
+  });
+  after(async () => {
+    await stories.close();
+    await alone.close();
+  });
+
+  test('greedy from BOS tells llama2.c\'s documented story', async () => {
+    const out = await ids(stories, [1], { temperature: 0, request_output_len: 60 });
+    assert.deepEqual(out, await alone.greedy([1], 60));
+    const text = Llama2cTokenizer.load(`${STORIES}/tok512.bin`).decode(out);
+    assert.ok(text.startsWith('Once upon a time, there was a little girl named Lily. She loved to play outside in the park.'), text);
+  });
+
+  for (const name of ['stories', 'gpt2'] as const) {
+    test(`${name}: 64 concurrent greedy requests of random lengths produce the ids each produces alone`, async () => {
+      const engine = name === 'stories' ? stories : await OrtEngine.open(models.gpt2, { maxBatchSize: 16 });
+      const session = name === 'stories' ? alone : await DecoderSession.open(models.gpt2);
+      const batch = requests(64, name === 'stories' ? 3 : 4, 500);
+      const together = await Promise.all(batch.map((r) => ids(engine, r.prompt, { temperature: 0, request_output_len: r.length })));
+      for (let i = 0; i < batch.length; i++) assert.deepEqual(together[i], await session.greedy(batch[i]!.prompt, batch[i]!.length), `request ${i}`);
+      assert.equal(engine.stats().running, 0);
+      if (name === 'gpt2') {
+        await engine.close();
+        await session.close();
+      }
+    });
+  }
+
+  test('seeded sampling gives the same tokens alone as interleaved with 40 others in random order', async () => {
+    const seeded = requests(20, 8, 500).map((r, i) => ({ ...r, params: { temperature: 0.9, runtime_top_k: 40, runtime_top_p: 0.95, random_seed: 1000 + i, request_output_len: r.length } }));
+    const aloneOutputs: number[][] = [];
+    for (const r of seeded) aloneOutputs.push(await ids(stories, r.prompt, r.params));
+    const others = requests(40, 9, 500).map((r, i) => ({ ...r, params: { temperature: 1, random_seed: i, request_output_len: r.length } }));
+    const mixed = [...seeded.map((r, i) => ({ r, i })), ...others.map((r) => ({ r, i: -1 }))].sort((a, b) => ((a.r.prompt[1]! * 31 + a.r.length) % 17) - ((b.r.prompt[1]! * 31 + b.r.length) % 17));
+    const results = await Promise.all(mixed.map(({ r }) => ids(stories, r.prompt, r.params)));
+    mixed.forEach(({ i }, k) => {
+      if (i >= 0) assert.deepEqual(results[k], aloneOutputs[i], `seeded request ${i}`);
+    });
+  });
+
+  test('a request submitted while 32 others are mid-generation gets its first token before any of them finishes', async () => {
+    const engine = await OrtEngine.open(models.stories, { maxBatchSize: 64 });
+    const finishedAt: number[] = [];
+    let order = 0;
+    const running = Array.from({ length: 32 }, (_, i) =>
+      lastValueFrom(engine.submit({ inputIds: [1, 3 + i], params: { temperature: 0, request_output_len: 40 } })).then(() => finishedAt.push(order++)),
+    );
+    await waitForStep(engine, 5);
+    assert.ok(engine.stats().running === 32 && finishedAt.length === 0, 'the others are mid-generation');
+    await firstValueFrom(engine.submit({ inputIds: [1, 403], params: { temperature: 0, request_output_len: 40 } }));
+    const firstTokenAt = order++;
+    await Promise.all(running);
+    assert.ok(finishedAt.every((t) => t > firstTokenAt), `first token at ${firstTokenAt}, finishes at ${finishedAt.join(',')}`);
+    await engine.close();
+  });
+
+  test('cancelling 50 of 100 streams mid-way leaves 50 running within one step, and the rest finish as without it', async () => {
+    const engine = await OrtEngine.open(models.stories, { maxBatchSize: 100 });
+    const batch = requests(100, 11, 500).map((r) => ({ ...r, length: 30 }));
+    const expected = await Promise.all(batch.map((r) => ids(engine, r.prompt, { temperature: 0, request_output_len: r.length })));
+    const outputs: number[][] = batch.map(() => []);
+    let cancelled = false;
+    let runningOneStepLater: Promise<number> | undefined;
+    const done: Array<Promise<void>> = [];
+    const subscriptions = batch.map((r, i) => {
+      let resolveDone!: () => void;
+      done.push(new Promise<void>((resolve) => (resolveDone = resolve)));
+      return engine.submit({ inputIds: r.prompt, params: { temperature: 0, request_output_len: r.length } }).subscribe({
+        next: (event) => {
+          outputs[i]!.push(event.token);
+          if (!cancelled && event.index === 9) {
+            cancelled = true;
+            const during = engine.stats().steps; // this step ends at during + 1; the next one drops the cancelled
+            for (let k = 0; k < 100; k += 2) subscriptions[k]!.unsubscribe();
+            runningOneStepLater = waitForStep(engine, during + 2).then(() => engine.stats().running);
+          }
+        },
+        complete: () => resolveDone(),
+      });
+    });
+    for (let k = 0; k < 100; k += 2) done[k] = Promise.resolve();
+    await Promise.all(done);
+    assert.equal(await runningOneStepLater, 50);
+    for (let k = 1; k < 100; k += 2) assert.deepEqual(outputs[k], expected[k], `stream ${k}`);
+    for (let k = 0; k < 100; k += 2) assert.ok(outputs[k]!.length < 30, `stream ${k} stopped early`);
+    await engine.close();
+  });
+
+  test('log-probabilities and their running sum come with each token when asked', async () => {
+    const out = await events(stories, [1], { temperature: 0, request_output_len: 5, is_return_log_probs: true });
+    let sum = 0;
+    for (const event of out) {
+      assert.ok(event.logProb! <= 0);
+      sum += event.logProb!;
+      assert.ok(Math.abs(event.cumLogProb! - sum) < 1e-9);
+    }
+    assert.equal(out.at(-1)!.finishReason, 'length');
+  });
+
+  test('end_id ends a sequence early, with finish reason end_id', async () => {
+    const greedyIds = await ids(stories, [1], { temperature: 0, request_output_len: 10 });
+    const out = await events(stories, [1], { temperature: 0, request_output_len: 10, end_id: greedyIds[3] });
+    assert.deepEqual(out.map((e) => e.token), greedyIds.slice(0, 4));
+    assert.equal(out.at(-1)!.finishReason, 'end_id');
+  });
+
+  test('bad requests fail with typed errors naming the field', async () => {
+    await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1], params: { runtime_top_p: 1.5 } })), { message: 'runtime_top_p must be a number in (0, 1], got 1.5' });
+    await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1], params: { request_output_len: 600 } })), { code: 'CHORUS_CANNOT_FIT' });
+  });
+});
+
+async function waitForStep(engine: OrtEngine, step: number): Promise<void> {
+  while (engine.stats().steps < step) await new Promise((resolve) => setImmediate(resolve));
+}
