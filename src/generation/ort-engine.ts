@@ -15,7 +15,6 @@ import { logitsProcessors, nextTopP, processLogits, type LogitsProcessor } from 
 import { greedy, sample } from './sampler.ts';
 import { validateSamplingParams, type ResolvedSamplingParams } from './sampling-params.ts';
 import { Scheduler, type Schedulable, type SchedulerLimits } from './scheduler.ts';
-import { sequenceState } from './sequence-state.ts';
 
 /** Options of `OrtEngine.open`. */
 export interface OrtEngineOptions extends Partial<SchedulerLimits> {
