@@ -2,6 +2,7 @@
 import { Command, CommanderError } from 'commander';
 import { ChorusError } from '../errors.ts';
 import { registerBuild } from './build.ts';
+import { registerGenerate } from './generate.ts';
 import { registerTokenize } from './tokenize.ts';
 import { registerValidate } from './validate.ts';
 
@@ -14,6 +15,7 @@ export function buildProgram(): Command {
   registerValidate(program);
   registerTokenize(program);
   registerBuild(program);
+  registerGenerate(program);
   return program;
 }
 

@@ -46,7 +46,7 @@ export function registerTokenize(program: Command): void {
 }
 
 /** A repository tokenizer by name, else a file or directory path. */
-async function resolveTokenizer(nameOrPath: string, repositoryDir: string | undefined): Promise<Tokenizer> {
+export async function resolveTokenizer(nameOrPath: string, repositoryDir: string | undefined): Promise<Tokenizer> {
   const root = repositoryDir ?? bundledRepositoryDir();
   const { repository, diagnostics } = loadRepository(root);
   const definition = repository.tokenizers.get(nameOrPath);

@@ -6,6 +6,7 @@
  * so its tokens do not depend on what else is batched.
  */
 import ort from 'onnxruntime-node';
+import { ChorusError } from '../errors.ts';
 import { Observable, type Subscriber } from 'rxjs';
 import { DecoderSession, positionsFromMask } from '../runtime/index.ts';
 import { uniformStream } from '../util/random.ts';
@@ -106,6 +107,7 @@ export class OrtEngine implements Engine {
       try {
         if (this.closed) throw new Error('the engine is closed');
         const params = validateSamplingParams(request.params ?? {}, this.session.vocabSize);
+        refuseBeamSearch(params);
         if (request.inputIds.length === 0) throw new Error('inputIds must hold at least one token');
         sequence = new Sequence([...request.inputIds], params, params.end_id ?? this.endId, this.session.vocabSize, subscriber);
         this.scheduler.enqueue(sequence);
@@ -212,5 +214,20 @@ export class OrtEngine implements Engine {
     const dims = [cache.masks.length, cache.heads, cache.length, cache.headDim];
     const type = this.session.floatType;
     return Object.fromEntries([...cache.tensors].map(([name, data]) => [name, new ort.Tensor(type, data, dims)]));
+  }
+}
+
+/** Beam search is not in this engine yet: its parameters are refused rather than ignored. */
+function refuseBeamSearch(params: ResolvedSamplingParams): void {
+  const beamOnly: Array<[keyof ResolvedSamplingParams, unknown]> = [
+    ['beam_width', 1],
+    ['num_return_sequences', 1],
+    ['len_penalty', 1],
+    ['beam_search_diversity_rate', 0],
+  ];
+  for (const [field, neutral] of beamOnly) {
+    if (params[field] !== neutral) {
+      throw new ChorusError('CHORUS_UNSUPPORTED', `${field} ${String(params[field])} needs beam search, which this engine does not have yet; leave it at ${String(neutral)}`, { param: field });
+    }
   }
 }

@@ -69,3 +69,24 @@ test('--help is there for every command', () => {
     assert.match(help.stdout, /^Usage: chorus/);
   }
 });
+
+test('chorus generate on stories260K.bin (built on the fly) prints the documented story', () => {
+  const out = chorus('generate', '--model', `${STORIES}/stories260K.bin`, '--tokenizer', `${STORIES}/tok512.bin`, '--max-tokens', '60', '--temperature', '0', '');
+  assert.equal(out.status, 0, out.stderr);
+  assert.ok(out.stdout.startsWith('Once upon a time, there was a little girl named Lily. She loved to play outside in the park.'), out.stdout);
+  const ids = chorus('generate', '-m', `${STORIES}/stories260K.bin`, '--max-tokens', '4', '--temperature', '0', '--ids', '');
+  assert.equal(ids.stdout, '403 407 261 378\n');
+  // Streaming prints the same text as it comes; a seed makes sampling repeatable.
+  const args = ['generate', '-m', `${STORIES}/stories260K.bin`, '--max-tokens', '20', '--temperature', '0.8', '--seed', '7'];
+  const streamed = chorus(...args, '--stream', 'Once upon a time');
+  assert.equal(streamed.stdout, chorus(...args, 'Once upon a time').stdout);
+  assert.notEqual(streamed.stdout, chorus(...args.slice(0, -1), '8', 'Once upon a time').stdout);
+});
+
+test('chorus generate refuses what it cannot do, saying why', () => {
+  const beam = chorus('generate', '-m', `${STORIES}/stories260K.bin`, '--beam-width', '4', 'x');
+  assert.equal(beam.status, 1);
+  assert.match(beam.stderr, /beam_width 4 needs beam search/);
+  assert.match(chorus('generate', '-m', `${STORIES}/stories260K.bin`, '--temperature', 'hot', 'x').stderr, /--temperature must be a number, got "hot"/);
+  assert.match(chorus('generate', '-m', '/nonexistent', 'x').stderr, /--model \/nonexistent does not exist/);
+});

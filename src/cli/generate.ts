@@ -1,0 +1,118 @@
+/** `chorus generate`: the engine in process, on a built model or a checkpoint built on the fly. */
+import { createHash } from 'node:crypto';
+import { existsSync, statSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import type { Command } from 'commander';
+import { ChorusError, invalidArgument } from '../errors.ts';
+import { OrtEngine, type SamplingParams } from '../generation/index.ts';
+import { buildModel } from '../modelbuild/index.ts';
+import { cacheDir } from '../repository/index.ts';
+import { openTokenizerPath, StreamDecoder, type Tokenizer } from '../tokenizers/index.ts';
+import { resolveTokenizer } from './tokenize.ts';
+
+interface GenerateOptions {
+  model: string;
+  tokenizer?: string;
+  maxTokens: string;
+  temperature?: string;
+  topK?: string;
+  topP?: string;
+  seed?: string;
+  beamWidth?: string;
+  stream?: boolean;
+  ids?: boolean;
+}
+
+export function registerGenerate(program: Command): void {
+  program
+    .command('generate')
+    .description('generate a continuation of a prompt, in process')
+    .requiredOption('-m, --model <path>', 'a built model directory, a checkpoint directory, or a llama2.c .bin (built on the fly and cached)')
+    .option('-t, --tokenizer <name|path>', 'the tokenizer (default: the one in the model directory)')
+    .option('--max-tokens <n>', 'tokens to generate at most', '64')
+    .option('--temperature <t>', '0 decodes greedily (default: 1)')
+    .option('--top-k <k>', 'keep the k most likely tokens (0: off)')
+    .option('--top-p <p>', 'nucleus sampling threshold, in (0, 1]')
+    .option('--seed <n>', 'the random seed')
+    .option('--beam-width <n>', 'beams (1: sampling or greedy)')
+    .option('--stream', 'print text as it is generated')
+    .option('--ids', 'print token ids instead of text')
+    .argument('<prompt>', 'the prompt text ("" for none)')
+    .action(async (prompt: string, options: GenerateOptions) => {
+      const dir = modelDirectory(options.model);
+      const tokenizer = options.tokenizer !== undefined ? await resolveTokenizer(options.tokenizer, undefined) : await openTokenizerPath(dir);
+      const params = samplingParams(options);
+      const inputIds = tokenizer.encode(prompt);
+      const engine = await OrtEngine.open(dir);
+      try {
+        await printGeneration(engine, tokenizer, inputIds, params, options);
+      } finally {
+        await engine.close();
+      }
+    });
+}
+
+function samplingParams(options: GenerateOptions): SamplingParams {
+  const number = (flag: string, value: string | undefined): number | undefined => {
+    if (value === undefined) return undefined;
+    const parsed = Number(value);
+    if (value.trim() === '' || !Number.isFinite(parsed)) throw invalidArgument(flag, 'a number', value);
+    return parsed;
+  };
+  const params: SamplingParams = { request_output_len: number('--max-tokens', options.maxTokens) };
+  const optional: Array<[keyof SamplingParams, string, string | undefined]> = [
+    ['temperature', '--temperature', options.temperature],
+    ['runtime_top_k', '--top-k', options.topK],
+    ['runtime_top_p', '--top-p', options.topP],
+    ['random_seed', '--seed', options.seed],
+    ['beam_width', '--beam-width', options.beamWidth],
+  ];
+  for (const [field, flag, value] of optional) {
+    const parsed = number(flag, value);
+    if (parsed !== undefined) Object.assign(params, { [field]: parsed });
+  }
+  return params;
+}
+
+async function printGeneration(engine: OrtEngine, tokenizer: Tokenizer, inputIds: number[], params: SamplingParams, options: GenerateOptions): Promise<void> {
+  // The prompt is context, so the first generated piece keeps its leading space.
+  const decoder = new StreamDecoder(tokenizer, { skipSpecialTokens: true, context: inputIds });
+  const generated: number[] = [];
+  await new Promise<void>((resolvePromise, reject) => {
+    engine.submit({ inputIds, params }).subscribe({
+      next: (event) => {
+        generated.push(event.token);
+        if (options.stream && !options.ids) process.stdout.write(decoder.push(event.token));
+        if (options.stream && options.ids) process.stdout.write(`${generated.length > 1 ? ' ' : ''}${event.token}`);
+      },
+      error: reject,
+      complete: resolvePromise,
+    });
+  });
+  if (options.stream) {
+    process.stdout.write(`${options.ids ? '' : decoder.flush()}\n`);
+    return;
+  }
+  if (options.ids) process.stdout.write(`${generated.join(' ')}\n`);
+  else {
+    const full = new StreamDecoder(tokenizer, { skipSpecialTokens: true, context: inputIds });
+    process.stdout.write(`${generated.map((id) => full.push(id)).join('')}${full.flush()}\n`);
+  }
+}
+
+/** A built model directory for `path`: itself when built, else a build cached by the source's identity. */
+function modelDirectory(path: string): string {
+  if (!existsSync(path)) throw new ChorusError('CHORUS_FILE_MISSING', `--model ${path} does not exist`, { param: 'model' });
+  if (existsSync(join(path, 'onnx', 'decoder_model_merged.onnx'))) return path;
+  const stat = statSync(path);
+  const key = createHash('sha256').update(`${resolve(path)}:${stat.size}:${stat.mtimeMs}`).digest('hex').slice(0, 16);
+  const out = join(cacheDir(), 'builds', key);
+  if (!existsSync(join(out, 'onnx', 'decoder_model_merged.onnx'))) {
+    process.stderr.write(`building ${path} into ${out}\n`);
+    buildModel({ source: path, out });
+  }
+  if (existsSync(join(out, 'onnx', 'encoder_model.onnx'))) {
+    throw new ChorusError('CHORUS_UNSUPPORTED', `${path} is an encoder-decoder; the engine generates with decoder-only models so far`, { param: 'model' });
+  }
+  return out;
+}
