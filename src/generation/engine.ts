@@ -10,7 +10,7 @@ export interface GenerateRequest {
 }
 
 /** Why a sequence stopped. */
-export type FinishReason = 'length' | 'end_id' | 'cancelled';
+export type FinishReason = 'length' | 'end_id' | 'stop' | 'cancelled';
 
 /** One generated token. The last event of a stream carries `finishReason`. */
 export interface TokenEvent {

@@ -5,3 +5,4 @@ export * from './processors/index.ts';
 export type { Engine, EngineStats, FinishReason, GenerateRequest, TokenEvent } from './engine.ts';
 export { OrtEngine, type OrtEngineOptions } from './ort-engine.ts';
 export { Scheduler, type Schedulable, type SchedulerLimits } from './scheduler.ts';
+export { StopStringMatcher, type StopMatch } from './stop-strings.ts';

@@ -44,6 +44,11 @@ class Sequence implements Schedulable {
     this.topP = params.runtime_top_p;
   }
 
+  private endsWithStopWord(): boolean {
+    const out = this.outputIds;
+    return this.params.stop_words.some((phrase) => phrase.length <= out.length && phrase.every((id, i) => out[out.length - phrase.length + i] === id));
+  }
+
   get reservedTokens(): number {
     return this.promptIds.length + this.params.request_output_len;
   }
@@ -59,6 +64,7 @@ class Sequence implements Schedulable {
     this.cumLogProb += choice.logProb;
     let finishReason: FinishReason | undefined;
     if (choice.token === this.endId) finishReason = 'end_id';
+    else if (this.endsWithStopWord()) finishReason = 'stop';
     else if (this.outputIds.length >= this.params.request_output_len) finishReason = 'length';
     const event: TokenEvent = { token: choice.token, index: this.outputIds.length - 1 };
     if (this.params.is_return_log_probs) Object.assign(event, { logProb: choice.logProb, cumLogProb: this.cumLogProb });

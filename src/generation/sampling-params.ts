@@ -43,6 +43,8 @@ export interface SamplingParams {
   top_p_reset_ids?: number[];
   /** Phrases (token id sequences) that must not be generated. Default: none. */
   bad_words?: number[][];
+  /** Token id sequences that end generation when the output ends with one (finish reason `stop`). Default: none. */
+  stop_words?: number[][];
   /** Sequences to return (at most beam_width with beam search). Default: 1. */
   num_return_sequences?: number;
 }
@@ -70,6 +72,11 @@ export function validateSamplingParams(params: SamplingParams, vocabSize: number
     }
     return value;
   };
+  const phrases = (field: 'bad_words' | 'stop_words'): number[][] =>
+    (params[field] ?? []).map((phrase, i) => {
+      if (!Array.isArray(phrase) || phrase.length === 0) throw invalidArgument(`${field}[${i}]`, 'a non-empty list of token ids', phrase);
+      return phrase.map((v, j) => id(`${field}[${i}][${j}]`, v));
+    });
   const beamWidth = int('beam_width', 1, 1, 64);
   const resolved: ResolvedSamplingParams = {
     request_output_len: int('request_output_len', 16, 1),
@@ -89,10 +96,8 @@ export function validateSamplingParams(params: SamplingParams, vocabSize: number
     top_p_decay: num('top_p_decay', 1, (v) => v > 0 && v <= 1, '(0, 1]'),
     top_p_min: num('top_p_min', 1e-6, (v) => v > 0 && v <= 1, '(0, 1]'),
     top_p_reset_ids: (params.top_p_reset_ids ?? []).map((v, i) => id(`top_p_reset_ids[${i}]`, v)),
-    bad_words: (params.bad_words ?? []).map((phrase, i) => {
-      if (!Array.isArray(phrase) || phrase.length === 0) throw invalidArgument(`bad_words[${i}]`, 'a non-empty list of token ids', phrase);
-      return phrase.map((v, j) => id(`bad_words[${i}][${j}]`, v));
-    }),
+    bad_words: phrases('bad_words'),
+    stop_words: phrases('stop_words'),
     num_return_sequences: int('num_return_sequences', 1, 1, beamWidth),
   };
   if (typeof resolved.is_return_log_probs !== 'boolean') throw invalidArgument('is_return_log_probs', 'true or false', params.is_return_log_probs);

@@ -179,3 +179,12 @@ describe('OrtEngine against transformers', () => {
     });
   }
 });
+
+test('stop_words end a sequence when the output ends with one, with finish reason stop', async () => {
+  const engine = await OrtEngine.open(models.stories);
+  const greedyIds = (await lastValueFrom(engine.submit({ inputIds: [1], params: { temperature: 0, request_output_len: 12 } }).pipe(toArray()))).map((e) => e.token);
+  const out = await lastValueFrom(engine.submit({ inputIds: [1], params: { temperature: 0, request_output_len: 12, stop_words: [[99, 98], greedyIds.slice(4, 6)] } }).pipe(toArray()));
+  assert.deepEqual(out.map((e) => e.token), greedyIds.slice(0, 6));
+  assert.equal(out.at(-1)!.finishReason, 'stop');
+  await engine.close();
+});
