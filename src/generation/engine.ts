@@ -33,6 +33,26 @@ export interface EngineStats {
   /** Columns of the batched cache times its rows: what it holds now, padding included. */
   cacheTokens: number;
   steps: number;
+  /** Steps that prefilled admitted requests, and steps that decoded the running batch. */
+  prefillSteps: number;
+  decodeSteps: number;
+  /** Rows decoded over all decode steps: divided by decodeSteps, the mean batch occupancy. */
+  decodedRows: number;
+  tokensGenerated: number;
+  requestsFinished: number;
+  requestsCancelled: number;
+}
+
+/** One request's timings, reported when it ends (milliseconds). */
+export interface RequestMetrics {
+  /** From submission to admission into the batch. */
+  queueMs: number;
+  /** From submission to the first token. */
+  timeToFirstTokenMs: number;
+  /** Between consecutive tokens. */
+  interTokenMs: number[];
+  tokens: number;
+  finishReason: FinishReason;
 }
 
 /** A generation engine. */

@@ -11,7 +11,7 @@ import { Observable, type Subscriber } from 'rxjs';
 import { DecoderSession, positionsFromMask } from '../runtime/index.ts';
 import { uniformStream } from '../util/random.ts';
 import { gatherRows, mergeCaches, type BatchCache, type CacheData } from './batch-cache.ts';
-import type { Engine, EngineStats, FinishReason, GenerateRequest, TokenEvent } from './engine.ts';
+import type { Engine, EngineStats, FinishReason, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
 import { logitsProcessors, nextTopP, processLogits, type LogitsProcessor } from './processors/index.ts';
 import { greedy, sample } from './sampler.ts';
 import { validateSamplingParams, type ResolvedSamplingParams } from './sampling-params.ts';
@@ -20,6 +20,8 @@ import { Scheduler, type Schedulable, type SchedulerLimits } from './scheduler.t
 /** Options of `OrtEngine.open`. */
 export interface OrtEngineOptions extends Partial<SchedulerLimits> {
   executionProviders?: string[];
+  /** Called once per request when it ends (finished or cancelled), with its timings. */
+  onRequestDone?: (metrics: RequestMetrics) => void;
 }
 
 class Sequence implements Schedulable {
@@ -31,6 +33,11 @@ class Sequence implements Schedulable {
   readonly random: () => number;
   topP: number;
   cumLogProb = 0;
+  readonly submittedAt = performance.now();
+  admittedAt: number | undefined;
+  readonly tokenTimes: number[] = [];
+  finishReason: FinishReason | undefined;
+  reported = false;
 
   constructor(
     readonly promptIds: readonly number[],
@@ -38,10 +45,23 @@ class Sequence implements Schedulable {
     readonly endId: number | undefined,
     vocabSize: number,
     readonly subscriber: Subscriber<TokenEvent>,
+    private readonly onFinish: (s: Sequence) => void,
   ) {
     this.processors = logitsProcessors(params, vocabSize, endId);
     this.random = uniformStream(params.random_seed);
     this.topP = params.runtime_top_p;
+  }
+
+  /** Timings for the metrics hook. */
+  metrics(): RequestMetrics {
+    const first = this.tokenTimes[0];
+    return {
+      queueMs: (this.admittedAt ?? performance.now()) - this.submittedAt,
+      timeToFirstTokenMs: first === undefined ? Number.NaN : first - this.submittedAt,
+      interTokenMs: this.tokenTimes.slice(1).map((t, i) => t - this.tokenTimes[i]!),
+      tokens: this.outputIds.length,
+      finishReason: this.finishReason ?? 'cancelled',
+    };
   }
 
   private endsWithStopWord(): boolean {
@@ -66,10 +86,13 @@ class Sequence implements Schedulable {
     if (choice.token === this.endId) finishReason = 'end_id';
     else if (this.endsWithStopWord()) finishReason = 'stop';
     else if (this.outputIds.length >= this.params.request_output_len) finishReason = 'length';
+    this.tokenTimes.push(performance.now());
+    this.finishReason = finishReason;
     const event: TokenEvent = { token: choice.token, index: this.outputIds.length - 1 };
     if (this.params.is_return_log_probs) Object.assign(event, { logProb: choice.logProb, cumLogProb: this.cumLogProb });
     if (finishReason) event.finishReason = finishReason;
     this.finished = finishReason !== undefined;
+    if (this.finished) this.onFinish(this);
     this.subscriber.next(event);
     if (this.finished) this.subscriber.complete();
   }
@@ -82,13 +105,14 @@ export class OrtEngine implements Engine {
   private rows: Sequence[] = [];
   private cache: BatchCache | undefined;
   private loop: Promise<void> | undefined;
-  private steps = 0;
   private closed = false;
+  private readonly counters = { steps: 0, prefillSteps: 0, decodeSteps: 0, decodedRows: 0, tokensGenerated: 0, requestsFinished: 0, requestsCancelled: 0 };
 
   private constructor(
     private readonly session: DecoderSession,
     limits: SchedulerLimits,
     private readonly endId: number | undefined,
+    private readonly onRequestDone: ((metrics: RequestMetrics) => void) | undefined,
   ) {
     this.scheduler = new Scheduler(limits);
   }
@@ -104,7 +128,7 @@ export class OrtEngine implements Engine {
       contextLength: options.contextLength ?? context,
       kvTokenBudget: options.kvTokenBudget ?? 16 * context,
     };
-    return new OrtEngine(session, limits, typeof eos === 'number' ? eos : undefined);
+    return new OrtEngine(session, limits, typeof eos === 'number' ? eos : undefined, options.onRequestDone);
   }
 
   submit(request: GenerateRequest): Observable<TokenEvent> {
@@ -115,19 +139,30 @@ export class OrtEngine implements Engine {
         const params = validateSamplingParams(request.params ?? {}, this.session.vocabSize);
         refuseBeamSearch(params);
         if (request.inputIds.length === 0) throw new Error('inputIds must hold at least one token');
-        sequence = new Sequence([...request.inputIds], params, params.end_id ?? this.endId, this.session.vocabSize, subscriber);
+        sequence = new Sequence([...request.inputIds], params, params.end_id ?? this.endId, this.session.vocabSize, subscriber, (s) => this.report(s));
         this.scheduler.enqueue(sequence);
       } catch (error) {
         subscriber.error(error);
         return undefined;
       }
-      this.loop ??= this.run().finally(() => {
-        this.loop = undefined;
-      });
+      this.startLoop();
       return () => {
         if (!sequence.finished) sequence.cancelled = true;
       };
     });
+  }
+
+  /**
+   * Starts the step loop unless it runs: a turn later, so requests submitted together are prefilled
+   * together. A request that arrives as the loop ends starts it again.
+   */
+  private startLoop(): void {
+    this.loop ??= new Promise<void>((resolve) => setImmediate(resolve))
+      .then(() => this.run())
+      .finally(() => {
+        this.loop = undefined;
+        if (this.scheduler.waiting.length + this.scheduler.running.length > 0) this.startLoop();
+      });
   }
 
   stats(): EngineStats {
@@ -136,7 +171,7 @@ export class OrtEngine implements Engine {
       waiting: this.scheduler.waiting.length,
       reservedTokens: this.scheduler.reserved(),
       cacheTokens: this.cache === undefined ? 0 : this.cache.length * this.cache.masks.length,
-      steps: this.steps,
+      ...this.counters,
     };
   }
 
@@ -150,6 +185,9 @@ export class OrtEngine implements Engine {
   private async run(): Promise<void> {
     while (this.scheduler.running.length + this.scheduler.waiting.length > 0) {
       const { admitted, left } = this.scheduler.schedule();
+      for (const s of left) this.report(s);
+      const now = performance.now();
+      for (const s of admitted) s.admittedAt = now;
       if (left.length > 0) this.dropRows(left);
       try {
         if (admitted.length > 0) await this.prefill(admitted);
@@ -162,12 +200,22 @@ export class OrtEngine implements Engine {
         this.rows = [];
         this.cache = undefined;
       }
-      this.steps++;
+      this.counters.steps++;
       // Let submissions and cancellations in between steps.
       await new Promise<void>((resolve) => setImmediate(resolve));
     }
     this.rows = [];
     this.cache = undefined;
+  }
+
+  /** Counts a request that ended (finished, failed or cancelled) and hands its timings to the hook, once. */
+  private report(s: Sequence): void {
+    if (s.reported) return;
+    s.reported = true;
+    this.counters.tokensGenerated += s.outputIds.length;
+    if (s.finished) this.counters.requestsFinished++;
+    else this.counters.requestsCancelled++;
+    this.onRequestDone?.(s.metrics());
   }
 
   /** Rebuilds the batch without the rows that finished or were cancelled. */
@@ -184,6 +232,7 @@ export class OrtEngine implements Engine {
     const masks = admitted.map((s) => [...Array<number>(length - s.promptIds.length).fill(0), ...Array<number>(s.promptIds.length).fill(1)]);
     const inputIds = admitted.map((s) => [...Array<number>(length - s.promptIds.length).fill(0), ...s.promptIds]);
     const out = await this.session.run({ inputIds, attentionMask: masks });
+    this.counters.prefillSteps++;
     const V = this.session.vocabSize;
     admitted.forEach((s, r) => s.advance(out.logits.subarray((r * length + length - 1) * V, (r * length + length) * V)));
     const joining: BatchCache = { ...this.toHost(out.cache.tensors), length, masks };
@@ -201,6 +250,8 @@ export class OrtEngine implements Engine {
       positionIds: masks.map((mask) => [positionsFromMask(mask)[mask.length - 1]!]),
       cache: { tensors: this.toDevice(cache), length: cache.length },
     });
+    this.counters.decodeSteps++;
+    this.counters.decodedRows += this.rows.length;
     const V = this.session.vocabSize;
     this.cache = { ...this.toHost(out.cache.tensors), length: cache.length + 1, masks };
     this.rows.forEach((s, r) => {

@@ -51,13 +51,16 @@ export class Scheduler<S extends Schedulable> {
   }
 
   /**
-   * Between steps: drops finished and cancelled sequences, then admits waiting ones in order while the
-   * batch and the cache budget allow. Returns those admitted (to be prefilled) and those that left.
+   * Between steps: drops finished and cancelled sequences (running or waiting), then admits waiting ones
+   * in order while the batch and the cache budget allow. Returns those admitted (to be prefilled) and
+   * those that left.
    */
   schedule(): { admitted: S[]; left: S[] } {
-    const left = this.running.filter((s) => s.finished || s.cancelled);
-    if (left.length > 0) this.running = this.running.filter((s) => !s.finished && !s.cancelled);
-    for (let i = this.waiting.length - 1; i >= 0; i--) if (this.waiting[i]!.cancelled) this.waiting.splice(i, 1);
+    const left = [...this.running.filter((s) => s.finished || s.cancelled), ...this.waiting.filter((s) => s.cancelled)];
+    if (left.length > 0) {
+      this.running = this.running.filter((s) => !s.finished && !s.cancelled);
+      for (let i = this.waiting.length - 1; i >= 0; i--) if (this.waiting[i]!.cancelled) this.waiting.splice(i, 1);
+    }
     const admitted: S[] = [];
     let reserved = this.reserved();
     while (this.waiting.length > 0 && this.running.length + admitted.length < this.limits.maxBatchSize) {

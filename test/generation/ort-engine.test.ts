@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { firstValueFrom, lastValueFrom, toArray } from 'rxjs';
-import { OrtEngine, type SamplingParams, type TokenEvent } from '../../src/generation/index.ts';
+import { OrtEngine, type RequestMetrics, type SamplingParams, type TokenEvent } from '../../src/generation/index.ts';
 import { buildModel, makeCheckpoint, type CheckpointArch } from '../../src/modelbuild/index.ts';
 import { DecoderSession } from '../../src/runtime/index.ts';
 import { Llama2cTokenizer } from '../../src/tokenizers/index.ts';
@@ -186,5 +186,24 @@ test('stop_words end a sequence when the output ends with one, with finish reaso
   const out = await lastValueFrom(engine.submit({ inputIds: [1], params: { temperature: 0, request_output_len: 12, stop_words: [[99, 98], greedyIds.slice(4, 6)] } }).pipe(toArray()));
   assert.deepEqual(out.map((e) => e.token), greedyIds.slice(0, 6));
   assert.equal(out.at(-1)!.finishReason, 'stop');
+  await engine.close();
+});
+
+test('the metrics hook gets each request\'s timings, and stats count tokens, requests and batch occupancy', async () => {
+  const reported: RequestMetrics[] = [];
+  const engine = await OrtEngine.open(models.stories, { maxBatchSize: 8, onRequestDone: (m) => reported.push(m) });
+  const lengths = [5, 9, 13, 17];
+  await Promise.all(lengths.map((n, i) => lastValueFrom(engine.submit({ inputIds: [1, 10 + i], params: { temperature: 0, request_output_len: n } }))));
+  const stats = engine.stats();
+  assert.deepEqual(reported.map((m) => m.tokens).sort((a, b) => a - b), lengths);
+  for (const m of reported) {
+    assert.equal(m.finishReason, 'length');
+    assert.equal(m.interTokenMs.length, m.tokens - 1);
+    assert.ok(m.queueMs >= 0 && m.timeToFirstTokenMs >= m.queueMs);
+  }
+  assert.equal(stats.tokensGenerated, 5 + 9 + 13 + 17);
+  assert.equal(stats.requestsFinished, 4);
+  assert.equal(stats.prefillSteps, 1, 'the four requests were prefilled together');
+  assert.ok(stats.decodedRows / stats.decodeSteps > 2, `mean occupancy ${stats.decodedRows / stats.decodeSteps}`);
   await engine.close();
 });
