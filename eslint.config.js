@@ -12,4 +12,6 @@ export default tseslint.config(
       eqeqeq: ['error', 'always'],
     },
   },
+  // Benchmark scripts print their tables.
+  { files: ['bench/**'], rules: { 'no-console': 'off' } },
 );
