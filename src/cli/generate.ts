@@ -4,7 +4,7 @@ import { existsSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { ChorusError, invalidArgument } from '../errors.ts';
-import { OrtEngine, type SamplingParams } from '../generation/index.ts';
+import { OrtEngine, Seq2SeqEngine, type Engine, type SamplingParams } from '../generation/index.ts';
 import { buildModel } from '../modelbuild/index.ts';
 import { cacheDir } from '../repository/index.ts';
 import { openTokenizerPath, StreamDecoder, type Tokenizer } from '../tokenizers/index.ts';
@@ -43,9 +43,11 @@ export function registerGenerate(program: Command): void {
       const tokenizer = options.tokenizer !== undefined ? await resolveTokenizer(options.tokenizer, undefined) : await openTokenizerPath(dir);
       const params = samplingParams(options);
       const inputIds = tokenizer.encode(prompt);
-      const engine = await OrtEngine.open(dir);
+      const seq2seq = existsSync(join(dir, 'onnx', 'encoder_model.onnx'));
+      const engine: Engine = seq2seq ? await Seq2SeqEngine.open(dir) : await OrtEngine.open(dir);
       try {
-        await printGeneration(engine, tokenizer, inputIds, params, options);
+        // A decoder-only model continues the prompt, which is context for the text's first piece.
+        await printGeneration(engine, tokenizer, inputIds, params, options, seq2seq ? [] : inputIds);
       } finally {
         await engine.close();
       }
@@ -74,9 +76,8 @@ function samplingParams(options: GenerateOptions): SamplingParams {
   return params;
 }
 
-async function printGeneration(engine: OrtEngine, tokenizer: Tokenizer, inputIds: number[], params: SamplingParams, options: GenerateOptions): Promise<void> {
-  // The prompt is context, so the first generated piece keeps its leading space.
-  const decoder = new StreamDecoder(tokenizer, { skipSpecialTokens: true, context: inputIds });
+async function printGeneration(engine: Engine, tokenizer: Tokenizer, inputIds: number[], params: SamplingParams, options: GenerateOptions, context: number[]): Promise<void> {
+  const decoder = new StreamDecoder(tokenizer, { skipSpecialTokens: true, context });
   const generated: number[] = [];
   await new Promise<void>((resolvePromise, reject) => {
     engine.submit({ inputIds, params }).subscribe({
@@ -95,7 +96,7 @@ async function printGeneration(engine: OrtEngine, tokenizer: Tokenizer, inputIds
   }
   if (options.ids) process.stdout.write(`${generated.join(' ')}\n`);
   else {
-    const full = new StreamDecoder(tokenizer, { skipSpecialTokens: true, context: inputIds });
+    const full = new StreamDecoder(tokenizer, { skipSpecialTokens: true, context });
     process.stdout.write(`${generated.map((id) => full.push(id)).join('')}${full.flush()}\n`);
   }
 }
@@ -104,15 +105,13 @@ async function printGeneration(engine: OrtEngine, tokenizer: Tokenizer, inputIds
 function modelDirectory(path: string): string {
   if (!existsSync(path)) throw new ChorusError('CHORUS_FILE_MISSING', `--model ${path} does not exist`, { param: 'model' });
   if (existsSync(join(path, 'onnx', 'decoder_model_merged.onnx'))) return path;
+  if (existsSync(join(path, 'onnx', 'encoder_model.onnx'))) throw new ChorusError('CHORUS_UNSUPPORTED', `${path} holds an encoder alone (built with task encode): nothing to generate with`, { param: 'model' });
   const stat = statSync(path);
   const key = createHash('sha256').update(`${resolve(path)}:${stat.size}:${stat.mtimeMs}`).digest('hex').slice(0, 16);
   const out = join(cacheDir(), 'builds', key);
   if (!existsSync(join(out, 'onnx', 'decoder_model_merged.onnx'))) {
     process.stderr.write(`building ${path} into ${out}\n`);
     buildModel({ source: path, out });
-  }
-  if (existsSync(join(out, 'onnx', 'encoder_model.onnx'))) {
-    throw new ChorusError('CHORUS_UNSUPPORTED', `${path} is an encoder-decoder; the engine generates with decoder-only models so far`, { param: 'model' });
   }
   return out;
 }

@@ -11,7 +11,7 @@ import { Observable } from 'rxjs';
 import { DecoderSession, positionsFromMask } from '../runtime/index.ts';
 import { gatherRows, mergeCaches, type BatchCache, type CacheData } from './batch-cache.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
-import { validateSamplingParams, type ResolvedSamplingParams } from './sampling-params.ts';
+import { validateInputIds, validateSamplingParams, type ResolvedSamplingParams } from './sampling-params.ts';
 import { Scheduler, type SchedulerLimits } from './scheduler.ts';
 import { Sequence } from './sequence.ts';
 
@@ -60,9 +60,9 @@ export class OrtEngine implements Engine {
       let sequence: Sequence;
       try {
         if (this.closed) throw new Error('the engine is closed');
+        validateInputIds(request.inputIds, this.session.vocabSize);
         const params = validateSamplingParams(request.params ?? {}, this.session.vocabSize);
         refuseBeamSearch(params);
-        if (request.inputIds.length === 0) throw new Error('inputIds must hold at least one token');
         sequence = new Sequence([...request.inputIds], params, params.end_id ?? this.endId, this.session.vocabSize, subscriber, (s) => this.report(s));
         this.scheduler.enqueue(sequence);
       } catch (error) {

@@ -103,3 +103,11 @@ export function validateSamplingParams(params: SamplingParams, vocabSize: number
   if (typeof resolved.is_return_log_probs !== 'boolean') throw invalidArgument('is_return_log_probs', 'true or false', params.is_return_log_probs);
   return resolved;
 }
+
+/** Throws unless every prompt id is a token id of the model: `inputIds[i] must be a token id...`. */
+export function validateInputIds(inputIds: readonly number[], vocabSize: number): void {
+  if (inputIds.length === 0) throw invalidArgument('inputIds', 'at least one token id', inputIds);
+  inputIds.forEach((id, i) => {
+    if (!Number.isInteger(id) || id < 0 || id >= vocabSize) throw invalidArgument(`inputIds[${i}]`, `a token id, an integer in [0, ${vocabSize - 1}]`, id);
+  });
+}

@@ -4,6 +4,9 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { buildModel } from '../../src/modelbuild/index.ts';
+import { Seq2SeqSession } from '../../src/runtime/index.ts';
+import { Llama2cTokenizer } from '../../src/tokenizers/index.ts';
 import { ROOT, STORIES, TOKENIZERS } from '../helpers/paths.ts';
 
 const env = { ...process.env, CHORUS_CACHE: mkdtempSync(join(tmpdir(), 'chorus-cache-')) };
@@ -89,4 +92,19 @@ test('chorus generate refuses what it cannot do, saying why', () => {
   assert.match(beam.stderr, /beam_width 4 needs beam search/);
   assert.match(chorus('generate', '-m', `${STORIES}/stories260K.bin`, '--temperature', 'hot', 'x').stderr, /--temperature must be a number, got "hot"/);
   assert.match(chorus('generate', '-m', '/nonexistent', 'x').stderr, /--model \/nonexistent does not exist/);
+});
+
+test('chorus generate runs an encoder-decoder checkpoint: its ids are the greedy step loop\'s', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'chorus-cli-s2s-'));
+  assert.equal(chorus('make-checkpoint', '--arch', 't5v1_1', '--size', 'tiny', '--seed', '3', '-o', join(dir, 'ckpt')).status, 0);
+  const out = chorus('generate', '-m', join(dir, 'ckpt'), '--tokenizer', `${STORIES}/tok512.bin`, '--max-tokens', '6', '--temperature', '0', '--ids', 'Once upon a time');
+  assert.equal(out.status, 0, out.stderr);
+  buildModel({ source: join(dir, 'ckpt'), out: join(dir, 'onnx') });
+  const session = await Seq2SeqSession.open(join(dir, 'onnx'));
+  const prompt = Llama2cTokenizer.load(`${STORIES}/tok512.bin`).encode('Once upon a time');
+  const expected = await session.greedy(prompt, 6);
+  await session.close();
+  // The engine stops at the model's eos (id 1) if greedy reaches it; the step loop does not stop.
+  const stop = expected.indexOf(1);
+  assert.equal(out.stdout, `${(stop >= 0 ? expected.slice(0, stop + 1) : expected).join(' ')}\n`);
 });

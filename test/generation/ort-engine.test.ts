@@ -153,6 +153,8 @@ describe('OrtEngine', () => {
     await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1], params: { runtime_top_p: 1.5 } })), { message: 'runtime_top_p must be a number in (0, 1], got 1.5' });
     await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1], params: { request_output_len: 600 } })), { code: 'CHORUS_CANNOT_FIT' });
     await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1], params: { beam_width: 4 } })), { code: 'CHORUS_UNSUPPORTED', message: /beam_width 4 needs beam search/ });
+    await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1, 15496] })), { message: 'inputIds[1] must be a token id, an integer in [0, 511], got 15496' });
+    await assert.rejects(firstValueFrom(stories.submit({ inputIds: [] })), { message: 'inputIds must be at least one token id, got []' });
   });
 });
 

@@ -1,0 +1,128 @@
+/**
+ * The engine over a built encoder-decoder (T5, BART families). Each request runs the encoder once, then
+ * decodes step by step through both caches (the cross-attention one computed on the first step and
+ * reused). `decoder_start_token_id` starts the decoder and `forced_bos_token_id`, when the model's
+ * generation config has one, is the first generated token, as transformers' generate does.
+ *
+ * Requests are not batched together yet (the merged decoder has no decoder attention mask, so rows of
+ * different decoder lengths cannot share a step); their steps interleave, one at a time.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Observable } from 'rxjs';
+import { ChorusError } from '../errors.ts';
+import { Seq2SeqSession, type Seq2SeqOutput } from '../runtime/index.ts';
+import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
+import { refuseBeamSearch } from './ort-engine.ts';
+import { validateInputIds, validateSamplingParams } from './sampling-params.ts';
+import { Sequence } from './sequence.ts';
+
+/** Options of `Seq2SeqEngine.open`. */
+export interface Seq2SeqEngineOptions {
+  executionProviders?: string[];
+  /** Called once per request when it ends. */
+  onRequestDone?: (metrics: RequestMetrics) => void;
+}
+
+export class Seq2SeqEngine implements Engine {
+  private readonly active = new Set<Sequence>();
+  private readonly counters = { steps: 0, prefillSteps: 0, decodeSteps: 0, decodedRows: 0, tokensGenerated: 0, requestsFinished: 0, requestsCancelled: 0 };
+  private closed = false;
+
+  private constructor(
+    private readonly session: Seq2SeqSession,
+    private readonly decoderStart: number,
+    private readonly forcedBos: number | undefined,
+    private readonly endId: number | undefined,
+    private readonly onRequestDone: ((metrics: RequestMetrics) => void) | undefined,
+  ) {}
+
+  /** Opens a built encoder-decoder directory. */
+  static async open(dir: string, options: Seq2SeqEngineOptions = {}): Promise<Seq2SeqEngine> {
+    const session = await Seq2SeqSession.open(dir, { executionProviders: options.executionProviders ?? ['cpu'] });
+    if (session.vocabSize === 0) throw new ChorusError('CHORUS_UNSUPPORTED', `${dir} was built with task encode: it has no decoder to generate with`);
+    const generationFile = join(dir, 'generation_config.json');
+    const generation = existsSync(generationFile) ? (JSON.parse(readFileSync(generationFile, 'utf8')) as Record<string, unknown>) : {};
+    const pick = (key: string): number | undefined => {
+      const value = generation[key] ?? session.config[key];
+      return typeof value === 'number' ? value : undefined;
+    };
+    return new Seq2SeqEngine(session, pick('decoder_start_token_id') ?? 0, pick('forced_bos_token_id'), pick('eos_token_id'), options.onRequestDone);
+  }
+
+  submit(request: GenerateRequest): Observable<TokenEvent> {
+    return new Observable<TokenEvent>((subscriber) => {
+      let sequence: Sequence;
+      try {
+        if (this.closed) throw new Error('the engine is closed');
+        validateInputIds(request.inputIds, this.session.vocabSize);
+        const params = validateSamplingParams(request.params ?? {}, this.session.vocabSize);
+        refuseBeamSearch(params);
+        sequence = new Sequence([...request.inputIds], params, params.end_id ?? this.endId, this.session.vocabSize, subscriber, (s) => this.report(s));
+      } catch (error) {
+        subscriber.error(error);
+        return undefined;
+      }
+      this.active.add(sequence);
+      void this.generate(sequence).catch((error: unknown) => {
+        sequence.finished = true;
+        subscriber.error(error);
+      });
+      return () => {
+        if (!sequence.finished) sequence.cancelled = true;
+      };
+    });
+  }
+
+  stats(): EngineStats {
+    return { running: this.active.size, waiting: 0, reservedTokens: 0, cacheTokens: 0, ...this.counters };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const s of this.active) s.cancelled = true;
+    while (this.active.size > 0) await new Promise((resolve) => setImmediate(resolve));
+    await this.session.close();
+  }
+
+  private async generate(sequence: Sequence): Promise<void> {
+    try {
+      await new Promise((resolve) => setImmediate(resolve));
+      const encoded = await this.session.encode([sequence.promptIds]);
+      this.counters.prefillSteps++;
+      let out: Seq2SeqOutput = await this.session.step(encoded, [[this.decoderStart]]);
+      for (;;) {
+        if (sequence.cancelled) return;
+        const logits = out.logits.subarray(0, this.session.vocabSize);
+        sequence.advance(sequence.outputIds.length === 0 && this.forcedBos !== undefined ? forceToken(logits.length, this.forcedBos) : logits);
+        this.counters.steps++;
+        if (sequence.finished) return;
+        // Let other requests' steps, and cancellations, in.
+        await new Promise((resolve) => setImmediate(resolve));
+        if (sequence.cancelled) return;
+        out = await this.session.step(encoded, [[sequence.outputIds.at(-1)!]], out.cache);
+        this.counters.decodeSteps++;
+        this.counters.decodedRows++;
+      }
+    } finally {
+      this.active.delete(sequence);
+      this.report(sequence);
+    }
+  }
+
+  private report(s: Sequence): void {
+    if (s.reported) return;
+    s.reported = true;
+    this.counters.tokensGenerated += s.outputIds.length;
+    if (s.finished) this.counters.requestsFinished++;
+    else this.counters.requestsCancelled++;
+    this.onRequestDone?.(s.metrics());
+  }
+}
+
+/** Logits that only allow `token` (transformers' forced BOS): its log-probability is 0. */
+function forceToken(vocabSize: number, token: number): Float32Array {
+  const logits = new Float32Array(vocabSize).fill(-Infinity);
+  logits[token] = 0;
+  return logits;
+}

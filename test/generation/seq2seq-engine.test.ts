@@ -1,0 +1,83 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { lastValueFrom, toArray } from 'rxjs';
+import { Seq2SeqEngine, type SamplingParams } from '../../src/generation/index.ts';
+import { buildModel, makeCheckpoint, type CheckpointArch } from '../../src/modelbuild/index.ts';
+import { argmax, Seq2SeqSession } from '../../src/runtime/index.ts';
+import { ROOT } from '../helpers/paths.ts';
+
+const root = mkdtempSync(join(tmpdir(), 'chorus-s2s-engine-'));
+
+interface Golden {
+  arch: CheckpointArch;
+  seed: number;
+  prompts: number[][];
+  greedy: number[][];
+}
+
+function built(name: string, arch: CheckpointArch, seed: number): string {
+  const checkpoint = join(root, name);
+  makeCheckpoint({ arch, size: 'tiny', seed, out: checkpoint });
+  buildModel({ source: checkpoint, out: `${checkpoint}-onnx` });
+  return `${checkpoint}-onnx`;
+}
+
+async function ids(engine: Seq2SeqEngine, inputIds: number[], params: SamplingParams): Promise<number[]> {
+  return (await lastValueFrom(engine.submit({ inputIds, params }).pipe(toArray()))).map((e) => e.token);
+}
+
+for (const name of ['t5-tiny', 't5v1_1-tiny', 'ul2-tiny', 'mbart-tiny']) {
+  test(`${name}: greedy generation through the engine equals transformers' greedy ids (golden fixture)`, async () => {
+    const golden = JSON.parse(readFileSync(join(ROOT, 'test/fixtures/golden', `${name}.json`), 'utf8')) as Golden;
+    const engine = await Seq2SeqEngine.open(built(name, golden.arch, golden.seed));
+    const used = new Set(golden.greedy.flat());
+    let endId = 0;
+    while (used.has(endId)) endId++;
+    const outputs = await Promise.all(golden.prompts.map((prompt, i) => ids(engine, prompt, { temperature: 0, request_output_len: golden.greedy[i]!.length, end_id: endId })));
+    await engine.close();
+    assert.deepEqual(outputs, golden.greedy);
+  });
+}
+
+test('BART: the forced BOS of its generation config is the first token, and decoding continues from it', async () => {
+  const dir = built('bart', 'bart', 16);
+  const engine = await Seq2SeqEngine.open(dir);
+  const prompt = [0, 17, 99, 200, 3, 2];
+  const events = await lastValueFrom(engine.submit({ inputIds: prompt, params: { temperature: 0, request_output_len: 6, end_id: 511, is_return_log_probs: true } }).pipe(toArray()));
+  await engine.close();
+  assert.equal(events[0]!.token, 0);
+  assert.equal(events[0]!.logProb, 0);
+  // The rest is the greedy continuation of [decoder start, BOS], computed without the engine.
+  const session = await Seq2SeqSession.open(dir);
+  const encoded = await session.encode([prompt]);
+  let out = await session.step(encoded, [[2, 0]]);
+  const expected = [0];
+  for (let i = 1; i < 6; i++) {
+    const next = argmax(out.logits, (out.dims[1] - 1) * session.vocabSize, session.vocabSize);
+    expected.push(next);
+    out = await session.step(encoded, [[next]], out.cache);
+  }
+  await session.close();
+  assert.deepEqual(events.map((e) => e.token), expected);
+});
+
+test('concurrent requests interleave and each gets what it gets alone; cancelling one stops it', async () => {
+  const engine = await Seq2SeqEngine.open(built('t5-concurrent', 't5v1_1', 3));
+  const prompts = Array.from({ length: 8 }, (_, i) => [5 + i, 17, 99, 200 - i, 1]);
+  const params = { temperature: 0, request_output_len: 12, end_id: 511 };
+  const alone: number[][] = [];
+  for (const p of prompts) alone.push(await ids(engine, p, params));
+  assert.deepEqual(await Promise.all(prompts.map((p) => ids(engine, p, params))), alone);
+  const received: number[] = [];
+  const subscription = engine.submit({ inputIds: prompts[0]!, params: { ...params, request_output_len: 200 } }).subscribe((e) => {
+    received.push(e.token);
+    if (received.length === 3) subscription.unsubscribe();
+  });
+  while (engine.stats().running > 0) await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(received.length, 3);
+  assert.equal(engine.stats().requestsCancelled, 1);
+  await engine.close();
+});
