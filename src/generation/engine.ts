@@ -1,5 +1,6 @@
 /** The engine interface the rest of Chorus sees: requests in, streams of token events out. */
 import type { Observable } from 'rxjs';
+import type { RequestCounters } from './request-ledger.ts';
 import type { SamplingParams } from './sampling-params.ts';
 
 /** One generation request. */
@@ -25,22 +26,13 @@ export interface TokenEvent {
 }
 
 /** What the engine is doing, for metrics and tests. */
-export interface EngineStats {
+export interface EngineStats extends RequestCounters {
   running: number;
   waiting: number;
   /** Cache tokens reserved by running sequences. */
   reservedTokens: number;
   /** Columns of the batched cache times its rows: what it holds now, padding included. */
   cacheTokens: number;
-  steps: number;
-  /** Steps that prefilled admitted requests, and steps that decoded the running batch. */
-  prefillSteps: number;
-  decodeSteps: number;
-  /** Rows decoded over all decode steps: divided by decodeSteps, the mean batch occupancy. */
-  decodedRows: number;
-  tokensGenerated: number;
-  requestsFinished: number;
-  requestsCancelled: number;
 }
 
 /** One request's timings, reported when it ends (milliseconds). */

@@ -6,14 +6,13 @@
  * so its tokens do not depend on what else is batched.
  */
 import ort from 'onnxruntime-node';
-import { ChorusError } from '../errors.ts';
 import { Observable } from 'rxjs';
 import { DecoderSession, positionsFromMask } from '../runtime/index.ts';
 import { gatherRows, mergeCaches, type BatchCache, type CacheData } from './batch-cache.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
-import { validateInputIds, validateSamplingParams, type ResolvedSamplingParams } from './sampling-params.ts';
+import { RequestLedger } from './request-ledger.ts';
 import { Scheduler, type SchedulerLimits } from './scheduler.ts';
-import { Sequence } from './sequence.ts';
+import type { Sequence } from './sequence.ts';
 
 /** Options of `OrtEngine.open`. */
 export interface OrtEngineOptions extends Partial<SchedulerLimits> {
@@ -30,15 +29,16 @@ export class OrtEngine implements Engine {
   private cache: BatchCache | undefined;
   private loop: Promise<void> | undefined;
   private closed = false;
-  private readonly counters = { steps: 0, prefillSteps: 0, decodeSteps: 0, decodedRows: 0, tokensGenerated: 0, requestsFinished: 0, requestsCancelled: 0 };
+  private readonly ledger: RequestLedger;
 
   private constructor(
     private readonly session: DecoderSession,
     limits: SchedulerLimits,
     private readonly endId: number | undefined,
-    private readonly onRequestDone: ((metrics: RequestMetrics) => void) | undefined,
+    onRequestDone: ((metrics: RequestMetrics) => void) | undefined,
   ) {
     this.scheduler = new Scheduler(limits);
+    this.ledger = new RequestLedger(onRequestDone);
   }
 
   /** Opens a built model directory. */
@@ -60,10 +60,7 @@ export class OrtEngine implements Engine {
       let sequence: Sequence;
       try {
         if (this.closed) throw new Error('the engine is closed');
-        validateInputIds(request.inputIds, this.session.vocabSize);
-        const params = validateSamplingParams(request.params ?? {}, this.session.vocabSize);
-        refuseBeamSearch(params);
-        sequence = new Sequence([...request.inputIds], params, params.end_id ?? this.endId, this.session.vocabSize, subscriber, (s) => this.report(s));
+        sequence = this.ledger.open(request, subscriber, { vocabSize: this.session.vocabSize, endId: this.endId });
         this.scheduler.enqueue(sequence);
       } catch (error) {
         subscriber.error(error);
@@ -95,7 +92,7 @@ export class OrtEngine implements Engine {
       waiting: this.scheduler.waiting.length,
       reservedTokens: this.scheduler.reserved(),
       cacheTokens: this.cache === undefined ? 0 : this.cache.length * this.cache.masks.length,
-      ...this.counters,
+      ...this.ledger.counters,
     };
   }
 
@@ -109,7 +106,7 @@ export class OrtEngine implements Engine {
   private async run(): Promise<void> {
     while (this.scheduler.running.length + this.scheduler.waiting.length > 0) {
       const { admitted, left } = this.scheduler.schedule();
-      for (const s of left) this.report(s);
+      for (const s of left) this.ledger.report(s);
       const now = performance.now();
       for (const s of admitted) s.admittedAt = now;
       if (left.length > 0) this.dropRows(left);
@@ -124,22 +121,12 @@ export class OrtEngine implements Engine {
         this.rows = [];
         this.cache = undefined;
       }
-      this.counters.steps++;
+      this.ledger.counters.steps++;
       // Let submissions and cancellations in between steps.
       await new Promise<void>((resolve) => setImmediate(resolve));
     }
     this.rows = [];
     this.cache = undefined;
-  }
-
-  /** Counts a request that ended (finished, failed or cancelled) and hands its timings to the hook, once. */
-  private report(s: Sequence): void {
-    if (s.reported) return;
-    s.reported = true;
-    this.counters.tokensGenerated += s.outputIds.length;
-    if (s.finished) this.counters.requestsFinished++;
-    else this.counters.requestsCancelled++;
-    this.onRequestDone?.(s.metrics());
   }
 
   /** Rebuilds the batch without the rows that finished or were cancelled. */
@@ -156,7 +143,7 @@ export class OrtEngine implements Engine {
     const masks = admitted.map((s) => [...Array<number>(length - s.promptIds.length).fill(0), ...Array<number>(s.promptIds.length).fill(1)]);
     const inputIds = admitted.map((s) => [...Array<number>(length - s.promptIds.length).fill(0), ...s.promptIds]);
     const out = await this.session.run({ inputIds, attentionMask: masks });
-    this.counters.prefillSteps++;
+    this.ledger.counters.prefillSteps++;
     const V = this.session.vocabSize;
     admitted.forEach((s, r) => s.advance(out.logits.subarray((r * length + length - 1) * V, (r * length + length) * V)));
     const joining: BatchCache = { ...this.toHost(out.cache.tensors), length, masks };
@@ -174,8 +161,8 @@ export class OrtEngine implements Engine {
       positionIds: masks.map((mask) => [positionsFromMask(mask)[mask.length - 1]!]),
       cache: { tensors: this.toDevice(cache), length: cache.length },
     });
-    this.counters.decodeSteps++;
-    this.counters.decodedRows += this.rows.length;
+    this.ledger.counters.decodeSteps++;
+    this.ledger.counters.decodedRows += this.rows.length;
     const V = this.session.vocabSize;
     this.cache = { ...this.toHost(out.cache.tensors), length: cache.length + 1, masks };
     this.rows.forEach((s, r) => {
@@ -195,20 +182,5 @@ export class OrtEngine implements Engine {
     const dims = [cache.masks.length, cache.heads, cache.length, cache.headDim];
     const type = this.session.floatType;
     return Object.fromEntries([...cache.tensors].map(([name, data]) => [name, new ort.Tensor(type, data, dims)]));
-  }
-}
-
-/** Beam search is not in the engines yet: its parameters are refused rather than ignored. */
-export function refuseBeamSearch(params: ResolvedSamplingParams): void {
-  const beamOnly: Array<[keyof ResolvedSamplingParams, unknown]> = [
-    ['beam_width', 1],
-    ['num_return_sequences', 1],
-    ['len_penalty', 1],
-    ['beam_search_diversity_rate', 0],
-  ];
-  for (const [field, neutral] of beamOnly) {
-    if (params[field] !== neutral) {
-      throw new ChorusError('CHORUS_UNSUPPORTED', `${field} ${String(params[field])} needs beam search, which this engine does not have yet; leave it at ${String(neutral)}`, { param: field });
-    }
   }
 }

@@ -13,9 +13,8 @@ import { Observable } from 'rxjs';
 import { ChorusError } from '../errors.ts';
 import { Seq2SeqSession, type Seq2SeqOutput } from '../runtime/index.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
-import { refuseBeamSearch } from './ort-engine.ts';
-import { validateInputIds, validateSamplingParams } from './sampling-params.ts';
-import { Sequence } from './sequence.ts';
+import { RequestLedger } from './request-ledger.ts';
+import type { Sequence } from './sequence.ts';
 
 /** Options of `Seq2SeqEngine.open`. */
 export interface Seq2SeqEngineOptions {
@@ -26,7 +25,7 @@ export interface Seq2SeqEngineOptions {
 
 export class Seq2SeqEngine implements Engine {
   private readonly active = new Set<Sequence>();
-  private readonly counters = { steps: 0, prefillSteps: 0, decodeSteps: 0, decodedRows: 0, tokensGenerated: 0, requestsFinished: 0, requestsCancelled: 0 };
+  private readonly ledger: RequestLedger;
   private closed = false;
 
   private constructor(
@@ -34,8 +33,10 @@ export class Seq2SeqEngine implements Engine {
     private readonly decoderStart: number,
     private readonly forcedBos: number | undefined,
     private readonly endId: number | undefined,
-    private readonly onRequestDone: ((metrics: RequestMetrics) => void) | undefined,
-  ) {}
+    onRequestDone: ((metrics: RequestMetrics) => void) | undefined,
+  ) {
+    this.ledger = new RequestLedger(onRequestDone);
+  }
 
   /** Opens a built encoder-decoder directory. */
   static async open(dir: string, options: Seq2SeqEngineOptions = {}): Promise<Seq2SeqEngine> {
@@ -55,10 +56,7 @@ export class Seq2SeqEngine implements Engine {
       let sequence: Sequence;
       try {
         if (this.closed) throw new Error('the engine is closed');
-        validateInputIds(request.inputIds, this.session.vocabSize);
-        const params = validateSamplingParams(request.params ?? {}, this.session.vocabSize);
-        refuseBeamSearch(params);
-        sequence = new Sequence([...request.inputIds], params, params.end_id ?? this.endId, this.session.vocabSize, subscriber, (s) => this.report(s));
+        sequence = this.ledger.open(request, subscriber, { vocabSize: this.session.vocabSize, endId: this.endId });
       } catch (error) {
         subscriber.error(error);
         return undefined;
@@ -75,7 +73,7 @@ export class Seq2SeqEngine implements Engine {
   }
 
   stats(): EngineStats {
-    return { running: this.active.size, waiting: 0, reservedTokens: 0, cacheTokens: 0, ...this.counters };
+    return { running: this.active.size, waiting: 0, reservedTokens: 0, cacheTokens: 0, ...this.ledger.counters };
   }
 
   async close(): Promise<void> {
@@ -89,34 +87,25 @@ export class Seq2SeqEngine implements Engine {
     try {
       await new Promise((resolve) => setImmediate(resolve));
       const encoded = await this.session.encode([sequence.promptIds]);
-      this.counters.prefillSteps++;
+      this.ledger.counters.prefillSteps++;
       let out: Seq2SeqOutput = await this.session.step(encoded, [[this.decoderStart]]);
       for (;;) {
         if (sequence.cancelled) return;
         const logits = out.logits.subarray(0, this.session.vocabSize);
         sequence.advance(sequence.outputIds.length === 0 && this.forcedBos !== undefined ? forceToken(logits.length, this.forcedBos) : logits);
-        this.counters.steps++;
+        this.ledger.counters.steps++;
         if (sequence.finished) return;
         // Let other requests' steps, and cancellations, in.
         await new Promise((resolve) => setImmediate(resolve));
         if (sequence.cancelled) return;
         out = await this.session.step(encoded, [[sequence.outputIds.at(-1)!]], out.cache);
-        this.counters.decodeSteps++;
-        this.counters.decodedRows++;
+        this.ledger.counters.decodeSteps++;
+        this.ledger.counters.decodedRows++;
       }
     } finally {
       this.active.delete(sequence);
-      this.report(sequence);
+      this.ledger.report(sequence);
     }
-  }
-
-  private report(s: Sequence): void {
-    if (s.reported) return;
-    s.reported = true;
-    this.counters.tokensGenerated += s.outputIds.length;
-    if (s.finished) this.counters.requestsFinished++;
-    else this.counters.requestsCancelled++;
-    this.onRequestDone?.(s.metrics());
   }
 }
 

@@ -1,14 +1,15 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { firstValueFrom, lastValueFrom, toArray } from 'rxjs';
 import { OrtEngine, type RequestMetrics, type SamplingParams, type TokenEvent } from '../../src/generation/index.ts';
-import { buildModel, makeCheckpoint, type CheckpointArch } from '../../src/modelbuild/index.ts';
+import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
 import { DecoderSession } from '../../src/runtime/index.ts';
 import { Llama2cTokenizer } from '../../src/tokenizers/index.ts';
-import { ROOT, STORIES } from '../helpers/paths.ts';
+import { buildGolden, readGolden, unusedId } from '../helpers/golden.ts';
+import { STORIES } from '../helpers/paths.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'chorus-engine-'));
 const models: Record<'stories' | 'gpt2', string> = { stories: join(root, 'stories'), gpt2: join(root, 'gpt2') };
@@ -165,16 +166,11 @@ async function waitForStep(engine: OrtEngine, step: number): Promise<void> {
 describe('OrtEngine against transformers', () => {
   for (const name of ['gpt2-tiny', 'llama-tiny', 'qwen2-tiny']) {
     test(`${name}: greedy generation through the engine equals transformers' greedy ids (golden fixture)`, async () => {
-      const golden = JSON.parse(readFileSync(join(ROOT, 'test/fixtures/golden', `${name}.json`), 'utf8')) as { arch: CheckpointArch; seed: number; prompts: number[][]; greedy: number[][] };
-      const checkpoint = join(root, name);
-      makeCheckpoint({ arch: golden.arch, size: 'tiny', seed: golden.seed, out: checkpoint });
-      buildModel({ source: checkpoint, out: `${checkpoint}-onnx` });
-      const engine = await OrtEngine.open(`${checkpoint}-onnx`);
+      const golden = readGolden(name);
+      const engine = await OrtEngine.open(buildGolden(golden, root, name));
       // Both prompts at once, so they share batches. transformers' loop did not stop at eos, so the end
       // id is an id that none of the expected outputs contains.
-      const used = new Set(golden.greedy.flat());
-      let endId = 0;
-      while (used.has(endId)) endId++;
+      const endId = unusedId(golden);
       const outputs = await Promise.all(golden.prompts.map((prompt, i) => ids(engine, prompt, { temperature: 0, request_output_len: golden.greedy[i]!.length, end_id: endId })));
       await engine.close();
       assert.deepEqual(outputs, golden.greedy);

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -7,16 +7,9 @@ import { lastValueFrom, toArray } from 'rxjs';
 import { Seq2SeqEngine, type SamplingParams } from '../../src/generation/index.ts';
 import { buildModel, makeCheckpoint, type CheckpointArch } from '../../src/modelbuild/index.ts';
 import { argmax, Seq2SeqSession } from '../../src/runtime/index.ts';
-import { ROOT } from '../helpers/paths.ts';
+import { buildGolden, readGolden, unusedId } from '../helpers/golden.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'chorus-s2s-engine-'));
-
-interface Golden {
-  arch: CheckpointArch;
-  seed: number;
-  prompts: number[][];
-  greedy: number[][];
-}
 
 function built(name: string, arch: CheckpointArch, seed: number): string {
   const checkpoint = join(root, name);
@@ -31,11 +24,9 @@ async function ids(engine: Seq2SeqEngine, inputIds: number[], params: SamplingPa
 
 for (const name of ['t5-tiny', 't5v1_1-tiny', 'ul2-tiny', 'mbart-tiny']) {
   test(`${name}: greedy generation through the engine equals transformers' greedy ids (golden fixture)`, async () => {
-    const golden = JSON.parse(readFileSync(join(ROOT, 'test/fixtures/golden', `${name}.json`), 'utf8')) as Golden;
-    const engine = await Seq2SeqEngine.open(built(name, golden.arch, golden.seed));
-    const used = new Set(golden.greedy.flat());
-    let endId = 0;
-    while (used.has(endId)) endId++;
+    const golden = readGolden(name);
+    const engine = await Seq2SeqEngine.open(buildGolden(golden, root, name));
+    const endId = unusedId(golden);
     const outputs = await Promise.all(golden.prompts.map((prompt, i) => ids(engine, prompt, { temperature: 0, request_output_len: golden.greedy[i]!.length, end_id: endId })));
     await engine.close();
     assert.deepEqual(outputs, golden.greedy);

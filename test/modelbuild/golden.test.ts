@@ -1,32 +1,12 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { buildModel, makeCheckpoint, type CheckpointArch } from '../../src/modelbuild/index.ts';
 import { DecoderSession, Seq2SeqSession } from '../../src/runtime/index.ts';
-import { ROOT } from '../helpers/paths.ts';
-
-/** A golden file written by bench/gpu/parity/hf.py: transformers' outputs for a seeded tiny checkpoint. */
-interface Golden {
-  kind?: 'decoder' | 'seq2seq';
-  arch: CheckpointArch;
-  seed: number;
-  prompts: number[][];
-  forced: number[][];
-  greedy: number[][];
-  /**
-   * Per prompt: the prefill's last position (decoder-only) or the decoder start step (encoder-decoder),
-   * then each teacher-forced step.
-   */
-  logits: number[][];
-}
+import { buildGolden, readGolden, type Golden } from '../helpers/golden.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'chorus-golden-'));
-
-function read(name: string): Golden {
-  return JSON.parse(readFileSync(join(ROOT, 'test/fixtures/golden', `${name}.json`), 'utf8')) as Golden;
-}
 
 /** Compares logit rows in order; returns the largest difference and checks that every row was used. */
 function comparer(golden: Golden, vocabSize: number): { compare: (logits: Float32Array) => void; worst: () => number; done: () => void } {
@@ -45,11 +25,8 @@ function comparer(golden: Golden, vocabSize: number): { compare: (logits: Float3
 
 for (const name of ['t5-tiny', 't5v1_1-tiny', 'ul2-tiny', 'bart-tiny', 'mbart-tiny']) {
   test(`${name}: the built encoder-decoder matches transformers' golden logits (<= 1e-4) and greedy ids`, async () => {
-    const golden = read(name);
-    const checkpoint = join(root, name);
-    makeCheckpoint({ arch: golden.arch, size: 'tiny', seed: golden.seed, out: checkpoint });
-    buildModel({ source: checkpoint, out: `${checkpoint}-onnx` });
-    const session = await Seq2SeqSession.open(`${checkpoint}-onnx`);
+    const golden = readGolden(name);
+    const session = await Seq2SeqSession.open(buildGolden(golden, root, name));
     const V = session.vocabSize;
     const start = Number(session.config.decoder_start_token_id);
     const rows = comparer(golden, V);
@@ -71,11 +48,8 @@ for (const name of ['t5-tiny', 't5v1_1-tiny', 'ul2-tiny', 'bart-tiny', 'mbart-ti
 
 for (const name of ['gpt2-tiny', 'llama-tiny', 'qwen2-tiny']) {
   test(`${name}: the built model matches transformers' golden logits (<= 1e-4) and greedy ids`, async () => {
-    const golden = read(name);
-    const checkpoint = join(root, name);
-    makeCheckpoint({ arch: golden.arch, size: 'tiny', seed: golden.seed, out: checkpoint });
-    buildModel({ source: checkpoint, out: `${checkpoint}-onnx` });
-    const session = await DecoderSession.open(`${checkpoint}-onnx`);
+    const golden = readGolden(name);
+    const session = await DecoderSession.open(buildGolden(golden, root, name));
     const V = session.vocabSize;
     const rows = comparer(golden, V);
     for (let p = 0; p < golden.prompts.length; p++) {

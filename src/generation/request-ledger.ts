@@ -1,0 +1,46 @@
+/**
+ * What both engines do with requests around their own step loops: turn a request into a validated
+ * Sequence, and account for it once when it ends (counters, and the per-request metrics hook).
+ */
+import type { Subscriber } from 'rxjs';
+import type { GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
+import { refuseBeamSearch } from './beam-guard.ts';
+import { validateInputIds, validateSamplingParams } from './sampling-params.ts';
+import { Sequence } from './sequence.ts';
+
+/** Counters every engine reports in its stats. */
+export interface RequestCounters {
+  steps: number;
+  /** Steps that prefilled admitted requests, and steps that decoded the running batch. */
+  prefillSteps: number;
+  decodeSteps: number;
+  /** Rows decoded over all decode steps: divided by decodeSteps, the mean batch occupancy. */
+  decodedRows: number;
+  tokensGenerated: number;
+  requestsFinished: number;
+  requestsCancelled: number;
+}
+
+export class RequestLedger {
+  readonly counters: RequestCounters = { steps: 0, prefillSteps: 0, decodeSteps: 0, decodedRows: 0, tokensGenerated: 0, requestsFinished: 0, requestsCancelled: 0 };
+
+  constructor(private readonly onRequestDone: ((metrics: RequestMetrics) => void) | undefined) {}
+
+  /** A Sequence for `request`, or an error naming the bad field. */
+  open(request: GenerateRequest, subscriber: Subscriber<TokenEvent>, model: { vocabSize: number; endId: number | undefined }): Sequence {
+    validateInputIds(request.inputIds, model.vocabSize);
+    const params = validateSamplingParams(request.params ?? {}, model.vocabSize);
+    refuseBeamSearch(params);
+    return new Sequence([...request.inputIds], params, params.end_id ?? model.endId, model.vocabSize, subscriber, (s) => this.report(s));
+  }
+
+  /** Counts a request that ended (finished, failed or cancelled) and hands its timings to the hook, once. */
+  report(s: Sequence): void {
+    if (s.reported) return;
+    s.reported = true;
+    this.counters.tokensGenerated += s.outputIds.length;
+    if (s.finished) this.counters.requestsFinished++;
+    else this.counters.requestsCancelled++;
+    this.onRequestDone?.(s.metrics());
+  }
+}
