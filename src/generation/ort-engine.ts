@@ -1,9 +1,9 @@
 /**
- * The engine over a built decoder-only model on ONNX Runtime, with continuous batching: a step is
- * schedule() -> runModel() -> applyOutputs(). Newly admitted requests are prefilled together, apart
- * from decode steps; running ones decode one token per step in one batch whose cache is rebuilt only
- * when membership changes. Each request keeps its own parameters, processors and seeded random stream,
- * so its tokens do not depend on what else is batched.
+ * The engine over a built decoder-only model on ONNX Runtime, with continuous batching. Each step first
+ * asks the scheduler who leaves and who joins, then either prefills the newly admitted requests together
+ * (their first tokens come out of it) or decodes one token for every running request in one batch. The
+ * batch's cache is rebuilt only when membership changes. Each request keeps its own parameters,
+ * processors and seeded random stream, so its tokens do not depend on what else is batched.
  */
 import ort from 'onnxruntime-node';
 import { Observable } from 'rxjs';
