@@ -28,7 +28,6 @@ export class OrtEngine implements Engine {
   private rows: Sequence[] = [];
   private cache: BatchCache | undefined;
   private loop: Promise<void> | undefined;
-  private closed = false;
   private readonly ledger: RequestLedger;
 
   private constructor(
@@ -59,7 +58,6 @@ export class OrtEngine implements Engine {
     return new Observable<TokenEvent>((subscriber) => {
       let sequence: Sequence;
       try {
-        if (this.closed) throw new Error('the engine is closed');
         sequence = this.ledger.open(request, subscriber, { vocabSize: this.session.vocabSize, endId: this.endId });
         this.scheduler.enqueue(sequence);
       } catch (error) {
@@ -97,7 +95,7 @@ export class OrtEngine implements Engine {
   }
 
   async close(): Promise<void> {
-    this.closed = true;
+    this.ledger.close();
     for (const s of [...this.scheduler.waiting, ...this.scheduler.running]) s.cancelled = true;
     await this.loop;
     await this.session.close();

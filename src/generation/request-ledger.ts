@@ -3,6 +3,7 @@
  * Sequence, and account for it once when it ends (counters, and the per-request metrics hook).
  */
 import type { Subscriber } from 'rxjs';
+import { ChorusError } from '../errors.ts';
 import type { GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
 import { refuseBeamSearch } from './beam-guard.ts';
 import { validateInputIds, validateSamplingParams } from './sampling-params.ts';
@@ -24,14 +25,22 @@ export interface RequestCounters {
 export class RequestLedger {
   readonly counters: RequestCounters = { steps: 0, prefillSteps: 0, decodeSteps: 0, decodedRows: 0, tokensGenerated: 0, requestsFinished: 0, requestsCancelled: 0 };
 
+  private closed = false;
+
   constructor(private readonly onRequestDone: ((metrics: RequestMetrics) => void) | undefined) {}
 
-  /** A Sequence for `request`, or an error naming the bad field. */
+  /** A Sequence for `request`, or an error naming the bad field (or saying the engine is closed). */
   open(request: GenerateRequest, subscriber: Subscriber<TokenEvent>, model: { vocabSize: number; endId: number | undefined }): Sequence {
+    if (this.closed) throw new ChorusError('CHORUS_CLOSED', 'the engine is closed; it takes no new requests');
     validateInputIds(request.inputIds, model.vocabSize);
     const params = validateSamplingParams(request.params ?? {}, model.vocabSize);
     refuseBeamSearch(params);
     return new Sequence([...request.inputIds], params, params.end_id ?? model.endId, model.vocabSize, subscriber, (s) => this.report(s));
+  }
+
+  /** From now on, `open` refuses requests. */
+  close(): void {
+    this.closed = true;
   }
 
   /** Counts a request that ended (finished, failed or cancelled) and hands its timings to the hook, once. */

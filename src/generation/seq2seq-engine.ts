@@ -26,7 +26,6 @@ export interface Seq2SeqEngineOptions {
 export class Seq2SeqEngine implements Engine {
   private readonly active = new Set<Sequence>();
   private readonly ledger: RequestLedger;
-  private closed = false;
 
   private constructor(
     private readonly session: Seq2SeqSession,
@@ -55,7 +54,6 @@ export class Seq2SeqEngine implements Engine {
     return new Observable<TokenEvent>((subscriber) => {
       let sequence: Sequence;
       try {
-        if (this.closed) throw new Error('the engine is closed');
         sequence = this.ledger.open(request, subscriber, { vocabSize: this.session.vocabSize, endId: this.endId });
       } catch (error) {
         subscriber.error(error);
@@ -77,7 +75,7 @@ export class Seq2SeqEngine implements Engine {
   }
 
   async close(): Promise<void> {
-    this.closed = true;
+    this.ledger.close();
     for (const s of this.active) s.cancelled = true;
     while (this.active.size > 0) await new Promise((resolve) => setImmediate(resolve));
     await this.session.close();

@@ -205,3 +205,9 @@ test('the metrics hook gets each request\'s timings, and stats count tokens, req
   assert.ok(stats.decodedRows / stats.decodeSteps > 2, `mean occupancy ${stats.decodedRows / stats.decodeSteps}`);
   await engine.close();
 });
+
+test('a closed engine refuses new requests with CHORUS_CLOSED', async () => {
+  const engine = await OrtEngine.open(models.stories);
+  await engine.close();
+  await assert.rejects(firstValueFrom(engine.submit({ inputIds: [1] })), { code: 'CHORUS_CLOSED', message: 'the engine is closed; it takes no new requests' });
+});
