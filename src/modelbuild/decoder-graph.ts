@@ -6,11 +6,10 @@
  */
 import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Norm } from './decoder-spec.ts';
 import { float, GraphBuilder } from './graph.ts';
-import { geluTanh, linear, norm, required } from './layers.ts';
+import { additiveMask, FLOAT32_MIN, geluTanh, linear, maskedSoftmax, norm, required } from './layers.ts';
 
 /** ONNX Runtime's contrib operator domain. */
 const MS = 'com.microsoft';
-const FLOAT32_MIN = -3.4028234663852886e38;
 const FLOAT16_MIN = -65504;
 
 /** What every block of one graph shares. */
@@ -104,7 +103,7 @@ function attentionBias(g: GraphBuilder, inputIds: string, attentionMask: string,
     const bias = g.op('Where', [allowed, g.floatConstant([0], []), g.floatConstant([min], [])], {}, { name: 'attention_bias' });
     return g.op('Squeeze', [bias, g.int64([1])]);
   }
-  return g.op('Where', [allowed, g.floatConstant([0], [], 'float32'), g.floatConstant([FLOAT32_MIN], [], 'float32')], {}, { name: 'attention_bias' });
+  return additiveMask(g, allowed, 'attention_bias');
 }
 
 /**
@@ -205,12 +204,7 @@ function attend(
   const k5 = g.op('Unsqueeze', [presentKey, g.int64([2])]);
   const v5 = g.op('Unsqueeze', [presentValue, g.int64([2])]);
   const scores = g.op('MatMul', [q5, g.op('Transpose', [k5], { perm: [0, 1, 2, 4, 3] })]);
-  // Scale, mask and softmax in float32, as transformers does for half-precision models.
-  const half = g.floatType === 'float16';
-  const scores32 = half ? g.op('Cast', [scores], { to: 1 }) : scores;
-  const scaled = g.op('Add', [g.op('Mul', [scores32, g.floatConstant([1 / Math.sqrt(headDim)], [], 'float32')]), c.bias]);
-  const probs32 = g.op('Softmax', [scaled], { axis: -1 });
-  const probs = half ? g.op('Cast', [probs32], { to: 10 }) : probs32;
+  const probs = maskedSoftmax(g, scores, 1 / Math.sqrt(headDim), c.bias);
   const context = g.op('MatMul', [probs, v5]);
   const merged = g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [context, g.int64([0, numHeads, -1, headDim])])], { perm: [0, 2, 1, 3] }), g.int64([0, 0, numHeads * headDim])]);
   return { output: linear(g, w.o, merged, `${name}.o`), presentKey, presentValue };

@@ -3,6 +3,27 @@ import { ChorusError } from '../errors.ts';
 import type { Linear, Norm } from './decoder-spec.ts';
 import { float, type GraphBuilder } from './graph.ts';
 
+/** float32's lowest value: the additive bias of a position that may not be attended. */
+export const FLOAT32_MIN = -3.4028234663852886e38;
+
+/** A float32 additive bias from a boolean tensor: 0 where `allowed`, float32's minimum elsewhere. */
+export function additiveMask(g: GraphBuilder, allowed: string, name?: string): string {
+  return g.op('Where', [allowed, g.floatConstant([0], [], 'float32'), g.floatConstant([FLOAT32_MIN], [], 'float32')], {}, name === undefined ? {} : { name });
+}
+
+/**
+ * Attention probabilities from raw scores: scaled (when `scale` is not 1), plus the float32 `bias`,
+ * softmax over the last axis, all in float32 as transformers does for half-precision models; returned
+ * in the build's float type.
+ */
+export function maskedSoftmax(g: GraphBuilder, scores: string, scale: number, bias: string): string {
+  const half = g.floatType === 'float16';
+  let x = half ? g.op('Cast', [scores], { to: 1 }) : scores;
+  if (scale !== 1) x = g.op('Mul', [x, g.floatConstant([scale], [], 'float32')]);
+  const probs = g.op('Softmax', [g.op('Add', [x, bias])], { axis: -1 });
+  return half ? g.op('Cast', [probs], { to: 10 }) : probs;
+}
+
 /** Which norm, and its epsilon. */
 export interface NormKind {
   norm: 'layernorm' | 'rmsnorm';

@@ -8,13 +8,11 @@
  *   false (the first step) and passed through from the past after, in an If node.
  */
 import { type Dim, GraphBuilder } from './graph.ts';
-import { geluTanh, linear, norm, required } from './layers.ts';
+import { additiveMask, geluTanh, linear, maskedSoftmax, norm, required } from './layers.ts';
 import { relativeBucketTable } from './relative-position.ts';
 import type { AttentionWeights, FeedForwardWeights, Seq2SeqSpec, Seq2SeqWeights, StackWeights } from './seq2seq-spec.ts';
 import type { Norm } from './decoder-spec.ts';
 import type { Tensor } from './tensor.ts';
-
-const FLOAT32_MIN = -3.4028234663852886e38;
 
 /** The encoder graph; with `outputAttentions`, each layer's attention probabilities are outputs too. */
 export function buildEncoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: 'float32' | 'float16', outputAttentions = false): GraphBuilder {
@@ -69,7 +67,7 @@ export function buildSeq2SeqDecoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeig
   const stack = weights.decoder;
   let x = embed(g, spec, weights, stack, inputIds, queryPositions, 'decoder');
   const causal = g.op('LessOrEqual', [g.op('Unsqueeze', [keyPositions, g.int64([0])]), g.op('Unsqueeze', [queryPositions, g.int64([1])])]);
-  let selfBias = g.op('Where', [causal, g.floatConstant([0], [], 'float32'), g.floatConstant([FLOAT32_MIN], [], 'float32')]);
+  let selfBias = additiveMask(g, causal);
   if (spec.positions.kind === 'relative') {
     selfBias = g.op('Add', [relativeBias(g, spec.positions, required(stack.relativeBias, 'decoder relative bias'), queryPositions, keyPositions, false, 'decoder'), selfBias]);
   }
@@ -144,12 +142,8 @@ function heads(g: GraphBuilder, spec: Seq2SeqSpec, x: string): string {
  */
 function attention(g: GraphBuilder, spec: Seq2SeqSpec, w: AttentionWeights, h: string, key: string, value: string, bias: string, name: string): { output: string; probs: string } {
   const q = heads(g, spec, linear(g, w.q, h, `${name}.q`));
-  let scores = g.op('MatMul', [q, g.op('Transpose', [key], { perm: [0, 1, 3, 2] })]);
-  const half = g.floatType === 'float16';
-  if (half) scores = g.op('Cast', [scores], { to: 1 });
-  if (spec.attentionScale !== 1) scores = g.op('Mul', [scores, g.floatConstant([spec.attentionScale], [], 'float32')]);
-  let probs = g.op('Softmax', [g.op('Add', [scores, bias])], { axis: -1 });
-  if (half) probs = g.op('Cast', [probs], { to: 10 });
+  const scores = g.op('MatMul', [q, g.op('Transpose', [key], { perm: [0, 1, 3, 2] })]);
+  const probs = maskedSoftmax(g, scores, spec.attentionScale, bias);
   const context = g.op('MatMul', [probs, value]);
   const merged = g.op('Reshape', [g.op('Transpose', [context], { perm: [0, 2, 1, 3] }), g.int64([0, 0, spec.numHeads * spec.headDim])]);
   return { output: linear(g, w.o, merged, `${name}.o`), probs };
@@ -171,7 +165,7 @@ function feedForward(g: GraphBuilder, spec: Seq2SeqSpec, w: FeedForwardWeights, 
 /** [b, 1, 1, t] float32: 0 for real tokens, float32's minimum for padding. */
 function paddingBias(g: GraphBuilder, mask: string): string {
   const real = g.op('Unsqueeze', [g.op('Cast', [mask], { to: 9 }), g.int64([1, 2])]);
-  return g.op('Where', [real, g.floatConstant([0], [], 'float32'), g.floatConstant([FLOAT32_MIN], [], 'float32')]);
+  return additiveMask(g, real);
 }
 
 /** T5's position bias [1, heads, queries, keys] in float32, from the bucket of key - query position. */
