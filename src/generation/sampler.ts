@@ -2,6 +2,7 @@
  * Choosing the next token from processed logits: the argmax (temperature 0), or a draw from their
  * softmax with the request's own seeded stream, so a seed gives the same tokens whatever else is batched.
  */
+import { argmax } from '../util/argmax.ts';
 
 /** The chosen id and its log-probability under the distribution it was chosen from. */
 export interface Choice {
@@ -21,8 +22,7 @@ function logSumExp(logits: Float32Array): number {
 
 /** The largest logit's id (the first among equals). */
 export function greedy(logits: Float32Array): Choice {
-  let best = 0;
-  for (let i = 1; i < logits.length; i++) if (logits[i]! > logits[best]!) best = i;
+  const best = argmax(logits);
   return { token: best, logProb: logits[best]! - logSumExp(logits) };
 }
 

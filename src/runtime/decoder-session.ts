@@ -6,6 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import ort from 'onnxruntime-node';
 import { ChorusError } from '../errors.ts';
+import { argmax } from '../util/argmax.ts';
 import { fromHalfBits } from '../util/half.ts';
 
 /** The key/value cache of every layer, as the model returned it. */
@@ -127,12 +128,6 @@ export function positionsFromMask(mask: readonly number[]): number[] {
   return mask.map((m) => (m === 0 ? 1 : seen++));
 }
 
-/** Index of the largest of `length` values from `offset` (the first among equals). */
-export function argmax(values: Float32Array, offset: number, length: number): number {
-  let best = 0;
-  for (let i = 1; i < length; i++) if (values[offset + i]! > values[offset + best]!) best = i;
-  return best;
-}
 
 function int64Tensor(rows: readonly (readonly number[])[], dims: number[]): ort.Tensor {
   return new ort.Tensor('int64', BigInt64Array.from(rows.flat(), (v) => BigInt(v)), dims);

@@ -1,2 +1,3 @@
-export { DecoderSession, argmax, positionsFromMask, type KvCache, type DecoderStep, type DecoderOutput } from './decoder-session.ts';
+export { argmax } from '../util/argmax.ts';
+export { DecoderSession, positionsFromMask, type KvCache, type DecoderStep, type DecoderOutput } from './decoder-session.ts';
 export { Seq2SeqSession, type Encoded, type Seq2SeqCache, type Seq2SeqOutput } from './seq2seq-session.ts';
