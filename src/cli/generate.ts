@@ -77,28 +77,24 @@ function samplingParams(options: GenerateOptions): SamplingParams {
 }
 
 async function printGeneration(engine: Engine, tokenizer: Tokenizer, inputIds: number[], params: SamplingParams, options: GenerateOptions, context: number[]): Promise<void> {
+  // One pass over the tokens: ids or text, written as they come with --stream, else all at the end.
   const decoder = new StreamDecoder(tokenizer, { skipSpecialTokens: true, context });
-  const generated: number[] = [];
+  const pieces: string[] = [];
+  const emit = (piece: string): void => {
+    if (options.stream) process.stdout.write(piece);
+    else pieces.push(piece);
+  };
+  let count = 0;
   await new Promise<void>((resolvePromise, reject) => {
     engine.submit({ inputIds, params }).subscribe({
-      next: (event) => {
-        generated.push(event.token);
-        if (options.stream && !options.ids) process.stdout.write(decoder.push(event.token));
-        if (options.stream && options.ids) process.stdout.write(`${generated.length > 1 ? ' ' : ''}${event.token}`);
-      },
+      next: (event) => emit(options.ids ? `${count++ > 0 ? ' ' : ''}${event.token}` : decoder.push(event.token)),
       error: reject,
       complete: resolvePromise,
     });
   });
-  if (options.stream) {
-    process.stdout.write(`${options.ids ? '' : decoder.flush()}\n`);
-    return;
-  }
-  if (options.ids) process.stdout.write(`${generated.join(' ')}\n`);
-  else {
-    const full = new StreamDecoder(tokenizer, { skipSpecialTokens: true, context });
-    process.stdout.write(`${generated.map((id) => full.push(id)).join('')}${full.flush()}\n`);
-  }
+  if (!options.ids) emit(decoder.flush());
+  emit('\n');
+  if (!options.stream) process.stdout.write(pieces.join(''));
 }
 
 /** A built model directory for `path`: itself when built, else a build cached by the source's identity. */
