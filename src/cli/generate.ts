@@ -19,6 +19,8 @@ interface GenerateOptions {
   topP?: string;
   seed?: string;
   beamWidth?: string;
+  numReturn?: string;
+  lenPenalty?: string;
   stream?: boolean;
   ids?: boolean;
 }
@@ -35,6 +37,8 @@ export function registerGenerate(program: Command): void {
     .option('--top-p <p>', 'nucleus sampling threshold, in (0, 1]')
     .option('--seed <n>', 'the random seed')
     .option('--beam-width <n>', 'beams (1: sampling or greedy)')
+    .option('--num-return <n>', 'with beams: the best n sequences, one per line (default: 1)')
+    .option('--len-penalty <x>', 'with beams: scores are log-prob / length^x (default: 1)')
     .option('--stream', 'print text as it is generated')
     .option('--ids', 'print token ids instead of text')
     .argument('<prompt>', 'the prompt text ("" for none)')
@@ -68,6 +72,8 @@ function samplingParams(options: GenerateOptions): SamplingParams {
     ['runtime_top_p', '--top-p', options.topP],
     ['random_seed', '--seed', options.seed],
     ['beam_width', '--beam-width', options.beamWidth],
+    ['num_return_sequences', '--num-return', options.numReturn],
+    ['len_penalty', '--len-penalty', options.lenPenalty],
   ];
   for (const [field, flag, value] of optional) {
     const parsed = number(flag, value);
@@ -78,22 +84,35 @@ function samplingParams(options: GenerateOptions): SamplingParams {
 
 async function printGeneration(engine: Engine, tokenizer: Tokenizer, inputIds: number[], params: SamplingParams, options: GenerateOptions, context: number[]): Promise<void> {
   // One pass over the tokens: ids or text, written as they come with --stream, else all at the end.
-  const decoder = new StreamDecoder(tokenizer, { skipSpecialTokens: true, context });
+  // Beam search's sequences come one after another: each on its own line.
+  let decoder = new StreamDecoder(tokenizer, { skipSpecialTokens: true, context });
   const pieces: string[] = [];
   const emit = (piece: string): void => {
     if (options.stream) process.stdout.write(piece);
     else pieces.push(piece);
   };
   let count = 0;
+  let sequence = 0;
+  const endLine = (): void => {
+    if (!options.ids) emit(decoder.flush());
+    emit('\n');
+  };
   await new Promise<void>((resolvePromise, reject) => {
     engine.submit({ inputIds, params }).subscribe({
-      next: (event) => emit(options.ids ? `${count++ > 0 ? ' ' : ''}${event.token}` : decoder.push(event.token)),
+      next: (event) => {
+        if ((event.sequence ?? 0) !== sequence) {
+          endLine();
+          sequence = event.sequence ?? 0;
+          decoder = new StreamDecoder(tokenizer, { skipSpecialTokens: true, context });
+          count = 0;
+        }
+        emit(options.ids ? `${count++ > 0 ? ' ' : ''}${event.token}` : decoder.push(event.token));
+      },
       error: reject,
       complete: resolvePromise,
     });
   });
-  if (!options.ids) emit(decoder.flush());
-  emit('\n');
+  endLine();
   if (!options.stream) process.stdout.write(pieces.join(''));
 }
 

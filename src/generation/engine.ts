@@ -23,6 +23,13 @@ export interface TokenEvent {
   /** Sum of the log-probabilities so far (with is_return_log_probs). */
   cumLogProb?: number;
   finishReason?: FinishReason;
+  /**
+   * Beam search only: which returned sequence the token belongs to (0 is the best). Beam results come
+   * when the search ends, each sequence's tokens in order.
+   */
+  sequence?: number;
+  /** Beam search only, on a sequence's last event: cumLogProb / length^len_penalty, what beams are ranked by. */
+  score?: number;
 }
 
 /** What the engine is doing, for metrics and tests. */

@@ -2,7 +2,8 @@
  * The engine over a built decoder-only model on ONNX Runtime, with continuous batching. Each step first
  * asks the scheduler who leaves and who joins, then either prefills the newly admitted requests together
  * (their first tokens come out of it) or decodes one token for every running request in one batch. The
- * batch's cache is rebuilt only when membership changes. Each request keeps its own parameters,
+ * batch's cache is rebuilt only when membership changes, or when a beam-search request's beams move
+ * (its rows are then re-gathered from their parents). Each request keeps its own parameters,
  * processors and seeded random stream, so its tokens do not depend on what else is batched.
  */
 import ort from 'onnxruntime-node';
@@ -12,7 +13,7 @@ import { gatherRows, mergeCaches, type BatchCache, type CacheData } from './batc
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
 import { RequestLedger } from './request-ledger.ts';
 import { Scheduler, type SchedulerLimits } from './scheduler.ts';
-import type { Sequence } from './sequence.ts';
+import type { ActiveRequest } from './sequence.ts';
 
 /** Options of `OrtEngine.open`. */
 export interface OrtEngineOptions extends Partial<SchedulerLimits> {
@@ -23,9 +24,9 @@ export interface OrtEngineOptions extends Partial<SchedulerLimits> {
 
 /** Continuous-batching generation over a DecoderSession. */
 export class OrtEngine implements Engine {
-  private readonly scheduler: Scheduler<Sequence>;
-  /** Rows of the batched cache, in order; the same sequences as the scheduler's running ones after a step. */
-  private rows: Sequence[] = [];
+  private readonly scheduler: Scheduler<ActiveRequest>;
+  /** The requests in the batched cache, in row order (each takes `rows` rows); the scheduler's running ones after a step. */
+  private members: ActiveRequest[] = [];
   private cache: BatchCache | undefined;
   private loop: Promise<void> | undefined;
   private readonly ledger: RequestLedger;
@@ -56,7 +57,7 @@ export class OrtEngine implements Engine {
 
   submit(request: GenerateRequest): Observable<TokenEvent> {
     return new Observable<TokenEvent>((subscriber) => {
-      let sequence: Sequence;
+      let sequence: ActiveRequest;
       try {
         sequence = this.ledger.open(request, subscriber, { vocabSize: this.session.vocabSize, endId: this.endId });
         this.scheduler.enqueue(sequence);
@@ -110,43 +111,72 @@ export class OrtEngine implements Engine {
       if (left.length > 0) this.dropRows(left);
       try {
         if (admitted.length > 0) await this.prefill(admitted);
-        else if (this.rows.length > 0) await this.decode();
+        else if (this.members.length > 0) await this.decode();
       } catch (error) {
-        for (const s of [...admitted, ...this.rows]) {
+        for (const s of [...admitted, ...this.members]) {
           s.finished = true;
           s.subscriber.error(error);
         }
-        this.rows = [];
+        this.members = [];
         this.cache = undefined;
       }
       this.ledger.counters.steps++;
       // Let submissions and cancellations in between steps.
       await new Promise<void>((resolve) => setImmediate(resolve));
     }
-    this.rows = [];
+    this.members = [];
     this.cache = undefined;
   }
 
-  /** Rebuilds the batch without the rows that finished or were cancelled. */
-  private dropRows(left: readonly Sequence[]): void {
+  /** Rebuilds the batch without the rows of requests that finished or were cancelled. */
+  private dropRows(left: readonly ActiveRequest[]): void {
     const gone = new Set(left);
-    const keep = this.rows.flatMap((s, i) => (gone.has(s) ? [] : [i]));
-    this.rows = keep.map((i) => this.rows[i]!);
-    this.cache = this.rows.length === 0 || this.cache === undefined ? undefined : gatherRows(this.cache, keep);
+    const keep: number[] = [];
+    let row = 0;
+    for (const s of this.members) {
+      if (!gone.has(s)) for (let r = 0; r < s.rows; r++) keep.push(row + r);
+      row += s.rows;
+    }
+    this.members = this.members.filter((s) => !gone.has(s));
+    this.cache = this.members.length === 0 || this.cache === undefined ? undefined : gatherRows(this.cache, keep);
+  }
+
+  /**
+   * Steps every member over its rows (`rowLogits(r)` for batch row r) and returns the rows of the next
+   * cache: undefined when each row goes on in place, else the source row of each.
+   */
+  private stepMembers(members: readonly ActiveRequest[], rowLogits: (row: number) => Float32Array): number[] | undefined {
+    const sources: number[] = [];
+    let moved = false;
+    let row = 0;
+    for (const s of members) {
+      const base = row;
+      const rows = s.rows;
+      const next = s.cancelled || s.finished ? undefined : s.step((r) => rowLogits(base + r));
+      if (next === undefined) for (let r = 0; r < rows; r++) sources.push(base + r);
+      else {
+        moved ||= next.length !== rows || next.some((parent, r) => parent !== r);
+        for (const parent of next) sources.push(base + parent);
+      }
+      row += rows;
+    }
+    return moved ? sources : undefined;
   }
 
   /** Runs the new prompts as one left-padded batch, emits their first tokens, and joins them to the batch. */
-  private async prefill(admitted: readonly Sequence[]): Promise<void> {
+  private async prefill(admitted: readonly ActiveRequest[]): Promise<void> {
     const length = Math.max(...admitted.map((s) => s.promptIds.length));
     const masks = admitted.map((s) => [...Array<number>(length - s.promptIds.length).fill(0), ...Array<number>(s.promptIds.length).fill(1)]);
     const inputIds = admitted.map((s) => [...Array<number>(length - s.promptIds.length).fill(0), ...s.promptIds]);
     const out = await this.session.run({ inputIds, attentionMask: masks });
     this.ledger.counters.prefillSteps++;
     const V = this.session.vocabSize;
-    admitted.forEach((s, r) => s.advance(out.logits.subarray((r * length + length - 1) * V, (r * length + length) * V)));
-    const joining: BatchCache = { ...this.toHost(out.cache.tensors), length, masks };
+    const sources = this.stepMembers(admitted, (r) => out.logits.subarray((r * length + length - 1) * V, (r * length + length) * V));
+    let joining: BatchCache = { ...this.toHost(out.cache.tensors), length, masks };
+    // Beam-search requests spread their prompt's row over their beams.
+    if (sources !== undefined) joining = gatherRows(joining, sources);
     this.cache = this.cache === undefined ? joining : mergeCaches(this.cache, joining);
-    this.rows = [...this.rows, ...admitted];
+    this.members = [...this.members, ...admitted];
   }
 
   /** One token for every running row. */
@@ -154,18 +184,17 @@ export class OrtEngine implements Engine {
     const cache = this.cache!;
     const masks = cache.masks.map((mask) => [...mask, 1]);
     const out = await this.session.run({
-      inputIds: this.rows.map((s) => [s.outputIds[s.outputIds.length - 1]!]),
+      inputIds: this.members.flatMap((s) => s.lastTokens().map((token) => [token])),
       attentionMask: masks,
       positionIds: masks.map((mask) => [positionsFromMask(mask)[mask.length - 1]!]),
       cache: { tensors: this.toDevice(cache), length: cache.length },
     });
     this.ledger.counters.decodeSteps++;
-    this.ledger.counters.decodedRows += this.rows.length;
+    this.ledger.counters.decodedRows += masks.length;
     const V = this.session.vocabSize;
     this.cache = { ...this.toHost(out.cache.tensors), length: cache.length + 1, masks };
-    this.rows.forEach((s, r) => {
-      if (!s.cancelled) s.advance(out.logits.subarray(r * V, (r + 1) * V));
-    });
+    const sources = this.stepMembers(this.members, (r) => out.logits.subarray(r * V, (r + 1) * V));
+    if (sources !== undefined) this.cache = gatherRows(this.cache, sources);
   }
 
   private toHost(tensors: Record<string, ort.Tensor>): Pick<BatchCache, 'tensors' | 'heads' | 'headDim'> {

@@ -5,9 +5,10 @@
 import type { Subscriber } from 'rxjs';
 import { ChorusError } from '../errors.ts';
 import type { GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
-import { refuseBeamSearch } from './beam-guard.ts';
+import { checkDecodingMode } from './beam-guard.ts';
+import { BeamSequence } from './beam-sequence.ts';
 import { validateInputIds, validateSamplingParams } from './sampling-params.ts';
-import { Sequence } from './sequence.ts';
+import { Sequence, type ActiveRequest, type ModelIds } from './sequence.ts';
 
 /** Counters every engine reports in its stats. */
 export interface RequestCounters {
@@ -29,13 +30,14 @@ export class RequestLedger {
 
   constructor(private readonly onRequestDone: ((metrics: RequestMetrics) => void) | undefined) {}
 
-  /** A Sequence for `request`, or an error naming the bad field (or saying the engine is closed). */
-  open(request: GenerateRequest, subscriber: Subscriber<TokenEvent>, model: { vocabSize: number; endId: number | undefined }): Sequence {
+  /** The request made active (sampling or beam search), or an error naming the bad field (or saying the engine is closed). */
+  open(request: GenerateRequest, subscriber: Subscriber<TokenEvent>, model: ModelIds): ActiveRequest {
     if (this.closed) throw new ChorusError('CHORUS_CLOSED', 'the engine is closed; it takes no new requests');
     validateInputIds(request.inputIds, model.vocabSize);
     const params = validateSamplingParams(request.params ?? {}, model.vocabSize);
-    refuseBeamSearch(params);
-    return new Sequence([...request.inputIds], params, params.end_id ?? model.endId, model.vocabSize, subscriber, (s) => this.report(s));
+    checkDecodingMode(params);
+    const Kind = params.beam_width > 1 ? BeamSequence : Sequence;
+    return new Kind([...request.inputIds], params, model, subscriber, (s) => this.report(s));
   }
 
   /** From now on, `open` refuses requests. */
@@ -44,10 +46,10 @@ export class RequestLedger {
   }
 
   /** Counts a request that ended (finished, failed or cancelled) and hands its timings to the hook, once. */
-  report(s: Sequence): void {
+  report(s: ActiveRequest): void {
     if (s.reported) return;
     s.reported = true;
-    this.counters.tokensGenerated += s.outputIds.length;
+    this.counters.tokensGenerated += s.tokensGenerated;
     if (s.finished) this.counters.requestsFinished++;
     else this.counters.requestsCancelled++;
     this.onRequestDone?.(s.metrics());

@@ -47,6 +47,12 @@ export interface SamplingParams {
   stop_words?: number[][];
   /** Sequences to return (at most beam_width with beam search). Default: 1. */
   num_return_sequences?: number;
+  /**
+   * Beam search's stopping rule (transformers' semantics): false stops when no beam can beat the
+   * finished ones at the current length, true as soon as beam_width are finished, 'never' only when
+   * none could at the best length the penalty allows. Default: false.
+   */
+  early_stopping?: boolean | 'never';
 }
 
 /** Parameters with every default filled in. */
@@ -99,8 +105,10 @@ export function validateSamplingParams(params: SamplingParams, vocabSize: number
     bad_words: phrases('bad_words'),
     stop_words: phrases('stop_words'),
     num_return_sequences: int('num_return_sequences', 1, 1, beamWidth),
+    early_stopping: params.early_stopping ?? false,
   };
   if (typeof resolved.is_return_log_probs !== 'boolean') throw invalidArgument('is_return_log_probs', 'true or false', params.is_return_log_probs);
+  if (typeof resolved.early_stopping !== 'boolean' && resolved.early_stopping !== 'never') throw invalidArgument('early_stopping', "true, false or 'never'", params.early_stopping);
   return resolved;
 }
 

@@ -2,8 +2,9 @@
  * The scheduler: which sequences wait, which run, and when a waiting one may join. It knows nothing of
  * ONNX Runtime; the engine asks it what to do between decode steps.
  *
- * Invariant (checked at every `schedule()`): running.length <= maxBatchSize, and the tokens reserved by
- * running sequences (prompt + request_output_len each) stay within kvTokenBudget. A sequence is admitted
+ * Invariant (checked at every `schedule()`): the rows of running sequences (one each, beam_width for beam
+ * search) stay within maxBatchSize, and the tokens they reserve (rows * (prompt + request_output_len))
+ * stay within kvTokenBudget. A sequence is admitted
  * in arrival order as soon as both hold with it added; one that could never fit is refused at submit.
  */
 import { ChorusError } from '../errors.ts';
@@ -12,6 +13,8 @@ import { ChorusError } from '../errors.ts';
 export interface Schedulable {
   /** Prompt tokens plus the most tokens it may generate: what it reserves in the cache. */
   readonly reservedTokens: number;
+  /** Rows of the batch it takes (default 1; beam_width for beam search). */
+  readonly width?: number;
   /** Set when the client went away; the sequence leaves at the next step. */
   cancelled: boolean;
   /** Set when it finished generating. */
@@ -20,7 +23,7 @@ export interface Schedulable {
 
 /** Limits of one engine. */
 export interface SchedulerLimits {
-  /** Most sequences decoded together. */
+  /** Most rows decoded together. */
   maxBatchSize: number;
   /** Most sequences waiting; beyond it, submit fails with CHORUS_OVERLOADED. */
   maxQueue: number;
@@ -39,11 +42,15 @@ export class Scheduler<S extends Schedulable> {
 
   /** Queues a sequence, or throws when it can never fit or the queue is full. */
   enqueue(sequence: S): void {
-    const { contextLength, kvTokenBudget, maxQueue } = this.limits;
-    if (sequence.reservedTokens > contextLength || sequence.reservedTokens > kvTokenBudget) {
+    const { contextLength, kvTokenBudget, maxQueue, maxBatchSize } = this.limits;
+    const width = sequence.width ?? 1;
+    if (width > maxBatchSize) throw new ChorusError('CHORUS_CANNOT_FIT', `beam_width ${width} needs ${width} rows of a batch that holds ${maxBatchSize}`, { param: 'beam_width' });
+    const perRow = sequence.reservedTokens / width;
+    if (perRow > contextLength || sequence.reservedTokens > kvTokenBudget) {
+      const beams = width > 1 ? ` (times beam_width ${width}: ${sequence.reservedTokens} in the cache)` : '';
       throw new ChorusError(
         'CHORUS_CANNOT_FIT',
-        `the prompt plus request_output_len is ${sequence.reservedTokens} tokens, more than the ${Math.min(contextLength, kvTokenBudget)} this model can hold`,
+        `the prompt plus request_output_len is ${perRow} tokens${beams}, more than the ${Math.min(contextLength, Math.floor(kvTokenBudget / width))} this model can hold`,
       );
     }
     if (this.waiting.length >= maxQueue) throw new ChorusError('CHORUS_OVERLOADED', `the queue holds ${maxQueue} waiting requests already; retry later`);
@@ -63,15 +70,22 @@ export class Scheduler<S extends Schedulable> {
     }
     const admitted: S[] = [];
     let reserved = this.reserved();
-    while (this.waiting.length > 0 && this.running.length + admitted.length < this.limits.maxBatchSize) {
+    let rows = this.rows();
+    while (this.waiting.length > 0) {
       const next = this.waiting[0]!;
-      if (reserved + next.reservedTokens > this.limits.kvTokenBudget) break;
+      if (rows + (next.width ?? 1) > this.limits.maxBatchSize || reserved + next.reservedTokens > this.limits.kvTokenBudget) break;
       this.waiting.shift();
       admitted.push(next);
       reserved += next.reservedTokens;
+      rows += next.width ?? 1;
     }
     this.running = [...this.running, ...admitted];
     return { admitted, left };
+  }
+
+  /** Batch rows taken by running sequences. */
+  rows(): number {
+    return this.running.reduce((sum, s) => sum + (s.width ?? 1), 0);
   }
 
   /** Cache tokens reserved by running sequences. */

@@ -1,8 +1,10 @@
 /**
  * The engine over a built encoder-decoder (T5, BART families). Each request runs the encoder once, then
  * decodes step by step through both caches (the cross-attention one computed on the first step and
- * reused). `decoder_start_token_id` starts the decoder and `forced_bos_token_id`, when the model's
- * generation config has one, is the first generated token, as transformers' generate does.
+ * reused). `decoder_start_token_id` starts the decoder; `forced_bos_token_id` and `forced_eos_token_id`,
+ * when the model's generation config (or config) has them, are the first token and the last one the
+ * length allows, as transformers' generate does. A beam-search request runs its beams as one batch
+ * (they share the encoder output), re-gathering both caches when beams move.
  *
  * Requests are not batched together yet (the merged decoder has no decoder attention mask, so rows of
  * different decoder lengths cannot share a step); their steps interleave, one at a time.
@@ -11,10 +13,10 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Observable } from 'rxjs';
 import { ChorusError } from '../errors.ts';
-import { Seq2SeqSession, type Seq2SeqOutput } from '../runtime/index.ts';
+import { selectCacheRows, selectEncodedRows, Seq2SeqSession, type Seq2SeqOutput } from '../runtime/index.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
 import { RequestLedger } from './request-ledger.ts';
-import type { Sequence } from './sequence.ts';
+import type { ActiveRequest, ModelIds } from './sequence.ts';
 
 /** Options of `Seq2SeqEngine.open`. */
 export interface Seq2SeqEngineOptions {
@@ -24,14 +26,13 @@ export interface Seq2SeqEngineOptions {
 }
 
 export class Seq2SeqEngine implements Engine {
-  private readonly active = new Set<Sequence>();
+  private readonly active = new Set<ActiveRequest>();
   private readonly ledger: RequestLedger;
 
   private constructor(
     private readonly session: Seq2SeqSession,
     private readonly decoderStart: number,
-    private readonly forcedBos: number | undefined,
-    private readonly endId: number | undefined,
+    private readonly model: ModelIds,
     onRequestDone: ((metrics: RequestMetrics) => void) | undefined,
   ) {
     this.ledger = new RequestLedger(onRequestDone);
@@ -47,14 +48,16 @@ export class Seq2SeqEngine implements Engine {
       const value = generation[key] ?? session.config[key];
       return typeof value === 'number' ? value : undefined;
     };
-    return new Seq2SeqEngine(session, pick('decoder_start_token_id') ?? 0, pick('forced_bos_token_id'), pick('eos_token_id'), options.onRequestDone);
+    const decoderStart = pick('decoder_start_token_id') ?? 0;
+    const model: ModelIds = { vocabSize: session.vocabSize, endId: pick('eos_token_id'), forcedBos: pick('forced_bos_token_id'), forcedEos: pick('forced_eos_token_id'), decoderStart };
+    return new Seq2SeqEngine(session, decoderStart, model, options.onRequestDone);
   }
 
   submit(request: GenerateRequest): Observable<TokenEvent> {
     return new Observable<TokenEvent>((subscriber) => {
-      let sequence: Sequence;
+      let sequence: ActiveRequest;
       try {
-        sequence = this.ledger.open(request, subscriber, { vocabSize: this.session.vocabSize, endId: this.endId });
+        sequence = this.ledger.open(request, subscriber, this.model);
       } catch (error) {
         subscriber.error(error);
         return undefined;
@@ -81,35 +84,35 @@ export class Seq2SeqEngine implements Engine {
     await this.session.close();
   }
 
-  private async generate(sequence: Sequence): Promise<void> {
+  private async generate(sequence: ActiveRequest): Promise<void> {
     try {
       await new Promise((resolve) => setImmediate(resolve));
-      const encoded = await this.session.encode([sequence.promptIds]);
+      const prompt = await this.session.encode([sequence.promptIds]);
       this.ledger.counters.prefillSteps++;
+      let encoded = prompt;
       let out: Seq2SeqOutput = await this.session.step(encoded, [[this.decoderStart]]);
+      const V = this.session.vocabSize;
       for (;;) {
         if (sequence.cancelled) return;
-        const logits = out.logits.subarray(0, this.session.vocabSize);
-        sequence.advance(sequence.outputIds.length === 0 && this.forcedBos !== undefined ? forceToken(logits.length, this.forcedBos) : logits);
+        const rows = sequence.rows;
+        const sources = sequence.step((r) => out.logits.subarray(r * V, (r + 1) * V));
         this.ledger.counters.steps++;
         if (sequence.finished) return;
         // Let other requests' steps, and cancellations, in.
         await new Promise((resolve) => setImmediate(resolve));
         if (sequence.cancelled) return;
-        out = await this.session.step(encoded, [[sequence.outputIds.at(-1)!]], out.cache);
+        let cache = out.cache;
+        if (sources !== undefined && (sources.length !== rows || sources.some((parent, r) => parent !== r))) {
+          cache = selectCacheRows(cache, sources);
+          if (encoded.mask.length !== sources.length) encoded = selectEncodedRows(prompt, sources.map(() => 0));
+        }
+        out = await this.session.step(encoded, sequence.lastTokens().map((token) => [token]), cache);
         this.ledger.counters.decodeSteps++;
-        this.ledger.counters.decodedRows++;
+        this.ledger.counters.decodedRows += sequence.rows;
       }
     } finally {
       this.active.delete(sequence);
       this.ledger.report(sequence);
     }
   }
-}
-
-/** Logits that only allow `token` (transformers' forced BOS): its log-probability is 0. */
-function forceToken(vocabSize: number, token: number): Float32Array {
-  const logits = new Float32Array(vocabSize).fill(-Infinity);
-  logits[token] = 0;
-  return logits;
 }

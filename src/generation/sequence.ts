@@ -1,41 +1,72 @@
 /**
- * One request inside an engine: its parameters, processors, seeded random stream and output so far.
- * `advance` turns one row of raw logits into the next token, records it, and emits it.
+ * Requests inside an engine. `ActiveRequest` is what the engines and the scheduler see: rows of the
+ * batch (one per live beam), their last tokens, and `step`, which turns those rows' logits into the
+ * next tokens and says which row each next row continues. `Sequence` samples or decodes greedily (one
+ * row, tokens streamed as they come); `BeamSequence` (beam-sequence.ts) runs beam search.
  */
 import type { Subscriber } from 'rxjs';
 import { uniformStream } from '../util/random.ts';
+import { only } from './beam-search.ts';
 import type { FinishReason, RequestMetrics, TokenEvent } from './engine.ts';
 import { logitsProcessors, nextTopP, processLogits, type LogitsProcessor } from './processors/index.ts';
 import { greedy, sample } from './sampler.ts';
 import type { ResolvedSamplingParams } from './sampling-params.ts';
 import type { Schedulable } from './scheduler.ts';
 
-export class Sequence implements Schedulable {
+/** What a request needs of its model. */
+export interface ModelIds {
+  vocabSize: number;
+  endId: number | undefined;
+  /** transformers' forced_bos_token_id: the only choice for the first token. */
+  forcedBos?: number;
+  /** transformers' forced_eos_token_id: the only choice for the last token the length allows. */
+  forcedEos?: number;
+  /**
+   * An encoder-decoder's decoder_start_token_id: the decoder's own prompt, which is what the penalties
+   * see as already there (the encoder's input is not), as in transformers.
+   */
+  decoderStart?: number;
+}
+
+export abstract class ActiveRequest implements Schedulable {
   cancelled = false;
   finished = false;
-  readonly outputIds: number[] = [];
-  readonly outputCounts = new Map<number, number>();
-  readonly processors: LogitsProcessor[];
-  readonly random: () => number;
-  topP: number;
-  cumLogProb = 0;
   readonly submittedAt = performance.now();
   admittedAt: number | undefined;
   readonly tokenTimes: number[] = [];
   finishReason: FinishReason | undefined;
   reported = false;
+  readonly endId: number | undefined;
+  /** The tokens before the output that repetition penalties count: the prompt, or the decoder's start. */
+  readonly contextIds: readonly number[];
 
   constructor(
     readonly promptIds: readonly number[],
     readonly params: ResolvedSamplingParams,
-    readonly endId: number | undefined,
-    vocabSize: number,
+    protected readonly model: ModelIds,
     readonly subscriber: Subscriber<TokenEvent>,
-    private readonly onFinish: (s: Sequence) => void,
+    private readonly onFinish: (s: ActiveRequest) => void,
   ) {
-    this.processors = logitsProcessors(params, vocabSize, endId);
-    this.random = uniformStream(params.random_seed);
-    this.topP = params.runtime_top_p;
+    this.endId = params.end_id ?? model.endId;
+    this.contextIds = model.decoderStart === undefined ? promptIds : [model.decoderStart];
+  }
+
+  /** Rows of the batch it may take (the scheduler's unit). */
+  abstract readonly width: number;
+  /** Rows it has in the batch now. */
+  abstract readonly rows: number;
+  /** Tokens generated (for the counters). */
+  abstract readonly tokensGenerated: number;
+  /** The last token of each row: the next decode step's input. */
+  abstract lastTokens(): number[];
+  /**
+   * Consumes one step's logits, `logitsOf(r)` for each of its rows r, and emits what it can. Returns,
+   * when its rows change, the row each next row continues; undefined when every row goes on as it was.
+   */
+  abstract step(logitsOf: (row: number) => Float32Array): readonly number[] | undefined;
+
+  get reservedTokens(): number {
+    return this.width * (this.promptIds.length + this.params.request_output_len);
   }
 
   /** Timings for the metrics hook. */
@@ -45,9 +76,55 @@ export class Sequence implements Schedulable {
       queueMs: (this.admittedAt ?? performance.now()) - this.submittedAt,
       timeToFirstTokenMs: first === undefined ? Number.NaN : first - this.submittedAt,
       interTokenMs: this.tokenTimes.slice(1).map((t, i) => t - this.tokenTimes[i]!),
-      tokens: this.outputIds.length,
+      tokens: this.tokensGenerated,
       finishReason: this.finishReason ?? 'cancelled',
     };
+  }
+
+  /** The logits for the next token of a row that has `generated` tokens: forced where the model forces one. */
+  protected forced(logits: Float32Array, generated: number): Float32Array {
+    if (generated === 0 && this.model.forcedBos !== undefined) return only(logits.length, this.model.forcedBos);
+    if (generated + 1 === this.params.request_output_len && this.model.forcedEos !== undefined) return only(logits.length, this.model.forcedEos);
+    return logits;
+  }
+
+  /** Marks it finished and tells the engine (before the last event goes out). */
+  protected finish(reason: FinishReason): void {
+    this.finishReason = reason;
+    this.finished = true;
+    this.onFinish(this);
+  }
+}
+
+/** A request that samples (or decodes greedily): one row, each token emitted as it is chosen. */
+export class Sequence extends ActiveRequest {
+  readonly width = 1;
+  readonly rows = 1;
+  readonly outputIds: number[] = [];
+  readonly outputCounts = new Map<number, number>();
+  readonly processors: LogitsProcessor[];
+  readonly random: () => number;
+  topP: number;
+  cumLogProb = 0;
+
+  constructor(promptIds: readonly number[], params: ResolvedSamplingParams, model: ModelIds, subscriber: Subscriber<TokenEvent>, onFinish: (s: ActiveRequest) => void) {
+    super(promptIds, params, model, subscriber, onFinish);
+    this.processors = logitsProcessors(params, model.vocabSize, this.endId);
+    this.random = uniformStream(params.random_seed);
+    this.topP = params.runtime_top_p;
+  }
+
+  get tokensGenerated(): number {
+    return this.outputIds.length;
+  }
+
+  lastTokens(): number[] {
+    return [this.outputIds[this.outputIds.length - 1]!];
+  }
+
+  step(logitsOf: (row: number) => Float32Array): undefined {
+    this.advance(this.forced(logitsOf(0), this.outputIds.length));
+    return undefined;
   }
 
   private endsWithStopWord(): boolean {
@@ -55,13 +132,9 @@ export class Sequence implements Schedulable {
     return this.params.stop_words.some((phrase) => phrase.length <= out.length && phrase.every((id, i) => out[out.length - phrase.length + i] === id));
   }
 
-  get reservedTokens(): number {
-    return this.promptIds.length + this.params.request_output_len;
-  }
-
-  /** Chooses, records and emits the next token from this row's raw logits. */
+  /** Chooses, records and emits the next token from this row's logits. */
   advance(logits: Float32Array): void {
-    const state = { promptIds: this.promptIds, outputIds: this.outputIds, outputCounts: this.outputCounts, topP: this.topP };
+    const state = { promptIds: this.contextIds, outputIds: this.outputIds, outputCounts: this.outputCounts, topP: this.topP };
     const processed = processLogits(this.processors, logits, state);
     const choice = this.params.temperature === 0 ? greedy(processed) : sample(processed, this.random());
     this.outputIds.push(choice.token);
@@ -73,13 +146,13 @@ export class Sequence implements Schedulable {
     else if (this.endsWithStopWord()) finishReason = 'stop';
     else if (this.outputIds.length >= this.params.request_output_len) finishReason = 'length';
     this.tokenTimes.push(performance.now());
-    this.finishReason = finishReason;
     const event: TokenEvent = { token: choice.token, index: this.outputIds.length - 1 };
     if (this.params.is_return_log_probs) Object.assign(event, { logProb: choice.logProb, cumLogProb: this.cumLogProb });
-    if (finishReason) event.finishReason = finishReason;
-    this.finished = finishReason !== undefined;
-    if (this.finished) this.onFinish(this);
+    if (finishReason) {
+      event.finishReason = finishReason;
+      this.finish(finishReason);
+    }
     this.subscriber.next(event);
-    if (this.finished) this.subscriber.complete();
+    if (finishReason) this.subscriber.complete();
   }
 }

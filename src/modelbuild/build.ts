@@ -133,7 +133,7 @@ export function buildModel(options: BuildOptions): BuildResult {
 function generationConfig(checkpoint: Checkpoint): Record<string, unknown> {
   const config = checkpoint.config;
   const generation: Record<string, unknown> = {};
-  for (const key of ['bos_token_id', 'eos_token_id', 'pad_token_id', 'decoder_start_token_id', 'forced_bos_token_id']) if (config[key] !== undefined && config[key] !== null) generation[key] = config[key];
+  for (const key of ['bos_token_id', 'eos_token_id', 'pad_token_id', 'decoder_start_token_id', 'forced_bos_token_id', 'forced_eos_token_id']) if (config[key] !== undefined && config[key] !== null) generation[key] = config[key];
   return generation;
 }
 

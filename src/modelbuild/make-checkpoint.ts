@@ -137,6 +137,7 @@ export function makeCheckpoint(options: MakeCheckpointOptions): Record<string, u
       eos_token_id: 2,
       decoder_start_token_id: 2,
       forced_bos_token_id: arch === 'bart' ? 0 : null,
+      forced_eos_token_id: 2,
       tie_word_embeddings: true,
       torch_dtype: 'float32',
       ...c,

@@ -79,6 +79,12 @@ test('chorus generate on stories260K.bin (built on the fly) prints the documente
   assert.ok(out.stdout.startsWith('Once upon a time, there was a little girl named Lily. She loved to play outside in the park.'), out.stdout);
   const ids = chorus('generate', '-m', `${STORIES}/stories260K.bin`, '--max-tokens', '4', '--temperature', '0', '--ids', '');
   assert.equal(ids.stdout, '403 407 261 378\n');
+  // Beam search prints its best sequences one per line, best first.
+  const beams = chorus('generate', '-m', `${STORIES}/stories260K.bin`, '--max-tokens', '30', '--beam-width', '4', '--num-return', '3', '');
+  const lines = beams.stdout.split('\n').filter((line) => line !== '');
+  assert.equal(lines.length, 3, beams.stdout);
+  assert.equal(new Set(lines).size, 3);
+  for (const line of lines) assert.ok(line.startsWith('Once upon a time, there was a little girl named Lily.'), line);
   // Streaming prints the same text as it comes; a seed makes sampling repeatable.
   const args = ['generate', '-m', `${STORIES}/stories260K.bin`, '--max-tokens', '20', '--temperature', '0.8', '--seed', '7'];
   const streamed = chorus(...args, '--stream', 'Once upon a time');
@@ -87,9 +93,9 @@ test('chorus generate on stories260K.bin (built on the fly) prints the documente
 });
 
 test('chorus generate refuses what it cannot do, saying why', () => {
-  const beam = chorus('generate', '-m', `${STORIES}/stories260K.bin`, '--beam-width', '4', 'x');
+  const beam = chorus('generate', '-m', `${STORIES}/stories260K.bin`, '--beam-width', '4', '--top-k', '40', 'x');
   assert.equal(beam.status, 1);
-  assert.match(beam.stderr, /beam_width 4 needs beam search/);
+  assert.match(beam.stderr, /runtime_top_k 40 has no effect with beam_width 4/);
   assert.match(chorus('generate', '-m', `${STORIES}/stories260K.bin`, '--temperature', 'hot', 'x').stderr, /--temperature must be a number, got "hot"/);
   assert.match(chorus('generate', '-m', '/nonexistent', 'x').stderr, /--model \/nonexistent does not exist/);
 });

@@ -150,10 +150,47 @@ describe('OrtEngine', () => {
     assert.equal(out.at(-1)!.finishReason, 'end_id');
   });
 
+  test('beam requests share the batch with sampling ones and each gets what it gets alone; cancelling one frees its rows', async () => {
+    const beam = { beam_width: 4, num_return_sequences: 2, request_output_len: 24, len_penalty: 1.5 };
+    const prompts = [[1], [1, 403, 407], [1, 261]];
+    const aloneBeams: TokenEvent[][] = [];
+    for (const p of prompts) aloneBeams.push(await events(stories, p, beam));
+    const greedyAlone = await ids(stories, [1, 300], { temperature: 0, request_output_len: 30 });
+    const together = await Promise.all([...prompts.map((p) => events(stories, p, beam)), events(stories, [1, 300], { temperature: 0, request_output_len: 30 })]);
+    // The same tokens; scores within float32 noise (a batched kernel sums in another order).
+    const tokens = (out: TokenEvent[]): Array<[number, number | undefined]> => out.map((e) => [e.token, e.sequence]);
+    assert.deepEqual(together.slice(0, 3).map(tokens), aloneBeams.map(tokens));
+    together.slice(0, 3).forEach((out, i) => out.forEach((e, j) => assert.ok(Math.abs((e.score ?? 0) - (aloneBeams[i]![j]!.score ?? 0)) < 1e-5)));
+    assert.deepEqual(together[3]!.map((e) => e.token), greedyAlone);
+    // Two different sequences each, best first.
+    for (const out of aloneBeams) {
+      assert.deepEqual([...new Set(out.map((e) => e.sequence))], [0, 1]);
+      const [first, second] = [0, 1].map((n) => out.filter((e) => e.sequence === n));
+      assert.notDeepEqual(first!.map((e) => e.token), second!.map((e) => e.token));
+      assert.ok(first!.at(-1)!.score! >= second!.at(-1)!.score!);
+    }
+    // A cancelled beam request leaves the batch (its 4 rows with it) within a step.
+    const subscription = stories.submit({ inputIds: [1], params: { ...beam, request_output_len: 200 } }).subscribe();
+    const companion = ids(stories, [1, 300], { temperature: 0, request_output_len: 30 });
+    while (stories.stats().decodeSteps === 0 || stories.stats().cacheTokens === 0 || stories.stats().running < 2) await new Promise((resolve) => setImmediate(resolve));
+    await waitForStep(stories, stories.stats().steps + 3);
+    assert.equal(stories.stats().running, 2);
+    const rowsBefore = stories.stats().reservedTokens;
+    subscription.unsubscribe();
+    await waitForStep(stories, stories.stats().steps + 1);
+    assert.equal(stories.stats().running, 1);
+    assert.equal(rowsBefore - stories.stats().reservedTokens, 4 * (1 + 200));
+    assert.deepEqual(await companion, greedyAlone);
+  });
+
   test('bad requests fail with typed errors naming the field', async () => {
     await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1], params: { runtime_top_p: 1.5 } })), { message: 'runtime_top_p must be a number in (0, 1], got 1.5' });
     await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1], params: { request_output_len: 600 } })), { code: 'CHORUS_CANNOT_FIT' });
-    await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1], params: { beam_width: 4 } })), { code: 'CHORUS_UNSUPPORTED', message: /beam_width 4 needs beam search/ });
+    await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1], params: { beam_width: 4, runtime_top_k: 40 } })), {
+      message: 'runtime_top_k 40 has no effect with beam_width 4 (beam search keeps the best beams; it does not sample); leave it at 0 or 1',
+    });
+    await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1], params: { len_penalty: 2 } })), { message: /^len_penalty 2 ranks beams: it needs beam_width > 1/ });
+    await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1], params: { beam_width: 17 } })), { code: 'CHORUS_CANNOT_FIT', message: /beam_width 17 needs 17 rows of a batch that holds 16/ });
     await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1, 15496] })), { message: 'inputIds[1] must be a token id, an integer in [0, 511], got 15496' });
     await assert.rejects(firstValueFrom(stories.submit({ inputIds: [] })), { message: 'inputIds must be at least one token id, got []' });
   });

@@ -33,7 +33,7 @@ for (const name of ['t5-tiny', 't5v1_1-tiny', 'ul2-tiny', 'mbart-tiny']) {
   });
 }
 
-test('BART: the forced BOS of its generation config is the first token, and decoding continues from it', async () => {
+test('BART: the forced BOS and EOS of its generation config are the first and last tokens, greedy in between', async () => {
   const dir = built('bart', 'bart', 16);
   const engine = await Seq2SeqEngine.open(dir);
   const prompt = [0, 17, 99, 200, 3, 2];
@@ -41,18 +41,20 @@ test('BART: the forced BOS of its generation config is the first token, and deco
   await engine.close();
   assert.equal(events[0]!.token, 0);
   assert.equal(events[0]!.logProb, 0);
-  // The rest is the greedy continuation of [decoder start, BOS], computed without the engine.
+  assert.equal(events[5]!.token, 2);
+  assert.equal(events[5]!.logProb, 0);
+  // In between, the greedy continuation of [decoder start, BOS], computed without the engine.
   const session = await Seq2SeqSession.open(dir);
   const encoded = await session.encode([prompt]);
   let out = await session.step(encoded, [[2, 0]]);
   const expected = [0];
-  for (let i = 1; i < 6; i++) {
+  for (let i = 1; i < 5; i++) {
     const next = argmax(out.logits, (out.dims[1] - 1) * session.vocabSize, session.vocabSize);
     expected.push(next);
     out = await session.step(encoded, [[next]], out.cache);
   }
   await session.close();
-  assert.deepEqual(events.map((e) => e.token), expected);
+  assert.deepEqual(events.map((e) => e.token), [...expected, 2]);
 });
 
 test('concurrent requests interleave and each gets what it gets alone; cancelling one stops it', async () => {

@@ -1,0 +1,228 @@
+/**
+ * Beam search over one request, as transformers' `generate(num_beams=B)` runs it (and FasterTransformer's
+ * beam_width), ORT-free: the engine hands it one row of logits per live beam and gets back, for each beam
+ * of the next step, the row it continues (so the engine can reorder the cache).
+ *
+ * Each step: temperature, log-softmax, the request's penalties and word filters on the log-probs; add
+ * each beam's running score; keep the best 2B continuations over all beams and tokens. A continuation
+ * that ends (end id, stop word, or the length limit) among the best B is offered to the finished set,
+ * scored sum(log-probs) / generated_length^len_penalty; the finished set keeps the best B. The next
+ * beams are the best B continuations that did not end. The search stops when no beam can beat the
+ * finished set (`early_stopping` false: judged at the current length; true: as soon as B are finished;
+ * 'never': at the best length the penalty allows), or at the length limit.
+ *
+ * `beam_search_diversity_rate` (arXiv 1611.08562): while choosing the continuations and the next beams,
+ * each beam's k-th best continuation (from 0) loses rate * k, so siblings of one parent compete with
+ * other parents; the scores kept stay sums of log-probs.
+ * Scores are summed in float32, as transformers does, so near-ties break the same way.
+ */
+import { ChorusError } from '../errors.ts';
+import type { FinishReason } from './engine.ts';
+import { badWords, frequencyPenalty, minLength, presencePenalty, processLogits, repetitionPenalty, temperature, type LogitsProcessor } from './processors/index.ts';
+import type { ResolvedSamplingParams } from './sampling-params.ts';
+import type { SequenceState } from './sequence-state.ts';
+
+/** What transformers adds to a score to take it out of the running. */
+const OUT = -1e9;
+const f32 = Math.fround;
+
+/** One live beam: its tokens, their log-probs, and the running sum. */
+interface Beam {
+  tokens: number[];
+  logProbs: number[];
+  counts: Map<number, number>;
+  score: number;
+}
+
+/** One finished hypothesis, best first in `BeamSearch.results()`. */
+export interface BeamHypothesis {
+  tokens: number[];
+  /** Each token's log-probability after the request's processors. */
+  logProbs: number[];
+  /** Sum of `logProbs`. */
+  cumLogProb: number;
+  /** cumLogProb / tokens.length^len_penalty: what the beams are ranked by. */
+  score: number;
+  finishReason: FinishReason;
+}
+
+/** A continuation considered at one step. */
+interface Candidate {
+  parent: number;
+  token: number;
+  logProb: number;
+  score: number;
+  /** The score it is chosen by (lowered by the diversity rate). */
+  rank: number;
+  ends: FinishReason | undefined;
+}
+
+/** The processors that apply to log-probs in beam search: sampling filters do not. */
+function beamProcessors(params: ResolvedSamplingParams, endId: number | undefined): LogitsProcessor[] {
+  return [
+    repetitionPenalty(params.repetition_penalty),
+    presencePenalty(params.presence_penalty),
+    frequencyPenalty(params.frequency_penalty),
+    badWords(params.bad_words),
+    minLength(params.min_length, endId),
+  ].filter((p): p is LogitsProcessor => p !== undefined);
+}
+
+/** log-softmax in float32 (as transformers computes it over float32 logits). */
+function logSoftmax(logits: Float32Array): Float32Array {
+  let max = -Infinity;
+  for (const v of logits) if (v > max) max = v;
+  const out = new Float32Array(logits.length);
+  if (max === -Infinity) return out.fill(-Infinity);
+  let sum = 0;
+  for (const v of logits) sum += Math.exp(v - max);
+  const norm = max + Math.log(sum);
+  for (let i = 0; i < logits.length; i++) out[i] = logits[i]! - norm;
+  return out;
+}
+
+/** The `k` largest entries of `values` as indices, largest first, lower index first among equals. */
+function topIndices(values: Float32Array, k: number): number[] {
+  const best: number[] = [];
+  for (let i = 0; i < values.length; i++) {
+    const v = values[i]!;
+    if (best.length === k && !(v > values[best[k - 1]!]!)) continue;
+    let at = best.length === k ? k - 1 : best.length;
+    while (at > 0 && values[best[at - 1]!]! < v) at--;
+    best.splice(at, 0, i);
+    if (best.length > k) best.pop();
+  }
+  return best;
+}
+
+export class BeamSearch {
+  readonly width: number;
+  private beams: Beam[];
+  private finished: BeamHypothesis[] = [];
+  private readonly processors: LogitsProcessor[];
+  private readonly temperature: LogitsProcessor | undefined;
+  private improvable = true;
+  done = false;
+
+  constructor(
+    /** What the penalties see before the output: the prompt, or an encoder-decoder's decoder start. */
+    private readonly contextIds: readonly number[],
+    private readonly params: ResolvedSamplingParams,
+    private readonly endId: number | undefined,
+  ) {
+    this.width = params.beam_width;
+    // One real beam to start from; the others cannot be chosen until it has spread.
+    this.beams = Array.from({ length: this.width }, (_, i) => ({ tokens: [], logProbs: [], counts: new Map(), score: i === 0 ? 0 : OUT }));
+    this.processors = beamProcessors(params, endId);
+    this.temperature = params.temperature === 1 ? undefined : temperature(params.temperature);
+  }
+
+  /** Tokens generated so far by every live beam (all the same length). */
+  get generated(): number {
+    return this.beams[0]!.tokens.length;
+  }
+
+  /** The last token of each live beam: the next step's input. */
+  lastTokens(): number[] {
+    return this.beams.map((b) => b.tokens[b.tokens.length - 1]!);
+  }
+
+  /**
+   * One step. `logitsOf(b)` is beam b's row of raw logits (on the first step every b may give the same
+   * row). Returns, for each beam of the next step, the beam it continues.
+   */
+  step(logitsOf: (beam: number) => Float32Array): number[] {
+    if (this.done) throw new ChorusError('CHORUS_INTERNAL', 'beam search stepped after it finished');
+    const B = this.width;
+    const keep = 2 * B;
+    const length = this.generated;
+    const last = length + 1 >= this.params.request_output_len;
+    const candidates: Candidate[] = [];
+    for (let b = 0; b < B; b++) {
+      const beam = this.beams[b]!;
+      // A beam out of the running cannot contribute on the first step: skip the work.
+      if (length === 0 && b > 0) continue;
+      let logits = logitsOf(b);
+      if (this.temperature) logits = this.temperature(logits, this.state(beam));
+      const logProbs = processLogits(this.processors, logSoftmax(logits), this.state(beam));
+      const accumulated = new Float32Array(logProbs.length);
+      for (let v = 0; v < logProbs.length; v++) accumulated[v] = f32(logProbs[v]! + beam.score);
+      topIndices(accumulated, keep).forEach((token, k) => {
+        candidates.push({ parent: b, token, logProb: logProbs[token]!, score: accumulated[token]!, rank: f32(accumulated[token]! - this.params.beam_search_diversity_rate * k), ends: undefined });
+      });
+    }
+    // The best 2B over all beams: by rank, then by flat index (beam-major), as a stable top-k gives.
+    const best = candidates.sort((x, y) => y.rank - x.rank || x.parent - y.parent || x.token - y.token).slice(0, keep);
+    for (const c of best) c.ends = this.ends(this.beams[c.parent]!, c.token, last);
+
+    this.offerFinished(best.slice(0, B), length + 1);
+    const next = best
+      .map((c) => ({ c, order: c.ends === undefined ? c.rank : f32(c.rank + OUT), running: c.ends === undefined ? c.score : f32(c.score + OUT) }))
+      .sort((x, y) => y.order - x.order)
+      .slice(0, B);
+    const parents = next.map(({ c }) => c.parent);
+    this.beams = next.map(({ c, running }) => {
+      const parent = this.beams[c.parent]!;
+      const counts = new Map(parent.counts);
+      counts.set(c.token, (counts.get(c.token) ?? 0) + 1);
+      return { tokens: [...parent.tokens, c.token], logProbs: [...parent.logProbs, c.logProb], counts, score: running };
+    });
+    this.judgeImprovement(length + 1);
+    const full = this.finished.length === B;
+    this.done = !this.improvable || (this.params.early_stopping === true && full) || best.every((c) => c.ends !== undefined);
+    return parents;
+  }
+
+  /** The best `num_return_sequences` finished hypotheses, best first. */
+  results(): BeamHypothesis[] {
+    return this.finished.slice(0, this.params.num_return_sequences);
+  }
+
+  private state(beam: Beam): SequenceState {
+    return { promptIds: this.contextIds, outputIds: beam.tokens, outputCounts: beam.counts, topP: 1 };
+  }
+
+  private ends(beam: Beam, token: number, last: boolean): FinishReason | undefined {
+    if (token === this.endId) return 'end_id';
+    const out = [...beam.tokens, token];
+    if (this.params.stop_words.some((phrase) => phrase.length <= out.length && phrase.every((id, i) => out[out.length - phrase.length + i] === id))) return 'stop';
+    return last ? 'length' : undefined;
+  }
+
+  /** The top-B continuations that ended join the finished set if they beat its worst. */
+  private offerFinished(top: readonly Candidate[], length: number): void {
+    const B = this.width;
+    if (!this.improvable || (this.params.early_stopping === true && this.finished.length === B)) return;
+    const joining = top
+      .filter((c) => c.ends !== undefined)
+      .map((c): BeamHypothesis => {
+        const parent = this.beams[c.parent]!;
+        return {
+          tokens: [...parent.tokens, c.token],
+          logProbs: [...parent.logProbs, c.logProb],
+          cumLogProb: c.score,
+          score: f32(c.score / length ** this.params.len_penalty),
+          finishReason: c.ends!,
+        };
+      });
+    if (joining.length === 0) return;
+    // Earlier hypotheses first among equals, as transformers' merge of old and new keeps them.
+    this.finished = [...this.finished, ...joining].sort((x, y) => y.score - x.score).slice(0, B);
+  }
+
+  /** Can the best live beam still beat the worst finished hypothesis? Once no, it stays no. */
+  private judgeImprovement(length: number): void {
+    const lp = this.params.len_penalty;
+    const hypothetical = this.params.early_stopping === 'never' && lp > 0 ? this.params.request_output_len : length;
+    const bestPossible = f32(this.beams[0]!.score / hypothetical ** lp);
+    const worst = this.finished.length < this.width ? OUT : Math.min(...this.finished.map((h) => h.score));
+    this.improvable &&= bestPossible > worst;
+  }
+}
+
+/** Logits that allow only `token`. */
+export function only(vocabSize: number, token: number): Float32Array {
+  const logits = new Float32Array(vocabSize).fill(-Infinity);
+  logits[token] = 0;
+  return logits;
+}

@@ -1,0 +1,64 @@
+/**
+ * A beam-search request inside an engine: one row (its prompt) until the first step, then beam_width
+ * rows. Beams change until the search ends, so nothing is streamed before then; at the end the best
+ * `num_return_sequences` hypotheses are emitted one after another, best first, each token event
+ * carrying `sequence` (its rank) and the last one its finish reason and `score`.
+ */
+import type { Subscriber } from 'rxjs';
+import { BeamSearch } from './beam-search.ts';
+import type { TokenEvent } from './engine.ts';
+import type { ResolvedSamplingParams } from './sampling-params.ts';
+import { ActiveRequest, type ModelIds } from './sequence.ts';
+
+export class BeamSequence extends ActiveRequest {
+  readonly width: number;
+  private readonly search: BeamSearch;
+  private emitted = 0;
+
+  constructor(promptIds: readonly number[], params: ResolvedSamplingParams, model: ModelIds, subscriber: Subscriber<TokenEvent>, onFinish: (s: ActiveRequest) => void) {
+    super(promptIds, params, model, subscriber, onFinish);
+    this.width = params.beam_width;
+    this.search = new BeamSearch(this.contextIds, params, this.endId);
+  }
+
+  get rows(): number {
+    return this.search.generated === 0 ? 1 : this.width;
+  }
+
+  get tokensGenerated(): number {
+    return this.emitted;
+  }
+
+  lastTokens(): number[] {
+    return this.search.lastTokens();
+  }
+
+  step(logitsOf: (row: number) => Float32Array): readonly number[] {
+    const generated = this.search.generated;
+    // Before the first step every beam continues the prompt's single row.
+    const parents = this.search.step((b) => this.forced(logitsOf(generated === 0 ? 0 : b), generated));
+    if (this.search.done) this.emit();
+    return parents;
+  }
+
+  private emit(): void {
+    const results = this.search.results();
+    const best = results[0];
+    this.finish(best?.finishReason ?? 'length');
+    results.forEach((hypothesis, sequence) => {
+      let cum = 0;
+      hypothesis.tokens.forEach((token, index) => {
+        this.tokenTimes.push(performance.now());
+        this.emitted++;
+        const event: TokenEvent = { token, index, sequence };
+        if (this.params.is_return_log_probs) {
+          cum += hypothesis.logProbs[index]!;
+          Object.assign(event, { logProb: hypothesis.logProbs[index], cumLogProb: cum });
+        }
+        if (index === hypothesis.tokens.length - 1) Object.assign(event, { finishReason: hypothesis.finishReason, score: hypothesis.score });
+        this.subscriber.next(event);
+      });
+    });
+    this.subscriber.complete();
+  }
+}
