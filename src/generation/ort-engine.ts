@@ -13,7 +13,7 @@ import { gatherRows, mergeCaches, type BatchCache, type CacheData } from './batc
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
 import { RequestLedger } from './request-ledger.ts';
 import { Scheduler, type SchedulerLimits } from './scheduler.ts';
-import type { ActiveRequest } from './sequence.ts';
+import type { ActiveRequest, ModelIds } from './sequence.ts';
 
 /** Options of `OrtEngine.open`. */
 export interface OrtEngineOptions extends Partial<SchedulerLimits> {
@@ -34,7 +34,7 @@ export class OrtEngine implements Engine {
   private constructor(
     private readonly session: DecoderSession,
     limits: SchedulerLimits,
-    private readonly endId: number | undefined,
+    private readonly model: ModelIds,
     onRequestDone: ((metrics: RequestMetrics) => void) | undefined,
   ) {
     this.scheduler = new Scheduler(limits);
@@ -52,14 +52,16 @@ export class OrtEngine implements Engine {
       contextLength: options.contextLength ?? context,
       kvTokenBudget: options.kvTokenBudget ?? 16 * context,
     };
-    return new OrtEngine(session, limits, typeof eos === 'number' ? eos : undefined, options.onRequestDone);
+    const bos = session.config.bos_token_id;
+    const model: ModelIds = { vocabSize: session.vocabSize, endId: typeof eos === 'number' ? eos : undefined, bosId: typeof bos === 'number' ? bos : undefined };
+    return new OrtEngine(session, limits, model, options.onRequestDone);
   }
 
   submit(request: GenerateRequest): Observable<TokenEvent> {
     return new Observable<TokenEvent>((subscriber) => {
       let sequence: ActiveRequest;
       try {
-        sequence = this.ledger.open(request, subscriber, { vocabSize: this.session.vocabSize, endId: this.endId });
+        sequence = this.ledger.open(request, subscriber, this.model);
         this.scheduler.enqueue(sequence);
       } catch (error) {
         subscriber.error(error);

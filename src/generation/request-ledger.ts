@@ -3,7 +3,7 @@
  * Sequence, and account for it once when it ends (counters, and the per-request metrics hook).
  */
 import type { Subscriber } from 'rxjs';
-import { ChorusError } from '../errors.ts';
+import { ChorusError, invalidArgument } from '../errors.ts';
 import type { GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
 import { checkDecodingMode } from './beam-guard.ts';
 import { BeamSequence } from './beam-sequence.ts';
@@ -33,11 +33,17 @@ export class RequestLedger {
   /** The request made active (sampling or beam search), or an error naming the bad field (or saying the engine is closed). */
   open(request: GenerateRequest, subscriber: Subscriber<TokenEvent>, model: ModelIds): ActiveRequest {
     if (this.closed) throw new ChorusError('CHORUS_CLOSED', 'the engine is closed; it takes no new requests');
-    validateInputIds(request.inputIds, model.vocabSize);
     const params = validateSamplingParams(request.params ?? {}, model.vocabSize);
+    // A decoder-only model may start from nothing: the start id (FT's start_id, else its BOS) is the prompt.
+    const start = model.decoderStart === undefined ? (params.start_id ?? model.bosId) : undefined;
+    if (request.inputIds.length === 0 && model.decoderStart === undefined && start === undefined) {
+      throw invalidArgument('inputIds', 'at least one token id, or a start_id (this model has no bos_token_id to start from)', request.inputIds);
+    }
+    validateInputIds(request.inputIds, model.vocabSize, start !== undefined);
+    const prompt = request.inputIds.length === 0 && start !== undefined ? [start] : [...request.inputIds];
     checkDecodingMode(params);
     const Kind = params.beam_width > 1 ? BeamSequence : Sequence;
-    return new Kind([...request.inputIds], params, model, subscriber, (s) => this.report(s));
+    return new Kind(prompt, params, model, subscriber, (s) => this.report(s));
   }
 
   /** From now on, `open` refuses requests. */

@@ -35,6 +35,11 @@ export interface SamplingParams {
   is_return_log_probs?: boolean;
   /** The id generation stops at. Default: the model's eos. */
   end_id?: number;
+  /**
+   * FT's start_id: what a decoder-only request with an empty prompt starts from, and an
+   * encoder-decoder's first decoder token. Default: the model's bos_token_id / decoder_start_token_id.
+   */
+  start_id?: number;
   /** Factual-nucleus sampling: top_p is multiplied by this after each token, in (0, 1]. Default: 1 (off). */
   top_p_decay?: number;
   /** ...but not below this, in (0, 1]. Default: 1e-6. */
@@ -56,7 +61,7 @@ export interface SamplingParams {
 }
 
 /** Parameters with every default filled in. */
-export type ResolvedSamplingParams = Required<Omit<SamplingParams, 'end_id'>> & { end_id: number | undefined };
+export type ResolvedSamplingParams = Required<Omit<SamplingParams, 'end_id' | 'start_id'>> & { end_id: number | undefined; start_id: number | undefined };
 
 /** Checks every field against its range and fills the defaults; `vocabSize` bounds the id fields. */
 export function validateSamplingParams(params: SamplingParams, vocabSize: number): ResolvedSamplingParams {
@@ -99,6 +104,7 @@ export function validateSamplingParams(params: SamplingParams, vocabSize: number
     random_seed: int('random_seed', 0, 0),
     is_return_log_probs: params.is_return_log_probs ?? false,
     end_id: params.end_id === undefined ? undefined : id('end_id', params.end_id),
+    start_id: params.start_id === undefined ? undefined : id('start_id', params.start_id),
     top_p_decay: num('top_p_decay', 1, (v) => v > 0 && v <= 1, '(0, 1]'),
     top_p_min: num('top_p_min', 1e-6, (v) => v > 0 && v <= 1, '(0, 1]'),
     top_p_reset_ids: (params.top_p_reset_ids ?? []).map((v, i) => id(`top_p_reset_ids[${i}]`, v)),
@@ -112,9 +118,12 @@ export function validateSamplingParams(params: SamplingParams, vocabSize: number
   return resolved;
 }
 
-/** Throws unless every prompt id is a token id of the model: `inputIds[i] must be a token id...`. */
-export function validateInputIds(inputIds: readonly number[], vocabSize: number): void {
-  if (inputIds.length === 0) throw invalidArgument('inputIds', 'at least one token id', inputIds);
+/**
+ * Throws unless every prompt id is a token id of the model: `inputIds[i] must be a token id...`. An
+ * empty prompt is allowed when `emptyAllowed` (a start id will stand in for it).
+ */
+export function validateInputIds(inputIds: readonly number[], vocabSize: number, emptyAllowed = false): void {
+  if (inputIds.length === 0 && !emptyAllowed) throw invalidArgument('inputIds', 'at least one token id', inputIds);
   inputIds.forEach((id, i) => {
     if (!Number.isInteger(id) || id < 0 || id >= vocabSize) throw invalidArgument(`inputIds[${i}]`, `a token id, an integer in [0, ${vocabSize - 1}]`, id);
   });

@@ -31,7 +31,6 @@ export class Seq2SeqEngine implements Engine {
 
   private constructor(
     private readonly session: Seq2SeqSession,
-    private readonly decoderStart: number,
     private readonly model: ModelIds,
     onRequestDone: ((metrics: RequestMetrics) => void) | undefined,
   ) {
@@ -50,7 +49,7 @@ export class Seq2SeqEngine implements Engine {
     };
     const decoderStart = pick('decoder_start_token_id') ?? 0;
     const model: ModelIds = { vocabSize: session.vocabSize, endId: pick('eos_token_id'), forcedBos: pick('forced_bos_token_id'), forcedEos: pick('forced_eos_token_id'), decoderStart };
-    return new Seq2SeqEngine(session, decoderStart, model, options.onRequestDone);
+    return new Seq2SeqEngine(session, model, options.onRequestDone);
   }
 
   submit(request: GenerateRequest): Observable<TokenEvent> {
@@ -90,7 +89,7 @@ export class Seq2SeqEngine implements Engine {
       const prompt = await this.session.encode([sequence.promptIds]);
       this.ledger.counters.prefillSteps++;
       let encoded = prompt;
-      let out: Seq2SeqOutput = await this.session.step(encoded, [[this.decoderStart]]);
+      let out: Seq2SeqOutput = await this.session.step(encoded, [[sequence.decoderStart]]);
       const V = this.session.vocabSize;
       for (;;) {
         if (sequence.cancelled) return;

@@ -17,6 +17,8 @@ import type { Schedulable } from './scheduler.ts';
 export interface ModelIds {
   vocabSize: number;
   endId: number | undefined;
+  /** What an empty prompt of a decoder-only model starts from, unless the request's start_id says otherwise. */
+  bosId?: number;
   /** transformers' forced_bos_token_id: the only choice for the first token. */
   forcedBos?: number;
   /** transformers' forced_eos_token_id: the only choice for the last token the length allows. */
@@ -48,7 +50,12 @@ export abstract class ActiveRequest implements Schedulable {
     private readonly onFinish: (s: ActiveRequest) => void,
   ) {
     this.endId = params.end_id ?? model.endId;
-    this.contextIds = model.decoderStart === undefined ? promptIds : [model.decoderStart];
+    this.contextIds = model.decoderStart === undefined ? promptIds : [this.decoderStart];
+  }
+
+  /** An encoder-decoder's first decoder token: the request's start_id, else the model's. */
+  get decoderStart(): number {
+    return this.params.start_id ?? this.model.decoderStart ?? 0;
   }
 
   /** Rows of the batch it may take (the scheduler's unit). */

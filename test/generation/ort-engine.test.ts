@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -143,6 +143,14 @@ describe('OrtEngine', () => {
     assert.equal(out.at(-1)!.finishReason, 'length');
   });
 
+  test('start_id (else the model\'s BOS) is where an empty prompt starts', async () => {
+    const fromBos = await ids(stories, [1], { temperature: 0, request_output_len: 8 });
+    assert.deepEqual(await ids(stories, [], { temperature: 0, request_output_len: 8 }), fromBos);
+    const from403 = await ids(stories, [403], { temperature: 0, request_output_len: 8 });
+    assert.notDeepEqual(from403, fromBos);
+    assert.deepEqual(await ids(stories, [], { temperature: 0, request_output_len: 8, start_id: 403 }), from403);
+  });
+
   test('end_id ends a sequence early, with finish reason end_id', async () => {
     const greedyIds = await ids(stories, [1], { temperature: 0, request_output_len: 10 });
     const out = await events(stories, [1], { temperature: 0, request_output_len: 10, end_id: greedyIds[3] });
@@ -192,7 +200,6 @@ describe('OrtEngine', () => {
     await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1], params: { len_penalty: 2 } })), { message: /^len_penalty 2 ranks beams: it needs beam_width > 1/ });
     await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1], params: { beam_width: 17 } })), { code: 'CHORUS_CANNOT_FIT', message: /beam_width 17 needs 17 rows of a batch that holds 16/ });
     await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1, 15496] })), { message: 'inputIds[1] must be a token id, an integer in [0, 511], got 15496' });
-    await assert.rejects(firstValueFrom(stories.submit({ inputIds: [] })), { message: 'inputIds must be at least one token id, got []' });
   });
 });
 
@@ -213,6 +220,18 @@ describe('OrtEngine against transformers', () => {
       assert.deepEqual(outputs, golden.greedy);
     });
   }
+});
+
+test('an empty prompt on a model with no BOS needs a start_id, and says so', async () => {
+  const dir = join(root, 'gpt2-no-bos');
+  cpSync(models.gpt2, dir, { recursive: true });
+  const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
+  delete config.bos_token_id;
+  writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
+  const engine = await OrtEngine.open(dir);
+  await assert.rejects(firstValueFrom(engine.submit({ inputIds: [] })), { message: 'inputIds must be at least one token id, or a start_id (this model has no bos_token_id to start from), got []' });
+  assert.equal((await ids(engine, [], { start_id: 7, temperature: 0, request_output_len: 3 })).length, 3);
+  await engine.close();
 });
 
 test('stop_words end a sequence when the output ends with one, with finish reason stop', async () => {

@@ -57,6 +57,28 @@ test('BART: the forced BOS and EOS of its generation config are the first and la
   assert.deepEqual(events.map((e) => e.token), [...expected, 2]);
 });
 
+test('start_id replaces the decoder start token; an empty prompt is refused', async () => {
+  const dir = built('t5-start', 't5v1_1', 5);
+  const engine = await Seq2SeqEngine.open(dir);
+  const prompt = [5, 17, 99, 1];
+  const params = { temperature: 0, request_output_len: 6, end_id: 511 };
+  const plain = await ids(engine, prompt, params);
+  const started = await ids(engine, prompt, { ...params, start_id: 37 });
+  await assert.rejects(lastValueFrom(engine.submit({ inputIds: [], params })), { message: 'inputIds must be at least one token id, got []' });
+  await engine.close();
+  const session = await Seq2SeqSession.open(dir);
+  const encoded = await session.encode([prompt]);
+  let out = await session.step(encoded, [[37]]);
+  const expected: number[] = [];
+  for (let i = 0; i < 6; i++) {
+    expected.push(argmax(out.logits, 0, session.vocabSize));
+    out = await session.step(encoded, [[expected.at(-1)!]], out.cache);
+  }
+  await session.close();
+  assert.deepEqual(started, expected);
+  assert.notDeepEqual(started, plain);
+});
+
 test('concurrent requests interleave and each gets what it gets alone; cancelling one stops it', async () => {
   const engine = await Seq2SeqEngine.open(built('t5-concurrent', 't5v1_1', 3));
   const prompts = Array.from({ length: 8 }, (_, i) => [5 + i, 17, 99, 200 - i, 1]);
