@@ -30,6 +30,8 @@ export interface ErrorDetails {
   value?: unknown;
   /** The error this one wraps. */
   cause?: unknown;
+  /** The ensemble step it happened in. */
+  step?: string;
 }
 
 /** The one error class Chorus throws on purpose. */
@@ -38,6 +40,7 @@ export class ChorusError extends Error {
   readonly status: number;
   readonly param: string | undefined;
   readonly value: unknown;
+  readonly step: string | undefined;
 
   constructor(code: ErrorCode, message: string, details: ErrorDetails = {}) {
     super(message, details.cause === undefined ? undefined : { cause: details.cause });
@@ -46,6 +49,7 @@ export class ChorusError extends Error {
     this.status = ERROR_CODES[code].status;
     this.param = details.param;
     this.value = details.value;
+    this.step = details.step;
   }
 }
 

@@ -1,12 +1,10 @@
 /** `chorus generate`: the engine in process, on a built model or a checkpoint built on the fly. */
-import { createHash } from 'node:crypto';
-import { existsSync, statSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Command } from 'commander';
 import { ChorusError, invalidArgument } from '../errors.ts';
 import { OrtEngine, Seq2SeqEngine, type Engine, type SamplingParams } from '../generation/index.ts';
-import { buildModel } from '../modelbuild/index.ts';
-import { cacheDir } from '../repository/index.ts';
+import { builtModelDirectory } from '../repository/index.ts';
 import { openTokenizerPath, StreamDecoder, type Tokenizer } from '../tokenizers/index.ts';
 import { resolveTokenizer } from './tokenize.ts';
 
@@ -118,15 +116,7 @@ async function printGeneration(engine: Engine, tokenizer: Tokenizer, inputIds: n
 
 /** A built model directory for `path`: itself when built, else a build cached by the source's identity. */
 function modelDirectory(path: string): string {
-  if (!existsSync(path)) throw new ChorusError('CHORUS_FILE_MISSING', `--model ${path} does not exist`, { param: 'model' });
-  if (existsSync(join(path, 'onnx', 'decoder_model_merged.onnx'))) return path;
-  if (existsSync(join(path, 'onnx', 'encoder_model.onnx'))) throw new ChorusError('CHORUS_UNSUPPORTED', `${path} holds an encoder alone (built with task encode): nothing to generate with`, { param: 'model' });
-  const stat = statSync(path);
-  const key = createHash('sha256').update(`${resolve(path)}:${stat.size}:${stat.mtimeMs}`).digest('hex').slice(0, 16);
-  const out = join(cacheDir(), 'builds', key);
-  if (!existsSync(join(out, 'onnx', 'decoder_model_merged.onnx'))) {
-    process.stderr.write(`building ${path} into ${out}\n`);
-    buildModel({ source: path, out });
-  }
-  return out;
+  const dir = builtModelDirectory(path, {}, (line) => process.stderr.write(`${line}\n`), '--model');
+  if (!existsSync(join(dir, 'onnx', 'decoder_model_merged.onnx'))) throw new ChorusError('CHORUS_UNSUPPORTED', `${path} holds an encoder alone (built with task encode): nothing to generate with`, { param: 'model' });
+  return dir;
 }

@@ -103,6 +103,20 @@ export const ModelDefinition = Type.Object(
         { additionalProperties: false, description: 'encode and forward: gather requests into batches as Triton does.' },
       ),
     ),
+    fallback: Type.Optional(
+      Type.Object(
+        {
+          arch: Enum(['gpt2', 'llama', 'qwen2', 't5', 't5v1_1', 'ul2', 'bart', 'mbart'], { description: 'The architecture (as `chorus make-checkpoint --arch`).' }),
+          size: Enum(['tiny', 'real', 'base'], { description: '`real` is the released model\'s shape; `tiny` a few layers of width 64.' }),
+          seed: Type.Integer({ minimum: 0, description: 'The seed of the random weights.' }),
+        },
+        {
+          additionalProperties: false,
+          description:
+            'When `source` is a Hugging Face id that is not in the cache: serve seeded random weights of this architecture instead (with a warning), so the repository loads and answers offline. The text is noise; the plumbing is real.',
+        },
+      ),
+    ),
     inputs: Type.Optional(Type.Record(Type.String(), TensorSpec, { description: 'forward: the model\'s input tensors.' })),
     outputs: Type.Optional(Type.Record(Type.String(), TensorSpec, { description: 'forward: the model\'s output tensors.' })),
   },

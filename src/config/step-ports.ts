@@ -59,14 +59,14 @@ export const STEP_PORTS: Record<StepKind, StepPorts> = {
       request_output_len: { ...u32, required: true },
       ...DECODING_INPUTS,
     },
-    outputs: { output_ids: u32, sequence_length: u32, cum_log_probs: f32, output_log_probs: f32 },
+    outputs: { output_ids: u32, sequence_length: u32, cum_log_probs: f32, output_log_probs: f32, finish_reason: { datatype: 'BYTES' } },
   },
   encode: {
     inputs: { input_ids: { ...u32, required: true }, input_lengths: { ...u32, required: true } },
     outputs: { last_hidden_state: f32, attentions: f32 },
   },
   detokenize: {
-    inputs: { output_ids: { ...u32, required: true }, sequence_length: u32 },
+    inputs: { output_ids: { ...u32, required: true }, sequence_length: u32, input_lengths: u32 },
     outputs: { text: { datatype: 'BYTES' } },
   },
   forward: { inputs: undefined, outputs: undefined },

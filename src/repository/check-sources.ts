@@ -33,8 +33,10 @@ function checkSource(definition: Definition<'tokenizer' | 'model'>, source: stri
   }
   if (existsSync(resolved.path)) return resolved.path;
   if (resolved.kind === 'hf') {
+    const fallback = definition.kind === 'model' && (definition.value as { fallback?: unknown }).fallback !== undefined;
+    const instead = fallback ? '; until then its fallback (seeded random weights) is served' : '';
     out.push(
-      diagnosticAt(definition, ['source'], `${resolved.id} is not in the cache (${resolved.path}); place its files there or point source at a local path`, {
+      diagnosticAt(definition, ['source'], `${resolved.id} is not in the cache (${resolved.path}); place its files there or point source at a local path${instead}`, {
         severity: 'warning',
       }),
     );

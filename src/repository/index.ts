@@ -3,3 +3,5 @@ export { loadRepository, REPOSITORY_CHECKS } from './validate.ts';
 export { openTokenizerDefinition } from './open-tokenizer.ts';
 export { resolveSource, cacheDir, isHubSource, type ResolvedSource } from './source.ts';
 export { bundledRepositoryDir } from './bundled.ts';
+export { builtModelDirectory, isBuiltModel } from './model-dir.ts';
+export { applySourceOverrides, parseSourceOverride, type SourceOverride } from './overrides.ts';

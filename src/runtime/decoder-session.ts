@@ -6,6 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import ort from 'onnxruntime-node';
 import { ChorusError } from '../errors.ts';
+import { createSession, releaseSession } from './sessions.ts';
 import { argmax } from '../util/argmax.ts';
 import { fromHalfBits } from '../util/half.ts';
 
@@ -51,7 +52,7 @@ export class DecoderSession {
     const file = join(dir, 'onnx', 'decoder_model_merged.onnx');
     if (!existsSync(file)) throw new ChorusError('CHORUS_FILE_MISSING', `${dir} holds no onnx/decoder_model_merged.onnx`);
     const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
-    const session = await ort.InferenceSession.create(file, { executionProviders: options.executionProviders ?? ['cpu'] });
+    const session = await createSession(file, { executionProviders: options.executionProviders ?? ['cpu'] });
     const pastKeys = session.inputNames.filter((name) => /^past_key_values\.\d+\.key$/.test(name));
     const metadata = session.inputMetadata.find((m) => m.name === 'past_key_values.0.key');
     if (pastKeys.length === 0 || metadata === undefined || !metadata.isTensor) {
@@ -118,7 +119,7 @@ export class DecoderSession {
 
   /** Frees the session. */
   async close(): Promise<void> {
-    await this.session.release();
+    await releaseSession(this.session);
   }
 }
 

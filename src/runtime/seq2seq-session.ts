@@ -6,6 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import ort from 'onnxruntime-node';
 import { ChorusError } from '../errors.ts';
+import { createSession, releaseSession } from './sessions.ts';
 import { argmax } from '../util/argmax.ts';
 
 /** The encoder's output for a batch: hidden states [batch, seq, dModel] and the mask they came with. */
@@ -46,10 +47,10 @@ export class Seq2SeqSession {
     if (!existsSync(encoderFile)) throw new ChorusError('CHORUS_FILE_MISSING', `${dir} holds no onnx/encoder_model.onnx`);
     const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
     const sessionOptions = { executionProviders: options.executionProviders ?? ['cpu'] };
-    const encoder = await ort.InferenceSession.create(encoderFile, sessionOptions);
+    const encoder = await createSession(encoderFile, sessionOptions);
     const decoderFile = join(dir, 'onnx', 'decoder_model_merged.onnx');
     if (!existsSync(decoderFile)) return new Seq2SeqSession(encoder, undefined, 0, 0, 0, 0, config);
-    const decoder = await ort.InferenceSession.create(decoderFile, sessionOptions);
+    const decoder = await createSession(decoderFile, sessionOptions);
     const layers = decoder.inputNames.filter((n) => /^past_key_values\.\d+\.decoder\.key$/.test(n)).length;
     const past = decoder.inputMetadata.find((m) => m.name === 'past_key_values.0.decoder.key');
     const logits = decoder.outputMetadata.find((m) => m.name === 'logits');
@@ -110,8 +111,8 @@ export class Seq2SeqSession {
   }
 
   async close(): Promise<void> {
-    await this.encoder.release();
-    await this.decoder?.release();
+    await releaseSession(this.encoder);
+    if (this.decoder !== undefined) await releaseSession(this.decoder);
   }
 
   private decoderSession(): ort.InferenceSession {
