@@ -168,6 +168,7 @@ export const PipelineDefinition = Type.Object(
     fields: Type.Optional(Type.Record(Type.String({ minLength: 1 }), Type.String({ minLength: 1 }), { description: 'Request field -> ensemble input tensor.' })),
     defaults: Type.Optional(Type.Record(Type.String({ minLength: 1 }), Type.Unknown(), { description: 'Request field -> value used when a request leaves it out.' })),
     chat_template: Type.Optional(Type.String({ minLength: 1, description: '`tokenizer` (the tokenizer\'s template) or an inline Jinja template.' })),
+    text_output: Type.Optional(Type.String({ minLength: 1, description: 'Ensemble pipelines: the output tensor holding the text. Default: `text_output`, else the ensemble\'s one BYTES output.' })),
   },
   { additionalProperties: false },
 );

@@ -49,7 +49,7 @@ const DECODING_INPUTS: Record<string, PortSpec> = {
 
 export const STEP_PORTS: Record<StepKind, StepPorts> = {
   tokenize: {
-    inputs: { text: { datatype: 'BYTES', required: true }, bad_words: { datatype: 'BYTES' }, stop_words: { datatype: 'BYTES' } },
+    inputs: { text: { datatype: 'BYTES', required: true }, bad_words: { datatype: 'BYTES' }, stop_words: { datatype: 'BYTES' }, add_special_tokens: { datatype: 'BOOL' } },
     outputs: { input_ids: u32, input_lengths: u32, bad_words_list: i32, stop_words_list: i32 },
   },
   generate: {

@@ -7,9 +7,10 @@
  * it. Inputs from one producer arrive together, so a step never sees one tensor of a snapshot without
  * its siblings. Unsubscribing from the result unsubscribes every step, which cancels generation.
  */
-import { combineLatest, defer, EMPTY, map, merge, Observable, of, scan, shareReplay, catchError, throwError } from 'rxjs';
-import type { EnsembleDefinition, StepDefinition, StepKind, TensorSpec } from '../config/schemas.ts';
-import { STEP_KINDS } from '../config/schemas.ts';
+import type { Observable} from 'rxjs';
+import { combineLatest, defer, EMPTY, map, merge, of, scan, shareReplay, catchError, throwError } from 'rxjs';
+import type { EnsembleDefinition, StepDefinition, StepKind, TensorSpec } from '../config/index.ts';
+import { STEP_KINDS } from '../config/index.ts';
 import { ChorusError } from '../errors.ts';
 import type { ModelStore } from './model-store.ts';
 import { detokenizeStep } from './steps/detokenize.ts';

@@ -6,7 +6,7 @@
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import type { ModelDefinition } from '../config/schemas.ts';
+import type { ModelDefinition } from '../config/index.ts';
 import { ChorusError } from '../errors.ts';
 import { OrtEngine, Seq2SeqEngine, type Engine } from '../generation/index.ts';
 import { makeCheckpoint } from '../modelbuild/index.ts';

@@ -3,7 +3,7 @@
  * row-major order (numbers for numeric types, 64-bit ones included; booleans for BOOL; strings for
  * BYTES). The batch dimension comes first.
  */
-import type { Datatype } from '../config/datatypes.ts';
+import type { Datatype } from '../config/index.ts';
 import { ChorusError, invalidArgument } from '../errors.ts';
 
 export type Element = number | boolean | string;

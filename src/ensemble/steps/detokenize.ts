@@ -5,7 +5,8 @@
  * Streaming: every snapshot of output_ids gives a text snapshot that extends the last one (pieces that
  * might be half a character wait), and the final one is decode() of the whole.
  */
-import { concat, defer, Observable, from, mergeMap, of } from 'rxjs';
+import type { Observable} from 'rxjs';
+import { concat, defer, from, mergeMap, of } from 'rxjs';
 import { StreamDecoder, type Tokenizer } from '../../tokenizers/index.ts';
 import { numbers, perRow } from '../tensor.ts';
 import type { StepImpl, TensorRecord } from './step.ts';

@@ -41,13 +41,13 @@ function run(model: LoadedModel, inputs: TensorRecord): Observable<TensorRecord>
   const ids = inputs.input_ids!;
   const batch = ids.shape[0] ?? 0;
   const lengths = perRow<number>(inputs.input_lengths!, batch, 'input_lengths');
-  const outputLen = perRow<number>(inputs.request_output_len!, batch, 'request_output_len');
+  const outputLen = inputs.request_output_len === undefined ? undefined : perRow<number>(inputs.request_output_len, batch, 'request_output_len');
   const prompts = rows<number>(ids).map((row, r) => {
     const length = lengths[r]!;
     if (!Number.isInteger(length) || length < 0 || length > row.length) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `input_lengths[${r}] must be an integer in [0, ${row.length}], got ${length}`, { param: 'input_lengths' });
     return row.slice(0, length);
   });
-  const params = prompts.map((_, r) => rowParams(inputs, r, batch, outputLen[r]!));
+  const params = prompts.map((_, r) => rowParams(inputs, r, batch, outputLen?.[r]));
   const returned = Math.max(1, ...params.map((p) => p.num_return_sequences ?? 1));
   const withLogProbs = params.some((p) => p.is_return_log_probs === true);
   const tracks: Track[][] = prompts.map(() => Array.from({ length: returned }, () => ({ ids: [], logProbs: [], cum: 0, finish: '' })));
@@ -97,8 +97,8 @@ function run(model: LoadedModel, inputs: TensorRecord): Observable<TensorRecord>
 }
 
 /** Row r's decoding parameters from the decoding input tensors present. */
-function rowParams(inputs: TensorRecord, r: number, batch: number, outputLen: number): SamplingParams {
-  const params: Record<string, unknown> = { request_output_len: outputLen };
+function rowParams(inputs: TensorRecord, r: number, batch: number, outputLen: number | undefined): SamplingParams {
+  const params: Record<string, unknown> = outputLen === undefined ? {} : { request_output_len: outputLen };
   for (const field of SCALARS) {
     const t = inputs[field];
     if (t !== undefined) params[field] = perRow<number>(t, batch, field)[r];

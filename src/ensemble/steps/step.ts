@@ -1,6 +1,6 @@
 /** What every step implementation is: input snapshots in, output snapshots out. */
 import { from, last, switchMap, type Observable, type ObservableInput } from 'rxjs';
-import type { StepDefinition } from '../../config/schemas.ts';
+import type { StepDefinition } from '../../config/index.ts';
 import type { ModelStore } from '../model-store.ts';
 import type { Tensor } from '../tensor.ts';
 

@@ -1,0 +1,4 @@
+export { CompiledEnsemble, stepKind } from './executor.ts';
+export { ModelStore, type LoadedModel, type ModelState, type ModelStoreOptions } from './model-store.ts';
+export { tensor, rows, padded, perRow, elementCount, type Tensor, type Element } from './tensor.ts';
+export type { TensorRecord, StepImpl, StepContext } from './steps/step.ts';

@@ -1,0 +1,323 @@
+/**
+ * A pipeline: a text-level service over an ensemble. Request fields (the names of Triton's generate
+ * extension and OpenAI's API: text_input, max_tokens, temperature, top_p, top_k, stop, seed, ...) become
+ * ensemble input tensors, with the pipeline's defaults; chat messages go through a Jinja chat template
+ * first. The result is a stream of updates whose deltas join to the final text; stop strings are matched
+ * on that text across token boundaries, and reaching one ends the request (and its generation).
+ *
+ * A model pipeline (`model:` + `tokenizer:`) needs no ensemble: it runs tokenize -> generate ->
+ * detokenize, built here, and maps the standard fields onto FasterTransformer's decoding inputs.
+ */
+import { Template } from '@huggingface/jinja';
+import { Observable, type Subscription } from 'rxjs';
+import type { Datatype } from '../config/index.ts';
+import type { EnsembleDefinition, PipelineDefinition, TensorSpec } from '../config/index.ts';
+import { CompiledEnsemble, type ModelStore, type Tensor, type TensorRecord } from '../ensemble/index.ts';
+import { ChorusError, invalidArgument } from '../errors.ts';
+import { StopStringMatcher } from '../generation/index.ts';
+
+export interface ChatMessage {
+  role: string;
+  content: string;
+}
+
+/** A text request: standard fields, or any field the pipeline maps. */
+export interface TextRequest {
+  text_input?: string;
+  messages?: ChatMessage[];
+  max_tokens?: number;
+  temperature?: number;
+  top_p?: number;
+  top_k?: number;
+  seed?: number;
+  stop?: string | string[];
+  beam_width?: number;
+  n?: number;
+  presence_penalty?: number;
+  frequency_penalty?: number;
+  repetition_penalty?: number;
+  min_tokens?: number;
+  len_penalty?: number;
+  logprobs?: boolean;
+  [field: string]: unknown;
+}
+
+/** One returned text. `delta` is what this update adds to `text`. */
+export interface TextChoice {
+  index: number;
+  text: string;
+  delta: string;
+  /** On the last update: `end_id`, `length` or `stop` (a stop word or string). */
+  finishReason?: string;
+}
+
+export interface PipelineUpdate {
+  choices: TextChoice[];
+  /** On the last update, where the pipeline knows them. */
+  usage?: { promptTokens: number; completionTokens: number };
+}
+
+/** Standard request fields of a model pipeline: field -> generate input (port) and its datatype. */
+const STANDARD_FIELDS: Record<string, [string, Datatype]> = {
+  max_tokens: ['request_output_len', 'UINT32'],
+  temperature: ['temperature', 'FP32'],
+  top_p: ['runtime_top_p', 'FP32'],
+  top_k: ['runtime_top_k', 'UINT32'],
+  seed: ['random_seed', 'UINT64'],
+  beam_width: ['beam_width', 'UINT32'],
+  n: ['num_return_sequences', 'UINT32'],
+  presence_penalty: ['presence_penalty', 'FP32'],
+  frequency_penalty: ['frequency_penalty', 'FP32'],
+  repetition_penalty: ['repetition_penalty', 'FP32'],
+  min_tokens: ['min_length', 'UINT32'],
+  len_penalty: ['len_penalty', 'FP32'],
+  logprobs: ['is_return_log_probs', 'BOOL'],
+};
+
+/** Fields every pipeline takes itself (not mapped to tensors). */
+const OWN_FIELDS = new Set(['text_input', 'messages', 'stop', 'stream']);
+
+export class Pipeline {
+  private compiled: Promise<{ ensemble: CompiledEnsemble; fields: Record<string, string>; textOutput: string; seq2seq: boolean; chatTemplate: string | undefined; specials: Record<string, string>; readsSpecialText: boolean }> | undefined;
+
+  constructor(
+    readonly name: string,
+    readonly definition: PipelineDefinition,
+    private readonly store: ModelStore,
+  ) {}
+
+  /** Runs a request; the stream's updates carry deltas, and the last one the finish reasons. */
+  run(request: TextRequest): Observable<PipelineUpdate> {
+    return new Observable<PipelineUpdate>((subscriber) => {
+      let upstream: Subscription | undefined;
+      let closed = false;
+      void this.prepare()
+        .then((compiled) => {
+          if (closed) return;
+          const { inputs, stops } = this.inputs(request, compiled);
+          const texts: string[] = [];
+          const matchers: StopStringMatcher[] = [];
+          const stopped: boolean[] = [];
+          let last: TensorRecord = {};
+          const update = (record: TensorRecord): PipelineUpdate => {
+            const text = record[compiled.textOutput];
+            const choices: TextChoice[] = [];
+            (text?.data as string[] | undefined)?.forEach((snapshot, index) => {
+              matchers[index] ??= new StopStringMatcher(stops);
+              const fresh = snapshot.slice((texts[index] ?? '').length);
+              texts[index] = snapshot;
+              stopped[index] ??= false;
+              if (stopped[index]) return;
+              const { text: delta, stopped: hit } = matchers[index]!.push(fresh);
+              stopped[index] = hit;
+              choices.push({ index, text: '', delta });
+            });
+            return { choices };
+          };
+          const emitted: string[] = [];
+          const send = (u: PipelineUpdate): void => {
+            for (const c of u.choices) {
+              emitted[c.index] = (emitted[c.index] ?? '') + c.delta;
+              c.text = emitted[c.index]!;
+            }
+            subscriber.next(u);
+          };
+          upstream = compiled.ensemble.run(inputs).subscribe({
+            next: (record) => {
+              last = record;
+              const u = update(record);
+              if (u.choices.some((c) => c.delta !== '')) send({ choices: u.choices.filter((c) => c.delta !== '') });
+              if (stopped.length > 0 && stopped.every(Boolean)) {
+                upstream?.unsubscribe();
+                finish();
+              }
+            },
+            error: (error: unknown) => subscriber.error(error),
+            complete: () => finish(),
+          });
+          function finish(): void {
+            if (closed) return;
+            closed = true;
+            const reasons = last.finish_reason?.data as string[] | undefined;
+            const count = Math.max(texts.length, reasons?.length ?? 0, 1);
+            const choices: TextChoice[] = Array.from({ length: count }, (_, index) => {
+              const held = stopped[index] ? '' : (matchers[index]?.flush() ?? '');
+              return { index, text: '', delta: held, finishReason: stopped[index] ? 'stop' : reasons?.[index] || 'length' };
+            });
+            const final: PipelineUpdate = { choices };
+            const lengths = last.sequence_length?.data as number[] | undefined;
+            const promptTokens = (last.input_lengths?.data as number[] | undefined)?.[0];
+            if (lengths !== undefined && promptTokens !== undefined) {
+              const generated = lengths.reduce((sum, n) => sum + n - (compiled.seq2seq ? 0 : promptTokens), 0);
+              final.usage = { promptTokens, completionTokens: generated };
+            }
+            send(final);
+            subscriber.complete();
+          }
+        })
+        .catch((error: unknown) => subscriber.error(error));
+      return () => {
+        closed = true;
+        upstream?.unsubscribe();
+      };
+    });
+  }
+
+  /** The ensemble (built for a model pipeline), compiled once. */
+  private prepare(): NonNullable<Pipeline['compiled']> {
+    this.compiled ??= this.compile();
+    this.compiled.catch(() => (this.compiled = undefined));
+    return this.compiled;
+  }
+
+  private async compile(): NonNullable<Pipeline['compiled']> {
+    const d = this.definition;
+    const repository = this.store.repository;
+    let tokenizerName: string | undefined;
+    let ensemble: CompiledEnsemble;
+    let fields: Record<string, string>;
+    let textOutput: string;
+    let seq2seq = false;
+    if (d.model !== undefined) {
+      const model = await this.store.model(d.model);
+      seq2seq = model.engine === 'generate' && model.seq2seq;
+      tokenizerName = d.tokenizer ?? repository.models.get(d.model)?.value.tokenizer;
+      if (tokenizerName === undefined) throw new ChorusError('CHORUS_CONFIG_INVALID', `pipeline ${this.name}: model ${d.model} names no tokenizer; give the pipeline one`);
+      ensemble = new CompiledEnsemble(`${this.name} (model pipeline)`, modelEnsemble(d.model, tokenizerName, seq2seq), this.store);
+      fields = { text_input: 'text_input', ...Object.fromEntries(Object.entries(STANDARD_FIELDS).map(([field, [port]]) => [field, port])) };
+      textOutput = 'text_output';
+    } else {
+      const definition = repository.ensembles.get(d.ensemble!);
+      if (definition === undefined) throw new ChorusError('CHORUS_NOT_FOUND', `pipeline ${this.name}: no ensemble named ${d.ensemble}`);
+      ensemble = new CompiledEnsemble(d.ensemble!, definition.value, this.store);
+      fields = d.fields ?? {};
+      const bytes = Object.entries(definition.value.outputs).filter(([, spec]) => spec.datatype === 'BYTES').map(([name]) => name);
+      textOutput = d.text_output ?? ('text_output' in definition.value.outputs ? 'text_output' : bytes.length === 1 ? bytes[0]! : '');
+      if (!(textOutput in definition.value.outputs)) throw new ChorusError('CHORUS_CONFIG_INVALID', `pipeline ${this.name}: say which output of ensemble ${d.ensemble} holds the text (text_output); its BYTES outputs: ${bytes.join(', ')}`);
+      tokenizerName = definition.value.steps.find((s) => s.tokenize !== undefined)?.tokenize;
+    }
+    let chatTemplate = d.chat_template;
+    const specials: Record<string, string> = {};
+    let readsSpecialText = true;
+    if (tokenizerName !== undefined) {
+      const tokenizer = await this.store.tokenizer(tokenizerName);
+      readsSpecialText = tokenizer.kind === 'huggingface' || tokenizer.kind === 'tiktoken';
+      if (chatTemplate === 'tokenizer') chatTemplate = tokenizer.chatTemplate;
+      for (const [key, id] of [['bos_token', tokenizer.specialTokens.bos], ['eos_token', tokenizer.specialTokens.eos]] as const) {
+        if (id !== undefined) specials[key] = tokenizer.decode([id]);
+      }
+    } else if (chatTemplate === 'tokenizer') chatTemplate = undefined;
+    return { ensemble, fields, textOutput, seq2seq, chatTemplate, specials, readsSpecialText };
+  }
+
+  /** The request as ensemble input tensors, and its stop strings. */
+  private inputs(request: TextRequest, compiled: Awaited<NonNullable<Pipeline['compiled']>>): { inputs: Record<string, Tensor>; stops: string[] } {
+    if (typeof request !== 'object' || request === null) throw invalidArgument('request', 'an object of fields', request);
+    const specs = compiled.ensemble.definition.inputs;
+    const merged: Record<string, unknown> = { ...(this.definition.defaults ?? {}), ...request };
+    for (const field of Object.keys(request)) {
+      if (!OWN_FIELDS.has(field) && !(field in compiled.fields)) {
+        const known = [...new Set([...OWN_FIELDS, ...Object.keys(compiled.fields)])];
+        throw new ChorusError('CHORUS_INVALID_ARGUMENT', `pipeline ${this.name} takes no field ${field}; it takes: ${known.join(', ')}`, { param: field });
+      }
+    }
+    const inputs: Record<string, Tensor> = {};
+    let text = merged.text_input;
+    if (merged.messages !== undefined) {
+      if (text !== undefined && request.text_input !== undefined) throw new ChorusError('CHORUS_INVALID_ARGUMENT', 'give text_input or messages, not both', { param: 'messages' });
+      text = this.renderChat(merged.messages, compiled.chatTemplate, compiled.specials);
+      // The template writes the special tokens. Tokenizers that read special-token text (huggingface,
+      // tiktoken) take it as it is; for the others, a leading BOS text becomes the BOS they add.
+      let add = false;
+      const bos = compiled.specials.bos_token;
+      if (!compiled.readsSpecialText && bos !== undefined && (text as string).startsWith(bos)) {
+        text = (text as string).slice(bos.length);
+        add = true;
+      }
+      if ('add_special_tokens' in specs) inputs.add_special_tokens = { datatype: 'BOOL', shape: [1, 1], data: [add] };
+    }
+    if (typeof text !== 'string') throw invalidArgument('text_input', 'a string (or give messages)', text);
+    const textTensor = compiled.fields.text_input;
+    if (textTensor === undefined) throw new ChorusError('CHORUS_CONFIG_INVALID', `pipeline ${this.name} maps no field to the text (fields.text_input)`);
+    for (const [field, tensorName] of Object.entries(compiled.fields)) {
+      const value = field === 'text_input' ? text : merged[field];
+      if (value === undefined) continue;
+      const spec = specs[tensorName];
+      if (spec === undefined) continue;
+      inputs[tensorName] = toTensor(field, value, spec);
+    }
+    const stop = merged.stop ?? [];
+    const stops = typeof stop === 'string' ? [stop] : stop;
+    if (!Array.isArray(stops) || stops.some((s) => typeof s !== 'string' || s === '')) throw invalidArgument('stop', 'a non-empty string or a list of them', stop);
+    return { inputs, stops: stops as string[] };
+  }
+
+  private renderChat(messages: unknown, template: string | undefined, specials: Record<string, string>): string {
+    if (template === undefined) throw new ChorusError('CHORUS_UNSUPPORTED', `pipeline ${this.name} has no chat template: send text_input instead of messages`, { param: 'messages' });
+    if (!Array.isArray(messages) || messages.length === 0) throw invalidArgument('messages', 'a non-empty list of {role, content}', messages);
+    messages.forEach((m: unknown, i) => {
+      const message = m as Partial<ChatMessage> | null;
+      if (typeof message !== 'object' || message === null || typeof message.role !== 'string' || typeof message.content !== 'string') {
+        throw invalidArgument(`messages[${i}]`, 'an object with string role and content', m);
+      }
+    });
+    return new Template(template).render({ messages, add_generation_prompt: true, ...specials });
+  }
+}
+
+/** A request value as a tensor of the input's spec ([1, ...dims], -1 read as 1). */
+function toTensor(field: string, value: unknown, spec: TensorSpec): Tensor {
+  const shape = [1, ...spec.dims.map((d) => (d === -1 ? 1 : d))];
+  let element: string | number | boolean;
+  if (spec.datatype === 'BYTES') {
+    if (Array.isArray(value) && value.every((v) => typeof v === 'string')) element = value.map((v: string) => `"${v.replace(/"/g, '""')}"`).join(',');
+    else if (typeof value === 'string') element = value;
+    else throw invalidArgument(field, 'a string', value);
+  } else if (spec.datatype === 'BOOL') {
+    if (typeof value !== 'boolean') throw invalidArgument(field, 'true or false', value);
+    element = value;
+  } else {
+    if (typeof value !== 'number' || !Number.isFinite(value)) throw invalidArgument(field, 'a number', value);
+    if (/INT/.test(spec.datatype) && (!Number.isInteger(value) || (spec.datatype.startsWith('U') && value < 0))) {
+      throw invalidArgument(field, spec.datatype.startsWith('U') ? 'a non-negative integer' : 'an integer', value);
+    }
+    element = value;
+  }
+  if (shape.reduce((a, b) => a * b, 1) !== 1) throw new ChorusError('CHORUS_CONFIG_INVALID', `field ${field} maps to an input of shape [${spec.dims.join(', ')}], which one value cannot fill`);
+  return { datatype: spec.datatype, shape, data: [element] };
+}
+
+/** The ensemble a model pipeline runs: tokenize -> generate -> detokenize, with every decoding input optional. */
+function modelEnsemble(model: string, tokenizer: string, seq2seq: boolean): EnsembleDefinition {
+  const inputs: EnsembleDefinition['inputs'] = {
+    text_input: { datatype: 'BYTES', dims: [1] },
+    add_special_tokens: { datatype: 'BOOL', dims: [1], optional: true },
+  };
+  const generateInputs: Record<string, string> = { input_ids: '_ids', input_lengths: 'input_lengths' };
+  for (const [port, datatype] of Object.values(STANDARD_FIELDS)) {
+    inputs[port] = { datatype, dims: [1], optional: port !== 'request_output_len' };
+    generateInputs[port] = port;
+  }
+  // A pipeline without max_tokens still answers: 16 tokens, the engine's default, unless defaults say.
+  inputs.request_output_len!.optional = true;
+  return {
+    inputs,
+    outputs: {
+      text_output: { datatype: 'BYTES', dims: [-1] },
+      finish_reason: { datatype: 'BYTES', dims: [-1] },
+      sequence_length: { datatype: 'UINT32', dims: [-1] },
+      input_lengths: { datatype: 'UINT32', dims: [1] },
+      cum_log_probs: { datatype: 'FP32', dims: [-1], optional: true },
+    },
+    steps: [
+      { name: 'tokenize', tokenize: tokenizer, inputs: { text: 'text_input', add_special_tokens: 'add_special_tokens' }, outputs: { input_ids: '_ids', input_lengths: 'input_lengths' } },
+      { name: 'generate', generate: model, inputs: generateInputs, outputs: { output_ids: '_out', sequence_length: 'sequence_length', finish_reason: 'finish_reason', cum_log_probs: 'cum_log_probs' } },
+      {
+        name: 'detokenize',
+        detokenize: tokenizer,
+        inputs: seq2seq ? { output_ids: '_out', sequence_length: 'sequence_length' } : { output_ids: '_out', sequence_length: 'sequence_length', input_lengths: 'input_lengths' },
+        outputs: { text: 'text_output' },
+      },
+    ],
+  };
+}

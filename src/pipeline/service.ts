@@ -1,0 +1,66 @@
+/**
+ * A repository brought to life: its definitions validated (with source overrides applied), a model
+ * store for model control, and its ensembles and pipelines compiled on first use. What `chorus serve`,
+ * `generate --pipeline` and `infer` run.
+ */
+import { formatDiagnostic } from '../config/index.ts';
+import { CompiledEnsemble, ModelStore } from '../ensemble/index.ts';
+import { ChorusError } from '../errors.ts';
+import { loadRepository, type Repository, type SourceOverride } from '../repository/index.ts';
+import { Pipeline } from './pipeline.ts';
+
+export interface ServiceOptions {
+  sourceOverrides?: readonly SourceOverride[];
+  /** Warnings and progress. Default: stderr. */
+  log?: (line: string) => void;
+}
+
+export class Service {
+  private readonly pipelines = new Map<string, Pipeline>();
+  private readonly ensembles = new Map<string, CompiledEnsemble>();
+
+  private constructor(
+    readonly repository: Repository,
+    readonly store: ModelStore,
+  ) {}
+
+  /** Loads and validates `dir`; errors throw (all of them in one message), warnings are logged. */
+  static open(dir: string, options: ServiceOptions = {}): Service {
+    const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+    const { repository, diagnostics } = loadRepository(dir, { sourceOverrides: options.sourceOverrides });
+    const errors = diagnostics.filter((d) => d.severity === 'error');
+    for (const warning of diagnostics.filter((d) => d.severity === 'warning')) log(formatDiagnostic(warning));
+    if (errors.length > 0) throw new ChorusError('CHORUS_CONFIG_INVALID', `repository ${dir} has ${errors.length} error(s):\n${errors.map(formatDiagnostic).join('\n')}`);
+    return new Service(repository, new ModelStore(repository, { log }));
+  }
+
+  pipeline(name: string): Pipeline {
+    let pipeline = this.pipelines.get(name);
+    if (pipeline === undefined) {
+      const definition = this.repository.pipelines.get(name);
+      if (definition === undefined) throw notFound('pipeline', name, this.repository.pipelines.keys());
+      pipeline = new Pipeline(name, definition.value, this.store);
+      this.pipelines.set(name, pipeline);
+    }
+    return pipeline;
+  }
+
+  ensemble(name: string): CompiledEnsemble {
+    let ensemble = this.ensembles.get(name);
+    if (ensemble === undefined) {
+      const definition = this.repository.ensembles.get(name);
+      if (definition === undefined) throw notFound('ensemble', name, this.repository.ensembles.keys());
+      ensemble = new CompiledEnsemble(name, definition.value, this.store);
+      this.ensembles.set(name, ensemble);
+    }
+    return ensemble;
+  }
+
+  async close(): Promise<void> {
+    await this.store.close();
+  }
+}
+
+function notFound(kind: string, name: string, names: Iterable<string>): ChorusError {
+  return new ChorusError('CHORUS_NOT_FOUND', `no ${kind} named ${name}; there are: ${[...names].join(', ') || 'none'}`, { param: kind, value: name });
+}

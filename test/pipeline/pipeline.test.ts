@@ -1,0 +1,85 @@
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { lastValueFrom, toArray } from 'rxjs';
+import { Service, type PipelineUpdate, type TextRequest } from '../../src/pipeline/index.ts';
+import { parseSourceOverride } from '../../src/repository/index.ts';
+import { ROOT, STORIES } from '../helpers/paths.ts';
+
+const REPOSITORY = join(ROOT, 'test/fixtures/repositories/ensembles');
+const STORY = 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park.';
+
+describe('pipelines', () => {
+  let service: Service;
+  before(() => {
+    service = Service.open(REPOSITORY, { log: () => {} });
+  });
+  after(async () => {
+    await service.close();
+  });
+
+  const updates = (pipeline: string, request: TextRequest): Promise<PipelineUpdate[]> => lastValueFrom(service.pipeline(pipeline).run(request).pipe(toArray()));
+  const joined = (all: PipelineUpdate[], index = 0): string => all.flatMap((u) => u.choices.filter((c) => c.index === index).map((c) => c.delta)).join('');
+
+  test('a model pipeline (no ensemble written) tells the story for an empty prompt, greedy by its defaults', async () => {
+    const all = await updates('stories', { text_input: '' });
+    const last = all.at(-1)!;
+    assert.ok(last.choices[0]!.text.startsWith(STORY), last.choices[0]!.text);
+    assert.equal(joined(all), last.choices[0]!.text);
+    assert.equal(last.choices[0]!.finishReason, 'length');
+    assert.deepEqual(last.usage, { promptTokens: 1, completionTokens: 60 });
+    assert.ok(all.length > 30, 'streamed in many updates');
+  });
+
+  test('an ensemble pipeline maps its fields and defaults onto the ensemble\'s tensors', async () => {
+    const viaEnsemble = (await updates('story-ensemble', { text_input: '', temperature: 0 })).at(-1)!.choices[0]!.text;
+    const viaModel = (await updates('stories', { text_input: '', max_tokens: 30 })).at(-1)!.choices[0]!.text;
+    assert.equal(viaEnsemble, viaModel);
+  });
+
+  test('stop strings end the text before them, across token boundaries, and stop the generation', async () => {
+    const all = await updates('stories', { text_input: '', stop: ['Lily.', 'park'] });
+    const last = all.at(-1)!;
+    assert.equal(last.choices[0]!.text, 'Once upon a time, there was a little girl named ');
+    assert.equal(last.choices[0]!.finishReason, 'stop');
+    assert.ok(last.usage!.completionTokens < 20);
+  });
+
+  test('chat messages go through the tokenizer\'s chat template', async () => {
+    const chat = (await updates('stories', { messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 12 })).at(-1)!.choices[0]!.text;
+    // The template renders "<s>Once upon a time\n"; the same text, without the tokenizer's own BOS, gives the same continuation.
+    const plain = (await updates('stories', { text_input: 'Once upon a time\n', max_tokens: 12 })).at(-1)!.choices[0]!.text;
+    assert.equal(chat, plain);
+  });
+
+  test('sampling fields change the text; a seed makes it repeatable', async () => {
+    const sampled = async (seed: number): Promise<string> => (await updates('stories', { text_input: '', temperature: 1, top_k: 40, seed, max_tokens: 30 })).at(-1)!.choices[0]!.text;
+    assert.equal(await sampled(3), await sampled(3));
+    assert.notEqual(await sampled(3), await sampled(4));
+  });
+
+  test('bad requests name the field', async () => {
+    await assert.rejects(updates('stories', { text_input: '', max_tokens: -1 }), { message: 'max_tokens must be a non-negative integer, got -1' });
+    await assert.rejects(updates('stories', { text_input: '', temperature: 'hot' as unknown as number }), { message: 'temperature must be a number, got "hot"' });
+    await assert.rejects(updates('stories', { text_input: '', colour: 'red' }), { message: /^pipeline stories takes no field colour; it takes: text_input, messages, stop, stream, max_tokens/ });
+    await assert.rejects(updates('stories', { text_input: '', stop: [''] }), { message: 'stop must be a non-empty string or a list of them, got [""]' });
+    await assert.rejects(updates('stories', {}), { message: 'text_input must be a string (or give messages), got nothing' });
+    await assert.rejects(updates('stories', { messages: [{ role: 'user' } as unknown as { role: string; content: string }] }), { message: 'messages[0] must be an object with string role and content, got {"role":"user"}' });
+    await assert.rejects(updates('stories', { text_input: '', top_p: 1.5 }), { message: 'step generate: runtime_top_p must be a number in (0, 1], got 1.5' });
+  });
+});
+
+test('--set-source points a definition at other files; a name that fits nothing is refused', () => {
+  const moved = Service.open(REPOSITORY, { log: () => {}, sourceOverrides: [parseSourceOverride(`model:stories=${STORIES}/stories260K.bin`), parseSourceOverride(`tokenizer:stories=${STORIES}/tok512.bin`)] });
+  assert.equal(moved.repository.models.get('stories')!.value.source, `${STORIES}/stories260K.bin`);
+  assert.equal(moved.repository.tokenizers.get('stories')!.value.source, `${STORIES}/tok512.bin`);
+  assert.throws(() => Service.open(REPOSITORY, { sourceOverrides: [parseSourceOverride('stories=/x')] }), {
+    message: '--set-source stories: both a model and a tokenizer are named stories; write model:stories=... or tokenizer:stories=...',
+  });
+  assert.throws(() => Service.open(REPOSITORY, { sourceOverrides: [parseSourceOverride('model:stories=/nowhere/x.bin')], log: () => {} }), {
+    code: 'CHORUS_CONFIG_INVALID',
+    message: /source path \/nowhere\/x\.bin does not exist/,
+  });
+  assert.throws(() => Service.open(REPOSITORY, { sourceOverrides: [parseSourceOverride('nobody=/x')] }), { message: '--set-source nobody: no model or tokenizer is named nobody; there are: stories, stories' });
+  assert.throws(() => parseSourceOverride('no-equals-sign'), { message: '--set-source must be [model:|tokenizer:]NAME=SOURCE, got "no-equals-sign"' });
+});
