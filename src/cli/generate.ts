@@ -4,14 +4,17 @@ import { join } from 'node:path';
 import type { Command } from 'commander';
 import { ChorusError, invalidArgument } from '../errors.ts';
 import { OrtEngine, Seq2SeqEngine, type Engine, type SamplingParams } from '../generation/index.ts';
+import type { TextRequest } from '../pipeline/index.ts';
 import { builtModelDirectory } from '../repository/index.ts';
 import { openTokenizerPath, StreamDecoder, type Tokenizer } from '../tokenizers/index.ts';
+import { openService, withRepositoryOptions, type RepositoryOptions } from './repository-options.ts';
 import { resolveTokenizer } from './tokenize.ts';
 
-interface GenerateOptions {
-  model: string;
+interface GenerateOptions extends RepositoryOptions {
+  model?: string;
+  pipeline?: string;
   tokenizer?: string;
-  maxTokens: string;
+  maxTokens?: string;
   temperature?: string;
   topK?: string;
   topP?: string;
@@ -24,12 +27,14 @@ interface GenerateOptions {
 }
 
 export function registerGenerate(program: Command): void {
-  program
-    .command('generate')
-    .description('generate a continuation of a prompt, in process')
-    .requiredOption('-m, --model <path>', 'a built model directory, a checkpoint directory, or a llama2.c .bin (built on the fly and cached)')
-    .option('-t, --tokenizer <name|path>', 'the tokenizer (default: the one in the model directory)')
-    .option('--max-tokens <n>', 'tokens to generate at most', '64')
+  const command = program.command('generate');
+  withRepositoryOptions(command);
+  command
+    .description('generate a continuation of a prompt, in process: with a model, or through a pipeline of a repository')
+    .option('-m, --model <path>', 'a built model directory, a checkpoint directory, or a llama2.c .bin (built on the fly and cached)')
+    .option('-p, --pipeline <name>', 'a pipeline of the repository (instead of --model)')
+    .option('-t, --tokenizer <name|path>', 'with --model: the tokenizer (default: the one in the model directory)')
+    .option('--max-tokens <n>', 'tokens to generate at most (default: 64, or the pipeline\'s)')
     .option('--temperature <t>', '0 decodes greedily (default: 1)')
     .option('--top-k <k>', 'keep the k most likely tokens (0: off)')
     .option('--top-p <p>', 'nucleus sampling threshold, in (0, 1]')
@@ -41,7 +46,12 @@ export function registerGenerate(program: Command): void {
     .option('--ids', 'print token ids instead of text')
     .argument('<prompt>', 'the prompt text ("" for none)')
     .action(async (prompt: string, options: GenerateOptions) => {
-      const dir = modelDirectory(options.model);
+      if ((options.model === undefined) === (options.pipeline === undefined)) throw new ChorusError('CHORUS_INVALID_ARGUMENT', 'give --model <path> or --pipeline <name>, one of them', { param: '--model' });
+      if (options.pipeline !== undefined) {
+        await generateWithPipeline(options.pipeline, prompt, options);
+        return;
+      }
+      const dir = modelDirectory(options.model!);
       const tokenizer = options.tokenizer !== undefined ? await resolveTokenizer(options.tokenizer, undefined) : await openTokenizerPath(dir);
       const params = samplingParams(options);
       const inputIds = tokenizer.encode(prompt);
@@ -63,7 +73,7 @@ function samplingParams(options: GenerateOptions): SamplingParams {
     if (value.trim() === '' || !Number.isFinite(parsed)) throw invalidArgument(flag, 'a number', value);
     return parsed;
   };
-  const params: SamplingParams = { request_output_len: number('--max-tokens', options.maxTokens) };
+  const params: SamplingParams = { request_output_len: number('--max-tokens', options.maxTokens ?? '64') };
   const optional: Array<[keyof SamplingParams, string, string | undefined]> = [
     ['temperature', '--temperature', options.temperature],
     ['runtime_top_k', '--top-k', options.topK],
@@ -119,4 +129,51 @@ function modelDirectory(path: string): string {
   const dir = builtModelDirectory(path, {}, (line) => process.stderr.write(`${line}\n`), '--model');
   if (!existsSync(join(dir, 'onnx', 'decoder_model_merged.onnx'))) throw new ChorusError('CHORUS_UNSUPPORTED', `${path} holds an encoder alone (built with task encode): nothing to generate with`, { param: 'model' });
   return dir;
+}
+
+/** Through a pipeline: the flags become its request fields (those not given keep the pipeline's defaults). */
+async function generateWithPipeline(name: string, prompt: string, options: GenerateOptions): Promise<void> {
+  if (options.ids) throw new ChorusError('CHORUS_INVALID_ARGUMENT', '--ids needs --model: a pipeline answers text', { param: '--ids' });
+  if (options.tokenizer !== undefined) throw new ChorusError('CHORUS_INVALID_ARGUMENT', '--tokenizer needs --model: a pipeline names its own', { param: '--tokenizer' });
+  const service = openService(options);
+  try {
+    const request: TextRequest = { text_input: prompt };
+    const flags: Array<[string, string, string | undefined]> = [
+      ['max_tokens', '--max-tokens', options.maxTokens],
+      ['temperature', '--temperature', options.temperature],
+      ['top_k', '--top-k', options.topK],
+      ['top_p', '--top-p', options.topP],
+      ['seed', '--seed', options.seed],
+      ['beam_width', '--beam-width', options.beamWidth],
+      ['n', '--num-return', options.numReturn],
+      ['len_penalty', '--len-penalty', options.lenPenalty],
+    ];
+    for (const [field, flag, value] of flags) {
+      if (value === undefined) continue;
+      const parsed = Number(value);
+      if (value.trim() === '' || !Number.isFinite(parsed)) throw invalidArgument(flag, 'a number', value);
+      request[field] = parsed;
+    }
+    const texts: string[] = [];
+    let shown = 0;
+    await new Promise<void>((resolvePromise, reject) => {
+      service.pipeline(name).run(request).subscribe({
+        next: (update) => {
+          for (const choice of update.choices) {
+            texts[choice.index] = choice.text;
+            if (options.stream && choice.index === 0) {
+              process.stdout.write(choice.delta);
+              shown = choice.text.length;
+            }
+          }
+        },
+        error: reject,
+        complete: resolvePromise,
+      });
+    });
+    if (options.stream) process.stdout.write(`${(texts[0] ?? '').slice(shown)}\n${texts.slice(1).map((t) => `${t}\n`).join('')}`);
+    else process.stdout.write(texts.map((t) => `${t}\n`).join('') || '\n');
+  } finally {
+    await service.close();
+  }
 }

@@ -3,6 +3,7 @@ import { Command, CommanderError } from 'commander';
 import { ChorusError } from '../errors.ts';
 import { registerBuild } from './build.ts';
 import { registerGenerate } from './generate.ts';
+import { registerInfer } from './infer.ts';
 import { registerTokenize } from './tokenize.ts';
 import { registerValidate } from './validate.ts';
 
@@ -16,6 +17,7 @@ export function buildProgram(): Command {
   registerTokenize(program);
   registerBuild(program);
   registerGenerate(program);
+  registerInfer(program);
   return program;
 }
 

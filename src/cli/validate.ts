@@ -3,16 +3,18 @@ import { relative } from 'node:path';
 import type { Command } from 'commander';
 import { formatDiagnostic } from '../config/index.ts';
 import { bundledRepositoryDir, loadRepository } from '../repository/index.ts';
+import { sourceOverrides, withRepositoryOptions, type RepositoryOptions } from './repository-options.ts';
 
 export function registerValidate(program: Command): void {
-  program
-    .command('validate')
+  const command = program.command('validate');
+  withRepositoryOptions(command, false);
+  command
     .description('check a repository\'s definitions and report every problem with file:line:column')
     .argument('[dir]', 'the repository directory (default: the bundled repository)')
     .option('--json', 'print the diagnostics as JSON')
-    .action((dir: string | undefined, options: { json?: boolean }) => {
+    .action((dir: string | undefined, options: { json?: boolean } & RepositoryOptions) => {
       const root = dir ?? bundledRepositoryDir();
-      const { repository, diagnostics } = loadRepository(root);
+      const { repository, diagnostics } = loadRepository(root, { sourceOverrides: sourceOverrides(options) });
       const errors = diagnostics.filter((d) => d.severity === 'error').length;
       const warnings = diagnostics.length - errors;
       if (options.json) {

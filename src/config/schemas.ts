@@ -88,6 +88,7 @@ export const ModelDefinition = Type.Object(
     }),
     description: Type.Optional(Type.String()),
     source: { ...Source, description: `The model: a directory in the Optimum layout (config.json, onnx/*.onnx), a checkpoint to build from, or an .onnx file. ${Source.description}` },
+    file: Type.Optional(Type.String({ minLength: 1, description: 'A file inside `source` that is the model (a llama2.c .bin, or a checkpoint subdirectory). Default: `source` itself.' })),
     tokenizer: Type.Optional({ ...Name, description: 'The tokenizer definition that matches this model\'s vocabulary.' }),
     device: Type.Optional(Type.String({ pattern: '^(cpu|cuda(:[0-9]+)?)$', expected: 'cpu, cuda or cuda:N', description: '`cpu`, `cuda` or `cuda:N`. Default: cpu.' })),
     dtype: Type.Optional(Enum(['fp32', 'fp16'], { description: 'Weights and activations. Default: fp32.' })),

@@ -123,7 +123,10 @@ export class ModelStore {
     if (resolved === undefined) throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: source must be a path or hf:<org>/<name>[@<revision>], got "${value.source}"`, { param: 'source' });
     const build = { dtype: value.dtype, task: value.engine === 'encode' ? ('encode' as const) : ('generate' as const) };
     const log = (line: string): void => this.log(`model ${name}: ${line}`);
-    if (existsSync(resolved.path) || resolved.kind === 'local') return builtModelDirectory(resolved.path, build, log, `model ${name}: source`);
+    if (existsSync(resolved.path) || resolved.kind === 'local') {
+      const path = value.file === undefined ? resolved.path : join(resolved.path, value.file);
+      return builtModelDirectory(path, build, log, `model ${name}: ${value.file === undefined ? 'source' : 'file'}`);
+    }
     const fallback = value.fallback;
     if (fallback === undefined) {
       throw new ChorusError('CHORUS_SOURCE_UNAVAILABLE', `model ${name}: ${resolved.id} is not in the cache (${resolved.path}) and has no fallback; place its files there or point source at a local path`, {

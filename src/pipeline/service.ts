@@ -24,12 +24,14 @@ export class Service {
     readonly store: ModelStore,
   ) {}
 
-  /** Loads and validates `dir`; errors throw (all of them in one message), warnings are logged. */
+  /**
+   * Loads and validates `dir`; errors throw, all of them in one message. Warnings (sources not in the
+   * cache) are `chorus validate`'s to show; the store warns loudly when it serves a fallback.
+   */
   static open(dir: string, options: ServiceOptions = {}): Service {
     const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
     const { repository, diagnostics } = loadRepository(dir, { sourceOverrides: options.sourceOverrides });
     const errors = diagnostics.filter((d) => d.severity === 'error');
-    for (const warning of diagnostics.filter((d) => d.severity === 'warning')) log(formatDiagnostic(warning));
     if (errors.length > 0) throw new ChorusError('CHORUS_CONFIG_INVALID', `repository ${dir} has ${errors.length} error(s):\n${errors.map(formatDiagnostic).join('\n')}`);
     return new Service(repository, new ModelStore(repository, { log }));
   }

@@ -20,7 +20,11 @@ export function checkSources(repository: Repository): Diagnostic[] {
       out.push(diagnosticAt(definition, path, `${dir} holds no ${candidates.join(' or ')}`));
     }
   }
-  for (const definition of repository.models.values()) checkSource(definition, definition.value.source, repository.dir, out);
+  for (const definition of repository.models.values()) {
+    const dir = checkSource(definition, definition.value.source, repository.dir, out);
+    const file = definition.value.file;
+    if (dir !== undefined && file !== undefined && !existsSync(join(dir, file))) out.push(diagnosticAt(definition, ['file'], `${join(dir, file)} does not exist`));
+  }
   return out;
 }
 

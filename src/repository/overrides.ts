@@ -1,7 +1,8 @@
 /**
  * `--set-source NAME=SOURCE`: point a model or tokenizer definition at another source without editing
  * its YAML. `model:NAME=...` or `tokenizer:NAME=...` picks the kind when a name is both. A relative
- * path is taken from the current directory (where the user typed it), not the repository's.
+ * path is taken from the current directory (where the user typed it), not the repository's. The
+ * definition's `file` (a file inside its old source) is dropped: the new source is the thing itself.
  */
 import { resolve } from 'node:path';
 import { ChorusError } from '../errors.ts';
@@ -39,6 +40,7 @@ export function applySourceOverrides(repository: Repository, overrides: readonly
       const names = [...(kind !== 'tokenizer' ? repository.models.keys() : []), ...(kind !== 'model' ? repository.tokenizers.keys() : [])];
       throw new ChorusError('CHORUS_NOT_FOUND', `--set-source ${name}: no ${kind ?? 'model or tokenizer'} is named ${name}; there are: ${names.join(', ') || 'none'}`, { param: '--set-source', value: name });
     }
-    target.value = { ...target.value, source };
+    // The override names the model (or tokenizer) itself: a file inside the old source no longer applies.
+    target.value = { ...target.value, source, file: undefined };
   }
 }

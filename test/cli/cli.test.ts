@@ -41,7 +41,7 @@ test('chorus detokenize prints the text, with or without special tokens', () => 
 test('bad input gets a clear error and a non-zero exit', () => {
   const unknown = chorus('tokenize', '-t', 'gpt3', 'x');
   assert.equal(unknown.status, 1);
-  assert.match(unknown.stderr, /--tokenizer gpt3 is neither a tokenizer of .* \(gpt2, llama2, t5\) nor an existing path/);
+  assert.match(unknown.stderr, /--tokenizer gpt3 is neither a tokenizer of .* \(bart, gpt2, llama2, stories-tokenizer, t5\) nor an existing path/);
   const notId = chorus('detokenize', '-t', 'gpt2', '12', 'abc');
   assert.equal(notId.status, 1);
   assert.match(notId.stderr, /ids\[1\] must be a non-negative integer, got "abc"/);
@@ -62,11 +62,16 @@ test('chorus validate exits 1 and prints file:line:column for a broken repositor
   assert.match(broken.stdout, /; 27 errors, 3 warnings\n$/);
   const bundled = chorus('validate');
   assert.equal(bundled.status, 0);
-  assert.match(bundled.stdout, /repository \.: 3 tokenizers \(gpt2, llama2, t5\), 0 models, 0 ensembles, 0 pipelines; 0 errors, 2 warnings\n$/);
+  assert.match(
+    bundled.stdout,
+    /repository \.: 5 tokenizers \(bart, gpt2, llama2, stories-tokenizer, t5\), 5 models \(bart-large-cnn, gpt2, stories, t5-encoder, t5-small\), 3 ensembles \(fastertransformer, gpt, t5-encoder\), 5 pipelines \(bart, gpt, gpt2, stories, t5\); 0 errors, 8 warnings\n$/,
+  );
+  // Without their Hugging Face files, the models warn that their fallback weights will be served.
+  assert.match(bundled.stdout, /models\/gpt2\.yaml:\d+:\d+: warning: openai-community\/gpt2 is not in the cache .*; until then its fallback \(seeded random weights\) is served/);
 });
 
 test('--help is there for every command', () => {
-  for (const command of [[], ['validate'], ['tokenize'], ['detokenize']]) {
+  for (const command of [[], ['validate'], ['tokenize'], ['detokenize'], ['generate'], ['infer'], ['build']]) {
     const help = chorus(...command, '--help');
     assert.equal(help.status, 0, command.join(' '));
     assert.match(help.stdout, /^Usage: chorus/);
@@ -113,4 +118,27 @@ test('chorus generate runs an encoder-decoder checkpoint: its ids are the greedy
   // The engine stops at the model's eos (id 1) if greedy reaches it; the step loop does not stop.
   const stop = expected.indexOf(1);
   assert.equal(out.stdout, `${(stop >= 0 ? expected.slice(0, stop + 1) : expected).join(' ')}\n`);
+});
+
+test('chorus generate --pipeline stories, pointed at the real model with --set-source, tells the story', () => {
+  const out = chorus('generate', '--pipeline', 'stories', '--set-source', `stories=${STORIES}/stories260K.bin`, '--set-source', `stories-tokenizer=${STORIES}/tok512.bin`, '--temperature', '0', '--max-tokens', '60', '');
+  assert.equal(out.status, 0, out.stderr);
+  assert.ok(out.stdout.startsWith('Once upon a time, there was a little girl named Lily. She loved to play outside in the park.'), out.stdout);
+  const streamed = chorus('generate', '--pipeline', 'stories', '--set-source', `stories=${STORIES}/stories260K.bin`, '--temperature', '0', '--max-tokens', '60', '--stream', '');
+  assert.equal(streamed.stdout, out.stdout);
+  const bad = chorus('generate', '--pipeline', 'nope', 'x');
+  assert.equal(bad.status, 1);
+  assert.match(bad.stderr, /no pipeline named nope; there are: bart, gpt, gpt2, stories, t5/);
+  assert.match(chorus('generate', 'x').stderr, /give --model <path> or --pipeline <name>, one of them/);
+});
+
+test('chorus infer runs an ensemble on JSON inputs and prints its outputs', () => {
+  const out = chorus('infer', '--ensemble', 'gpt', '--input', 'INPUT_0="Hello"', '--input', 'INPUT_1=3', '--input', 'runtime_top_k=1');
+  assert.equal(out.status, 0, out.stderr);
+  const outputs = JSON.parse(out.stdout) as Record<string, { data: unknown[] }>;
+  assert.ok((outputs.OUTPUT_0!.data[0] as string).startsWith('Hello'));
+  assert.deepEqual(outputs.sequence_length!.data, [4]);
+  assert.match(chorus('infer', '--ensemble', 'gpt', '--input', 'INPUT_9=1').stderr, /ensemble gpt has no input INPUT_9; its inputs are: INPUT_0, INPUT_1/);
+  assert.match(chorus('infer', '--ensemble', 'gpt', '--input', 'INPUT_0="x"').stderr, /input INPUT_1 is required by ensemble gpt/);
+  assert.match(chorus('validate', '--set-source', 'stories=/nowhere.bin').stdout, /models\/stories\.yaml:\d+:\d+: error: source path \/nowhere\.bin does not exist/);
 });

@@ -67,13 +67,23 @@ test('a valid repository has no diagnostics', () => {
   assert.deepEqual(repository.ensembles.get('gpt')?.value.steps.map((s) => s.name), ['postprocessing', 'preprocessing', 'generate']);
 });
 
-test('the bundled repository has no errors; hub tokenizers not in the cache are warnings', () => {
+test('the bundled repository has no errors; sources not in the cache are warnings', () => {
   const { repository, diagnostics } = loadRepository(bundledRepositoryDir());
-  assert.deepEqual([...repository.tokenizers.keys()], ['gpt2', 'llama2', 't5']);
+  assert.deepEqual([...repository.tokenizers.keys()], ['bart', 'gpt2', 'llama2', 'stories-tokenizer', 't5']);
+  assert.deepEqual([...repository.pipelines.keys()], ['bart', 'gpt', 'gpt2', 'stories', 't5']);
   assert.deepEqual(diagnostics.filter((d) => d.severity === 'error'), []);
   assert.deepEqual(
-    diagnostics.map((d) => [d.file.replace(/^.*tokenizers\//, ''), d.severity]),
-    [['llama2.yaml', 'warning'], ['t5.yaml', 'warning']],
+    diagnostics.map((d) => [d.file.replace(/^.*\/(tokenizers|models)\//, '$1/'), d.severity]),
+    [
+      ['models/bart-large-cnn.yaml', 'warning'],
+      ['models/gpt2.yaml', 'warning'],
+      ['models/stories.yaml', 'warning'],
+      ['models/t5-encoder.yaml', 'warning'],
+      ['models/t5-small.yaml', 'warning'],
+      ['tokenizers/bart.yaml', 'warning'],
+      ['tokenizers/llama2.yaml', 'warning'],
+      ['tokenizers/t5.yaml', 'warning'],
+    ],
   );
 });
 
