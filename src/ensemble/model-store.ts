@@ -4,13 +4,13 @@
  * cached), or a Hugging Face id read from the cache, with the definition's `fallback` (seeded random
  * weights of the same architecture) served, loudly, when that id is not there.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ModelDefinition } from '../config/index.ts';
 import { ChorusError } from '../errors.ts';
 import { OrtEngine, Seq2SeqEngine, type Engine } from '../generation/index.ts';
 import { makeCheckpoint } from '../modelbuild/index.ts';
-import { builtModelDirectory, cacheDir, openTokenizerDefinition, resolveSource, type Repository } from '../repository/index.ts';
+import { builtModelDirectory, cacheDir, fetchFromHub, openTokenizerDefinition, resolveSource, type Repository } from '../repository/index.ts';
 import { Seq2SeqSession } from '../runtime/index.ts';
 import type { Tokenizer } from '../tokenizers/index.ts';
 
@@ -61,7 +61,10 @@ export class ModelStore {
     if (opening === undefined) {
       const definition = this.repository.tokenizers.get(name);
       if (definition === undefined) return Promise.reject(notFound('tokenizer', name, this.repository.tokenizers.keys()));
-      opening = openTokenizerDefinition(name, definition.value, this.repository.dir);
+      const { source, file } = definition.value;
+      const resolved = source === undefined ? undefined : resolveSource(source, this.repository.dir);
+      const fetching = resolved?.kind === 'hf' && !existsSync(resolved.path) ? fetchFromHub({ ...resolved, file, log: (line) => this.log(`tokenizer ${name}: ${line}`) }) : Promise.resolve();
+      opening = fetching.then(() => openTokenizerDefinition(name, definition.value, this.repository.dir));
       opening.catch(() => this.tokenizers.delete(name));
       this.tokenizers.set(name, opening);
     }
@@ -106,7 +109,7 @@ export class ModelStore {
     const definition = this.repository.models.get(name);
     if (definition === undefined) throw notFound('model', name, this.repository.models.keys());
     const value = definition.value;
-    const dir = this.directory(name, value);
+    const dir = await this.directory(name, value);
     const executionProviders = value.device === undefined || value.device === 'cpu' ? ['cpu'] : ['cuda'];
     if (value.engine === 'encode') return { name, engine: 'encode', encoder: await Seq2SeqSession.open(dir, { executionProviders }), dir };
     if (value.engine === 'forward') throw new ChorusError('CHORUS_UNSUPPORTED', `model ${name}: engine forward is not supported yet`, { param: 'engine' });
@@ -117,28 +120,45 @@ export class ModelStore {
     return { name, engine: 'generate', generator, seq2seq, dir };
   }
 
+  /** A llama2.c model's build copies its tokenizer.bin: the file of its llama2c tokenizer definition, fetched if need be. */
+  private async llama2cTokenizerFile(value: ModelDefinition): Promise<string | undefined> {
+    const definition = value.tokenizer === undefined ? undefined : this.repository.tokenizers.get(value.tokenizer);
+    if (definition === undefined || definition.value.type !== 'llama2c' || definition.value.source === undefined) return undefined;
+    await this.tokenizer(value.tokenizer!);
+    const resolved = resolveSource(definition.value.source, this.repository.dir);
+    if (resolved === undefined) return undefined;
+    const path = definition.value.file === undefined ? resolved.path : join(resolved.path, definition.value.file);
+    return existsSync(path) && !statSync(path).isDirectory() ? path : undefined;
+  }
+
   /** The built directory of a model's source (building a checkpoint, or the fallback, when needed). */
-  private directory(name: string, value: ModelDefinition): string {
+  private async directory(name: string, value: ModelDefinition): Promise<string> {
     const resolved = resolveSource(value.source, this.repository.dir);
     if (resolved === undefined) throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: source must be a path or hf:<org>/<name>[@<revision>], got "${value.source}"`, { param: 'source' });
-    const build = { dtype: value.dtype, task: value.engine === 'encode' ? ('encode' as const) : ('generate' as const) };
+    const build = { dtype: value.dtype, task: value.engine === 'encode' ? ('encode' as const) : ('generate' as const), tokenizer: await this.llama2cTokenizerFile(value) };
     const log = (line: string): void => this.log(`model ${name}: ${line}`);
-    if (existsSync(resolved.path) || resolved.kind === 'local') {
-      const path = value.file === undefined ? resolved.path : join(resolved.path, value.file);
-      return builtModelDirectory(path, build, log, `model ${name}: ${value.file === undefined ? 'source' : 'file'}`);
+    const path = value.file === undefined ? resolved.path : join(resolved.path, value.file);
+    const built = (): string => builtModelDirectory(path, build, log, `model ${name}: ${value.file === undefined ? 'source' : 'file'}`);
+    if (resolved.kind === 'local' || existsSync(value.file === undefined ? join(path, 'config.json') : path)) return built();
+    let why: string;
+    try {
+      await fetchFromHub({ ...resolved, file: value.file, log });
+      return built();
+    } catch (error) {
+      const fallback = value.fallback;
+      if (!(error instanceof ChorusError) || error.code !== 'CHORUS_SOURCE_UNAVAILABLE' || fallback === undefined) throw prefixed(error, `model ${name}`);
+      why = error.message;
     }
-    const fallback = value.fallback;
-    if (fallback === undefined) {
-      throw new ChorusError('CHORUS_SOURCE_UNAVAILABLE', `model ${name}: ${resolved.id} is not in the cache (${resolved.path}) and has no fallback; place its files there or point source at a local path`, {
-        param: 'source',
-        value: value.source,
-      });
-    }
-    this.log(`WARNING: model ${name}: ${resolved.id} is not in the cache (${resolved.path}); serving RANDOM weights (${fallback.arch}, ${fallback.size}, seed ${fallback.seed}) instead. Its text is noise.`);
+    const fallback = value.fallback!;
+    this.log(`WARNING: model ${name}: ${why}; serving RANDOM weights (${fallback.arch}, ${fallback.size}, seed ${fallback.seed}) instead. Its text is noise.`);
     const checkpoint = join(cacheDir(), 'fallback', `${fallback.arch}-${fallback.size}-${fallback.seed}`);
     if (!existsSync(join(checkpoint, 'config.json'))) makeCheckpoint({ ...fallback, out: checkpoint });
     return builtModelDirectory(checkpoint, build, log);
   }
+}
+
+function prefixed(error: unknown, what: string): unknown {
+  return error instanceof ChorusError ? new ChorusError(error.code, `${what}: ${error.message}`, { param: error.param, value: error.value, cause: error }) : error;
 }
 
 function notFound(kind: string, name: string, names: Iterable<string>): ChorusError {

@@ -23,7 +23,11 @@ export function checkSources(repository: Repository): Diagnostic[] {
   for (const definition of repository.models.values()) {
     const dir = checkSource(definition, definition.value.source, repository.dir, out);
     const file = definition.value.file;
-    if (dir !== undefined && file !== undefined && !existsSync(join(dir, file))) out.push(diagnosticAt(definition, ['file'], `${join(dir, file)} does not exist`));
+    if (dir !== undefined && file !== undefined && !existsSync(join(dir, file))) {
+      // A hub id's cache directory fills as files are fetched: a file not there yet is fetched on load.
+      const hub = resolveSource(definition.value.source, repository.dir)?.kind === 'hf';
+      out.push(diagnosticAt(definition, ['file'], `${join(dir, file)} does not exist${hub ? ' yet; it is fetched on first load' : ''}`, { severity: hub ? 'warning' : 'error' }));
+    }
   }
   return out;
 }

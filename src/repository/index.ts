@@ -5,3 +5,4 @@ export { resolveSource, cacheDir, isHubSource, type ResolvedSource } from './sou
 export { bundledRepositoryDir } from './bundled.ts';
 export { builtModelDirectory, isBuiltModel } from './model-dir.ts';
 export { applySourceOverrides, parseSourceOverride, type SourceOverride } from './overrides.ts';
+export { fetchFromHub, hubUrl, hubOffline, type HubFetch } from './hub.ts';

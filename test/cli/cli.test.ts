@@ -9,7 +9,7 @@ import { Seq2SeqSession } from '../../src/runtime/index.ts';
 import { Llama2cTokenizer } from '../../src/tokenizers/index.ts';
 import { ROOT, STORIES, TOKENIZERS } from '../helpers/paths.ts';
 
-const env = { ...process.env, CHORUS_CACHE: mkdtempSync(join(tmpdir(), 'chorus-cache-')) };
+const env = { ...process.env, CHORUS_CACHE: mkdtempSync(join(tmpdir(), 'chorus-cache-')), HF_HUB_OFFLINE: '1' };
 
 /** Runs `chorus` as a user would, through bin/chorus.js. */
 function chorus(...args: string[]): { status: number | null; stdout: string; stderr: string } {

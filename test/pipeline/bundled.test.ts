@@ -12,6 +12,9 @@ import { bundledRepositoryDir, parseSourceOverride } from '../../src/repository/
 import { TiktokenAdapter } from '../../src/tokenizers/index.ts';
 import { SHARED, STORIES } from '../helpers/paths.ts';
 
+// Offline on purpose: the hub is not asked, so the fallbacks are served.
+process.env.HF_HUB_OFFLINE = '1';
+
 const STORY = 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park.';
 const bytes = (text: string): Tensor => ({ datatype: 'BYTES', shape: [1, 1], data: [text] });
 const u32 = (n: number): Tensor => ({ datatype: 'UINT32', shape: [1, 1], data: [n] });
