@@ -15,7 +15,7 @@ const Name = Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9_.-]*$', expected: 'a
 const Source = Type.String({
   minLength: 1,
   description:
-    'Where the files are: a local path (relative to the repository directory, or absolute), or `hf:<org>/<name>[@<revision>]` for a Hugging Face model id, read from the cache directory.',
+    'Where the files are: a local path (relative to the repository directory, or absolute), `hf:<org>/<name>[@<revision>]` for a Hugging Face model id, or `s3://<bucket>/<prefix>`. Remote sources are fetched into the cache directory on first load (`HF_TOKEN`, `HF_ENDPOINT`, `HF_HUB_OFFLINE`; the AWS environment and `AWS_ENDPOINT_URL_S3`).',
 });
 
 /** A `tokenizers/<name>.yaml` definition. */

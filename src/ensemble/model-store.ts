@@ -10,7 +10,7 @@ import type { ModelDefinition } from '../config/index.ts';
 import { ChorusError } from '../errors.ts';
 import { OrtEngine, Seq2SeqEngine, type Engine } from '../generation/index.ts';
 import { makeCheckpoint } from '../modelbuild/index.ts';
-import { builtModelDirectory, cacheDir, fetchFromHub, openTokenizerDefinition, resolveSource, type Repository } from '../repository/index.ts';
+import { builtModelDirectory, cacheDir, fetchSource, isRemote, openTokenizerDefinition, resolveSource, type Repository } from '../repository/index.ts';
 import { Seq2SeqSession } from '../runtime/index.ts';
 import type { Tokenizer } from '../tokenizers/index.ts';
 
@@ -63,7 +63,8 @@ export class ModelStore {
       if (definition === undefined) return Promise.reject(notFound('tokenizer', name, this.repository.tokenizers.keys()));
       const { source, file } = definition.value;
       const resolved = source === undefined ? undefined : resolveSource(source, this.repository.dir);
-      const fetching = resolved?.kind === 'hf' && !existsSync(resolved.path) ? fetchFromHub({ ...resolved, file, log: (line) => this.log(`tokenizer ${name}: ${line}`) }) : Promise.resolve();
+      const missing = resolved !== undefined && isRemote(resolved) && !existsSync(file === undefined ? resolved.path : join(resolved.path, file));
+      const fetching = missing ? fetchSource(resolved, { file, log: (line) => this.log(`tokenizer ${name}: ${line}`) }) : Promise.resolve();
       opening = fetching.then(() => openTokenizerDefinition(name, definition.value, this.repository.dir));
       opening.catch(() => this.tokenizers.delete(name));
       this.tokenizers.set(name, opening);
@@ -134,7 +135,7 @@ export class ModelStore {
   /** The built directory of a model's source (building a checkpoint, or the fallback, when needed). */
   private async directory(name: string, value: ModelDefinition): Promise<string> {
     const resolved = resolveSource(value.source, this.repository.dir);
-    if (resolved === undefined) throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: source must be a path or hf:<org>/<name>[@<revision>], got "${value.source}"`, { param: 'source' });
+    if (resolved === undefined) throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: source must be a path, hf:<org>/<name>[@<revision>] or s3://<bucket>/<prefix>, got "${value.source}"`, { param: 'source' });
     const build = { dtype: value.dtype, task: value.engine === 'encode' ? ('encode' as const) : ('generate' as const), tokenizer: await this.llama2cTokenizerFile(value) };
     const log = (line: string): void => this.log(`model ${name}: ${line}`);
     const path = value.file === undefined ? resolved.path : join(resolved.path, value.file);
@@ -142,7 +143,7 @@ export class ModelStore {
     if (resolved.kind === 'local' || existsSync(value.file === undefined ? join(path, 'config.json') : path)) return built();
     let why: string;
     try {
-      await fetchFromHub({ ...resolved, file: value.file, log });
+      await fetchSource(resolved, { file: value.file, log });
       return built();
     } catch (error) {
       const fallback = value.fallback;

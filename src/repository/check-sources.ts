@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { Diagnostic } from '../config/diagnostic.ts';
 import { tokenizerFileCandidates } from './tokenizer-files.ts';
 import { diagnosticAt, type Definition, type Repository } from './repository.ts';
+import { describeSource, isRemote } from './fetch-source.ts';
 import { resolveSource } from './source.ts';
 
 /** Diagnostics for the sources of every tokenizer and model. */
@@ -25,7 +26,8 @@ export function checkSources(repository: Repository): Diagnostic[] {
     const file = definition.value.file;
     if (dir !== undefined && file !== undefined && !existsSync(join(dir, file))) {
       // A hub id's cache directory fills as files are fetched: a file not there yet is fetched on load.
-      const hub = resolveSource(definition.value.source, repository.dir)?.kind === 'hf';
+      const resolved = resolveSource(definition.value.source, repository.dir);
+      const hub = resolved !== undefined && isRemote(resolved);
       out.push(diagnosticAt(definition, ['file'], `${join(dir, file)} does not exist${hub ? ' yet; it is fetched on first load' : ''}`, { severity: hub ? 'warning' : 'error' }));
     }
   }
@@ -36,15 +38,15 @@ export function checkSources(repository: Repository): Diagnostic[] {
 function checkSource(definition: Definition<'tokenizer' | 'model'>, source: string, repositoryDir: string, out: Diagnostic[]): string | undefined {
   const resolved = resolveSource(source, repositoryDir);
   if (resolved === undefined) {
-    out.push(diagnosticAt(definition, ['source'], `source must be a path or hf:<org>/<name>[@<revision>], got "${source}"`));
+    out.push(diagnosticAt(definition, ['source'], `source must be a path, hf:<org>/<name>[@<revision>] or s3://<bucket>/<prefix>, got "${source}"`));
     return undefined;
   }
   if (existsSync(resolved.path)) return resolved.path;
-  if (resolved.kind === 'hf') {
+  if (isRemote(resolved)) {
     const fallback = definition.kind === 'model' && (definition.value as { fallback?: unknown }).fallback !== undefined;
     const instead = fallback ? '; until then its fallback (seeded random weights) is served' : '';
     out.push(
-      diagnosticAt(definition, ['source'], `${resolved.id} is not in the cache (${resolved.path}); place its files there or point source at a local path${instead}`, {
+      diagnosticAt(definition, ['source'], `${describeSource(resolved)} is not in the cache (${resolved.path}); it is fetched on first load, or place its files there, or point source at a local path${instead}`, {
         severity: 'warning',
       }),
     );

@@ -6,3 +6,4 @@ export { bundledRepositoryDir } from './bundled.ts';
 export { builtModelDirectory, isBuiltModel } from './model-dir.ts';
 export { applySourceOverrides, parseSourceOverride, type SourceOverride } from './overrides.ts';
 export { fetchFromHub, hubUrl, hubOffline, type HubFetch } from './hub.ts';
+export { fetchSource, isRemote, describeSource } from './fetch-source.ts';

@@ -5,6 +5,7 @@ import { ChorusError } from '../errors.ts';
 import { Llama2cTokenizer, openHfTokenizerJson, SentencePieceAdapter, TiktokenAdapter, type Tokenizer } from '../tokenizers/index.ts';
 import type { TokenizerDefinition } from '../config/schemas.ts';
 import { tokenizerFileCandidates } from './tokenizer-files.ts';
+import { describeSource, isRemote } from './fetch-source.ts';
 import { resolveSource } from './source.ts';
 
 /** Opens the tokenizer that `definition` (named `name`, in the repository at `repositoryDir`) describes. */
@@ -32,16 +33,16 @@ function required(name: string, file: string | undefined): string {
 function locateFile(name: string, definition: TokenizerDefinition, source: string, repositoryDir: string): string {
   const resolved = resolveSource(source, repositoryDir);
   if (resolved === undefined) {
-    throw new ChorusError('CHORUS_CONFIG_INVALID', `tokenizer ${name}: source must be a path or hf:<org>/<name>[@<revision>], got "${source}"`, {
+    throw new ChorusError('CHORUS_CONFIG_INVALID', `tokenizer ${name}: source must be a path, hf:<org>/<name>[@<revision>] or s3://<bucket>/<prefix>, got "${source}"`, {
       param: 'source',
       value: source,
     });
   }
   if (!existsSync(resolved.path)) {
-    if (resolved.kind === 'hf') {
+    if (isRemote(resolved)) {
       throw new ChorusError(
         'CHORUS_SOURCE_UNAVAILABLE',
-        `tokenizer ${name}: ${resolved.id} is not in the cache (${resolved.path}); place its files there or point source at a local path`,
+        `tokenizer ${name}: ${describeSource(resolved)} is not in the cache (${resolved.path}); place its files there or point source at a local path`,
         { param: 'source', value: source },
       );
     }
