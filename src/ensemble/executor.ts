@@ -15,6 +15,7 @@ import { ChorusError } from '../errors.ts';
 import type { ModelStore } from './model-store.ts';
 import { detokenizeStep } from './steps/detokenize.ts';
 import { encodeStep } from './steps/encode.ts';
+import { forwardStep } from './steps/forward.ts';
 import { generateStep } from './steps/generate.ts';
 import { scriptStep } from './steps/script.ts';
 import type { StepContext, StepImpl, TensorRecord } from './steps/step.ts';
@@ -27,7 +28,7 @@ const IMPLEMENTATIONS: Record<StepKind, StepImpl | undefined> = {
   detokenize: detokenizeStep,
   encode: encodeStep,
   script: scriptStep,
-  forward: undefined,
+  forward: forwardStep,
 };
 
 /** Where a tensor comes from: a producer's snapshot stream and the port to read in it. */

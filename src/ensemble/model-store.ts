@@ -5,19 +5,37 @@
  * weights of the same architecture) served, loudly, when that id is not there.
  */
 import { existsSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import type ort from 'onnxruntime-node';
 import type { ModelDefinition } from '../config/index.ts';
 import { ChorusError } from '../errors.ts';
 import { OrtEngine, Seq2SeqEngine, type Engine } from '../generation/index.ts';
+import { DynamicBatcher } from './dynamic-batcher.ts';
+import { fromOrt, toOrt } from './ort-tensors.ts';
+import type { TensorRecord } from './steps/step.ts';
 import { makeCheckpoint } from '../modelbuild/index.ts';
 import { builtModelDirectory, cacheDir, fetchSource, isRemote, openTokenizerDefinition, resolveSource, type Repository } from '../repository/index.ts';
-import { Seq2SeqSession } from '../runtime/index.ts';
+import { createSession, releaseSession, Seq2SeqSession } from '../runtime/index.ts';
 import type { Tokenizer } from '../tokenizers/index.ts';
 
-/** A loaded model: a generation engine, or an encoder session. */
+/** An encode request: token rows (padded to one width) and each row's real length. */
+export interface EncodeRequest {
+  ids: number[][];
+  lengths: number[];
+}
+
+/** Hidden states [rows, width, dModel], and per layer the attention probabilities [rows, heads, width, width]. */
+export interface EncodeResult {
+  hidden: Float32Array;
+  dims: [number, number, number];
+  attentions: Array<{ data: Float32Array; dims: [number, number, number, number] }>;
+}
+
+/** A loaded model: a generation engine, or an encoder behind a dynamic batcher over its instances. */
 export type LoadedModel =
   | { name: string; engine: 'generate'; generator: Engine; seq2seq: boolean; dir: string }
-  | { name: string; engine: 'encode'; encoder: Seq2SeqSession; dir: string };
+  | { name: string; engine: 'encode'; encode: (request: EncodeRequest) => Promise<EncodeResult>; batcher: DynamicBatcher<EncodeRequest, EncodeResult>; sessions: Seq2SeqSession[]; dir: string }
+  | { name: string; engine: 'forward'; run: (inputs: TensorRecord) => Promise<TensorRecord>; batcher: DynamicBatcher<TensorRecord, TensorRecord>; sessions: ort.InferenceSession[]; dir: string };
 
 /** A model's state, as Triton's repository index reports it. */
 export type ModelState = 'READY' | 'LOADING' | 'UNAVAILABLE';
@@ -87,7 +105,13 @@ export class ModelStore {
     const model = await loading.catch(() => undefined);
     if (model === undefined) return;
     if (model.engine === 'generate') await model.generator.close();
-    else await model.encoder.close();
+    else if (model.engine === 'encode') {
+      model.batcher.close();
+      await Promise.all(model.sessions.map((s) => s.close()));
+    } else {
+      model.batcher.close();
+      await Promise.all(model.sessions.map((s) => releaseSession(s)));
+    }
   }
 
   /** Unloads and loads again (picking up new files at the source). */
@@ -110,15 +134,56 @@ export class ModelStore {
     const definition = this.repository.models.get(name);
     if (definition === undefined) throw notFound('model', name, this.repository.models.keys());
     const value = definition.value;
-    const dir = await this.directory(name, value);
     const executionProviders = value.device === undefined || value.device === 'cpu' ? ['cpu'] : ['cuda'];
-    if (value.engine === 'encode') return { name, engine: 'encode', encoder: await Seq2SeqSession.open(dir, { executionProviders }), dir };
-    if (value.engine === 'forward') throw new ChorusError('CHORUS_UNSUPPORTED', `model ${name}: engine forward is not supported yet`, { param: 'engine' });
+    if (value.engine === 'forward') return this.openForward(name, value, executionProviders);
+    const dir = await this.directory(name, value);
+    if (value.engine === 'encode') {
+      const count = (value.instance_group ?? [{}]).reduce((sum, group) => sum + (group.count ?? 1), 0);
+      const sessions: Seq2SeqSession[] = [];
+      for (let i = 0; i < count; i++) sessions.push(await Seq2SeqSession.open(dir, { executionProviders }));
+      const batching = value.dynamic_batching;
+      const batcher = new DynamicBatcher<EncodeRequest, EncodeResult>(
+        {
+          maxBatchSize: value.max_batch_size ?? 8,
+          preferredBatchSizes: batching?.preferred_batch_size,
+          maxQueueDelayMicros: batching === undefined ? 0 : (batching.max_queue_delay_microseconds ?? 0),
+          instances: count,
+        },
+        (request) => request.ids.length,
+        (instance, requests) => encodeBatch(sessions[instance]!, requests),
+      );
+      return { name, engine: 'encode', encode: (request) => batcher.submit(request), batcher, sessions, dir };
+    }
     const seq2seq = existsSync(join(dir, 'onnx', 'encoder_model.onnx'));
     const generator = seq2seq
       ? await Seq2SeqEngine.open(dir, { executionProviders })
       : await OrtEngine.open(dir, { executionProviders, maxBatchSize: value.max_batch_size, contextLength: value.max_sequence_length });
     return { name, engine: 'generate', generator, seq2seq, dir };
+  }
+
+  /** A forward model: any ONNX file, tensors in and out by name, behind a dynamic batcher over its instances. */
+  private async openForward(name: string, value: ModelDefinition, executionProviders: string[]): Promise<LoadedModel> {
+    const resolved = resolveSource(value.source, this.repository.dir);
+    if (resolved === undefined) throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: bad source "${value.source}"`, { param: 'source' });
+    if (isRemote(resolved) && !existsSync(resolved.path)) await fetchSource(resolved, { file: value.file, log: (line) => this.log(`model ${name}: ${line}`) });
+    const base = value.file === undefined ? resolved.path : join(resolved.path, value.file);
+    const file = [base, join(base, 'model.onnx'), join(base, 'onnx', 'model.onnx')].find((f) => existsSync(f) && !statSync(f).isDirectory());
+    if (file === undefined) throw new ChorusError('CHORUS_FILE_MISSING', `model ${name}: ${base} is not an .onnx file, and holds no model.onnx or onnx/model.onnx`, { param: 'source' });
+    const count = (value.instance_group ?? [{}]).reduce((sum, group) => sum + (group.count ?? 1), 0);
+    const sessions: ort.InferenceSession[] = [];
+    for (let i = 0; i < count; i++) sessions.push(await createSession(file, { executionProviders }));
+    const batching = value.dynamic_batching;
+    const batcher = new DynamicBatcher<TensorRecord, TensorRecord>(
+      {
+        maxBatchSize: value.max_batch_size ?? 8,
+        preferredBatchSizes: batching?.preferred_batch_size,
+        maxQueueDelayMicros: batching === undefined ? 0 : (batching.max_queue_delay_microseconds ?? 0),
+        instances: count,
+      },
+      (inputs) => Object.values(inputs)[0]?.shape[0] ?? 1,
+      (instance, requests) => forwardBatch(sessions[instance]!, requests),
+    );
+    return { name, engine: 'forward', run: (inputs) => batcher.submit(inputs), batcher, sessions, dir: dirname(file) };
   }
 
   /** A llama2.c model's build copies its tokenizer.bin: the file of its llama2c tokenizer definition, fetched if need be. */
@@ -156,6 +221,77 @@ export class ModelStore {
     if (!existsSync(join(checkpoint, 'config.json'))) makeCheckpoint({ ...fallback, out: checkpoint });
     return builtModelDirectory(checkpoint, build, log);
   }
+}
+
+/**
+ * Runs requests together: concatenated along the batch dimension when every input has the same
+ * trailing shape in all of them, else one after another; each gets its own rows back.
+ */
+async function forwardBatch(session: ort.InferenceSession, requests: TensorRecord[]): Promise<TensorRecord[]> {
+  const run = async (inputs: TensorRecord): Promise<TensorRecord> => {
+    const feeds = Object.fromEntries(Object.entries(inputs).map(([port, t]) => [port, toOrt(t, port)]));
+    const out = await session.run(feeds);
+    return Object.fromEntries(Object.entries(out).map(([port, t]) => [port, fromOrt(t)]));
+  };
+  const names = Object.keys(requests[0]!);
+  const stackable = requests.length > 1 && names.every((n) => requests.every((r) => r[n] !== undefined && r[n].datatype === requests[0]![n]!.datatype && r[n].shape.slice(1).join() === requests[0]![n]!.shape.slice(1).join()));
+  if (!stackable) {
+    const outputs: TensorRecord[] = [];
+    for (const r of requests) outputs.push(await run(r));
+    return outputs;
+  }
+  const merged = Object.fromEntries(
+    names.map((n) => {
+      const first = requests[0]![n]!;
+      return [n, { datatype: first.datatype, shape: [requests.reduce((sum, r) => sum + r[n]!.shape[0]!, 0), ...first.shape.slice(1)], data: requests.flatMap((r) => r[n]!.data) }];
+    }),
+  ) as TensorRecord;
+  const out = await run(merged);
+  let row = 0;
+  return requests.map((r) => {
+    const rows = r[names[0]!]!.shape[0]!;
+    const mine = Object.fromEntries(
+      Object.entries(out).map(([port, t]) => {
+        const size = t.shape.slice(1).reduce((a, b) => a * b, 1);
+        return [port, { datatype: t.datatype, shape: [rows, ...t.shape.slice(1)], data: t.data.slice(row * size, (row + rows) * size) }];
+      }),
+    ) as TensorRecord;
+    row += rows;
+    return mine;
+  });
+}
+
+/** Runs requests as one padded batch and gives each its own rows back, at its own width. */
+async function encodeBatch(session: Seq2SeqSession, requests: EncodeRequest[]): Promise<EncodeResult[]> {
+  const width = Math.max(...requests.map((r) => Math.max(0, ...r.ids.map((row) => row.length))));
+  const ids = requests.flatMap((r) => r.ids.map((row) => [...row, ...Array<number>(width - row.length).fill(0)]));
+  const masks = requests.flatMap((r) => r.lengths.map((length) => Array.from({ length: width }, (_, i) => (i < length ? 1 : 0))));
+  const encoded = await session.encode(ids, masks);
+  const hidden = encoded.hidden.data as Float32Array;
+  const d = encoded.hidden.dims[2]!;
+  let row = 0;
+  return requests.map((request) => {
+    const w = Math.max(0, ...request.ids.map((r) => r.length));
+    const rows = request.ids.length;
+    const out = new Float32Array(rows * w * d);
+    for (let r = 0; r < rows; r++) out.set(hidden.subarray((row + r) * width * d, ((row + r) * width + w) * d), r * w * d);
+    const attentions = encoded.attentions.map((layer) => {
+      const heads = layer.dims[1]!;
+      const data = new Float32Array(rows * heads * w * w);
+      const source = layer.data as Float32Array;
+      for (let r = 0; r < rows; r++) {
+        for (let h = 0; h < heads; h++) {
+          for (let q = 0; q < w; q++) {
+            const from = (((row + r) * heads + h) * width + q) * width;
+            data.set(source.subarray(from, from + w), ((r * heads + h) * w + q) * w);
+          }
+        }
+      }
+      return { data, dims: [rows, heads, w, w] as [number, number, number, number] };
+    });
+    row += rows;
+    return { hidden: out, dims: [rows, w, d] as [number, number, number], attentions };
+  });
 }
 
 function prefixed(error: unknown, what: string): unknown {
