@@ -80,6 +80,20 @@ const TensorSpec = Type.Object(
 );
 export type TensorSpec = Static<typeof TensorSpec>;
 
+const OutputSpec = Type.Object(
+  {
+    ...TensorSpec.properties,
+    tensor: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description: 'The graph tensor this output returns. Default: the tensor of the output\'s own name. Lets an output share its name with an input (FT\'s T5 takes and returns `sequence_length`).',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+export type OutputSpec = Static<typeof OutputSpec>;
+
 /** A `models/<name>.yaml` definition. */
 export const ModelDefinition = Type.Object(
   {
@@ -151,7 +165,7 @@ export const EnsembleDefinition = Type.Object(
   {
     description: Type.Optional(Type.String()),
     inputs: Type.Record(Type.String({ minLength: 1 }), TensorSpec, { description: 'The ensemble\'s input tensors.' }),
-    outputs: Type.Record(Type.String({ minLength: 1 }), TensorSpec, { description: 'The ensemble\'s output tensors.' }),
+    outputs: Type.Record(Type.String({ minLength: 1 }), OutputSpec, { description: 'The ensemble\'s output tensors.' }),
     steps: Type.Array(Step, { minItems: 1, description: 'The steps; order does not matter, wiring does.' }),
   },
   { additionalProperties: false },

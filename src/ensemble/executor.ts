@@ -67,8 +67,8 @@ export class CompiledEnsemble {
         );
         for (const [port, tensorName] of Object.entries(step.outputs)) wires.set(tensorName, { source: output, port });
       }
-      const outputs = Object.keys(this.definition.outputs).flatMap((name) => {
-        const wire = wires.get(name);
+      const outputs = Object.entries(this.definition.outputs).flatMap(([name, spec]) => {
+        const wire = wires.get(spec.tensor ?? name);
         return wire === undefined ? [] : [wire.source.pipe(map((record) => [name, record[wire.port]] as const))];
       });
       if (outputs.length === 0) return EMPTY;

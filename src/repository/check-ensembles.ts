@@ -84,9 +84,10 @@ function checkEnsemble(repository: Repository, definition: Definition<'ensemble'
   });
 
   for (const [name, spec] of Object.entries(outputs)) {
-    const producer = producers.get(name);
+    const tensor = spec.tensor ?? name;
+    const producer = producers.get(tensor);
     if (producer === undefined || producer.step === undefined) {
-      at(['outputs', name], `ensemble output ${name} is not made by any step`, true);
+      at(spec.tensor === undefined ? ['outputs', name] : ['outputs', name, 'tensor'], `ensemble output ${name} ${spec.tensor === undefined ? 'is' : `returns tensor ${tensor}, which is`} not made by any step`, spec.tensor === undefined);
     } else if (producer.datatype !== undefined && producer.datatype !== spec.datatype) {
       at(['outputs', name, 'datatype'], `datatype mismatch: output ${name} is declared ${spec.datatype}, but ${producer.what} is ${producer.datatype}`);
     }

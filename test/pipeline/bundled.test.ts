@@ -59,6 +59,14 @@ describe('the bundled repository, offline', () => {
   test('t5: text to text, and the encoder\'s hidden states', async () => {
     const translated = await answer('t5', { text_input: 'translate English to German: The house is wonderful.', max_tokens: 6 });
     assert.equal(translated.usage!.completionTokens, 6);
+    // FT's raw T5 tensors, as sample_request_single_t5.json sends them, give the same greedy ids.
+    const t5 = await service.store.tokenizer('t5');
+    const ids = t5.encode('translate English to German: The house is wonderful.');
+    const raw = await lastValueFrom(
+      service.ensemble('t5-fastertransformer').run({ input_ids: { datatype: 'UINT32', shape: [1, ids.length], data: ids }, sequence_length: u32(ids.length), max_output_len: u32(6), runtime_top_k: u32(1) }),
+    );
+    assert.deepEqual(raw.sequence_length!.data, [6]);
+    assert.equal(t5.decode(raw.output_ids!.data as number[], { skipSpecialTokens: true }), translated.choices[0]!.text);
     const hidden = await lastValueFrom(service.ensemble('t5-encoder').run({ text: bytes('translate English to German: The house is wonderful.') }));
     const tokens = hidden.sequence_length!.data[0] as number;
     assert.deepEqual(hidden.output_hidden_state!.shape, [1, tokens, 512]);

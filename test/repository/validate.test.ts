@@ -57,7 +57,7 @@ test('validate gives the column of the offending value, or of the key for unknow
   const find = (text: string): Diagnostic => diagnostics.find((d) => d.message.includes(text))!;
   assert.deepEqual([find('unknown field "encodng"').line, find('unknown field "encodng"').column], [2, 1]);
   assert.deepEqual([find('type must be one of').line, find('type must be one of').column], [1, 7]);
-  assert.deepEqual([find('unknown tensor _lenghts').line, find('unknown tensor _lenghts').column], [15, 47]);
+  assert.deepEqual([find('unknown tensor _lenghts').line, find('unknown tensor _lenghts').column], [16, 47]);
 });
 
 test('a valid repository has no diagnostics', () => {
