@@ -1,11 +1,13 @@
 /**
  * A built model directory for a model source: the source itself when it is built (onnx/ inside), else
  * a build of it (a checkpoint directory or a llama2.c .bin) cached under `$CHORUS_CACHE/builds/`, keyed
- * by the source's path, size and modification time and by the build options.
+ * by a hash of the source's content and the build options. Hashing whole multi-gigabyte checkpoints
+ * would take longer than building them, so each file contributes its name, its size and the SHA-256 of
+ * its first and last 4 MiB: a copy of a checkpoint finds its build; a changed one does not.
  */
 import { createHash } from 'node:crypto';
-import { existsSync, statSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { closeSync, existsSync, openSync, readdirSync, readSync, statSync } from 'node:fs';
+import { join, relative } from 'node:path';
 import { ChorusError } from '../errors.ts';
 import { buildModel, type BuildOptions } from '../modelbuild/index.ts';
 import { cacheDir } from './source.ts';
@@ -19,12 +21,49 @@ export function isBuiltModel(dir: string): boolean {
 export function builtModelDirectory(path: string, options: Omit<BuildOptions, 'source' | 'out'> = {}, log: (line: string) => void = () => {}, param = 'source'): string {
   if (!existsSync(path)) throw new ChorusError('CHORUS_FILE_MISSING', `${param} ${path} does not exist`, { param, value: path });
   if (isBuiltModel(path)) return path;
-  const stat = statSync(path);
-  const identity = JSON.stringify([resolve(path), stat.size, stat.mtimeMs, options.dtype ?? 'fp32', options.flavor ?? 'portable', options.task ?? 'generate', options.outputAttentions ?? false]);
-  const out = join(cacheDir(), 'builds', createHash('sha256').update(identity).digest('hex').slice(0, 16));
+  const hash = createHash('sha256');
+  hash.update(JSON.stringify([options.dtype ?? 'fp32', options.flavor ?? 'portable', options.task ?? 'generate', options.outputAttentions ?? false]));
+  const files = statSync(path).isDirectory() ? listFiles(path) : [path];
+  if (options.tokenizer !== undefined) files.push(options.tokenizer);
+  for (const file of files) {
+    hash.update(`\0${statSync(path).isDirectory() && file.startsWith(path) ? relative(path, file) : ''}\0${statSync(file).size}\0`);
+    hash.update(sampleDigest(file));
+  }
+  const out = join(cacheDir(), 'builds', hash.digest('hex').slice(0, 16));
   if (!isBuiltModel(out)) {
     log(`building ${path} into ${out}`);
     buildModel({ ...options, source: path, out });
   }
   return out;
+}
+
+/** Every file under `dir`, sorted. */
+function listFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true })
+    .flatMap((entry) => (entry.isDirectory() ? listFiles(join(dir, entry.name)) : entry.isFile() ? [join(dir, entry.name)] : []))
+    .sort();
+}
+
+const SAMPLE = 4 * 1024 * 1024;
+
+/** SHA-256 of a file's first and last 4 MiB (all of it when smaller). */
+function sampleDigest(file: string): string {
+  const size = statSync(file).size;
+  const hash = createHash('sha256');
+  const fd = openSync(file, 'r');
+  try {
+    const read = (position: number, length: number): void => {
+      const buffer = Buffer.alloc(length);
+      readSync(fd, buffer, 0, length, position);
+      hash.update(buffer);
+    };
+    if (size <= 2 * SAMPLE) read(0, size);
+    else {
+      read(0, SAMPLE);
+      read(size - SAMPLE, SAMPLE);
+    }
+  } finally {
+    closeSync(fd);
+  }
+  return hash.digest('hex');
 }

@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
+import { copyFileSync, mkdtempSync, readdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { lastValueFrom, toArray } from 'rxjs';
 import { Service, type PipelineUpdate, type TextRequest } from '../../src/pipeline/index.ts';
@@ -82,4 +84,25 @@ test('--set-source points a definition at other files; a name that fits nothing 
   });
   assert.throws(() => Service.open(REPOSITORY, { sourceOverrides: [parseSourceOverride('nobody=/x')] }), { message: '--set-source nobody: no model or tokenizer is named nobody; there are: stories, stories' });
   assert.throws(() => parseSourceOverride('no-equals-sign'), { message: '--set-source must be [model:|tokenizer:]NAME=SOURCE, got "no-equals-sign"' });
+});
+
+test('a checkpoint source is built once and cached by its content: a copy elsewhere finds the same build', async () => {
+  const cache = mkdtempSync(join(tmpdir(), 'chorus-content-cache-'));
+  const saved = process.env.CHORUS_CACHE;
+  process.env.CHORUS_CACHE = cache;
+  try {
+    const copy = join(mkdtempSync(join(tmpdir(), 'chorus-copy-')), 'stories260K.bin');
+    copyFileSync(`${STORIES}/stories260K.bin`, copy);
+    const dirs: string[] = [];
+    for (const source of [`${STORIES}/stories260K.bin`, copy]) {
+      const service = Service.open(REPOSITORY, { log: () => {}, sourceOverrides: [parseSourceOverride(`model:stories=${source}`)] });
+      dirs.push((await service.store.model('stories')).dir);
+      await service.close();
+    }
+    assert.equal(dirs[0], dirs[1]);
+    assert.deepEqual(readdirSync(join(cache, 'builds')), [basename(dirs[0]!)]);
+  } finally {
+    if (saved === undefined) delete process.env.CHORUS_CACHE;
+    else process.env.CHORUS_CACHE = saved;
+  }
 });
