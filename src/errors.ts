@@ -8,6 +8,7 @@
 export const ERROR_CODES = {
   CHORUS_INVALID_ARGUMENT: { status: 400, description: 'a request field or option has a wrong value' },
   CHORUS_CONFIG_INVALID: { status: 400, description: 'a repository definition failed validation' },
+  CHORUS_UNAUTHORIZED: { status: 401, description: 'the API key is missing or wrong' },
   CHORUS_NOT_FOUND: { status: 404, description: 'a named tokenizer, model, ensemble or pipeline does not exist' },
   CHORUS_FILE_MISSING: { status: 500, description: 'a file a definition points at does not exist' },
   CHORUS_FILE_INVALID: { status: 500, description: 'a file exists but cannot be parsed' },

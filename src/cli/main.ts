@@ -4,6 +4,7 @@ import { ChorusError } from '../errors.ts';
 import { registerBuild } from './build.ts';
 import { registerGenerate } from './generate.ts';
 import { registerInfer } from './infer.ts';
+import { registerServe } from './serve.ts';
 import { registerTokenize } from './tokenize.ts';
 import { registerValidate } from './validate.ts';
 
@@ -18,6 +19,7 @@ export function buildProgram(): Command {
   registerBuild(program);
   registerGenerate(program);
   registerInfer(program);
+  registerServe(program);
   return program;
 }
 

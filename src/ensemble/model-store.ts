@@ -9,7 +9,7 @@ import { dirname, join } from 'node:path';
 import type ort from 'onnxruntime-node';
 import type { ModelDefinition } from '../config/index.ts';
 import { ChorusError } from '../errors.ts';
-import { OrtEngine, Seq2SeqEngine, type Engine } from '../generation/index.ts';
+import { OrtEngine, Seq2SeqEngine, type Engine, type RequestMetrics } from '../generation/index.ts';
 import { DynamicBatcher } from './dynamic-batcher.ts';
 import { fromOrt, toOrt } from './ort-tensors.ts';
 import type { TensorRecord } from './steps/step.ts';
@@ -43,6 +43,8 @@ export type ModelState = 'READY' | 'LOADING' | 'UNAVAILABLE';
 export interface ModelStoreOptions {
   /** Where warnings and build progress go. Default: stderr. */
   log?: (line: string) => void;
+  /** Called when a generation request ends, with the model's name and the request's timings. */
+  onRequestDone?: (model: string, metrics: RequestMetrics) => void;
 }
 
 export class ModelStore {
@@ -50,12 +52,14 @@ export class ModelStore {
   private readonly ready = new Set<string>();
   private readonly tokenizers = new Map<string, Promise<Tokenizer>>();
   private readonly log: (line: string) => void;
+  private readonly onRequestDone: ModelStoreOptions['onRequestDone'];
 
   constructor(
     readonly repository: Repository,
     options: ModelStoreOptions = {},
   ) {
     this.log = options.log ?? ((line) => process.stderr.write(`${line}\n`));
+    this.onRequestDone = options.onRequestDone;
   }
 
   /** The model, loading it on first use. */
@@ -155,9 +159,11 @@ export class ModelStore {
       return { name, engine: 'encode', encode: (request) => batcher.submit(request), batcher, sessions, dir };
     }
     const seq2seq = existsSync(join(dir, 'onnx', 'encoder_model.onnx'));
+    const hook = this.onRequestDone;
+    const onRequestDone = hook === undefined ? undefined : (metrics: RequestMetrics): void => hook(name, metrics);
     const generator = seq2seq
-      ? await Seq2SeqEngine.open(dir, { executionProviders })
-      : await OrtEngine.open(dir, { executionProviders, maxBatchSize: value.max_batch_size, contextLength: value.max_sequence_length });
+      ? await Seq2SeqEngine.open(dir, { executionProviders, onRequestDone })
+      : await OrtEngine.open(dir, { executionProviders, maxBatchSize: value.max_batch_size, contextLength: value.max_sequence_length, onRequestDone });
     return { name, engine: 'generate', generator, seq2seq, dir };
   }
 

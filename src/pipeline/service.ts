@@ -4,7 +4,7 @@
  * `generate --pipeline` and `infer` run.
  */
 import { formatDiagnostic } from '../config/index.ts';
-import { CompiledEnsemble, ModelStore } from '../ensemble/index.ts';
+import { CompiledEnsemble, ModelStore, type ModelStoreOptions } from '../ensemble/index.ts';
 import { ChorusError } from '../errors.ts';
 import { loadRepository, type Repository, type SourceOverride } from '../repository/index.ts';
 import { Pipeline } from './pipeline.ts';
@@ -13,6 +13,8 @@ export interface ServiceOptions {
   sourceOverrides?: readonly SourceOverride[];
   /** Warnings and progress. Default: stderr. */
   log?: (line: string) => void;
+  /** Each finished generation request's model and timings (for metrics). */
+  onRequestDone?: ModelStoreOptions['onRequestDone'];
 }
 
 export class Service {
@@ -33,7 +35,7 @@ export class Service {
     const { repository, diagnostics } = loadRepository(dir, { sourceOverrides: options.sourceOverrides });
     const errors = diagnostics.filter((d) => d.severity === 'error');
     if (errors.length > 0) throw new ChorusError('CHORUS_CONFIG_INVALID', `repository ${dir} has ${errors.length} error(s):\n${errors.map(formatDiagnostic).join('\n')}`);
-    return new Service(repository, new ModelStore(repository, { log }));
+    return new Service(repository, new ModelStore(repository, { log, onRequestDone: options.onRequestDone }));
   }
 
   pipeline(name: string): Pipeline {

@@ -1,0 +1,91 @@
+/**
+ * The HTTP server: fastify over a Service. One folder per protocol (kserve/, generate/, openai/), each
+ * with its routes; the HTTP layer never touches ONNX Runtime. Cross-cutting here: the optional API key
+ * (every route but health), the body size limit, CORS (off unless asked), error shapes, metrics.
+ */
+import Fastify, { type FastifyInstance } from 'fastify';
+import { ChorusError } from '../errors.ts';
+import type { Service } from '../pipeline/index.ts';
+import { errorBody, openAiErrorBody, wireError } from './errors.ts';
+import { registerGenerate } from './generate/routes.ts';
+import { registerKserve } from './kserve/routes.ts';
+import type { Metrics } from './metrics.ts';
+import { registerOpenAi } from './openai/routes.ts';
+
+export interface ServerOptions {
+  service: Service;
+  metrics: Metrics;
+  /** Requests must send `Authorization: Bearer <apiKey>` (health routes excepted). */
+  apiKey?: string;
+  /** Allowed CORS origin(s); default: no CORS headers. */
+  corsOrigin?: string;
+  /** Largest request body, bytes. Default: 64 MiB. */
+  bodyLimit?: number;
+  /** fastify's logger option (pino). Default: off. */
+  logger?: boolean | Record<string, unknown>;
+}
+
+const PUBLIC = /^\/(v2\/health\/(live|ready)|metrics)$/;
+
+export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
+  const app = Fastify({ logger: options.logger ?? false, bodyLimit: options.bodyLimit ?? 64 * 1024 * 1024 });
+  // Binary tensor bodies, and bodies without a content type, arrive as buffers.
+  app.addContentTypeParser(['application/octet-stream', '*'], { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    if (request.headers['inference-header-content-length'] !== undefined) {
+      done(null, body);
+      return;
+    }
+    const text = body.toString('utf8');
+    if (text.trim() === '') {
+      done(null, undefined);
+      return;
+    }
+    try {
+      done(null, JSON.parse(text));
+    } catch (error) {
+      done(new ChorusError('CHORUS_INVALID_ARGUMENT', `body must be valid JSON: ${(error as Error).message}`, { param: 'body' }), undefined);
+    }
+  });
+
+  app.addHook('onRequest', async (request, reply) => {
+    if (options.corsOrigin !== undefined) {
+      reply.header('access-control-allow-origin', options.corsOrigin);
+      reply.header('access-control-allow-headers', 'authorization, content-type, inference-header-content-length');
+      reply.header('access-control-allow-methods', 'GET, POST, OPTIONS');
+    }
+    const path = request.url.split('?')[0]!;
+    if (options.apiKey !== undefined && !PUBLIC.test(path) && request.method !== 'OPTIONS' && request.headers.authorization !== `Bearer ${options.apiKey}`) {
+      throw new ChorusError('CHORUS_UNAUTHORIZED', 'missing or wrong API key: send Authorization: Bearer <key>', { param: 'authorization' });
+    }
+  });
+  // Per-model request metrics, also for streamed (hijacked) replies.
+  app.addHook('preHandler', async (request, reply) => {
+    const model = (request.params as { model?: string } | undefined)?.model ?? (request.body as { model?: unknown } | undefined)?.model;
+    if (typeof model !== 'string' || request.method !== 'POST') return;
+    const end = options.metrics.begin(model);
+    reply.raw.once('close', () => end(reply.raw.statusCode));
+  });
+
+  app.setErrorHandler((error, request, reply) => {
+    const openAi = request.url.startsWith('/v1/');
+    let { status } = wireError(error);
+    if (error instanceof ChorusError && (error.code === 'CHORUS_OVERLOADED' || error.code === 'CHORUS_CLOSED')) {
+      reply.header('retry-after', '1');
+      if (openAi && error.code === 'CHORUS_OVERLOADED') status = 429;
+    }
+    if (status >= 500) request.log.error(error);
+    void reply.code(status).send(openAi ? openAiErrorBody(error) : errorBody(error));
+  });
+  app.setNotFoundHandler((request, reply) => {
+    const error = new ChorusError('CHORUS_NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]}`);
+    void reply.code(404).send(request.url.startsWith('/v1/') ? openAiErrorBody(error) : errorBody(error));
+  });
+  app.options('*', async (_request, reply) => reply.code(204).send());
+
+  app.get('/metrics', async (_request, reply) => reply.type('text/plain; version=0.0.4').send(await options.metrics.text()));
+  registerKserve(app, options.service);
+  registerGenerate(app, options.service);
+  registerOpenAi(app, options.service);
+  return app;
+}

@@ -1,0 +1,67 @@
+/**
+ * Work stops when the client leaves: a request's stream is subscribed while its connection is open and
+ * unsubscribed when the connection closes early (which cancels generation in the engine).
+ */
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Observable } from 'rxjs';
+import { ChorusError } from '../errors.ts';
+
+/** The stream's last value; the subscription ends if the client disconnects first. */
+export function cancelOnClose<T>(request: FastifyRequest, reply: FastifyReply, stream: Observable<T>): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    let last: T | undefined;
+    let has = false;
+    const subscription = stream.subscribe({
+      next: (value) => {
+        last = value;
+        has = true;
+      },
+      error: (error: unknown) => {
+        reply.raw.off('close', onClose);
+        reject(error);
+      },
+      complete: () => {
+        reply.raw.off('close', onClose);
+        if (has) resolve(last as T);
+        else reject(new ChorusError('CHORUS_INTERNAL', 'the request produced no result'));
+      },
+    });
+    function onClose(): void {
+      if (reply.raw.writableFinished) return;
+      subscription.unsubscribe();
+      reject(new ChorusError('CHORUS_CLOSED', 'the client closed the connection'));
+    }
+    reply.raw.on('close', onClose);
+  });
+}
+
+/** Writes `data: <json>\n\n` events of a stream; ends with `data: [DONE]` when asked; stops when the client leaves. */
+export function sendEvents<T>(request: FastifyRequest, reply: FastifyReply, stream: Observable<T>, options: { done?: boolean; error: (error: unknown) => unknown }): Promise<void> {
+  reply.hijack();
+  const raw = reply.raw;
+  raw.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' });
+  return new Promise<void>((resolve) => {
+    const finish = (): void => {
+      reply.raw.off('close', onClose);
+      if (!raw.writableEnded) {
+        if (options.done) raw.write('data: [DONE]\n\n');
+        raw.end();
+      }
+      resolve();
+    };
+    const subscription = stream.subscribe({
+      next: (event) => raw.write(`data: ${JSON.stringify(event)}\n\n`),
+      error: (error: unknown) => {
+        raw.write(`data: ${JSON.stringify(options.error(error))}\n\n`);
+        finish();
+      },
+      complete: finish,
+    });
+    function onClose(): void {
+      if (raw.writableFinished) return;
+      subscription.unsubscribe();
+      resolve();
+    }
+    reply.raw.on('close', onClose);
+  });
+}

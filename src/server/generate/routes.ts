@@ -1,0 +1,77 @@
+/**
+ * Triton's generate extension: `POST /v2/models/{m}/generate` answers one JSON object, and
+ * `/generate_stream` answers Server-Sent Events, one `data: <json>` per delta (an error after the 200 is
+ * an event `data: {"error": ...}`). For a pipeline, the body's fields (and those in `parameters`) are the
+ * pipeline's request fields; for an ensemble, they fill its input tensors by name and the answer holds
+ * its outputs by name.
+ */
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { map, type Observable } from 'rxjs';
+import type { TensorSpec } from '../../config/index.ts';
+import { tensor, type Element, type Tensor, type TensorRecord } from '../../ensemble/index.ts';
+import { ChorusError, invalidArgument } from '../../errors.ts';
+import type { PipelineUpdate, Service, TextRequest } from '../../pipeline/index.ts';
+import { cancelOnClose, sendEvents } from '../disconnect.ts';
+import { errorBody } from '../errors.ts';
+
+type Params = { model: string; version?: string };
+
+export function registerGenerate(app: FastifyInstance, service: Service): void {
+  for (const prefix of ['/v2/models/:model', '/v2/models/:model/versions/:version']) {
+    app.post<{ Params: Params }>(`${prefix}/generate`, async (request, reply) => {
+      const { stream, envelope } = start(service, request);
+      return { ...envelope, ...(await cancelOnClose(request, reply, stream)) };
+    });
+    app.post<{ Params: Params }>(`${prefix}/generate_stream`, async (request, reply) => {
+      const { envelope, deltas } = start(service, request);
+      await sendEvents(request, reply, deltas.pipe(map((event) => ({ ...envelope, ...event }))), { error: (error) => errorBody(error) });
+    });
+  }
+}
+
+/** The request's answer (final) and its stream of events, for the named pipeline or ensemble. */
+function start(service: Service, request: FastifyRequest<{ Params: Params }>): { envelope: Record<string, unknown>; stream: Observable<Record<string, unknown>>; deltas: Observable<Record<string, unknown>> } {
+  const name = request.params.model;
+  const body = request.body;
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalidArgument('body', 'a JSON object', body);
+  const { id, parameters, ...fields } = body as Record<string, unknown>;
+  if (id !== undefined && typeof id !== 'string') throw invalidArgument('id', 'a string', id);
+  if (parameters !== undefined && (typeof parameters !== 'object' || parameters === null || Array.isArray(parameters))) throw invalidArgument('parameters', 'an object of fields', parameters);
+  const all = { ...fields, ...(parameters as Record<string, unknown> | undefined) };
+  const envelope = { model_name: name, model_version: '1', ...(id === undefined ? {} : { id }) };
+  if (service.repository.pipelines.has(name)) {
+    const updates = service.pipeline(name).run(all as TextRequest);
+    const final = (u: PipelineUpdate): Record<string, unknown> => ({ text_output: u.choices[0]?.text ?? '', ...(u.choices[0]?.finishReason ? { finish_reason: u.choices[0].finishReason } : {}) });
+    return {
+      envelope,
+      stream: updates.pipe(map(final)),
+      deltas: updates.pipe(map((u) => ({ text_output: u.choices[0]?.delta ?? '', ...(u.choices[0]?.finishReason ? { finish_reason: u.choices[0].finishReason } : {}) }))),
+    };
+  }
+  if (service.repository.ensembles.has(name)) {
+    const ensemble = service.ensemble(name);
+    const inputs: Record<string, Tensor> = {};
+    for (const [field, value] of Object.entries(all)) {
+      const spec = ensemble.definition.inputs[field];
+      if (spec === undefined) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `ensemble ${name} has no input ${field}; its inputs are: ${Object.keys(ensemble.definition.inputs).join(', ')}`, { param: field });
+      inputs[field] = fieldTensor(field, value, spec);
+    }
+    const outputs = ensemble.run(inputs).pipe(map(plain));
+    return { envelope, stream: outputs, deltas: outputs };
+  }
+  const names = [...service.repository.pipelines.keys(), ...service.repository.ensembles.keys()];
+  throw new ChorusError('CHORUS_NOT_FOUND', `unknown model ${name}; generate serves pipelines and ensembles: ${names.sort().join(', ')}`, { param: 'model', value: name });
+}
+
+/** A field's value as a tensor of its input's spec: a scalar fills [1, 1], a list one row. */
+function fieldTensor(field: string, value: unknown, spec: TensorSpec): Tensor {
+  const data = (Array.isArray(value) ? (value as unknown[]).flat(Infinity) : [value]) as Element[];
+  const shape = spec.dims.length === 0 ? [1] : [1, ...spec.dims.map((d, i) => (d === -1 ? (i === spec.dims.length - 1 ? data.length : 1) : d))];
+  return tensor(spec.datatype, shape, data, field);
+}
+
+/** Outputs as JSON values: a one-element tensor as its element, else its elements. */
+function plain(outputs: TensorRecord): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(outputs).map(([name, t]) => [name, t.data.length === 1 ? t.data[0] : t.data]));
+}
+

@@ -1,0 +1,2 @@
+export { buildServer, type ServerOptions } from './app.ts';
+export { Metrics } from './metrics.ts';

@@ -1,0 +1,64 @@
+/**
+ * Prometheus metrics (prom-client, a registry of the server's own): Triton's `nv_inference_*` names
+ * where they apply, per model, and token-level histograms from the engines: time to first token,
+ * inter-token latency, tokens generated.
+ */
+import client from 'prom-client';
+import type { RequestMetrics } from '../generation/index.ts';
+
+export class Metrics {
+  readonly registry = new client.Registry();
+  private readonly success = new client.Counter({ name: 'nv_inference_request_success', help: 'Successful inference requests', labelNames: ['model'], registers: [this.registry] });
+  private readonly failure = new client.Counter({ name: 'nv_inference_request_failure', help: 'Failed inference requests', labelNames: ['model', 'reason'], registers: [this.registry] });
+  private readonly count = new client.Counter({ name: 'nv_inference_count', help: 'Inferences performed', labelNames: ['model'], registers: [this.registry] });
+  private readonly duration = new client.Counter({ name: 'nv_inference_request_duration_us', help: 'Cumulative request duration, microseconds', labelNames: ['model'], registers: [this.registry] });
+  private readonly queue = new client.Counter({ name: 'nv_inference_queue_duration_us', help: 'Cumulative time generation requests waited in the engine queue, microseconds', labelNames: ['model'], registers: [this.registry] });
+  private readonly pending = new client.Gauge({ name: 'nv_inference_pending_request_count', help: 'Requests received and not yet answered', labelNames: ['model'], registers: [this.registry] });
+  private readonly ttft = new client.Histogram({
+    name: 'chorus_time_to_first_token_seconds',
+    help: 'From submission to the first generated token',
+    labelNames: ['model'],
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers: [this.registry],
+  });
+  private readonly itl = new client.Histogram({
+    name: 'chorus_inter_token_latency_seconds',
+    help: 'Between consecutive generated tokens',
+    labelNames: ['model'],
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
+    registers: [this.registry],
+  });
+  private readonly tokens = new client.Histogram({
+    name: 'chorus_generated_tokens',
+    help: 'Tokens generated per request',
+    labelNames: ['model'],
+    buckets: [1, 4, 16, 64, 256, 1024, 4096],
+    registers: [this.registry],
+  });
+
+  /** A request to `model` began; the returned function ends it with its HTTP status. */
+  begin(model: string): (status: number) => void {
+    const started = performance.now();
+    this.pending.inc({ model });
+    return (status) => {
+      this.pending.dec({ model });
+      this.duration.inc({ model }, Math.round((performance.now() - started) * 1000));
+      if (status < 400) {
+        this.success.inc({ model });
+        this.count.inc({ model });
+      } else this.failure.inc({ model, reason: status < 500 ? 'REJECTED' : 'BACKEND' });
+    };
+  }
+
+  /** An engine request ended. */
+  generation(model: string, metrics: RequestMetrics): void {
+    this.queue.inc({ model }, Math.round(metrics.queueMs * 1000));
+    if (Number.isFinite(metrics.timeToFirstTokenMs)) this.ttft.observe({ model }, metrics.timeToFirstTokenMs / 1000);
+    for (const gap of metrics.interTokenMs) this.itl.observe({ model }, gap / 1000);
+    this.tokens.observe({ model }, metrics.tokens);
+  }
+
+  async text(): Promise<string> {
+    return this.registry.metrics();
+  }
+}
