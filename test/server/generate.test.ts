@@ -1,0 +1,65 @@
+import assert from 'node:assert/strict';
+import { request as httpRequest } from 'node:http';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { ROOT } from '../helpers/paths.ts';
+import { sseData, startServer, type TestServer } from '../helpers/server.ts';
+
+let server: TestServer;
+before(async () => {
+  server = await startServer(join(ROOT, 'test/fixtures/repositories/ensembles'));
+});
+after(async () => {
+  await server.close();
+});
+
+const post = (path: string, body: unknown) => fetch(`${server.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+test('/generate_stream is SSE whose deltas join to /generate\'s text', async () => {
+  const request = { id: 'r1', text_input: '', parameters: { max_tokens: 40, temperature: 0 } };
+  const whole = (await (await post('/v2/models/stories/generate', request)).json()) as { id: string; model_name: string; text_output: string; finish_reason: string };
+  assert.equal(whole.id, 'r1');
+  assert.equal(whole.model_name, 'stories');
+  assert.equal(whole.finish_reason, 'length');
+  const response = await post('/v2/models/stories/generate_stream', request);
+  assert.equal(response.headers.get('content-type'), 'text/event-stream; charset=utf-8');
+  const events = sseData(await response.text()).map((data) => JSON.parse(data) as { text_output: string; finish_reason?: string });
+  assert.ok(events.length > 10);
+  assert.equal(events.map((e) => e.text_output).join(''), whole.text_output);
+  assert.equal(events.at(-1)!.finish_reason, 'length');
+});
+
+test('generate on an ensemble fills its inputs by name and answers its outputs by name', async () => {
+  const out = (await (await post('/v2/models/stories/generate', { text_input: '', max_tokens: 8, temperature: 0 })).json()) as { text_output: string };
+  const viaEnsemble = (await (await post('/v2/models/story-ensemble/generate', { text_input: '', max_tokens: 8, temperature: 0 })).json()) as { text_output: string };
+  assert.equal(viaEnsemble.text_output, out.text_output);
+  const tensors = (await (await post('/v2/models/diamond/generate', { text: 'Once upon a time', bonus: 1 })).json()) as { total: number };
+  assert.equal(typeof tensors.total, 'number');
+});
+
+test('an error after the stream started is an SSE event; a client that leaves cancels its generation', async () => {
+  const events = sseData(await (await post('/v2/models/stories/generate_stream', { text_input: '', top_p: 7 })).text());
+  assert.deepEqual(events.map((e) => JSON.parse(e)), [{ error: 'step generate: runtime_top_p must be a number in (0, 1], got 7' }]);
+  const model = await server.service.store.model('stories');
+  assert.ok(model.engine === 'generate');
+  const cancelledBefore = model.generator.stats().requestsCancelled;
+  // A real socket: read a few events, then hang up.
+  await new Promise<void>((resolve, reject) => {
+    const url = new URL(`${server.url}/v2/models/stories/generate_stream`);
+    const req = httpRequest({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
+      let seen = 0;
+      res.on('data', () => {
+        if (++seen === 3) {
+          req.destroy();
+          resolve();
+        }
+      });
+    });
+    req.on('error', (error) => (error.message.includes('aborted') || error.message.includes('socket hang up') ? resolve() : reject(error)));
+    req.end(JSON.stringify({ text_input: '', max_tokens: 250, temperature: 0.8 }));
+  });
+  const deadline = Date.now() + 5000;
+  while (model.generator.stats().requestsCancelled === cancelledBefore && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  assert.equal(model.generator.stats().requestsCancelled, cancelledBefore + 1);
+  assert.equal(model.generator.stats().running, 0);
+});
