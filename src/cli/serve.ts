@@ -43,7 +43,11 @@ export function registerServe(program: Command): void {
       await new Promise<void>((resolve) => {
         const stop = (signal: string): void => {
           process.stderr.write(`chorus: ${signal}: finishing in-flight requests (at most ${deadline} s)\n`);
-          const timer = setTimeout(() => void service.close(), deadline * 1000);
+          // Past the deadline, what still runs is cut off: connections closed, generation cancelled.
+          const timer = setTimeout(() => {
+            app.server.closeAllConnections();
+            void service.close();
+          }, deadline * 1000);
           void app
             .close()
             .then(() => service.close())
