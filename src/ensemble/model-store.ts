@@ -49,6 +49,8 @@ export interface ModelStoreOptions {
 
 export class ModelStore {
   private readonly models = new Map<string, Promise<LoadedModel>>();
+  /** Models whose load finished, for synchronous inspection (metrics). */
+  private readonly loaded = new Map<string, LoadedModel>();
   private readonly ready = new Set<string>();
   private readonly tokenizers = new Map<string, Promise<Tokenizer>>();
   private readonly log: (line: string) => void;
@@ -68,6 +70,7 @@ export class ModelStore {
     if (loading === undefined) {
       loading = this.open(name).then((model) => {
         this.ready.add(name);
+        this.loaded.set(name, model);
         return model;
       });
       // A failed load is forgotten, so the next use tries again.
@@ -106,6 +109,7 @@ export class ModelStore {
     if (loading === undefined) return;
     this.models.delete(name);
     this.ready.delete(name);
+    this.loaded.delete(name);
     const model = await loading.catch(() => undefined);
     if (model === undefined) return;
     if (model.engine === 'generate') await model.generator.close();
@@ -122,6 +126,11 @@ export class ModelStore {
   async reload(name: string): Promise<void> {
     await this.unload(name);
     await this.load(name);
+  }
+
+  /** The loaded models, as they are now. */
+  loadedModels(): LoadedModel[] {
+    return [...this.loaded.values()];
   }
 
   /** Every model of the repository and its state. */

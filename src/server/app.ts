@@ -83,6 +83,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   });
   app.options('*', async (_request, reply) => reply.code(204).send());
 
+  options.metrics.watch(options.service.store);
   app.get('/metrics', async (_request, reply) => reply.type('text/plain; version=0.0.4').send(await options.metrics.text()));
   registerKserve(app, options.service);
   registerGenerate(app, options.service);

@@ -4,6 +4,7 @@
  * inter-token latency, tokens generated.
  */
 import client from 'prom-client';
+import type { ModelStore } from '../ensemble/index.ts';
 import type { RequestMetrics } from '../generation/index.ts';
 
 export class Metrics {
@@ -35,6 +36,41 @@ export class Metrics {
     buckets: [1, 4, 16, 64, 256, 1024, 4096],
     registers: [this.registry],
   });
+
+  /** Engine gauges (running, waiting, batch occupancy) read from the loaded models at each scrape. */
+  watch(store: ModelStore): void {
+    const engines = () => store.loadedModels().flatMap((m) => (m.engine === 'generate' ? [{ name: m.name, stats: m.generator.stats() }] : []));
+    new client.Gauge({
+      name: 'chorus_engine_running_requests',
+      help: 'Requests in the running batch',
+      labelNames: ['model'],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const e of engines()) this.set({ model: e.name }, e.stats.running);
+      },
+    });
+    new client.Gauge({
+      name: 'chorus_engine_queue_depth',
+      help: 'Requests waiting to join the batch',
+      labelNames: ['model'],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const e of engines()) this.set({ model: e.name }, e.stats.waiting);
+      },
+    });
+    new client.Gauge({
+      name: 'chorus_engine_batch_occupancy',
+      help: 'Mean rows per decode step since the model loaded',
+      labelNames: ['model'],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const e of engines()) this.set({ model: e.name }, e.stats.decodeSteps === 0 ? 0 : e.stats.decodedRows / e.stats.decodeSteps);
+      },
+    });
+  }
 
   /** A request to `model` began; the returned function ends it with its HTTP status. */
   begin(model: string): (status: number) => void {

@@ -62,4 +62,8 @@ test('an error after the stream started is an SSE event; a client that leaves ca
   while (model.generator.stats().requestsCancelled === cancelledBefore && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
   assert.equal(model.generator.stats().requestsCancelled, cancelledBefore + 1);
   assert.equal(model.generator.stats().running, 0);
+  const metrics = await (await fetch(`${server.url}/metrics`)).text();
+  assert.match(metrics, /chorus_engine_running_requests\{model="stories"\} 0/);
+  assert.match(metrics, /chorus_engine_queue_depth\{model="stories"\} 0/);
+  assert.match(metrics, /chorus_engine_batch_occupancy\{model="stories"\} [1-9]/);
 });

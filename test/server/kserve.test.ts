@@ -135,4 +135,6 @@ test('metadata, readiness, config and the repository API', async () => {
   assert.equal(after.find((m) => m.name === 'gpt2')!.state, 'UNAVAILABLE');
   const metrics = await (await fetch(`${server.url}/metrics`)).text();
   assert.match(metrics, /nv_inference_request_success\{model="gpt"\} [1-9]/);
+  assert.match(metrics, /chorus_time_to_first_token_seconds_count\{model="gpt2"\} [1-9]/);
+  assert.match(metrics, /chorus_generated_tokens_sum\{model="gpt2"\} [1-9]/);
 });
