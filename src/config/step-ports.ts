@@ -45,6 +45,7 @@ const DECODING_INPUTS: Record<string, PortSpec> = {
   top_p_min: f32,
   top_p_reset_ids: u32,
   num_return_sequences: u32,
+  top_logprobs: u32,
 };
 
 export const STEP_PORTS: Record<StepKind, StepPorts> = {
@@ -59,7 +60,7 @@ export const STEP_PORTS: Record<StepKind, StepPorts> = {
       request_output_len: { ...u32, required: true },
       ...DECODING_INPUTS,
     },
-    outputs: { output_ids: u32, sequence_length: u32, cum_log_probs: f32, output_log_probs: f32, finish_reason: { datatype: 'BYTES' } },
+    outputs: { output_ids: u32, sequence_length: u32, cum_log_probs: f32, output_log_probs: f32, finish_reason: { datatype: 'BYTES' }, top_log_probs: f32, top_log_prob_ids: u32 },
   },
   encode: {
     inputs: { input_ids: { ...u32, required: true }, input_lengths: { ...u32, required: true } },

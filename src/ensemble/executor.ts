@@ -67,14 +67,18 @@ export class CompiledEnsemble {
         );
         for (const [port, tensorName] of Object.entries(step.outputs)) wires.set(tensorName, { source: output, port });
       }
-      const outputs = Object.entries(this.definition.outputs).flatMap(([name, spec]) => {
+      // Outputs made by one step arrive together, so a snapshot never mixes two of its emissions.
+      const groups = new Map<Observable<TensorRecord>, Array<[string, string]>>();
+      for (const [name, spec] of Object.entries(this.definition.outputs)) {
         const wire = wires.get(spec.tensor ?? name);
-        return wire === undefined ? [] : [wire.source.pipe(map((record) => [name, record[wire.port]] as const))];
-      });
-      if (outputs.length === 0) return EMPTY;
-      return merge(...outputs).pipe(
-        scan((all, [name, value]) => (value === undefined || all[name] === value ? all : { ...all, [name]: value }), {} as TensorRecord),
+        if (wire === undefined) continue;
+        groups.set(wire.source, [...(groups.get(wire.source) ?? []), [name, wire.port]]);
+      }
+      if (groups.size === 0) return EMPTY;
+      const outputs = [...groups].map(([source, names]) =>
+        source.pipe(map((record) => Object.fromEntries(names.flatMap(([name, port]) => (record[port] === undefined ? [] : [[name, record[port]]]))) as TensorRecord)),
       );
+      return merge(...outputs).pipe(scan((all, part) => ({ ...all, ...part }), {} as TensorRecord));
     });
   }
 

@@ -21,5 +21,6 @@ export function checkDecodingMode(params: ResolvedSamplingParams): void {
   if (params.runtime_top_k > 1) refuse('runtime_top_k', params.runtime_top_k, `has no effect ${beams}; leave it at 0 or 1`);
   if (params.runtime_top_p < 1) refuse('runtime_top_p', params.runtime_top_p, `has no effect ${beams}; leave it at 1`);
   if (params.top_p_decay < 1) refuse('top_p_decay', params.top_p_decay, `has no effect ${beams}; leave it at 1`);
+  if (params.top_logprobs > 0) refuse('top_logprobs', params.top_logprobs, `is not kept ${beams}; leave it at 0`);
   if (params.temperature === 0) refuse('temperature', params.temperature, `would ask for greedy decoding ${beams}; use a temperature > 0 (1 leaves the log-probs as they are)`);
 }

@@ -22,6 +22,8 @@ export interface TokenEvent {
   logProb?: number;
   /** Sum of the log-probabilities so far (with is_return_log_probs). */
   cumLogProb?: number;
+  /** With top_logprobs k: the step's k most likely tokens, most likely first, under the same distribution. */
+  topLogProbs?: Array<{ token: number; logProb: number }>;
   finishReason?: FinishReason;
   /**
    * Beam search only: which returned sequence the token belongs to (0 is the best). Beam results come

@@ -33,6 +33,8 @@ export interface SamplingParams {
   random_seed?: number;
   /** Return the log-probability of each generated token and their sum. Default: false. */
   is_return_log_probs?: boolean;
+  /** With each token, the k most likely tokens of its step and their log-probabilities, k in [0, 20]. Default: 0. */
+  top_logprobs?: number;
   /** The id generation stops at. Default: the model's eos. */
   end_id?: number;
   /**
@@ -103,6 +105,7 @@ export function validateSamplingParams(params: SamplingParams, vocabSize: number
     beam_search_diversity_rate: num('beam_search_diversity_rate', 0, (v) => v >= 0, '[0, inf)'),
     random_seed: int('random_seed', 0, 0),
     is_return_log_probs: params.is_return_log_probs ?? false,
+    top_logprobs: int('top_logprobs', 0, 0, 20),
     end_id: params.end_id === undefined ? undefined : id('end_id', params.end_id),
     start_id: params.start_id === undefined ? undefined : id('start_id', params.start_id),
     top_p_decay: num('top_p_decay', 1, (v) => v > 0 && v <= 1, '(0, 1]'),

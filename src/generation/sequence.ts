@@ -103,6 +103,25 @@ export abstract class ActiveRequest implements Schedulable {
   }
 }
 
+/** The k largest log-softmax values of `logits`, largest first (lower id first among equals). */
+function topLogProbs(logits: Float32Array, k: number): Array<{ token: number; logProb: number }> {
+  let max = -Infinity;
+  for (const v of logits) if (v > max) max = v;
+  let sum = 0;
+  for (const v of logits) sum += Math.exp(v - max);
+  const norm = max + Math.log(sum);
+  const best: number[] = [];
+  for (let i = 0; i < logits.length; i++) {
+    if (logits[i] === -Infinity) continue;
+    if (best.length === k && !(logits[i]! > logits[best[k - 1]!]!)) continue;
+    let at = best.length === k ? k - 1 : best.length;
+    while (at > 0 && logits[best[at - 1]!]! < logits[i]!) at--;
+    best.splice(at, 0, i);
+    if (best.length > k) best.pop();
+  }
+  return best.map((token) => ({ token, logProb: logits[token]! - norm }));
+}
+
 /** A request that samples (or decodes greedily): one row, each token emitted as it is chosen. */
 export class Sequence extends ActiveRequest {
   readonly width = 1;
@@ -155,6 +174,7 @@ export class Sequence extends ActiveRequest {
     this.tokenTimes.push(performance.now());
     const event: TokenEvent = { token: choice.token, index: this.outputIds.length - 1 };
     if (this.params.is_return_log_probs) Object.assign(event, { logProb: choice.logProb, cumLogProb: this.cumLogProb });
+    if (this.params.top_logprobs > 0) event.topLogProbs = topLogProbs(processed, this.params.top_logprobs);
     if (finishReason) {
       event.finishReason = finishReason;
       this.finish(finishReason);

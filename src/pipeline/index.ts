@@ -1,2 +1,2 @@
-export { Pipeline, type TextRequest, type TextChoice, type PipelineUpdate, type ChatMessage } from './pipeline.ts';
+export { Pipeline, type TextRequest, type TextChoice, type PipelineUpdate, type ChatMessage, type TokenLogProb } from './pipeline.ts';
 export { Service, type ServiceOptions } from './service.ts';

@@ -15,6 +15,7 @@ import type { EnsembleDefinition, PipelineDefinition, TensorSpec } from '../conf
 import { CompiledEnsemble, type ModelStore, type Tensor, type TensorRecord } from '../ensemble/index.ts';
 import { ChorusError, invalidArgument } from '../errors.ts';
 import { StopStringMatcher } from '../generation/index.ts';
+import type { Tokenizer } from '../tokenizers/index.ts';
 
 export interface ChatMessage {
   role: string;
@@ -39,7 +40,16 @@ export interface TextRequest {
   min_tokens?: number;
   len_penalty?: number;
   logprobs?: boolean;
+  top_logprobs?: number;
   [field: string]: unknown;
+}
+
+/** A generated token with its log-probability (and, when asked, its step's most likely alternatives). */
+export interface TokenLogProb {
+  token: number;
+  text: string;
+  logprob: number;
+  top: Array<{ token: number; text: string; logprob: number }>;
 }
 
 /** One returned text. `delta` is what this update adds to `text`. */
@@ -47,6 +57,8 @@ export interface TextChoice {
   index: number;
   text: string;
   delta: string;
+  /** With `logprobs`: the tokens generated since the last update. */
+  logprobs?: TokenLogProb[];
   /** On the last update: `end_id`, `length` or `stop` (a stop word or string). */
   finishReason?: string;
 }
@@ -72,13 +84,14 @@ const STANDARD_FIELDS: Record<string, [string, Datatype]> = {
   min_tokens: ['min_length', 'UINT32'],
   len_penalty: ['len_penalty', 'FP32'],
   logprobs: ['is_return_log_probs', 'BOOL'],
+  top_logprobs: ['top_logprobs', 'UINT32'],
 };
 
 /** Fields every pipeline takes itself (not mapped to tensors). */
 const OWN_FIELDS = new Set(['text_input', 'messages', 'stop', 'stream']);
 
 export class Pipeline {
-  private compiled: Promise<{ ensemble: CompiledEnsemble; fields: Record<string, string>; textOutput: string; seq2seq: boolean; chatTemplate: string | undefined; specials: Record<string, string>; readsSpecialText: boolean }> | undefined;
+  private compiled: Promise<{ ensemble: CompiledEnsemble; fields: Record<string, string>; textOutput: string; seq2seq: boolean; chatTemplate: string | undefined; specials: Record<string, string>; readsSpecialText: boolean; tokenizer: Tokenizer | undefined }> | undefined;
 
   constructor(
     readonly name: string,
@@ -110,9 +123,48 @@ export class Pipeline {
               if (stopped[index]) return;
               const { text: delta, stopped: hit } = matchers[index]!.push(fresh);
               stopped[index] = hit;
-              choices.push({ index, text: '', delta });
+              const logprobs = tokenLogProbs(record, index);
+              choices.push({ index, text: '', delta, ...(logprobs === undefined ? {} : { logprobs }) });
             });
             return { choices };
+          };
+          // Tokens already reported per choice, with their log-probabilities.
+          const reported: number[] = [];
+          const tokenLogProbs = (record: TensorRecord, index: number): TokenLogProb[] | undefined => {
+            const logProbs = record.output_log_probs;
+            const ids = record.output_ids;
+            if (logProbs === undefined || ids === undefined || compiled.tokenizer === undefined) return undefined;
+            const tokenizer = compiled.tokenizer;
+            const width = ids.shape[2] ?? 0;
+            const generated = logProbs.shape[2] ?? 0;
+            const length = (record.sequence_length?.data[index] as number | undefined) ?? width;
+            const prompt = compiled.seq2seq ? 0 : ((record.input_lengths?.data[0] as number | undefined) ?? 0);
+            const count = Math.min(length - prompt, generated);
+            const tops = record.top_log_probs;
+            const topIds = record.top_log_prob_ids;
+            const k = tops?.shape[3] ?? 0;
+            const row = ids.data.slice(index * width, index * width + Math.min(length, width)) as number[];
+            // A token's text is what it adds after the tokens before it (a piece keeps its leading space).
+            const pieceText = (position: number, id: number): string => {
+              const context = row.slice(Math.max(0, position - 6), position);
+              const before = tokenizer.decode(context);
+              const after = tokenizer.decode([...context, id]);
+              return after.startsWith(before) ? after.slice(before.length) : tokenizer.decode([id]);
+            };
+            const out: TokenLogProb[] = [];
+            for (let i = reported[index] ?? 0; i < count; i++) {
+              const position = prompt + i;
+              const token = row[position]!;
+              const top: TokenLogProb['top'] = [];
+              for (let j = 0; j < k; j++) {
+                const at = (index * generated + i) * k + j;
+                const alternative = topIds!.data[at] as number;
+                top.push({ token: alternative, text: pieceText(position, alternative), logprob: tops!.data[at] as number });
+              }
+              out.push({ token, text: pieceText(position, token), logprob: logProbs.data[index * generated + i] as number, top });
+            }
+            reported[index] = Math.max(reported[index] ?? 0, count);
+            return out;
           };
           const emitted: string[] = [];
           const send = (u: PipelineUpdate): void => {
@@ -126,7 +178,8 @@ export class Pipeline {
             next: (record) => {
               last = record;
               const u = update(record);
-              if (u.choices.some((c) => c.delta !== '')) send({ choices: u.choices.filter((c) => c.delta !== '') });
+              const moved = u.choices.filter((c) => c.delta !== '' || (c.logprobs?.length ?? 0) > 0);
+              if (moved.length > 0) send({ choices: moved });
               if (stopped.length > 0 && stopped.every(Boolean)) {
                 upstream?.unsubscribe();
                 finish();
@@ -207,7 +260,8 @@ export class Pipeline {
         if (id !== undefined) specials[key] = tokenizer.decode([id]);
       }
     } else if (chatTemplate === 'tokenizer') chatTemplate = undefined;
-    return { ensemble, fields, textOutput, seq2seq, chatTemplate, specials, readsSpecialText };
+    const tokenizer = tokenizerName === undefined ? undefined : await this.store.tokenizer(tokenizerName);
+    return { ensemble, fields, textOutput, seq2seq, chatTemplate, specials, readsSpecialText, tokenizer };
   }
 
   /** The request as ensemble input tensors, and its stop strings. */
@@ -308,10 +362,23 @@ function modelEnsemble(model: string, tokenizer: string, seq2seq: boolean): Ense
       sequence_length: { datatype: 'UINT32', dims: [-1] },
       input_lengths: { datatype: 'UINT32', dims: [1] },
       cum_log_probs: { datatype: 'FP32', dims: [-1], optional: true },
+      output_ids: { datatype: 'UINT32', dims: [-1, -1], tensor: '_out' },
+      output_log_probs: { datatype: 'FP32', dims: [-1, -1], optional: true },
+      top_log_probs: { datatype: 'FP32', dims: [-1, -1, -1], optional: true },
+      top_log_prob_ids: { datatype: 'UINT32', dims: [-1, -1, -1], optional: true },
     },
     steps: [
       { name: 'tokenize', tokenize: tokenizer, inputs: { text: 'text_input', add_special_tokens: 'add_special_tokens' }, outputs: { input_ids: '_ids', input_lengths: 'input_lengths' } },
-      { name: 'generate', generate: model, inputs: generateInputs, outputs: { output_ids: '_out', sequence_length: 'sequence_length', finish_reason: 'finish_reason', cum_log_probs: 'cum_log_probs' } },
+      { name: 'generate', generate: model, inputs: generateInputs, outputs: {
+          output_ids: '_out',
+          sequence_length: 'sequence_length',
+          finish_reason: 'finish_reason',
+          cum_log_probs: 'cum_log_probs',
+          output_log_probs: 'output_log_probs',
+          top_log_probs: 'top_log_probs',
+          top_log_prob_ids: 'top_log_prob_ids',
+        },
+      },
       {
         name: 'detokenize',
         detokenize: tokenizer,

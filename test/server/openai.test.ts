@@ -72,3 +72,30 @@ test('errors come in OpenAI\'s shape through the client: bad key, unknown model,
   const models = await openai.models.list();
   assert.deepEqual(models.data.map((m) => m.id), ['stories', 'story-ensemble']);
 });
+
+test("logprobs: each token's log-probability and its step's most likely alternatives, streamed and not", async () => {
+  const messages = [{ role: 'user' as const, content: 'Once upon a time' }];
+  const whole = await openai.chat.completions.create({ model: 'stories', messages, max_tokens: 12, temperature: 0, logprobs: true, top_logprobs: 3 });
+  const content = whole.choices[0]!.logprobs!.content!;
+  assert.equal(content.length, 12);
+  for (const entry of content) {
+    assert.ok(entry.logprob <= 0);
+    assert.equal(entry.top_logprobs.length, 3);
+    // Greedy: the chosen token is the most likely one, with the same log-probability.
+    assert.equal(entry.top_logprobs[0]!.token, entry.token);
+    assert.equal(entry.top_logprobs[0]!.logprob, entry.logprob);
+    assert.ok(entry.top_logprobs[1]!.logprob <= entry.top_logprobs[0]!.logprob);
+    assert.deepEqual(entry.bytes, [...Buffer.from(entry.token)]);
+  }
+  const stream = await openai.chat.completions.create({ model: 'stories', messages, max_tokens: 12, temperature: 0, logprobs: true, top_logprobs: 3, stream: true });
+  const streamed = [];
+  for await (const chunk of stream) streamed.push(...(chunk.choices[0]?.logprobs?.content ?? []));
+  assert.deepEqual(streamed, content);
+  const completion = await openai.completions.create({ model: 'stories', prompt: '', max_tokens: 6, temperature: 0, logprobs: 2 });
+  const lp = completion.choices[0]!.logprobs!;
+  assert.equal(lp.tokens!.length, 6);
+  assert.equal(lp.token_logprobs!.length, 6);
+  assert.ok(lp.top_logprobs!.every((top) => Object.keys(top).length <= 2));
+  assert.equal(lp.tokens!.join(''), completion.choices[0]!.text);
+  assert.deepEqual(lp.text_offset, lp.tokens!.map((_, i) => lp.tokens!.slice(0, i).join('').length));
+});

@@ -18,13 +18,14 @@ import type { StepImpl, TensorRecord } from './step.ts';
 /** Scalar decoding inputs: port -> SamplingParams field (the same FT names). */
 const SCALARS = [
   'runtime_top_k', 'runtime_top_p', 'temperature', 'len_penalty', 'repetition_penalty', 'presence_penalty', 'frequency_penalty', 'min_length',
-  'beam_width', 'beam_search_diversity_rate', 'random_seed', 'start_id', 'end_id', 'top_p_decay', 'top_p_min', 'num_return_sequences',
+  'beam_width', 'beam_search_diversity_rate', 'random_seed', 'start_id', 'end_id', 'top_p_decay', 'top_p_min', 'num_return_sequences', 'top_logprobs',
 ] as const;
 
 /** One returned sequence of one row, as it grows. */
 interface Track {
   ids: number[];
   logProbs: number[];
+  tops: Array<Array<{ token: number; logProb: number }>>;
   cum: number;
   finish: string;
 }
@@ -50,7 +51,8 @@ function run(model: LoadedModel, inputs: TensorRecord): Observable<TensorRecord>
   const params = prompts.map((_, r) => rowParams(inputs, r, batch, outputLen?.[r]));
   const returned = Math.max(1, ...params.map((p) => p.num_return_sequences ?? 1));
   const withLogProbs = params.some((p) => p.is_return_log_probs === true);
-  const tracks: Track[][] = prompts.map(() => Array.from({ length: returned }, () => ({ ids: [], logProbs: [], cum: 0, finish: '' })));
+  const tracks: Track[][] = prompts.map(() => Array.from({ length: returned }, () => ({ ids: [], logProbs: [], tops: [], cum: 0, finish: '' })));
+  const k = Math.max(0, ...params.map((p) => p.top_logprobs ?? 0));
   const padId = (r: number): number => params[r]!.end_id ?? 0;
   const snapshot = (): TensorRecord => {
     const context = (r: number): number[] => (model.seq2seq ? [] : prompts[r]!);
@@ -76,6 +78,23 @@ function run(model: LoadedModel, inputs: TensorRecord): Observable<TensorRecord>
       sequence_length: { datatype: 'UINT32', shape: [batch, returned], data: outLengths },
       finish_reason: { datatype: 'BYTES', shape: [batch, returned], data: finish },
     };
+    if (k > 0) {
+      const topIds: Element[] = [];
+      const topValues: Element[] = [];
+      for (const row of tracks) {
+        for (const t of row) {
+          for (let i = 0; i < generated; i++) {
+            const top = t.tops[i] ?? [];
+            for (let j = 0; j < k; j++) {
+              topIds.push(top[j]?.token ?? 0);
+              topValues.push(top[j]?.logProb ?? -Infinity);
+            }
+          }
+        }
+      }
+      out.top_log_prob_ids = { datatype: 'UINT32', shape: [batch, returned, generated, k], data: topIds };
+      out.top_log_probs = { datatype: 'FP32', shape: [batch, returned, generated, k], data: topValues };
+    }
     if (withLogProbs) {
       out.cum_log_probs = { datatype: 'FP32', shape: [batch, returned], data: cum };
       out.output_log_probs = { datatype: 'FP32', shape: [batch, returned, generated], data: perToken };
@@ -88,6 +107,7 @@ function run(model: LoadedModel, inputs: TensorRecord): Observable<TensorRecord>
         const track = tracks[r]![event.sequence ?? 0]!;
         track.ids.push(event.token);
         if (event.logProb !== undefined) track.logProbs.push(event.logProb);
+        if (event.topLogProbs !== undefined) track.tops.push(event.topLogProbs);
         if (event.cumLogProb !== undefined) track.cum = event.cumLogProb;
         if (event.finishReason !== undefined) track.finish = event.finishReason;
       }),

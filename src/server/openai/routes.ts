@@ -3,33 +3,49 @@
  * `/v1/chat/completions`, streamed as `chat.completion.chunk` / `text_completion` SSE chunks ending with
  * `data: [DONE]`, or answered whole. `n` runs n requests (seeds seed, seed+1, ... when a seed is given);
  * extra sampling fields (`top_k`, `repetition_penalty`, `min_tokens`, `beam_width`) are taken as vLLM
- * takes them. What Chorus cannot honour (`logprobs`, `echo`, `logit_bias`, `suffix`, `best_of`) is
- * refused by name rather than ignored.
+ * takes them. `logprobs` (and chat's `top_logprobs`) give each token's log-probability under the
+ * distribution it was drawn from, and its step's most likely alternatives. What Chorus cannot honour
+ * (`echo`, `logit_bias`, `suffix`, `best_of`, `tools`) is refused by name rather than ignored.
  */
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { concat, defer, from, map, merge, mergeMap, of, tap, type Observable } from 'rxjs';
 import { ChorusError, invalidArgument } from '../../errors.ts';
-import type { PipelineUpdate, Service, TextRequest } from '../../pipeline/index.ts';
+import type { PipelineUpdate, Service, TextRequest, TokenLogProb } from '../../pipeline/index.ts';
 import { cancelOnClose, sendEvents } from '../disconnect.ts';
 import { openAiErrorBody } from '../errors.ts';
 
 const SAMPLING = ['max_tokens', 'temperature', 'top_p', 'seed', 'stop', 'presence_penalty', 'frequency_penalty', 'top_k', 'repetition_penalty', 'min_tokens', 'beam_width'] as const;
 const REFUSED: Record<string, (value: unknown) => boolean> = {
-  logprobs: (v) => v !== undefined && v !== false && v !== null,
-  top_logprobs: (v) => v !== undefined && v !== null && v !== 0,
   echo: (v) => v === true,
   logit_bias: (v) => v !== undefined && v !== null && Object.keys(v as object).length > 0,
   suffix: (v) => v !== undefined && v !== null && v !== '',
   best_of: (v) => v !== undefined && v !== null && v !== 1,
   tools: (v) => Array.isArray(v) && v.length > 0,
 };
-const ACCEPTED = new Set(['model', 'prompt', 'messages', 'n', 'stream', 'stream_options', 'user', 'max_completion_tokens', ...SAMPLING, ...Object.keys(REFUSED)]);
+const ACCEPTED = new Set(['model', 'prompt', 'messages', 'n', 'stream', 'stream_options', 'user', 'max_completion_tokens', 'logprobs', 'top_logprobs', ...SAMPLING, ...Object.keys(REFUSED)]);
 
 interface Choice {
   index: number;
   text: string;
   finishReason: string | null;
+  logprobs: TokenLogProb[];
+}
+
+const bytes = (text: string): number[] => [...Buffer.from(text, 'utf8')];
+
+/** OpenAI's logprobs object: chat's `content` list, or the completions API's parallel lists. */
+function logprobsBody(kind: 'chat' | 'completion', tokens: TokenLogProb[], offset: number): unknown {
+  if (kind === 'chat') {
+    return { content: tokens.map((t) => ({ token: t.text, logprob: t.logprob, bytes: bytes(t.text), top_logprobs: t.top.map((a) => ({ token: a.text, logprob: a.logprob, bytes: bytes(a.text) })) })) };
+  }
+  const textOffset: number[] = [];
+  let at = offset;
+  for (const t of tokens) {
+    textOffset.push(at);
+    at += t.text.length;
+  }
+  return { tokens: tokens.map((t) => t.text), token_logprobs: tokens.map((t) => t.logprob), top_logprobs: tokens.map((t) => Object.fromEntries(t.top.map((a) => [a.text, a.logprob]))), text_offset: textOffset };
 }
 
 export function registerOpenAi(app: FastifyInstance, service: Service): void {
@@ -74,6 +90,22 @@ async function handle(service: Service, request: FastifyRequest, reply: FastifyR
   if (options !== undefined && options !== null && (typeof options !== 'object' || Array.isArray(options))) throw invalidArgument('stream_options', 'an object', options);
   const includeUsage = (options as { include_usage?: unknown } | null)?.include_usage === true;
   const base: TextRequest = {};
+  let logprobs = false;
+  if (kind === 'chat') {
+    if (body.logprobs !== undefined && body.logprobs !== null && typeof body.logprobs !== 'boolean') throw invalidArgument('logprobs', 'true or false', body.logprobs);
+    logprobs = body.logprobs === true;
+    const top = body.top_logprobs ?? 0;
+    if (typeof top !== 'number' || !Number.isInteger(top) || top < 0 || top > 20) throw invalidArgument('top_logprobs', 'an integer in [0, 20]', top);
+    if (top > 0 && !logprobs) throw invalidArgument('top_logprobs', 'used with logprobs: true', top);
+    if (top > 0) base.top_logprobs = top;
+  } else {
+    const top = body.logprobs ?? null;
+    if (body.top_logprobs !== undefined) throw new ChorusError('CHORUS_INVALID_ARGUMENT', 'top_logprobs belongs to chat completions; completions take logprobs: <count>', { param: 'top_logprobs' });
+    if (top !== null && (typeof top !== 'number' || !Number.isInteger(top) || top < 0 || top > 5)) throw invalidArgument('logprobs', 'an integer in [0, 5]', top);
+    logprobs = top !== null;
+    if (typeof top === 'number' && top > 0) base.top_logprobs = top;
+  }
+  if (logprobs) base.logprobs = true;
   for (const field of SAMPLING) if (body[field] !== undefined && body[field] !== null) (base as Record<string, unknown>)[field] = body[field];
   if (body.max_completion_tokens !== undefined && body.max_completion_tokens !== null) base.max_tokens = body.max_completion_tokens as number;
   let prompts: TextRequest[];
@@ -115,14 +147,18 @@ async function handle(service: Service, request: FastifyRequest, reply: FastifyR
     ...runs.map((run, r) =>
       pipeline.run(run).pipe(
         tap((u) => countUsage(u, r)),
-        mergeMap((u) => from(u.choices.filter((c) => c.index === 0).map((c) => ({ choice: { index: r, text: c.text, finishReason: finishReason(c.finishReason) }, delta: c.delta })))),
+        mergeMap((u) => from(u.choices.filter((c) => c.index === 0).map((c) => ({ choice: { index: r, text: c.text, finishReason: finishReason(c.finishReason), logprobs: c.logprobs ?? [] }, delta: c.delta })))),
       ),
     ),
   );
   const object = kind === 'chat' ? 'chat.completion' : 'text_completion';
   if (!stream) {
-    const choices: Choice[] = runs.map((_, index) => ({ index, text: '', finishReason: null }));
-    await cancelOnClose(request, reply, updates.pipe(tap(({ choice }) => (choices[choice.index] = choice))));
+    const choices: Choice[] = runs.map((_, index) => ({ index, text: '', finishReason: null, logprobs: [] }));
+    await cancelOnClose(
+      request,
+      reply,
+      updates.pipe(tap(({ choice }) => (choices[choice.index] = { ...choice, logprobs: [...choices[choice.index]!.logprobs, ...choice.logprobs] }))),
+    );
     return {
       id,
       object,
@@ -130,8 +166,8 @@ async function handle(service: Service, request: FastifyRequest, reply: FastifyR
       model,
       choices: choices.map((c) =>
         kind === 'chat'
-          ? { index: c.index, message: { role: 'assistant', content: c.text }, finish_reason: c.finishReason, logprobs: null }
-          : { index: c.index, text: c.text, finish_reason: c.finishReason, logprobs: null },
+          ? { index: c.index, message: { role: 'assistant', content: c.text }, finish_reason: c.finishReason, logprobs: logprobs ? logprobsBody(kind, c.logprobs, 0) : null }
+          : { index: c.index, text: c.text, finish_reason: c.finishReason, logprobs: logprobs ? logprobsBody(kind, c.logprobs, 0) : null },
       ),
       usage,
     };
@@ -139,14 +175,18 @@ async function handle(service: Service, request: FastifyRequest, reply: FastifyR
   const chunkObject = kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
   const chunk = (choices: unknown[], extra: Record<string, unknown> = {}): Record<string, unknown> => ({ id, object: chunkObject, created, model, choices, ...extra });
   const first = kind === 'chat' ? of(chunk(runs.map((_, index) => ({ index, delta: { role: 'assistant', content: '' }, finish_reason: null, logprobs: null })))) : of();
+  const offsets: number[] = [];
   const body$ = updates.pipe(
-    map(({ choice, delta }) =>
-      chunk([
+    map(({ choice, delta }) => {
+      const offset = offsets[choice.index] ?? 0;
+      offsets[choice.index] = offset + choice.logprobs.reduce((sum, t) => sum + t.text.length, 0);
+      const lp = logprobs ? logprobsBody(kind, choice.logprobs, offset) : null;
+      return chunk([
         kind === 'chat'
-          ? { index: choice.index, delta: delta === '' && choice.finishReason !== null ? {} : { content: delta }, finish_reason: choice.finishReason, logprobs: null }
-          : { index: choice.index, text: delta, finish_reason: choice.finishReason, logprobs: null },
-      ]),
-    ),
+          ? { index: choice.index, delta: delta === '' && choice.finishReason !== null ? {} : { content: delta }, finish_reason: choice.finishReason, logprobs: lp }
+          : { index: choice.index, text: delta, finish_reason: choice.finishReason, logprobs: lp },
+      ]);
+    }),
   );
   const tail = defer(() => (includeUsage ? of(chunk([], { usage })) : of()));
   await sendEvents(request, reply, concat(first, body$, tail), { done: true, error: (error) => openAiErrorBody(error) });
