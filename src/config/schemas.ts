@@ -107,6 +107,7 @@ export const ModelDefinition = Type.Object(
     device: Type.Optional(Type.String({ pattern: '^(cpu|cuda(:[0-9]+)?)$', expected: 'cpu, cuda or cuda:N', description: '`cpu`, `cuda` or `cuda:N`. Default: cpu.' })),
     dtype: Type.Optional(Enum(['fp32', 'fp16'], { description: 'Weights and activations. Default: fp32.' })),
     max_batch_size: Type.Optional(Type.Integer({ minimum: 1, maximum: 4096, description: 'Most sequences in one batch. Default: 8.' })),
+    max_queue: Type.Optional(Type.Integer({ minimum: 0, description: 'generate: most requests waiting to join the batch; beyond it a request is refused (HTTP 503, 429 on OpenAI routes, with Retry-After). Default: 1024.' })),
     max_sequence_length: Type.Optional(Type.Integer({ minimum: 1, description: 'Prompt plus output tokens, at most. Default: the model config\'s context length.' })),
     instance_group: Type.Optional(Type.Array(InstanceGroup, { minItems: 1, description: 'Sessions of this model and where they run.' })),
     dynamic_batching: Type.Optional(

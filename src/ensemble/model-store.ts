@@ -172,7 +172,7 @@ export class ModelStore {
     const onRequestDone = hook === undefined ? undefined : (metrics: RequestMetrics): void => hook(name, metrics);
     const generator = seq2seq
       ? await Seq2SeqEngine.open(dir, { executionProviders, onRequestDone })
-      : await OrtEngine.open(dir, { executionProviders, maxBatchSize: value.max_batch_size, contextLength: value.max_sequence_length, onRequestDone });
+      : await OrtEngine.open(dir, { executionProviders, maxBatchSize: value.max_batch_size, maxQueue: value.max_queue, contextLength: value.max_sequence_length, onRequestDone });
     return { name, engine: 'generate', generator, seq2seq, dir };
   }
 
