@@ -5,6 +5,7 @@ import { registerBuild } from './build.ts';
 import { registerGenerate } from './generate.ts';
 import { registerInfer } from './infer.ts';
 import { registerServe } from './serve.ts';
+import { registerSetup } from './setup.ts';
 import { registerTokenize } from './tokenize.ts';
 import { registerValidate } from './validate.ts';
 
@@ -20,6 +21,7 @@ export function buildProgram(): Command {
   registerGenerate(program);
   registerInfer(program);
   registerServe(program);
+  registerSetup(program);
   return program;
 }
 

@@ -3,3 +3,4 @@ export { DecoderSession, positionsFromMask, type KvCache, type DecoderStep, type
 export { Seq2SeqSession, type Encoded, type Seq2SeqCache, type Seq2SeqOutput } from './seq2seq-session.ts';
 export { selectCacheRows, selectEncodedRows, selectRows } from './select-rows.ts';
 export { createSession, releaseSession, openSessionCount } from './sessions.ts';
+export { findGpus, findCudaLibraries, providerInstalled, installProvider, probeCuda, onnxRuntimeNode, providerFiles, type Check } from './cuda-setup.ts';

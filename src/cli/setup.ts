@@ -1,0 +1,54 @@
+/**
+ * `chorus setup cuda`: make ONNX Runtime's CUDA execution provider work for the installed
+ * onnxruntime-node (GPU present, provider installed, CUDA libraries found, a session runs on CUDA);
+ * exits 1 saying what is missing and where it looked. `chorus doctor`: what this machine has.
+ */
+import type { Command } from 'commander';
+import { cacheDir, hubOffline, hubUrl } from '../repository/index.ts';
+import { findCudaLibraries, findGpus, installProvider, onnxRuntimeNode, probeCuda, providerFiles, providerInstalled, type Check } from '../runtime/index.ts';
+
+function print(checks: readonly Check[]): void {
+  for (const check of checks) process.stdout.write(`${check.ok ? 'ok     ' : 'MISSING'} ${check.name}: ${check.detail}\n`);
+}
+
+export function registerSetup(program: Command): void {
+  const setup = program.command('setup').description('set up optional parts of the runtime');
+  setup
+    .command('cuda')
+    .description('install and check ONNX Runtime\'s CUDA execution provider for the installed onnxruntime-node')
+    .option('--from <path>', 'the provider package (.tgz) or a folder holding its .so files (default: the npm registry)')
+    .action((options: { from?: string }) => {
+      const gpu = findGpus();
+      print([gpu]);
+      if (!gpu.ok) {
+        process.stdout.write('No GPU, so no CUDA: Chorus runs on the CPU (device: cpu), which needs nothing more.\n');
+        process.exitCode = 1;
+        return;
+      }
+      const checks: Check[] = [];
+      const installed = providerInstalled();
+      checks.push(installed.ok && options.from === undefined ? installed : installProvider(options.from));
+      const libraries = findCudaLibraries();
+      checks.push(...libraries);
+      print(checks);
+      const probe = probeCuda();
+      print([probe]);
+      if (!probe.ok || checks.some((c) => !c.ok && !c.name.startsWith('lib'))) {
+        process.stdout.write('CUDA is not usable yet: fix what is MISSING above and run chorus setup cuda again.\n');
+        process.exitCode = 1;
+        return;
+      }
+      process.stdout.write('CUDA is ready: models with device: cuda (or cuda:N) run on the GPU.\n');
+    });
+
+  program
+    .command('doctor')
+    .description('print what this machine offers Chorus: versions, devices, the CUDA provider, caches')
+    .action(() => {
+      const { version, binDir } = onnxRuntimeNode();
+      process.stdout.write(`node ${process.version} on ${process.platform}-${process.arch}\n`);
+      process.stdout.write(`onnxruntime-node ${version} (${binDir}: ${providerFiles().join(', ') || 'missing'})\n`);
+      print([findGpus(), providerInstalled(), ...findCudaLibraries()]);
+      process.stdout.write(`cache: ${cacheDir()}\nhub: ${hubUrl()}${hubOffline() ? ' (offline: HF_HUB_OFFLINE)' : ''}\n`);
+    });
+}
