@@ -1,7 +1,7 @@
 /**
  * CPU and CUDA give the same greedy ids (fp32) through the engine: the tiny golden checkpoints and
  * GPT-2 124M / Qwen2-0.5B / t5-small shapes (seeded random weights). Prints a table, writes JSON.
- * Usage (GPU host): node --import tsx bench/gpu/cuda-check.ts <out-dir>
+ * Usage (GPU host): node --import tsx bench/gpu/cuda-check.ts <out-dir> [name-regexp]
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -24,7 +24,7 @@ const models: Array<{ name: string; arch: CheckpointArch; size: CheckpointSize; 
 ];
 const prompts = Array.from({ length: 8 }, (_, p) => Array.from({ length: 4 + p * 5 }, (_, i) => (p * 131 + i * 17 + 3) % 500));
 const rows: Array<Record<string, unknown>> = [];
-for (const m of models) {
+for (const m of models.filter((model) => new RegExp(process.argv[3] ?? '').test(model.name))) {
   const checkpoint = join(work, m.name);
   makeCheckpoint({ arch: m.arch, size: m.size, seed: m.seed, out: checkpoint });
   buildModel({ source: checkpoint, out: `${checkpoint}-onnx` });

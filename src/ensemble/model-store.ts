@@ -9,13 +9,13 @@ import { dirname, join } from 'node:path';
 import type ort from 'onnxruntime-node';
 import type { ModelDefinition } from '../config/index.ts';
 import { ChorusError } from '../errors.ts';
-import { OrtEngine, Seq2SeqEngine, type Engine, type RequestMetrics } from '../generation/index.ts';
+import { EnginePool, OrtEngine, Seq2SeqEngine, type Engine, type RequestMetrics } from '../generation/index.ts';
 import { DynamicBatcher } from './dynamic-batcher.ts';
 import { fromOrt, toOrt } from './ort-tensors.ts';
 import type { TensorRecord } from './steps/step.ts';
 import { makeCheckpoint } from '../modelbuild/index.ts';
 import { builtModelDirectory, cacheDir, fetchSource, isRemote, openTokenizerDefinition, resolveSource, type Repository } from '../repository/index.ts';
-import { createSession, releaseSession, Seq2SeqSession } from '../runtime/index.ts';
+import { createSession, releaseSession, Seq2SeqSession, type ExecutionProviders } from '../runtime/index.ts';
 import type { Tokenizer } from '../tokenizers/index.ts';
 
 /** An encode request: token rows (padded to one width) and each row's real length. */
@@ -147,13 +147,13 @@ export class ModelStore {
     const definition = this.repository.models.get(name);
     if (definition === undefined) throw notFound('model', name, this.repository.models.keys());
     const value = definition.value;
-    const executionProviders = value.device === undefined || value.device === 'cpu' ? ['cpu'] : ['cuda'];
-    if (value.engine === 'forward') return this.openForward(name, value, executionProviders);
+    const placements = instancePlacements(value);
+    if (value.engine === 'forward') return this.openForward(name, value, placements);
     const dir = await this.directory(name, value);
     if (value.engine === 'encode') {
-      const count = (value.instance_group ?? [{}]).reduce((sum, group) => sum + (group.count ?? 1), 0);
+      const count = placements.length;
       const sessions: Seq2SeqSession[] = [];
-      for (let i = 0; i < count; i++) sessions.push(await Seq2SeqSession.open(dir, { executionProviders }));
+      for (const executionProviders of placements) sessions.push(await Seq2SeqSession.open(dir, { executionProviders }));
       const batching = value.dynamic_batching;
       const batcher = new DynamicBatcher<EncodeRequest, EncodeResult>(
         {
@@ -170,23 +170,30 @@ export class ModelStore {
     const seq2seq = existsSync(join(dir, 'onnx', 'encoder_model.onnx'));
     const hook = this.onRequestDone;
     const onRequestDone = hook === undefined ? undefined : (metrics: RequestMetrics): void => hook(name, metrics);
-    const generator = seq2seq
-      ? await Seq2SeqEngine.open(dir, { executionProviders, onRequestDone })
-      : await OrtEngine.open(dir, { executionProviders, maxBatchSize: value.max_batch_size, maxQueue: value.max_queue, contextLength: value.max_sequence_length, onRequestDone });
+    // One engine per instance (instance_group: count on each device); a pool spreads requests over them.
+    const engines: Engine[] = [];
+    for (const providers of placements) {
+      engines.push(
+        seq2seq
+          ? await Seq2SeqEngine.open(dir, { executionProviders: providers, onRequestDone })
+          : await OrtEngine.open(dir, { executionProviders: providers, maxBatchSize: value.max_batch_size, maxQueue: value.max_queue, contextLength: value.max_sequence_length, onRequestDone }),
+      );
+    }
+    const generator = engines.length === 1 ? engines[0]! : new EnginePool(engines);
     return { name, engine: 'generate', generator, seq2seq, dir };
   }
 
   /** A forward model: any ONNX file, tensors in and out by name, behind a dynamic batcher over its instances. */
-  private async openForward(name: string, value: ModelDefinition, executionProviders: string[]): Promise<LoadedModel> {
+  private async openForward(name: string, value: ModelDefinition, placements: ExecutionProviders[]): Promise<LoadedModel> {
     const resolved = resolveSource(value.source, this.repository.dir);
     if (resolved === undefined) throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: bad source "${value.source}"`, { param: 'source' });
     if (isRemote(resolved) && !existsSync(resolved.path)) await fetchSource(resolved, { file: value.file, log: (line) => this.log(`model ${name}: ${line}`) });
     const base = value.file === undefined ? resolved.path : join(resolved.path, value.file);
     const file = [base, join(base, 'model.onnx'), join(base, 'onnx', 'model.onnx')].find((f) => existsSync(f) && !statSync(f).isDirectory());
     if (file === undefined) throw new ChorusError('CHORUS_FILE_MISSING', `model ${name}: ${base} is not an .onnx file, and holds no model.onnx or onnx/model.onnx`, { param: 'source' });
-    const count = (value.instance_group ?? [{}]).reduce((sum, group) => sum + (group.count ?? 1), 0);
+    const count = placements.length;
     const sessions: ort.InferenceSession[] = [];
-    for (let i = 0; i < count; i++) sessions.push(await createSession(file, { executionProviders }));
+    for (const executionProviders of placements) sessions.push(await createSession(file, { executionProviders }));
     const batching = value.dynamic_batching;
     const batcher = new DynamicBatcher<TensorRecord, TensorRecord>(
       {
@@ -306,6 +313,21 @@ async function encodeBatch(session: Seq2SeqSession, requests: EncodeRequest[]): 
     });
     row += rows;
     return { hidden: out, dims: [rows, w, d] as [number, number, number], attentions };
+  });
+}
+
+/** An execution provider list per instance: `instance_group` counts on cpu or on each listed GPU; else one on `device`. */
+type Providers = ExecutionProviders;
+export function instancePlacements(value: ModelDefinition): Providers[] {
+  const device = value.device ?? 'cpu';
+  const defaultGpu = device.startsWith('cuda') ? Number(device.split(':')[1] ?? 0) : 0;
+  const on = (kind: 'cpu' | 'gpu', gpu: number): Providers => (kind === 'cpu' ? ['cpu'] : [{ name: 'cuda', deviceId: gpu }]);
+  const defaultKind = device === 'cpu' ? 'cpu' : 'gpu';
+  if (value.instance_group === undefined) return [on(defaultKind, defaultGpu)];
+  return value.instance_group.flatMap((group) => {
+    const kind = group.kind ?? defaultKind;
+    const gpus = kind === 'gpu' ? (group.gpus ?? [defaultGpu]) : [0];
+    return gpus.flatMap((gpu) => Array.from({ length: group.count ?? 1 }, () => on(kind, gpu)));
   });
 }
 

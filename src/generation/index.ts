@@ -7,3 +7,4 @@ export { OrtEngine, type OrtEngineOptions } from './ort-engine.ts';
 export { Scheduler, type Schedulable, type SchedulerLimits } from './scheduler.ts';
 export { StopStringMatcher, type StopMatch } from './stop-strings.ts';
 export { Seq2SeqEngine, type Seq2SeqEngineOptions } from './seq2seq-engine.ts';
+export { EnginePool } from './engine-pool.ts';

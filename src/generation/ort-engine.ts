@@ -8,7 +8,7 @@
  */
 import ort from 'onnxruntime-node';
 import { Observable } from 'rxjs';
-import { DecoderSession, positionsFromMask } from '../runtime/index.ts';
+import { DecoderSession, positionsFromMask, type ExecutionProviders } from '../runtime/index.ts';
 import { gatherRows, mergeCaches, type BatchCache, type CacheData } from './batch-cache.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
 import { RequestLedger } from './request-ledger.ts';
@@ -17,7 +17,7 @@ import type { ActiveRequest, ModelIds } from './sequence.ts';
 
 /** Options of `OrtEngine.open`. */
 export interface OrtEngineOptions extends Partial<SchedulerLimits> {
-  executionProviders?: string[];
+  executionProviders?: ExecutionProviders;
   /** Called once per request when it ends (finished or cancelled), with its timings. */
   onRequestDone?: (metrics: RequestMetrics) => void;
 }

@@ -13,14 +13,14 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Observable } from 'rxjs';
 import { ChorusError } from '../errors.ts';
-import { selectCacheRows, selectEncodedRows, Seq2SeqSession, type Seq2SeqOutput } from '../runtime/index.ts';
+import { selectCacheRows, selectEncodedRows, Seq2SeqSession, type ExecutionProviders, type Seq2SeqOutput } from '../runtime/index.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
 import { RequestLedger } from './request-ledger.ts';
 import type { ActiveRequest, ModelIds } from './sequence.ts';
 
 /** Options of `Seq2SeqEngine.open`. */
 export interface Seq2SeqEngineOptions {
-  executionProviders?: string[];
+  executionProviders?: ExecutionProviders;
   /** Called once per request when it ends. */
   onRequestDone?: (metrics: RequestMetrics) => void;
 }

@@ -6,7 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import ort from 'onnxruntime-node';
 import { ChorusError } from '../errors.ts';
-import { createSession, releaseSession } from './sessions.ts';
+import { createSession, releaseSession, type ExecutionProviders } from './sessions.ts';
 import { argmax } from '../util/argmax.ts';
 import { fromHalfBits } from '../util/half.ts';
 
@@ -48,7 +48,7 @@ export class DecoderSession {
   ) {}
 
   /** Opens `dir/onnx/decoder_model_merged.onnx` on `executionProviders` (default: cpu). */
-  static async open(dir: string, options: { executionProviders?: string[] } = {}): Promise<DecoderSession> {
+  static async open(dir: string, options: { executionProviders?: ExecutionProviders } = {}): Promise<DecoderSession> {
     const file = join(dir, 'onnx', 'decoder_model_merged.onnx');
     if (!existsSync(file)) throw new ChorusError('CHORUS_FILE_MISSING', `${dir} holds no onnx/decoder_model_merged.onnx`);
     const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;

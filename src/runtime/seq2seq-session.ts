@@ -6,7 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import ort from 'onnxruntime-node';
 import { ChorusError } from '../errors.ts';
-import { createSession, releaseSession } from './sessions.ts';
+import { createSession, releaseSession, type ExecutionProviders } from './sessions.ts';
 import { argmax } from '../util/argmax.ts';
 
 /** The encoder's output for a batch: hidden states [batch, seq, dModel] and the mask they came with. */
@@ -42,7 +42,7 @@ export class Seq2SeqSession {
   ) {}
 
   /** Opens `dir`; a directory built with task encode has an encoder only. */
-  static async open(dir: string, options: { executionProviders?: string[] } = {}): Promise<Seq2SeqSession> {
+  static async open(dir: string, options: { executionProviders?: ExecutionProviders } = {}): Promise<Seq2SeqSession> {
     const encoderFile = join(dir, 'onnx', 'encoder_model.onnx');
     if (!existsSync(encoderFile)) throw new ChorusError('CHORUS_FILE_MISSING', `${dir} holds no onnx/encoder_model.onnx`);
     const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;

@@ -6,8 +6,19 @@ import ort from 'onnxruntime-node';
 
 let open = 0;
 
+/**
+ * fp32 means fp32: cuBLAS and cuDNN would otherwise run float32 matrix products in TF32 on Ampere and
+ * later GPUs, and CUDA's greedy ids would drift from the CPU's. NVIDIA_TF32_OVERRIDE=0 turns that off
+ * for the process (fp16 math is unaffected); set CHORUS_ALLOW_TF32=1 to keep TF32's speed instead.
+ */
+function keepFp32Exact(options: ort.InferenceSession.SessionOptions): void {
+  const cuda = (options.executionProviders ?? []).some((p) => (typeof p === 'string' ? p : p.name) === 'cuda');
+  if (cuda && process.env.CHORUS_ALLOW_TF32 !== '1' && process.env.NVIDIA_TF32_OVERRIDE === undefined) process.env.NVIDIA_TF32_OVERRIDE = '0';
+}
+
 /** Opens a session on `file`. */
 export async function createSession(file: string, options: ort.InferenceSession.SessionOptions): Promise<ort.InferenceSession> {
+  keepFp32Exact(options);
   const session = await ort.InferenceSession.create(file, options);
   open++;
   return session;
@@ -23,3 +34,6 @@ export async function releaseSession(session: ort.InferenceSession): Promise<voi
 export function openSessionCount(): number {
   return open;
 }
+
+/** Execution providers of a session: names ('cpu', 'cuda') or configurations ({ name: 'cuda', deviceId }). */
+export type ExecutionProviders = ort.InferenceSession.ExecutionProviderConfig[];
