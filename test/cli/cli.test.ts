@@ -142,3 +142,15 @@ test('chorus infer runs an ensemble on JSON inputs and prints its outputs', () =
   assert.match(chorus('infer', '--ensemble', 'gpt', '--input', 'INPUT_0="x"').stderr, /input INPUT_1 is required by ensemble gpt/);
   assert.match(chorus('validate', '--set-source', 'stories=/nowhere.bin').stdout, /models\/stories\.yaml:\d+:\d+: error: source path \/nowhere\.bin does not exist/);
 });
+
+test('chorus setup cuda on a machine without a GPU says so and exits 1; doctor reports the facts', () => {
+  const setup = chorus('setup', 'cuda');
+  assert.equal(setup.status, 1);
+  assert.match(setup.stdout, /MISSING NVIDIA GPU: no NVIDIA GPU found \(looked at \/proc\/driver\/nvidia\/version and nvidia-smi -L\)/);
+  assert.match(setup.stdout, /No GPU, so no CUDA: Chorus runs on the CPU/);
+  const doctor = chorus('doctor');
+  assert.equal(doctor.status, 0);
+  assert.match(doctor.stdout, /^node v\d+/);
+  assert.match(doctor.stdout, /onnxruntime-node 1\.29\.0/);
+  assert.match(doctor.stdout, /CUDA provider for onnxruntime-node 1\.29\.0/);
+});
