@@ -1,0 +1,58 @@
+"""Hugging Face's side of the GPU speed comparison, and the table: the same GPT-2 124M checkpoint
+(seeded weights, written by chorus.ts), fp16, eager attention, greedy generate with 128 new tokens
+(min_new_tokens = max_new_tokens: no early stop) on prompts of 128 tokens, batch 1, 8, 32, 64.
+Usage: python3 bench/gpu/speed/hf.py <work-dir> <out-dir>
+"""
+import json
+import os
+import sys
+import time
+
+import torch
+from transformers import AutoModelForCausalLM
+
+PROMPT, NEW = 128, 128
+
+
+def prompts(count):
+    state, rows = 777, []
+    for _ in range(count):
+        row = []
+        for _ in range(PROMPT):
+            state = (state * 1103515245 + 12345) & 0xFFFFFFFF
+            row.append((state >> 8) % 50000)
+        rows.append(row)
+    return rows
+
+
+def main():
+    work, out_dir = sys.argv[1], sys.argv[2]
+    os.makedirs(out_dir, exist_ok=True)
+    chorus = json.load(open(os.path.join(work, "chorus.json")))
+    model = AutoModelForCausalLM.from_pretrained(chorus["checkpoint"], dtype=torch.float16, attn_implementation="eager").cuda().eval()
+    hf = {}
+    for batch in (1, 8, 32, 64):
+        ids = torch.tensor(prompts(batch), device="cuda")
+        run = lambda: model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, pad_token_id=0)
+        with torch.no_grad():
+            run()
+            torch.cuda.synchronize()
+            started = time.time()
+            run()
+            torch.cuda.synchronize()
+        seconds = time.time() - started
+        hf[batch] = {"tokens_per_s": batch * NEW / seconds, "ms_per_step": seconds * 1000 / NEW}
+        print(f"hf batch {batch}: {hf[batch]}")
+    rows = []
+    for row in chorus["rows"]:
+        ref = hf[row["batch"]]
+        rows.append({**row, "hf_tokens_per_s": ref["tokens_per_s"], "hf_ms_per_step": ref["ms_per_step"], "ratio_tokens_per_s": row["tokens_per_s"] / ref["tokens_per_s"]})
+    info = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "transformers": __import__("transformers").__version__, "prompt": PROMPT, "new_tokens": NEW, "rows": rows}
+    json.dump(info, open(os.path.join(out_dir, "speed.json"), "w"), indent=2)
+    print(f"{'flavor':9} {'setting':22} {'chorus tok/s':>12} {'hf tok/s':>10} {'ratio':>6} {'ms/step':>8} {'hf ms/step':>10} {'ttft ms':>8} {'in run':>7}")
+    for r in rows:
+        print(f"{r['flavor']:9} {r['setting']:22} {r['tokens_per_s']:12.0f} {r['hf_tokens_per_s']:10.0f} {r['ratio_tokens_per_s']:6.2f} {r['ms_per_step']:8.2f} {r['hf_ms_per_step']:10.2f} {r['ttft_ms_median']:8.1f} {r['session_run_share']:7.0%}")
+
+
+if __name__ == "__main__":
+    main()
