@@ -170,10 +170,10 @@ export class OrtEngine implements Engine {
     const length = Math.max(...admitted.map((s) => s.promptIds.length));
     const masks = admitted.map((s) => [...Array<number>(length - s.promptIds.length).fill(0), ...Array<number>(s.promptIds.length).fill(1)]);
     const inputIds = admitted.map((s) => [...Array<number>(length - s.promptIds.length).fill(0), ...s.promptIds]);
-    const out = await this.session.run({ inputIds, attentionMask: masks });
+    const out = await this.session.run({ inputIds, attentionMask: masks, lastOnly: true });
     this.ledger.counters.prefillSteps++;
     const V = this.session.vocabSize;
-    const sources = this.stepMembers(admitted, (r) => out.logits.subarray((r * length + length - 1) * V, (r * length + length) * V));
+    const sources = this.stepMembers(admitted, (r) => out.logits.subarray(r * V, (r + 1) * V));
     let joining: BatchCache = { ...this.toHost(out.cache.tensors), length, masks };
     // Beam-search requests spread their prompt's row over their beams.
     if (sources !== undefined) joining = gatherRows(joining, sources);

@@ -26,6 +26,8 @@ export interface DecoderStep {
   positionIds?: readonly (readonly number[])[];
   /** The cache from the previous step. Default: empty (a prefill). */
   cache?: KvCache;
+  /** Return only each row's last position's logits (dims [batch, 1, vocab]): what a prefill needs. Default: false. */
+  lastOnly?: boolean;
 }
 
 /** Logits [batch, seq, vocab] as float32, and the grown cache. */
@@ -101,8 +103,25 @@ export class DecoderSession {
       for (const part of ['key', 'value']) present[`past_key_values.${i}.${part}`] = results[`present.${i}.${part}`]!;
     }
     const logits = results.logits!;
-    const data = logits.type === 'float16' ? Float32Array.from(logits.data as Uint16Array, fromHalfBits) : (logits.data as Float32Array);
-    return { logits: data, dims: [batch, seq, this.vocabSize], cache: { tensors: present, length: total } };
+    const V = this.vocabSize;
+    const rows = step.lastOnly ? 1 : seq;
+    let data: Float32Array;
+    if (logits.type !== 'float16' && !step.lastOnly) data = logits.data as Float32Array;
+    else {
+      // Copy (and widen fp16) only the positions asked for: a prefill's all-position logits can be gigabytes.
+      data = new Float32Array(batch * rows * V);
+      const source = logits.data as Float32Array | Uint16Array;
+      const half = logits.type === 'float16';
+      for (let b = 0; b < batch; b++) {
+        for (let r = 0; r < rows; r++) {
+          const from = (b * seq + (seq - rows + r)) * V;
+          const to = (b * rows + r) * V;
+          if (half) for (let v = 0; v < V; v++) data[to + v] = fromHalfBits(source[from + v]!);
+          else data.set((source as Float32Array).subarray(from, from + V), to);
+        }
+      }
+    }
+    return { logits: data, dims: [batch, rows, V], cache: { tensors: present, length: total } };
   }
 
   /** Greedy decoding of one prompt for `steps` tokens (no stopping): the generated ids. */

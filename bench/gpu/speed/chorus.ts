@@ -38,12 +38,15 @@ proto.run = async function (this: ort.InferenceSession, ...args: Parameters<type
 } as typeof original;
 
 const rows: Array<Record<string, unknown>> = [];
-for (const flavor of ['portable', 'cuda'] as const) {
+for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') as Array<'portable' | 'cuda'>) {
   const dir = join(work, `gpt2-fp16-${flavor}`);
   buildModel({ source: checkpoint, out: dir, dtype: 'fp16', flavor });
   const metrics: RequestMetrics[] = [];
   const engine = await OrtEngine.open(dir, { executionProviders: ['cuda'], maxBatchSize: 64, onRequestDone: (m) => metrics.push(m) });
-  for (const [setting, batch, streaming] of [['batch 1', 1, false], ['batch 8', 8, false], ['batch 32', 32, false], ['batch 64', 64, false], ['64 concurrent streams', 64, true]] as const) {
+  const settings = [['batch 1', 1, false], ['batch 8', 8, false], ['batch 32', 32, false], ['batch 64', 64, false], ['64 concurrent streams', 64, true]] as const;
+  // SPEED_MAX_BATCH limits the rows run (the larger ones take minutes while the engine copies the cache through the host).
+  const maxBatch = Number(process.env.SPEED_MAX_BATCH ?? 64);
+  for (const [setting, batch, streaming] of settings.filter(([, b]) => b <= maxBatch)) {
     const run = () =>
       Promise.all(
         prompts(batch).map((p, i) =>
@@ -52,7 +55,13 @@ for (const flavor of ['portable', 'cuda'] as const) {
             : lastValueFrom(engine.submit({ inputIds: p, params: { temperature: 0, request_output_len: NEW, min_length: NEW } }).pipe(toArray())),
         ),
       );
-    await run(); // warm-up
+    try {
+      await run(); // warm-up
+    } catch (error) {
+      rows.push({ flavor, setting, batch, error: String(error) });
+      console.log(`${flavor} ${setting}: ${String(error)}`);
+      continue;
+    }
     metrics.length = 0;
     inRun = 0;
     const steps0 = engine.stats().decodeSteps;
@@ -72,6 +81,7 @@ for (const flavor of ['portable', 'cuda'] as const) {
     };
     rows.push(row);
     console.log(JSON.stringify(row));
+    writeFileSync(join(work, 'chorus.json'), JSON.stringify({ rows, checkpoint }, null, 2));
   }
   await engine.close();
 }

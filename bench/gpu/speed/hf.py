@@ -31,7 +31,7 @@ def main():
     chorus = json.load(open(os.path.join(work, "chorus.json")))
     model = AutoModelForCausalLM.from_pretrained(chorus["checkpoint"], dtype=torch.float16, attn_implementation="eager").cuda().eval()
     hf = {}
-    for batch in (1, 8, 32, 64):
+    for batch in sorted({row["batch"] for row in chorus["rows"]}):
         ids = torch.tensor(prompts(batch), device="cuda")
         run = lambda: model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, pad_token_id=0)
         with torch.no_grad():
@@ -45,6 +45,9 @@ def main():
         print(f"hf batch {batch}: {hf[batch]}")
     rows = []
     for row in chorus["rows"]:
+        if "error" in row:
+            print(f"{row['flavor']} {row['setting']}: {row['error']}")
+            continue
         ref = hf[row["batch"]]
         rows.append({**row, "hf_tokens_per_s": ref["tokens_per_s"], "hf_ms_per_step": ref["ms_per_step"], "ratio_tokens_per_s": row["tokens_per_s"] / ref["tokens_per_s"]})
     info = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "transformers": __import__("transformers").__version__, "prompt": PROMPT, "new_tokens": NEW, "rows": rows}
