@@ -62,6 +62,11 @@ export function invalidArgument(param: string, expected: string, value: unknown)
   });
 }
 
+/** A named tokenizer, model, ensemble or pipeline that does not exist, listing those that do. */
+export function notFound(kind: string, name: string, names: Iterable<string>): ChorusError {
+  return new ChorusError('CHORUS_NOT_FOUND', `no ${kind} named ${name}; there are: ${[...names].join(', ') || 'none'}`, { param: kind, value: name });
+}
+
 /** A short, bounded rendering of a value for an error message. */
 export function describe(value: unknown): string {
   if (typeof value === 'string') return JSON.stringify(value.length > 60 ? `${value.slice(0, 57)}...` : value);

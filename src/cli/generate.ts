@@ -66,27 +66,29 @@ export function registerGenerate(program: Command): void {
     });
 }
 
-function samplingParams(options: GenerateOptions): SamplingParams {
-  const number = (flag: string, value: string | undefined): number | undefined => {
-    if (value === undefined) return undefined;
+/** The numeric flags given: each flag's value, the engine parameter it sets, and the pipeline field it sets. */
+function numericFlags(options: GenerateOptions): Array<{ param: keyof SamplingParams; field: string; value: number }> {
+  const table: Array<[string, string | undefined, keyof SamplingParams, string]> = [
+    ['--max-tokens', options.maxTokens, 'request_output_len', 'max_tokens'],
+    ['--temperature', options.temperature, 'temperature', 'temperature'],
+    ['--top-k', options.topK, 'runtime_top_k', 'top_k'],
+    ['--top-p', options.topP, 'runtime_top_p', 'top_p'],
+    ['--seed', options.seed, 'random_seed', 'seed'],
+    ['--beam-width', options.beamWidth, 'beam_width', 'beam_width'],
+    ['--num-return', options.numReturn, 'num_return_sequences', 'n'],
+    ['--len-penalty', options.lenPenalty, 'len_penalty', 'len_penalty'],
+  ];
+  return table.flatMap(([flag, value, param, field]) => {
+    if (value === undefined) return [];
     const parsed = Number(value);
     if (value.trim() === '' || !Number.isFinite(parsed)) throw invalidArgument(flag, 'a number', value);
-    return parsed;
-  };
-  const params: SamplingParams = { request_output_len: number('--max-tokens', options.maxTokens ?? '64') };
-  const optional: Array<[keyof SamplingParams, string, string | undefined]> = [
-    ['temperature', '--temperature', options.temperature],
-    ['runtime_top_k', '--top-k', options.topK],
-    ['runtime_top_p', '--top-p', options.topP],
-    ['random_seed', '--seed', options.seed],
-    ['beam_width', '--beam-width', options.beamWidth],
-    ['num_return_sequences', '--num-return', options.numReturn],
-    ['len_penalty', '--len-penalty', options.lenPenalty],
-  ];
-  for (const [field, flag, value] of optional) {
-    const parsed = number(flag, value);
-    if (parsed !== undefined) Object.assign(params, { [field]: parsed });
-  }
+    return [{ param, field, value: parsed }];
+  });
+}
+
+function samplingParams(options: GenerateOptions): SamplingParams {
+  const params: SamplingParams = {};
+  for (const { param, value } of numericFlags({ ...options, maxTokens: options.maxTokens ?? '64' })) Object.assign(params, { [param]: value });
   return params;
 }
 
@@ -138,22 +140,7 @@ async function generateWithPipeline(name: string, prompt: string, options: Gener
   const service = openService(options);
   try {
     const request: TextRequest = { text_input: prompt };
-    const flags: Array<[string, string, string | undefined]> = [
-      ['max_tokens', '--max-tokens', options.maxTokens],
-      ['temperature', '--temperature', options.temperature],
-      ['top_k', '--top-k', options.topK],
-      ['top_p', '--top-p', options.topP],
-      ['seed', '--seed', options.seed],
-      ['beam_width', '--beam-width', options.beamWidth],
-      ['n', '--num-return', options.numReturn],
-      ['len_penalty', '--len-penalty', options.lenPenalty],
-    ];
-    for (const [field, flag, value] of flags) {
-      if (value === undefined) continue;
-      const parsed = Number(value);
-      if (value.trim() === '' || !Number.isFinite(parsed)) throw invalidArgument(flag, 'a number', value);
-      request[field] = parsed;
-    }
+    for (const { field, value } of numericFlags(options)) request[field] = value;
     const texts: string[] = [];
     let shown = 0;
     await new Promise<void>((resolvePromise, reject) => {

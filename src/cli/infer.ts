@@ -8,7 +8,7 @@
 import type { Command } from 'commander';
 import { lastValueFrom, tap } from 'rxjs';
 import type { TensorSpec } from '../config/index.ts';
-import { tensor, type Element, type Tensor } from '../ensemble/index.ts';
+import { tensor, tensorFromValue, type Tensor } from '../ensemble/index.ts';
 import { ChorusError, invalidArgument } from '../errors.ts';
 import { openService, withRepositoryOptions, type RepositoryOptions } from './repository-options.ts';
 
@@ -58,13 +58,5 @@ function toTensor(name: string, value: unknown, spec: TensorSpec): Tensor {
     const t = value as Partial<Tensor>;
     return tensor(t.datatype ?? spec.datatype, t.shape ?? [], t.data ?? [], name);
   }
-  const shape: number[] = [];
-  let level: unknown = value;
-  while (Array.isArray(level)) {
-    shape.push(level.length);
-    level = level[0];
-  }
-  const data = (Array.isArray(value) ? (value as unknown[]).flat(Infinity) : [value]) as Element[];
-  while (shape.length < spec.dims.length + 1) shape.unshift(1);
-  return tensor(spec.datatype, shape, data, name);
+  return tensorFromValue(name, value, spec);
 }

@@ -68,34 +68,17 @@ export class CompiledEnsemble {
         for (const [port, tensorName] of Object.entries(step.outputs)) wires.set(tensorName, { source: output, port });
       }
       // Outputs made by one step arrive together, so a snapshot never mixes two of its emissions.
-      const groups = new Map<Observable<TensorRecord>, Array<[string, string]>>();
-      for (const [name, spec] of Object.entries(this.definition.outputs)) {
-        const wire = wires.get(spec.tensor ?? name);
-        if (wire === undefined) continue;
-        groups.set(wire.source, [...(groups.get(wire.source) ?? []), [name, wire.port]]);
-      }
-      if (groups.size === 0) return EMPTY;
-      const outputs = [...groups].map(([source, names]) =>
-        source.pipe(map((record) => Object.fromEntries(names.flatMap(([name, port]) => (record[port] === undefined ? [] : [[name, record[port]]]))) as TensorRecord)),
-      );
+      const outputs = byProducer(Object.entries(this.definition.outputs).map(([name, spec]) => [name, spec.tensor ?? name]), wires);
+      if (outputs.length === 0) return EMPTY;
       return merge(...outputs).pipe(scan((all, part) => ({ ...all, ...part }), {} as TensorRecord));
     });
   }
 
   /** A step's inputs as consistent snapshots: the ports fed by one producer arrive together. */
   private stepInputs(step: StepDefinition, wires: Map<string, Wire>): Observable<TensorRecord> {
-    const groups = new Map<Observable<TensorRecord>, Array<[string, string]>>();
-    for (const [port, tensorName] of Object.entries(step.inputs)) {
-      const wire = wires.get(tensorName);
-      if (wire === undefined) continue; // an optional ensemble input the request left out
-      const group = groups.get(wire.source) ?? [];
-      group.push([port, wire.port]);
-      groups.set(wire.source, group);
-    }
-    if (groups.size === 0) return of({});
-    const streams = [...groups].map(([source, ports]) =>
-      source.pipe(map((record) => Object.fromEntries(ports.flatMap(([port, from]) => (record[from] === undefined ? [] : [[port, record[from]]]))) as TensorRecord)),
-    );
+    // An optional ensemble input the request left out has no wire: its port is simply absent.
+    const streams = byProducer(Object.entries(step.inputs), wires);
+    if (streams.length === 0) return of({});
     return combineLatest(streams).pipe(map((parts) => Object.assign({}, ...parts) as TensorRecord));
   }
 
@@ -114,6 +97,23 @@ export class CompiledEnsemble {
       checkTensor(name, value, spec);
     }
   }
+}
+
+/**
+ * For `[name, tensor]` pairs, one stream per producer of those tensors, each emission holding the
+ * producer's tensors under their names: what one producer makes arrives together. Tensors without a
+ * wire are left out.
+ */
+function byProducer(pairs: ReadonlyArray<readonly [string, string]>, wires: ReadonlyMap<string, Wire>): Array<Observable<TensorRecord>> {
+  const groups = new Map<Observable<TensorRecord>, Array<[string, string]>>();
+  for (const [name, tensorName] of pairs) {
+    const wire = wires.get(tensorName);
+    if (wire === undefined) continue;
+    groups.set(wire.source, [...(groups.get(wire.source) ?? []), [name, wire.port]]);
+  }
+  return [...groups].map(([source, names]) =>
+    source.pipe(map((record) => Object.fromEntries(names.flatMap(([name, port]) => (record[port] === undefined ? [] : [[name, record[port]]]))) as TensorRecord)),
+  );
 }
 
 function checkTensor(name: string, value: Tensor, spec: TensorSpec): void {

@@ -8,9 +8,9 @@ import { existsSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type ort from 'onnxruntime-node';
 import type { ModelDefinition } from '../config/index.ts';
-import { ChorusError } from '../errors.ts';
+import { ChorusError, notFound } from '../errors.ts';
 import { EnginePool, OrtEngine, Seq2SeqEngine, type Engine, type RequestMetrics } from '../generation/index.ts';
-import { DynamicBatcher } from './dynamic-batcher.ts';
+import { DynamicBatcher, type BatcherOptions } from './dynamic-batcher.ts';
 import { fromOrt, toOrt } from './ort-tensors.ts';
 import type { TensorRecord } from './steps/step.ts';
 import { makeCheckpoint } from '../modelbuild/index.ts';
@@ -151,17 +151,10 @@ export class ModelStore {
     if (value.engine === 'forward') return this.openForward(name, value, placements);
     const dir = await this.directory(name, value);
     if (value.engine === 'encode') {
-      const count = placements.length;
       const sessions: Seq2SeqSession[] = [];
       for (const executionProviders of placements) sessions.push(await Seq2SeqSession.open(dir, { executionProviders }));
-      const batching = value.dynamic_batching;
       const batcher = new DynamicBatcher<EncodeRequest, EncodeResult>(
-        {
-          maxBatchSize: value.max_batch_size ?? 8,
-          preferredBatchSizes: batching?.preferred_batch_size,
-          maxQueueDelayMicros: batching === undefined ? 0 : (batching.max_queue_delay_microseconds ?? 0),
-          instances: count,
-        },
+        batcherOptions(value, sessions.length),
         (request) => request.ids.length,
         (instance, requests) => encodeBatch(sessions[instance]!, requests),
       );
@@ -191,17 +184,10 @@ export class ModelStore {
     const base = value.file === undefined ? resolved.path : join(resolved.path, value.file);
     const file = [base, join(base, 'model.onnx'), join(base, 'onnx', 'model.onnx')].find((f) => existsSync(f) && !statSync(f).isDirectory());
     if (file === undefined) throw new ChorusError('CHORUS_FILE_MISSING', `model ${name}: ${base} is not an .onnx file, and holds no model.onnx or onnx/model.onnx`, { param: 'source' });
-    const count = placements.length;
     const sessions: ort.InferenceSession[] = [];
     for (const executionProviders of placements) sessions.push(await createSession(file, { executionProviders }));
-    const batching = value.dynamic_batching;
     const batcher = new DynamicBatcher<TensorRecord, TensorRecord>(
-      {
-        maxBatchSize: value.max_batch_size ?? 8,
-        preferredBatchSizes: batching?.preferred_batch_size,
-        maxQueueDelayMicros: batching === undefined ? 0 : (batching.max_queue_delay_microseconds ?? 0),
-        instances: count,
-      },
+      batcherOptions(value, sessions.length),
       (inputs) => Object.values(inputs)[0]?.shape[0] ?? 1,
       (instance, requests) => forwardBatch(sessions[instance]!, requests),
     );
@@ -316,6 +302,17 @@ async function encodeBatch(session: Seq2SeqSession, requests: EncodeRequest[]): 
   });
 }
 
+/** The dynamic batcher of an encode or forward model: its definition's batching, over `instances` sessions. */
+function batcherOptions(value: ModelDefinition, instances: number): BatcherOptions {
+  const batching = value.dynamic_batching;
+  return {
+    maxBatchSize: value.max_batch_size ?? 8,
+    preferredBatchSizes: batching?.preferred_batch_size,
+    maxQueueDelayMicros: batching?.max_queue_delay_microseconds ?? 0,
+    instances,
+  };
+}
+
 /** An execution provider list per instance: `instance_group` counts on cpu or on each listed GPU; else one on `device`. */
 type Providers = ExecutionProviders;
 export function instancePlacements(value: ModelDefinition): Providers[] {
@@ -333,8 +330,4 @@ export function instancePlacements(value: ModelDefinition): Providers[] {
 
 function prefixed(error: unknown, what: string): unknown {
   return error instanceof ChorusError ? new ChorusError(error.code, `${what}: ${error.message}`, { param: error.param, value: error.value, cause: error }) : error;
-}
-
-function notFound(kind: string, name: string, names: Iterable<string>): ChorusError {
-  return new ChorusError('CHORUS_NOT_FOUND', `no ${kind} named ${name}; there are: ${[...names].join(', ') || 'none'}`, { param: kind, value: name });
 }

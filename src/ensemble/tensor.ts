@@ -3,7 +3,7 @@
  * row-major order (numbers for numeric types, 64-bit ones included; booleans for BOOL; strings for
  * BYTES). The batch dimension comes first.
  */
-import type { Datatype } from '../config/index.ts';
+import type { Datatype, TensorSpec } from '../config/index.ts';
 import { ChorusError, invalidArgument } from '../errors.ts';
 
 export type Element = number | boolean | string;
@@ -76,4 +76,20 @@ export function padded(datatype: Datatype, values: readonly (readonly Element[])
   const data: Element[] = [];
   for (const row of values) data.push(...row, ...Array<Element>(width - row.length).fill(pad));
   return { datatype, shape: [values.length, width], data };
+}
+
+/**
+ * A JSON value as a tensor of an input's spec: a scalar, or nested lists whose nesting gives the shape;
+ * a batch dimension of 1 (and any missing leading ones) is added up to the spec's rank.
+ */
+export function tensorFromValue(name: string, value: unknown, spec: TensorSpec): Tensor {
+  const shape: number[] = [];
+  let level: unknown = value;
+  while (Array.isArray(level)) {
+    shape.push(level.length);
+    level = level[0];
+  }
+  const data = (Array.isArray(value) ? (value as unknown[]).flat(Infinity) : [value]) as Element[];
+  while (shape.length < spec.dims.length + 1) shape.unshift(1);
+  return tensor(spec.datatype, shape, data, name);
 }

@@ -17,6 +17,7 @@
  * Scores are summed in float32, as transformers does, so near-ties break the same way.
  */
 import { ChorusError } from '../errors.ts';
+import { logSumExp, topIndices } from '../util/argmax.ts';
 import type { FinishReason } from './engine.ts';
 import { badWords, frequencyPenalty, minLength, presencePenalty, processLogits, repetitionPenalty, temperature, type LogitsProcessor } from './processors/index.ts';
 import type { ResolvedSamplingParams } from './sampling-params.ts';
@@ -70,29 +71,11 @@ function beamProcessors(params: ResolvedSamplingParams, endId: number | undefine
 
 /** log-softmax in float32 (as transformers computes it over float32 logits). */
 function logSoftmax(logits: Float32Array): Float32Array {
-  let max = -Infinity;
-  for (const v of logits) if (v > max) max = v;
+  const norm = logSumExp(logits);
   const out = new Float32Array(logits.length);
-  if (max === -Infinity) return out.fill(-Infinity);
-  let sum = 0;
-  for (const v of logits) sum += Math.exp(v - max);
-  const norm = max + Math.log(sum);
+  if (norm === -Infinity) return out.fill(-Infinity);
   for (let i = 0; i < logits.length; i++) out[i] = logits[i]! - norm;
   return out;
-}
-
-/** The `k` largest entries of `values` as indices, largest first, lower index first among equals. */
-function topIndices(values: Float32Array, k: number): number[] {
-  const best: number[] = [];
-  for (let i = 0; i < values.length; i++) {
-    const v = values[i]!;
-    if (best.length === k && !(v > values[best[k - 1]!]!)) continue;
-    let at = best.length === k ? k - 1 : best.length;
-    while (at > 0 && values[best[at - 1]!]! < v) at--;
-    best.splice(at, 0, i);
-    if (best.length > k) best.pop();
-  }
-  return best;
 }
 
 export class BeamSearch {

@@ -2,22 +2,12 @@
  * Choosing the next token from processed logits: the argmax (temperature 0), or a draw from their
  * softmax with the request's own seeded stream, so a seed gives the same tokens whatever else is batched.
  */
-import { argmax } from '../util/argmax.ts';
+import { argmax, logSumExp } from '../util/argmax.ts';
 
 /** The chosen id and its log-probability under the distribution it was chosen from. */
 export interface Choice {
   token: number;
   logProb: number;
-}
-
-/** log(sum(exp(logits))), stable; -inf when every logit is -inf. */
-function logSumExp(logits: Float32Array): number {
-  let max = -Infinity;
-  for (const value of logits) if (value > max) max = value;
-  if (max === -Infinity) return -Infinity;
-  let sum = 0;
-  for (const value of logits) sum += Math.exp(value - max);
-  return max + Math.log(sum);
 }
 
 /** The largest logit's id (the first among equals). */

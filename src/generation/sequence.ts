@@ -5,6 +5,7 @@
  * row, tokens streamed as they come); `BeamSequence` (beam-sequence.ts) runs beam search.
  */
 import type { Subscriber } from 'rxjs';
+import { logSumExp, topIndices } from '../util/argmax.ts';
 import { uniformStream } from '../util/random.ts';
 import { only } from './beam-search.ts';
 import type { FinishReason, RequestMetrics, TokenEvent } from './engine.ts';
@@ -103,23 +104,12 @@ export abstract class ActiveRequest implements Schedulable {
   }
 }
 
-/** The k largest log-softmax values of `logits`, largest first (lower id first among equals). */
+/** The k most likely tokens of `logits` and their log-probabilities, most likely first (impossible ones left out). */
 function topLogProbs(logits: Float32Array, k: number): Array<{ token: number; logProb: number }> {
-  let max = -Infinity;
-  for (const v of logits) if (v > max) max = v;
-  let sum = 0;
-  for (const v of logits) sum += Math.exp(v - max);
-  const norm = max + Math.log(sum);
-  const best: number[] = [];
-  for (let i = 0; i < logits.length; i++) {
-    if (logits[i] === -Infinity) continue;
-    if (best.length === k && !(logits[i]! > logits[best[k - 1]!]!)) continue;
-    let at = best.length === k ? k - 1 : best.length;
-    while (at > 0 && logits[best[at - 1]!]! < logits[i]!) at--;
-    best.splice(at, 0, i);
-    if (best.length > k) best.pop();
-  }
-  return best.map((token) => ({ token, logProb: logits[token]! - norm }));
+  const norm = logSumExp(logits);
+  return topIndices(logits, k)
+    .filter((token) => logits[token] !== -Infinity)
+    .map((token) => ({ token, logProb: logits[token]! - norm }));
 }
 
 /** A request that samples (or decodes greedily): one row, each token emitted as it is chosen. */

@@ -218,8 +218,14 @@ export class Pipeline {
 
   /** The ensemble (built for a model pipeline), compiled once. */
   private prepare(): NonNullable<Pipeline['compiled']> {
-    this.compiled ??= this.compile();
-    this.compiled.catch(() => (this.compiled = undefined));
+    if (this.compiled === undefined) {
+      const compiling = this.compile();
+      // A failed compile is forgotten, so the next request tries again.
+      compiling.catch(() => {
+        if (this.compiled === compiling) this.compiled = undefined;
+      });
+      this.compiled = compiling;
+    }
     return this.compiled;
   }
 

@@ -5,7 +5,7 @@
  */
 import { formatDiagnostic } from '../config/index.ts';
 import { CompiledEnsemble, ModelStore, type ModelStoreOptions } from '../ensemble/index.ts';
-import { ChorusError } from '../errors.ts';
+import { ChorusError, notFound } from '../errors.ts';
 import { loadRepository, type Repository, type SourceOverride } from '../repository/index.ts';
 import { Pipeline } from './pipeline.ts';
 
@@ -63,8 +63,4 @@ export class Service {
   async close(): Promise<void> {
     await this.store.close();
   }
-}
-
-function notFound(kind: string, name: string, names: Iterable<string>): ChorusError {
-  return new ChorusError('CHORUS_NOT_FOUND', `no ${kind} named ${name}; there are: ${[...names].join(', ') || 'none'}`, { param: kind, value: name });
 }

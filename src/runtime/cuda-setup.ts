@@ -116,7 +116,7 @@ export function probeCuda(): Check {
       const ort = require(${JSON.stringify(require.resolve('onnxruntime-node'))});
       ort.InferenceSession.create(${JSON.stringify(file)}, { executionProviders: ['cuda'] })
         .then((s) => s.run({ x: new ort.Tensor('float32', Float32Array.from([1, 2]), [2]) }))
-        .then((out) => { console.log('ran on cuda: ' + Array.from(out.y.data).join(',')); })
+        .then((out) => { process.stdout.write('ran on cuda: ' + Array.from(out.y.data).join(',') + '\n'); })
         .catch((e) => { console.error(e.message); process.exit(1); });`;
     const child = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 120_000 });
     const output = `${child.stdout}${child.stderr}`.trim();

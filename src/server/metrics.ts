@@ -5,7 +5,7 @@
  */
 import client from 'prom-client';
 import type { ModelStore } from '../ensemble/index.ts';
-import type { RequestMetrics } from '../generation/index.ts';
+import type { EngineStats, RequestMetrics } from '../generation/index.ts';
 
 export class Metrics {
   readonly registry = new client.Registry();
@@ -39,37 +39,22 @@ export class Metrics {
 
   /** Engine gauges (running, waiting, batch occupancy) read from the loaded models at each scrape. */
   watch(store: ModelStore): void {
-    const engines = () => store.loadedModels().flatMap((m) => (m.engine === 'generate' ? [{ name: m.name, stats: m.generator.stats() }] : []));
-    new client.Gauge({
-      name: 'chorus_engine_running_requests',
-      help: 'Requests in the running batch',
-      labelNames: ['model'],
-      registers: [this.registry],
-      collect() {
-        this.reset();
-        for (const e of engines()) this.set({ model: e.name }, e.stats.running);
-      },
-    });
-    new client.Gauge({
-      name: 'chorus_engine_queue_depth',
-      help: 'Requests waiting to join the batch',
-      labelNames: ['model'],
-      registers: [this.registry],
-      collect() {
-        this.reset();
-        for (const e of engines()) this.set({ model: e.name }, e.stats.waiting);
-      },
-    });
-    new client.Gauge({
-      name: 'chorus_engine_batch_occupancy',
-      help: 'Mean rows per decode step since the model loaded',
-      labelNames: ['model'],
-      registers: [this.registry],
-      collect() {
-        this.reset();
-        for (const e of engines()) this.set({ model: e.name }, e.stats.decodeSteps === 0 ? 0 : e.stats.decodedRows / e.stats.decodeSteps);
-      },
-    });
+    const registry = this.registry;
+    const gauge = (name: string, help: string, value: (stats: EngineStats) => number): void => {
+      new client.Gauge({
+        name,
+        help,
+        labelNames: ['model'],
+        registers: [registry],
+        collect() {
+          this.reset();
+          for (const model of store.loadedModels()) if (model.engine === 'generate') this.set({ model: model.name }, value(model.generator.stats()));
+        },
+      });
+    };
+    gauge('chorus_engine_running_requests', 'Requests in the running batch', (s) => s.running);
+    gauge('chorus_engine_queue_depth', 'Requests waiting to join the batch', (s) => s.waiting);
+    gauge('chorus_engine_batch_occupancy', 'Mean rows per decode step since the model loaded', (s) => (s.decodeSteps === 0 ? 0 : s.decodedRows / s.decodeSteps));
   }
 
   /** A request to `model` began; the returned function ends it with its HTTP status. */

@@ -7,8 +7,7 @@
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { map, type Observable } from 'rxjs';
-import type { TensorSpec } from '../../config/index.ts';
-import { tensor, type Element, type Tensor, type TensorRecord } from '../../ensemble/index.ts';
+import { tensorFromValue, type Tensor, type TensorRecord } from '../../ensemble/index.ts';
 import { ChorusError, invalidArgument } from '../../errors.ts';
 import type { PipelineUpdate, Service, TextRequest } from '../../pipeline/index.ts';
 import { cancelOnClose, sendEvents } from '../disconnect.ts';
@@ -54,20 +53,13 @@ function start(service: Service, request: FastifyRequest<{ Params: Params }>): {
     for (const [field, value] of Object.entries(all)) {
       const spec = ensemble.definition.inputs[field];
       if (spec === undefined) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `ensemble ${name} has no input ${field}; its inputs are: ${Object.keys(ensemble.definition.inputs).join(', ')}`, { param: field });
-      inputs[field] = fieldTensor(field, value, spec);
+      inputs[field] = tensorFromValue(field, value, spec);
     }
     const outputs = ensemble.run(inputs).pipe(map(plain));
     return { envelope, stream: outputs, deltas: outputs };
   }
   const names = [...service.repository.pipelines.keys(), ...service.repository.ensembles.keys()];
   throw new ChorusError('CHORUS_NOT_FOUND', `unknown model ${name}; generate serves pipelines and ensembles: ${names.sort().join(', ')}`, { param: 'model', value: name });
-}
-
-/** A field's value as a tensor of its input's spec: a scalar fills [1, 1], a list one row. */
-function fieldTensor(field: string, value: unknown, spec: TensorSpec): Tensor {
-  const data = (Array.isArray(value) ? (value as unknown[]).flat(Infinity) : [value]) as Element[];
-  const shape = spec.dims.length === 0 ? [1] : [1, ...spec.dims.map((d, i) => (d === -1 ? (i === spec.dims.length - 1 ? data.length : 1) : d))];
-  return tensor(spec.datatype, shape, data, field);
 }
 
 /** Outputs as JSON values: a one-element tensor as its element, else its elements. */
