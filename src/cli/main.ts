@@ -1,6 +1,7 @@
 /** The `chorus` command line. */
 import { Command, CommanderError } from 'commander';
 import { ChorusError } from '../errors.ts';
+import { registerBench } from './bench.ts';
 import { registerBuild } from './build.ts';
 import { registerGenerate } from './generate.ts';
 import { registerInfer } from './infer.ts';
@@ -14,6 +15,7 @@ export function buildProgram(): Command {
   const program = new Command('chorus')
     .description('Ensemble inference pipelines for transformer text models')
     .showHelpAfterError()
+    .enablePositionalOptions()
     .exitOverride();
   registerValidate(program);
   registerTokenize(program);
@@ -22,6 +24,7 @@ export function buildProgram(): Command {
   registerInfer(program);
   registerServe(program);
   registerSetup(program);
+  registerBench(program);
   return program;
 }
 

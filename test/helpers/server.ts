@@ -12,7 +12,14 @@ export interface TestServer {
 
 export async function startServer(repository: string, options: Partial<ServerOptions> & ServiceOptions = {}): Promise<TestServer> {
   const metrics = new Metrics();
-  const service = Service.open(repository, { log: () => {}, ...options, onRequestDone: (model, m) => metrics.generation(model, m) });
+  const service = Service.open(repository, {
+    log: () => {},
+    ...options,
+    onRequestDone: (model, m) => {
+      metrics.generation(model, m);
+      options.onRequestDone?.(model, m);
+    },
+  });
   const app = await buildServer({ service, metrics, ...options });
   const url = await app.listen({ host: '127.0.0.1', port: 0 });
   return {

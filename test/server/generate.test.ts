@@ -17,8 +17,9 @@ const post = (path: string, body: unknown) => fetch(`${server.url}${path}`, { me
 
 test('/generate_stream is SSE whose deltas join to /generate\'s text', async () => {
   const request = { id: 'r1', text_input: '', parameters: { max_tokens: 40, temperature: 0 } };
-  const whole = (await (await post('/v2/models/stories/generate', request)).json()) as { id: string; model_name: string; text_output: string; finish_reason: string };
+  const whole = (await (await post('/v2/models/stories/generate', request)).json()) as { id: string; model_name: string; text_output: string; finish_reason: string; usage: { prompt_tokens: number; completion_tokens: number } };
   assert.equal(whole.id, 'r1');
+  assert.deepEqual(whole.usage, { prompt_tokens: 1, completion_tokens: 40 });
   assert.equal(whole.model_name, 'stories');
   assert.equal(whole.finish_reason, 'length');
   const response = await post('/v2/models/stories/generate_stream', request);
@@ -27,6 +28,7 @@ test('/generate_stream is SSE whose deltas join to /generate\'s text', async () 
   assert.ok(events.length > 10);
   assert.equal(events.map((e) => e.text_output).join(''), whole.text_output);
   assert.equal(events.at(-1)!.finish_reason, 'length');
+  assert.deepEqual((events.at(-1) as { usage?: unknown }).usage, whole.usage);
 });
 
 test('generate on an ensemble fills its inputs by name and answers its outputs by name', async () => {

@@ -1,7 +1,8 @@
 /**
  * Triton's generate extension: `POST /v2/models/{m}/generate` answers one JSON object, and
  * `/generate_stream` answers Server-Sent Events, one `data: <json>` per delta (an error after the 200 is
- * an event `data: {"error": ...}`). For a pipeline, the body's fields (and those in `parameters`) are the
+ * an event `data: {"error": ...}`). A pipeline's last answer carries `usage` (prompt and completion
+ * tokens), as the OpenAI routes do. For a pipeline, the body's fields (and those in `parameters`) are the
  * pipeline's request fields; for an ensemble, they fill its input tensors by name and the answer holds
  * its outputs by name.
  */
@@ -40,11 +41,15 @@ function start(service: Service, request: FastifyRequest<{ Params: Params }>): {
   const envelope = { model_name: name, model_version: '1', ...(id === undefined ? {} : { id }) };
   if (service.repository.pipelines.has(name)) {
     const updates = service.pipeline(name).run(all as TextRequest);
-    const final = (u: PipelineUpdate): Record<string, unknown> => ({ text_output: u.choices[0]?.text ?? '', ...(u.choices[0]?.finishReason ? { finish_reason: u.choices[0].finishReason } : {}) });
+    const answer = (u: PipelineUpdate, text: string): Record<string, unknown> => ({
+      text_output: text,
+      ...(u.choices[0]?.finishReason ? { finish_reason: u.choices[0].finishReason } : {}),
+      ...(u.usage ? { usage: { prompt_tokens: u.usage.promptTokens, completion_tokens: u.usage.completionTokens } } : {}),
+    });
     return {
       envelope,
-      stream: updates.pipe(map(final)),
-      deltas: updates.pipe(map((u) => ({ text_output: u.choices[0]?.delta ?? '', ...(u.choices[0]?.finishReason ? { finish_reason: u.choices[0].finishReason } : {}) }))),
+      stream: updates.pipe(map((u) => answer(u, u.choices[0]?.text ?? ''))),
+      deltas: updates.pipe(map((u) => answer(u, u.choices[0]?.delta ?? ''))),
     };
   }
   if (service.repository.ensembles.has(name)) {

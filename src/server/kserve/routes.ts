@@ -1,14 +1,15 @@
 /**
  * KServe v2 (Triton's HTTP protocol): server and model metadata, health, readiness, config, infer (JSON
  * and the binary tensor extension) and the repository API. Ensembles, pipelines and models all answer
- * as models: an ensemble's tensors are its inputs and outputs; a pipeline takes `text_input` (BYTES) and
- * answers `text_output`; a model can be loaded and unloaded.
+ * as models: an ensemble's tensors are its inputs and outputs; a pipeline takes `text_input` (BYTES), and
+ * its other request fields (`max_tokens`, `temperature`, ...) as one-element tensors of those names, and
+ * answers `text_output` with `prompt_tokens` and `completion_tokens`; a model can be loaded and unloaded.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { DATATYPES, type Datatype } from '../../config/index.ts';
 import { tensor, type Element, type Tensor, type TensorRecord } from '../../ensemble/index.ts';
 import { ChorusError, invalidArgument } from '../../errors.ts';
-import type { Service } from '../../pipeline/index.ts';
+import type { Service, TextRequest } from '../../pipeline/index.ts';
 import { cancelOnClose } from '../disconnect.ts';
 import { decodeRaw, encodeRaw, utf8 } from './binary.ts';
 
@@ -69,7 +70,7 @@ function target(service: Service, name: string): { kind: 'ensemble' | 'pipeline'
 }
 
 const PIPELINE_INPUTS = { text_input: { datatype: 'BYTES' as Datatype, dims: [1] } };
-const PIPELINE_OUTPUTS = { text_output: { datatype: 'BYTES' as Datatype, dims: [-1] } };
+const PIPELINE_OUTPUTS = { text_output: { datatype: 'BYTES' as Datatype, dims: [-1] }, prompt_tokens: { datatype: 'INT32' as Datatype, dims: [1] }, completion_tokens: { datatype: 'INT32' as Datatype, dims: [1] } };
 
 function metadata(service: Service, name: string): unknown {
   const { kind } = target(service, name);
@@ -101,10 +102,19 @@ async function infer(service: Service, request: FastifyRequest<{ Params: ModelPa
     const run = service.ensemble(name).run(inputs);
     outputs = await cancelOnClose(request, reply, run);
   } else {
-    const text = inputs.text_input;
+    const { text_input: text, ...fields } = inputs;
     if (text === undefined || text.datatype !== 'BYTES' || text.data.length !== 1) throw invalidArgument('inputs.text_input', 'one BYTES element (the prompt)', text?.data);
-    const update = await cancelOnClose(request, reply, service.pipeline(name).run({ text_input: text.data[0] as string }));
+    const textRequest: TextRequest = { text_input: text.data[0] as string };
+    for (const [field, t] of Object.entries(fields)) {
+      if (t.data.length !== 1) throw invalidArgument(`inputs.${field}`, 'one element (a request field of the pipeline)', t.data);
+      textRequest[field] = t.data[0];
+    }
+    const update = await cancelOnClose(request, reply, service.pipeline(name).run(textRequest));
     outputs = { text_output: { datatype: 'BYTES', shape: [1, update.choices.length], data: update.choices.map((c) => c.text) } };
+    if (update.usage !== undefined) {
+      outputs.prompt_tokens = { datatype: 'INT32', shape: [1, 1], data: [update.usage.promptTokens] };
+      outputs.completion_tokens = { datatype: 'INT32', shape: [1, 1], data: [update.usage.completionTokens] };
+    }
   }
   const wanted = body.outputs?.map((o) => o.name) ?? Object.keys(outputs);
   for (const output of wanted) if (!(output in outputs)) throw invalidArgument('outputs', `names of outputs of ${name} (${Object.keys(outputs).join(', ')})`, output);
