@@ -2,4 +2,4 @@ export { PROTOCOLS, timedRequest, type Protocol, type RequestRecord, type Sampli
 export { fitWords, loadDataset, syntheticPrompts, syntheticText } from './prompts.ts';
 export { parseSettings, runBench, settingLabel, type BenchOptions, type BenchResult, type BenchSettingResult, type Setting } from './run.ts';
 export { formatTable, percentile, percentiles, summarize, type Percentiles, type SettingSummary } from './stats.ts';
-export { plotResults, readResults } from './plot.ts';
+export { plotResults, readResults, renderChart } from './plot.ts';

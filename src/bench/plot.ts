@@ -73,6 +73,11 @@ export async function plotResults(files: ReadonlyArray<{ path: string; label?: s
     hconcat: hasTtft ? [panel('latency', 'median latency, ms'), panel('ttft', 'median time to first token, ms')] : [panel('latency', 'median latency, ms')],
     config: { font: 'DejaVu Sans' },
   } as unknown as vegaLite.TopLevelSpec;
+  return renderChart(spec);
+}
+
+/** A Vega-Lite spec drawn to SVG, and rasterized (2x) to PNG with the system's fonts. */
+export async function renderChart(spec: vegaLite.TopLevelSpec): Promise<{ svg: string; png: Buffer }> {
   const view = new vega.View(vega.parse(vegaLite.compile(spec).spec), { renderer: 'none' });
   const svg = await view.toSVG();
   view.finalize();

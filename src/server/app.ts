@@ -1,7 +1,8 @@
 /**
  * The HTTP server: fastify over a Service. One folder per protocol (kserve/, generate/, openai/), each
- * with its routes; the HTTP layer never touches ONNX Runtime. Cross-cutting here: the optional API key
- * (every route but health), the body size limit, CORS (off unless asked), error shapes, metrics.
+ * with its routes, and playground/ (the page at `/`); the HTTP layer never touches ONNX Runtime.
+ * Cross-cutting here: the optional API key (every route but health, metrics and the page), the body size
+ * limit, CORS (off unless asked), error shapes, metrics.
  */
 import Fastify, { type FastifyInstance } from 'fastify';
 import { ChorusError } from '../errors.ts';
@@ -11,6 +12,7 @@ import { registerGenerate } from './generate/routes.ts';
 import { registerKserve } from './kserve/routes.ts';
 import type { Metrics } from './metrics.ts';
 import { registerOpenAi } from './openai/routes.ts';
+import { PLAYGROUND_PATHS, registerPlayground } from './playground/routes.ts';
 
 export interface ServerOptions {
   service: Service;
@@ -55,7 +57,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       reply.header('access-control-allow-methods', 'GET, POST, OPTIONS');
     }
     const path = request.url.split('?')[0]!;
-    if (options.apiKey !== undefined && !PUBLIC.test(path) && request.method !== 'OPTIONS' && request.headers.authorization !== `Bearer ${options.apiKey}`) {
+    if (options.apiKey !== undefined && !PUBLIC.test(path) && !PLAYGROUND_PATHS.includes(path) && request.method !== 'OPTIONS' && request.headers.authorization !== `Bearer ${options.apiKey}`) {
       throw new ChorusError('CHORUS_UNAUTHORIZED', 'missing or wrong API key: send Authorization: Bearer <key>', { param: 'authorization' });
     }
   });
@@ -88,5 +90,6 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   registerKserve(app, options.service);
   registerGenerate(app, options.service);
   registerOpenAi(app, options.service);
+  registerPlayground(app, options.service);
   return app;
 }
