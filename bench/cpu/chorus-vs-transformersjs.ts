@@ -15,7 +15,7 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AutoModelForCausalLM, env, pipeline, Tensor, type TextGenerationPipeline } from '@huggingface/transformers';
 import { lastValueFrom, toArray } from 'rxjs';
-import { renderChart, runBench, syntheticPrompts, timedRequest, type Target } from '../../src/bench/index.ts';
+import { countPromptTokens, renderChart, runBench, syntheticPrompts, type Target } from '../../src/bench/index.ts';
 import { OrtEngine } from '../../src/generation/index.ts';
 import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
 
@@ -47,16 +47,21 @@ function randomPrompts(count: number, vocab: number): number[][] {
   );
 }
 
+/** The median of three measurements, after a warm-up one. */
+async function medianOfThree(measure: () => Promise<number>): Promise<number> {
+  await measure();
+  const values: number[] = [];
+  for (let i = 0; i < 3; i++) values.push(await measure());
+  return values.sort((a, b) => a - b)[1]!;
+}
+
 /** Seconds of a run: the median of three, after a warm-up run. */
-async function timeIt(run: () => Promise<unknown>): Promise<number> {
-  await run();
-  const times: number[] = [];
-  for (let i = 0; i < 3; i++) {
+function timeIt(run: () => Promise<unknown>): Promise<number> {
+  return medianOfThree(async () => {
     const started = performance.now();
     await run();
-    times.push((performance.now() - started) / 1000);
-  }
-  return times.sort((a, b) => a - b)[1]!;
+    return (performance.now() - started) / 1000;
+  });
 }
 
 /** `chorus serve` over `repository` in its own process; resolves to its URL. */
@@ -75,16 +80,14 @@ async function serve(repository: string): Promise<{ url: string; child: ChildPro
 }
 
 /** Output tokens/s of `requests` requests at `concurrency` through the server (median of three, after a warm-up). */
-async function overHttp(target: Target, prompts: string[], concurrency: number, requests: number): Promise<number> {
+function overHttp(target: Target, prompts: string[], concurrency: number, requests: number): Promise<number> {
   const sampling = { max_tokens: NEW_TOKENS, min_tokens: NEW_TOKENS, temperature: 0 };
-  const rates: number[] = [];
-  for (let run = 0; run < 4; run++) {
+  return medianOfThree(async () => {
     const [result] = await runBench({ target, sampling, prompts, settings: [{ concurrency }], requests });
     const { summary } = result!;
     if (summary.ok !== requests || summary.outputTokens !== requests * NEW_TOKENS) throw new Error(`HTTP run incomplete: ${JSON.stringify(summary.errors)} ${result!.requests.find((r) => !r.ok)?.error}`);
-    if (run > 0) rates.push(summary.outputTokensPerS);
-  }
-  return rates.sort((a, b) => a - b)[1]!;
+    return summary.outputTokensPerS;
+  });
 }
 
 interface ModelCase {
@@ -121,8 +124,7 @@ async function benchModel(c: ModelCase): Promise<Row[]> {
   const server = await serve(repository);
   try {
     const target: Target = { url: server.url, pipeline: 'bench', protocol: 'openai', stream: true, timeoutS: 600 };
-    const measure = async (text: string) => (await timedRequest({ ...target, stream: false }, text, { max_tokens: 1 }, -1, 0, performance.now())).promptTokens;
-    const { prompts } = await syntheticPrompts(PROMPT, CONCURRENT, measure);
+    const { prompts } = await syntheticPrompts(PROMPT, CONCURRENT, (text) => countPromptTokens(target, text));
     const perS = await overHttp(target, prompts, 1, 2);
     rows.push({ model: c.name, setting: 'batch 1', system: 'Chorus server, over HTTP (streamed)', requests: 2, tokensPerS: perS });
     rows.push({ model: c.name, setting: `${CONCURRENT} concurrent`, system: 'Chorus server, over HTTP (streamed)', requests: CONCURRENT, tokensPerS: await overHttp(target, prompts, CONCURRENT, CONCURRENT) });

@@ -7,6 +7,7 @@
  * Token counts are the server's own (`usage`, or KServe's `completion_tokens` output).
  */
 import { createParser } from 'eventsource-parser';
+import { ChorusError } from '../errors.ts';
 
 export type Protocol = 'openai' | 'generate' | 'kserve';
 export const PROTOCOLS: readonly Protocol[] = ['openai', 'generate', 'kserve'];
@@ -116,6 +117,16 @@ function errorText(status: number, text: string): string {
     // not JSON: the raw text below
   }
   return `${status}: ${text.slice(0, 200)}`;
+}
+
+/**
+ * The server's count of a text's tokens: the `usage` of a one-token request (undefined when the server
+ * reports none). A failed request throws, naming the server and its answer.
+ */
+export async function countPromptTokens(target: Target, text: string): Promise<number | undefined> {
+  const record = await timedRequest({ ...target, stream: false }, text, { max_tokens: 1 }, -1, 0, performance.now());
+  if (!record.ok) throw new ChorusError('CHORUS_SERVER_UNAVAILABLE', `${target.url}: the first request to ${target.pipeline} (${target.protocol}) failed: ${record.error}`, { param: '--url', value: target.url });
+  return record.promptTokens;
 }
 
 /** Sends one request and times it. Never throws: failures are records with `ok: false`. */

@@ -67,12 +67,17 @@ function uniform(seed: number): () => number {
   };
 }
 
+/** Requests per setting: the count asked for, else 32 unless a duration bounds the setting instead. */
+export function requestsPerSetting(requests: number | undefined, durationS: number | undefined): number | undefined {
+  return requests ?? (durationS === undefined ? 32 : undefined);
+}
+
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
 
 export async function runBench(options: BenchOptions): Promise<BenchSettingResult[]> {
   const { target, sampling, prompts } = options;
   if (prompts.length === 0) throw invalidArgument('prompts', 'at least one prompt', prompts);
-  const requests = options.requests ?? (options.durationS === undefined ? 32 : undefined);
+  const requests = requestsPerSetting(options.requests, options.durationS);
   if (requests === undefined && options.settings.some((s) => s.requestRate === Infinity)) throw invalidArgument('--requests', 'a count when --request-rate has inf (all at once needs a number of requests)', undefined);
   for (let i = 0; i < (options.warmup ?? 0); i++) await timedRequest(target, prompts[i % prompts.length]!, sampling, -1, i % prompts.length, performance.now());
   const results: BenchSettingResult[] = [];

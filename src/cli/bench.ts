@@ -6,18 +6,19 @@
 import { writeFileSync } from 'node:fs';
 import cliProgress from 'cli-progress';
 import type { Command } from 'commander';
-import { ChorusError, invalidArgument } from '../errors.ts';
+import { invalidArgument } from '../errors.ts';
 import {
+  countPromptTokens,
   fitWords,
   formatTable,
   loadDataset,
   parseSettings,
   plotResults,
   PROTOCOLS,
+  requestsPerSetting,
   runBench,
   settingLabel,
   syntheticPrompts,
-  timedRequest,
   type BenchResult,
   type Protocol,
   type Sampling,
@@ -64,12 +65,8 @@ function nonNegative(flag: string, value: string | undefined): number | undefine
 /** The prompts of the run: the dataset's (cut to about --prompt-tokens when given) or synthetic ones. */
 async function preparePrompts(options: BenchCliOptions, target: Target): Promise<{ prompts: string[]; source: string; targetTokens?: number; measuredTokens?: number }> {
   const promptTokens = positiveInt('--prompt-tokens', options.promptTokens);
-  // The server's count of a text's tokens: a one-token request's usage. Its failure ends the run early.
-  const measure = async (text: string): Promise<number | undefined> => {
-    const record = await timedRequest({ ...target, stream: false }, text, { max_tokens: 1 }, -1, 0, performance.now());
-    if (!record.ok) throw new ChorusError('CHORUS_SERVER_UNAVAILABLE', `${target.url}: the first request to ${target.pipeline} (${target.protocol}) failed: ${record.error}`, { param: '--url', value: target.url });
-    return record.promptTokens;
-  };
+  // The server's count of a text's tokens. Its failure ends the run early.
+  const measure = (text: string): Promise<number | undefined> => countPromptTokens(target, text);
   if (options.dataset === undefined) {
     const tokens = promptTokens ?? 64;
     const { prompts, measured } = await syntheticPrompts(tokens, 64, measure);
@@ -160,7 +157,7 @@ export function registerBench(program: Command): void {
         target: { url: target.url, pipeline: target.pipeline, protocol: target.protocol, stream: target.stream, timeoutS: target.timeoutS },
         sampling,
         prompts: { count: prompts.prompts.length, source: prompts.source, targetTokens: prompts.targetTokens, measuredTokens: prompts.measuredTokens },
-        requestsPerSetting: requests ?? (durationS === undefined ? 32 : undefined),
+        requestsPerSetting: requestsPerSetting(requests, durationS),
         durationS,
         warmup,
         settings: settingResults,

@@ -39,28 +39,26 @@ export class Service {
   }
 
   pipeline(name: string): Pipeline {
-    let pipeline = this.pipelines.get(name);
-    if (pipeline === undefined) {
-      const definition = this.repository.pipelines.get(name);
-      if (definition === undefined) throw notFound('pipeline', name, this.repository.pipelines.keys());
-      pipeline = new Pipeline(name, definition.value, this.store);
-      this.pipelines.set(name, pipeline);
-    }
-    return pipeline;
+    return compiled(this.pipelines, this.repository.pipelines, 'pipeline', name, (value) => new Pipeline(name, value, this.store));
   }
 
   ensemble(name: string): CompiledEnsemble {
-    let ensemble = this.ensembles.get(name);
-    if (ensemble === undefined) {
-      const definition = this.repository.ensembles.get(name);
-      if (definition === undefined) throw notFound('ensemble', name, this.repository.ensembles.keys());
-      ensemble = new CompiledEnsemble(name, definition.value, this.store);
-      this.ensembles.set(name, ensemble);
-    }
-    return ensemble;
+    return compiled(this.ensembles, this.repository.ensembles, 'ensemble', name, (value) => new CompiledEnsemble(name, value, this.store));
   }
 
   async close(): Promise<void> {
     await this.store.close();
   }
+}
+
+/** The compiled form of a named definition, made on first use and kept. */
+function compiled<D, C>(cache: Map<string, C>, definitions: Map<string, { value: D }>, kind: string, name: string, make: (value: D) => C): C {
+  let made = cache.get(name);
+  if (made === undefined) {
+    const definition = definitions.get(name);
+    if (definition === undefined) throw notFound(kind, name, definitions.keys());
+    made = make(definition.value);
+    cache.set(name, made);
+  }
+  return made;
 }

@@ -20,6 +20,9 @@ const FILES: Record<string, { file: string; type: string }> = {
 /** Paths the API key does not guard: the page itself (it asks for the key). */
 export const PLAYGROUND_PATHS = Object.keys(FILES);
 
+/** A repository map's entries in name order. */
+const byName = <T>(definitions: Map<string, T>): Array<[string, T]> => [...definitions].sort(([a], [b]) => a.localeCompare(b));
+
 export function registerPlayground(app: FastifyInstance, service: Service): void {
   for (const [path, { file, type }] of Object.entries(FILES)) {
     const body = readFileSync(join(ASSETS, file));
@@ -36,13 +39,13 @@ export function registerPlayground(app: FastifyInstance, service: Service): void
     const { repository } = service;
     const state = new Map(service.store.index().map((m) => [m.name, m.state]));
     return {
-      pipelines: [...repository.pipelines].sort(([a], [b]) => a.localeCompare(b)).map(([name, d]) => ({
+      pipelines: byName(repository.pipelines).map(([name, d]) => ({
         name,
         description: d.value.description ?? null,
         ...(d.value.ensemble ? { ensemble: d.value.ensemble } : { model: d.value.model }),
         chat: d.value.chat_template !== undefined,
       })),
-      ensembles: [...repository.ensembles].sort(([a], [b]) => a.localeCompare(b)).map(([name, d]) => ({
+      ensembles: byName(repository.ensembles).map(([name, d]) => ({
         name,
         description: d.value.description ?? null,
         inputs: Object.entries(d.value.inputs).map(([tensor, spec]) => ({ name: tensor, datatype: spec.datatype, optional: spec.optional === true })),
@@ -52,7 +55,7 @@ export function registerPlayground(app: FastifyInstance, service: Service): void
           return { name: step.name, kind, target: step[kind], inputs: step.inputs, outputs: step.outputs };
         }),
       })),
-      models: [...repository.models].sort(([a], [b]) => a.localeCompare(b)).map(([name, d]) => ({ name, engine: d.value.engine, device: d.value.device ?? 'cpu', state: state.get(name) ?? 'UNAVAILABLE' })),
+      models: byName(repository.models).map(([name, d]) => ({ name, engine: d.value.engine, device: d.value.device ?? 'cpu', state: state.get(name) ?? 'UNAVAILABLE' })),
     };
   });
 }
