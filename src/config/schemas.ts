@@ -106,6 +106,17 @@ export const ModelDefinition = Type.Object(
     tokenizer: Type.Optional({ ...Name, description: 'The tokenizer definition that matches this model\'s vocabulary.' }),
     device: Type.Optional(Type.String({ pattern: '^(cpu|cuda(:[0-9]+)?)$', expected: 'cpu, cuda or cuda:N', description: '`cpu`, `cuda` or `cuda:N`. Default: cpu.' })),
     dtype: Type.Optional(Enum(['fp32', 'fp16'], { description: 'Weights and activations. Default: fp32.' })),
+    flavor: Type.Optional(
+      Enum(['portable', 'cuda'], {
+        description: 'Decoder-only checkpoints that Chorus builds: `portable` (standard ONNX operators) or `cuda` (ONNX Runtime\'s fused contrib operators). Default: cuda when the model runs on a GPU, else portable.',
+      }),
+    ),
+    greedy_search: Type.Optional(
+      Type.Boolean({
+        description:
+          'generate, decoder-only: run requests that are not streamed and decode greedily without processors through ONNX Runtime\'s GreedySearch operator, the whole decode loop in one session run (built with the model when Chorus builds it; used when a built directory holds onnx/decoder_model_greedy.onnx). Default: false.',
+      }),
+    ),
     max_batch_size: Type.Optional(Type.Integer({ minimum: 1, maximum: 4096, description: 'Most sequences in one batch. Default: 8.' })),
     max_queue: Type.Optional(Type.Integer({ minimum: 0, description: 'generate: most requests waiting to join the batch; beyond it a request is refused (HTTP 503, 429 on OpenAI routes, with Retry-After). Default: 1024.' })),
     max_sequence_length: Type.Optional(Type.Integer({ minimum: 1, description: 'Prompt plus output tokens, at most. Default: the model config\'s context length.' })),

@@ -52,15 +52,18 @@ export class CompiledEnsemble {
     }
   }
 
-  /** Runs the ensemble on `inputs`; emits snapshots of its outputs, the last one complete. */
-  run(inputs: Record<string, Tensor>): Observable<TensorRecord> {
+  /**
+   * Runs the ensemble on `inputs`; emits snapshots of its outputs, the last one complete. With `stream:
+   * false` the caller reads only the last snapshot, so generate steps may produce their tokens at once.
+   */
+  run(inputs: Record<string, Tensor>, options: { stream?: boolean } = {}): Observable<TensorRecord> {
     return defer(() => {
       this.checkInputs(inputs);
       const wires = new Map<string, Wire>();
       for (const [name, value] of Object.entries(inputs)) wires.set(name, { source: of({ [name]: value }), port: name });
       for (const step of this.order) {
         const kind = stepKind(step);
-        const context: StepContext = { store: this.store, step, target: String(step[kind]), repositoryDir: this.store.repository.dir };
+        const context: StepContext = { store: this.store, step, target: String(step[kind]), repositoryDir: this.store.repository.dir, stream: options.stream !== false };
         const output = IMPLEMENTATIONS[kind]!(this.stepInputs(step, wires), context).pipe(
           catchError((error: unknown) => throwError(() => inStep(error, step.name))),
           shareReplay({ bufferSize: 1, refCount: true }),

@@ -13,8 +13,8 @@ import { EnginePool, OrtEngine, Seq2SeqEngine, type Engine, type RequestMetrics 
 import { DynamicBatcher, type BatcherOptions } from './dynamic-batcher.ts';
 import { fromOrt, toOrt } from './ort-tensors.ts';
 import type { TensorRecord } from './steps/step.ts';
-import { makeCheckpoint } from '../modelbuild/index.ts';
-import { builtModelDirectory, cacheDir, fetchSource, isRemote, openTokenizerDefinition, resolveSource, type Repository } from '../repository/index.ts';
+import { makeCheckpoint, type BuildOptions } from '../modelbuild/index.ts';
+import { builtModelDirectory, cacheDir, isDecoderOnlySource, fetchSource, isRemote, openTokenizerDefinition, resolveSource, type Repository } from '../repository/index.ts';
 import { createSession, releaseSession, Seq2SeqSession, type ExecutionProviders } from '../runtime/index.ts';
 import type { Tokenizer } from '../tokenizers/index.ts';
 
@@ -169,7 +169,14 @@ export class ModelStore {
       engines.push(
         seq2seq
           ? await Seq2SeqEngine.open(dir, { executionProviders: providers, onRequestDone })
-          : await OrtEngine.open(dir, { executionProviders: providers, maxBatchSize: value.max_batch_size, maxQueue: value.max_queue, contextLength: value.max_sequence_length, onRequestDone }),
+          : await OrtEngine.open(dir, {
+              executionProviders: providers,
+              maxBatchSize: value.max_batch_size,
+              maxQueue: value.max_queue,
+              contextLength: value.max_sequence_length,
+              greedySearch: value.greedy_search === true,
+              onRequestDone,
+            }),
       );
     }
     const generator = engines.length === 1 ? engines[0]! : new EnginePool(engines);
@@ -209,10 +216,23 @@ export class ModelStore {
   private async directory(name: string, value: ModelDefinition): Promise<string> {
     const resolved = resolveSource(value.source, this.repository.dir);
     if (resolved === undefined) throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: source must be a path, hf:<org>/<name>[@<revision>] or s3://<bucket>/<prefix>, got "${value.source}"`, { param: 'source' });
-    const build = { dtype: value.dtype, task: value.engine === 'encode' ? ('encode' as const) : ('generate' as const), tokenizer: await this.llama2cTokenizerFile(value) };
+    const task = value.engine === 'encode' ? ('encode' as const) : ('generate' as const);
+    const tokenizer = await this.llama2cTokenizerFile(value);
     const log = (line: string): void => this.log(`model ${name}: ${line}`);
     const path = value.file === undefined ? resolved.path : join(resolved.path, value.file);
-    const built = (): string => builtModelDirectory(path, build, log, `model ${name}: ${value.file === undefined ? 'source' : 'file'}`);
+    // The cuda flavor and the GreedySearch model exist for decoder-only models.
+    const options = (checkpoint: string): Omit<BuildOptions, 'source' | 'out'> => {
+      const decoderOnly = task === 'generate' && isDecoderOnlySource(checkpoint);
+      const onGpu = (value.device ?? 'cpu') !== 'cpu' || (value.instance_group ?? []).some((group) => group.kind === 'gpu');
+      return {
+        dtype: value.dtype,
+        task,
+        tokenizer,
+        flavor: value.flavor ?? (decoderOnly && onGpu ? 'cuda' : 'portable'),
+        greedySearch: decoderOnly && value.greedy_search === true,
+      };
+    };
+    const built = (): string => builtModelDirectory(path, options(path), log, `model ${name}: ${value.file === undefined ? 'source' : 'file'}`);
     if (resolved.kind === 'local' || existsSync(value.file === undefined ? join(path, 'config.json') : path)) return built();
     let why: string;
     try {
@@ -227,7 +247,7 @@ export class ModelStore {
     this.log(`WARNING: model ${name}: ${why}; serving RANDOM weights (${fallback.arch}, ${fallback.size}, seed ${fallback.seed}) instead. Its text is noise.`);
     const checkpoint = join(cacheDir(), 'fallback', `${fallback.arch}-${fallback.size}-${fallback.seed}`);
     if (!existsSync(join(checkpoint, 'config.json'))) makeCheckpoint({ ...fallback, out: checkpoint });
-    return builtModelDirectory(checkpoint, build, log);
+    return builtModelDirectory(checkpoint, options(checkpoint), log);
   }
 }
 

@@ -30,19 +30,8 @@ export class EnginePool implements Engine {
   stats(): EngineStats {
     const all = this.instances.map((e) => e.stats());
     const sum = (key: keyof EngineStats): number => all.reduce((total, s) => total + s[key], 0);
-    return {
-      running: sum('running'),
-      waiting: sum('waiting'),
-      reservedTokens: sum('reservedTokens'),
-      cacheTokens: sum('cacheTokens'),
-      steps: sum('steps'),
-      prefillSteps: sum('prefillSteps'),
-      decodeSteps: sum('decodeSteps'),
-      decodedRows: sum('decodedRows'),
-      tokensGenerated: sum('tokensGenerated'),
-      requestsFinished: sum('requestsFinished'),
-      requestsCancelled: sum('requestsCancelled'),
-    };
+    const keys = Object.keys(all[0]!) as Array<keyof EngineStats>;
+    return Object.fromEntries(keys.map((key) => [key, sum(key)])) as unknown as EngineStats;
   }
 
   async close(): Promise<void> {

@@ -8,6 +8,11 @@ export interface GenerateRequest {
   /** The prompt's token ids (with any BOS the tokenizer adds). */
   inputIds: readonly number[];
   params?: SamplingParams;
+  /**
+   * false: the caller reads the tokens only when the request ends, so an engine may generate them all
+   * in one device run (the GreedySearch fast path) and emit them together. Default: true.
+   */
+  stream?: boolean;
 }
 
 /** Why a sequence stopped. */

@@ -5,21 +5,30 @@
  * batch's cache is rebuilt only when membership changes, or when a beam-search request's beams move
  * (its rows are then re-gathered from their parents). Each request keeps its own parameters,
  * processors and seeded random stream, so its tokens do not depend on what else is batched.
+ *
+ * The GreedySearch fast path: when the model directory holds the GreedySearch model (`chorus build
+ * --greedy-search`), requests that are not streamed and decode greedily without processors
+ * (`deviceGreedyEligible`) run apart, in batches of their own through that model, whose whole decode
+ * loop stays inside one ONNX Runtime run (on the GPU with CUDA, the cache never crosses to the host).
+ * Their tokens come out together when the batch ends; they are the tokens the step loop would give.
  */
 import ort from 'onnxruntime-node';
 import { Observable } from 'rxjs';
-import { DecoderSession, positionsFromMask, type ExecutionProviders } from '../runtime/index.ts';
+import { ChorusError } from '../errors.ts';
+import { DecoderSession, GreedySearchSession, positionsFromMask, type ExecutionProviders } from '../runtime/index.ts';
 import { gatherRows, mergeCaches, type BatchCache, type CacheData } from './batch-cache.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
 import { RequestLedger } from './request-ledger.ts';
 import { Scheduler, type SchedulerLimits } from './scheduler.ts';
-import type { ActiveRequest, ModelIds } from './sequence.ts';
+import { deviceGreedyEligible, type ActiveRequest, type ModelIds, type Sequence } from './sequence.ts';
 
 /** Options of `OrtEngine.open`. */
 export interface OrtEngineOptions extends Partial<SchedulerLimits> {
   executionProviders?: ExecutionProviders;
   /** Called once per request when it ends (finished or cancelled), with its timings. */
   onRequestDone?: (metrics: RequestMetrics) => void;
+  /** Use the directory's GreedySearch model, when it has one, for requests that allow it. Default: true. */
+  greedySearch?: boolean;
 }
 
 /** Continuous-batching generation over a DecoderSession. */
@@ -30,20 +39,32 @@ export class OrtEngine implements Engine {
   private cache: BatchCache | undefined;
   private loop: Promise<void> | undefined;
   private readonly ledger: RequestLedger;
+  /** The fast path's own queue and batch (its batches run one at a time, each to its end). */
+  private readonly greedyScheduler: Scheduler<Sequence>;
+  private greedyLoop: Promise<void> | undefined;
 
   private constructor(
     private readonly session: DecoderSession,
+    private readonly greedySession: GreedySearchSession | undefined,
     limits: SchedulerLimits,
     private readonly model: ModelIds,
     onRequestDone: ((metrics: RequestMetrics) => void) | undefined,
   ) {
     this.scheduler = new Scheduler(limits);
+    this.greedyScheduler = new Scheduler(limits);
     this.ledger = new RequestLedger(onRequestDone);
+  }
+
+  /** Whether this engine has the GreedySearch fast path. */
+  get hasGreedySearch(): boolean {
+    return this.greedySession !== undefined;
   }
 
   /** Opens a built model directory. */
   static async open(dir: string, options: OrtEngineOptions = {}): Promise<OrtEngine> {
-    const session = await DecoderSession.open(dir, { executionProviders: options.executionProviders ?? ['cpu'] });
+    const executionProviders = options.executionProviders ?? ['cpu'];
+    const session = await DecoderSession.open(dir, { executionProviders });
+    let greedy = options.greedySearch === false ? undefined : await GreedySearchSession.open(dir, { executionProviders });
     const context = Number(session.config.max_position_embeddings ?? session.config.n_positions ?? 2048);
     const eos = session.config.eos_token_id;
     const limits: SchedulerLimits = {
@@ -54,7 +75,12 @@ export class OrtEngine implements Engine {
     };
     const bos = session.config.bos_token_id;
     const model: ModelIds = { vocabSize: session.vocabSize, endId: typeof eos === 'number' ? eos : undefined, bosId: typeof bos === 'number' ? bos : undefined };
-    return new OrtEngine(session, limits, model, options.onRequestDone);
+    // The fast path must stop where the step loop does.
+    if (greedy !== undefined && greedy.endId !== (model.endId ?? -1)) {
+      await greedy.close();
+      greedy = undefined;
+    }
+    return new OrtEngine(session, greedy, limits, model, options.onRequestDone);
   }
 
   submit(request: GenerateRequest): Observable<TokenEvent> {
@@ -62,12 +88,17 @@ export class OrtEngine implements Engine {
       let sequence: ActiveRequest;
       try {
         sequence = this.ledger.open(request, subscriber, this.model);
-        this.scheduler.enqueue(sequence);
+        if (this.greedySession !== undefined && request.stream === false && deviceGreedyEligible(sequence, this.model)) {
+          this.greedyScheduler.enqueue(sequence);
+          this.startGreedyLoop();
+        } else {
+          this.scheduler.enqueue(sequence);
+          this.startLoop();
+        }
       } catch (error) {
         subscriber.error(error);
         return undefined;
       }
-      this.startLoop();
       return () => {
         if (!sequence.finished) sequence.cancelled = true;
       };
@@ -87,11 +118,57 @@ export class OrtEngine implements Engine {
       });
   }
 
+  /** Runs the fast path's batches until its queue is empty: a turn later, so requests submitted together run together. */
+  private startGreedyLoop(): void {
+    this.greedyLoop ??= new Promise<void>((resolve) => setImmediate(resolve))
+      .then(() => this.runGreedy())
+      .finally(() => {
+        this.greedyLoop = undefined;
+        if (this.greedyScheduler.waiting.length > 0) this.startGreedyLoop();
+      });
+  }
+
+  private async runGreedy(): Promise<void> {
+    const scheduler = this.greedyScheduler;
+    for (;;) {
+      const { admitted, left } = scheduler.schedule();
+      for (const s of left) this.ledger.report(s);
+      if (admitted.length === 0) break;
+      const now = performance.now();
+      for (const s of admitted) s.admittedAt = now;
+      try {
+        const generated = await this.greedySession!.run(
+          admitted.map((s) => s.promptIds),
+          Math.max(...admitted.map((s) => s.params.request_output_len)),
+        );
+        this.ledger.counters.greedySearchRuns++;
+        this.ledger.counters.greedySearchRows += admitted.length;
+        admitted.forEach((s, i) => {
+          for (const token of generated[i]!) {
+            if (s.cancelled || s.finished) break;
+            s.accept({ token, logProb: 0 });
+          }
+          // A row the model ended early (its end id) has finished above; one cut by the batch cannot be.
+          if (!s.finished && !s.cancelled) throw new ChorusError('CHORUS_INTERNAL', `GreedySearch returned ${generated[i]!.length} tokens for a request of ${s.params.request_output_len}`);
+        });
+      } catch (error) {
+        for (const s of admitted) {
+          if (s.finished) continue;
+          s.finished = true;
+          s.subscriber.error(error);
+        }
+      }
+      // Everything admitted has ended: the next schedule() drops it.
+      for (const s of admitted) if (!s.finished) s.cancelled = true;
+    }
+    scheduler.running = [];
+  }
+
   stats(): EngineStats {
     return {
-      running: this.scheduler.running.length,
-      waiting: this.scheduler.waiting.length,
-      reservedTokens: this.scheduler.reserved(),
+      running: this.scheduler.running.length + this.greedyScheduler.running.length,
+      waiting: this.scheduler.waiting.length + this.greedyScheduler.waiting.length,
+      reservedTokens: this.scheduler.reserved() + this.greedyScheduler.reserved(),
       cacheTokens: this.cache === undefined ? 0 : this.cache.length * this.cache.masks.length,
       ...this.ledger.counters,
     };
@@ -99,9 +176,11 @@ export class OrtEngine implements Engine {
 
   async close(): Promise<void> {
     this.ledger.close();
-    for (const s of [...this.scheduler.waiting, ...this.scheduler.running]) s.cancelled = true;
-    await this.loop;
+    for (const s of [...this.scheduler.waiting, ...this.scheduler.running, ...this.greedyScheduler.waiting]) s.cancelled = true;
+    for (const s of this.greedyScheduler.waiting) this.ledger.report(s);
+    await Promise.all([this.loop, this.greedyLoop]);
     await this.session.close();
+    await this.greedySession?.close();
   }
 
   private async run(): Promise<void> {

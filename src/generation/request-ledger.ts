@@ -18,13 +18,16 @@ export interface RequestCounters {
   decodeSteps: number;
   /** Rows decoded over all decode steps: divided by decodeSteps, the mean batch occupancy. */
   decodedRows: number;
+  /** Batches run through the GreedySearch fast path, and the requests they held. */
+  greedySearchRuns: number;
+  greedySearchRows: number;
   tokensGenerated: number;
   requestsFinished: number;
   requestsCancelled: number;
 }
 
 export class RequestLedger {
-  readonly counters: RequestCounters = { steps: 0, prefillSteps: 0, decodeSteps: 0, decodedRows: 0, tokensGenerated: 0, requestsFinished: 0, requestsCancelled: 0 };
+  readonly counters: RequestCounters = { steps: 0, prefillSteps: 0, decodeSteps: 0, decodedRows: 0, greedySearchRuns: 0, greedySearchRows: 0, tokensGenerated: 0, requestsFinished: 0, requestsCancelled: 0 };
 
   private closed = false;
 

@@ -104,6 +104,32 @@ export abstract class ActiveRequest implements Schedulable {
   }
 }
 
+/**
+ * Whether greedy decoding in a device loop (ONNX Runtime's GreedySearch, which takes the argmax of the
+ * raw logits and stops at the model's end id) gives exactly the tokens this request would: greedy, one
+ * sequence, no processors, no log-probabilities, no stop words, the model's own end id.
+ */
+export function deviceGreedyEligible(s: ActiveRequest, model: ModelIds): s is Sequence {
+  const p = s.params;
+  return (
+    s instanceof Sequence &&
+    p.beam_width === 1 &&
+    p.temperature === 0 &&
+    p.repetition_penalty === 1 &&
+    p.presence_penalty === 0 &&
+    p.frequency_penalty === 0 &&
+    p.min_length === 0 &&
+    !p.is_return_log_probs &&
+    p.top_logprobs === 0 &&
+    p.bad_words.length === 0 &&
+    p.stop_words.length === 0 &&
+    s.endId === model.endId &&
+    model.forcedBos === undefined &&
+    model.forcedEos === undefined &&
+    model.decoderStart === undefined
+  );
+}
+
 /** The k most likely tokens of `logits` and their log-probabilities, most likely first (impossible ones left out). */
 function topLogProbs(logits: Float32Array, k: number): Array<{ token: number; logProb: number }> {
   const norm = logSumExp(logits);
@@ -153,6 +179,14 @@ export class Sequence extends ActiveRequest {
     const state = { promptIds: this.contextIds, outputIds: this.outputIds, outputCounts: this.outputCounts, topP: this.topP };
     const processed = processLogits(this.processors, logits, state);
     const choice = this.params.temperature === 0 ? greedy(processed) : sample(processed, this.random());
+    this.accept(choice, processed);
+  }
+
+  /**
+   * Records and emits a chosen token: from `advance`, or one a device loop chose (GreedySearch), which
+   * comes without logits (such requests ask for no log-probabilities).
+   */
+  accept(choice: { token: number; logProb: number }, processed?: Float32Array): void {
     this.outputIds.push(choice.token);
     this.outputCounts.set(choice.token, (this.outputCounts.get(choice.token) ?? 0) + 1);
     this.topP = nextTopP(this.topP, choice.token, this.params);
@@ -164,7 +198,7 @@ export class Sequence extends ActiveRequest {
     this.tokenTimes.push(performance.now());
     const event: TokenEvent = { token: choice.token, index: this.outputIds.length - 1 };
     if (this.params.is_return_log_probs) Object.assign(event, { logProb: choice.logProb, cumLogProb: this.cumLogProb });
-    if (this.params.top_logprobs > 0) event.topLogProbs = topLogProbs(processed, this.params.top_logprobs);
+    if (this.params.top_logprobs > 0 && processed !== undefined) event.topLogProbs = topLogProbs(processed, this.params.top_logprobs);
     if (finishReason) {
       event.finishReason = finishReason;
       this.finish(finishReason);

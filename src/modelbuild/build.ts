@@ -9,7 +9,8 @@ import { basename, dirname, join } from 'node:path';
 import { ChorusError, invalidArgument } from '../errors.ts';
 import { architectureFor } from './arch/index.ts';
 import { readHfCheckpoint, type Checkpoint } from './checkpoint.ts';
-import { buildDecoderGraph } from './decoder-graph.ts';
+import { buildDecoderGraph, buildGreedySearchGraph } from './decoder-graph.ts';
+import { GREEDY_MODEL } from './greedy-layout.ts';
 import type { DecoderSpec } from './decoder-spec.ts';
 import type { GraphBuilder } from './graph.ts';
 import { buildEncoderGraph, buildSeq2SeqDecoderGraph } from './seq2seq-graph.ts';
@@ -30,6 +31,12 @@ export interface BuildOptions {
   task?: 'generate' | 'encode';
   /** Encoders: also output each layer's attention probabilities, `attentions.{i}`. Default: false. */
   outputAttentions?: boolean;
+  /**
+   * Decoder-only models: also write onnx/decoder_model_greedy.onnx, ONNX Runtime's GreedySearch
+   * operator around the decoder, which runs a whole greedy decode in one session run (the weights are
+   * then kept in onnx/decoder_model_merged.onnx_data, which both models read). Default: false.
+   */
+  greedySearch?: boolean;
   /** llama2.c sources: the tokenizer.bin. Default: tokenizer.bin, else the one tok*.bin, beside the model. */
   tokenizer?: string;
   /** Called as the build moves through its stages. */
@@ -54,6 +61,8 @@ export interface BuildInfo {
   flavor: 'portable' | 'cuda';
   task: 'generate' | 'encode';
   spec: DecoderSpec | Seq2SeqSpec;
+  /** onnx/decoder_model_greedy.onnx was written, stopping at this end id (-1: none). */
+  greedySearch?: { eosTokenId: number };
 }
 
 const HF_TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'vocab.json', 'merges.txt', 'tokenizer.model', 'spiece.model'];
@@ -79,6 +88,8 @@ export function buildModel(options: BuildOptions): BuildResult {
   progress('map weights');
   let spec: DecoderSpec | Seq2SeqSpec;
   let graphs: Array<[string, () => GraphBuilder]>;
+  const greedySearch = options.greedySearch ?? false;
+  let greedyEos = -1;
   if (architecture.kind === 'decoder') {
     if (task === 'encode') throw new ChorusError('CHORUS_UNSUPPORTED', `task encode needs an encoder; ${String(checkpoint.config.model_type)} is decoder-only`, { param: 'task' });
     if (options.outputAttentions) throw new ChorusError('CHORUS_UNSUPPORTED', 'output attentions applies to encoders', { param: 'outputAttentions' });
@@ -86,7 +97,12 @@ export function buildModel(options: BuildOptions): BuildResult {
     const weights = architecture.weights(checkpoint, decoderSpec);
     spec = decoderSpec;
     graphs = [['decoder_model_merged.onnx', () => buildDecoderGraph(decoderSpec, weights, floatType, flavor)]];
+    if (greedySearch) {
+      greedyEos = firstId(checkpoint.config.eos_token_id) ?? -1;
+      graphs.push([GREEDY_MODEL, () => buildGreedySearchGraph(decoderSpec, weights, floatType, flavor, { eosTokenId: greedyEos })]);
+    }
   } else {
+    if (greedySearch) throw new ChorusError('CHORUS_UNSUPPORTED', 'the GreedySearch model covers decoder-only models so far', { param: 'greedySearch' });
     if (flavor !== 'portable') throw new ChorusError('CHORUS_UNSUPPORTED', 'the cuda flavor covers decoder-only models so far; build encoder-decoders with --flavor portable', { param: 'flavor' });
     const seq2seqSpec = architecture.spec(checkpoint.config);
     const weights = architecture.weights(checkpoint, seq2seqSpec, { encoderOnly: task === 'encode' });
@@ -104,21 +120,31 @@ export function buildModel(options: BuildOptions): BuildResult {
     files.push(relative);
   };
   let external = false;
+  // With the GreedySearch model, both models keep their weights in the decoder's data file: the same
+  // weights in the same order give the same bytes, written once.
+  const sharedData = greedySearch ? 'decoder_model_merged.onnx_data' : undefined;
+  let written: Buffer | undefined;
   for (const [modelName, build] of graphs) {
     progress('build graph');
     const graph = build();
     progress('serialize');
-    const { model, externalData } = graph.serialize({ externalDataFile: `${modelName}_data`, docString: `built by chorus from ${basename(options.source)}` });
+    const dataFile = sharedData ?? `${modelName}_data`;
+    const { model, externalData } = graph.serialize({ externalDataFile: dataFile, docString: `built by chorus from ${basename(options.source)}`, ...(sharedData ? { externalThreshold: 0 } : {}) });
     progress('write files');
     write(`onnx/${modelName}`, model);
-    if (externalData) write(`onnx/${modelName}_data`, externalData);
+    if (externalData && written !== undefined) {
+      if (!written.equals(externalData)) throw new ChorusError('CHORUS_INTERNAL', `${modelName}'s weights differ from the decoder's; they must share ${dataFile}`);
+    } else if (externalData) {
+      write(`onnx/${dataFile}`, externalData);
+      if (sharedData) written = externalData;
+    }
     external ||= externalData !== undefined;
   }
   const config: Record<string, unknown> = { ...checkpoint.config, ...(dtype === 'fp16' ? { torch_dtype: 'float16' } : {}) };
   if (external) config['transformers.js_config'] = { use_external_data_format: true };
   write('config.json', `${JSON.stringify(config, null, 2)}\n`);
   write('generation_config.json', `${JSON.stringify(generationConfig(checkpoint), null, 2)}\n`);
-  const info: BuildInfo = { builder: 'chorus', architecture: String(checkpoint.config.model_type), dtype, flavor, task, spec };
+  const info: BuildInfo = { builder: 'chorus', architecture: String(checkpoint.config.model_type), dtype, flavor, task, spec, ...(greedySearch ? { greedySearch: { eosTokenId: greedyEos } } : {}) };
   write('chorus_build.json', `${JSON.stringify(info, null, 2)}\n`);
   const tokenizerFiles = isLlama2c ? [[llama2cTokenizer(options.source, options.tokenizer), 'tokenizer.bin'] as const] : HF_TOKENIZER_FILES.map((name) => [join(options.source, name), name] as const);
   for (const [from, to] of tokenizerFiles) {
@@ -135,6 +161,12 @@ function generationConfig(checkpoint: Checkpoint): Record<string, unknown> {
   const generation: Record<string, unknown> = {};
   for (const key of ['bos_token_id', 'eos_token_id', 'pad_token_id', 'decoder_start_token_id', 'forced_bos_token_id', 'forced_eos_token_id']) if (config[key] !== undefined && config[key] !== null) generation[key] = config[key];
   return generation;
+}
+
+/** An id field of config.json: a number, or the first of a list (Llama 3 lists several end ids). */
+function firstId(value: unknown): number | undefined {
+  const id = Array.isArray(value) ? (value as unknown[])[0] : value;
+  return typeof id === 'number' ? id : undefined;
 }
 
 function llama2cTokenizer(model: string, given: string | undefined): string {

@@ -6,6 +6,7 @@
  */
 import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Norm } from './decoder-spec.ts';
 import { float, GraphBuilder } from './graph.ts';
+import { GREEDY_PAD_ID } from './greedy-layout.ts';
 import { additiveMask, FLOAT32_MIN, geluTanh, linear, maskedSoftmax, norm, required } from './layers.ts';
 
 /** ONNX Runtime's contrib operator domain. */
@@ -28,18 +29,104 @@ type Rotary = { kind: 'tables'; cos: string; sin: string } | { kind: 'caches'; c
 /** Which operators the graph uses: standard ONNX only, or ONNX Runtime's fused contrib operators. */
 export type Flavor = 'portable' | 'cuda';
 
+/** The decoder's inputs inside a graph: int64 ids, mask and positions, and each layer's past key and value. */
+interface DecoderInputs {
+  inputIds: string;
+  attentionMask: string;
+  positionIds: string;
+  past: Array<{ key: string; value: string }>;
+}
+
 /** Builds the decoder graph of `spec` with `weights`. */
 export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: 'float32' | 'float16', flavor: Flavor = 'portable'): GraphBuilder {
   const g = new GraphBuilder(floatType);
   const { numLayers, numKvHeads, headDim, vocabSize } = spec;
-  const inputIds = g.input('input_ids', 'int64', ['batch_size', 'sequence_length']);
-  const attentionMask = g.input('attention_mask', 'int64', ['batch_size', 'total_sequence_length']);
-  const positionIds = g.input('position_ids', 'int64', ['batch_size', 'sequence_length']);
-  const past = Array.from({ length: numLayers }, (_, i) => ({
-    key: g.input(`past_key_values.${i}.key`, floatType, ['batch_size', numKvHeads, 'past_sequence_length', headDim]),
-    value: g.input(`past_key_values.${i}.value`, floatType, ['batch_size', numKvHeads, 'past_sequence_length', headDim]),
-  }));
+  const inputs: DecoderInputs = {
+    inputIds: g.input('input_ids', 'int64', ['batch_size', 'sequence_length']),
+    attentionMask: g.input('attention_mask', 'int64', ['batch_size', 'total_sequence_length']),
+    positionIds: g.input('position_ids', 'int64', ['batch_size', 'sequence_length']),
+    past: Array.from({ length: numLayers }, (_, i) => ({
+      key: g.input(`past_key_values.${i}.key`, floatType, ['batch_size', numKvHeads, 'past_sequence_length', headDim]),
+      value: g.input(`past_key_values.${i}.value`, floatType, ['batch_size', numKvHeads, 'past_sequence_length', headDim]),
+    })),
+  };
+  const { logits, present } = decoderBody(g, spec, weights, flavor, inputs, false);
+  present.forEach((p, i) => {
+    g.output(`present.${i}.key`, p.key, floatType, ['batch_size', numKvHeads, 'total_sequence_length', headDim]);
+    g.output(`present.${i}.value`, p.value, floatType, ['batch_size', numKvHeads, 'total_sequence_length', headDim]);
+  });
+  g.output('logits', logits, floatType, ['batch_size', 'sequence_length', vocabSize]);
+  return g;
+}
 
+/** Ids of the GreedySearch model: where generation ends, and what pads a prompt or a finished row. */
+export interface GreedySearchIds {
+  /** The model's end id; -1 when it has none. */
+  eosTokenId: number;
+}
+
+/**
+ * The whole greedy decoding loop as one model: ONNX Runtime's GreedySearch operator (com.microsoft)
+ * around the decoder, so each step's cache stays where the session runs (on the GPU with CUDA) and
+ * nothing returns to JavaScript until the search ends. In: `input_ids` int32 [batch, seq] (left-padded
+ * with GREEDY_PAD_ID), `max_length` int32 [1] (prompt plus new tokens), `min_length` int32 [1],
+ * `repetition_penalty` float [1], `attention_mask` int32 [batch, seq]. Out: `sequences` int32
+ * [batch, max_length], the prompt then the generated ids, padded after the end id. The decoder inside
+ * takes the operator's interface (int32 ids, each layer's past as one [2, batch, kv_heads, past,
+ * head_dim] tensor) and computes the last position's logits only; its weights are initializers of the
+ * outer graph, in the same order as the decoder model's, so both can share one external data file.
+ */
+export function buildGreedySearchGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: 'float32' | 'float16', flavor: Flavor, ids: GreedySearchIds): GraphBuilder {
+  const inner = new GraphBuilder(floatType);
+  const { numLayers, numKvHeads, headDim, vocabSize } = spec;
+  // Declared in the order the operator checks: input_ids, position_ids, attention_mask, past_0...
+  const ids32 = inner.input('input_ids', 'int32', ['batch_size', 'sequence_length']);
+  const positions32 = inner.input('position_ids', 'int32', ['batch_size', 'sequence_length']);
+  const mask32 = inner.input('attention_mask', 'int32', ['batch_size', 'total_sequence_length']);
+  const pastInputs = Array.from({ length: numLayers }, (_, i) => inner.input(`past_${i}`, floatType, [2, 'batch_size', numKvHeads, 'past_sequence_length', headDim]));
+  const int64 = (name: string): string => inner.op('Cast', [name], { to: 7 });
+  const at = (value: string, index: number): string => inner.op('Gather', [value, inner.int64([index], [])], { axis: 0 });
+  const inputs: DecoderInputs = {
+    inputIds: int64(ids32),
+    positionIds: int64(positions32),
+    attentionMask: int64(mask32),
+    past: pastInputs.map((past) => ({ key: at(past, 0), value: at(past, 1) })),
+  };
+  const { logits, present } = decoderBody(inner, spec, weights, flavor, inputs, true);
+  inner.output('logits', logits, floatType, ['batch_size', 1, vocabSize]);
+  present.forEach((p, i) => {
+    const stacked = inner.op('Concat', [inner.op('Unsqueeze', [p.key, inner.int64([0])]), inner.op('Unsqueeze', [p.value, inner.int64([0])])], { axis: 0 });
+    inner.output(`present_${i}`, stacked, floatType, [2, 'batch_size', numKvHeads, 'total_sequence_length', headDim]);
+  });
+
+  const g = new GraphBuilder(floatType);
+  const decoder = g.adopt(inner, 'decoder');
+  const inputIds = g.input('input_ids', 'int32', ['batch_size', 'sequence_length']);
+  const maxLength = g.input('max_length', 'int32', [1]);
+  const minLength = g.input('min_length', 'int32', [1]);
+  const repetitionPenalty = g.input('repetition_penalty', 'float32', [1]);
+  const attentionMask = g.input('attention_mask', 'int32', ['batch_size', 'sequence_length']);
+  const sequences = g.op(
+    'GreedySearch',
+    [inputIds, maxLength, minLength, repetitionPenalty, '', '', attentionMask],
+    { eos_token_id: ids.eosTokenId, pad_token_id: GREEDY_PAD_ID, model_type: 0, vocab_size: vocabSize, decoder },
+    { domain: MS, name: 'greedy_search' },
+  );
+  g.output('sequences', sequences, 'int32', ['batch_size', 'max_length']);
+  return g;
+}
+
+/** The decoder itself, from its inputs to its logits (every position, or the last only) and grown cache. */
+function decoderBody(
+  g: GraphBuilder,
+  spec: DecoderSpec,
+  weights: DecoderWeights,
+  flavor: Flavor,
+  inputs: DecoderInputs,
+  lastOnly: boolean,
+): { logits: string; present: Array<{ key: string; value: string }> } {
+  const { numLayers, vocabSize } = spec;
+  const { inputIds, attentionMask, positionIds, past } = inputs;
   const embedTokens = g.weight('embed_tokens.weight', weights.embedTokens);
   let x = g.op('Gather', [embedTokens, inputIds], { axis: 0 }, { name: 'embed' });
   if (spec.positions.kind === 'learned') {
@@ -57,11 +144,11 @@ export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, fl
 
   // The residual stream: each block adds to x, and the norm that follows is taken of the sum (fused
   // into one Skip*Normalization in the cuda flavor).
+  const present: Array<{ key: string; value: string }> = [];
   let h = norm(g, spec, weights.layers[0]!.inputNorm, x, 'layers.0.input_norm');
   weights.layers.forEach((layer, i) => {
     const attention = attend(g, context, layer, i, h, past[i]!);
-    g.output(`present.${i}.key`, attention.presentKey, floatType, ['batch_size', numKvHeads, 'total_sequence_length', headDim]);
-    g.output(`present.${i}.value`, attention.presentValue, floatType, ['batch_size', numKvHeads, 'total_sequence_length', headDim]);
+    present.push({ key: attention.presentKey, value: attention.presentValue });
     const afterAttention = residualNorm(g, context, layer.postNorm, x, attention.output, `layers.${i}.post_norm`);
     const mlpOut = mlp(g, context, layer, i, afterAttention.normed);
     const nextNorm = weights.layers[i + 1]?.inputNorm ?? weights.finalNorm;
@@ -69,14 +156,16 @@ export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, fl
     x = afterMlp.sum;
     h = afterMlp.normed;
   });
-  x = h;
+  // Only the last position's hidden state goes through the head when that is all the caller reads.
+  if (lastOnly) h = g.op('Slice', [h, g.int64([-1]), g.int64([Number.MAX_SAFE_INTEGER]), g.int64([1])]);
   // The head as Gemm with transB, so a tied head reads the embedding initializer instead of a copy.
   const head = weights.lmHead === undefined ? embedTokens : g.weight('lm_head.weight', weights.lmHead);
-  const flat = g.op('Reshape', [x, g.int64([-1, spec.hiddenSize])]);
+  const flat = g.op('Reshape', [h, g.int64([-1, spec.hiddenSize])]);
   const logits2d = g.op('Gemm', [flat, head], { transB: 1 }, { name: 'lm_head' });
-  const outShape = g.op('Concat', [g.op('Slice', [g.op('Shape', [inputIds]), g.int64([0]), g.int64([2])]), g.int64([vocabSize])], { axis: 0 });
-  g.output('logits', g.op('Reshape', [logits2d, outShape]), floatType, ['batch_size', 'sequence_length', vocabSize]);
-  return g;
+  const outShape = lastOnly
+    ? g.op('Concat', [g.op('Slice', [g.op('Shape', [inputIds]), g.int64([0]), g.int64([1])]), g.int64([1, vocabSize])], { axis: 0 })
+    : g.op('Concat', [g.op('Slice', [g.op('Shape', [inputIds]), g.int64([0]), g.int64([2])]), g.int64([vocabSize])], { axis: 0 });
+  return { logits: g.op('Reshape', [logits2d, outShape]), present };
 }
 
 /**

@@ -124,6 +124,19 @@ export class GraphBuilder {
     return { graph: { name, node: nodes, output } };
   }
 
+  /**
+   * Takes `inner`'s graph as a subgraph attribute (a GreedySearch decoder): its initializers become
+   * this graph's (the subgraph reads them from the enclosing scope, so weights sit once in the model
+   * and in their original order), its nodes, inputs and outputs the subgraph's.
+   */
+  adopt(inner: GraphBuilder, name: string): GraphAttribute {
+    this.initializers.push(...inner.initializers.splice(0));
+    for (const domain of inner.domains) this.domains.add(domain);
+    for (const [prefix, n] of inner.counts) this.counts.set(prefix, Math.max(n, this.counts.get(prefix) ?? 0));
+    for (const [key, value] of inner.constants) this.constants.set(key, value);
+    return { graph: { name, node: inner.nodes.splice(0), input: inner.inputs.splice(0), output: inner.outputs.splice(0) } };
+  }
+
   /** Adds a node; returns its single output, or all outputs with `outputs` > 1 via `opMany`. */
   op(type: string, inputs: ReadonlyArray<string>, attributes: Record<string, AttributeValue> = {}, options: OpOptions = {}): string {
     return this.opMany(type, inputs, attributes, { ...options, outputs: 1 })[0]!;

@@ -1,5 +1,6 @@
 export { buildModel, BUILD_STAGES, type BuildOptions, type BuildResult, type BuildStage, type BuildInfo } from './build.ts';
 export { readHfCheckpoint, Checkpoint, type ModelConfig } from './checkpoint.ts';
+export { architectureFor } from './arch/index.ts';
 export { readLlama2cCheckpoint } from './llama2c-checkpoint.ts';
 export { readSafetensors, writeSafetensors } from './safetensors.ts';
 export type { DecoderSpec, DecoderWeights } from './decoder-spec.ts';

@@ -41,6 +41,8 @@ export interface TextRequest {
   len_penalty?: number;
   logprobs?: boolean;
   top_logprobs?: number;
+  /** false: the caller reads only the final answer, so the engine may generate it in one device run. Default: true. */
+  stream?: boolean;
   [field: string]: unknown;
 }
 
@@ -174,7 +176,7 @@ export class Pipeline {
             }
             subscriber.next(u);
           };
-          upstream = compiled.ensemble.run(inputs).subscribe({
+          upstream = compiled.ensemble.run(inputs, { stream: request.stream !== false }).subscribe({
             next: (record) => {
               last = record;
               const u = update(record);

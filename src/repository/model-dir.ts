@@ -6,10 +6,10 @@
  * its first and last 4 MiB: a copy of a checkpoint finds its build; a changed one does not.
  */
 import { createHash } from 'node:crypto';
-import { closeSync, existsSync, openSync, readdirSync, readSync, statSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { ChorusError } from '../errors.ts';
-import { buildModel, type BuildOptions } from '../modelbuild/index.ts';
+import { architectureFor, buildModel, type BuildOptions, type ModelConfig } from '../modelbuild/index.ts';
 import { cacheDir } from './source.ts';
 
 /** True when `dir` holds a built model (a merged decoder or an encoder). */
@@ -17,12 +17,23 @@ export function isBuiltModel(dir: string): boolean {
   return existsSync(join(dir, 'onnx', 'decoder_model_merged.onnx')) || existsSync(join(dir, 'onnx', 'encoder_model.onnx'));
 }
 
+/** True when `path` is a checkpoint of a decoder-only model (a llama2.c .bin, or a config.json of one). */
+export function isDecoderOnlySource(path: string): boolean {
+  if (!existsSync(path)) return false;
+  if (!statSync(path).isDirectory()) return true;
+  try {
+    return architectureFor(JSON.parse(readFileSync(join(path, 'config.json'), 'utf8')) as ModelConfig).kind === 'decoder';
+  } catch {
+    return false;
+  }
+}
+
 /** `path` when built, else its cached build (made now, with `log` told, when missing). */
 export function builtModelDirectory(path: string, options: Omit<BuildOptions, 'source' | 'out'> = {}, log: (line: string) => void = () => {}, param = 'source'): string {
   if (!existsSync(path)) throw new ChorusError('CHORUS_FILE_MISSING', `${param} ${path} does not exist`, { param, value: path });
   if (isBuiltModel(path)) return path;
   const hash = createHash('sha256');
-  hash.update(JSON.stringify([options.dtype ?? 'fp32', options.flavor ?? 'portable', options.task ?? 'generate', options.outputAttentions ?? false]));
+  hash.update(JSON.stringify([options.dtype ?? 'fp32', options.flavor ?? 'portable', options.task ?? 'generate', options.outputAttentions ?? false, ...(options.greedySearch ? ['greedy'] : [])]));
   const files = statSync(path).isDirectory() ? listFiles(path) : [path];
   if (options.tokenizer !== undefined) files.push(options.tokenizer);
   for (const file of files) {

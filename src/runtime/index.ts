@@ -4,3 +4,4 @@ export { Seq2SeqSession, type Encoded, type Seq2SeqCache, type Seq2SeqOutput } f
 export { selectCacheRows, selectEncodedRows, selectRows } from './select-rows.ts';
 export { createSession, releaseSession, openSessionCount, type ExecutionProviders } from './sessions.ts';
 export { findGpus, findCudaLibraries, providerInstalled, installProvider, probeCuda, onnxRuntimeNode, providerFiles, type Check } from './cuda-setup.ts';
+export { GreedySearchSession } from './greedy-session.ts';

@@ -1,10 +1,16 @@
 /**
  * Chorus's side of the GPU speed comparison: GPT-2 124M (seeded weights, the checkpoint hf.py loads
- * too), fp16 on CUDA, greedy, prompt 128, 128 new tokens (no early stop), at batch 1, 8, 32, 64 (that
- * many requests submitted together; the engine batches them) and under 64 concurrent streaming
- * requests. Both builder flavors. Reports ms per decode step, tokens/s and time to first token;
- * profile: time inside session.run against the rest (host copies of the cache, JavaScript).
+ * too), fp16 on CUDA, greedy, prompt 128, 128 new tokens, at batch 1, 8, 32, 64 (that many requests
+ * submitted together) and under 64 concurrent streaming requests; both builder flavors; two paths:
+ *   loop   - the TypeScript step loop (streamed requests; min_length = new tokens, so no early stop),
+ *   greedy - the GreedySearch fast path (requests not streamed; the whole decode in one session run;
+ *            tokens/s counts the tokens actually generated, in case the random model ends a row early).
+ * Reports ms per decode step, tokens/s and time to first token; profile: the share of the time inside
+ * session.run (the rest is host copies of the cache and JavaScript).
  * Usage: node --import tsx bench/gpu/speed/chorus.ts <work-dir>  -> <work-dir>/chorus.json
+ * Knobs: SPEED_FLAVORS=portable,cuda  SPEED_PATHS=loop,greedy  SPEED_MAX_BATCH=64 (loop rows only:
+ * batches over 8 take minutes there)  SPEED_PROVIDER=cuda|cpu  SPEED_DTYPE=fp16|fp32
+ * SPEED_PROMPT=128  SPEED_NEW=128.
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -14,8 +20,10 @@ import { OrtEngine, type RequestMetrics } from '../../../src/generation/index.ts
 import { buildModel, makeCheckpoint } from '../../../src/modelbuild/index.ts';
 
 const work = process.argv[2] ?? '/tmp/speed';
-const PROMPT = 128;
-const NEW = 128;
+const PROMPT = Number(process.env.SPEED_PROMPT ?? 128);
+const NEW = Number(process.env.SPEED_NEW ?? 128);
+const PROVIDER = (process.env.SPEED_PROVIDER ?? 'cuda') as 'cuda' | 'cpu';
+const DTYPE = (process.env.SPEED_DTYPE ?? 'fp16') as 'fp16' | 'fp32';
 const checkpoint = join(work, 'gpt2-124m');
 makeCheckpoint({ arch: 'gpt2', size: 'real', seed: 1, out: checkpoint });
 
@@ -38,51 +46,64 @@ proto.run = async function (this: ort.InferenceSession, ...args: Parameters<type
 } as typeof original;
 
 const rows: Array<Record<string, unknown>> = [];
+const save = (): void => writeFileSync(join(work, 'chorus.json'), JSON.stringify({ rows, checkpoint, prompt: PROMPT, new_tokens: NEW, provider: PROVIDER, dtype: DTYPE }, null, 2));
+const paths = (process.env.SPEED_PATHS ?? 'loop,greedy').split(',') as Array<'loop' | 'greedy'>;
 for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') as Array<'portable' | 'cuda'>) {
-  const dir = join(work, `gpt2-fp16-${flavor}`);
-  buildModel({ source: checkpoint, out: dir, dtype: 'fp16', flavor });
+  const dir = join(work, `gpt2-${DTYPE}-${flavor}`);
+  buildModel({ source: checkpoint, out: dir, dtype: DTYPE, flavor, greedySearch: true });
   const metrics: RequestMetrics[] = [];
-  const engine = await OrtEngine.open(dir, { executionProviders: ['cuda'], maxBatchSize: 64, onRequestDone: (m) => metrics.push(m) });
-  const settings = [['batch 1', 1, false], ['batch 8', 8, false], ['batch 32', 32, false], ['batch 64', 64, false], ['64 concurrent streams', 64, true]] as const;
-  // SPEED_MAX_BATCH limits the rows run (the larger ones take minutes while the engine copies the cache through the host).
+  const engine = await OrtEngine.open(dir, { executionProviders: [PROVIDER], maxBatchSize: 64, onRequestDone: (m) => metrics.push(m) });
+  const settings = [
+    ['batch 1', 1, false],
+    ['batch 8', 8, false],
+    ['batch 32', 32, false],
+    ['batch 64', 64, false],
+    ['64 concurrent streams', 64, true],
+  ] as const;
   const maxBatch = Number(process.env.SPEED_MAX_BATCH ?? 64);
-  for (const [setting, batch, streaming] of settings.filter(([, b]) => b <= maxBatch)) {
-    const run = () =>
-      Promise.all(
-        prompts(batch).map((p, i) =>
-          streaming
-            ? new Promise<void>((resolve) => setTimeout(resolve, i * 2)).then(() => lastValueFrom(engine.submit({ inputIds: p, params: { temperature: 0, request_output_len: NEW, min_length: NEW } }).pipe(toArray())))
-            : lastValueFrom(engine.submit({ inputIds: p, params: { temperature: 0, request_output_len: NEW, min_length: NEW } }).pipe(toArray())),
-        ),
-      );
-    try {
-      await run(); // warm-up
-    } catch (error) {
-      rows.push({ flavor, setting, batch, error: String(error) });
-      console.log(`${flavor} ${setting}: ${String(error)}`);
-      continue;
+  for (const path of paths) {
+    for (const [setting, batch, concurrent] of settings) {
+      if (path === 'loop' && batch > maxBatch) continue;
+      if (path === 'greedy' && concurrent) continue;
+      const loop = path === 'loop';
+      const submit = (p: number[]) =>
+        lastValueFrom(engine.submit({ inputIds: p, params: { temperature: 0, request_output_len: NEW, ...(loop ? { min_length: NEW } : {}) }, stream: loop }).pipe(toArray()));
+      const run = () => Promise.all(prompts(batch).map((p, i) => (concurrent ? new Promise<void>((resolve) => setTimeout(resolve, i * 2)).then(() => submit(p)) : submit(p))));
+      try {
+        await run(); // warm-up
+      } catch (error) {
+        rows.push({ flavor, path, setting, batch, error: String(error) });
+        console.log(`${flavor} ${path} ${setting}: ${String(error)}`);
+        continue;
+      }
+      metrics.length = 0;
+      inRun = 0;
+      const before = engine.stats();
+      const started = performance.now();
+      const results = await run();
+      const seconds = (performance.now() - started) / 1000;
+      const after = engine.stats();
+      const tokens = results.reduce((sum, events) => sum + events.length, 0);
+      // The loop's steps are its decode steps; the fast path takes as many steps as its longest row.
+      const steps = loop ? after.decodeSteps - before.decodeSteps : Math.max(...results.map((events) => events.length));
+      const ttft = metrics.map((m) => m.timeToFirstTokenMs).sort((a, b) => a - b);
+      const row = {
+        flavor,
+        path,
+        setting,
+        batch,
+        tokens,
+        greedy_search_runs: after.greedySearchRuns - before.greedySearchRuns,
+        tokens_per_s: tokens / seconds,
+        ms_per_step: (seconds * 1000) / Math.max(1, steps),
+        ttft_ms_median: ttft[Math.floor(ttft.length / 2)],
+        session_run_share: inRun / (seconds * 1000),
+      };
+      rows.push(row);
+      console.log(JSON.stringify(row));
+      save();
     }
-    metrics.length = 0;
-    inRun = 0;
-    const steps0 = engine.stats().decodeSteps;
-    const started = performance.now();
-    await run();
-    const seconds = (performance.now() - started) / 1000;
-    const steps = engine.stats().decodeSteps - steps0;
-    const ttft = metrics.map((m) => m.timeToFirstTokenMs).sort((a, b) => a - b);
-    const row = {
-      flavor,
-      setting,
-      batch,
-      tokens_per_s: (batch * NEW) / seconds,
-      ms_per_step: (seconds * 1000) / Math.max(1, steps),
-      ttft_ms_median: ttft[Math.floor(ttft.length / 2)],
-      session_run_share: inRun / (seconds * 1000),
-    };
-    rows.push(row);
-    console.log(JSON.stringify(row));
-    writeFileSync(join(work, 'chorus.json'), JSON.stringify({ rows, checkpoint }, null, 2));
   }
   await engine.close();
 }
-writeFileSync(join(work, 'chorus.json'), JSON.stringify({ rows, checkpoint }, null, 2));
+save();

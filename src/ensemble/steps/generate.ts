@@ -34,10 +34,10 @@ export const generateStep: StepImpl = (inputs, context) =>
   inputs.pipe(
     // The prompt tensors are final before generation starts.
     last(),
-    switchMap((final) => from(context.store.model(context.target)).pipe(switchMap((model) => run(model, final)))),
+    switchMap((final) => from(context.store.model(context.target)).pipe(switchMap((model) => run(model, final, context.stream)))),
   );
 
-function run(model: LoadedModel, inputs: TensorRecord): Observable<TensorRecord> {
+function run(model: LoadedModel, inputs: TensorRecord, stream: boolean): Observable<TensorRecord> {
   if (model.engine !== 'generate') throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${model.name} has engine ${model.engine}; generate steps need engine generate`);
   const ids = inputs.input_ids!;
   const batch = ids.shape[0] ?? 0;
@@ -102,7 +102,7 @@ function run(model: LoadedModel, inputs: TensorRecord): Observable<TensorRecord>
     return out;
   };
   const streams = prompts.map((prompt, r) =>
-    model.generator.submit({ inputIds: prompt, params: params[r]! }).pipe(
+    model.generator.submit({ inputIds: prompt, params: params[r]!, stream }).pipe(
       tap((event: TokenEvent) => {
         const track = tracks[r]![event.sequence ?? 0]!;
         track.ids.push(event.token);

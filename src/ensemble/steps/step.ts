@@ -13,6 +13,8 @@ export interface StepContext {
   /** What the step's kind names: a tokenizer, a model, or a script path. */
   target: string;
   repositoryDir: string;
+  /** Whether the caller reads the outputs as they grow (false: only the final ones). */
+  stream: boolean;
 }
 
 /**

@@ -19,18 +19,18 @@ type Params = { model: string; version?: string };
 export function registerGenerate(app: FastifyInstance, service: Service): void {
   for (const prefix of ['/v2/models/:model', '/v2/models/:model/versions/:version']) {
     app.post<{ Params: Params }>(`${prefix}/generate`, async (request, reply) => {
-      const { stream, envelope } = start(service, request);
+      const { stream, envelope } = start(service, request, false);
       return { ...envelope, ...(await cancelOnClose(request, reply, stream)) };
     });
     app.post<{ Params: Params }>(`${prefix}/generate_stream`, async (request, reply) => {
-      const { envelope, deltas } = start(service, request);
+      const { envelope, deltas } = start(service, request, true);
       await sendEvents(request, reply, deltas.pipe(map((event) => ({ ...envelope, ...event }))), { error: (error) => errorBody(error) });
     });
   }
 }
 
 /** The request's answer (final) and its stream of events, for the named pipeline or ensemble. */
-function start(service: Service, request: FastifyRequest<{ Params: Params }>): { envelope: Record<string, unknown>; stream: Observable<Record<string, unknown>>; deltas: Observable<Record<string, unknown>> } {
+function start(service: Service, request: FastifyRequest<{ Params: Params }>, streamed: boolean): { envelope: Record<string, unknown>; stream: Observable<Record<string, unknown>>; deltas: Observable<Record<string, unknown>> } {
   const name = request.params.model;
   const body = request.body;
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalidArgument('body', 'a JSON object', body);
@@ -40,7 +40,7 @@ function start(service: Service, request: FastifyRequest<{ Params: Params }>): {
   const all = { ...fields, ...(parameters as Record<string, unknown> | undefined) };
   const envelope = { model_name: name, model_version: '1', ...(id === undefined ? {} : { id }) };
   if (service.repository.pipelines.has(name)) {
-    const updates = service.pipeline(name).run(all as TextRequest);
+    const updates = service.pipeline(name).run({ ...all, stream: streamed } as TextRequest);
     const answer = (u: PipelineUpdate, text: string): Record<string, unknown> => ({
       text_output: text,
       ...(u.choices[0]?.finishReason ? { finish_reason: u.choices[0].finishReason } : {}),
@@ -60,7 +60,7 @@ function start(service: Service, request: FastifyRequest<{ Params: Params }>): {
       if (spec === undefined) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `ensemble ${name} has no input ${field}; its inputs are: ${Object.keys(ensemble.definition.inputs).join(', ')}`, { param: field });
       inputs[field] = tensorFromValue(field, value, spec);
     }
-    const outputs = ensemble.run(inputs).pipe(map(plain));
+    const outputs = ensemble.run(inputs, { stream: streamed }).pipe(map(plain));
     return { envelope, stream: outputs, deltas: outputs };
   }
   const names = [...service.repository.pipelines.keys(), ...service.repository.ensembles.keys()];

@@ -99,12 +99,12 @@ async function infer(service: Service, request: FastifyRequest<{ Params: ModelPa
   const inputs = Object.fromEntries(body.inputs.map((input) => [input.name, input.tensor]));
   let outputs: TensorRecord;
   if (kind === 'ensemble') {
-    const run = service.ensemble(name).run(inputs);
+    const run = service.ensemble(name).run(inputs, { stream: false });
     outputs = await cancelOnClose(request, reply, run);
   } else {
     const { text_input: text, ...fields } = inputs;
     if (text === undefined || text.datatype !== 'BYTES' || text.data.length !== 1) throw invalidArgument('inputs.text_input', 'one BYTES element (the prompt)', text?.data);
-    const textRequest: TextRequest = { text_input: text.data[0] as string };
+    const textRequest: TextRequest = { text_input: text.data[0] as string, stream: false };
     for (const [field, t] of Object.entries(fields)) {
       if (t.data.length !== 1) throw invalidArgument(`inputs.${field}`, 'one element (a request field of the pipeline)', t.data);
       textRequest[field] = t.data[0];

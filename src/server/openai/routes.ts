@@ -89,7 +89,7 @@ async function handle(service: Service, request: FastifyRequest, reply: FastifyR
   const options = body.stream_options;
   if (options !== undefined && options !== null && (typeof options !== 'object' || Array.isArray(options))) throw invalidArgument('stream_options', 'an object', options);
   const includeUsage = (options as { include_usage?: unknown } | null)?.include_usage === true;
-  const base: TextRequest = {};
+  const base: TextRequest = { stream };
   let logprobs = false;
   if (kind === 'chat') {
     if (body.logprobs !== undefined && body.logprobs !== null && typeof body.logprobs !== 'boolean') throw invalidArgument('logprobs', 'true or false', body.logprobs);
