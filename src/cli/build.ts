@@ -51,7 +51,7 @@ export function registerBuild(program: Command): void {
     .command('make-checkpoint')
     .description('write a random, seeded Hugging Face checkpoint (config.json + model.safetensors)')
     .addOption(new Option('--arch <arch>', 'architecture').choices([...CHECKPOINT_ARCHS]).makeOptionMandatory())
-    .addOption(new Option('--size <size>', 'tiny: width 64; real: GPT-2 124M, Qwen2-0.5B, t5-small, t5-v1_1-small, bart-base shapes; base: t5-base shapes').choices(['tiny', 'real', 'base']).default('tiny'))
+    .addOption(new Option('--size <size>', 'tiny: width 64; real: GPT-2 124M, Qwen2-0.5B, t5-small, t5-v1_1-small, bart-base shapes; base: t5-base shapes; large: bart-large').choices(['tiny', 'real', 'base', 'large']).default('tiny'))
     .option('--seed <n>', 'the random seed', '0')
     .requiredOption('-o, --out <dir>', 'the output directory')
     .action((options: { arch: CheckpointArch; size: CheckpointSize; seed: string; out: string }) => {

@@ -134,7 +134,7 @@ export const ModelDefinition = Type.Object(
       Type.Object(
         {
           arch: Enum(['gpt2', 'llama', 'qwen2', 't5', 't5v1_1', 'ul2', 'bart', 'mbart'], { description: 'The architecture (as `chorus make-checkpoint --arch`).' }),
-          size: Enum(['tiny', 'real', 'base'], { description: '`real` is the released model\'s shape; `tiny` a few layers of width 64.' }),
+          size: Enum(['tiny', 'real', 'base', 'large'], { description: '`real` is the released model\'s shape; `tiny` a few layers of width 64.' }),
           seed: Type.Integer({ minimum: 0, description: 'The seed of the random weights.' }),
         },
         {

@@ -11,14 +11,14 @@ import type { Tensor } from './tensor.ts';
 
 export const CHECKPOINT_ARCHS = ['gpt2', 'llama', 'qwen2', 't5', 't5v1_1', 'ul2', 'bart', 'mbart'] as const;
 export type CheckpointArch = (typeof CHECKPOINT_ARCHS)[number];
-/** `base` is a second real size, for the T5 variants (t5-base, t5-v1_1-base). */
-export type CheckpointSize = 'tiny' | 'real' | 'base';
+/** `base` is a second real size, for the T5 variants (t5-base, t5-v1_1-base); `large` is bart-large. */
+export type CheckpointSize = 'tiny' | 'real' | 'base' | 'large';
 
 /** Options of `makeCheckpoint`. */
 export interface MakeCheckpointOptions {
   arch: CheckpointArch;
   /**
-   * `tiny`: a few layers of width 64; `base`: t5-base and t5-v1_1-base (T5 variants only); `real`: GPT-2 124M, Qwen2-0.5B's shape (llama, qwen2), t5-small,
+   * `tiny`: a few layers of width 64; `base`: t5-base and t5-v1_1-base (T5 variants only); `large`: bart-large; `real`: GPT-2 124M, Qwen2-0.5B's shape (llama, qwen2), t5-small,
    * t5-v1_1-small, UL2's gated-SiLU at t5-v1_1-small's size, bart-base, and mBART's architecture at
    * bart-base's size with mBART's 250027 vocabulary.
    */
@@ -35,6 +35,7 @@ const CONFIGS: Record<CheckpointArch, Partial<Record<CheckpointSize, Record<stri
   bart: {
     tiny: { vocab_size: 512, d_model: 64, encoder_layers: 2, decoder_layers: 2, encoder_attention_heads: 4, decoder_attention_heads: 4, encoder_ffn_dim: 128, decoder_ffn_dim: 128, max_position_embeddings: 128, scale_embedding: false },
     real: { vocab_size: 50265, d_model: 768, encoder_layers: 6, decoder_layers: 6, encoder_attention_heads: 12, decoder_attention_heads: 12, encoder_ffn_dim: 3072, decoder_ffn_dim: 3072, max_position_embeddings: 1024, scale_embedding: false },
+    large: { vocab_size: 50265, d_model: 1024, encoder_layers: 12, decoder_layers: 12, encoder_attention_heads: 16, decoder_attention_heads: 16, encoder_ffn_dim: 4096, decoder_ffn_dim: 4096, max_position_embeddings: 1024, scale_embedding: false },
   },
   mbart: {
     tiny: { vocab_size: 512, d_model: 64, encoder_layers: 2, decoder_layers: 3, encoder_attention_heads: 4, decoder_attention_heads: 4, encoder_ffn_dim: 128, decoder_ffn_dim: 128, max_position_embeddings: 128, scale_embedding: true },

@@ -8,6 +8,7 @@ import ort from 'onnxruntime-node';
 import { ChorusError } from '../errors.ts';
 import { createSession, releaseSession, type ExecutionProviders } from './sessions.ts';
 import { argmax } from '../util/argmax.ts';
+import { fromHalfBits } from '../util/half.ts';
 
 /** The encoder's output for a batch: hidden states [batch, seq, dModel] and the mask they came with. */
 export interface Encoded {
@@ -39,6 +40,8 @@ export class Seq2SeqSession {
     readonly headDim: number,
     readonly vocabSize: number,
     readonly config: Record<string, unknown>,
+    /** The cache's (and logits') element type: float16 for an fp16 build. */
+    readonly floatType: 'float32' | 'float16' = 'float32',
   ) {}
 
   /** Opens `dir`; a directory built with task encode has an encoder only. */
@@ -59,7 +62,7 @@ export class Seq2SeqSession {
     if (typeof heads !== 'number' || typeof headDim !== 'number' || typeof vocab !== 'number') {
       throw new ChorusError('CHORUS_FILE_INVALID', `${decoderFile}: the cache's heads and head size, and the vocabulary size, must be fixed dimensions`);
     }
-    return new Seq2SeqSession(encoder, decoder, layers, heads, headDim, vocab, config);
+    return new Seq2SeqSession(encoder, decoder, layers, heads, headDim, vocab, config, past!.isTensor && past!.type === 'float16' ? 'float16' : 'float32');
   }
 
   /** Runs the encoder over rows of equal length (mask: 1 real, 0 padding; default all ones). */
@@ -82,7 +85,7 @@ export class Seq2SeqSession {
       encoder_hidden_states: encoded.hidden,
       use_cache_branch: new ort.Tensor('bool', Uint8Array.of(cache === undefined ? 0 : 1), [1]),
     };
-    const empty = new ort.Tensor('float32', new Float32Array(0), [batch, this.numHeads, 0, this.headDim]);
+    const empty = new ort.Tensor(this.floatType, this.floatType === 'float16' ? new Uint16Array(0) : new Float32Array(0), [batch, this.numHeads, 0, this.headDim]);
     for (let i = 0; i < this.numLayers; i++) {
       for (const part of ['decoder.key', 'decoder.value', 'encoder.key', 'encoder.value']) {
         feeds[`past_key_values.${i}.${part}`] = cache?.tensors[`past_key_values.${i}.${part}`] ?? empty;
@@ -93,7 +96,9 @@ export class Seq2SeqSession {
     for (let i = 0; i < this.numLayers; i++) {
       for (const part of ['decoder.key', 'decoder.value', 'encoder.key', 'encoder.value']) tensors[`past_key_values.${i}.${part}`] = out[`present.${i}.${part}`]!;
     }
-    return { logits: out.logits!.data as Float32Array, dims: [batch, seq, this.vocabSize], cache: { tensors, length: (cache?.length ?? 0) + seq } };
+    const logits = out.logits!;
+    const data = logits.type === 'float16' ? Float32Array.from(logits.data as Uint16Array, fromHalfBits) : (logits.data as Float32Array);
+    return { logits: data, dims: [batch, seq, this.vocabSize], cache: { tensors, length: (cache?.length ?? 0) + seq } };
   }
 
   /** Greedy decoding of one input for `steps` tokens, from `decoder_start_token_id` (no stopping). */

@@ -61,6 +61,8 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
     ['64 concurrent streams', 64, true],
   ] as const;
   const maxBatch = Number(process.env.SPEED_MAX_BATCH ?? 64);
+  // Each batch's ids from the loop, to check the fast path gives the same tokens.
+  const loopIds = new Map<number, number[][]>();
   for (const path of paths) {
     for (const [setting, batch, concurrent] of settings) {
       if (path === 'loop' && batch > maxBatch) continue;
@@ -87,6 +89,10 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
       // The loop's steps are its decode steps; the fast path takes as many steps as its longest row.
       const steps = loop ? after.decodeSteps - before.decodeSteps : Math.max(...results.map((events) => events.length));
       const ttft = metrics.map((m) => m.timeToFirstTokenMs).sort((a, b) => a - b);
+      const ids = results.map((events) => events.map((e) => e.token));
+      if (loop && !concurrent) loopIds.set(batch, ids);
+      const reference = loopIds.get(batch);
+      const sameAsLoop = !loop && reference !== undefined ? { rows_identical_to_loop: ids.filter((row, i) => row.join() === reference[i]!.join()).length } : {};
       const row = {
         flavor,
         path,
@@ -98,6 +104,7 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
         ms_per_step: (seconds * 1000) / Math.max(1, steps),
         ttft_ms_median: ttft[Math.floor(ttft.length / 2)],
         session_run_share: inRun / (seconds * 1000),
+        ...sameAsLoop,
       };
       rows.push(row);
       console.log(JSON.stringify(row));

@@ -1,6 +1,7 @@
 """Hugging Face's side of the GPU speed comparison, and the table: the same GPT-2 124M checkpoint
 (seeded weights, written by chorus.ts), fp16, eager attention, greedy generate with 128 new tokens
-(min_new_tokens = max_new_tokens: no early stop) on prompts of 128 tokens, batch 1, 8, 32, 64.
+(min_new_tokens = max_new_tokens: no early stop) on prompts of 128 tokens, batch 1, 8, 32, 64; then
+the table of Chorus's rows (each path and flavor) beside transformers' row of the same batch.
 Usage: python3 bench/gpu/speed/hf.py <work-dir> <out-dir>
 """
 import json
@@ -46,15 +47,15 @@ def main():
     rows = []
     for row in chorus["rows"]:
         if "error" in row:
-            print(f"{row['flavor']} {row['setting']}: {row['error']}")
+            print(f"{row['flavor']} {row['path']} {row['setting']}: {row['error']}")
             continue
         ref = hf[row["batch"]]
         rows.append({**row, "hf_tokens_per_s": ref["tokens_per_s"], "hf_ms_per_step": ref["ms_per_step"], "ratio_tokens_per_s": row["tokens_per_s"] / ref["tokens_per_s"]})
     info = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "transformers": __import__("transformers").__version__, "prompt": PROMPT, "new_tokens": NEW, "rows": rows}
     json.dump(info, open(os.path.join(out_dir, "speed.json"), "w"), indent=2)
-    print(f"{'flavor':9} {'setting':22} {'chorus tok/s':>12} {'hf tok/s':>10} {'ratio':>6} {'ms/step':>8} {'hf ms/step':>10} {'ttft ms':>8} {'in run':>7}")
+    print(f"{'flavor':9} {'path':7} {'setting':22} {'tokens':>7} {'chorus tok/s':>12} {'hf tok/s':>10} {'ratio':>6} {'ms/step':>8} {'hf ms/step':>10} {'ttft ms':>8} {'in run':>7}")
     for r in rows:
-        print(f"{r['flavor']:9} {r['setting']:22} {r['tokens_per_s']:12.0f} {r['hf_tokens_per_s']:10.0f} {r['ratio_tokens_per_s']:6.2f} {r['ms_per_step']:8.2f} {r['hf_ms_per_step']:10.2f} {r['ttft_ms_median']:8.1f} {r['session_run_share']:7.0%}")
+        print(f"{r['flavor']:9} {r['path']:7} {r['setting']:22} {r['tokens']:7d} {r['tokens_per_s']:12.0f} {r['hf_tokens_per_s']:10.0f} {r['ratio_tokens_per_s']:6.2f} {r['ms_per_step']:8.2f} {r['hf_ms_per_step']:10.2f} {r['ttft_ms_median']:8.1f} {r['session_run_share']:7.0%}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,96 @@
+/**
+ * Chorus's side of the encoder-decoder speed comparison: t5-small, t5-base and bart-large shapes
+ * (seeded weights; seq2seq_hf.py loads the same checkpoints), fp16 on CUDA, source 256 tokens, 64 new
+ * tokens (min_length = 64: no early stop), batch 1 and 32 (that many requests submitted together),
+ * greedy and beam 4. Reports tokens/s (returned sequences' tokens), ms per request-step and time to
+ * first token; profile: the share of the time inside session.run.
+ * Usage: node --import tsx bench/gpu/speed/seq2seq.ts <work-dir> [model...]  -> <work-dir>/seq2seq-chorus.json
+ *   models: t5-small t5-base bart-large (default: all)
+ */
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import ort from 'onnxruntime-node';
+import { lastValueFrom, toArray } from 'rxjs';
+import { Seq2SeqEngine, type RequestMetrics, type SamplingParams } from '../../../src/generation/index.ts';
+import { buildModel, makeCheckpoint, type CheckpointArch, type CheckpointSize } from '../../../src/modelbuild/index.ts';
+
+export const SEQ2SEQ_MODELS: Record<string, { arch: CheckpointArch; size: CheckpointSize }> = {
+  't5-small': { arch: 't5', size: 'real' },
+  't5-base': { arch: 't5', size: 'base' },
+  'bart-large': { arch: 'bart', size: 'large' },
+};
+const SOURCE = 256;
+const NEW = 64;
+
+const work = process.argv[2] ?? '/tmp/speed';
+const names = process.argv.slice(3).length > 0 ? process.argv.slice(3) : Object.keys(SEQ2SEQ_MODELS);
+
+/** The same pseudo-random sources seq2seq_hf.py makes (ids below 30000, then the end id). */
+function sources(count: number, eos: number): number[][] {
+  let state = 777;
+  return Array.from({ length: count }, () => [...Array.from({ length: SOURCE - 1 }, () => ((state = (Math.imul(state, 1103515245) + 12345) >>> 0) >>> 8) % 30000), eos]);
+}
+
+let inRun = 0;
+const proto = (ort.InferenceSession as unknown as { prototype: ort.InferenceSession }).prototype;
+const original = proto.run;
+proto.run = async function (this: ort.InferenceSession, ...args: Parameters<typeof original>) {
+  const started = performance.now();
+  try {
+    return await original.apply(this, args);
+  } finally {
+    inRun += performance.now() - started;
+  }
+} as typeof original;
+
+const file = join(work, 'seq2seq-chorus.json');
+const saved = existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as { rows: Array<Record<string, unknown>>; checkpoints: Record<string, string> }) : { rows: [], checkpoints: {} };
+const rows = saved.rows.filter((row) => !names.includes(String(row.model)));
+const checkpoints = saved.checkpoints;
+for (const name of names) {
+  const spec = SEQ2SEQ_MODELS[name];
+  if (spec === undefined) throw new Error(`unknown model ${name}; known: ${Object.keys(SEQ2SEQ_MODELS).join(', ')}`);
+  const checkpoint = join(work, `${name}-ckpt`);
+  if (!existsSync(join(checkpoint, 'config.json'))) makeCheckpoint({ ...spec, seed: 1, out: checkpoint });
+  checkpoints[name] = checkpoint;
+  const dir = join(work, `${name}-fp16`);
+  if (!existsSync(join(dir, 'onnx', 'decoder_model_merged.onnx'))) buildModel({ source: checkpoint, out: dir, dtype: 'fp16' });
+  const eos = Number((JSON.parse(readFileSync(join(checkpoint, 'config.json'), 'utf8')) as { eos_token_id: number }).eos_token_id);
+  const metrics: RequestMetrics[] = [];
+  const engine = await Seq2SeqEngine.open(dir, { executionProviders: ['cuda'], onRequestDone: (m) => metrics.push(m) });
+  for (const [search, params] of [
+    ['greedy', { temperature: 0 }],
+    ['beam 4', { beam_width: 4, temperature: 1 }],
+  ] as Array<[string, SamplingParams]>) {
+    for (const batch of [1, 32]) {
+      const run = (count: number) =>
+        Promise.all(sources(count, eos).map((s) => lastValueFrom(engine.submit({ inputIds: s, params: { ...params, request_output_len: NEW, min_length: NEW }, stream: false }).pipe(toArray()))));
+      await run(1); // warm-up
+      metrics.length = 0;
+      inRun = 0;
+      const before = engine.stats().decodeSteps;
+      const started = performance.now();
+      const results = await run(batch);
+      const seconds = (performance.now() - started) / 1000;
+      const steps = engine.stats().decodeSteps - before;
+      const tokens = results.reduce((sum, events) => sum + events.filter((e) => (e.sequence ?? 0) === 0).length, 0);
+      const ttft = metrics.map((m) => m.timeToFirstTokenMs).sort((a, b) => a - b);
+      const row = {
+        model: name,
+        search,
+        batch,
+        tokens,
+        tokens_per_s: tokens / seconds,
+        ms_per_step: (seconds * 1000) / Math.max(1, steps),
+        decode_steps: steps,
+        ttft_ms_median: ttft[Math.floor(ttft.length / 2)],
+        session_run_share: inRun / (seconds * 1000),
+      };
+      rows.push(row);
+      console.log(JSON.stringify(row));
+      writeFileSync(file, JSON.stringify({ rows, checkpoints, source: SOURCE, new_tokens: NEW }, null, 2));
+    }
+  }
+  await engine.close();
+}
+writeFileSync(file, JSON.stringify({ rows, checkpoints, source: SOURCE, new_tokens: NEW }, null, 2));
