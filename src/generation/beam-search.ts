@@ -114,7 +114,8 @@ export class BeamSearch {
    * One step. `logitsOf(b)` is beam b's row of raw logits (on the first step every b may give the same
    * row). Returns, for each beam of the next step, the beam it continues.
    */
-  step(logitsOf: (beam: number) => Float32Array): number[] {
+  /** `forced`: the only token this step may choose (log-prob 0), whatever the processors say. */
+  step(logitsOf: (beam: number) => Float32Array, forced?: number): number[] {
     if (this.done) throw new ChorusError('CHORUS_INTERNAL', 'beam search stepped after it finished');
     const B = this.width;
     const keep = 2 * B;
@@ -127,7 +128,7 @@ export class BeamSearch {
       if (length === 0 && b > 0) continue;
       let logits = logitsOf(b);
       if (this.temperature) logits = this.temperature(logits, this.state(beam));
-      const logProbs = processLogits(this.processors, logSoftmax(logits), this.state(beam));
+      const logProbs = forced === undefined ? processLogits(this.processors, logSoftmax(logits), this.state(beam)) : only(logits.length, forced);
       const accumulated = new Float32Array(logProbs.length);
       for (let v = 0; v < logProbs.length; v++) accumulated[v] = f32(logProbs[v]! + beam.score);
       topIndices(accumulated, keep).forEach((token, k) => {

@@ -36,7 +36,7 @@ export class BeamSequence extends ActiveRequest {
   step(logitsOf: (row: number) => Float32Array): readonly number[] {
     const generated = this.search.generated;
     // Before the first step every beam continues the prompt's single row.
-    const parents = this.search.step((b) => this.forced(logitsOf(generated === 0 ? 0 : b), generated));
+    const parents = this.search.step((b) => logitsOf(generated === 0 ? 0 : b), this.forcedToken(generated));
     if (this.search.done) this.emit();
     return parents;
   }

@@ -89,11 +89,15 @@ export abstract class ActiveRequest implements Schedulable {
     };
   }
 
-  /** The logits for the next token of a row that has `generated` tokens: forced where the model forces one. */
-  protected forced(logits: Float32Array, generated: number): Float32Array {
-    if (generated === 0 && this.model.forcedBos !== undefined) return only(logits.length, this.model.forcedBos);
-    if (generated + 1 === this.params.request_output_len && this.model.forcedEos !== undefined) return only(logits.length, this.model.forcedEos);
-    return logits;
+  /**
+   * The token the model forces after `generated` tokens (forced_bos first, forced_eos last), if any. It
+   * wins over every processor, as transformers applies its forcing processors last: a min_length that
+   * reaches request_output_len must not mask the forced end id.
+   */
+  protected forcedToken(generated: number): number | undefined {
+    if (generated === 0 && this.model.forcedBos !== undefined) return this.model.forcedBos;
+    if (generated + 1 === this.params.request_output_len && this.model.forcedEos !== undefined) return this.model.forcedEos;
+    return undefined;
   }
 
   /** Marks it finished and tells the engine (before the last event goes out). */
@@ -165,7 +169,7 @@ export class Sequence extends ActiveRequest {
   }
 
   step(logitsOf: (row: number) => Float32Array): undefined {
-    this.advance(this.forced(logitsOf(0), this.outputIds.length));
+    this.advance(logitsOf(0));
     return undefined;
   }
 
@@ -177,7 +181,8 @@ export class Sequence extends ActiveRequest {
   /** Chooses, records and emits the next token from this row's logits. */
   advance(logits: Float32Array): void {
     const state = { promptIds: this.contextIds, outputIds: this.outputIds, outputCounts: this.outputCounts, topP: this.topP };
-    const processed = processLogits(this.processors, logits, state);
+    const forced = this.forcedToken(this.outputIds.length);
+    const processed = forced === undefined ? processLogits(this.processors, logits, state) : only(logits.length, forced);
     const choice = this.params.temperature === 0 ? greedy(processed) : sample(processed, this.random());
     this.accept(choice, processed);
   }

@@ -57,6 +57,25 @@ test('BART: the forced BOS and EOS of its generation config are the first and la
   assert.deepEqual(events.map((e) => e.token), [...expected, 2]);
 });
 
+test('BART: min_length up to request_output_len does not mask the forced EOS (greedy and beam search, as transformers)', async () => {
+  const dir = built('bart-min', 'bart', 16);
+  const engine = await Seq2SeqEngine.open(dir);
+  const prompt = [0, 5, 6, 7, 8, 2];
+  try {
+    for (const params of [{ temperature: 0 }, { beam_width: 4, temperature: 1 }] as SamplingParams[]) {
+      const events = await lastValueFrom(engine.submit({ inputIds: prompt, params: { ...params, request_output_len: 12, min_length: 12 } }).pipe(toArray()));
+      const best = events.filter((e) => (e.sequence ?? 0) === 0);
+      assert.equal(best.length, 12, JSON.stringify(params));
+      assert.equal(best[0]!.token, 0);
+      assert.equal(best[11]!.token, 2);
+      assert.equal(best[11]!.finishReason, 'end_id');
+      assert.ok(best.slice(1, 11).every((e) => e.token !== 2));
+    }
+  } finally {
+    await engine.close();
+  }
+});
+
 test('start_id replaces the decoder start token; an empty prompt is refused', async () => {
   const dir = built('t5-start', 't5v1_1', 5);
   const engine = await Seq2SeqEngine.open(dir);
