@@ -114,7 +114,7 @@ export const ModelDefinition = Type.Object(
     greedy_search: Type.Optional(
       Type.Boolean({
         description:
-          'generate, decoder-only: run requests that are not streamed and decode greedily without processors through ONNX Runtime\'s GreedySearch operator, the whole decode loop in one session run (built with the model when Chorus builds it; used when a built directory holds onnx/decoder_model_greedy.onnx). Default: false.',
+          'generate, decoder-only: run requests that are not streamed and decode greedily without processors through ONNX Runtime\'s GreedySearch operator, the whole decode loop in one session run (built with the model when Chorus builds it; used when a built directory holds onnx/decoder_model_greedy.onnx). Their tokens come together when the batch ends. It keeps a second copy of the weights in memory. Default: true when the model runs on a GPU (where it measured 3.6-5.5x the step loop on GPT-2), else false.',
       }),
     ),
     max_batch_size: Type.Optional(Type.Integer({ minimum: 1, maximum: 4096, description: 'Most sequences in one batch. Default: 8.' })),

@@ -175,7 +175,7 @@ export class ModelStore {
               maxBatchSize: value.max_batch_size,
               maxQueue: value.max_queue,
               contextLength: value.max_sequence_length,
-              greedySearch: value.greedy_search === true,
+              greedySearch: greedySearchWanted(value),
               onRequestDone,
             }),
       );
@@ -224,13 +224,13 @@ export class ModelStore {
     // The cuda flavor and the GreedySearch model exist for decoder-only models.
     const options = (checkpoint: string): Omit<BuildOptions, 'source' | 'out'> => {
       const decoderOnly = task === 'generate' && isDecoderOnlySource(checkpoint);
-      const onGpu = (value.device ?? 'cpu') !== 'cpu' || (value.instance_group ?? []).some((group) => group.kind === 'gpu');
+      const onGpu = runsOnGpu(value);
       return {
         dtype: value.dtype,
         task,
         tokenizer,
         flavor: value.flavor ?? (decoderOnly && onGpu ? 'cuda' : 'portable'),
-        greedySearch: decoderOnly && value.greedy_search === true,
+        greedySearch: decoderOnly && greedySearchWanted(value),
       };
     };
     const built = (): string => builtModelDirectory(path, options(path), log, `model ${name}: ${value.file === undefined ? 'source' : 'file'}`);
@@ -338,6 +338,16 @@ function batcherOptions(value: ModelDefinition, instances: number): BatcherOptio
 
 /** An execution provider list per instance: `instance_group` counts on cpu or on each listed GPU; else one on `device`. */
 type Providers = ExecutionProviders;
+/** Whether any instance of the model runs on a GPU. */
+function runsOnGpu(value: ModelDefinition): boolean {
+  return instancePlacements(value).some((providers) => providers.some((p) => (typeof p === 'string' ? p : p.name) === 'cuda'));
+}
+
+/** greedy_search, defaulting to true on GPUs. */
+function greedySearchWanted(value: ModelDefinition): boolean {
+  return value.greedy_search ?? runsOnGpu(value);
+}
+
 export function instancePlacements(value: ModelDefinition): Providers[] {
   const device = value.device ?? 'cpu';
   const defaultGpu = device.startsWith('cuda') ? Number(device.split(':')[1] ?? 0) : 0;
