@@ -169,7 +169,7 @@ export class ModelStore {
     for (const providers of placements) {
       engines.push(
         seq2seq
-          ? await Seq2SeqEngine.open(dir, { executionProviders: providers, onRequestDone })
+          ? await Seq2SeqEngine.open(dir, { executionProviders: providers, maxBatchSize: value.max_batch_size, onRequestDone })
           : await OrtEngine.open(dir, {
               executionProviders: providers,
               maxBatchSize: value.max_batch_size,

@@ -6,8 +6,11 @@
  * length allows, as transformers' generate does. A beam-search request runs its beams as one batch
  * (they share the encoder output), re-gathering both caches when beams move.
  *
- * Requests are not batched together yet (the merged decoder has no decoder attention mask, so rows of
- * different decoder lengths cannot share a step); their steps interleave, one at a time.
+ * Requests submitted together (in one turn of the event loop, up to maxBatchSize rows) run as one
+ * cohort: their sources are encoded as one right-padded batch (masked), and their decoder rows step
+ * together, every row at the same decoder length (the merged decoder has no decoder attention mask, so
+ * rows of different lengths cannot share a step). Rows of requests that end or are cancelled leave the
+ * cohort's caches at the next step; later requests form cohorts of their own, whose steps interleave.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -23,16 +26,22 @@ export interface Seq2SeqEngineOptions {
   executionProviders?: ExecutionProviders;
   /** Called once per request when it ends. */
   onRequestDone?: (metrics: RequestMetrics) => void;
+  /** Most decoder rows in one cohort (a beam-search request takes beam_width). Default: 16. */
+  maxBatchSize?: number;
 }
 
 export class Seq2SeqEngine implements Engine {
   private readonly active = new Set<ActiveRequest>();
   private readonly ledger: RequestLedger;
+  /** Submitted this turn: the next cohort. */
+  private pending: ActiveRequest[] = [];
+  private starting = false;
 
   private constructor(
     private readonly session: Seq2SeqSession,
     private readonly model: ModelIds,
     onRequestDone: ((metrics: RequestMetrics) => void) | undefined,
+    private readonly maxBatchSize: number,
   ) {
     this.ledger = new RequestLedger(onRequestDone);
   }
@@ -49,7 +58,7 @@ export class Seq2SeqEngine implements Engine {
     };
     const decoderStart = pick('decoder_start_token_id') ?? 0;
     const model: ModelIds = { vocabSize: session.vocabSize, endId: pick('eos_token_id'), forcedBos: pick('forced_bos_token_id'), forcedEos: pick('forced_eos_token_id'), decoderStart };
-    return new Seq2SeqEngine(session, model, options.onRequestDone);
+    return new Seq2SeqEngine(session, model, options.onRequestDone, options.maxBatchSize ?? 16);
   }
 
   submit(request: GenerateRequest): Observable<TokenEvent> {
@@ -62,10 +71,8 @@ export class Seq2SeqEngine implements Engine {
         return undefined;
       }
       this.active.add(sequence);
-      void this.generate(sequence).catch((error: unknown) => {
-        sequence.finished = true;
-        subscriber.error(error);
-      });
+      this.pending.push(sequence);
+      this.startCohorts();
       return () => {
         if (!sequence.finished) sequence.cancelled = true;
       };
@@ -83,35 +90,82 @@ export class Seq2SeqEngine implements Engine {
     await this.session.close();
   }
 
-  private async generate(sequence: ActiveRequest): Promise<void> {
+  /** A turn later, splits what was submitted into cohorts of at most maxBatchSize rows and runs them. */
+  private startCohorts(): void {
+    if (this.starting) return;
+    this.starting = true;
+    setImmediate(() => {
+      this.starting = false;
+      while (this.pending.length > 0) {
+        const cohort: ActiveRequest[] = [];
+        let rows = 0;
+        while (this.pending.length > 0 && (cohort.length === 0 || rows + this.pending[0]!.width <= this.maxBatchSize)) {
+          const next = this.pending.shift()!;
+          cohort.push(next);
+          rows += next.width;
+        }
+        void this.runCohort(cohort);
+      }
+    });
+  }
+
+  private async runCohort(members: ActiveRequest[]): Promise<void> {
     try {
-      await new Promise((resolve) => setImmediate(resolve));
-      const prompt = await this.session.encode([sequence.promptIds]);
+      let live = members.filter((s) => !s.cancelled);
+      if (live.length === 0) return;
+      // Right-padded (T5's relative positions and BART's learned ones count from the left), masked.
+      const width = Math.max(...live.map((s) => s.promptIds.length));
+      const sources = live.map((s) => [...s.promptIds, ...Array<number>(width - s.promptIds.length).fill(0)]);
+      const masks = live.map((s) => Array.from({ length: width }, (_, i) => (i < s.promptIds.length ? 1 : 0)));
+      const prompts = await this.session.encode(sources, masks);
       this.ledger.counters.prefillSteps++;
-      let encoded = prompt;
-      let out: Seq2SeqOutput = await this.session.step(encoded, [[sequence.decoderStart]]);
+      // Row r of the batch reads row encoderRows[r] of the encoder's output.
+      let encoderRows = live.map((_, i) => i);
+      let encoded = prompts;
+      let out: Seq2SeqOutput = await this.session.step(encoded, live.map((s) => [s.decoderStart]));
       const V = this.session.vocabSize;
       for (;;) {
-        if (sequence.cancelled) return;
-        const rows = sequence.rows;
-        const sources = sequence.step((r) => out.logits.subarray(r * V, (r + 1) * V));
-        this.ledger.counters.steps++;
-        if (sequence.finished) return;
-        // Let other requests' steps, and cancellations, in.
-        await new Promise((resolve) => setImmediate(resolve));
-        if (sequence.cancelled) return;
-        let cache = out.cache;
-        if (sources !== undefined && (sources.length !== rows || sources.some((parent, r) => parent !== r))) {
-          cache = selectCacheRows(cache, sources);
-          if (encoded.mask.length !== sources.length) encoded = selectEncodedRows(prompt, sources.map(() => 0));
+        // Each member consumes its rows' logits; the rows of the next step are where they continue.
+        const next: ActiveRequest[] = [];
+        const rows: number[] = [];
+        let row = 0;
+        for (const s of live) {
+          const base = row;
+          const count = s.rows;
+          row += count;
+          if (s.cancelled || s.finished) continue;
+          const parents = s.step((r) => out.logits.subarray((base + r) * V, (base + r + 1) * V)) ?? Array.from({ length: count }, (_, r) => r);
+          this.ledger.counters.steps++;
+          if (s.finished || s.cancelled) continue;
+          next.push(s);
+          for (const parent of parents) rows.push(base + parent);
         }
-        out = await this.session.step(encoded, sequence.lastTokens().map((token) => [token]), cache);
+        live = next;
+        if (live.length === 0) return;
+        // Let other cohorts' steps, submissions and cancellations in.
+        await new Promise((resolve) => setImmediate(resolve));
+        let cache = out.cache;
+        if (rows.length !== row || rows.some((source, r) => source !== r)) {
+          cache = selectCacheRows(cache, rows);
+          const moved = rows.map((source) => encoderRows[source]!);
+          if (moved.some((e, r) => e !== encoderRows[r]) || moved.length !== encoderRows.length) encoded = selectEncodedRows(prompts, moved);
+          encoderRows = moved;
+        }
+        out = await this.session.step(encoded, live.flatMap((s) => s.lastTokens().map((token) => [token])), cache);
         this.ledger.counters.decodeSteps++;
-        this.ledger.counters.decodedRows += sequence.rows;
+        this.ledger.counters.decodedRows += rows.length;
+      }
+    } catch (error) {
+      for (const s of members) {
+        if (s.finished) continue;
+        s.finished = true;
+        s.subscriber.error(error);
       }
     } finally {
-      this.active.delete(sequence);
-      this.ledger.report(sequence);
+      for (const s of members) {
+        this.active.delete(s);
+        this.ledger.report(s);
+      }
     }
   }
 }

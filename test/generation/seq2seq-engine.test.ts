@@ -115,3 +115,31 @@ test('concurrent requests interleave and each gets what it gets alone; cancellin
   assert.equal(engine.stats().requestsCancelled, 1);
   await engine.close();
 });
+
+test('requests submitted together run as one cohort and each gets the tokens it gets alone', async () => {
+  for (const [name, arch] of [['t5-cohort', 't5'], ['bart-cohort', 'bart']] as const) {
+    const dir = built(name, arch, 23);
+    const engine = await Seq2SeqEngine.open(dir, { maxBatchSize: 64 });
+    const requests: Array<{ prompt: number[]; params: SamplingParams }> = [
+      { prompt: [5, 6, 7, 8, 9, 10, 11, 1], params: { temperature: 0, request_output_len: 9 } },
+      { prompt: [40, 41, 1], params: { temperature: 0, request_output_len: 14 } },
+      { prompt: [12, 13, 14, 15, 1], params: { beam_width: 3, temperature: 1, request_output_len: 7, num_return_sequences: 2 } },
+      { prompt: [70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 1], params: { temperature: 0.9, random_seed: 4, request_output_len: 11 } },
+    ];
+    const run = (r: (typeof requests)[number]) => lastValueFrom(engine.submit({ inputIds: r.prompt, params: r.params }).pipe(toArray()));
+    const alone = [];
+    for (const r of requests) alone.push(await run(r));
+    const stepsAlone = engine.stats().decodeSteps;
+    // A fifth request in the cohort, cancelled after its first tokens, must not disturb the others.
+    const cancelled = engine.submit({ inputIds: [3, 4, 1], params: { temperature: 0, request_output_len: 30 } }).subscribe((event) => {
+      if (event.index === 2) cancelled.unsubscribe();
+    });
+    const together = await Promise.all(requests.map(run));
+    assert.deepEqual(together, alone, name);
+    const stepsTogether = engine.stats().decodeSteps - stepsAlone;
+    assert.ok(stepsTogether <= 14, `${name}: ${stepsTogether} cohort steps for requests of at most 14 tokens`);
+    assert.equal(engine.stats().requestsCancelled, 1);
+    assert.equal(engine.stats().running, 0);
+    await engine.close();
+  }
+});

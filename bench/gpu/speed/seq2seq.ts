@@ -1,9 +1,9 @@
 /**
  * Chorus's side of the encoder-decoder speed comparison: t5-small, t5-base and bart-large shapes
  * (seeded weights; seq2seq_hf.py loads the same checkpoints), fp16 on CUDA, source 256 tokens, 64 new
- * tokens (min_length = 64: no early stop), batch 1 and 32 (that many requests submitted together),
- * greedy and beam 4. Reports tokens/s (returned sequences' tokens), ms per request-step and time to
- * first token; profile: the share of the time inside session.run.
+ * tokens (min_length = 64: no early stop), batch 1 and 32 (that many requests submitted together: one
+ * cohort of the engine), greedy and beam 4. Reports tokens/s (returned sequences' tokens), ms per
+ * decode step and time to first token; profile: the share of the time inside session.run.
  * Usage: node --import tsx bench/gpu/speed/seq2seq.ts <work-dir> [model...]  -> <work-dir>/seq2seq-chorus.json
  *   models: t5-small t5-base bart-large (default: all)
  */
@@ -57,7 +57,7 @@ for (const name of names) {
   if (!existsSync(join(dir, 'onnx', 'decoder_model_merged.onnx'))) buildModel({ source: checkpoint, out: dir, dtype: 'fp16' });
   const eos = Number((JSON.parse(readFileSync(join(checkpoint, 'config.json'), 'utf8')) as { eos_token_id: number }).eos_token_id);
   const metrics: RequestMetrics[] = [];
-  const engine = await Seq2SeqEngine.open(dir, { executionProviders: ['cuda'], onRequestDone: (m) => metrics.push(m) });
+  const engine = await Seq2SeqEngine.open(dir, { executionProviders: ['cuda'], maxBatchSize: 128, onRequestDone: (m) => metrics.push(m) });
   for (const [search, params] of [
     ['greedy', { temperature: 0 }],
     ['beam 4', { beam_width: 4, temperature: 1 }],
