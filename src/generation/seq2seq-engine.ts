@@ -146,9 +146,10 @@ export class Seq2SeqEngine implements Engine {
         await new Promise((resolve) => setImmediate(resolve));
         let cache = out.cache;
         if (rows.length !== row || rows.some((source, r) => source !== r)) {
-          cache = selectCacheRows(cache, rows);
           const moved = rows.map((source) => encoderRows[source]!);
-          if (moved.some((e, r) => e !== encoderRows[r]) || moved.length !== encoderRows.length) encoded = selectEncodedRows(prompts, moved);
+          const encoderMoved = moved.length !== encoderRows.length || moved.some((e, r) => e !== encoderRows[r]);
+          cache = selectCacheRows(cache, rows, encoderMoved ? 'all' : 'decoder');
+          if (encoderMoved) encoded = selectEncodedRows(prompts, moved);
           encoderRows = moved;
         }
         out = await this.session.step(encoded, live.flatMap((s) => s.lastTokens().map((token) => [token])), cache);

@@ -8,7 +8,7 @@ import ort from 'onnxruntime-node';
 import { ChorusError } from '../errors.ts';
 import { createSession, releaseSession, type ExecutionProviders } from './sessions.ts';
 import { argmax } from '../util/argmax.ts';
-import { fromHalfBits } from '../util/half.ts';
+import { widenHalf } from '../util/half.ts';
 
 /** The key/value cache of every layer, as the model returned it. */
 export interface KvCache {
@@ -116,7 +116,7 @@ export class DecoderSession {
         for (let r = 0; r < rows; r++) {
           const from = (b * seq + (seq - rows + r)) * V;
           const to = (b * rows + r) * V;
-          if (half) for (let v = 0; v < V; v++) data[to + v] = fromHalfBits(source[from + v]!);
+          if (half) widenHalf((source as Uint16Array).subarray(from, from + V), data, to);
           else data.set((source as Float32Array).subarray(from, from + V), to);
         }
       }

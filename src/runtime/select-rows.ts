@@ -15,9 +15,15 @@ export function selectRows(tensor: ort.Tensor, rows: readonly number[]): ort.Ten
   return new ort.Tensor(tensor.type, out, [rows.length, ...tensor.dims.slice(1)]);
 }
 
-/** Both caches of an encoder-decoder with only `rows`. */
-export function selectCacheRows(cache: Seq2SeqCache, rows: readonly number[]): Seq2SeqCache {
-  return { length: cache.length, tensors: Object.fromEntries(Object.entries(cache.tensors).map(([name, tensor]) => [name, selectRows(tensor, rows)])) };
+/**
+ * An encoder-decoder's caches with only `rows`. `decoder`: only the self-attention cache moves; the
+ * cross-attention one stays as it is, which is right when every new row r reads the same encoder row
+ * as old row r did (beams of one request share their encoder row, so reordering them moves nothing
+ * there), and saves copying the larger cache every beam step.
+ */
+export function selectCacheRows(cache: Seq2SeqCache, rows: readonly number[], parts: 'all' | 'decoder' = 'all'): Seq2SeqCache {
+  const select = (name: string, tensor: ort.Tensor): ort.Tensor => (parts === 'decoder' && name.includes('.encoder.') ? tensor : selectRows(tensor, rows));
+  return { length: cache.length, tensors: Object.fromEntries(Object.entries(cache.tensors).map(([name, tensor]) => [name, select(name, tensor)])) };
 }
 
 /** The encoder's output with only `rows` (its attentions, not used by decoding, are dropped). */

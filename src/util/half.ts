@@ -40,6 +40,22 @@ export function fromHalfBits(bits: number): number {
   return sign * (1 + mantissa / 1024) * 2 ** (exponent - 15);
 }
 
+let halfTable: Float32Array | undefined;
+
+/**
+ * Widens IEEE half bits to float32 through a table of all 65,536 values (built once, 256 KiB): a
+ * vocabulary of fp16 logits per row per step is on the engine's hot path.
+ */
+export function widenHalf(bits: Uint16Array, out: Float32Array = new Float32Array(bits.length), offset = 0): Float32Array {
+  if (halfTable === undefined) {
+    halfTable = new Float32Array(65536);
+    for (let b = 0; b < 65536; b++) halfTable[b] = fromHalfBits(b);
+  }
+  const table = halfTable;
+  for (let i = 0; i < bits.length; i++) out[offset + i] = table[bits[i]!]!;
+  return out;
+}
+
 /** bfloat16 bits -> float32 value (exact: bf16 is float32's top half). */
 export function fromBfloat16Bits(bits: number): number {
   u32[0] = bits << 16;
