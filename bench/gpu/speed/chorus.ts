@@ -10,7 +10,7 @@
  * Usage: node --import tsx bench/gpu/speed/chorus.ts <work-dir>  -> <work-dir>/chorus.json
  * Knobs: SPEED_FLAVORS=portable,cuda  SPEED_PATHS=loop,greedy  SPEED_MAX_BATCH=64 (loop rows only:
  * batches over 8 take minutes there)  SPEED_PROVIDER=cuda|cpu  SPEED_DTYPE=fp16|fp32
- * SPEED_PROMPT=128  SPEED_NEW=128.
+ * SPEED_PROMPT=128  SPEED_NEW=128  SPEED_SETTINGS='batch 1,64 concurrent streams' (default: all).
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -61,11 +61,13 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
     ['64 concurrent streams', 64, true],
   ] as const;
   const maxBatch = Number(process.env.SPEED_MAX_BATCH ?? 64);
+  const only = process.env.SPEED_SETTINGS?.split(',');
   // Each batch's ids from the loop, to check the fast path gives the same tokens.
   const loopIds = new Map<number, number[][]>();
   for (const path of paths) {
     for (const [setting, batch, concurrent] of settings) {
-      if (path === 'loop' && batch > maxBatch) continue;
+      if (only !== undefined && !only.includes(setting)) continue;
+      if (path === 'loop' && batch > maxBatch && !concurrent) continue;
       if (path === 'greedy' && concurrent) continue;
       const loop = path === 'loop';
       const submit = (p: number[]) =>
