@@ -14,10 +14,10 @@
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import ort from 'onnxruntime-node';
 import { lastValueFrom, toArray } from 'rxjs';
 import { OrtEngine, type RequestMetrics } from '../../../src/generation/index.ts';
 import { buildModel, makeCheckpoint } from '../../../src/modelbuild/index.ts';
+import { seededRows, timeSessionRuns } from './common.ts';
 
 const work = process.argv[2] ?? '/tmp/speed';
 const PROMPT = Number(process.env.SPEED_PROMPT ?? 128);
@@ -27,23 +27,10 @@ const DTYPE = (process.env.SPEED_DTYPE ?? 'fp16') as 'fp16' | 'fp32';
 const checkpoint = join(work, 'gpt2-124m');
 makeCheckpoint({ arch: 'gpt2', size: 'real', seed: 1, out: checkpoint });
 
-function prompts(count: number): number[][] {
-  let state = 777;
-  return Array.from({ length: count }, () => Array.from({ length: PROMPT }, () => ((state = (Math.imul(state, 1103515245) + 12345) >>> 0) >>> 8) % 50000));
-}
+const prompts = (count: number): number[][] => seededRows(count, PROMPT, 50000);
 
 // Time spent inside ONNX Runtime's run, to split the step between the session and everything else.
-let inRun = 0;
-const proto = (ort.InferenceSession as unknown as { prototype: ort.InferenceSession }).prototype;
-const original = proto.run;
-proto.run = async function (this: ort.InferenceSession, ...args: Parameters<typeof original>) {
-  const started = performance.now();
-  try {
-    return await original.apply(this, args);
-  } finally {
-    inRun += performance.now() - started;
-  }
-} as typeof original;
+const inRun = timeSessionRuns();
 
 const rows: Array<Record<string, unknown>> = [];
 const save = (): void => writeFileSync(join(work, 'chorus.json'), JSON.stringify({ rows, checkpoint, prompt: PROMPT, new_tokens: NEW, provider: PROVIDER, dtype: DTYPE }, null, 2));
@@ -81,7 +68,7 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
         continue;
       }
       metrics.length = 0;
-      inRun = 0;
+      inRun.ms = 0;
       const before = engine.stats();
       const started = performance.now();
       const results = await run();
@@ -105,7 +92,7 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
         tokens_per_s: tokens / seconds,
         ms_per_step: (seconds * 1000) / Math.max(1, steps),
         ttft_ms_median: ttft[Math.floor(ttft.length / 2)],
-        session_run_share: inRun / (seconds * 1000),
+        session_run_share: inRun.ms / (seconds * 1000),
         ...sameAsLoop,
       };
       rows.push(row);

@@ -7,23 +7,13 @@ Usage: python3 bench/gpu/speed/hf.py <work-dir> <out-dir>
 import json
 import os
 import sys
-import time
 
 import torch
 from transformers import AutoModelForCausalLM
 
+from hf_common import beside, seeded_rows, timed, write_results
+
 PROMPT, NEW = 128, 128
-
-
-def prompts(count):
-    state, rows = 777, []
-    for _ in range(count):
-        row = []
-        for _ in range(PROMPT):
-            state = (state * 1103515245 + 12345) & 0xFFFFFFFF
-            row.append((state >> 8) % 50000)
-        rows.append(row)
-    return rows
 
 
 def main():
@@ -33,26 +23,16 @@ def main():
     model = AutoModelForCausalLM.from_pretrained(chorus["checkpoint"], dtype=torch.float16, attn_implementation="eager").cuda().eval()
     hf = {}
     for batch in sorted({row["batch"] for row in chorus["rows"]}):
-        ids = torch.tensor(prompts(batch), device="cuda")
-        run = lambda: model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, pad_token_id=0)
-        with torch.no_grad():
-            run()
-            torch.cuda.synchronize()
-            started = time.time()
-            run()
-            torch.cuda.synchronize()
-        seconds = time.time() - started
-        hf[batch] = {"tokens_per_s": batch * NEW / seconds, "ms_per_step": seconds * 1000 / NEW}
+        ids = torch.tensor(seeded_rows(batch, PROMPT, 50000), device="cuda")
+        hf[batch] = timed(lambda: model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, pad_token_id=0), batch, NEW)
         print(f"hf batch {batch}: {hf[batch]}")
     rows = []
     for row in chorus["rows"]:
         if "error" in row:
             print(f"{row['flavor']} {row['path']} {row['setting']}: {row['error']}")
             continue
-        ref = hf[row["batch"]]
-        rows.append({**row, "hf_tokens_per_s": ref["tokens_per_s"], "hf_ms_per_step": ref["ms_per_step"], "ratio_tokens_per_s": row["tokens_per_s"] / ref["tokens_per_s"]})
-    info = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "transformers": __import__("transformers").__version__, "prompt": PROMPT, "new_tokens": NEW, "rows": rows}
-    json.dump(info, open(os.path.join(out_dir, "speed.json"), "w"), indent=2)
+        rows.append(beside(row, hf[row["batch"]]))
+    write_results(os.path.join(out_dir, "speed.json"), rows, prompt=PROMPT, new_tokens=NEW)
     print(f"{'flavor':9} {'path':7} {'setting':22} {'tokens':>7} {'chorus tok/s':>12} {'hf tok/s':>10} {'ratio':>6} {'ms/step':>8} {'hf ms/step':>10} {'ttft ms':>8} {'in run':>7}")
     for r in rows:
         print(f"{r['flavor']:9} {r['path']:7} {r['setting']:22} {r['tokens']:7d} {r['tokens_per_s']:12.0f} {r['hf_tokens_per_s']:10.0f} {r['ratio_tokens_per_s']:6.2f} {r['ms_per_step']:8.2f} {r['hf_ms_per_step']:10.2f} {r['ttft_ms_median']:8.1f} {r['session_run_share']:7.0%}")

@@ -9,10 +9,10 @@
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import ort from 'onnxruntime-node';
 import { lastValueFrom, toArray } from 'rxjs';
 import { Seq2SeqEngine, type RequestMetrics, type SamplingParams } from '../../../src/generation/index.ts';
 import { buildModel, makeCheckpoint, type CheckpointArch, type CheckpointSize } from '../../../src/modelbuild/index.ts';
+import { seededRows, timeSessionRuns } from './common.ts';
 
 export const SEQ2SEQ_MODELS: Record<string, { arch: CheckpointArch; size: CheckpointSize }> = {
   't5-small': { arch: 't5', size: 'real' },
@@ -26,22 +26,9 @@ const work = process.argv[2] ?? '/tmp/speed';
 const names = process.argv.slice(3).length > 0 ? process.argv.slice(3) : Object.keys(SEQ2SEQ_MODELS);
 
 /** The same pseudo-random sources seq2seq_hf.py makes (ids below 30000, then the end id). */
-function sources(count: number, eos: number): number[][] {
-  let state = 777;
-  return Array.from({ length: count }, () => [...Array.from({ length: SOURCE - 1 }, () => ((state = (Math.imul(state, 1103515245) + 12345) >>> 0) >>> 8) % 30000), eos]);
-}
+const sources = (count: number, eos: number): number[][] => seededRows(count, SOURCE - 1, 30000).map((row) => [...row, eos]);
 
-let inRun = 0;
-const proto = (ort.InferenceSession as unknown as { prototype: ort.InferenceSession }).prototype;
-const original = proto.run;
-proto.run = async function (this: ort.InferenceSession, ...args: Parameters<typeof original>) {
-  const started = performance.now();
-  try {
-    return await original.apply(this, args);
-  } finally {
-    inRun += performance.now() - started;
-  }
-} as typeof original;
+const inRun = timeSessionRuns();
 
 const file = join(work, 'seq2seq-chorus.json');
 const saved = existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as { rows: Array<Record<string, unknown>>; checkpoints: Record<string, string> }) : { rows: [], checkpoints: {} };
@@ -67,7 +54,7 @@ for (const name of names) {
         Promise.all(sources(count, eos).map((s) => lastValueFrom(engine.submit({ inputIds: s, params: { ...params, request_output_len: NEW, min_length: NEW }, stream: false }).pipe(toArray()))));
       await run(1); // warm-up
       metrics.length = 0;
-      inRun = 0;
+      inRun.ms = 0;
       const before = engine.stats().decodeSteps;
       const started = performance.now();
       const results = await run(batch);
@@ -84,7 +71,7 @@ for (const name of names) {
         ms_per_step: (seconds * 1000) / Math.max(1, steps),
         decode_steps: steps,
         ttft_ms_median: ttft[Math.floor(ttft.length / 2)],
-        session_run_share: inRun / (seconds * 1000),
+        session_run_share: inRun.ms / (seconds * 1000),
       };
       rows.push(row);
       console.log(JSON.stringify(row));

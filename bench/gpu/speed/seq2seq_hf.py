@@ -7,23 +7,17 @@ Usage: python3 bench/gpu/speed/seq2seq_hf.py <work-dir> <out-dir>
 import json
 import os
 import sys
-import time
 
 import torch
 from transformers import AutoModelForSeq2SeqLM
+
+from hf_common import beside, seeded_rows, timed, write_results
 
 SOURCE, NEW = 256, 64
 
 
 def sources(count, eos):
-    state, rows = 777, []
-    for _ in range(count):
-        row = []
-        for _ in range(SOURCE - 1):
-            state = (state * 1103515245 + 12345) & 0xFFFFFFFF
-            row.append((state >> 8) % 30000)
-        rows.append(row + [eos])
-    return rows
+    return [row + [eos] for row in seeded_rows(count, SOURCE - 1, 30000)]
 
 
 def main():
@@ -38,23 +32,14 @@ def main():
             for batch in (1, 32):
                 ids = torch.tensor(sources(batch, eos), device="cuda")
                 run = lambda: model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, num_beams=beams, length_penalty=1.0, early_stopping=False)
-                with torch.no_grad():
-                    run()
-                    torch.cuda.synchronize()
-                    started = time.time()
-                    run()
-                    torch.cuda.synchronize()
-                seconds = time.time() - started
-                hf[(name, search, batch)] = {"tokens_per_s": batch * NEW / seconds, "ms_per_step": seconds * 1000 / NEW}
+                hf[(name, search, batch)] = timed(run, batch, NEW)
                 print(f"hf {name} {search} batch {batch}: {hf[(name, search, batch)]}")
         del model
         torch.cuda.empty_cache()
     rows = []
     for row in chorus["rows"]:
-        ref = hf[(row["model"], row["search"], row["batch"])]
-        rows.append({**row, "hf_tokens_per_s": ref["tokens_per_s"], "hf_ms_per_step": ref["ms_per_step"], "ratio_tokens_per_s": row["tokens_per_s"] / ref["tokens_per_s"]})
-    info = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "transformers": __import__("transformers").__version__, "source": SOURCE, "new_tokens": NEW, "rows": rows}
-    json.dump(info, open(os.path.join(out_dir, "seq2seq-speed.json"), "w"), indent=2)
+        rows.append(beside(row, hf[(row["model"], row["search"], row["batch"])]))
+    write_results(os.path.join(out_dir, "seq2seq-speed.json"), rows, source=SOURCE, new_tokens=NEW)
     print(f"{'model':11} {'search':7} {'batch':>5} {'chorus tok/s':>12} {'hf tok/s':>10} {'ratio':>6} {'ms/step':>8} {'hf ms/step':>10} {'ttft ms':>8} {'in run':>7}")
     for r in rows:
         print(f"{r['model']:11} {r['search']:7} {r['batch']:5d} {r['tokens_per_s']:12.0f} {r['hf_tokens_per_s']:10.0f} {r['ratio_tokens_per_s']:6.2f} {r['ms_per_step']:8.2f} {r['hf_ms_per_step']:10.2f} {(r['ttft_ms_median'] or float('nan')):8.1f} {r['session_run_share']:7.0%}")
