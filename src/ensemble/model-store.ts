@@ -17,7 +17,7 @@ import { makeCheckpoint, type BuildOptions } from '../modelbuild/index.ts';
 import { builtModelDirectory, cacheDir, isDecoderOnlySource, fetchSource, isRemote, openTokenizerDefinition, resolveSource, type Repository } from '../repository/index.ts';
 import { createSession, releaseSession, Seq2SeqSession, type ExecutionProviders } from '../runtime/index.ts';
 import type { Tokenizer } from '../tokenizers/index.ts';
-import { widenHalf } from '../util/half.ts';
+import { floatData } from '../util/half.ts';
 
 /** An encode request: token rows (padded to one width) and each row's real length. */
 export interface EncodeRequest {
@@ -297,8 +297,7 @@ async function encodeBatch(session: Seq2SeqSession, requests: EncodeRequest[]): 
   const masks = requests.flatMap((r) => r.lengths.map((length) => Array.from({ length: width }, (_, i) => (i < length ? 1 : 0))));
   const encoded = await session.encode(ids, masks);
   // An fp16 build's hidden states are widened to float32 here, once.
-  const widen = (t: ort.Tensor): Float32Array => (t.type === 'float16' ? widenHalf(t.data as Uint16Array) : (t.data as Float32Array));
-  const hidden = widen(encoded.hidden);
+  const hidden = floatData(encoded.hidden);
   const d = encoded.hidden.dims[2]!;
   let row = 0;
   return requests.map((request) => {
@@ -309,7 +308,7 @@ async function encodeBatch(session: Seq2SeqSession, requests: EncodeRequest[]): 
     const attentions = encoded.attentions.map((layer) => {
       const heads = layer.dims[1]!;
       const data = new Float32Array(rows * heads * w * w);
-      const source = widen(layer);
+      const source = floatData(layer);
       for (let r = 0; r < rows; r++) {
         for (let h = 0; h < heads; h++) {
           for (let q = 0; q < w; q++) {

@@ -1,7 +1,7 @@
 /** Ensemble tensors to ONNX Runtime tensors and back, by KServe datatype. */
 import ort from 'onnxruntime-node';
 import { ChorusError } from '../errors.ts';
-import { fromHalfBits, toHalfBits } from '../util/half.ts';
+import { toHalfBits, widenHalf } from '../util/half.ts';
 import type { Element, Tensor } from './tensor.ts';
 
 const TO_ORT: Record<string, ort.Tensor.Type> = {
@@ -36,7 +36,7 @@ export function fromOrt(t: ort.Tensor): Tensor {
   let data: Element[];
   if (t.type === 'bool') data = Array.from(t.data as Uint8Array, (v) => v !== 0);
   else if (t.type === 'int64' || t.type === 'uint64') data = Array.from(t.data as BigInt64Array, (v) => Number(v));
-  else if (t.type === 'float16') data = Array.from(t.data as Uint16Array, fromHalfBits);
+  else if (t.type === 'float16') data = Array.from(widenHalf(t.data as Uint16Array));
   else if (t.type === 'string') data = [...(t.data as string[])];
   else data = Array.from(t.data as Float32Array);
   return { datatype, shape: [...t.dims], data };

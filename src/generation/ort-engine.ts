@@ -161,7 +161,6 @@ export class OrtEngine implements Engine {
       // Everything admitted has ended: the next schedule() drops it.
       for (const s of admitted) if (!s.finished) s.cancelled = true;
     }
-    scheduler.running = [];
   }
 
   stats(): EngineStats {

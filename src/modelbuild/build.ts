@@ -98,7 +98,9 @@ export function buildModel(options: BuildOptions): BuildResult {
     spec = decoderSpec;
     graphs = [['decoder_model_merged.onnx', () => buildDecoderGraph(decoderSpec, weights, floatType, flavor)]];
     if (greedySearch) {
-      greedyEos = firstId(checkpoint.config.eos_token_id) ?? -1;
+      // The end id as the engine reads it from config.json (a number; a list is no end id there either).
+      const eos = checkpoint.config.eos_token_id;
+      greedyEos = typeof eos === 'number' ? eos : -1;
       graphs.push([GREEDY_MODEL, () => buildGreedySearchGraph(decoderSpec, weights, floatType, flavor, { eosTokenId: greedyEos })]);
     }
   } else {
@@ -161,12 +163,6 @@ function generationConfig(checkpoint: Checkpoint): Record<string, unknown> {
   const generation: Record<string, unknown> = {};
   for (const key of ['bos_token_id', 'eos_token_id', 'pad_token_id', 'decoder_start_token_id', 'forced_bos_token_id', 'forced_eos_token_id']) if (config[key] !== undefined && config[key] !== null) generation[key] = config[key];
   return generation;
-}
-
-/** An id field of config.json: a number, or the first of a list (Llama 3 lists several end ids). */
-function firstId(value: unknown): number | undefined {
-  const id = Array.isArray(value) ? (value as unknown[])[0] : value;
-  return typeof id === 'number' ? id : undefined;
 }
 
 function llama2cTokenizer(model: string, given: string | undefined): string {

@@ -10,8 +10,6 @@ import { ChorusError } from '../errors.ts';
 import { GREEDY_MODEL, GREEDY_PAD_ID } from '../modelbuild/greedy-layout.ts';
 import { createSession, releaseSession, type ExecutionProviders } from './sessions.ts';
 
-const PAD = GREEDY_PAD_ID;
-
 /** ONNX Runtime's limit on max_length. */
 const MAX_LENGTH = 16384;
 
@@ -44,7 +42,7 @@ export class GreedySearchSession {
     if (!Number.isInteger(newTokens) || newTokens < 1 || length + newTokens > MAX_LENGTH) {
       throw new ChorusError('CHORUS_INVALID_ARGUMENT', `newTokens must be an integer in [1, ${MAX_LENGTH - length}] (prompt of ${length} tokens), got ${newTokens}`);
     }
-    const ids = new Int32Array(batch * length).fill(PAD);
+    const ids = new Int32Array(batch * length).fill(GREEDY_PAD_ID);
     const mask = new Int32Array(batch * length);
     prompts.forEach((prompt, b) => {
       const offset = b * length + length - prompt.length;
@@ -63,7 +61,7 @@ export class GreedySearchSession {
     const data = sequences.data as Int32Array;
     return prompts.map((_, b) => {
       const row = Array.from(data.subarray(b * width + length, (b + 1) * width));
-      const end = row.indexOf(PAD);
+      const end = row.indexOf(GREEDY_PAD_ID);
       return end === -1 ? row : [...row.slice(0, end), this.endId];
     });
   }

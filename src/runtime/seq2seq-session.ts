@@ -8,7 +8,7 @@ import ort from 'onnxruntime-node';
 import { ChorusError } from '../errors.ts';
 import { createSession, releaseSession, type ExecutionProviders } from './sessions.ts';
 import { argmax } from '../util/argmax.ts';
-import { widenHalf } from '../util/half.ts';
+import { floatData } from '../util/half.ts';
 
 /** The encoder's output for a batch: hidden states [batch, seq, dModel] and the mask they came with. */
 export interface Encoded {
@@ -96,9 +96,7 @@ export class Seq2SeqSession {
     for (let i = 0; i < this.numLayers; i++) {
       for (const part of ['decoder.key', 'decoder.value', 'encoder.key', 'encoder.value']) tensors[`past_key_values.${i}.${part}`] = out[`present.${i}.${part}`]!;
     }
-    const logits = out.logits!;
-    const data = logits.type === 'float16' ? widenHalf(logits.data as Uint16Array) : (logits.data as Float32Array);
-    return { logits: data, dims: [batch, seq, this.vocabSize], cache: { tensors, length: (cache?.length ?? 0) + seq } };
+    return { logits: floatData(out.logits!), dims: [batch, seq, this.vocabSize], cache: { tensors, length: (cache?.length ?? 0) + seq } };
   }
 
   /** Greedy decoding of one input for `steps` tokens, from `decoder_start_token_id` (no stopping). */

@@ -56,6 +56,11 @@ export function widenHalf(bits: Uint16Array, out: Float32Array = new Float32Arra
   return out;
 }
 
+/** A float tensor's values as float32: float16 data widened through the table, float32 data as it is. */
+export function floatData(tensor: { type: string; data: unknown }): Float32Array {
+  return tensor.type === 'float16' ? widenHalf(tensor.data as Uint16Array) : (tensor.data as Float32Array);
+}
+
 /** bfloat16 bits -> float32 value (exact: bf16 is float32's top half). */
 export function fromBfloat16Bits(bits: number): number {
   u32[0] = bits << 16;
