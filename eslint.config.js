@@ -2,7 +2,7 @@
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/', '.device/', 'test-output/'] },
+  { ignores: ['node_modules/', '.device/', 'test-output/', 'build/'] },
   ...tseslint.configs.recommended,
   {
     rules: {

@@ -9,8 +9,8 @@ import { basename, dirname, join } from 'node:path';
 import { ChorusError, invalidArgument } from '../errors.ts';
 import { architectureFor } from './arch/index.ts';
 import { readHfCheckpoint, type Checkpoint } from './checkpoint.ts';
-import { buildDecoderGraph, buildGreedySearchGraph } from './decoder-graph.ts';
-import { GREEDY_MODEL } from './greedy-layout.ts';
+import { buildDecoderGraph, buildGreedySearchGraph, buildSlotDecoderGraph } from './decoder-graph.ts';
+import { GREEDY_MODEL, SLOT_DECODER_MODEL } from './greedy-layout.ts';
 import type { DecoderSpec } from './decoder-spec.ts';
 import type { GraphBuilder } from './graph.ts';
 import { buildEncoderGraph, buildSeq2SeqDecoderGraph } from './seq2seq-graph.ts';
@@ -37,6 +37,13 @@ export interface BuildOptions {
    * then kept in onnx/decoder_model_merged.onnx_data, which both models read). Default: false.
    */
   greedySearch?: boolean;
+  /**
+   * Decoder-only models built with the cuda flavor: also write onnx/decoder_model_slots.onnx, the
+   * decoder the native engine runs, whose cache is a preallocated buffer of slots on the device that
+   * GroupQueryAttention updates in place (weights shared with the decoder, as for greedySearch).
+   * Default: false.
+   */
+  slotDecoder?: boolean;
   /** llama2.c sources: the tokenizer.bin. Default: tokenizer.bin, else the one tok*.bin, beside the model. */
   tokenizer?: string;
   /** Called as the build moves through its stages. */
@@ -63,6 +70,8 @@ export interface BuildInfo {
   spec: DecoderSpec | Seq2SeqSpec;
   /** onnx/decoder_model_greedy.onnx was written, stopping at this end id (-1: none). */
   greedySearch?: { eosTokenId: number };
+  /** onnx/decoder_model_slots.onnx was written. */
+  slotDecoder?: boolean;
 }
 
 const HF_TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'vocab.json', 'merges.txt', 'tokenizer.model', 'spiece.model'];
@@ -89,6 +98,7 @@ export function buildModel(options: BuildOptions): BuildResult {
   let spec: DecoderSpec | Seq2SeqSpec;
   let graphs: Array<[string, () => GraphBuilder]>;
   const greedySearch = options.greedySearch ?? false;
+  const slotDecoder = options.slotDecoder ?? false;
   let greedyEos = -1;
   if (architecture.kind === 'decoder') {
     if (task === 'encode') throw new ChorusError('CHORUS_UNSUPPORTED', `task encode needs an encoder; ${String(checkpoint.config.model_type)} is decoder-only`, { param: 'task' });
@@ -103,7 +113,12 @@ export function buildModel(options: BuildOptions): BuildResult {
       greedyEos = typeof eos === 'number' ? eos : -1;
       graphs.push([GREEDY_MODEL, () => buildGreedySearchGraph(decoderSpec, weights, floatType, flavor, { eosTokenId: greedyEos })]);
     }
+    if (slotDecoder) {
+      if (flavor !== 'cuda') throw new ChorusError('CHORUS_UNSUPPORTED', 'the slot decoder is built with the cuda flavor (its fused operators); add --flavor cuda', { param: 'slotDecoder' });
+      graphs.push([SLOT_DECODER_MODEL, () => buildSlotDecoderGraph(decoderSpec, weights, floatType)]);
+    }
   } else {
+    if (slotDecoder) throw new ChorusError('CHORUS_UNSUPPORTED', 'the slot decoder covers decoder-only models so far', { param: 'slotDecoder' });
     if (greedySearch) throw new ChorusError('CHORUS_UNSUPPORTED', 'the GreedySearch model covers decoder-only models so far', { param: 'greedySearch' });
     if (flavor !== 'portable') throw new ChorusError('CHORUS_UNSUPPORTED', 'the cuda flavor covers decoder-only models so far; build encoder-decoders with --flavor portable', { param: 'flavor' });
     const seq2seqSpec = architecture.spec(checkpoint.config);
@@ -122,9 +137,9 @@ export function buildModel(options: BuildOptions): BuildResult {
     files.push(relative);
   };
   let external = false;
-  // With the GreedySearch model, both models keep their weights in the decoder's data file: the same
-  // weights in the same order give the same bytes, written once.
-  const sharedData = greedySearch ? 'decoder_model_merged.onnx_data' : undefined;
+  // With the GreedySearch model or the slot decoder, all models keep their weights in the decoder's data
+  // file: the same weights in the same order give the same bytes, written once.
+  const sharedData = greedySearch || slotDecoder ? 'decoder_model_merged.onnx_data' : undefined;
   let written: Buffer | undefined;
   for (const [modelName, build] of graphs) {
     progress('build graph');
@@ -146,7 +161,7 @@ export function buildModel(options: BuildOptions): BuildResult {
   if (external) config['transformers.js_config'] = { use_external_data_format: true };
   write('config.json', `${JSON.stringify(config, null, 2)}\n`);
   write('generation_config.json', `${JSON.stringify(generationConfig(checkpoint), null, 2)}\n`);
-  const info: BuildInfo = { builder: 'chorus', architecture: String(checkpoint.config.model_type), dtype, flavor, task, spec, ...(greedySearch ? { greedySearch: { eosTokenId: greedyEos } } : {}) };
+  const info: BuildInfo = { builder: 'chorus', architecture: String(checkpoint.config.model_type), dtype, flavor, task, spec, ...(greedySearch ? { greedySearch: { eosTokenId: greedyEos } } : {}), ...(slotDecoder ? { slotDecoder: true } : {}) };
   write('chorus_build.json', `${JSON.stringify(info, null, 2)}\n`);
   const tokenizerFiles = isLlama2c ? [[llama2cTokenizer(options.source, options.tokenizer), 'tokenizer.bin'] as const] : HF_TOKENIZER_FILES.map((name) => [join(options.source, name), name] as const);
   for (const [from, to] of tokenizerFiles) {

@@ -59,6 +59,37 @@ export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, fl
   return g;
 }
 
+/**
+ * The decoder the native engine runs over a cache of slots that stays on the device: each layer's
+ * past key and value is one preallocated [slots, kv_heads, max_length, head_dim] buffer, bound as both
+ * the past input and the present output, and GroupQueryAttention writes each row's new keys in place
+ * at its own length. In: int64 `input_ids` and `position_ids` [batch, seq], int32 `seqlens_k` [batch]
+ * (each row's length after this run, minus one) and `total_sequence_length` (a scalar, the longest of
+ * them), and `past_key_values.{i}.key|value`. Out: the last position's `logits` [batch, 1, vocab] and
+ * `present.{i}.key|value` (the same buffers). No attention mask: rows are never padded, each has its
+ * own length. Always the fused contrib operators (the weights match the cuda flavor's, in its order,
+ * so both models can share one external data file).
+ */
+export function buildSlotDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: 'float32' | 'float16'): GraphBuilder {
+  const g = new GraphBuilder(floatType);
+  const { numLayers, numKvHeads, headDim, vocabSize } = spec;
+  const inputIds = g.input('input_ids', 'int64', ['batch_size', 'sequence_length']);
+  const positionIds = g.input('position_ids', 'int64', ['batch_size', 'sequence_length']);
+  const seqlensK = g.input('seqlens_k', 'int32', ['batch_size']);
+  const total = g.input('total_sequence_length', 'int32', []);
+  const past = Array.from({ length: numLayers }, (_, i) => ({
+    key: g.input(`past_key_values.${i}.key`, floatType, ['batch_size', numKvHeads, 'max_length', headDim]),
+    value: g.input(`past_key_values.${i}.value`, floatType, ['batch_size', numKvHeads, 'max_length', headDim]),
+  }));
+  const { logits, present } = decoderBody(g, spec, weights, 'cuda', { inputIds, attentionMask: '', positionIds, past }, true, { seqlensK, total });
+  present.forEach((p, i) => {
+    g.output(`present.${i}.key`, p.key, floatType, ['batch_size', numKvHeads, 'max_length', headDim]);
+    g.output(`present.${i}.value`, p.value, floatType, ['batch_size', numKvHeads, 'max_length', headDim]);
+  });
+  g.output('logits', logits, floatType, ['batch_size', 1, vocabSize]);
+  return g;
+}
+
 /** Ids of the GreedySearch model: where generation ends, and what pads a prompt or a finished row. */
 export interface GreedySearchIds {
   /** The model's end id; -1 when it has none. */
@@ -124,6 +155,7 @@ function decoderBody(
   flavor: Flavor,
   inputs: DecoderInputs,
   lastOnly: boolean,
+  slotLengths?: { seqlensK: string; total: string },
 ): { logits: string; present: Array<{ key: string; value: string }> } {
   const { numLayers, vocabSize } = spec;
   const { inputIds, attentionMask, positionIds, past } = inputs;
@@ -137,9 +169,10 @@ function decoderBody(
     spec,
     flavor,
     positionIds,
-    bias: attentionBias(g, inputIds, attentionMask, flavor),
+    // The slot decoder's rows are unpadded and GroupQueryAttention masks the future itself: no bias.
+    bias: slotLengths === undefined ? attentionBias(g, inputIds, attentionMask, flavor) : '',
     rotary: spec.positions.kind === 'rotary' ? rotary(g, positionIds, spec, flavor) : undefined,
-    cacheLengths: flavor === 'cuda' && spec.numKvHeads !== spec.numHeads ? cacheLengths(g, inputIds, attentionMask) : undefined,
+    cacheLengths: slotLengths ?? (flavor === 'cuda' && spec.numKvHeads !== spec.numHeads ? cacheLengths(g, inputIds, attentionMask) : undefined),
   };
 
   // The residual stream: each block adds to x, and the norm that follows is taken of the sum (fused
@@ -270,7 +303,7 @@ function attend(
         ? g.opMany('MultiHeadAttention', [q, k, v, '', '', c.bias, past.key, past.value], { num_heads: numHeads, scale }, { domain: MS, outputs: 3 })
         : g.opMany(
             'GroupQueryAttention',
-            [q, k, v, past.key, past.value, c.cacheLengths.seqlensK, c.cacheLengths.total, '', '', '', c.bias],
+            [q, k, v, past.key, past.value, c.cacheLengths.seqlensK, c.cacheLengths.total, ...(c.bias === '' ? [] : ['', '', '', c.bias])],
             { num_heads: numHeads, kv_num_heads: numKvHeads, scale },
             { domain: MS, outputs: 3 },
           );

@@ -1,4 +1,4 @@
-/** What the builder and the runtime agree on for the GreedySearch model (`chorus build --greedy-search`). */
+/** What the builder and the runtimes agree on for the extra decoder models (`chorus build --greedy-search`, `--slot-decoder`). */
 
 /** Its file in the model directory's onnx/. */
 export const GREEDY_MODEL = 'decoder_model_greedy.onnx';
@@ -9,3 +9,6 @@ export const GREEDY_MODEL = 'decoder_model_greedy.onnx';
  * embedding row (of a position that is masked out).
  */
 export const GREEDY_PAD_ID = -1;
+
+/** The slot decoder's file in onnx/ (`chorus build --slot-decoder`): the native engine's model. */
+export const SLOT_DECODER_MODEL = 'decoder_model_slots.onnx';

@@ -1,0 +1,252 @@
+// The N-API face of the native engine: SlotDecoder's steps run on libuv's worker threads (the event
+// loop never waits on the session or the GPU) and settle promises.
+#include <napi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels.h"
+#include "slot-decoder.h"
+
+#ifdef CHORUS_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace chorus {
+namespace {
+
+std::vector<int32_t> Int32s(const Napi::Value& value, const char* name) {
+  if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
+    throw Napi::TypeError::New(value.Env(), std::string(name) + " must be an Int32Array");
+  }
+  auto array = value.As<Napi::Int32Array>();
+  return std::vector<int32_t>(array.Data(), array.Data() + array.ElementLength());
+}
+
+std::vector<int64_t> Int64s(const Napi::Value& value, const char* name) {
+  std::vector<int32_t> narrow = Int32s(value, name);
+  return std::vector<int64_t>(narrow.begin(), narrow.end());
+}
+
+int IntField(const Napi::Object& options, const char* name, int fallback, bool required) {
+  Napi::Value value = options.Get(name);
+  if (value.IsUndefined()) {
+    if (required) throw Napi::TypeError::New(options.Env(), std::string("options.") + name + " is required");
+    return fallback;
+  }
+  if (!value.IsNumber()) throw Napi::TypeError::New(options.Env(), std::string("options.") + name + " must be a number");
+  return value.As<Napi::Number>().Int32Value();
+}
+
+Napi::Object ResultObject(Napi::Env env, const StepResult& result) {
+  Napi::Object out = Napi::Object::New(env);
+  auto argmax = Napi::Int32Array::New(env, result.argmax.size());
+  std::copy(result.argmax.begin(), result.argmax.end(), argmax.Data());
+  auto logits = Napi::Float32Array::New(env, result.logits.size());
+  std::copy(result.logits.begin(), result.logits.end(), logits.Data());
+  out.Set("argmax", argmax);
+  out.Set("logits", logits);
+  return out;
+}
+
+// Runs `work` on a worker thread; resolves with `done(env)`, or rejects with the exception's message.
+class Task : public Napi::AsyncWorker {
+ public:
+  Task(Napi::Env env, std::function<void()> work, std::function<Napi::Value(Napi::Env)> done)
+      : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)), work_(std::move(work)), done_(std::move(done)) {}
+  Napi::Promise Promise() { return deferred_.Promise(); }
+
+ protected:
+  void Execute() override {
+    try {
+      work_();
+    } catch (const std::exception& e) {
+      SetError(e.what());
+    }
+  }
+  void OnOK() override { deferred_.Resolve(done_(Env())); }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  std::function<void()> work_;
+  std::function<Napi::Value(Napi::Env)> done_;
+};
+
+class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "SlotDecoder",
+                       {InstanceMethod("load", &SlotDecoderWrap::Load), InstanceMethod("prefill", &SlotDecoderWrap::Prefill),
+                        InstanceMethod("decode", &SlotDecoderWrap::Decode), InstanceMethod("copySlots", &SlotDecoderWrap::CopySlots),
+                        InstanceMethod("close", &SlotDecoderWrap::Close), InstanceAccessor("cacheBytes", &SlotDecoderWrap::CacheBytes, nullptr)});
+  }
+
+  explicit SlotDecoderWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<SlotDecoderWrap>(info) {
+    if (!info[0].IsObject()) throw Napi::TypeError::New(info.Env(), "SlotDecoder takes an options object");
+    Napi::Object o = info[0].As<Napi::Object>();
+    if (!o.Get("model").IsString()) throw Napi::TypeError::New(info.Env(), "options.model must be the path of the slot decoder");
+    options_.model = o.Get("model").As<Napi::String>().Utf8Value();
+    const std::string provider = o.Get("provider").IsString() ? o.Get("provider").As<Napi::String>().Utf8Value() : "cpu";
+    if (provider != "cpu" && provider != "cuda") throw Napi::TypeError::New(info.Env(), "options.provider must be cpu or cuda, not " + provider);
+    options_.cuda = provider == "cuda";
+    options_.deviceId = IntField(o, "deviceId", 0, false);
+    options_.slots = IntField(o, "slots", 0, true);
+    options_.maxLength = IntField(o, "maxLength", 0, true);
+    options_.layers = IntField(o, "layers", 0, true);
+    options_.kvHeads = IntField(o, "kvHeads", 0, true);
+    options_.headDim = IntField(o, "headDim", 0, true);
+    options_.vocab = IntField(o, "vocab", 0, true);
+    options_.intraOpThreads = IntField(o, "intraOpThreads", 0, false);
+    const std::string dtype = o.Get("dtype").IsString() ? o.Get("dtype").As<Napi::String>().Utf8Value() : "fp32";
+    if (dtype != "fp32" && dtype != "fp16") throw Napi::TypeError::New(info.Env(), "options.dtype must be fp32 or fp16, not " + dtype);
+    options_.floatType = dtype == "fp16" ? FloatType::kFloat16 : FloatType::kFloat32;
+    if (o.Get("cudaOptions").IsObject()) {
+      Napi::Object cuda = o.Get("cudaOptions").As<Napi::Object>();
+      Napi::Array keys = cuda.GetPropertyNames();
+      for (uint32_t i = 0; i < keys.Length(); i++) {
+        std::string key = keys.Get(i).As<Napi::String>().Utf8Value();
+        options_.cudaOptions[key] = cuda.Get(key).ToString().Utf8Value();
+      }
+    }
+  }
+
+ private:
+  SlotDecoder& Loaded(Napi::Env env) {
+    if (!decoder_) throw Napi::Error::New(env, "the slot decoder is not loaded (or was closed)");
+    return *decoder_;
+  }
+
+  Napi::Value Load(const Napi::CallbackInfo& info) {
+    auto* task = new Task(
+        info.Env(), [this]() { decoder_ = std::make_unique<SlotDecoder>(options_); }, [](Napi::Env env) { return env.Undefined(); });
+    Napi::Promise promise = task->Promise();
+    task->Queue();
+    return promise;
+  }
+
+  Napi::Value Prefill(const Napi::CallbackInfo& info) {
+    SlotDecoder& decoder = Loaded(info.Env());
+    const int slot = info[0].As<Napi::Number>().Int32Value();
+    auto ids = Int64s(info[1], "ids");
+    auto rows = Int32s(info[2], "logitRows");
+    auto result = std::make_shared<StepResult>();
+    auto* task = new Task(
+        info.Env(), [&decoder, slot, ids, rows, result]() { *result = decoder.Prefill(slot, ids, rows); },
+        [result](Napi::Env env) { return ResultObject(env, *result); });
+    Napi::Promise promise = task->Promise();
+    task->Queue();
+    return promise;
+  }
+
+  Napi::Value Decode(const Napi::CallbackInfo& info) {
+    SlotDecoder& decoder = Loaded(info.Env());
+    auto tokens = Int64s(info[0], "tokens");
+    auto positions = Int64s(info[1], "positions");
+    auto rows = Int32s(info[2], "logitRows");
+    auto result = std::make_shared<StepResult>();
+    auto* task = new Task(
+        info.Env(), [&decoder, tokens, positions, rows, result]() { *result = decoder.Decode(tokens, positions, rows); },
+        [result](Napi::Env env) { return ResultObject(env, *result); });
+    Napi::Promise promise = task->Promise();
+    task->Queue();
+    return promise;
+  }
+
+  Napi::Value CopySlots(const Napi::CallbackInfo& info) {
+    SlotDecoder& decoder = Loaded(info.Env());
+    auto src = Int32s(info[0], "sources");
+    auto dst = Int32s(info[1], "destinations");
+    auto lengths = Int32s(info[2], "lengths");
+    auto* task = new Task(
+        info.Env(), [&decoder, src, dst, lengths]() { decoder.CopySlots(src, dst, lengths); }, [](Napi::Env env) { return env.Undefined(); });
+    Napi::Promise promise = task->Promise();
+    task->Queue();
+    return promise;
+  }
+
+  Napi::Value Close(const Napi::CallbackInfo& info) {
+    decoder_.reset();
+    return info.Env().Undefined();
+  }
+
+  Napi::Value CacheBytes(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), decoder_ ? static_cast<double>(decoder_->cacheBytes()) : 0);
+  }
+
+  SlotDecoderOptions options_;
+  std::unique_ptr<SlotDecoder> decoder_;
+};
+
+// argmaxRows(logits: Float32Array | Uint16Array (fp16 bits), vocab, device): each row's argmax, on
+// the GPU with device true (the kernel the engine runs), else on the host.
+Napi::Value ArgmaxRows(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto array = info[0].As<Napi::TypedArray>();
+  const int vocab = info[1].As<Napi::Number>().Int32Value();
+  const bool device = info[2].ToBoolean();
+  const bool half = array.TypedArrayType() == napi_uint16_array;
+  if (!half && array.TypedArrayType() != napi_float32_array) throw Napi::TypeError::New(env, "logits must be a Float32Array or a Uint16Array of fp16 bits");
+  if (vocab <= 0 || array.ElementLength() % vocab != 0) throw Napi::RangeError::New(env, "logits must hold whole rows of vocab");
+  const int rows = static_cast<int>(array.ElementLength() / vocab);
+  const FloatType type = half ? FloatType::kFloat16 : FloatType::kFloat32;
+  const void* data = static_cast<const char*>(array.ArrayBuffer().Data()) + array.ByteOffset();
+  auto out = Napi::Int32Array::New(env, rows);
+  if (!device) {
+    ArgmaxRowsHost(data, type, rows, vocab, out.Data());
+    return out;
+  }
+#ifdef CHORUS_WITH_CUDA
+  void* logits = nullptr;
+  int32_t* ids = nullptr;
+  auto fail = [&](cudaError_t status) {
+    cudaFree(logits);
+    cudaFree(ids);
+    throw Napi::Error::New(env, std::string("CUDA: ") + cudaGetErrorString(status));
+  };
+  cudaError_t status = cudaMalloc(&logits, array.ByteLength());
+  if (status == cudaSuccess) status = cudaMalloc(&ids, sizeof(int32_t) * rows);
+  if (status == cudaSuccess) status = cudaMemcpy(logits, data, array.ByteLength(), cudaMemcpyHostToDevice);
+  if (status != cudaSuccess) fail(status);
+  ArgmaxRowsDevice(logits, type, rows, vocab, ids, nullptr);
+  status = cudaGetLastError();
+  if (status == cudaSuccess) status = cudaMemcpy(out.Data(), ids, sizeof(int32_t) * rows, cudaMemcpyDeviceToHost);
+  if (status != cudaSuccess) fail(status);
+  cudaFree(logits);
+  cudaFree(ids);
+  return out;
+#else
+  throw Napi::Error::New(env, "this build of the native engine has no CUDA");
+#endif
+}
+
+// cudaDevices(): how many CUDA devices the driver reports (0 without CUDA or a GPU).
+Napi::Value CudaDevices(const Napi::CallbackInfo& info) {
+  int count = 0;
+#ifdef CHORUS_WITH_CUDA
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+#endif
+  return Napi::Number::New(info.Env(), count);
+}
+
+}  // namespace
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("SlotDecoder", SlotDecoderWrap::Define(env));
+  exports.Set("argmaxRows", Napi::Function::New(env, ArgmaxRows));
+  exports.Set("cudaDevices", Napi::Function::New(env, CudaDevices));
+#ifdef CHORUS_WITH_CUDA
+  exports.Set("cuda", Napi::Boolean::New(env, true));
+#else
+  exports.Set("cuda", Napi::Boolean::New(env, false));
+#endif
+  exports.Set("ortApiVersion", Napi::Number::New(env, ORT_API_VERSION));
+  return exports;
+}
+
+}  // namespace chorus
+
+static Napi::Object InitChorus(Napi::Env env, Napi::Object exports) { return chorus::Init(env, exports); }
+
+NODE_API_MODULE(chorus_native, InitChorus)

@@ -1,0 +1,75 @@
+// CUDA kernels of the native engine.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+
+#include "kernels.h"
+
+namespace chorus {
+namespace {
+
+template <typename T>
+__device__ inline float Load(const T* p);
+template <>
+__device__ inline float Load<float>(const float* p) { return *p; }
+template <>
+__device__ inline float Load<__half>(const __half* p) { return __half2float(*p); }
+
+// Larger value wins; among equal values the lower index, as the host's first-maximum scan.
+__device__ inline void Better(float& value, int& index, float otherValue, int otherIndex) {
+  if (otherValue > value || (otherValue == value && otherIndex < index)) {
+    value = otherValue;
+    index = otherIndex;
+  }
+}
+
+constexpr int kThreads = 1024;
+
+// One block per row.
+template <typename T>
+__global__ void ArgmaxRowsKernel(const T* logits, int vocab, int32_t* out) {
+  const T* row = logits + static_cast<size_t>(blockIdx.x) * vocab;
+  float value = -FLT_MAX;
+  int index = vocab;
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x) Better(value, index, Load(row + v), v);
+  // Within a warp, then across warps.
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float otherValue = __shfl_down_sync(0xffffffffu, value, offset);
+    const int otherIndex = __shfl_down_sync(0xffffffffu, index, offset);
+    Better(value, index, otherValue, otherIndex);
+  }
+  __shared__ float values[kThreads / 32];
+  __shared__ int indices[kThreads / 32];
+  const int warp = threadIdx.x / 32;
+  if (threadIdx.x % 32 == 0) {
+    values[warp] = value;
+    indices[warp] = index;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = blockDim.x / 32;
+    value = threadIdx.x < warps ? values[threadIdx.x] : -FLT_MAX;
+    index = threadIdx.x < warps ? indices[threadIdx.x] : vocab;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float otherValue = __shfl_down_sync(0xffffffffu, value, offset);
+      const int otherIndex = __shfl_down_sync(0xffffffffu, index, offset);
+      Better(value, index, otherValue, otherIndex);
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = index < vocab ? index : 0;
+  }
+}
+
+}  // namespace
+
+void ArgmaxRowsDevice(const void* logits, FloatType type, int rows, int vocab, int32_t* out, void* stream) {
+  if (rows == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  if (type == FloatType::kFloat32) {
+    ArgmaxRowsKernel<float><<<rows, kThreads, 0, s>>>(static_cast<const float*>(logits), vocab, out);
+  } else {
+    ArgmaxRowsKernel<__half><<<rows, kThreads, 0, s>>>(static_cast<const __half*>(logits), vocab, out);
+  }
+}
+
+}  // namespace chorus

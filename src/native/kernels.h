@@ -1,0 +1,27 @@
+// Decode kernels of the native engine: what runs on a step's logits where they are, so that only the
+// chosen token ids (and the logits of rows the caller asked for) cross to the host.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace chorus {
+
+// The element type of logits and cache: float32 or IEEE float16 (raw bits).
+enum class FloatType { kFloat32, kFloat16 };
+
+// Widens IEEE half-precision bits to float.
+float HalfToFloat(uint16_t bits);
+
+// Host: the index of each row's largest logit (the lowest index among equals), rows x vocab.
+void ArgmaxRowsHost(const void* logits, FloatType type, int rows, int vocab, int32_t* out);
+
+// Host: rows x vocab logits widened to float32 (selected rows `which`, count of them).
+void WidenRowsHost(const void* logits, FloatType type, int vocab, const int32_t* which, int count, float* out);
+
+#ifdef CHORUS_WITH_CUDA
+// Device: as ArgmaxRowsHost, on `stream` (a cudaStream_t), into device memory `out`.
+void ArgmaxRowsDevice(const void* logits, FloatType type, int rows, int vocab, int32_t* out, void* stream);
+#endif
+
+}  // namespace chorus

@@ -1,0 +1,252 @@
+#include "slot-decoder.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#ifdef CHORUS_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace chorus {
+
+namespace {
+
+#ifdef CHORUS_WITH_CUDA
+void Check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+#endif
+
+ONNXTensorElementDataType ElementType(FloatType type) {
+  return type == FloatType::kFloat16 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+}
+
+}  // namespace
+
+SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options), env_(ORT_LOGGING_LEVEL_ERROR, "chorus-native") {
+  if (options.slots <= 0 || options.maxLength <= 0 || options.layers <= 0 || options.kvHeads <= 0 || options.headDim <= 0 || options.vocab <= 0) {
+    throw std::invalid_argument("slots, maxLength, layers, kvHeads, headDim and vocab must be positive");
+  }
+  elementBytes_ = options.floatType == FloatType::kFloat16 ? 2 : 4;
+  slotBytes_ = static_cast<size_t>(options.kvHeads) * options.maxLength * options.headDim * elementBytes_;
+  cpu_ = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault);
+
+  Ort::SessionOptions sessionOptions;
+  sessionOptions.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL);
+  if (options.intraOpThreads > 0) sessionOptions.SetIntraOpNumThreads(options.intraOpThreads);
+  if (options.cuda) {
+#ifdef CHORUS_WITH_CUDA
+    Check(cudaSetDevice(options.deviceId), "cudaSetDevice");
+    cudaStream_t stream;
+    Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    stream_ = stream;
+    Ort::CUDAProviderOptions cuda;
+    std::map<std::string, std::string> settings = options.cudaOptions;
+    settings["device_id"] = std::to_string(options.deviceId);
+    cuda.Update(std::unordered_map<std::string, std::string>(settings.begin(), settings.end()));
+    sessionOptions.AppendExecutionProvider_CUDA_V2(*cuda);
+    memory_ = Ort::MemoryInfo("Cuda", OrtDeviceAllocator, options.deviceId, OrtMemTypeDefault);
+#else
+    throw std::runtime_error("this build of the native engine has no CUDA (nvcc was not found when it was built)");
+#endif
+  } else {
+    memory_ = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault);
+  }
+  session_ = std::make_unique<Ort::Session>(env_, options.model.c_str(), sessionOptions);
+
+  for (int l = 0; l < options.layers; l++) {
+    for (const char* part : {"key", "value"}) {
+      pastNames_.push_back("past_key_values." + std::to_string(l) + "." + part);
+      presentNames_.push_back("present." + std::to_string(l) + "." + part);
+    }
+  }
+  const size_t layerBytes = slotBytes_ * options.slots;
+  for (int l = 0; l < options.layers; l++) {
+    keys_.push_back(Allocate(layerBytes));
+    values_.push_back(Allocate(layerBytes));
+  }
+  cacheBytes_ = layerBytes * 2 * options.layers;
+  logits_ = Allocate(static_cast<size_t>(options.slots) * options.vocab * elementBytes_);
+#ifdef CHORUS_WITH_CUDA
+  if (options.cuda) argmaxDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
+#endif
+}
+
+SlotDecoder::~SlotDecoder() {
+  session_.reset();
+  for (void* p : keys_) Free(p);
+  for (void* p : values_) Free(p);
+  Free(logits_);
+  Free(scratch_);
+  Free(argmaxDevice_);
+#ifdef CHORUS_WITH_CUDA
+  if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+#endif
+}
+
+void* SlotDecoder::Allocate(size_t bytes) {
+  if (bytes == 0) return nullptr;
+#ifdef CHORUS_WITH_CUDA
+  if (options_.cuda) {
+    void* p = nullptr;
+    Check(cudaMalloc(&p, bytes), "cudaMalloc (the cache of slots; lower the slots or their length)");
+    Check(cudaMemset(p, 0, bytes), "cudaMemset");
+    return p;
+  }
+#endif
+  void* p = std::calloc(1, bytes);
+  if (p == nullptr) throw std::runtime_error("out of host memory for the cache of slots");
+  return p;
+}
+
+void SlotDecoder::Free(void* p) {
+  if (p == nullptr) return;
+#ifdef CHORUS_WITH_CUDA
+  if (options_.cuda) {
+    cudaFree(p);
+    return;
+  }
+#endif
+  std::free(p);
+}
+
+void SlotDecoder::CopyStrided(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t width, size_t height) {
+#ifdef CHORUS_WITH_CUDA
+  if (options_.cuda) {
+    Check(cudaMemcpy2DAsync(dst, dstPitch, src, srcPitch, width, height, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream_)), "cudaMemcpy2DAsync");
+    return;
+  }
+#endif
+  for (size_t h = 0; h < height; h++) std::memcpy(static_cast<char*>(dst) + h * dstPitch, static_cast<const char*>(src) + h * srcPitch, width);
+}
+
+void SlotDecoder::ToHost(void* dst, const void* src, size_t bytes) {
+#ifdef CHORUS_WITH_CUDA
+  if (options_.cuda) {
+    Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream_)), "cudaMemcpyAsync");
+    return;
+  }
+#endif
+  std::memcpy(dst, src, bytes);
+}
+
+StepResult SlotDecoder::Prefill(int slot, const std::vector<int64_t>& ids, const std::vector<int32_t>& logitRows) {
+  const int length = static_cast<int>(ids.size());
+  if (slot < 0 || slot >= options_.slots) throw std::out_of_range("slot " + std::to_string(slot) + " is outside 0.." + std::to_string(options_.slots - 1));
+  if (length == 0 || length > options_.maxLength) throw std::out_of_range("a prompt of " + std::to_string(length) + " tokens does not fit a slot of " + std::to_string(options_.maxLength));
+  std::vector<int64_t> positions(length);
+  for (int i = 0; i < length; i++) positions[i] = i;
+  return Run(slot, 1, length, ids, positions, {length - 1}, length, logitRows);
+}
+
+StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows) {
+  const int rows = static_cast<int>(tokens.size());
+  if (rows == 0 || rows > options_.slots || positions.size() != tokens.size()) throw std::out_of_range("decode takes 1.." + std::to_string(options_.slots) + " rows, a position for each");
+  std::vector<int32_t> seqlens(rows);
+  int total = 0;
+  for (int r = 0; r < rows; r++) {
+    if (positions[r] < 0 || positions[r] >= options_.maxLength) throw std::out_of_range("row " + std::to_string(r) + " at position " + std::to_string(positions[r]) + " is past its slot's " + std::to_string(options_.maxLength));
+    seqlens[r] = static_cast<int32_t>(positions[r]);
+    total = std::max(total, seqlens[r] + 1);
+  }
+  return Run(0, rows, 1, tokens, positions, seqlens, total, logitRows);
+}
+
+StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
+                            const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows) {
+  const ONNXTensorElementDataType floatType = ElementType(options_.floatType);
+  const int64_t idsShape[2] = {rows, sequence};
+  const int64_t rowsShape[1] = {rows};
+  int32_t totalValue = total;
+  std::vector<Ort::Value> values;
+  values.reserve(4 + 2 * options_.layers + 1);
+  Ort::IoBinding io(*session_);
+  values.push_back(Ort::Value::CreateTensor<int64_t>(cpu_, const_cast<int64_t*>(ids.data()), ids.size(), idsShape, 2));
+  io.BindInput("input_ids", values.back());
+  values.push_back(Ort::Value::CreateTensor<int64_t>(cpu_, const_cast<int64_t*>(positions.data()), positions.size(), idsShape, 2));
+  io.BindInput("position_ids", values.back());
+  values.push_back(Ort::Value::CreateTensor<int32_t>(cpu_, const_cast<int32_t*>(seqlens.data()), seqlens.size(), rowsShape, 1));
+  io.BindInput("seqlens_k", values.back());
+  values.push_back(Ort::Value::CreateTensor<int32_t>(cpu_, &totalValue, 1, nullptr, 0));
+  io.BindInput("total_sequence_length", values.back());
+  const int64_t cacheShape[4] = {rows, options_.kvHeads, options_.maxLength, options_.headDim};
+  for (int l = 0; l < options_.layers; l++) {
+    void* bases[2] = {keys_[l], values_[l]};
+    for (int part = 0; part < 2; part++) {
+      void* at = static_cast<char*>(bases[part]) + static_cast<size_t>(firstSlot) * slotBytes_;
+      values.push_back(Ort::Value::CreateTensor(memory_, at, slotBytes_ * rows, cacheShape, 4, floatType));
+      io.BindInput(pastNames_[2 * l + part].c_str(), values.back());
+      io.BindOutput(presentNames_[2 * l + part].c_str(), values.back());
+    }
+  }
+  const int64_t logitsShape[3] = {rows, 1, options_.vocab};
+  const size_t rowBytes = static_cast<size_t>(options_.vocab) * elementBytes_;
+  values.push_back(Ort::Value::CreateTensor(memory_, logits_, rowBytes * rows, logitsShape, 3, floatType));
+  io.BindOutput("logits", values.back());
+
+  session_->Run(Ort::RunOptions{nullptr}, io);
+  io.SynchronizeOutputs();
+
+  StepResult result;
+  result.argmax.resize(rows);
+  result.logits.resize(logitRows.size() * options_.vocab);
+  for (int32_t r : logitRows) {
+    if (r < 0 || r >= rows) throw std::out_of_range("logits of row " + std::to_string(r) + " asked of a step of " + std::to_string(rows));
+  }
+#ifdef CHORUS_WITH_CUDA
+  if (options_.cuda) {
+    auto stream = static_cast<cudaStream_t>(stream_);
+    ArgmaxRowsDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, stream_);
+    Check(cudaGetLastError(), "argmax kernel");
+    ToHost(result.argmax.data(), argmaxDevice_, sizeof(int32_t) * rows);
+    std::vector<char> staged(rowBytes * logitRows.size());
+    for (size_t i = 0; i < logitRows.size(); i++) ToHost(staged.data() + i * rowBytes, static_cast<char*>(logits_) + logitRows[i] * rowBytes, rowBytes);
+    Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    std::vector<int32_t> order(logitRows.size());
+    for (size_t i = 0; i < order.size(); i++) order[i] = static_cast<int32_t>(i);
+    WidenRowsHost(staged.data(), options_.floatType, options_.vocab, order.data(), static_cast<int>(order.size()), result.logits.data());
+    return result;
+  }
+#endif
+  ArgmaxRowsHost(logits_, options_.floatType, rows, options_.vocab, result.argmax.data());
+  WidenRowsHost(logits_, options_.floatType, options_.vocab, logitRows.data(), static_cast<int>(logitRows.size()), result.logits.data());
+  return result;
+}
+
+void SlotDecoder::CopySlots(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths) {
+  const size_t count = src.size();
+  if (dst.size() != count || lengths.size() != count) throw std::invalid_argument("copySlots takes as many destinations and lengths as sources");
+  if (count == 0) return;
+  for (size_t i = 0; i < count; i++) {
+    if (src[i] < 0 || src[i] >= options_.slots || dst[i] < 0 || dst[i] >= options_.slots) throw std::out_of_range("slot outside 0.." + std::to_string(options_.slots - 1));
+    if (lengths[i] < 0 || lengths[i] > options_.maxLength) throw std::out_of_range("a length outside 0.." + std::to_string(options_.maxLength));
+  }
+  if (scratchBytes_ < count * slotBytes_) {
+    Free(scratch_);
+    scratch_ = nullptr;
+    scratchBytes_ = 0;
+    scratch_ = Allocate(count * slotBytes_);
+    scratchBytes_ = count * slotBytes_;
+  }
+  // Each slot is kv_heads blocks of max_length x head_dim; a row's first `length` positions of each.
+  const size_t pitch = static_cast<size_t>(options_.maxLength) * options_.headDim * elementBytes_;
+  for (int l = 0; l < options_.layers; l++) {
+    for (void* base : {keys_[l], values_[l]}) {
+      for (size_t i = 0; i < count; i++) {
+        const size_t width = static_cast<size_t>(lengths[i]) * options_.headDim * elementBytes_;
+        CopyStrided(static_cast<char*>(scratch_) + i * slotBytes_, pitch, static_cast<char*>(base) + src[i] * slotBytes_, pitch, width, options_.kvHeads);
+      }
+      for (size_t i = 0; i < count; i++) {
+        const size_t width = static_cast<size_t>(lengths[i]) * options_.headDim * elementBytes_;
+        CopyStrided(static_cast<char*>(base) + dst[i] * slotBytes_, pitch, static_cast<char*>(scratch_) + i * slotBytes_, pitch, width, options_.kvHeads);
+      }
+    }
+  }
+#ifdef CHORUS_WITH_CUDA
+  if (options_.cuda) Check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+#endif
+}
+
+}  // namespace chorus

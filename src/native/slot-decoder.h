@@ -1,0 +1,88 @@
+// The native engine's model runner: the slot decoder (onnx/decoder_model_slots.onnx) on ONNX Runtime,
+// with every layer's key and value cache preallocated as [slots, kv_heads, max_length, head_dim]
+// buffers where the session runs (GPU memory with CUDA), bound through IoBinding as both past and
+// present so that GroupQueryAttention writes each row's new keys in place. A step sends token ids and
+// lengths in and brings back only the chosen ids (the argmax of each row's logits, taken where the
+// logits are) and the logits of the rows the caller asks for.
+#pragma once
+
+#include <onnxruntime_cxx_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels.h"
+
+namespace chorus {
+
+struct SlotDecoderOptions {
+  std::string model;
+  bool cuda = false;
+  int deviceId = 0;
+  int slots = 8;
+  int maxLength = 1024;
+  int layers = 0;
+  int kvHeads = 0;
+  int headDim = 0;
+  int vocab = 0;
+  FloatType floatType = FloatType::kFloat32;
+  int intraOpThreads = 0;
+  // CUDA provider options as ONNX Runtime names them (gpu_mem_limit, arena_extend_strategy, ...).
+  std::map<std::string, std::string> cudaOptions;
+};
+
+// What a step gives back: each row's argmax, and the requested rows' logits widened to float32.
+struct StepResult {
+  std::vector<int32_t> argmax;
+  std::vector<float> logits;
+};
+
+class SlotDecoder {
+ public:
+  explicit SlotDecoder(const SlotDecoderOptions& options);
+  ~SlotDecoder();
+  SlotDecoder(const SlotDecoder&) = delete;
+  SlotDecoder& operator=(const SlotDecoder&) = delete;
+
+  // Runs `ids` (a prompt) into slot `slot` from position 0; the result has one row.
+  StepResult Prefill(int slot, const std::vector<int64_t>& ids, const std::vector<int32_t>& logitRows);
+  // One token for each of rows 0..n-1: `tokens[r]` at position `positions[r]` (the row's length so far).
+  StepResult Decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows);
+  // Copies slot caches: dst[i] <- src[i], the first lengths[i] positions, reading every source before
+  // writing any destination (so a permutation of rows is safe).
+  void CopySlots(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths);
+
+  const SlotDecoderOptions& options() const { return options_; }
+  size_t cacheBytes() const { return cacheBytes_; }
+
+ private:
+  StepResult Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
+                 const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows);
+  void* Allocate(size_t bytes);
+  void Free(void* p);
+  void CopyStrided(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t width, size_t height);
+  void ToHost(void* dst, const void* src, size_t bytes);
+
+  SlotDecoderOptions options_;
+  Ort::Env env_;
+  std::unique_ptr<Ort::Session> session_;
+  Ort::MemoryInfo memory_{nullptr};
+  Ort::MemoryInfo cpu_{nullptr};
+  size_t elementBytes_ = 4;
+  size_t slotBytes_ = 0;  // one slot of one layer's key (or value)
+  size_t cacheBytes_ = 0;
+  std::vector<void*> keys_;
+  std::vector<void*> values_;
+  void* logits_ = nullptr;  // [slots, vocab]
+  void* scratch_ = nullptr;  // CopySlots' staging, grown as needed
+  size_t scratchBytes_ = 0;
+  int32_t* argmaxDevice_ = nullptr;
+  void* stream_ = nullptr;
+  std::vector<std::string> pastNames_;
+  std::vector<std::string> presentNames_;
+};
+
+}  // namespace chorus
