@@ -1,0 +1,295 @@
+/**
+ * The engine over the native addon (src/native): continuous batching like OrtEngine, but the cache
+ * never leaves the device. Each running row owns a slot of the SlotDecoder's preallocated cache (rows
+ * 0..n-1 are slots 0..n-1); a step sends only the rows' last tokens and lengths, and gets back each
+ * row's argmax (taken where the logits are) plus the logits of the rows whose requests need them
+ * (sampling, penalties, log-probabilities, beams: their processors run here, as in OrtEngine).
+ * Requests that decode greedily without processors never see their logits on the host. A request is
+ * prefilled alone into the next free slot; when requests leave, the rows behind them move down, and
+ * when a beam search reorders its beams, their slots are permuted on the device.
+ *
+ * Sessions and copies run on libuv's worker threads: the event loop never waits on the GPU.
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Observable } from 'rxjs';
+import { ChorusError } from '../errors.ts';
+import { SLOT_DECODER_MODEL } from '../modelbuild/greedy-layout.ts';
+import { loadNative, type NativeSlotDecoder } from '../native/index.ts';
+import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
+import { RequestLedger } from './request-ledger.ts';
+import { Scheduler, type SchedulerLimits } from './scheduler.ts';
+import { deviceGreedyEligible, type ActiveRequest, type ModelIds, type Sequence } from './sequence.ts';
+
+/** Options of `NativeEngine.open`. */
+export interface NativeEngineOptions extends Partial<SchedulerLimits> {
+  /** Where the session and the cache live. Default: cpu. */
+  provider?: 'cpu' | 'cuda';
+  deviceId?: number;
+  /**
+   * Tokens one slot holds (prompt plus output). Default: the model's context, at most 2048. The cache
+   * takes maxBatchSize slots of this length, allocated when the engine opens.
+   */
+  slotLength?: number;
+  /** ONNX Runtime's CUDA provider options by their names (gpu_mem_limit, arena_extend_strategy, ...). */
+  cudaOptions?: Record<string, string | number>;
+  intraOpThreads?: number;
+  onRequestDone?: (metrics: RequestMetrics) => void;
+}
+
+/** The slot decoder's shape, from chorus_build.json. */
+interface BuiltSpec {
+  numLayers: number;
+  numKvHeads: number;
+  headDim: number;
+  vocabSize: number;
+}
+
+/** Why a model directory cannot run on the native engine (undefined: it can). */
+export function nativeUnavailable(dir: string): string | undefined {
+  const { addon, reason } = loadNative();
+  if (addon === undefined) return `the native engine is ${reason}`;
+  const info = buildInfo(dir);
+  if (info?.slotDecoder !== true) return `${dir} has no slot decoder (build it with chorus build --flavor cuda --slot-decoder)`;
+  return undefined;
+}
+
+function buildInfo(dir: string): { dtype: 'fp32' | 'fp16'; spec: BuiltSpec; slotDecoder?: boolean } | undefined {
+  try {
+    return JSON.parse(readFileSync(join(dir, 'chorus_build.json'), 'utf8')) as { dtype: 'fp32' | 'fp16'; spec: BuiltSpec; slotDecoder?: boolean };
+  } catch {
+    return undefined;
+  }
+}
+
+/** Continuous batching over the native SlotDecoder. */
+export class NativeEngine implements Engine {
+  private readonly scheduler: Scheduler<ActiveRequest>;
+  private readonly ledger: RequestLedger;
+  /** The requests in the slots, in row order (each takes `rows` consecutive rows). */
+  private members: ActiveRequest[] = [];
+  /** Tokens in each row's slot. */
+  private lengths: number[] = [];
+  private loop: Promise<void> | undefined;
+
+  private constructor(
+    private readonly decoder: NativeSlotDecoder,
+    limits: SchedulerLimits,
+    private readonly model: ModelIds,
+    onRequestDone: ((metrics: RequestMetrics) => void) | undefined,
+  ) {
+    this.scheduler = new Scheduler(limits);
+    this.ledger = new RequestLedger(onRequestDone);
+  }
+
+  /** Opens a model directory built with the slot decoder; fails, saying why, when the addon or the model is missing. */
+  static async open(dir: string, options: NativeEngineOptions = {}): Promise<NativeEngine> {
+    const unavailable = nativeUnavailable(dir);
+    if (unavailable !== undefined) throw new ChorusError('CHORUS_UNSUPPORTED', unavailable, { param: 'engine' });
+    const { addon } = loadNative();
+    const info = buildInfo(dir)!;
+    const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
+    const context = Number(config.max_position_embeddings ?? config.n_positions ?? 2048);
+    const slotLength = options.slotLength ?? Math.min(context, 2048);
+    if (!Number.isInteger(slotLength) || slotLength < 2 || slotLength > context) {
+      throw new ChorusError('CHORUS_INVALID_ARGUMENT', `slotLength must be an integer from 2 to the model's context ${context}, not ${slotLength}`, { param: 'slotLength' });
+    }
+    const slots = options.maxBatchSize ?? 16;
+    const limits: SchedulerLimits = {
+      maxBatchSize: slots,
+      maxQueue: options.maxQueue ?? 1024,
+      contextLength: Math.min(options.contextLength ?? slotLength, slotLength),
+      kvTokenBudget: Math.min(options.kvTokenBudget ?? slots * slotLength, slots * slotLength),
+    };
+    const decoder = new addon!.SlotDecoder({
+      model: join(dir, 'onnx', SLOT_DECODER_MODEL),
+      provider: options.provider ?? 'cpu',
+      deviceId: options.deviceId ?? 0,
+      slots,
+      maxLength: slotLength,
+      layers: info.spec.numLayers,
+      kvHeads: info.spec.numKvHeads,
+      headDim: info.spec.headDim,
+      vocab: info.spec.vocabSize,
+      dtype: info.dtype,
+      ...(options.intraOpThreads === undefined ? {} : { intraOpThreads: options.intraOpThreads }),
+      ...(options.cudaOptions === undefined ? {} : { cudaOptions: options.cudaOptions }),
+    });
+    await decoder.load();
+    const eos = config.eos_token_id;
+    const bos = config.bos_token_id;
+    const model: ModelIds = { vocabSize: info.spec.vocabSize, endId: typeof eos === 'number' ? eos : undefined, bosId: typeof bos === 'number' ? bos : undefined };
+    return new NativeEngine(decoder, limits, model, options.onRequestDone);
+  }
+
+  /** Bytes of the preallocated cache. */
+  get cacheBytes(): number {
+    return this.decoder.cacheBytes;
+  }
+
+  submit(request: GenerateRequest): Observable<TokenEvent> {
+    return new Observable<TokenEvent>((subscriber) => {
+      let sequence: ActiveRequest;
+      try {
+        sequence = this.ledger.open(request, subscriber, this.model);
+        this.scheduler.enqueue(sequence);
+        this.startLoop();
+      } catch (error) {
+        subscriber.error(error);
+        return undefined;
+      }
+      return () => {
+        if (!sequence.finished) sequence.cancelled = true;
+      };
+    });
+  }
+
+  stats(): EngineStats {
+    return {
+      running: this.scheduler.running.length,
+      waiting: this.scheduler.waiting.length,
+      reservedTokens: this.scheduler.reserved(),
+      cacheTokens: this.lengths.reduce((sum, n) => sum + n, 0),
+      ...this.ledger.counters,
+    };
+  }
+
+  async close(): Promise<void> {
+    this.ledger.close();
+    for (const s of [...this.scheduler.waiting, ...this.scheduler.running]) s.cancelled = true;
+    await this.loop;
+    this.decoder.close();
+  }
+
+  /** Starts the step loop unless it runs (a turn later, so requests submitted together start together). */
+  private startLoop(): void {
+    this.loop ??= new Promise<void>((resolve) => setImmediate(resolve))
+      .then(() => this.run())
+      .finally(() => {
+        this.loop = undefined;
+        if (this.scheduler.waiting.length + this.scheduler.running.length > 0) this.startLoop();
+      });
+  }
+
+  private async run(): Promise<void> {
+    while (this.scheduler.running.length + this.scheduler.waiting.length > 0) {
+      const { admitted, left } = this.scheduler.schedule();
+      for (const s of left) this.ledger.report(s);
+      const now = performance.now();
+      for (const s of admitted) s.admittedAt = now;
+      try {
+        if (left.length > 0) await this.dropRows(left);
+        if (admitted.length > 0) await this.prefill(admitted);
+        else if (this.members.length > 0) await this.decode();
+      } catch (error) {
+        for (const s of [...admitted, ...this.members]) {
+          if (s.finished) continue;
+          s.finished = true;
+          s.subscriber.error(error);
+        }
+        this.members = [];
+        this.lengths = [];
+      }
+      this.ledger.counters.steps++;
+      // Let submissions and cancellations in between steps.
+      await new Promise<void>((resolve) => setImmediate(resolve));
+    }
+    this.members = [];
+    this.lengths = [];
+  }
+
+  /** Whether a request's tokens are the raw argmax, so its logits can stay on the device. */
+  private argmaxOnly(s: ActiveRequest): s is Sequence {
+    return deviceGreedyEligible(s, this.model);
+  }
+
+  /** Rows j of the next layout continue rows sources[j]: their slots move there on the device. */
+  private async moveRows(sources: readonly number[]): Promise<void> {
+    const from: number[] = [];
+    const to: number[] = [];
+    const lengths: number[] = [];
+    sources.forEach((source, row) => {
+      if (source === row) return;
+      from.push(source);
+      to.push(row);
+      lengths.push(this.lengths[source]!);
+    });
+    if (from.length > 0) await this.decoder.copySlots(Int32Array.from(from), Int32Array.from(to), Int32Array.from(lengths));
+    this.lengths = sources.map((source) => this.lengths[source]!);
+  }
+
+  /** Moves the rows behind requests that left down into their slots. */
+  private async dropRows(left: readonly ActiveRequest[]): Promise<void> {
+    const gone = new Set(left);
+    const keep: number[] = [];
+    let row = 0;
+    for (const s of this.members) {
+      if (!gone.has(s)) for (let r = 0; r < s.rows; r++) keep.push(row + r);
+      row += s.rows;
+    }
+    this.members = this.members.filter((s) => !gone.has(s));
+    await this.moveRows(keep);
+  }
+
+  /** Prefills each admitted request into the next free slot; its first token comes out of it. */
+  private async prefill(admitted: readonly ActiveRequest[]): Promise<void> {
+    for (const s of admitted) {
+      if (s.cancelled) continue;
+      const slot = this.lengths.length;
+      const argmaxOnly = this.argmaxOnly(s);
+      const out = await this.decoder.prefill(slot, Int32Array.from(s.promptIds), Int32Array.from(argmaxOnly ? [] : [0]));
+      this.ledger.counters.prefillSteps++;
+      this.lengths.push(s.promptIds.length);
+      this.members.push(s);
+      if (this.argmaxOnly(s)) {
+        s.accept({ token: out.argmax[0]!, logProb: 0 });
+        continue;
+      }
+      // A beam search spreads its prompt's row over its beams.
+      const next = s.step(() => out.logits);
+      if (next !== undefined) await this.moveRows([...Array(slot).keys(), ...next.map((parent) => slot + parent)]);
+    }
+  }
+
+  /** One token for every running row. */
+  private async decode(): Promise<void> {
+    const tokens: number[] = [];
+    const logitRows: number[] = [];
+    let row = 0;
+    for (const s of this.members) {
+      const last = s.lastTokens();
+      if (!this.argmaxOnly(s)) for (let r = 0; r < s.rows; r++) logitRows.push(row + r);
+      tokens.push(...last);
+      row += s.rows;
+    }
+    const out = await this.decoder.decode(Int32Array.from(tokens), Int32Array.from(this.lengths), Int32Array.from(logitRows));
+    this.ledger.counters.decodeSteps++;
+    this.ledger.counters.decodedRows += tokens.length;
+    this.lengths = this.lengths.map((n) => n + 1);
+    const V = this.model.vocabSize;
+    const logitsAt = new Map(logitRows.map((r, i) => [r, i]));
+    const sources: number[] = [];
+    let moved = false;
+    row = 0;
+    for (const s of this.members) {
+      const base = row;
+      const rows = s.rows;
+      let next: readonly number[] | undefined;
+      if (!s.cancelled && !s.finished) {
+        if (this.argmaxOnly(s)) s.accept({ token: out.argmax[base]!, logProb: 0 });
+        else
+          next = s.step((r) => {
+            const i = logitsAt.get(base + r)!;
+            return out.logits.subarray(i * V, (i + 1) * V);
+          });
+      }
+      if (next === undefined) for (let r = 0; r < rows; r++) sources.push(base + r);
+      else {
+        moved ||= next.length !== rows || next.some((parent, r) => parent !== r);
+        for (const parent of next) sources.push(base + parent);
+      }
+      row += rows;
+    }
+    if (moved) await this.moveRows(sources);
+  }
+}

@@ -1,0 +1,167 @@
+import assert from 'node:assert/strict';
+import { cpSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { lastValueFrom, toArray } from 'rxjs';
+import { NativeEngine, nativeUnavailable, OrtEngine, greedy, type Engine, type SamplingParams, type TokenEvent } from '../../src/generation/index.ts';
+import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
+import { loadNative } from '../../src/native/index.ts';
+import { uniformStream } from '../../src/util/random.ts';
+import { STORIES } from '../helpers/paths.ts';
+
+const { addon, reason } = loadNative();
+const skip = addon === undefined ? `the native addon: ${reason}` : false;
+const root = mkdtempSync(join(tmpdir(), 'chorus-native-'));
+const dirs = { stories: join(root, 'stories'), gpt2: join(root, 'gpt2'), qwen2: join(root, 'qwen2'), llama: join(root, 'llama') };
+
+function run(engine: Engine, inputIds: number[], params: SamplingParams, stream = true): Promise<TokenEvent[]> {
+  return lastValueFrom(engine.submit({ inputIds, params, stream }).pipe(toArray()));
+}
+
+describe('chorus build --slot-decoder', () => {
+  test('writes the slot decoder beside the decoder, sharing its weights file', () => {
+    makeCheckpoint({ arch: 'gpt2', size: 'tiny', seed: 9, out: join(root, 'gpt2-build-ckpt') });
+    const out = join(root, 'gpt2-build');
+    buildModel({ source: join(root, 'gpt2-build-ckpt'), out, flavor: 'cuda', slotDecoder: true });
+    assert.ok(existsSync(join(out, 'onnx', 'decoder_model_slots.onnx')));
+    assert.ok(existsSync(join(out, 'onnx', 'decoder_model_merged.onnx_data')));
+    assert.equal(existsSync(join(out, 'onnx', 'decoder_model_slots.onnx_data')), false);
+    assert.equal((JSON.parse(readFileSync(join(out, 'chorus_build.json'), 'utf8')) as { slotDecoder?: boolean }).slotDecoder, true);
+  });
+
+  test('needs the cuda flavor and a decoder-only model, naming the option', () => {
+    const refused = (error: Error & { code?: string; param?: string }): boolean => error.code === 'CHORUS_UNSUPPORTED' && error.param === 'slotDecoder';
+    assert.throws(() => buildModel({ source: join(root, 'gpt2-build-ckpt'), out: join(root, 'x'), slotDecoder: true }), refused);
+    makeCheckpoint({ arch: 't5', size: 'tiny', seed: 1, out: join(root, 't5-ckpt') });
+    assert.throws(() => buildModel({ source: join(root, 't5-ckpt'), out: join(root, 'y'), slotDecoder: true }), refused);
+  });
+});
+
+describe('the native addon', { skip }, () => {
+  test('argmaxRows takes the first maximum of each row, fp32 and fp16, as the TypeScript greedy does', () => {
+    const random = uniformStream(11);
+    const vocab = 997;
+    const rows = 1000;
+    const logits = new Float32Array(rows * vocab).map(() => Math.round((random() * 2 - 1) * 64) / 8); // many ties
+    const expected = Array.from({ length: rows }, (_, r) => greedy(logits.subarray(r * vocab, (r + 1) * vocab)).token);
+    assert.deepEqual([...addon!.argmaxRows(logits, vocab, false)], expected);
+    // The same values as fp16 bits (eighths up to 8 are exact in half precision).
+    const half = new Uint16Array(logits.length);
+    const view = new DataView(new ArrayBuffer(4));
+    logits.forEach((x, i) => {
+      view.setFloat32(0, x);
+      const bits = view.getUint32(0);
+      const sign = (bits >>> 16) & 0x8000;
+      const exponent = ((bits >>> 23) & 0xff) - 127 + 15;
+      half[i] = x === 0 ? sign : sign | (exponent << 10) | ((bits >>> 13) & 0x3ff);
+    });
+    assert.deepEqual([...addon!.argmaxRows(half, vocab, false)], expected);
+    if (addon!.cudaDevices() > 0) {
+      assert.deepEqual([...addon!.argmaxRows(logits, vocab, true)], expected);
+      assert.deepEqual([...addon!.argmaxRows(half, vocab, true)], expected);
+    }
+  });
+});
+
+describe('NativeEngine (CPU)', { skip }, () => {
+  const engines: Engine[] = [];
+  before(() => {
+    const hf = join(root, 'stories-hf');
+    cpSync(`${STORIES}/hf`, hf, { recursive: true });
+    const config = JSON.parse(readFileSync(join(hf, 'config.json'), 'utf8')) as Record<string, unknown>;
+    writeFileSync(join(hf, 'config.json'), JSON.stringify({ ...config, eos_token_id: 1 }));
+    buildModel({ source: hf, out: dirs.stories, flavor: 'cuda', slotDecoder: true });
+    for (const arch of ['gpt2', 'qwen2', 'llama'] as const) {
+      makeCheckpoint({ arch, size: 'tiny', seed: 5, out: join(root, `${arch}-ckpt`) });
+      buildModel({ source: join(root, `${arch}-ckpt`), out: dirs[arch], flavor: 'cuda', slotDecoder: true });
+    }
+  });
+  after(async () => {
+    await Promise.all(engines.map((e) => e.close()));
+  });
+  const open = async (dir: string, native: boolean, maxBatchSize = 8): Promise<Engine> => {
+    const engine = native ? await NativeEngine.open(dir, { maxBatchSize }) : await OrtEngine.open(dir, { maxBatchSize, greedySearch: false });
+    engines.push(engine);
+    return engine;
+  };
+
+  const mix: Array<{ prompt: number[]; params: SamplingParams }> = [
+    { prompt: [5, 6, 7, 8, 9, 10, 11], params: { temperature: 0, request_output_len: 24 } },
+    { prompt: [12, 13], params: { temperature: 0.8, runtime_top_k: 20, random_seed: 4, request_output_len: 17 } },
+    { prompt: [40, 41, 42, 43], params: { temperature: 0, repetition_penalty: 1.4, is_return_log_probs: true, request_output_len: 20 } },
+    { prompt: [7, 8, 9], params: { temperature: 0.9, runtime_top_p: 0.8, random_seed: 9, presence_penalty: 0.5, request_output_len: 12 } },
+    { prompt: [30, 31, 32, 33, 34], params: { beam_width: 3, request_output_len: 10 } },
+    { prompt: [2], params: { temperature: 0, min_length: 5, request_output_len: 9, stop_words: [[17]] } },
+  ];
+
+  for (const name of ['gpt2', 'qwen2', 'llama'] as const) {
+    test(`${name}: a mixed batch gives the TypeScript engine's tokens, log-probabilities and beams`, async () => {
+      const native = await open(dirs[name], true);
+      const reference = await open(dirs[name], false);
+      const got = await Promise.all(mix.map((r) => run(native, r.prompt, r.params)));
+      const want = await Promise.all(mix.map((r) => run(reference, r.prompt, r.params)));
+      for (const [i, events] of got.entries()) {
+        assert.deepEqual(events.map((e) => [e.token, e.sequence, e.finishReason]), want[i]!.map((e) => [e.token, e.sequence, e.finishReason]), `request ${i}`);
+        for (const [j, e] of events.entries()) if (e.logProb !== undefined) assert.ok(Math.abs(e.logProb - want[i]![j]!.logProb!) < 1e-4, `request ${i} log-probability ${j}`);
+      }
+      assert.ok(native.stats().decodeSteps > 0);
+      assert.equal(native.stats().requestsFinished, mix.length);
+      assert.equal(native.stats().running, 0);
+    });
+  }
+
+  test('requests that join a running batch and outlive the ones before them get the tokens they get alone', async () => {
+    const engine = await open(dirs.qwen2, true, 4);
+    const prompts = [[3, 4, 5], [6], [7, 8, 9, 10, 11, 12], [13, 14], [15, 16, 17], [18, 19, 20, 21]];
+    const lengths = [30, 5, 22, 9, 40, 3];
+    const alone: number[][] = [];
+    for (const [i, p] of prompts.entries()) alone.push((await run(engine, p, { temperature: 0, request_output_len: lengths[i]! })).map((e) => e.token));
+    // Staggered: each arrives while earlier ones run; six requests share four slots.
+    const together = await Promise.all(
+      prompts.map((p, i) => new Promise<void>((resolve) => setTimeout(resolve, i * 3)).then(() => run(engine, p, { temperature: 0, request_output_len: lengths[i]! }))),
+    );
+    assert.deepEqual(together.map((events) => events.map((e) => e.token)), alone);
+  });
+
+  test('stories260K: greedy from BOS stops at the end id as the TypeScript engine does', async () => {
+    const native = await open(dirs.stories, true);
+    const reference = await open(dirs.stories, false);
+    const params = { temperature: 0, request_output_len: 400 };
+    const got = await run(native, [1], params);
+    assert.deepEqual(got, await run(reference, [1], params));
+    assert.equal(got.at(-1)!.finishReason, 'end_id');
+    assert.ok(got.length < 400);
+  });
+
+  test('a cancelled stream leaves its slot and the others go on unchanged', async () => {
+    const engine = await open(dirs.gpt2, true, 2);
+    const alone = (await run(engine, [6, 7], { temperature: 0, request_output_len: 60 })).map((e) => e.token);
+    const seen: TokenEvent[] = [];
+    const subscription = engine.submit({ inputIds: [3, 4, 5], params: { temperature: 0, request_output_len: 100 } }).subscribe((e) => {
+      seen.push(e);
+      if (seen.length === 5) subscription.unsubscribe();
+    });
+    const other = run(engine, [6, 7], { temperature: 0, request_output_len: 60 });
+    // A third request waits for a slot: the cancelled one's.
+    const third = run(engine, [6, 7], { temperature: 0, request_output_len: 60 });
+    assert.deepEqual((await other).map((e) => e.token), alone);
+    assert.deepEqual((await third).map((e) => e.token), alone);
+    assert.equal(seen.length, 5);
+    assert.equal(engine.stats().requestsCancelled, 1);
+    // The step after the last token lets the finished requests go.
+    for (let turn = 0; turn < 5 && engine.stats().running > 0; turn++) await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(engine.stats().running + engine.stats().waiting, 0);
+    assert.equal(engine.stats().cacheTokens, 0);
+  });
+
+  test('refuses what does not fit a slot, and a directory without the slot decoder, saying why', async () => {
+    const engine = await open(dirs.gpt2, true);
+    await assert.rejects(run(engine, [3, 4], { temperature: 0, request_output_len: 300 }), /request_output_len|300/);
+    const plain = join(root, 'gpt2-plain');
+    buildModel({ source: join(root, 'gpt2-ckpt'), out: plain });
+    assert.match(nativeUnavailable(plain)!, /no slot decoder/);
+    await assert.rejects(NativeEngine.open(plain), (error: Error & { code?: string }) => error.code === 'CHORUS_UNSUPPORTED' && /--slot-decoder/.test(error.message));
+    await assert.rejects(NativeEngine.open(dirs.gpt2, { slotLength: 1 }), (error: Error & { param?: string }) => error.param === 'slotLength');
+  });
+});
