@@ -127,6 +127,11 @@ export class NativeEngine implements Engine {
     return this.decoder.cacheBytes;
   }
 
+  /** Where the time went (milliseconds so far): inside ONNX Runtime's runs, and inside the addon's calls in all. */
+  profile(): { sessionMs: number; nativeMs: number } {
+    return { sessionMs: this.decoder.sessionMs, nativeMs: this.decoder.callMs };
+  }
+
   submit(request: GenerateRequest): Observable<TokenEvent> {
     return new Observable<TokenEvent>((subscriber) => {
       let sequence: ActiveRequest;

@@ -80,7 +80,8 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     return DefineClass(env, "SlotDecoder",
                        {InstanceMethod("load", &SlotDecoderWrap::Load), InstanceMethod("prefill", &SlotDecoderWrap::Prefill),
                         InstanceMethod("decode", &SlotDecoderWrap::Decode), InstanceMethod("copySlots", &SlotDecoderWrap::CopySlots),
-                        InstanceMethod("close", &SlotDecoderWrap::Close), InstanceAccessor("cacheBytes", &SlotDecoderWrap::CacheBytes, nullptr)});
+                        InstanceMethod("close", &SlotDecoderWrap::Close), InstanceAccessor("cacheBytes", &SlotDecoderWrap::CacheBytes, nullptr),
+                        InstanceAccessor("sessionMs", &SlotDecoderWrap::SessionMs, nullptr), InstanceAccessor("callMs", &SlotDecoderWrap::CallMs, nullptr)});
   }
 
   explicit SlotDecoderWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<SlotDecoderWrap>(info) {
@@ -174,6 +175,9 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
   Napi::Value CacheBytes(const Napi::CallbackInfo& info) {
     return Napi::Number::New(info.Env(), decoder_ ? static_cast<double>(decoder_->cacheBytes()) : 0);
   }
+
+  Napi::Value SessionMs(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), decoder_ ? decoder_->sessionMs() : 0); }
+  Napi::Value CallMs(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), decoder_ ? decoder_->callMs() : 0); }
 
   SlotDecoderOptions options_;
   std::unique_ptr<SlotDecoder> decoder_;

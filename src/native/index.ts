@@ -41,6 +41,9 @@ export interface NativeSlotDecoder {
   copySlots(sources: Int32Array, destinations: Int32Array, lengths: Int32Array): Promise<void>;
   close(): void;
   readonly cacheBytes: number;
+  /** Milliseconds so far inside ONNX Runtime's runs, and inside the decoder's calls in all (runs, argmax, copies). */
+  readonly sessionMs: number;
+  readonly callMs: number;
 }
 
 export interface NativeAddon {

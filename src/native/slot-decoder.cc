@@ -13,6 +13,18 @@ namespace chorus {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
+
+// Adds the time of a scope to a counter.
+struct Timed {
+  explicit Timed(double& total) : total_(total), start_(Clock::now()) {}
+  ~Timed() { total_ += MsSince(start_); }
+  double& total_;
+  Clock::time_point start_;
+};
+
 #ifdef CHORUS_WITH_CUDA
 void Check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
@@ -133,6 +145,7 @@ void SlotDecoder::ToHost(void* dst, const void* src, size_t bytes) {
 }
 
 StepResult SlotDecoder::Prefill(int slot, const std::vector<int64_t>& ids, const std::vector<int32_t>& logitRows) {
+  Timed timed(callMs_);
   const int length = static_cast<int>(ids.size());
   if (slot < 0 || slot >= options_.slots) throw std::out_of_range("slot " + std::to_string(slot) + " is outside 0.." + std::to_string(options_.slots - 1));
   if (length == 0 || length > options_.maxLength) throw std::out_of_range("a prompt of " + std::to_string(length) + " tokens does not fit a slot of " + std::to_string(options_.maxLength));
@@ -142,6 +155,7 @@ StepResult SlotDecoder::Prefill(int slot, const std::vector<int64_t>& ids, const
 }
 
 StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows) {
+  Timed timed(callMs_);
   const int rows = static_cast<int>(tokens.size());
   if (rows == 0 || rows > options_.slots || positions.size() != tokens.size()) throw std::out_of_range("decode takes 1.." + std::to_string(options_.slots) + " rows, a position for each");
   std::vector<int32_t> seqlens(rows);
@@ -186,8 +200,11 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
   values.push_back(Ort::Value::CreateTensor(memory_, logits_, rowBytes * rows, logitsShape, 3, floatType));
   io.BindOutput("logits", values.back());
 
-  session_->Run(Ort::RunOptions{nullptr}, io);
-  io.SynchronizeOutputs();
+  {
+    Timed inSession(sessionMs_);
+    session_->Run(Ort::RunOptions{nullptr}, io);
+    io.SynchronizeOutputs();
+  }
 
   StepResult result;
   result.argmax.resize(rows);
@@ -216,6 +233,7 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
 }
 
 void SlotDecoder::CopySlots(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths) {
+  Timed timed(callMs_);
   const size_t count = src.size();
   if (dst.size() != count || lengths.size() != count) throw std::invalid_argument("copySlots takes as many destinations and lengths as sources");
   if (count == 0) return;

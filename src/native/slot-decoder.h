@@ -8,6 +8,7 @@
 
 #include <onnxruntime_cxx_api.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -56,6 +57,9 @@ class SlotDecoder {
   void CopySlots(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths);
 
   const SlotDecoderOptions& options() const { return options_; }
+  // Milliseconds spent so far inside ONNX Runtime's runs, and inside this class's calls in all.
+  double sessionMs() const { return sessionMs_; }
+  double callMs() const { return callMs_; }
   size_t cacheBytes() const { return cacheBytes_; }
 
  private:
@@ -74,6 +78,8 @@ class SlotDecoder {
   size_t elementBytes_ = 4;
   size_t slotBytes_ = 0;  // one slot of one layer's key (or value)
   size_t cacheBytes_ = 0;
+  double sessionMs_ = 0;
+  double callMs_ = 0;
   std::vector<void*> keys_;
   std::vector<void*> values_;
   void* logits_ = nullptr;  // [slots, vocab]

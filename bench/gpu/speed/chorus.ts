@@ -4,18 +4,21 @@
  * submitted together) and under 64 concurrent streaming requests; both builder flavors; two paths:
  *   loop   - the TypeScript step loop (streamed requests; min_length = new tokens, so no early stop),
  *   greedy - the GreedySearch fast path (requests not streamed; the whole decode in one session run;
- *            tokens/s counts the tokens actually generated, in case the random model ends a row early).
+ *            tokens/s counts the tokens actually generated, in case the random model ends a row early),
+ *   native - the native engine (cuda flavor only; streamed requests; its cache stays on the device and
+ *            greedy rows take the argmax there; no min_length, which would bring logits to the host, so
+ *            tokens/s counts the tokens actually generated, as for greedy).
  * Reports ms per decode step, tokens/s and time to first token; profile: the share of the time inside
  * session.run (the rest is host copies of the cache and JavaScript).
  * Usage: node --import tsx bench/gpu/speed/chorus.ts <work-dir>  -> <work-dir>/chorus.json
- * Knobs: SPEED_FLAVORS=portable,cuda  SPEED_PATHS=loop,greedy  SPEED_MAX_BATCH=64 (loop rows only:
+ * Knobs: SPEED_FLAVORS=portable,cuda  SPEED_PATHS=loop,greedy,native  SPEED_MAX_BATCH=64 (loop rows only:
  * batches over 8 take minutes there)  SPEED_PROVIDER=cuda|cpu  SPEED_DTYPE=fp16|fp32
  * SPEED_PROMPT=128  SPEED_NEW=128  SPEED_SETTINGS='batch 1,64 concurrent streams' (default: all).
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { lastValueFrom, toArray } from 'rxjs';
-import { OrtEngine, type RequestMetrics } from '../../../src/generation/index.ts';
+import { NativeEngine, OrtEngine, type Engine, type RequestMetrics } from '../../../src/generation/index.ts';
 import { buildModel, makeCheckpoint } from '../../../src/modelbuild/index.ts';
 import { seededRows, timeSessionRuns } from './common.ts';
 
@@ -34,12 +37,22 @@ const inRun = timeSessionRuns();
 
 const rows: Array<Record<string, unknown>> = [];
 const save = (): void => writeFileSync(join(work, 'chorus.json'), JSON.stringify({ rows, checkpoint, prompt: PROMPT, new_tokens: NEW, provider: PROVIDER, dtype: DTYPE }, null, 2));
-const paths = (process.env.SPEED_PATHS ?? 'loop,greedy').split(',') as Array<'loop' | 'greedy'>;
+const paths = (process.env.SPEED_PATHS ?? 'loop,greedy,native').split(',') as Array<'loop' | 'greedy' | 'native'>;
 for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') as Array<'portable' | 'cuda'>) {
   const dir = join(work, `gpt2-${DTYPE}-${flavor}`);
-  buildModel({ source: checkpoint, out: dir, dtype: DTYPE, flavor, greedySearch: true });
+  buildModel({ source: checkpoint, out: dir, dtype: DTYPE, flavor, greedySearch: true, slotDecoder: flavor === 'cuda' });
   const metrics: RequestMetrics[] = [];
-  const engine = await OrtEngine.open(dir, { executionProviders: [PROVIDER], maxBatchSize: 64, onRequestDone: (m) => metrics.push(m) });
+  const onRequestDone = (m: RequestMetrics): void => void metrics.push(m);
+  const ortEngine = await OrtEngine.open(dir, { executionProviders: [PROVIDER], maxBatchSize: 64, onRequestDone });
+  let nativeEngine: NativeEngine | undefined;
+  if (paths.includes('native') && flavor === 'cuda') {
+    try {
+      nativeEngine = await NativeEngine.open(dir, { provider: PROVIDER, maxBatchSize: 64, slotLength: PROMPT + NEW, onRequestDone });
+    } catch (error) {
+      rows.push({ flavor, path: 'native', error: String(error) });
+      console.log(`${flavor} native: ${String(error)}`);
+    }
+  }
   const settings = [
     ['batch 1', 1, false],
     ['batch 8', 8, false],
@@ -56,9 +69,11 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
       if (only !== undefined && !only.includes(setting)) continue;
       if (path === 'loop' && batch > maxBatch && !concurrent) continue;
       if (path === 'greedy' && concurrent) continue;
+      if (path === 'native' && nativeEngine === undefined) continue;
       const loop = path === 'loop';
+      const engine: Engine = path === 'native' ? nativeEngine! : ortEngine;
       const submit = (p: number[]) =>
-        lastValueFrom(engine.submit({ inputIds: p, params: { temperature: 0, request_output_len: NEW, ...(loop ? { min_length: NEW } : {}) }, stream: loop }).pipe(toArray()));
+        lastValueFrom(engine.submit({ inputIds: p, params: { temperature: 0, request_output_len: NEW, ...(loop ? { min_length: NEW } : {}) }, stream: path !== 'greedy' }).pipe(toArray()));
       const run = () => Promise.all(prompts(batch).map((p, i) => (concurrent ? new Promise<void>((resolve) => setTimeout(resolve, i * 2)).then(() => submit(p)) : submit(p))));
       try {
         await run(); // warm-up
@@ -69,6 +84,7 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
       }
       metrics.length = 0;
       inRun.ms = 0;
+      const profileBefore = nativeEngine?.profile();
       const before = engine.stats();
       const started = performance.now();
       const results = await run();
@@ -76,12 +92,13 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
       const after = engine.stats();
       const tokens = results.reduce((sum, events) => sum + events.length, 0);
       // The loop's steps are its decode steps; the fast path takes as many steps as its longest row.
-      const steps = loop ? after.decodeSteps - before.decodeSteps : Math.max(...results.map((events) => events.length));
+      const steps = path === 'greedy' ? Math.max(...results.map((events) => events.length)) : after.decodeSteps - before.decodeSteps;
       const ttft = metrics.map((m) => m.timeToFirstTokenMs).sort((a, b) => a - b);
       const ids = results.map((events) => events.map((e) => e.token));
       if (loop && !concurrent) loopIds.set(batch, ids);
       const reference = loopIds.get(batch);
-      const sameAsLoop = !loop && reference !== undefined ? { rows_identical_to_loop: ids.filter((row, i) => row.join() === reference[i]!.join()).length } : {};
+      // The loop runs to min_length; the others may end a row at the end id: compare what they made.
+      const sameAsLoop = !loop && reference !== undefined ? { rows_identical_to_loop: ids.filter((row, i) => row.join() === reference[i]!.slice(0, row.length).join()).length } : {};
       const row = {
         flavor,
         path,
@@ -92,7 +109,10 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
         tokens_per_s: tokens / seconds,
         ms_per_step: (seconds * 1000) / Math.max(1, steps),
         ttft_ms_median: ttft[Math.floor(ttft.length / 2)],
-        session_run_share: inRun.ms / (seconds * 1000),
+        // The native engine: the share inside ONNX Runtime's runs, and inside the addon in all (runs,
+        // device argmax, slot copies); the rest is JavaScript and the event loop.
+        session_run_share: path === 'native' ? (nativeEngine!.profile().sessionMs - profileBefore!.sessionMs) / (seconds * 1000) : inRun.ms / (seconds * 1000),
+        ...(path === 'native' ? { native_call_share: (nativeEngine!.profile().nativeMs - profileBefore!.nativeMs) / (seconds * 1000) } : {}),
         ...sameAsLoop,
       };
       rows.push(row);
@@ -100,6 +120,7 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
       save();
     }
   }
-  await engine.close();
+  await ortEngine.close();
+  await nativeEngine?.close();
 }
 save();
