@@ -1,10 +1,13 @@
 /**
  * `chorus setup cuda`: make ONNX Runtime's CUDA execution provider work for the installed
  * onnxruntime-node (GPU present, provider installed, CUDA libraries found, a session runs on CUDA);
- * exits 1 saying what is missing and where it looked. `chorus doctor`: what this machine has.
+ * exits 1 saying what is missing and where it looked; with --build-engine it then builds the native
+ * engine (src/native). `chorus doctor`: what this machine has.
  */
 import type { Command } from 'commander';
 import { cacheDir, hubOffline, hubUrl } from '../repository/index.ts';
+import { buildNative } from '../native/build.ts';
+import { loadNative } from '../native/index.ts';
 import { findCudaLibraries, findGpus, installProvider, onnxRuntimeNode, probeCuda, providerFiles, providerInstalled, type Check } from '../runtime/index.ts';
 
 function print(checks: readonly Check[]): void {
@@ -17,7 +20,8 @@ export function registerSetup(program: Command): void {
     .command('cuda')
     .description('install and check ONNX Runtime\'s CUDA execution provider for the installed onnxruntime-node')
     .option('--from <path>', 'the provider package (.tgz) or a folder holding its .so files (default: the npm registry)')
-    .action((options: { from?: string }) => {
+    .option('--build-engine', 'then build the native engine (as npm run build:native): its cache stays on the GPU')
+    .action((options: { from?: string; buildEngine?: boolean }) => {
       const gpu = findGpus();
       print([gpu]);
       if (!gpu.ok) {
@@ -39,6 +43,10 @@ export function registerSetup(program: Command): void {
         return;
       }
       process.stdout.write('CUDA is ready: models with device: cuda (or cuda:N) run on the GPU.\n');
+      if (options.buildEngine) {
+        const built = buildNative({ cuda: true, log: (line) => process.stdout.write(`native engine: ${line}\n`) });
+        process.stdout.write(`The native engine is built (${built.addon}): generate models on GPUs run on it.\n`);
+      }
     });
 
   program
@@ -49,6 +57,9 @@ export function registerSetup(program: Command): void {
       process.stdout.write(`node ${process.version} on ${process.platform}-${process.arch}\n`);
       process.stdout.write(`onnxruntime-node ${version} (${binDir}: ${providerFiles().join(', ') || 'missing'})\n`);
       print([findGpus(), providerInstalled(), ...findCudaLibraries()]);
+      const native = loadNative();
+      const detail = native.addon === undefined ? native.reason : `built, ${native.addon.cuda ? `with CUDA kernels, ${native.addon.cudaDevices()} CUDA device(s) visible` : 'without CUDA (CPU only)'}`;
+      print([{ name: 'native engine', ok: native.addon !== undefined, detail }]);
       process.stdout.write(`cache: ${cacheDir()}\nhub: ${hubUrl()}${hubOffline() ? ' (offline: HF_HUB_OFFLINE)' : ''}\n`);
     });
 }

@@ -117,6 +117,18 @@ export const ModelDefinition = Type.Object(
           'generate, decoder-only: run requests that are not streamed and decode greedily without processors through ONNX Runtime\'s GreedySearch operator, the whole decode loop in one session run (built with the model when Chorus builds it; used when a built directory holds onnx/decoder_model_greedy.onnx). Their tokens come together when the batch ends. It keeps a second copy of the weights in memory. Default: true when the model runs on a GPU (where it measured 3.6-5.5x the step loop on GPT-2), else false.',
       }),
     ),
+    native_engine: Type.Optional(
+      Type.Boolean({
+        description:
+          'generate, decoder-only: run on the native engine (`npm run build:native`), whose cache stays on the device and whose decode steps replay as CUDA graphs on GPUs; the model is then built with its slot decoder (cuda flavor). true: required (loading fails, saying why, without it); false: the TypeScript engine. Default: true when the model runs on a GPU and the native engine is built, else false (with a one-line notice on GPUs).',
+      }),
+    ),
+    cuda_graph: Type.Optional(Type.Boolean({ description: 'The native engine on GPUs: replay each batch size\'s decode step as a captured CUDA graph. Default: true.' })),
+    cuda_options: Type.Optional(
+      Type.Record(Type.String({ pattern: '^[a-z_]+$' }), Type.Union([Type.String(), Type.Number()]), {
+        description: 'The native engine on GPUs: ONNX Runtime\'s CUDA execution provider options by their names (gpu_mem_limit, arena_extend_strategy, cudnn_conv_algo_search, ...).',
+      }),
+    ),
     max_batch_size: Type.Optional(Type.Integer({ minimum: 1, maximum: 4096, description: 'Most sequences in one batch. Default: 8.' })),
     max_queue: Type.Optional(Type.Integer({ minimum: 0, description: 'generate: most requests waiting to join the batch; beyond it a request is refused (HTTP 503, 429 on OpenAI routes, with Retry-After). Default: 1024.' })),
     max_sequence_length: Type.Optional(Type.Integer({ minimum: 1, description: 'Prompt plus output tokens, at most. Default: the model config\'s context length.' })),

@@ -9,7 +9,8 @@ import { dirname, join } from 'node:path';
 import type ort from 'onnxruntime-node';
 import type { ModelDefinition } from '../config/index.ts';
 import { ChorusError, notFound } from '../errors.ts';
-import { EnginePool, OrtEngine, Seq2SeqEngine, type Engine, type RequestMetrics } from '../generation/index.ts';
+import { EnginePool, NativeEngine, nativeUnavailable, OrtEngine, Seq2SeqEngine, type Engine, type RequestMetrics } from '../generation/index.ts';
+import { loadNative } from '../native/index.ts';
 import { DynamicBatcher, type BatcherOptions } from './dynamic-batcher.ts';
 import { fromOrt, toOrt } from './ort-tensors.ts';
 import type { TensorRecord } from './steps/step.ts';
@@ -165,11 +166,27 @@ export class ModelStore {
     const hook = this.onRequestDone;
     const onRequestDone = hook === undefined ? undefined : (metrics: RequestMetrics): void => hook(name, metrics);
     // One engine per instance (instance_group: count on each device); a pool spreads requests over them.
+    const native = !seq2seq && nativeWanted(value, dir, (line) => this.log(`model ${name}: ${line}`));
+    if (!native && value.cuda_options !== undefined) {
+      throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: cuda_options are passed by the native engine only (onnxruntime-node's own binding takes a device id alone); build it with npm run build:native`, { param: 'cuda_options' });
+    }
     const engines: Engine[] = [];
     for (const providers of placements) {
+      const gpu = providers.map((p) => (typeof p === 'string' ? { name: p } : p)).find((p) => p.name === 'cuda') as { deviceId?: number } | undefined;
       engines.push(
         seq2seq
           ? await Seq2SeqEngine.open(dir, { executionProviders: providers, maxBatchSize: value.max_batch_size, onRequestDone })
+          : native
+            ? await NativeEngine.open(dir, {
+                provider: gpu === undefined ? 'cpu' : 'cuda',
+                deviceId: gpu?.deviceId ?? 0,
+                maxBatchSize: value.max_batch_size,
+                maxQueue: value.max_queue,
+                contextLength: value.max_sequence_length,
+                cudaGraph: value.cuda_graph ?? true,
+                ...(value.cuda_options === undefined ? {} : { cudaOptions: value.cuda_options }),
+                onRequestDone,
+              })
           : await OrtEngine.open(dir, {
               executionProviders: providers,
               maxBatchSize: value.max_batch_size,
@@ -229,8 +246,9 @@ export class ModelStore {
         dtype: value.dtype,
         task,
         tokenizer,
-        flavor: value.flavor ?? (decoderOnly && onGpu ? 'cuda' : 'portable'),
+        flavor: value.flavor ?? (decoderOnly && (onGpu || value.native_engine === true) ? 'cuda' : 'portable'),
         greedySearch: decoderOnly && greedySearchWanted(value),
+        slotDecoder: decoderOnly && nativeRequested(value) && (value.flavor ?? 'cuda') === 'cuda',
       };
     };
     const built = (): string => builtModelDirectory(path, options(path), log, `model ${name}: ${value.file === undefined ? 'source' : 'file'}`);
@@ -345,6 +363,27 @@ function runsOnGpu(value: ModelDefinition): boolean {
 /** greedy_search, defaulting to true on GPUs. */
 function greedySearchWanted(value: ModelDefinition): boolean {
   return value.greedy_search ?? runsOnGpu(value);
+}
+
+/** Whether the definition asks for the native engine: native_engine, else a GPU with the engine built. */
+function nativeRequested(value: ModelDefinition): boolean {
+  return value.native_engine ?? (runsOnGpu(value) && loadNative().addon !== undefined);
+}
+
+/**
+ * Whether a generate model runs on the native engine: when asked and the built directory allows it.
+ * native_engine: true fails, saying why, when it cannot; the default falls back with a notice on GPUs.
+ */
+function nativeWanted(value: ModelDefinition, dir: string, log: (line: string) => void): boolean {
+  if (value.native_engine === false) return false;
+  const unavailable = nativeUnavailable(dir);
+  if (value.native_engine === true) {
+    if (unavailable !== undefined) throw new ChorusError('CHORUS_UNSUPPORTED', unavailable, { param: 'native_engine' });
+    return true;
+  }
+  if (!runsOnGpu(value)) return false;
+  if (unavailable !== undefined) log(`the TypeScript engine serves it: ${unavailable}`);
+  return unavailable === undefined;
 }
 
 export function instancePlacements(value: ModelDefinition): Providers[] {

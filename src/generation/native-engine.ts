@@ -33,6 +33,8 @@ export interface NativeEngineOptions extends Partial<SchedulerLimits> {
   slotLength?: number;
   /** ONNX Runtime's CUDA provider options by their names (gpu_mem_limit, arena_extend_strategy, ...). */
   cudaOptions?: Record<string, string | number>;
+  /** CUDA: replay each batch size's decode step as a captured CUDA graph. Default: false. */
+  cudaGraph?: boolean;
   intraOpThreads?: number;
   onRequestDone?: (metrics: RequestMetrics) => void;
 }
@@ -114,6 +116,7 @@ export class NativeEngine implements Engine {
       dtype: info.dtype,
       ...(options.intraOpThreads === undefined ? {} : { intraOpThreads: options.intraOpThreads }),
       ...(options.cudaOptions === undefined ? {} : { cudaOptions: options.cudaOptions }),
+      cudaGraph: options.cudaGraph ?? false,
     });
     await decoder.load();
     const eos = config.eos_token_id;

@@ -195,9 +195,10 @@ function decoderBody(
   const head = weights.lmHead === undefined ? embedTokens : g.weight('lm_head.weight', weights.lmHead);
   const flat = g.op('Reshape', [h, g.int64([-1, spec.hiddenSize])]);
   const logits2d = g.op('Gemm', [flat, head], { transB: 1 }, { name: 'lm_head' });
-  const outShape = lastOnly
-    ? g.op('Concat', [g.op('Slice', [g.op('Shape', [inputIds]), g.int64([0]), g.int64([1])]), g.int64([1, vocabSize])], { axis: 0 })
-    : g.op('Concat', [g.op('Slice', [g.op('Shape', [inputIds]), g.int64([0]), g.int64([2])]), g.int64([vocabSize])], { axis: 0 });
+  // The last position's [batch, vocab] only needs an axis back; no shape arithmetic, which ONNX Runtime
+  // would place on the CPU (and which would keep the slot decoder out of CUDA graphs).
+  if (lastOnly) return { logits: g.op('Unsqueeze', [logits2d, g.int64([1])]), present };
+  const outShape = g.op('Concat', [g.op('Slice', [g.op('Shape', [inputIds]), g.int64([0]), g.int64([2])]), g.int64([vocabSize])], { axis: 0 });
   return { logits: g.op('Reshape', [logits2d, outShape]), present };
 }
 

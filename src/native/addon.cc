@@ -100,6 +100,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     options_.headDim = IntField(o, "headDim", 0, true);
     options_.vocab = IntField(o, "vocab", 0, true);
     options_.intraOpThreads = IntField(o, "intraOpThreads", 0, false);
+    options_.cudaGraph = o.Get("cudaGraph").ToBoolean();
     const std::string dtype = o.Get("dtype").IsString() ? o.Get("dtype").As<Napi::String>().Utf8Value() : "fp32";
     if (dtype != "fp32" && dtype != "fp16") throw Napi::TypeError::New(info.Env(), "options.dtype must be fp32 or fp16, not " + dtype);
     options_.floatType = dtype == "fp16" ? FloatType::kFloat16 : FloatType::kFloat32;

@@ -20,6 +20,8 @@ export interface SlotDecoderOptions {
   vocab: number;
   dtype: 'fp32' | 'fp16';
   intraOpThreads?: number;
+  /** CUDA: capture each batch size's decode step as a CUDA graph and replay it. */
+  cudaGraph?: boolean;
   /** ONNX Runtime's CUDA provider options by their names (gpu_mem_limit, arena_extend_strategy, ...). */
   cudaOptions?: Record<string, string | number>;
 }

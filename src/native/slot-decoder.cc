@@ -57,6 +57,7 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
     Ort::CUDAProviderOptions cuda;
     std::map<std::string, std::string> settings = options.cudaOptions;
     settings["device_id"] = std::to_string(options.deviceId);
+    if (options.cudaGraph) settings["enable_cuda_graph"] = "1";
     cuda.Update(std::unordered_map<std::string, std::string>(settings.begin(), settings.end()));
     sessionOptions.AppendExecutionProvider_CUDA_V2(*cuda);
     memory_ = Ort::MemoryInfo("Cuda", OrtDeviceAllocator, options.deviceId, OrtMemTypeDefault);
@@ -83,6 +84,11 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
   logits_ = Allocate(static_cast<size_t>(options.slots) * options.vocab * elementBytes_);
 #ifdef CHORUS_WITH_CUDA
   if (options.cuda) argmaxDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
+  if (options.cuda && options.cudaGraph) {
+    idsDevice_ = static_cast<int64_t*>(Allocate(sizeof(int64_t) * options.slots));
+    positionsDevice_ = static_cast<int64_t*>(Allocate(sizeof(int64_t) * options.slots));
+    seqlensDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
+  }
 #endif
 }
 
@@ -93,6 +99,9 @@ SlotDecoder::~SlotDecoder() {
   Free(logits_);
   Free(scratch_);
   Free(argmaxDevice_);
+  Free(idsDevice_);
+  Free(positionsDevice_);
+  Free(seqlensDevice_);
 #ifdef CHORUS_WITH_CUDA
   if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 #endif
@@ -151,7 +160,7 @@ StepResult SlotDecoder::Prefill(int slot, const std::vector<int64_t>& ids, const
   if (length == 0 || length > options_.maxLength) throw std::out_of_range("a prompt of " + std::to_string(length) + " tokens does not fit a slot of " + std::to_string(options_.maxLength));
   std::vector<int64_t> positions(length);
   for (int i = 0; i < length; i++) positions[i] = i;
-  return Run(slot, 1, length, ids, positions, {length - 1}, length, logitRows);
+  return Run(slot, 1, length, ids, positions, {length - 1}, length, logitRows, false);
 }
 
 StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows) {
@@ -165,11 +174,14 @@ StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::ve
     seqlens[r] = static_cast<int32_t>(positions[r]);
     total = std::max(total, seqlens[r] + 1);
   }
-  return Run(0, rows, 1, tokens, positions, seqlens, total, logitRows);
+  // A captured graph keeps its launch shapes: its attention is sized to the whole slot, and each row's
+  // seqlens_k (on the device) says how much of it counts.
+  const bool graph = options_.cuda && options_.cudaGraph;
+  return Run(0, rows, 1, tokens, positions, seqlens, graph ? options_.maxLength : total, logitRows, graph);
 }
 
 StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
-                            const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows) {
+                            const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, bool graph) {
   const ONNXTensorElementDataType floatType = ElementType(options_.floatType);
   const int64_t idsShape[2] = {rows, sequence};
   const int64_t rowsShape[1] = {rows};
@@ -177,12 +189,33 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
   std::vector<Ort::Value> values;
   values.reserve(4 + 2 * options_.layers + 1);
   Ort::IoBinding io(*session_);
-  values.push_back(Ort::Value::CreateTensor<int64_t>(cpu_, const_cast<int64_t*>(ids.data()), ids.size(), idsShape, 2));
-  io.BindInput("input_ids", values.back());
-  values.push_back(Ort::Value::CreateTensor<int64_t>(cpu_, const_cast<int64_t*>(positions.data()), positions.size(), idsShape, 2));
-  io.BindInput("position_ids", values.back());
-  values.push_back(Ort::Value::CreateTensor<int32_t>(cpu_, const_cast<int32_t*>(seqlens.data()), seqlens.size(), rowsShape, 1));
-  io.BindInput("seqlens_k", values.back());
+  Ort::RunOptions runOptions;
+  if (graph) {
+#ifdef CHORUS_WITH_CUDA
+    // Staged where the graph reads them; the graph of this batch size is captured on first use.
+    auto stream = static_cast<cudaStream_t>(stream_);
+    Check(cudaMemcpyAsync(idsDevice_, ids.data(), sizeof(int64_t) * ids.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    Check(cudaMemcpyAsync(positionsDevice_, positions.data(), sizeof(int64_t) * positions.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    Check(cudaMemcpyAsync(seqlensDevice_, seqlens.data(), sizeof(int32_t) * seqlens.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    values.push_back(Ort::Value::CreateTensor<int64_t>(memory_, idsDevice_, ids.size(), idsShape, 2));
+    io.BindInput("input_ids", values.back());
+    values.push_back(Ort::Value::CreateTensor<int64_t>(memory_, positionsDevice_, positions.size(), idsShape, 2));
+    io.BindInput("position_ids", values.back());
+    values.push_back(Ort::Value::CreateTensor<int32_t>(memory_, seqlensDevice_, seqlens.size(), rowsShape, 1));
+    io.BindInput("seqlens_k", values.back());
+    runOptions.AddConfigEntry("gpu_graph_id", std::to_string(rows).c_str());
+#endif
+  } else {
+    values.push_back(Ort::Value::CreateTensor<int64_t>(cpu_, const_cast<int64_t*>(ids.data()), ids.size(), idsShape, 2));
+    io.BindInput("input_ids", values.back());
+    values.push_back(Ort::Value::CreateTensor<int64_t>(cpu_, const_cast<int64_t*>(positions.data()), positions.size(), idsShape, 2));
+    io.BindInput("position_ids", values.back());
+    values.push_back(Ort::Value::CreateTensor<int32_t>(cpu_, const_cast<int32_t*>(seqlens.data()), seqlens.size(), rowsShape, 1));
+    io.BindInput("seqlens_k", values.back());
+    // With graphs on, other runs (prefills) are not captured.
+    if (options_.cuda && options_.cudaGraph) runOptions.AddConfigEntry("gpu_graph_id", "-1");
+  }
   values.push_back(Ort::Value::CreateTensor<int32_t>(cpu_, &totalValue, 1, nullptr, 0));
   io.BindInput("total_sequence_length", values.back());
   const int64_t cacheShape[4] = {rows, options_.kvHeads, options_.maxLength, options_.headDim};
@@ -202,7 +235,7 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
 
   {
     Timed inSession(sessionMs_);
-    session_->Run(Ort::RunOptions{nullptr}, io);
+    session_->Run(runOptions, io);
     io.SynchronizeOutputs();
   }
 

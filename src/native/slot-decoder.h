@@ -31,6 +31,9 @@ struct SlotDecoderOptions {
   int vocab = 0;
   FloatType floatType = FloatType::kFloat32;
   int intraOpThreads = 0;
+  // CUDA: capture each batch size's decode step as a CUDA graph on first use and replay it after
+  // (inputs staged in fixed device buffers; the step's length limit is the slot's length).
+  bool cudaGraph = false;
   // CUDA provider options as ONNX Runtime names them (gpu_mem_limit, arena_extend_strategy, ...).
   std::map<std::string, std::string> cudaOptions;
 };
@@ -64,7 +67,7 @@ class SlotDecoder {
 
  private:
   StepResult Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
-                 const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows);
+                 const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, bool graph);
   void* Allocate(size_t bytes);
   void Free(void* p);
   void CopyStrided(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t width, size_t height);
@@ -86,6 +89,10 @@ class SlotDecoder {
   void* scratch_ = nullptr;  // CopySlots' staging, grown as needed
   size_t scratchBytes_ = 0;
   int32_t* argmaxDevice_ = nullptr;
+  // CUDA graphs: the decode step's inputs at fixed device addresses.
+  int64_t* idsDevice_ = nullptr;
+  int64_t* positionsDevice_ = nullptr;
+  int32_t* seqlensDevice_ = nullptr;
   void* stream_ = nullptr;
   std::vector<std::string> pastNames_;
   std::vector<std::string> presentNames_;

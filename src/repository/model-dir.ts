@@ -33,7 +33,7 @@ export function builtModelDirectory(path: string, options: Omit<BuildOptions, 's
   if (!existsSync(path)) throw new ChorusError('CHORUS_FILE_MISSING', `${param} ${path} does not exist`, { param, value: path });
   if (isBuiltModel(path)) return path;
   const hash = createHash('sha256');
-  hash.update(JSON.stringify([options.dtype ?? 'fp32', options.flavor ?? 'portable', options.task ?? 'generate', options.outputAttentions ?? false, ...(options.greedySearch ? ['greedy'] : [])]));
+  hash.update(JSON.stringify([options.dtype ?? 'fp32', options.flavor ?? 'portable', options.task ?? 'generate', options.outputAttentions ?? false, ...(options.greedySearch ? ['greedy'] : []), ...(options.slotDecoder ? ['slots'] : [])]));
   const files = statSync(path).isDirectory() ? listFiles(path) : [path];
   if (options.tokenizer !== undefined) files.push(options.tokenizer);
   for (const file of files) {

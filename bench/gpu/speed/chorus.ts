@@ -7,7 +7,8 @@
  *            tokens/s counts the tokens actually generated, in case the random model ends a row early),
  *   native - the native engine (cuda flavor only; streamed requests; its cache stays on the device and
  *            greedy rows take the argmax there; no min_length, which would bring logits to the host, so
- *            tokens/s counts the tokens actually generated, as for greedy).
+ *            tokens/s counts the tokens actually generated, as for greedy),
+ *   native-graph - the same with each batch size's decode step captured as a CUDA graph.
  * Reports ms per decode step, tokens/s and time to first token; profile: the share of the time inside
  * session.run (the rest is host copies of the cache and JavaScript).
  * Usage: node --import tsx bench/gpu/speed/chorus.ts <work-dir>  -> <work-dir>/chorus.json
@@ -37,20 +38,21 @@ const inRun = timeSessionRuns();
 
 const rows: Array<Record<string, unknown>> = [];
 const save = (): void => writeFileSync(join(work, 'chorus.json'), JSON.stringify({ rows, checkpoint, prompt: PROMPT, new_tokens: NEW, provider: PROVIDER, dtype: DTYPE }, null, 2));
-const paths = (process.env.SPEED_PATHS ?? 'loop,greedy,native').split(',') as Array<'loop' | 'greedy' | 'native'>;
+const paths = (process.env.SPEED_PATHS ?? 'loop,greedy,native,native-graph').split(',') as Array<'loop' | 'greedy' | 'native' | 'native-graph'>;
 for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') as Array<'portable' | 'cuda'>) {
   const dir = join(work, `gpt2-${DTYPE}-${flavor}`);
   buildModel({ source: checkpoint, out: dir, dtype: DTYPE, flavor, greedySearch: true, slotDecoder: flavor === 'cuda' });
   const metrics: RequestMetrics[] = [];
   const onRequestDone = (m: RequestMetrics): void => void metrics.push(m);
   const ortEngine = await OrtEngine.open(dir, { executionProviders: [PROVIDER], maxBatchSize: 64, onRequestDone });
-  let nativeEngine: NativeEngine | undefined;
-  if (paths.includes('native') && flavor === 'cuda') {
+  const natives = new Map<string, NativeEngine>();
+  for (const path of paths.filter((p) => p.startsWith('native'))) {
+    if (flavor !== 'cuda') continue;
     try {
-      nativeEngine = await NativeEngine.open(dir, { provider: PROVIDER, maxBatchSize: 64, slotLength: PROMPT + NEW, onRequestDone });
+      natives.set(path, await NativeEngine.open(dir, { provider: PROVIDER, maxBatchSize: 64, slotLength: PROMPT + NEW, cudaGraph: path === 'native-graph', onRequestDone }));
     } catch (error) {
-      rows.push({ flavor, path: 'native', error: String(error) });
-      console.log(`${flavor} native: ${String(error)}`);
+      rows.push({ flavor, path, error: String(error) });
+      console.log(`${flavor} ${path}: ${String(error)}`);
     }
   }
   const settings = [
@@ -64,14 +66,17 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
   const only = process.env.SPEED_SETTINGS?.split(',');
   // Each batch's ids from the loop, to check the fast path gives the same tokens.
   const loopIds = new Map<number, number[][]>();
+  // And the native engine's, to check its CUDA graphs change nothing.
+  const nativeIds = new Map<number, number[][]>();
   for (const path of paths) {
     for (const [setting, batch, concurrent] of settings) {
       if (only !== undefined && !only.includes(setting)) continue;
       if (path === 'loop' && batch > maxBatch && !concurrent) continue;
       if (path === 'greedy' && concurrent) continue;
-      if (path === 'native' && nativeEngine === undefined) continue;
+      const nativeEngine = natives.get(path);
+      if (path.startsWith('native') && nativeEngine === undefined) continue;
       const loop = path === 'loop';
-      const engine: Engine = path === 'native' ? nativeEngine! : ortEngine;
+      const engine: Engine = nativeEngine ?? ortEngine;
       const submit = (p: number[]) =>
         lastValueFrom(engine.submit({ inputIds: p, params: { temperature: 0, request_output_len: NEW, ...(loop ? { min_length: NEW } : {}) }, stream: path !== 'greedy' }).pipe(toArray()));
       const run = () => Promise.all(prompts(batch).map((p, i) => (concurrent ? new Promise<void>((resolve) => setTimeout(resolve, i * 2)).then(() => submit(p)) : submit(p))));
@@ -98,7 +103,12 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
       if (loop && !concurrent) loopIds.set(batch, ids);
       const reference = loopIds.get(batch);
       // The loop runs to min_length; the others may end a row at the end id: compare what they made.
-      const sameAsLoop = !loop && reference !== undefined ? { rows_identical_to_loop: ids.filter((row, i) => row.join() === reference[i]!.slice(0, row.length).join()).length } : {};
+      const same = (rows: number[][] | undefined): number | undefined => rows && ids.filter((row, i) => row.join() === rows[i]!.slice(0, row.length).join()).length;
+      if (path === 'native' && !concurrent) nativeIds.set(batch, ids);
+      const sameAsLoop = {
+        ...(!loop && reference !== undefined ? { rows_identical_to_loop: same(reference) } : {}),
+        ...(path === 'native-graph' && !concurrent && nativeIds.has(batch) ? { rows_identical_to_native: same(nativeIds.get(batch)) } : {}),
+      };
       const row = {
         flavor,
         path,
@@ -111,8 +121,8 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
         ttft_ms_median: ttft[Math.floor(ttft.length / 2)],
         // The native engine: the share inside ONNX Runtime's runs, and inside the addon in all (runs,
         // device argmax, slot copies); the rest is JavaScript and the event loop.
-        session_run_share: path === 'native' ? (nativeEngine!.profile().sessionMs - profileBefore!.sessionMs) / (seconds * 1000) : inRun.ms / (seconds * 1000),
-        ...(path === 'native' ? { native_call_share: (nativeEngine!.profile().nativeMs - profileBefore!.nativeMs) / (seconds * 1000) } : {}),
+        session_run_share: nativeEngine ? (nativeEngine.profile().sessionMs - profileBefore!.sessionMs) / (seconds * 1000) : inRun.ms / (seconds * 1000),
+        ...(nativeEngine ? { native_call_share: (nativeEngine.profile().nativeMs - profileBefore!.nativeMs) / (seconds * 1000) } : {}),
         ...sameAsLoop,
       };
       rows.push(row);
@@ -121,6 +131,6 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
     }
   }
   await ortEngine.close();
-  await nativeEngine?.close();
+  for (const engine of natives.values()) await engine.close();
 }
 save();

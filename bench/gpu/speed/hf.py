@@ -33,9 +33,13 @@ def main():
             continue
         rows.append(beside(row, hf[row["batch"]]))
     write_results(os.path.join(out_dir, "speed.json"), rows, prompt=PROMPT, new_tokens=NEW)
-    print(f"{'flavor':9} {'path':7} {'setting':22} {'tokens':>7} {'chorus tok/s':>12} {'hf tok/s':>10} {'ratio':>6} {'ms/step':>8} {'hf ms/step':>10} {'ttft ms':>8} {'in run':>7}")
+    # in run: the share of the time inside ONNX Runtime's runs; addon: the native engine's share inside
+    # the addon in all (runs, device argmax, copies); same ids: rows equal to the step loop's.
+    print(f"{'flavor':9} {'path':12} {'setting':22} {'tokens':>7} {'chorus tok/s':>12} {'hf tok/s':>10} {'ratio':>6} {'ms/step':>8} {'hf ms/step':>10} {'ttft ms':>8} {'in run':>7} {'addon':>6} {'same ids':>8}")
     for r in rows:
-        print(f"{r['flavor']:9} {r['path']:7} {r['setting']:22} {r['tokens']:7d} {r['tokens_per_s']:12.0f} {r['hf_tokens_per_s']:10.0f} {r['ratio_tokens_per_s']:6.2f} {r['ms_per_step']:8.2f} {r['hf_ms_per_step']:10.2f} {r['ttft_ms_median']:8.1f} {r['session_run_share']:7.0%}")
+        addon = f"{r['native_call_share']:6.0%}" if "native_call_share" in r else f"{'':6}"
+        same = f"{r['rows_identical_to_loop']}/{r['batch']}" if "rows_identical_to_loop" in r else ""
+        print(f"{r['flavor']:9} {r['path']:12} {r['setting']:22} {r['tokens']:7d} {r['tokens_per_s']:12.0f} {r['hf_tokens_per_s']:10.0f} {r['ratio_tokens_per_s']:6.2f} {r['ms_per_step']:8.2f} {r['hf_ms_per_step']:10.2f} {r['ttft_ms_median']:8.1f} {r['session_run_share']:7.0%} {addon} {same:>8}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,63 @@
+import assert from 'node:assert/strict';
+import { cpSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import OpenAI from 'openai';
+import { lastValueFrom, toArray } from 'rxjs';
+import { NativeEngine, OrtEngine } from '../../src/generation/index.ts';
+import { loadNative } from '../../src/native/index.ts';
+import { ROOT, STORIES } from '../helpers/paths.ts';
+import { startServer, type TestServer } from '../helpers/server.ts';
+
+const { addon, reason } = loadNative();
+
+// Two models of one checkpoint: one on the native engine (native_engine: true), one on the TypeScript engine.
+describe('native_engine in a model definition', { skip: addon === undefined ? `the native addon: ${reason}` : false }, () => {
+  let server: TestServer;
+  before(async () => {
+    const repository = join(mkdtempSync(join(tmpdir(), 'chorus-native-repo-')), 'repo');
+    cpSync(join(ROOT, 'test/fixtures/repositories/ensembles'), repository, { recursive: true });
+    writeFileSync(join(repository, 'tokenizers/stories.yaml'), `type: llama2c\nsource: ${STORIES}/tok512.bin\n`);
+    writeFileSync(join(repository, 'models/stories.yaml'), `engine: generate\nsource: ${STORIES}/stories260K.bin\ntokenizer: stories\nmax_batch_size: 4\nnative_engine: true\n`);
+    writeFileSync(join(repository, 'models/stories-ts.yaml'), `engine: generate\nsource: ${STORIES}/stories260K.bin\ntokenizer: stories\nflavor: cuda\nnative_engine: false\n`);
+    server = await startServer(repository);
+  });
+  after(async () => {
+    await server.close();
+  });
+
+  test('serves OpenAI completions, streamed and not, from the native engine with the TypeScript engine\'s text', async () => {
+    const native = await server.service.store.model('stories');
+    const typescript = await server.service.store.model('stories-ts');
+    assert.ok(native.engine === 'generate' && native.generator instanceof NativeEngine);
+    assert.ok(typescript.engine === 'generate' && typescript.generator instanceof OrtEngine);
+    const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused' });
+    const prompt = 'Once upon a time';
+    const answer = async (model: string) => (await client.completions.create({ model, prompt, max_tokens: 40, temperature: 0 })).choices[0]!.text;
+    const text = await answer('stories');
+    assert.match(text, /^, there was a little girl named Lily/);
+    // The engines themselves: the same tokens for the same ids.
+    const ids = [1, 403, 407, 300];
+    const tokens = async (engine: NativeEngine | OrtEngine | unknown) =>
+      (await lastValueFrom((engine as NativeEngine).submit({ inputIds: ids, params: { temperature: 0, request_output_len: 60 } }).pipe(toArray()))).map((e) => e.token);
+    assert.deepEqual(await tokens(native.generator), await tokens(typescript.generator));
+    let streamed = '';
+    for await (const chunk of await client.completions.create({ model: 'stories', prompt, max_tokens: 40, temperature: 0, stream: true })) streamed += chunk.choices[0]?.text ?? '';
+    assert.equal(streamed, text);
+    assert.ok(native.generator.stats().decodeSteps > 0);
+  });
+
+  test('cuda_options on the TypeScript engine are refused, naming the field', async () => {
+    const repository = join(mkdtempSync(join(tmpdir(), 'chorus-native-repo-')), 'repo');
+    cpSync(join(ROOT, 'test/fixtures/repositories/ensembles'), repository, { recursive: true });
+    writeFileSync(join(repository, 'tokenizers/stories.yaml'), `type: llama2c\nsource: ${STORIES}/tok512.bin\n`);
+    writeFileSync(join(repository, 'models/stories.yaml'), `engine: generate\nsource: ${STORIES}/stories260K.bin\ntokenizer: stories\nnative_engine: false\ncuda_options:\n  gpu_mem_limit: 1000000\n`);
+    const other = await startServer(repository);
+    try {
+      await assert.rejects(other.service.store.model('stories'), (error: Error & { param?: string }) => error.param === 'cuda_options' && /native engine/.test(error.message));
+    } finally {
+      await other.close();
+    }
+  });
+});
