@@ -51,10 +51,13 @@ Napi::Object ResultObject(Napi::Env env, const StepResult& result) {
 }
 
 // Runs `work` on a worker thread; resolves with `done(env)`, or rejects with the exception's message.
+// `busy` counts the tasks in flight on a decoder (read and written on the main thread only).
 class Task : public Napi::AsyncWorker {
  public:
-  Task(Napi::Env env, std::function<void()> work, std::function<Napi::Value(Napi::Env)> done)
-      : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)), work_(std::move(work)), done_(std::move(done)) {}
+  Task(Napi::Env env, int& busy, std::function<void()> work, std::function<Napi::Value(Napi::Env)> done)
+      : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)), busy_(busy), work_(std::move(work)), done_(std::move(done)) {
+    busy_++;
+  }
   Napi::Promise Promise() { return deferred_.Promise(); }
 
  protected:
@@ -65,11 +68,18 @@ class Task : public Napi::AsyncWorker {
       SetError(e.what());
     }
   }
-  void OnOK() override { deferred_.Resolve(done_(Env())); }
-  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+  void OnOK() override {
+    busy_--;
+    deferred_.Resolve(done_(Env()));
+  }
+  void OnError(const Napi::Error& e) override {
+    busy_--;
+    deferred_.Reject(e.Value());
+  }
 
  private:
   Napi::Promise::Deferred deferred_;
+  int& busy_;
   std::function<void()> work_;
   std::function<Napi::Value(Napi::Env)> done_;
 };
@@ -121,8 +131,9 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
   }
 
   Napi::Value Load(const Napi::CallbackInfo& info) {
+    if (busy_ > 0 || decoder_) throw Napi::Error::New(info.Env(), "the slot decoder is loaded already");
     auto* task = new Task(
-        info.Env(), [this]() { decoder_ = std::make_unique<SlotDecoder>(options_); }, [](Napi::Env env) { return env.Undefined(); });
+        info.Env(), busy_, [this]() { decoder_ = std::make_unique<SlotDecoder>(options_); }, [](Napi::Env env) { return env.Undefined(); });
     Napi::Promise promise = task->Promise();
     task->Queue();
     return promise;
@@ -135,7 +146,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     auto rows = Int32s(info[2], "logitRows");
     auto result = std::make_shared<StepResult>();
     auto* task = new Task(
-        info.Env(), [&decoder, slot, ids, rows, result]() { *result = decoder.Prefill(slot, ids, rows); },
+        info.Env(), busy_, [&decoder, slot, ids, rows, result]() { *result = decoder.Prefill(slot, ids, rows); },
         [result](Napi::Env env) { return ResultObject(env, *result); });
     Napi::Promise promise = task->Promise();
     task->Queue();
@@ -149,7 +160,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     auto rows = Int32s(info[2], "logitRows");
     auto result = std::make_shared<StepResult>();
     auto* task = new Task(
-        info.Env(), [&decoder, tokens, positions, rows, result]() { *result = decoder.Decode(tokens, positions, rows); },
+        info.Env(), busy_, [&decoder, tokens, positions, rows, result]() { *result = decoder.Decode(tokens, positions, rows); },
         [result](Napi::Env env) { return ResultObject(env, *result); });
     Napi::Promise promise = task->Promise();
     task->Queue();
@@ -162,13 +173,14 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     auto dst = Int32s(info[1], "destinations");
     auto lengths = Int32s(info[2], "lengths");
     auto* task = new Task(
-        info.Env(), [&decoder, src, dst, lengths]() { decoder.CopySlots(src, dst, lengths); }, [](Napi::Env env) { return env.Undefined(); });
+        info.Env(), busy_, [&decoder, src, dst, lengths]() { decoder.CopySlots(src, dst, lengths); }, [](Napi::Env env) { return env.Undefined(); });
     Napi::Promise promise = task->Promise();
     task->Queue();
     return promise;
   }
 
   Napi::Value Close(const Napi::CallbackInfo& info) {
+    if (busy_ > 0) throw Napi::Error::New(info.Env(), "the slot decoder has a step in flight; await it before close()");
     decoder_.reset();
     return info.Env().Undefined();
   }
@@ -182,6 +194,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
 
   SlotDecoderOptions options_;
   std::unique_ptr<SlotDecoder> decoder_;
+  int busy_ = 0;
 };
 
 // argmaxRows(logits: Float32Array | Uint16Array (fp16 bits), vocab, device): each row's argmax, on

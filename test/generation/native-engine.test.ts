@@ -64,6 +64,30 @@ describe('the native addon', { skip }, () => {
   });
 });
 
+describe('the native SlotDecoder', { skip }, () => {
+  test('checks its options and its slots, and will not close under a step in flight', async () => {
+    const dir = join(root, 'gpt2-build');
+    const spec = (JSON.parse(readFileSync(join(dir, 'chorus_build.json'), 'utf8')) as { spec: { numLayers: number; numKvHeads: number; headDim: number; vocabSize: number } }).spec;
+    const options = { model: join(dir, 'onnx', 'decoder_model_slots.onnx'), provider: 'cpu' as const, slots: 2, maxLength: 16, layers: spec.numLayers, kvHeads: spec.numKvHeads, headDim: spec.headDim, vocab: spec.vocabSize, dtype: 'fp32' as const };
+    assert.throws(() => new addon!.SlotDecoder({ ...options, provider: 'tpu' as 'cpu' }), /provider must be cpu or cuda/);
+    assert.throws(() => new addon!.SlotDecoder({ ...options, slots: undefined as unknown as number }), /options.slots is required/);
+    const decoder = new addon!.SlotDecoder(options);
+    await decoder.load();
+    assert.equal(decoder.cacheBytes, 2 * spec.numLayers * 2 * spec.numKvHeads * 16 * spec.headDim * 4);
+    await assert.rejects(decoder.prefill(2, Int32Array.from([1, 2]), new Int32Array(0)), /slot 2 is outside 0..1/);
+    await assert.rejects(decoder.prefill(0, new Int32Array(17), new Int32Array(0)), /17 tokens does not fit a slot of 16/);
+    const first = await decoder.prefill(0, Int32Array.from([5, 6, 7]), Int32Array.from([0]));
+    assert.equal(first.logits.length, spec.vocabSize);
+    assert.equal(first.argmax[0], greedy(first.logits).token);
+    const step = decoder.decode(Int32Array.from([first.argmax[0]!]), Int32Array.from([3]), new Int32Array(0));
+    assert.throws(() => decoder.close(), /in flight/);
+    assert.equal((await step).argmax.length, 1);
+    await assert.rejects(decoder.decode(Int32Array.from([1]), Int32Array.from([16]), new Int32Array(0)), /past its slot's 16/);
+    decoder.close();
+    assert.throws(() => decoder.decode(Int32Array.from([1]), Int32Array.from([3]), new Int32Array(0)), /not loaded/);
+  });
+});
+
 describe('NativeEngine (CPU)', { skip }, () => {
   const engines: Engine[] = [];
   before(() => {
