@@ -12,10 +12,11 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Observable } from 'rxjs';
+import type { Observable } from 'rxjs';
 import { ChorusError } from '../errors.ts';
 import { SLOT_DECODER_MODEL } from '../modelbuild/greedy-layout.ts';
-import { loadNative, type NativeSlotDecoder } from '../native/index.ts';
+import { loadNative, type NativeAddon, type NativeSlotDecoder } from '../native/index.ts';
+import { decoderModel, keptRows, stepMembers } from './batch-rows.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
 import { RequestLedger } from './request-ledger.ts';
 import { Scheduler, type SchedulerLimits } from './scheduler.ts';
@@ -47,21 +48,30 @@ interface BuiltSpec {
   vocabSize: number;
 }
 
-/** Why a model directory cannot run on the native engine (undefined: it can). */
-export function nativeUnavailable(dir: string): string | undefined {
-  const { addon, reason } = loadNative();
-  if (addon === undefined) return `the native engine is ${reason}`;
-  const info = buildInfo(dir);
-  if (info?.slotDecoder !== true) return `${dir} has no slot decoder (build it with chorus build --flavor cuda --slot-decoder)`;
-  return undefined;
+/** What chorus_build.json says of a directory, as far as the native engine needs it. */
+interface BuildInfo {
+  dtype: 'fp32' | 'fp16';
+  spec: BuiltSpec;
+  slotDecoder?: boolean;
 }
 
-function buildInfo(dir: string): { dtype: 'fp32' | 'fp16'; spec: BuiltSpec; slotDecoder?: boolean } | undefined {
+/** Why a model directory cannot run on the native engine (undefined: it can). */
+export function nativeUnavailable(dir: string): string | undefined {
+  return nativeFor(dir).unavailable;
+}
+
+/** The addon and the directory's build, or why the native engine cannot run it. */
+function nativeFor(dir: string): { addon: NativeAddon; info: BuildInfo; unavailable?: undefined } | { unavailable: string } {
+  const { addon, reason } = loadNative();
+  if (addon === undefined) return { unavailable: `the native engine is ${reason}` };
+  let info: BuildInfo | undefined;
   try {
-    return JSON.parse(readFileSync(join(dir, 'chorus_build.json'), 'utf8')) as { dtype: 'fp32' | 'fp16'; spec: BuiltSpec; slotDecoder?: boolean };
+    info = JSON.parse(readFileSync(join(dir, 'chorus_build.json'), 'utf8')) as BuildInfo;
   } catch {
-    return undefined;
+    info = undefined;
   }
+  if (info?.slotDecoder !== true) return { unavailable: `${dir} has no slot decoder (build it with chorus build --flavor cuda --slot-decoder)` };
+  return { addon, info };
 }
 
 /** Continuous batching over the native SlotDecoder. */
@@ -86,12 +96,11 @@ export class NativeEngine implements Engine {
 
   /** Opens a model directory built with the slot decoder; fails, saying why, when the addon or the model is missing. */
   static async open(dir: string, options: NativeEngineOptions = {}): Promise<NativeEngine> {
-    const unavailable = nativeUnavailable(dir);
-    if (unavailable !== undefined) throw new ChorusError('CHORUS_UNSUPPORTED', unavailable, { param: 'engine' });
-    const { addon } = loadNative();
-    const info = buildInfo(dir)!;
+    const native = nativeFor(dir);
+    if (native.unavailable !== undefined) throw new ChorusError('CHORUS_UNSUPPORTED', native.unavailable, { param: 'engine' });
+    const { addon, info } = native;
     const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
-    const context = Number(config.max_position_embeddings ?? config.n_positions ?? 2048);
+    const { model, context } = decoderModel(config, info.spec.vocabSize);
     const slotLength = options.slotLength ?? Math.min(context, 2048);
     if (!Number.isInteger(slotLength) || slotLength < 2 || slotLength > context) {
       throw new ChorusError('CHORUS_INVALID_ARGUMENT', `slotLength must be an integer from 2 to the model's context ${context}, not ${slotLength}`, { param: 'slotLength' });
@@ -103,7 +112,7 @@ export class NativeEngine implements Engine {
       contextLength: Math.min(options.contextLength ?? slotLength, slotLength),
       kvTokenBudget: Math.min(options.kvTokenBudget ?? slots * slotLength, slots * slotLength),
     };
-    const decoder = new addon!.SlotDecoder({
+    const decoder = new addon.SlotDecoder({
       model: join(dir, 'onnx', SLOT_DECODER_MODEL),
       provider: options.provider ?? 'cpu',
       deviceId: options.deviceId ?? 0,
@@ -119,9 +128,6 @@ export class NativeEngine implements Engine {
       cudaGraph: options.cudaGraph ?? false,
     });
     await decoder.load();
-    const eos = config.eos_token_id;
-    const bos = config.bos_token_id;
-    const model: ModelIds = { vocabSize: info.spec.vocabSize, endId: typeof eos === 'number' ? eos : undefined, bosId: typeof bos === 'number' ? bos : undefined };
     return new NativeEngine(decoder, limits, model, options.onRequestDone);
   }
 
@@ -136,19 +142,9 @@ export class NativeEngine implements Engine {
   }
 
   submit(request: GenerateRequest): Observable<TokenEvent> {
-    return new Observable<TokenEvent>((subscriber) => {
-      let sequence: ActiveRequest;
-      try {
-        sequence = this.ledger.open(request, subscriber, this.model);
-        this.scheduler.enqueue(sequence);
-        this.startLoop();
-      } catch (error) {
-        subscriber.error(error);
-        return undefined;
-      }
-      return () => {
-        if (!sequence.finished) sequence.cancelled = true;
-      };
+    return this.ledger.submit(request, this.model, (sequence) => {
+      this.scheduler.enqueue(sequence);
+      this.startLoop();
     });
   }
 
@@ -206,9 +202,9 @@ export class NativeEngine implements Engine {
     this.lengths = [];
   }
 
-  /** Whether a request's tokens are the raw argmax, so its logits can stay on the device. */
-  private argmaxOnly(s: ActiveRequest): s is Sequence {
-    return deviceGreedyEligible(s, this.model);
+  /** The request when its tokens are the raw argmax (its logits can stay on the device), else undefined. */
+  private argmaxOnly(s: ActiveRequest): Sequence | undefined {
+    return deviceGreedyEligible(s, this.model) ? s : undefined;
   }
 
   /** Rows j of the next layout continue rows sources[j]: their slots move there on the device. */
@@ -228,15 +224,9 @@ export class NativeEngine implements Engine {
 
   /** Moves the rows behind requests that left down into their slots. */
   private async dropRows(left: readonly ActiveRequest[]): Promise<void> {
-    const gone = new Set(left);
-    const keep: number[] = [];
-    let row = 0;
-    for (const s of this.members) {
-      if (!gone.has(s)) for (let r = 0; r < s.rows; r++) keep.push(row + r);
-      row += s.rows;
-    }
-    this.members = this.members.filter((s) => !gone.has(s));
-    await this.moveRows(keep);
+    const kept = keptRows(this.members, left);
+    this.members = kept.members;
+    await this.moveRows(kept.rows);
   }
 
   /** Prefills each admitted request into the next free slot; its first token comes out of it. */
@@ -245,12 +235,12 @@ export class NativeEngine implements Engine {
       if (s.cancelled) continue;
       const slot = this.lengths.length;
       const argmaxOnly = this.argmaxOnly(s);
-      const out = await this.decoder.prefill(slot, Int32Array.from(s.promptIds), Int32Array.from(argmaxOnly ? [] : [0]));
+      const out = await this.decoder.prefill(slot, Int32Array.from(s.promptIds), Int32Array.from(argmaxOnly !== undefined ? [] : [0]));
       this.ledger.counters.prefillSteps++;
       this.lengths.push(s.promptIds.length);
       this.members.push(s);
-      if (this.argmaxOnly(s)) {
-        s.accept({ token: out.argmax[0]!, logProb: 0 });
+      if (argmaxOnly !== undefined) {
+        argmaxOnly.accept({ token: out.argmax[0]!, logProb: 0 });
         continue;
       }
       // A beam search spreads its prompt's row over its beams.
@@ -263,12 +253,11 @@ export class NativeEngine implements Engine {
   private async decode(): Promise<void> {
     const tokens: number[] = [];
     const logitRows: number[] = [];
-    let row = 0;
+    // Whether each member's tokens are the raw argmax (its logits stay on the device), once per step.
+    const argmaxOnly = new Map(this.members.map((s) => [s, this.argmaxOnly(s)]));
     for (const s of this.members) {
-      const last = s.lastTokens();
-      if (!this.argmaxOnly(s)) for (let r = 0; r < s.rows; r++) logitRows.push(row + r);
-      tokens.push(...last);
-      row += s.rows;
+      if (argmaxOnly.get(s) === undefined) for (let r = 0; r < s.rows; r++) logitRows.push(tokens.length + r);
+      tokens.push(...s.lastTokens());
     }
     const out = await this.decoder.decode(Int32Array.from(tokens), Int32Array.from(this.lengths), Int32Array.from(logitRows));
     this.ledger.counters.decodeSteps++;
@@ -276,28 +265,17 @@ export class NativeEngine implements Engine {
     this.lengths = this.lengths.map((n) => n + 1);
     const V = this.model.vocabSize;
     const logitsAt = new Map(logitRows.map((r, i) => [r, i]));
-    const sources: number[] = [];
-    let moved = false;
-    row = 0;
-    for (const s of this.members) {
-      const base = row;
-      const rows = s.rows;
-      let next: readonly number[] | undefined;
-      if (!s.cancelled && !s.finished) {
-        if (this.argmaxOnly(s)) s.accept({ token: out.argmax[base]!, logProb: 0 });
-        else
-          next = s.step((r) => {
-            const i = logitsAt.get(base + r)!;
-            return out.logits.subarray(i * V, (i + 1) * V);
-          });
+    const sources = stepMembers(this.members, (s, base) => {
+      const greedy = argmaxOnly.get(s);
+      if (greedy !== undefined) {
+        greedy.accept({ token: out.argmax[base]!, logProb: 0 });
+        return undefined;
       }
-      if (next === undefined) for (let r = 0; r < rows; r++) sources.push(base + r);
-      else {
-        moved ||= next.length !== rows || next.some((parent, r) => parent !== r);
-        for (const parent of next) sources.push(base + parent);
-      }
-      row += rows;
-    }
-    if (moved) await this.moveRows(sources);
+      return s.step((r) => {
+        const i = logitsAt.get(base + r)!;
+        return out.logits.subarray(i * V, (i + 1) * V);
+      });
+    });
+    if (sources !== undefined) await this.moveRows(sources);
   }
 }

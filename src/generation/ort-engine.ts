@@ -13,10 +13,11 @@
  * Their tokens come out together when the batch ends; they are the tokens the step loop would give.
  */
 import ort from 'onnxruntime-node';
-import { Observable } from 'rxjs';
+import type { Observable } from 'rxjs';
 import { ChorusError } from '../errors.ts';
 import { DecoderSession, GreedySearchSession, positionsFromMask, type ExecutionProviders } from '../runtime/index.ts';
 import { gatherRows, mergeCaches, type BatchCache, type CacheData } from './batch-cache.ts';
+import { decoderModel, keptRows, stepMembers } from './batch-rows.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
 import { RequestLedger } from './request-ledger.ts';
 import { Scheduler, type SchedulerLimits } from './scheduler.ts';
@@ -65,16 +66,13 @@ export class OrtEngine implements Engine {
     const executionProviders = options.executionProviders ?? ['cpu'];
     const session = await DecoderSession.open(dir, { executionProviders });
     let greedy = options.greedySearch === false ? undefined : await GreedySearchSession.open(dir, { executionProviders });
-    const context = Number(session.config.max_position_embeddings ?? session.config.n_positions ?? 2048);
-    const eos = session.config.eos_token_id;
+    const { model, context } = decoderModel(session.config, session.vocabSize);
     const limits: SchedulerLimits = {
       maxBatchSize: options.maxBatchSize ?? 16,
       maxQueue: options.maxQueue ?? 1024,
       contextLength: options.contextLength ?? context,
       kvTokenBudget: options.kvTokenBudget ?? 16 * context,
     };
-    const bos = session.config.bos_token_id;
-    const model: ModelIds = { vocabSize: session.vocabSize, endId: typeof eos === 'number' ? eos : undefined, bosId: typeof bos === 'number' ? bos : undefined };
     // The fast path must stop where the step loop does.
     if (greedy !== undefined && greedy.endId !== (model.endId ?? -1)) {
       await greedy.close();
@@ -84,24 +82,14 @@ export class OrtEngine implements Engine {
   }
 
   submit(request: GenerateRequest): Observable<TokenEvent> {
-    return new Observable<TokenEvent>((subscriber) => {
-      let sequence: ActiveRequest;
-      try {
-        sequence = this.ledger.open(request, subscriber, this.model);
-        if (this.greedySession !== undefined && request.stream === false && deviceGreedyEligible(sequence, this.model)) {
-          this.greedyScheduler.enqueue(sequence);
-          this.startGreedyLoop();
-        } else {
-          this.scheduler.enqueue(sequence);
-          this.startLoop();
-        }
-      } catch (error) {
-        subscriber.error(error);
-        return undefined;
+    return this.ledger.submit(request, this.model, (sequence) => {
+      if (this.greedySession !== undefined && request.stream === false && deviceGreedyEligible(sequence, this.model)) {
+        this.greedyScheduler.enqueue(sequence);
+        this.startGreedyLoop();
+      } else {
+        this.scheduler.enqueue(sequence);
+        this.startLoop();
       }
-      return () => {
-        if (!sequence.finished) sequence.cancelled = true;
-      };
     });
   }
 
@@ -210,37 +198,9 @@ export class OrtEngine implements Engine {
 
   /** Rebuilds the batch without the rows of requests that finished or were cancelled. */
   private dropRows(left: readonly ActiveRequest[]): void {
-    const gone = new Set(left);
-    const keep: number[] = [];
-    let row = 0;
-    for (const s of this.members) {
-      if (!gone.has(s)) for (let r = 0; r < s.rows; r++) keep.push(row + r);
-      row += s.rows;
-    }
-    this.members = this.members.filter((s) => !gone.has(s));
-    this.cache = this.members.length === 0 || this.cache === undefined ? undefined : gatherRows(this.cache, keep);
-  }
-
-  /**
-   * Steps every member over its rows (`rowLogits(r)` for batch row r) and returns the rows of the next
-   * cache: undefined when each row goes on in place, else the source row of each.
-   */
-  private stepMembers(members: readonly ActiveRequest[], rowLogits: (row: number) => Float32Array): number[] | undefined {
-    const sources: number[] = [];
-    let moved = false;
-    let row = 0;
-    for (const s of members) {
-      const base = row;
-      const rows = s.rows;
-      const next = s.cancelled || s.finished ? undefined : s.step((r) => rowLogits(base + r));
-      if (next === undefined) for (let r = 0; r < rows; r++) sources.push(base + r);
-      else {
-        moved ||= next.length !== rows || next.some((parent, r) => parent !== r);
-        for (const parent of next) sources.push(base + parent);
-      }
-      row += rows;
-    }
-    return moved ? sources : undefined;
+    const kept = keptRows(this.members, left);
+    this.members = kept.members;
+    this.cache = this.members.length === 0 || this.cache === undefined ? undefined : gatherRows(this.cache, kept.rows);
   }
 
   /** Runs the new prompts as one left-padded batch, emits their first tokens, and joins them to the batch. */
@@ -251,7 +211,7 @@ export class OrtEngine implements Engine {
     const out = await this.session.run({ inputIds, attentionMask: masks, lastOnly: true });
     this.ledger.counters.prefillSteps++;
     const V = this.session.vocabSize;
-    const sources = this.stepMembers(admitted, (r) => out.logits.subarray(r * V, (r + 1) * V));
+    const sources = stepMembers(admitted, (s, base) => s.step((r) => out.logits.subarray((base + r) * V, (base + r + 1) * V)));
     let joining: BatchCache = { ...this.toHost(out.cache.tensors), length, masks };
     // Beam-search requests spread their prompt's row over their beams.
     if (sources !== undefined) joining = gatherRows(joining, sources);
@@ -273,7 +233,7 @@ export class OrtEngine implements Engine {
     this.ledger.counters.decodedRows += masks.length;
     const V = this.session.vocabSize;
     this.cache = { ...this.toHost(out.cache.tensors), length: cache.length + 1, masks };
-    const sources = this.stepMembers(this.members, (r) => out.logits.subarray(r * V, (r + 1) * V));
+    const sources = stepMembers(this.members, (s, base) => s.step((r) => out.logits.subarray((base + r) * V, (base + r + 1) * V)));
     if (sources !== undefined) this.cache = gatherRows(this.cache, sources);
   }
 

@@ -1,8 +1,9 @@
 /**
- * What both engines do with requests around their own step loops: turn a request into a validated
- * Sequence, and account for it once when it ends (counters, and the per-request metrics hook).
+ * What the engines do with requests around their own step loops: turn a request into a validated
+ * Sequence behind the Observable `submit` returns, and account for it once when it ends (counters, and
+ * the per-request metrics hook).
  */
-import type { Subscriber } from 'rxjs';
+import { Observable, type Subscriber } from 'rxjs';
 import { ChorusError, invalidArgument } from '../errors.ts';
 import type { GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
 import { checkDecodingMode } from './beam-guard.ts';
@@ -32,6 +33,26 @@ export class RequestLedger {
   private closed = false;
 
   constructor(private readonly onRequestDone: ((metrics: RequestMetrics) => void) | undefined) {}
+
+  /**
+   * An engine's `submit`: on subscription the request is opened and handed to `enqueue` (an error of
+   * either goes to the subscriber); unsubscribing cancels it.
+   */
+  submit(request: GenerateRequest, model: ModelIds, enqueue: (s: ActiveRequest) => void): Observable<TokenEvent> {
+    return new Observable<TokenEvent>((subscriber) => {
+      let sequence: ActiveRequest;
+      try {
+        sequence = this.open(request, subscriber, model);
+        enqueue(sequence);
+      } catch (error) {
+        subscriber.error(error);
+        return undefined;
+      }
+      return () => {
+        if (!sequence.finished) sequence.cancelled = true;
+      };
+    });
+  }
 
   /** The request made active (sampling or beam search), or an error naming the bad field (or saying the engine is closed). */
   open(request: GenerateRequest, subscriber: Subscriber<TokenEvent>, model: ModelIds): ActiveRequest {

@@ -14,7 +14,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Observable } from 'rxjs';
+import type { Observable } from 'rxjs';
 import { ChorusError } from '../errors.ts';
 import { selectCacheRows, selectEncodedRows, Seq2SeqSession, type ExecutionProviders, type Seq2SeqOutput } from '../runtime/index.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
@@ -62,20 +62,10 @@ export class Seq2SeqEngine implements Engine {
   }
 
   submit(request: GenerateRequest): Observable<TokenEvent> {
-    return new Observable<TokenEvent>((subscriber) => {
-      let sequence: ActiveRequest;
-      try {
-        sequence = this.ledger.open(request, subscriber, this.model);
-      } catch (error) {
-        subscriber.error(error);
-        return undefined;
-      }
+    return this.ledger.submit(request, this.model, (sequence) => {
       this.active.add(sequence);
       this.pending.push(sequence);
       this.startCohorts();
-      return () => {
-        if (!sequence.finished) sequence.cancelled = true;
-      };
     });
   }
 
