@@ -2,6 +2,7 @@
 // loop never waits on the session or the GPU) and settle promises.
 #include <napi.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,7 +51,8 @@ Napi::Object ResultObject(Napi::Env env, const StepResult& result) {
   return out;
 }
 
-// Runs `work` on a worker thread; resolves with `done(env)`, or rejects with the exception's message.
+// Runs `work` on a worker thread; resolves with `done(env)` (undefined without one), or rejects with
+// the exception's message.
 // `busy` counts the tasks in flight on a decoder (read and written on the main thread only).
 class Task : public Napi::AsyncWorker {
  public:
@@ -70,7 +72,7 @@ class Task : public Napi::AsyncWorker {
   }
   void OnOK() override {
     busy_--;
-    deferred_.Resolve(done_(Env()));
+    deferred_.Resolve(done_ ? done_(Env()) : Env().Undefined());
   }
   void OnError(const Napi::Error& e) override {
     busy_--;
@@ -130,13 +132,23 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     return *decoder_;
   }
 
-  Napi::Value Load(const Napi::CallbackInfo& info) {
-    if (busy_ > 0 || decoder_) throw Napi::Error::New(info.Env(), "the slot decoder is loaded already");
-    auto* task = new Task(
-        info.Env(), busy_, [this]() { decoder_ = std::make_unique<SlotDecoder>(options_); }, [](Napi::Env env) { return env.Undefined(); });
+  // Queues `work` as a Task of this decoder; returns its promise.
+  Napi::Value Queue(Napi::Env env, std::function<void()> work, std::function<Napi::Value(Napi::Env)> done = nullptr) {
+    auto* task = new Task(env, busy_, std::move(work), std::move(done));
     Napi::Promise promise = task->Promise();
     task->Queue();
     return promise;
+  }
+
+  // Queues a step; its promise resolves with { argmax, logits }.
+  Napi::Value QueueStep(Napi::Env env, std::function<StepResult()> step) {
+    auto result = std::make_shared<StepResult>();
+    return Queue(env, [result, step]() { *result = step(); }, [result](Napi::Env e) { return ResultObject(e, *result); });
+  }
+
+  Napi::Value Load(const Napi::CallbackInfo& info) {
+    if (busy_ > 0 || decoder_) throw Napi::Error::New(info.Env(), "the slot decoder is loaded already");
+    return Queue(info.Env(), [this]() { decoder_ = std::make_unique<SlotDecoder>(options_); });
   }
 
   Napi::Value Prefill(const Napi::CallbackInfo& info) {
@@ -144,13 +156,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     const int slot = info[0].As<Napi::Number>().Int32Value();
     auto ids = Int64s(info[1], "ids");
     auto rows = Int32s(info[2], "logitRows");
-    auto result = std::make_shared<StepResult>();
-    auto* task = new Task(
-        info.Env(), busy_, [&decoder, slot, ids, rows, result]() { *result = decoder.Prefill(slot, ids, rows); },
-        [result](Napi::Env env) { return ResultObject(env, *result); });
-    Napi::Promise promise = task->Promise();
-    task->Queue();
-    return promise;
+    return QueueStep(info.Env(), [&decoder, slot, ids, rows]() { return decoder.Prefill(slot, ids, rows); });
   }
 
   Napi::Value Decode(const Napi::CallbackInfo& info) {
@@ -158,13 +164,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     auto tokens = Int64s(info[0], "tokens");
     auto positions = Int64s(info[1], "positions");
     auto rows = Int32s(info[2], "logitRows");
-    auto result = std::make_shared<StepResult>();
-    auto* task = new Task(
-        info.Env(), busy_, [&decoder, tokens, positions, rows, result]() { *result = decoder.Decode(tokens, positions, rows); },
-        [result](Napi::Env env) { return ResultObject(env, *result); });
-    Napi::Promise promise = task->Promise();
-    task->Queue();
-    return promise;
+    return QueueStep(info.Env(), [&decoder, tokens, positions, rows]() { return decoder.Decode(tokens, positions, rows); });
   }
 
   Napi::Value CopySlots(const Napi::CallbackInfo& info) {
@@ -172,11 +172,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     auto src = Int32s(info[0], "sources");
     auto dst = Int32s(info[1], "destinations");
     auto lengths = Int32s(info[2], "lengths");
-    auto* task = new Task(
-        info.Env(), busy_, [&decoder, src, dst, lengths]() { decoder.CopySlots(src, dst, lengths); }, [](Napi::Env env) { return env.Undefined(); });
-    Napi::Promise promise = task->Promise();
-    task->Queue();
-    return promise;
+    return Queue(info.Env(), [&decoder, src, dst, lengths]() { decoder.CopySlots(src, dst, lengths); });
   }
 
   Napi::Value Close(const Napi::CallbackInfo& info) {

@@ -56,7 +56,7 @@ void ArgmaxRowsHost(const void* logits, FloatType type, int rows, int vocab, int
 
 void WidenRowsHost(const void* logits, FloatType type, int vocab, const int32_t* which, int count, float* out) {
   for (int i = 0; i < count; i++) {
-    const size_t base = static_cast<size_t>(which[i]) * vocab;
+    const size_t base = static_cast<size_t>(which == nullptr ? i : which[i]) * vocab;
     for (int v = 0; v < vocab; v++) out[static_cast<size_t>(i) * vocab + v] = At(logits, type, base + v);
   }
 }

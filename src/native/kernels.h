@@ -16,7 +16,8 @@ float HalfToFloat(uint16_t bits);
 // Host: the index of each row's largest logit (the lowest index among equals), rows x vocab.
 void ArgmaxRowsHost(const void* logits, FloatType type, int rows, int vocab, int32_t* out);
 
-// Host: rows x vocab logits widened to float32 (selected rows `which`, count of them).
+// Host: `count` rows of logits widened to float32: rows which[0..count-1], or rows 0..count-1 when
+// `which` is null.
 void WidenRowsHost(const void* logits, FloatType type, int vocab, const int32_t* which, int count, float* out);
 
 #ifdef CHORUS_WITH_CUDA

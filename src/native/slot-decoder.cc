@@ -182,6 +182,9 @@ StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::ve
 
 StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
                             const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, bool graph) {
+  for (int32_t r : logitRows) {
+    if (r < 0 || r >= rows) throw std::out_of_range("logits of row " + std::to_string(r) + " asked of a step of " + std::to_string(rows));
+  }
   const ONNXTensorElementDataType floatType = ElementType(options_.floatType);
   const int64_t idsShape[2] = {rows, sequence};
   const int64_t rowsShape[1] = {rows};
@@ -242,9 +245,6 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
   StepResult result;
   result.argmax.resize(rows);
   result.logits.resize(logitRows.size() * options_.vocab);
-  for (int32_t r : logitRows) {
-    if (r < 0 || r >= rows) throw std::out_of_range("logits of row " + std::to_string(r) + " asked of a step of " + std::to_string(rows));
-  }
 #ifdef CHORUS_WITH_CUDA
   if (options_.cuda) {
     auto stream = static_cast<cudaStream_t>(stream_);
@@ -254,9 +254,7 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
     std::vector<char> staged(rowBytes * logitRows.size());
     for (size_t i = 0; i < logitRows.size(); i++) ToHost(staged.data() + i * rowBytes, static_cast<char*>(logits_) + logitRows[i] * rowBytes, rowBytes);
     Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-    std::vector<int32_t> order(logitRows.size());
-    for (size_t i = 0; i < order.size(); i++) order[i] = static_cast<int32_t>(i);
-    WidenRowsHost(staged.data(), options_.floatType, options_.vocab, order.data(), static_cast<int>(order.size()), result.logits.data());
+    WidenRowsHost(staged.data(), options_.floatType, options_.vocab, nullptr, static_cast<int>(logitRows.size()), result.logits.data());
     return result;
   }
 #endif
