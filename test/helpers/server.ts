@@ -1,7 +1,23 @@
 /** A Chorus server on a loopback port, over a repository, for the server tests. */
+import { cpSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { Service, type ServiceOptions } from '../../src/pipeline/index.ts';
 import { buildServer, Metrics, type ServerOptions } from '../../src/server/index.ts';
+import { ROOT, STORIES } from './paths.ts';
+
+/**
+ * A copy of the ensembles fixture repository whose stories tokenizer reads ../shared, with `models`
+ * (file name without .yaml -> definition) written into models/.
+ */
+export function storiesRepository(models: Record<string, string>): string {
+  const repository = join(mkdtempSync(join(tmpdir(), 'chorus-repo-')), 'repo');
+  cpSync(join(ROOT, 'test/fixtures/repositories/ensembles'), repository, { recursive: true });
+  writeFileSync(join(repository, 'tokenizers/stories.yaml'), `type: llama2c\nsource: ${STORIES}/tok512.bin\n`);
+  for (const [name, definition] of Object.entries(models)) writeFileSync(join(repository, `models/${name}.yaml`), definition);
+  return repository;
+}
 
 export interface TestServer {
   url: string;

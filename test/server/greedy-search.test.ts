@@ -1,19 +1,12 @@
 import assert from 'node:assert/strict';
-import { cpSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { ROOT, STORIES } from '../helpers/paths.ts';
-import { sseData, startServer, type TestServer } from '../helpers/server.ts';
+import { STORIES } from '../helpers/paths.ts';
+import { sseData, startServer, storiesRepository, type TestServer } from '../helpers/server.ts';
 
 // The ensembles fixture repository with its stories model built and served with the GreedySearch model.
 let server: TestServer;
 before(async () => {
-  const repository = join(mkdtempSync(join(tmpdir(), 'chorus-greedy-repo-')), 'repo');
-  cpSync(join(ROOT, 'test/fixtures/repositories/ensembles'), repository, { recursive: true });
-  writeFileSync(join(repository, 'tokenizers/stories.yaml'), `type: llama2c\nsource: ${STORIES}/tok512.bin\n`);
-  writeFileSync(join(repository, 'models/stories.yaml'), `engine: generate\nsource: ${STORIES}/stories260K.bin\ntokenizer: stories\nmax_batch_size: 16\ngreedy_search: true\n`);
-  server = await startServer(repository);
+  server = await startServer(storiesRepository({ stories: `engine: generate\nsource: ${STORIES}/stories260K.bin\ntokenizer: stories\nmax_batch_size: 16\ngreedy_search: true\n` }));
 });
 after(async () => {
   await server.close();

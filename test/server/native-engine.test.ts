@@ -1,14 +1,11 @@
 import assert from 'node:assert/strict';
-import { cpSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
 import { lastValueFrom, toArray } from 'rxjs';
 import { NativeEngine, OrtEngine } from '../../src/generation/index.ts';
 import { loadNative } from '../../src/native/index.ts';
-import { ROOT, STORIES } from '../helpers/paths.ts';
-import { startServer, type TestServer } from '../helpers/server.ts';
+import { STORIES } from '../helpers/paths.ts';
+import { startServer, storiesRepository, type TestServer } from '../helpers/server.ts';
 
 const { addon, reason } = loadNative();
 
@@ -16,12 +13,12 @@ const { addon, reason } = loadNative();
 describe('native_engine in a model definition', { skip: addon === undefined ? `the native addon: ${reason}` : false }, () => {
   let server: TestServer;
   before(async () => {
-    const repository = join(mkdtempSync(join(tmpdir(), 'chorus-native-repo-')), 'repo');
-    cpSync(join(ROOT, 'test/fixtures/repositories/ensembles'), repository, { recursive: true });
-    writeFileSync(join(repository, 'tokenizers/stories.yaml'), `type: llama2c\nsource: ${STORIES}/tok512.bin\n`);
-    writeFileSync(join(repository, 'models/stories.yaml'), `engine: generate\nsource: ${STORIES}/stories260K.bin\ntokenizer: stories\nmax_batch_size: 4\nnative_engine: true\n`);
-    writeFileSync(join(repository, 'models/stories-ts.yaml'), `engine: generate\nsource: ${STORIES}/stories260K.bin\ntokenizer: stories\nflavor: cuda\nnative_engine: false\n`);
-    server = await startServer(repository);
+    server = await startServer(
+      storiesRepository({
+        stories: `engine: generate\nsource: ${STORIES}/stories260K.bin\ntokenizer: stories\nmax_batch_size: 4\nnative_engine: true\n`,
+        'stories-ts': `engine: generate\nsource: ${STORIES}/stories260K.bin\ntokenizer: stories\nflavor: cuda\nnative_engine: false\n`,
+      }),
+    );
   });
   after(async () => {
     await server.close();
@@ -49,11 +46,7 @@ describe('native_engine in a model definition', { skip: addon === undefined ? `t
   });
 
   test('cuda_options on the TypeScript engine are refused, naming the field', async () => {
-    const repository = join(mkdtempSync(join(tmpdir(), 'chorus-native-repo-')), 'repo');
-    cpSync(join(ROOT, 'test/fixtures/repositories/ensembles'), repository, { recursive: true });
-    writeFileSync(join(repository, 'tokenizers/stories.yaml'), `type: llama2c\nsource: ${STORIES}/tok512.bin\n`);
-    writeFileSync(join(repository, 'models/stories.yaml'), `engine: generate\nsource: ${STORIES}/stories260K.bin\ntokenizer: stories\nnative_engine: false\ncuda_options:\n  gpu_mem_limit: 1000000\n`);
-    const other = await startServer(repository);
+    const other = await startServer(storiesRepository({ stories: `engine: generate\nsource: ${STORIES}/stories260K.bin\ntokenizer: stories\nnative_engine: false\ncuda_options:\n  gpu_mem_limit: 1000000\n` }));
     try {
       await assert.rejects(other.service.store.model('stories'), (error: Error & { param?: string }) => error.param === 'cuda_options' && /native engine/.test(error.message));
     } finally {
