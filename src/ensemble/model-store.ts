@@ -172,7 +172,7 @@ export class ModelStore {
     }
     const engines: Engine[] = [];
     for (const providers of placements) {
-      const gpu = providers.map((p) => (typeof p === 'string' ? { name: p } : p)).find((p) => p.name === 'cuda') as { deviceId?: number } | undefined;
+      const gpu = gpuOf(providers);
       engines.push(
         seq2seq
           ? await Seq2SeqEngine.open(dir, { executionProviders: providers, maxBatchSize: value.max_batch_size, onRequestDone })
@@ -241,14 +241,14 @@ export class ModelStore {
     // The cuda flavor and the GreedySearch model exist for decoder-only models.
     const options = (checkpoint: string): Omit<BuildOptions, 'source' | 'out'> => {
       const decoderOnly = task === 'generate' && isDecoderOnlySource(checkpoint);
-      const onGpu = runsOnGpu(value);
+      const flavor = value.flavor ?? (decoderOnly && (runsOnGpu(value) || value.native_engine === true) ? 'cuda' : 'portable');
       return {
         dtype: value.dtype,
         task,
         tokenizer,
-        flavor: value.flavor ?? (decoderOnly && (onGpu || value.native_engine === true) ? 'cuda' : 'portable'),
+        flavor,
         greedySearch: decoderOnly && greedySearchWanted(value),
-        slotDecoder: decoderOnly && nativeRequested(value) && (value.flavor ?? 'cuda') === 'cuda',
+        slotDecoder: decoderOnly && nativeRequested(value) && flavor === 'cuda',
       };
     };
     const built = (): string => builtModelDirectory(path, options(path), log, `model ${name}: ${value.file === undefined ? 'source' : 'file'}`);
@@ -357,7 +357,13 @@ function batcherOptions(value: ModelDefinition, instances: number): BatcherOptio
 type Providers = ExecutionProviders;
 /** Whether any instance of the model runs on a GPU. */
 function runsOnGpu(value: ModelDefinition): boolean {
-  return instancePlacements(value).some((providers) => providers.some((p) => (typeof p === 'string' ? p : p.name) === 'cuda'));
+  return instancePlacements(value).some((providers) => gpuOf(providers) !== undefined);
+}
+
+/** The CUDA provider of an instance's list, if it has one. */
+function gpuOf(providers: Providers): { deviceId?: number } | undefined {
+  for (const p of providers) if ((typeof p === 'string' ? p : p.name) === 'cuda') return typeof p === 'string' ? {} : (p as { deviceId?: number });
+  return undefined;
 }
 
 /** greedy_search, defaulting to true on GPUs. */
