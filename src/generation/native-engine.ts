@@ -1,10 +1,12 @@
 /**
  * The engine over the native addon (src/native): continuous batching like OrtEngine, but the cache
  * never leaves the device. Each running row owns a slot of the SlotDecoder's preallocated cache (rows
- * 0..n-1 are slots 0..n-1); a step sends only the rows' last tokens and lengths, and gets back each
- * row's argmax (taken where the logits are) plus the logits of the rows whose requests need them
- * (sampling, penalties, log-probabilities, beams: their processors run here, as in OrtEngine).
- * Requests that decode greedily without processors never see their logits on the host. A request is
+ * 0..n-1 are slots 0..n-1); a step sends only the rows' last tokens and lengths (and, for rows that
+ * sample, their parameters) and gets back each row's chosen token. Greedy rows take the argmax where the
+ * logits are; sampling rows with their penalties, bans, temperature, top-k and top-p run the addon's
+ * sampler there (src/native/sampling.h, the processors' twin) with a draw from the request's own
+ * stream. Only beams and top_logprobs bring their rows' logits to the host, where the TypeScript
+ * processors run as in OrtEngine. A request is
  * prefilled alone into the next free slot; when requests leave, the rows behind them move down, and
  * when a beam search reorders its beams, their slots are permuted on the device.
  *
@@ -20,7 +22,8 @@ import { decoderModel, keptRows, stepMembers } from './batch-rows.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
 import { RequestLedger } from './request-ledger.ts';
 import { Scheduler, type SchedulerLimits } from './scheduler.ts';
-import { deviceGreedyEligible, type ActiveRequest, type ModelIds, type Sequence } from './sequence.ts';
+import { packSamplerRows } from './native-sampler.ts';
+import { deviceGreedyEligible, Sequence, type ActiveRequest, type ModelIds, type SamplerRow } from './sequence.ts';
 
 /** Options of `NativeEngine.open`. */
 export interface NativeEngineOptions extends Partial<SchedulerLimits> {
@@ -72,6 +75,13 @@ function nativeFor(dir: string): { addon: NativeAddon; info: BuildInfo; unavaila
   }
   if (info?.slotDecoder !== true) return { unavailable: `${dir} has no slot decoder (build it with chorus build --flavor cuda --slot-decoder)` };
   return { addon, info };
+}
+
+/** A one-row request's step for the addon's sampler (drawing its number now), else undefined. */
+function samplerStep(s: ActiveRequest): { sequence: Sequence; sampler: SamplerRow } | undefined {
+  if (!(s instanceof Sequence)) return undefined;
+  const sampler = s.samplerRow();
+  return sampler === undefined ? undefined : { sequence: s, sampler };
 }
 
 /** Continuous batching over the native SlotDecoder. */
@@ -235,12 +245,18 @@ export class NativeEngine implements Engine {
       if (s.cancelled) continue;
       const slot = this.lengths.length;
       const argmaxOnly = this.argmaxOnly(s);
-      const out = await this.decoder.prefill(slot, Int32Array.from(s.promptIds), Int32Array.from(argmaxOnly !== undefined ? [] : [0]));
+      const sampled = argmaxOnly === undefined ? samplerStep(s) : undefined;
+      const logitRows = Int32Array.from(argmaxOnly === undefined && sampled === undefined ? [0] : []);
+      const out = await this.decoder.prefill(slot, Int32Array.from(s.promptIds), logitRows, sampled && packSamplerRows([{ row: 0, sampler: sampled.sampler }]));
       this.ledger.counters.prefillSteps++;
       this.lengths.push(s.promptIds.length);
       this.members.push(s);
       if (argmaxOnly !== undefined) {
         argmaxOnly.accept({ token: out.argmax[0]!, logProb: 0 });
+        continue;
+      }
+      if (sampled !== undefined) {
+        sampled.sequence.accept({ token: out.sampled.tokens[0]!, logProb: out.sampled.logProbs[0]! });
         continue;
       }
       // A beam search spreads its prompt's row over its beams.
@@ -253,22 +269,36 @@ export class NativeEngine implements Engine {
   private async decode(): Promise<void> {
     const tokens: number[] = [];
     const logitRows: number[] = [];
-    // Whether each member's tokens are the raw argmax (its logits stay on the device), once per step.
-    const argmaxOnly = new Map(this.members.map((s) => [s, this.argmaxOnly(s)]));
+    const sampled: Array<{ row: number; sampler: SamplerRow }> = [];
+    // How each member chooses this step: the raw argmax, the addon's sampler (its `at`-th row), or its logits here.
+    const plan = new Map<ActiveRequest, { argmax: Sequence } | { sampled: Sequence; at: number } | undefined>();
     for (const s of this.members) {
-      if (argmaxOnly.get(s) === undefined) for (let r = 0; r < s.rows; r++) logitRows.push(tokens.length + r);
+      const argmax = this.argmaxOnly(s);
+      const step = argmax === undefined ? samplerStep(s) : undefined;
+      if (argmax !== undefined) plan.set(s, { argmax });
+      else if (step !== undefined) {
+        plan.set(s, { sampled: step.sequence, at: sampled.length });
+        sampled.push({ row: tokens.length, sampler: step.sampler });
+      } else {
+        plan.set(s, undefined);
+        for (let r = 0; r < s.rows; r++) logitRows.push(tokens.length + r);
+      }
       tokens.push(...s.lastTokens());
     }
-    const out = await this.decoder.decode(Int32Array.from(tokens), Int32Array.from(this.lengths), Int32Array.from(logitRows));
+    const out = await this.decoder.decode(Int32Array.from(tokens), Int32Array.from(this.lengths), Int32Array.from(logitRows), sampled.length > 0 ? packSamplerRows(sampled) : undefined);
     this.ledger.counters.decodeSteps++;
     this.ledger.counters.decodedRows += tokens.length;
     this.lengths = this.lengths.map((n) => n + 1);
     const V = this.model.vocabSize;
     const logitsAt = new Map(logitRows.map((r, i) => [r, i]));
     const sources = stepMembers(this.members, (s, base) => {
-      const greedy = argmaxOnly.get(s);
-      if (greedy !== undefined) {
-        greedy.accept({ token: out.argmax[base]!, logProb: 0 });
+      const how = plan.get(s);
+      if (how !== undefined && 'argmax' in how) {
+        how.argmax.accept({ token: out.argmax[base]!, logProb: 0 });
+        return undefined;
+      }
+      if (how !== undefined) {
+        how.sampled.accept({ token: out.sampled.tokens[how.at]!, logProb: out.sampled.logProbs[how.at]! });
         return undefined;
       }
       return s.step((r) => {

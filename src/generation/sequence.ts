@@ -9,7 +9,7 @@ import { logSumExp, topIndices } from '../util/argmax.ts';
 import { uniformStream } from '../util/random.ts';
 import { only } from './beam-search.ts';
 import type { FinishReason, RequestMetrics, TokenEvent } from './engine.ts';
-import { logitsProcessors, nextTopP, processLogits, type LogitsProcessor } from './processors/index.ts';
+import { bannedIds, logitsProcessors, nextTopP, processLogits, type LogitsProcessor } from './processors/index.ts';
 import { greedy, sample } from './sampler.ts';
 import type { ResolvedSamplingParams } from './sampling-params.ts';
 import type { Schedulable } from './scheduler.ts';
@@ -134,6 +134,27 @@ export function deviceGreedyEligible(s: ActiveRequest, model: ModelIds): s is Se
   );
 }
 
+/**
+ * One step of a sequence for a sampler that runs where the logits are (the native engine's kernels):
+ * what its processors would do, as numbers. Defaults change nothing (temperature, top_p and repetition
+ * 1, the rest 0); temperature 0 takes the argmax of the processed logits.
+ */
+export interface SamplerRow {
+  temperature: number;
+  /** The current p (factual-nucleus sampling lowers it step by step). */
+  topP: number;
+  topK: number;
+  repetition: number;
+  presence: number;
+  frequency: number;
+  /** This step's draw from the request's stream (0 when greedy: none is drawn). */
+  uniform: number;
+  /** Ids the penalties touch with their counts in the output (0: only in the context, for repetition). */
+  seen: ReadonlyMap<number, number>;
+  /** Ids it may not choose now: bad words' last ids, the end id before min_length. */
+  bans: readonly number[];
+}
+
 /** The k most likely tokens of `logits` and their log-probabilities, most likely first (impossible ones left out). */
 function topLogProbs(logits: Float32Array, k: number): Array<{ token: number; logProb: number }> {
   const norm = logSumExp(logits);
@@ -171,6 +192,31 @@ export class Sequence extends ActiveRequest {
   step(logitsOf: (row: number) => Float32Array): undefined {
     this.advance(logitsOf(0));
     return undefined;
+  }
+
+  /**
+   * This step as a sampler row, drawing its number from the stream now (the chosen token must then go
+   * to `accept`); undefined when the step needs the logits here: a forced token, or top_logprobs.
+   */
+  samplerRow(): SamplerRow | undefined {
+    const p = this.params;
+    if (p.top_logprobs > 0 || this.forcedToken(this.outputIds.length) !== undefined) return undefined;
+    const seen = new Map<number, number>();
+    if (p.repetition_penalty !== 1) for (const id of this.contextIds) seen.set(id, 0);
+    if (p.repetition_penalty !== 1 || p.presence_penalty !== 0 || p.frequency_penalty !== 0) for (const [id, count] of this.outputCounts) seen.set(id, count);
+    const bans = bannedIds(p.bad_words, this.outputIds);
+    if (this.endId !== undefined && this.outputIds.length < p.min_length) bans.push(this.endId);
+    return {
+      temperature: p.temperature,
+      topP: this.topP,
+      topK: p.runtime_top_k,
+      repetition: p.repetition_penalty,
+      presence: p.presence_penalty,
+      frequency: p.frequency_penalty,
+      uniform: p.temperature === 0 ? 0 : this.random(),
+      seen,
+      bans,
+    };
   }
 
   private endsWithStopWord(): boolean {

@@ -2,12 +2,15 @@
 // loop never waits on the session or the GPU) and settle promises.
 #include <napi.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kernels.h"
+#include "sampling.h"
 #include "slot-decoder.h"
 
 #ifdef CHORUS_WITH_CUDA
@@ -40,6 +43,79 @@ int IntField(const Napi::Object& options, const char* name, int fallback, bool r
   return value.As<Napi::Number>().Int32Value();
 }
 
+std::vector<double> Float64s(const Napi::Value& value, const char* name) {
+  if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != napi_float64_array) {
+    throw Napi::TypeError::New(value.Env(), std::string(name) + " must be a Float64Array");
+  }
+  auto array = value.As<Napi::Float64Array>();
+  return std::vector<double>(array.Data(), array.Data() + array.ElementLength());
+}
+
+// The rows a step samples, from { rows, params, seenOffsets, seen, banOffsets, bans } (see
+// src/native/index.ts); undefined is none. Every id is checked against the vocabulary: the kernels
+// write where they point.
+SampleBatch ParseSampleBatch(const Napi::Value& value, int vocab) {
+  SampleBatch batch;
+  if (value.IsUndefined() || value.IsNull()) return batch;
+  Napi::Env env = value.Env();
+  if (!value.IsObject()) throw Napi::TypeError::New(env, "sample must be an object of rows, params, seenOffsets, seen, banOffsets and bans");
+  Napi::Object o = value.As<Napi::Object>();
+  batch.rows = Int32s(o.Get("rows"), "sample.rows");
+  const size_t rows = batch.rows.size();
+  const std::vector<double> params = Float64s(o.Get("params"), "sample.params");
+  const std::vector<int32_t> seenOffsets = Int32s(o.Get("seenOffsets"), "sample.seenOffsets");
+  const std::vector<int32_t> banOffsets = Int32s(o.Get("banOffsets"), "sample.banOffsets");
+  batch.seen = Int32s(o.Get("seen"), "sample.seen");
+  batch.bans = Int32s(o.Get("bans"), "sample.bans");
+  if (params.size() != rows * kSampleParamDoubles) throw Napi::RangeError::New(env, "sample.params must hold " + std::to_string(kSampleParamDoubles) + " numbers per row");
+  auto offsets = [&](const std::vector<int32_t>& at, size_t items, const char* name) {
+    if (at.size() != rows + 1 || at[0] != 0 || static_cast<size_t>(at[rows]) != items) {
+      throw Napi::RangeError::New(env, std::string(name) + " must be rows + 1 ascending offsets from 0 to the number of entries");
+    }
+    for (size_t i = 0; i < rows; i++) {
+      if (at[i + 1] < at[i]) throw Napi::RangeError::New(env, std::string(name) + " must ascend");
+    }
+  };
+  if (batch.seen.size() % 2 != 0) throw Napi::RangeError::New(env, "sample.seen must hold (id, count) pairs");
+  offsets(seenOffsets, batch.seen.size() / 2, "sample.seenOffsets");
+  offsets(banOffsets, batch.bans.size(), "sample.banOffsets");
+  for (size_t i = 0; i < batch.seen.size(); i += 2) {
+    if (batch.seen[i] < 0 || batch.seen[i] >= vocab || batch.seen[i + 1] < 0) throw Napi::RangeError::New(env, "sample.seen has an id outside the vocabulary or a negative count");
+  }
+  for (int32_t id : batch.bans) {
+    if (id < 0 || id >= vocab) throw Napi::RangeError::New(env, "sample.bans has an id outside the vocabulary");
+  }
+  for (size_t i = 0; i < rows; i++) {
+    const double* p = &params[i * kSampleParamDoubles];
+    SampleParams row{p[0], p[1], p[2], p[3], p[4], p[5], static_cast<int32_t>(p[6]), seenOffsets[i], seenOffsets[i + 1], banOffsets[i], banOffsets[i + 1]};
+    if (!(row.temperature >= 0) || !(row.topP > 0) || !(row.repetition > 0) || !std::isfinite(row.presence) || !std::isfinite(row.frequency)) {
+      throw Napi::RangeError::New(env, "sample.params row " + std::to_string(i) + ": temperature >= 0, top_p > 0, repetition > 0, finite penalties");
+    }
+    if (row.temperature != 0 && !(row.uniform > 0 && row.uniform < 1)) throw Napi::RangeError::New(env, "sample.params row " + std::to_string(i) + ": a draw in (0, 1)");
+    if (!(p[6] >= 0 && p[6] <= vocab)) throw Napi::RangeError::New(env, "sample.params row " + std::to_string(i) + ": top_k in [0, vocab]");
+    batch.params.push_back(row);
+  }
+  return batch;
+}
+
+Napi::Object SampledObject(Napi::Env env, const std::vector<SampleResult>& sampled, const std::vector<float>* processed = nullptr) {
+  Napi::Object out = Napi::Object::New(env);
+  auto tokens = Napi::Int32Array::New(env, sampled.size());
+  auto logProbs = Napi::Float64Array::New(env, sampled.size());
+  for (size_t i = 0; i < sampled.size(); i++) {
+    tokens[i] = sampled[i].token;
+    logProbs[i] = sampled[i].logProb;
+  }
+  out.Set("tokens", tokens);
+  out.Set("logProbs", logProbs);
+  if (processed != nullptr) {
+    auto rows = Napi::Float32Array::New(env, processed->size());
+    std::copy(processed->begin(), processed->end(), rows.Data());
+    out.Set("processed", rows);
+  }
+  return out;
+}
+
 Napi::Object ResultObject(Napi::Env env, const StepResult& result) {
   Napi::Object out = Napi::Object::New(env);
   auto argmax = Napi::Int32Array::New(env, result.argmax.size());
@@ -48,6 +124,7 @@ Napi::Object ResultObject(Napi::Env env, const StepResult& result) {
   std::copy(result.logits.begin(), result.logits.end(), logits.Data());
   out.Set("argmax", argmax);
   out.Set("logits", logits);
+  out.Set("sampled", SampledObject(env, result.sampled));
   return out;
 }
 
@@ -156,7 +233,8 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     const int slot = info[0].As<Napi::Number>().Int32Value();
     auto ids = Int64s(info[1], "ids");
     auto rows = Int32s(info[2], "logitRows");
-    return QueueStep(info.Env(), [&decoder, slot, ids, rows]() { return decoder.Prefill(slot, ids, rows); });
+    auto sample = ParseSampleBatch(info[3], decoder.options().vocab);
+    return QueueStep(info.Env(), [&decoder, slot, ids, rows, sample]() { return decoder.Prefill(slot, ids, rows, sample); });
   }
 
   Napi::Value Decode(const Napi::CallbackInfo& info) {
@@ -164,7 +242,8 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     auto tokens = Int64s(info[0], "tokens");
     auto positions = Int64s(info[1], "positions");
     auto rows = Int32s(info[2], "logitRows");
-    return QueueStep(info.Env(), [&decoder, tokens, positions, rows]() { return decoder.Decode(tokens, positions, rows); });
+    auto sample = ParseSampleBatch(info[3], decoder.options().vocab);
+    return QueueStep(info.Env(), [&decoder, tokens, positions, rows, sample]() { return decoder.Decode(tokens, positions, rows, sample); });
   }
 
   Napi::Value CopySlots(const Napi::CallbackInfo& info) {
@@ -235,6 +314,56 @@ Napi::Value ArgmaxRows(const Napi::CallbackInfo& info) {
 #endif
 }
 
+// sampleRows(logits: Float32Array | Uint16Array (fp16 bits), vocab, sample, device): the sampler's
+// choices for the sample's rows of `logits`, on the GPU with device true (the engine's kernel), else on
+// the host: { tokens, logProbs, processed } (processed: each sampled row's logits after its processors).
+Napi::Value SampleRows(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto array = info[0].As<Napi::TypedArray>();
+  const int vocab = info[1].As<Napi::Number>().Int32Value();
+  const bool device = info[3].ToBoolean();
+  const bool half = array.TypedArrayType() == napi_uint16_array;
+  if (!half && array.TypedArrayType() != napi_float32_array) throw Napi::TypeError::New(env, "logits must be a Float32Array or a Uint16Array of fp16 bits");
+  if (vocab <= 0 || array.ElementLength() % vocab != 0) throw Napi::RangeError::New(env, "logits must hold whole rows of vocab");
+  const int rows = static_cast<int>(array.ElementLength() / vocab);
+  SampleBatch batch = ParseSampleBatch(info[2], vocab);
+  for (int32_t r : batch.rows) {
+    if (r < 0 || r >= rows) throw Napi::RangeError::New(env, "sample.rows has a row outside the logits");
+  }
+  const FloatType type = half ? FloatType::kFloat16 : FloatType::kFloat32;
+  const void* data = static_cast<const char*>(array.ArrayBuffer().Data()) + array.ByteOffset();
+  std::vector<SampleResult> out(batch.rows.size());
+  std::vector<float> processed(static_cast<size_t>(vocab) * batch.rows.size());
+  if (!device) {
+    SampleRowsHost(data, type, vocab, batch, processed.data(), out.data());
+    return SampledObject(env, out, &processed);
+  }
+#ifdef CHORUS_WITH_CUDA
+  void* logits = nullptr;
+  void* staging = nullptr;
+  void* work = nullptr;
+  void* results = nullptr;
+  const size_t stagingBytes = SampleStagingBytes(batch);
+  std::vector<char> hostStaging(stagingBytes);
+  cudaError_t status = cudaMalloc(&logits, array.ByteLength());
+  if (status == cudaSuccess) status = cudaMalloc(&staging, stagingBytes);
+  if (status == cudaSuccess) status = cudaMalloc(&work, sizeof(float) * vocab * std::max<size_t>(1, batch.rows.size()));
+  if (status == cudaSuccess) status = cudaMalloc(&results, sizeof(SampleResult) * std::max<size_t>(1, batch.rows.size()));
+  if (status == cudaSuccess) status = cudaMemcpy(logits, data, array.ByteLength(), cudaMemcpyHostToDevice);
+  if (status == cudaSuccess) {
+    SampleRowsDevice(logits, type, vocab, batch, hostStaging.data(), staging, static_cast<float*>(work), static_cast<SampleResult*>(results), nullptr);
+    status = cudaGetLastError();
+  }
+  if (status == cudaSuccess) status = cudaMemcpy(out.data(), results, sizeof(SampleResult) * batch.rows.size(), cudaMemcpyDeviceToHost);
+  if (status == cudaSuccess) status = cudaMemcpy(processed.data(), work, sizeof(float) * processed.size(), cudaMemcpyDeviceToHost);
+  for (void* p : {logits, staging, work, results}) cudaFree(p);
+  if (status != cudaSuccess) throw Napi::Error::New(env, std::string("CUDA: ") + cudaGetErrorString(status));
+  return SampledObject(env, out, &processed);
+#else
+  throw Napi::Error::New(env, "this build of the native engine has no CUDA");
+#endif
+}
+
 // cudaDevices(): how many CUDA devices the driver reports (0 without CUDA or a GPU).
 Napi::Value CudaDevices(const Napi::CallbackInfo& info) {
   int count = 0;
@@ -249,6 +378,7 @@ Napi::Value CudaDevices(const Napi::CallbackInfo& info) {
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("SlotDecoder", SlotDecoderWrap::Define(env));
   exports.Set("argmaxRows", Napi::Function::New(env, ArgmaxRows));
+  exports.Set("sampleRows", Napi::Function::New(env, SampleRows));
   exports.Set("cudaDevices", Napi::Function::New(env, CudaDevices));
 #ifdef CHORUS_WITH_CUDA
   exports.Set("cuda", Napi::Boolean::New(env, true));

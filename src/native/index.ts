@@ -26,19 +26,45 @@ export interface SlotDecoderOptions {
   cudaOptions?: Record<string, string | number>;
 }
 
-/** What a step gives back: each row's argmax, and the asked rows' logits (float32, row after row). */
+/**
+ * Rows a step processes and chooses where its logits are (src/native/sampling.h): per row
+ * `SAMPLE_PARAM_COUNT` numbers in `params` (temperature, top_p, repetition, presence and frequency
+ * penalties, the draw in (0, 1), top_k), its (id, output count) pairs for the penalties and the ids it
+ * may not choose, each as offsets into flat arrays.
+ */
+export interface NativeSampleBatch {
+  rows: Int32Array;
+  params: Float64Array;
+  /** rows + 1 offsets, in pairs, into `seen`. */
+  seenOffsets: Int32Array;
+  seen: Int32Array;
+  /** rows + 1 offsets into `bans`. */
+  banOffsets: Int32Array;
+  bans: Int32Array;
+}
+
+export const SAMPLE_PARAM_COUNT = 7;
+
+/** The sampler's choices, in the batch's row order, with their log-probabilities under the processed logits. */
+export interface NativeSampled {
+  tokens: Int32Array;
+  logProbs: Float64Array;
+}
+
+/** What a step gives back: each row's argmax, the asked rows' logits (float32, row after row), and the sampled rows' choices. */
 export interface SlotStep {
   argmax: Int32Array;
   logits: Float32Array;
+  sampled: NativeSampled;
 }
 
 /** The slot decoder: its cache of slots lives where the session runs. */
 export interface NativeSlotDecoder {
   load(): Promise<void>;
   /** Runs a prompt into `slot` from position 0. */
-  prefill(slot: number, ids: Int32Array, logitRows: Int32Array): Promise<SlotStep>;
+  prefill(slot: number, ids: Int32Array, logitRows: Int32Array, sample?: NativeSampleBatch): Promise<SlotStep>;
   /** One token for rows (slots) 0..n-1, each at its position (its length so far). */
-  decode(tokens: Int32Array, positions: Int32Array, logitRows: Int32Array): Promise<SlotStep>;
+  decode(tokens: Int32Array, positions: Int32Array, logitRows: Int32Array, sample?: NativeSampleBatch): Promise<SlotStep>;
   /** dst[i] <- src[i] (their first lengths[i] positions); a permutation is safe. */
   copySlots(sources: Int32Array, destinations: Int32Array, lengths: Int32Array): Promise<void>;
   close(): void;
@@ -52,6 +78,8 @@ export interface NativeAddon {
   SlotDecoder: new (options: SlotDecoderOptions) => NativeSlotDecoder;
   /** Each row's argmax (the lowest index among equals): on the GPU with `device`, else on the host. */
   argmaxRows(logits: Float32Array | Uint16Array, vocab: number, device: boolean): Int32Array;
+  /** The sampler on the batch's rows of `logits`: on the GPU with `device` (the engine's kernel), else on the host; with each row's processed logits. */
+  sampleRows(logits: Float32Array | Uint16Array, vocab: number, sample: NativeSampleBatch, device: boolean): NativeSampled & { processed: Float32Array };
   cudaDevices(): number;
   /** Whether it was built with the CUDA kernels. */
   cuda: boolean;

@@ -99,6 +99,9 @@ SlotDecoder::~SlotDecoder() {
   Free(logits_);
   Free(scratch_);
   Free(argmaxDevice_);
+  Free(sampleWork_);
+  Free(sampleStaging_);
+  Free(sampledDevice_);
   Free(idsDevice_);
   Free(positionsDevice_);
   Free(seqlensDevice_);
@@ -153,17 +156,18 @@ void SlotDecoder::ToHost(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }
 
-StepResult SlotDecoder::Prefill(int slot, const std::vector<int64_t>& ids, const std::vector<int32_t>& logitRows) {
+StepResult SlotDecoder::Prefill(int slot, const std::vector<int64_t>& ids, const std::vector<int32_t>& logitRows, const SampleBatch& sample) {
   Timed timed(callMs_);
   const int length = static_cast<int>(ids.size());
   if (slot < 0 || slot >= options_.slots) throw std::out_of_range("slot " + std::to_string(slot) + " is outside 0.." + std::to_string(options_.slots - 1));
   if (length == 0 || length > options_.maxLength) throw std::out_of_range("a prompt of " + std::to_string(length) + " tokens does not fit a slot of " + std::to_string(options_.maxLength));
   std::vector<int64_t> positions(length);
   for (int i = 0; i < length; i++) positions[i] = i;
-  return Run(slot, 1, length, ids, positions, {length - 1}, length, logitRows, false);
+  return Run(slot, 1, length, ids, positions, {length - 1}, length, logitRows, sample, false);
 }
 
-StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows) {
+StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows,
+                               const SampleBatch& sample) {
   Timed timed(callMs_);
   const int rows = static_cast<int>(tokens.size());
   if (rows == 0 || rows > options_.slots || positions.size() != tokens.size()) throw std::out_of_range("decode takes 1.." + std::to_string(options_.slots) + " rows, a position for each");
@@ -177,13 +181,16 @@ StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::ve
   // A captured graph keeps its launch shapes: its attention is sized to the whole slot, and each row's
   // seqlens_k (on the device) says how much of it counts.
   const bool graph = options_.cuda && options_.cudaGraph;
-  return Run(0, rows, 1, tokens, positions, seqlens, graph ? options_.maxLength : total, logitRows, graph);
+  return Run(0, rows, 1, tokens, positions, seqlens, graph ? options_.maxLength : total, logitRows, sample, graph);
 }
 
 StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
-                            const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, bool graph) {
+                            const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, const SampleBatch& sample, bool graph) {
   for (int32_t r : logitRows) {
     if (r < 0 || r >= rows) throw std::out_of_range("logits of row " + std::to_string(r) + " asked of a step of " + std::to_string(rows));
+  }
+  for (int32_t r : sample.rows) {
+    if (r < 0 || r >= rows) throw std::out_of_range("row " + std::to_string(r) + " sampled in a step of " + std::to_string(rows));
   }
   const ONNXTensorElementDataType floatType = ElementType(options_.floatType);
   const int64_t idsShape[2] = {rows, sequence};
@@ -251,6 +258,7 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
     ArgmaxRowsDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, stream_);
     Check(cudaGetLastError(), "argmax kernel");
     ToHost(result.argmax.data(), argmaxDevice_, sizeof(int32_t) * rows);
+    Sample(sample, result);
     std::vector<char> staged(rowBytes * logitRows.size());
     for (size_t i = 0; i < logitRows.size(); i++) ToHost(staged.data() + i * rowBytes, static_cast<char*>(logits_) + logitRows[i] * rowBytes, rowBytes);
     Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
@@ -259,8 +267,35 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
   }
 #endif
   ArgmaxRowsHost(logits_, options_.floatType, rows, options_.vocab, result.argmax.data());
+  Sample(sample, result);
   WidenRowsHost(logits_, options_.floatType, options_.vocab, logitRows.data(), static_cast<int>(logitRows.size()), result.logits.data());
   return result;
+}
+
+void SlotDecoder::Sample(const SampleBatch& sample, StepResult& result) {
+  result.sampled.resize(sample.rows.size());
+  if (sample.rows.empty()) return;
+  if (sampleWork_ == nullptr) sampleWork_ = static_cast<float*>(Allocate(sizeof(float) * options_.vocab * options_.slots));
+#ifdef CHORUS_WITH_CUDA
+  if (options_.cuda) {
+    if (sampledDevice_ == nullptr) sampledDevice_ = static_cast<SampleResult*>(Allocate(sizeof(SampleResult) * options_.slots));
+    const size_t bytes = SampleStagingBytes(sample);
+    if (sampleStagingBytes_ < bytes) {
+      Free(sampleStaging_);
+      sampleStaging_ = nullptr;
+      sampleStagingBytes_ = 0;
+      sampleStaging_ = Allocate(bytes * 2);
+      sampleStagingBytes_ = bytes * 2;
+    }
+    if (sampleHostStaging_.size() < bytes) sampleHostStaging_.resize(bytes * 2);
+    SampleRowsDevice(logits_, options_.floatType, options_.vocab, sample, sampleHostStaging_.data(), sampleStaging_, sampleWork_, sampledDevice_,
+                     stream_);
+    Check(cudaGetLastError(), "sampling kernel");
+    ToHost(result.sampled.data(), sampledDevice_, sizeof(SampleResult) * sample.rows.size());
+    return;
+  }
+#endif
+  SampleRowsHost(logits_, options_.floatType, options_.vocab, sample, sampleWork_, result.sampled.data());
 }
 
 void SlotDecoder::CopySlots(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths) {

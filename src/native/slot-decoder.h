@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels.h"
+#include "sampling.h"
 
 namespace chorus {
 
@@ -38,10 +39,12 @@ struct SlotDecoderOptions {
   std::map<std::string, std::string> cudaOptions;
 };
 
-// What a step gives back: each row's argmax, and the requested rows' logits widened to float32.
+// What a step gives back: each row's argmax, the requested rows' logits widened to float32, and the
+// choices of the rows it sampled (in the order of the sample batch's rows).
 struct StepResult {
   std::vector<int32_t> argmax;
   std::vector<float> logits;
+  std::vector<SampleResult> sampled;
 };
 
 class SlotDecoder {
@@ -52,9 +55,11 @@ class SlotDecoder {
   SlotDecoder& operator=(const SlotDecoder&) = delete;
 
   // Runs `ids` (a prompt) into slot `slot` from position 0; the result has one row.
-  StepResult Prefill(int slot, const std::vector<int64_t>& ids, const std::vector<int32_t>& logitRows);
+  StepResult Prefill(int slot, const std::vector<int64_t>& ids, const std::vector<int32_t>& logitRows, const SampleBatch& sample);
   // One token for each of rows 0..n-1: `tokens[r]` at position `positions[r]` (the row's length so far).
-  StepResult Decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows);
+  // The rows of `sample` are processed and chosen where the logits are (sampling.h).
+  StepResult Decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows,
+                    const SampleBatch& sample);
   // Copies slot caches: dst[i] <- src[i], the first lengths[i] positions, reading every source before
   // writing any destination (so a permutation of rows is safe).
   void CopySlots(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths);
@@ -67,7 +72,8 @@ class SlotDecoder {
 
  private:
   StepResult Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
-                 const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, bool graph);
+                 const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, const SampleBatch& sample, bool graph);
+  void Sample(const SampleBatch& sample, StepResult& result);
   void* Allocate(size_t bytes);
   void Free(void* p);
   void CopyStrided(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t width, size_t height);
@@ -89,6 +95,13 @@ class SlotDecoder {
   void* scratch_ = nullptr;  // CopySlots' staging, grown as needed
   size_t scratchBytes_ = 0;
   int32_t* argmaxDevice_ = nullptr;
+  // The sampler's buffers, allocated when first needed: processed logits (slots x vocab floats), the
+  // batch's parameters as copied in, and the choices.
+  float* sampleWork_ = nullptr;
+  void* sampleStaging_ = nullptr;
+  size_t sampleStagingBytes_ = 0;
+  std::vector<char> sampleHostStaging_;
+  SampleResult* sampledDevice_ = nullptr;
   // CUDA graphs: the decode step's inputs at fixed device addresses.
   int64_t* idsDevice_ = nullptr;
   int64_t* positionsDevice_ = nullptr;

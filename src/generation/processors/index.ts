@@ -17,6 +17,7 @@ import { topP } from './top-p.ts';
 export type { LogitsProcessor } from './processor.ts';
 export { badWords, frequencyPenalty, minLength, presencePenalty, repetitionPenalty, temperature, topK, topP };
 export { nextTopP } from './top-p.ts';
+export { bannedIds } from './bad-words.ts';
 
 /** The processors a request's parameters call for, in order; empty when none changes anything. */
 export function logitsProcessors(params: ResolvedSamplingParams, vocabSize: number, endId: number | undefined): LogitsProcessor[] {

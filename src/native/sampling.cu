@@ -1,0 +1,136 @@
+// The sampler's rows on the GPU: the algorithm of sampling.h with one CUDA block per row, its sums and
+// searches reduced through shared memory in a fixed order.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "sampling.h"
+
+namespace chorus {
+namespace {
+
+constexpr int kSampleThreads = 512;
+// Shared memory per block: one reduction slot of up to 32 bytes per thread.
+constexpr size_t kSharedBytes = kSampleThreads * 32;
+
+struct DeviceBlock {
+  char* shared;
+
+  __device__ void Sync() { __syncthreads(); }
+
+  template <class F>
+  __device__ void ForEach(int n, F f) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) f(i);
+    __syncthreads();
+  }
+
+  template <class T, class Map, class Combine>
+  __device__ T Reduce(int n, T init, Map map, Combine combine) {
+    T acc = init;
+    for (int v = threadIdx.x; v < n; v += blockDim.x) acc = combine(acc, map(v));
+    return Combined(acc, combine);
+  }
+
+  // Every thread's `value` combined, in a fixed tree order; every thread gets the result.
+  template <class T, class Combine>
+  __device__ T Combined(T value, Combine combine) {
+    T* slots = reinterpret_cast<T*>(shared);
+    __syncthreads();
+    slots[threadIdx.x] = value;
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+      if (threadIdx.x < stride) slots[threadIdx.x] = combine(slots[threadIdx.x], slots[threadIdx.x + stride]);
+      __syncthreads();
+    }
+    const T out = slots[0];
+    __syncthreads();
+    return out;
+  }
+
+  // Each thread sums a contiguous chunk, the chunks' sums are scanned, and the thread whose chunk holds
+  // the crossing walks it; the first crossing wins.
+  template <class Weight>
+  __device__ int FindFirst(int n, Weight weight, double target, bool strict) {
+    const int chunk = (n + blockDim.x - 1) / blockDim.x;
+    const int begin = min(n, static_cast<int>(threadIdx.x) * chunk);
+    const int end = min(n, begin + chunk);
+    double local = 0;
+    for (int v = begin; v < end; v++) local += weight(v);
+    double* sums = reinterpret_cast<double*>(shared);
+    __syncthreads();
+    sums[threadIdx.x] = local;
+    __syncthreads();
+    for (int offset = 1; offset < static_cast<int>(blockDim.x); offset <<= 1) {
+      const double add = static_cast<int>(threadIdx.x) >= offset ? sums[threadIdx.x - offset] : 0.0;
+      __syncthreads();
+      sums[threadIdx.x] += add;
+      __syncthreads();
+    }
+    double sum = threadIdx.x == 0 ? 0.0 : sums[threadIdx.x - 1];
+    int found = n;
+    for (int v = begin; v < end; v++) {
+      sum += weight(v);
+      if (strict ? target < sum : sum >= target) {
+        found = v;
+        break;
+      }
+    }
+    const int first = Combined(found, [](int a, int c) { return a < c ? a : c; });
+    return first >= n ? -1 : first;
+  }
+};
+
+template <typename T>
+__device__ inline float Load(const T* p);
+template <>
+__device__ inline float Load<float>(const float* p) { return *p; }
+template <>
+__device__ inline float Load<__half>(const __half* p) { return __half2float(*p); }
+
+template <typename T>
+__global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(const T* logits, int vocab, const int32_t* rows, const SampleParams* params, const int32_t* seen,
+                                                                   const int32_t* bans, float* work, SampleResult* out) {
+  extern __shared__ char shared[];
+  DeviceBlock block{shared};
+  const T* row = logits + static_cast<size_t>(rows[blockIdx.x]) * vocab;
+  float* w = work + static_cast<size_t>(blockIdx.x) * vocab;
+  block.ForEach(vocab, [&](int v) { w[v] = Load(row + v); });
+  const SampleResult result = SampleRow(block, w, vocab, params[blockIdx.x], seen, bans);
+  if (threadIdx.x == 0) out[blockIdx.x] = result;
+}
+
+size_t Align8(size_t bytes) { return (bytes + 7) / 8 * 8; }
+
+}  // namespace
+
+size_t SampleStagingBytes(const SampleBatch& batch) {
+  return Align8(sizeof(int32_t) * batch.rows.size()) + sizeof(SampleParams) * batch.params.size() + sizeof(int32_t) * (batch.seen.size() + batch.bans.size());
+}
+
+void SampleRowsDevice(const void* logits, FloatType type, int vocab, const SampleBatch& batch, char* hostStaging, void* staging, float* work,
+                      SampleResult* out, void* stream) {
+  const int rows = static_cast<int>(batch.rows.size());
+  if (rows == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  // One copy in: rows, parameters, seen pairs, bans.
+  const size_t rowsBytes = Align8(sizeof(int32_t) * rows);
+  const size_t paramsBytes = sizeof(SampleParams) * rows;
+  const size_t seenBytes = sizeof(int32_t) * batch.seen.size();
+  const size_t bansBytes = sizeof(int32_t) * batch.bans.size();
+  std::memcpy(hostStaging, batch.rows.data(), sizeof(int32_t) * rows);
+  std::memcpy(hostStaging + rowsBytes, batch.params.data(), paramsBytes);
+  if (seenBytes > 0) std::memcpy(hostStaging + rowsBytes + paramsBytes, batch.seen.data(), seenBytes);
+  if (bansBytes > 0) std::memcpy(hostStaging + rowsBytes + paramsBytes + seenBytes, batch.bans.data(), bansBytes);
+  char* base = static_cast<char*>(staging);
+  cudaMemcpyAsync(base, hostStaging, rowsBytes + paramsBytes + seenBytes + bansBytes, cudaMemcpyHostToDevice, s);
+  const auto* rowsDevice = reinterpret_cast<const int32_t*>(base);
+  const auto* paramsDevice = reinterpret_cast<const SampleParams*>(base + rowsBytes);
+  const auto* seenDevice = reinterpret_cast<const int32_t*>(base + rowsBytes + paramsBytes);
+  const auto* bansDevice = reinterpret_cast<const int32_t*>(base + rowsBytes + paramsBytes + seenBytes);
+  if (type == FloatType::kFloat32) {
+    SampleRowsKernel<float><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const float*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, out);
+  } else {
+    SampleRowsKernel<__half><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const __half*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, out);
+  }
+}
+
+}  // namespace chorus

@@ -1,0 +1,172 @@
+/**
+ * The native engine's sampler (src/native/sampling.h) against the TypeScript processors and sampler it
+ * stands in for: 1,000 random rows per processor, with their sequences' real state (prompt, output,
+ * counts, the current top_p) and the draw each Sequence takes from its own stream. The processed logits
+ * must be identical, the chosen tokens too, and the log-probabilities within 1e-9 on the host (1e-5 on
+ * the GPU, whose sums run in another order). On the host always (when the addon is built); on the GPU
+ * when one is visible.
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { Observable } from 'rxjs';
+import { packSamplerRows } from '../../src/generation/native-sampler.ts';
+import { greedy, processLogits, sample, validateSamplingParams, type SamplingParams, type TokenEvent } from '../../src/generation/index.ts';
+import { Sequence, type SamplerRow } from '../../src/generation/sequence.ts';
+import { loadNative } from '../../src/native/index.ts';
+import { fromHalfBits, toHalfBits } from '../../src/util/half.ts';
+import { uniformStream } from '../../src/util/random.ts';
+
+const { addon } = loadNative();
+const skip = addon === undefined ? 'the native addon is not built (npm run build:native)' : false;
+const VOCAB = 1013;
+const END = VOCAB - 1;
+const ROWS = 1000;
+
+/** A sequence of `params` that has generated `output` after `prompt`. */
+function sequenceAfter(prompt: number[], output: number[], params: SamplingParams): Sequence {
+  let made: Sequence | undefined;
+  new Observable<TokenEvent>((subscriber) => {
+    made = new Sequence(prompt, validateSamplingParams({ request_output_len: 1000, ...params }, VOCAB), { vocabSize: VOCAB, endId: END }, subscriber, () => {});
+  }).subscribe();
+  for (const token of output) made!.accept({ token, logProb: 0 });
+  return made!;
+}
+
+interface Row {
+  logits: Float32Array;
+  sequence: Sequence;
+  sampler: SamplerRow;
+}
+
+/** Random rows: normal logits of various spreads, some rounded to fp16 or to quarters (ties). */
+function randomRows(seed: number, paramsOf: (random: () => number, output: number[]) => SamplingParams, half: boolean): Row[] {
+  const random = uniformStream(seed);
+  const normal = (): number => Math.sqrt(-2 * Math.log(random())) * Math.cos(2 * Math.PI * random());
+  const id = (): number => Math.floor(random() * (VOCAB - 1));
+  return Array.from({ length: ROWS }, (_, r) => {
+    const spread = 0.5 + random() * 6;
+    const quarters = r % 10 === 3;
+    const logits = new Float32Array(VOCAB).map(() => {
+      const x = normal() * spread;
+      return quarters ? Math.round(x * 4) / 4 : half || r % 3 === 1 ? fromHalfBits(toHalfBits(x)) : x;
+    });
+    const prompt = Array.from({ length: 1 + Math.floor(random() * 30) }, id);
+    const output = Array.from({ length: Math.floor(random() * 40) }, () => (random() < 0.3 && prompt.length > 0 ? prompt[Math.floor(random() * prompt.length)]! : id()));
+    const sequence = sequenceAfter(prompt, output, paramsOf(random, output));
+    return { logits, sequence, sampler: sequence.samplerRow()! };
+  });
+}
+
+/** What the TypeScript engine computes for a row. */
+function reference(row: Row): { processed: Float32Array; token: number; logProb: number } {
+  const s = row.sequence;
+  const processed = processLogits(s.processors, row.logits, { promptIds: s.contextIds, outputIds: s.outputIds, outputCounts: s.outputCounts, topP: s.topP });
+  const choice = s.params.temperature === 0 ? greedy(processed) : sample(processed, row.sampler.uniform);
+  return { processed, ...choice };
+}
+
+function check(rows: Row[], half: boolean, device: boolean): void {
+  const flat = new Float32Array(rows.length * VOCAB);
+  rows.forEach((row, r) => flat.set(row.logits, r * VOCAB));
+  const input = half ? Uint16Array.from(flat, (x) => toHalfBits(x)) : flat;
+  const got = addon!.sampleRows(input, VOCAB, packSamplerRows(rows.map((row, r) => ({ row: r, sampler: row.sampler }))), device);
+  const tolerance = device ? 1e-5 : 1e-9;
+  rows.forEach((row, r) => {
+    const want = reference(row);
+    for (let v = 0; v < VOCAB; v++) {
+      const value = got.processed[r * VOCAB + v]!;
+      if (!Object.is(value, want.processed[v])) assert.fail(`row ${r}: processed logit ${v} is ${value}, the processors give ${want.processed[v]}`);
+    }
+    assert.equal(got.tokens[r], want.token, `row ${r}: token`);
+    assert.ok(Math.abs(got.logProbs[r]! - want.logProb) <= tolerance, `row ${r}: log-probability ${got.logProbs[r]} vs ${want.logProb}`);
+  });
+}
+
+const sampled = { temperature: 1 };
+const cases: Array<[string, (random: () => number, output: number[]) => SamplingParams]> = [
+  ['repetition penalty, greedy', (random) => ({ temperature: 0, repetition_penalty: 0.5 + random() * 2 })],
+  ['repetition penalty, sampled', (random) => ({ ...sampled, repetition_penalty: 0.5 + random() * 2 })],
+  ['presence penalty', (random) => ({ ...sampled, presence_penalty: random() * 4 - 2 })],
+  ['frequency penalty', (random) => ({ ...sampled, frequency_penalty: random() * 4 - 2 })],
+  [
+    'bad words',
+    (random, output) => ({
+      ...sampled,
+      // Phrases that end the output so far (they ban their last id), and some that do not.
+      bad_words: [[output.at(-1) ?? 5, Math.floor(random() * 500)], [Math.floor(random() * 500)], [1, 2, 3], ...(output.length > 1 ? [[...output.slice(-2), 7]] : [])],
+    }),
+  ],
+  ['min length', (random) => ({ ...sampled, min_length: Math.floor(random() * 60) })],
+  ['temperature', (random) => ({ temperature: 0.05 + random() * 3 })],
+  ['top-k', (random) => ({ ...sampled, runtime_top_k: 1 + Math.floor(random() * (random() < 0.1 ? VOCAB : 60)) })],
+  ['top-p', (random) => ({ ...sampled, runtime_top_p: 0.02 + random() * 0.97 })],
+  ['top-p, factual nucleus (decayed p)', (random) => ({ ...sampled, runtime_top_p: 0.3 + random() * 0.69, top_p_decay: 0.5 + random() * 0.5, top_p_min: 0.05 })],
+  [
+    'everything at once',
+    (random, output) => ({
+      temperature: random() < 0.2 ? 0 : 0.2 + random() * 1.5,
+      repetition_penalty: 0.8 + random(),
+      presence_penalty: random() - 0.5,
+      frequency_penalty: random() - 0.5,
+      bad_words: [[output.at(-1) ?? 5, 9]],
+      min_length: Math.floor(random() * 50),
+      runtime_top_k: Math.floor(random() * 100),
+      runtime_top_p: 0.1 + random() * 0.9,
+    }),
+  ],
+];
+
+describe('the native sampler', { skip }, () => {
+  const gpu = addon !== undefined && addon.cudaDevices() > 0;
+  for (const [index, [name, paramsOf]] of cases.entries()) {
+    test(`${name}: 1,000 rows as the TypeScript processors and sampler${gpu ? ', host and GPU' : ''}`, () => {
+      const rows = randomRows(100 + index, paramsOf, false);
+      check(rows, false, false);
+      if (gpu) check(rows, false, true);
+    });
+  }
+
+  test(`fp16 logits: widened as the TypeScript engine widens them${gpu ? ', host and GPU' : ''}`, () => {
+    const rows = randomRows(7, cases.at(-1)![1], true);
+    check(rows, true, false);
+    if (gpu) check(rows, true, true);
+  });
+
+  test('draws follow the processed distribution (20,000 draws of one row)', () => {
+    const random = uniformStream(3);
+    const logits = new Float32Array(VOCAB).map(() => random() * 6);
+    const params = { temperature: 0.7, runtime_top_k: 12 };
+    const draws = 20_000;
+    const counts = new Map<number, number>();
+    const rows = Array.from({ length: draws }, () => ({ logits, sequence: sequenceAfter([1], [], params) }));
+    // One stream: each row takes the next draw of the same seeded sequence.
+    const stream = uniformStream(99);
+    const batch = rows.map((row, r) => ({ row: r, sampler: { ...row.sequence.samplerRow()!, uniform: stream() } }));
+    const flat = new Float32Array(draws * VOCAB);
+    rows.forEach((row, r) => flat.set(row.logits, r * VOCAB));
+    const devices = gpu ? [false, true] : [false];
+    for (const device of devices) {
+      counts.clear();
+      const got = addon!.sampleRows(flat, VOCAB, packSamplerRows(batch), device);
+      for (const token of got.tokens) counts.set(token, (counts.get(token) ?? 0) + 1);
+      const processed = got.processed.subarray(0, VOCAB);
+      const max = Math.max(...processed);
+      const weights = Array.from(processed, (x) => Math.exp(x - max));
+      const total = weights.reduce((a, b) => a + b, 0);
+      let distance = 0;
+      weights.forEach((w, token) => (distance += Math.abs(w / total - (counts.get(token) ?? 0) / draws)));
+      assert.equal(counts.size, 12, 'only the top 12 ids are drawn');
+      assert.ok(distance / 2 < 0.02, `total variation ${distance / 2} (${device ? 'GPU' : 'host'})`);
+    }
+  });
+
+  test('refuses ids outside the vocabulary and parameters out of range, naming them', () => {
+    const row = sequenceAfter([1], [], sampled).samplerRow()!;
+    const logits = new Float32Array(VOCAB);
+    const batch = packSamplerRows([{ row: 0, sampler: row }]);
+    assert.throws(() => addon!.sampleRows(logits, VOCAB, { ...batch, bans: Int32Array.from([VOCAB]), banOffsets: Int32Array.from([0, 1]) }, false), /sample.bans has an id outside the vocabulary/);
+    assert.throws(() => addon!.sampleRows(logits, VOCAB, { ...batch, rows: Int32Array.from([1]) }, false), /sample.rows has a row outside the logits/);
+    assert.throws(() => addon!.sampleRows(logits, VOCAB, { ...batch, params: batch.params.map((x, i) => (i === 5 ? 1.5 : x)) }, false), /a draw in \(0, 1\)/);
+    assert.throws(() => addon!.sampleRows(logits, VOCAB, { ...batch, seenOffsets: Int32Array.from([0, 3]) }, false), /sample.seenOffsets/);
+  });
+});
