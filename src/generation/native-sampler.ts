@@ -6,16 +6,29 @@ import type { SamplerRow } from './sequence.ts';
 export function packSamplerRows(entries: ReadonlyArray<{ row: number; sampler: SamplerRow }>): NativeSampleBatch {
   const n = entries.length;
   const params = new Float64Array(n * SAMPLE_PARAM_COUNT);
+  const rows = new Int32Array(n);
   const seenOffsets = new Int32Array(n + 1);
   const banOffsets = new Int32Array(n + 1);
-  const seen: number[] = [];
-  const bans: number[] = [];
-  entries.forEach(({ sampler: s }, i) => {
-    params.set([s.temperature, s.topP, s.repetition, s.presence, s.frequency, s.uniform, s.topK], i * SAMPLE_PARAM_COUNT);
-    for (const [id, count] of s.seen) seen.push(id, count);
-    bans.push(...s.bans);
-    seenOffsets[i + 1] = seen.length / 2;
-    banOffsets[i + 1] = bans.length;
-  });
-  return { rows: Int32Array.from(entries, (e) => e.row), params, seenOffsets, seen: Int32Array.from(seen), banOffsets, bans: Int32Array.from(bans) };
+  for (let i = 0; i < n; i++) {
+    const { row, sampler: s } = entries[i]!;
+    rows[i] = row;
+    const at = i * SAMPLE_PARAM_COUNT;
+    params[at] = s.temperature;
+    params[at + 1] = s.topP;
+    params[at + 2] = s.repetition;
+    params[at + 3] = s.presence;
+    params[at + 4] = s.frequency;
+    params[at + 5] = s.uniform;
+    params[at + 6] = s.topK;
+    seenOffsets[i + 1] = seenOffsets[i]! + s.seen.length / 2;
+    banOffsets[i + 1] = banOffsets[i]! + s.bans.length;
+  }
+  const seen = new Int32Array(2 * seenOffsets[n]!);
+  const bans = new Int32Array(banOffsets[n]!);
+  for (let i = 0; i < n; i++) {
+    const s = entries[i]!.sampler;
+    seen.set(s.seen, 2 * seenOffsets[i]!);
+    bans.set(s.bans, banOffsets[i]!);
+  }
+  return { rows, params, seenOffsets, seen, banOffsets, bans };
 }

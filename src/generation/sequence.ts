@@ -149,8 +149,8 @@ export interface SamplerRow {
   frequency: number;
   /** This step's draw from the request's stream (0 when greedy: none is drawn). */
   uniform: number;
-  /** Ids the penalties touch with their counts in the output (0: only in the context, for repetition). */
-  seen: ReadonlyMap<number, number>;
+  /** (id, count in the output) pairs of the ids the penalties touch, each id once (0: only in the context, for repetition). */
+  seen: Int32Array;
   /** Ids it may not choose now: bad words' last ids, the end id before min_length. */
   bans: readonly number[];
 }
@@ -163,6 +163,8 @@ function topLogProbs(logits: Float32Array, k: number): Array<{ token: number; lo
     .map((token) => ({ token, logProb: logits[token]! - norm }));
 }
 
+const EMPTY_PAIRS = new Int32Array(0);
+
 /** A request that samples (or decodes greedily): one row, each token emitted as it is chosen. */
 export class Sequence extends ActiveRequest {
   readonly width = 1;
@@ -173,12 +175,40 @@ export class Sequence extends ActiveRequest {
   readonly random: () => number;
   topP: number;
   cumLogProb = 0;
+  /**
+   * With a penalty on: (id, output count) pairs of every id it touches (the context's for repetition,
+   * then each new output id), kept up to date token by token for `samplerRow`; `penaltyAt` finds a pair.
+   */
+  private penaltyPairs: Int32Array | undefined;
+  private penaltyLength = 0;
+  private readonly penaltyAt = new Map<number, number>();
 
   constructor(promptIds: readonly number[], params: ResolvedSamplingParams, model: ModelIds, subscriber: Subscriber<TokenEvent>, onFinish: (s: ActiveRequest) => void) {
     super(promptIds, params, model, subscriber, onFinish);
     this.processors = logitsProcessors(params, model.vocabSize, this.endId);
     this.random = uniformStream(params.random_seed);
     this.topP = params.runtime_top_p;
+    if (params.repetition_penalty !== 1 || params.presence_penalty !== 0 || params.frequency_penalty !== 0) {
+      this.penaltyPairs = new Int32Array(2 * (this.contextIds.length + 16));
+      if (params.repetition_penalty !== 1) for (const id of this.contextIds) this.countPenalized(id, 0);
+    }
+  }
+
+  /** Adds `count` to the pair of `id`, opening one if it has none. */
+  private countPenalized(id: number, count: number): void {
+    const at = this.penaltyAt.get(id);
+    if (at !== undefined) {
+      this.penaltyPairs![2 * at + 1]! += count;
+      return;
+    }
+    if (2 * (this.penaltyLength + 1) > this.penaltyPairs!.length) {
+      const grown = new Int32Array(this.penaltyPairs!.length * 2);
+      grown.set(this.penaltyPairs!);
+      this.penaltyPairs = grown;
+    }
+    this.penaltyPairs![2 * this.penaltyLength] = id;
+    this.penaltyPairs![2 * this.penaltyLength + 1] = count;
+    this.penaltyAt.set(id, this.penaltyLength++);
   }
 
   get tokensGenerated(): number {
@@ -201,9 +231,7 @@ export class Sequence extends ActiveRequest {
   samplerRow(): SamplerRow | undefined {
     const p = this.params;
     if (p.top_logprobs > 0 || this.forcedToken(this.outputIds.length) !== undefined) return undefined;
-    const seen = new Map<number, number>();
-    if (p.repetition_penalty !== 1) for (const id of this.contextIds) seen.set(id, 0);
-    if (p.repetition_penalty !== 1 || p.presence_penalty !== 0 || p.frequency_penalty !== 0) for (const [id, count] of this.outputCounts) seen.set(id, count);
+    const seen = this.penaltyPairs === undefined ? EMPTY_PAIRS : this.penaltyPairs.subarray(0, 2 * this.penaltyLength);
     const bans = bannedIds(p.bad_words, this.outputIds);
     if (this.endId !== undefined && this.outputIds.length < p.min_length) bans.push(this.endId);
     return {
@@ -240,6 +268,7 @@ export class Sequence extends ActiveRequest {
   accept(choice: { token: number; logProb: number }, processed?: Float32Array): void {
     this.outputIds.push(choice.token);
     this.outputCounts.set(choice.token, (this.outputCounts.get(choice.token) ?? 0) + 1);
+    if (this.penaltyPairs !== undefined) this.countPenalized(choice.token, 1);
     this.topP = nextTopP(this.topP, choice.token, this.params);
     this.cumLogProb += choice.logProb;
     let finishReason: FinishReason | undefined;

@@ -2,12 +2,18 @@
 // runs in index order, as the TypeScript processors add.
 #include "sampling.h"
 
-#include <stdexcept>
+#include <algorithm>
+#include <memory>
 
 namespace chorus {
 namespace {
 
 struct HostBlock {
+  static constexpr int kCompact = 2048;
+  int counts[256];
+  float values[kCompact];
+  int indices[kCompact];
+
   void Sync() {}
   template <class F>
   void ForEach(int n, F f) {
@@ -18,6 +24,28 @@ struct HostBlock {
     T acc = init;
     for (int v = 0; v < n; v++) acc = combine(acc, map(v));
     return acc;
+  }
+  // Counts per bucket of bucketOf(i) (-1: not counted).
+  template <class F>
+  const int* Histogram(int n, F bucketOf) {
+    std::fill(counts, counts + 256, 0);
+    for (int i = 0; i < n; i++) {
+      const int bucket = bucketOf(i);
+      if (bucket >= 0) counts[bucket]++;
+    }
+    return counts;
+  }
+  // The ids `keep` keeps, with their values, in id order (at most kCompact).
+  template <class Keep>
+  CompactRow Compact(int n, Keep keep, const float* w) {
+    int m = 0;
+    for (int v = 0; v < n && m < kCompact; v++) {
+      if (!keep(v)) continue;
+      values[m] = w[v];
+      indices[m] = v;
+      m++;
+    }
+    return CompactRow{values, indices, m};
   }
   // The first index whose running sum of weights passes `target` (exceeds it when strict, reaches it
   // otherwise); -1 when none does.
@@ -35,11 +63,11 @@ struct HostBlock {
 }  // namespace
 
 void SampleRowsHost(const void* logits, FloatType type, int vocab, const SampleBatch& batch, float* work, SampleResult* out) {
-  HostBlock block;
+  auto block = std::make_unique<HostBlock>();
   for (size_t i = 0; i < batch.rows.size(); i++) {
     float* w = work + i * static_cast<size_t>(vocab);
     WidenRowsHost(logits, type, vocab, &batch.rows[i], 1, w);
-    out[i] = SampleRow(block, w, vocab, batch.params[i], batch.seen.data(), batch.bans.data());
+    out[i] = SampleRow(*block, w, vocab, batch.params[i], batch.seen.data(), batch.bans.data());
   }
 }
 

@@ -9,11 +9,18 @@ namespace chorus {
 namespace {
 
 constexpr int kSampleThreads = 512;
-// Shared memory per block: one reduction slot of up to 32 bytes per thread.
-constexpr size_t kSharedBytes = kSampleThreads * 32;
+constexpr int kCompactIds = 2048;
+// Shared memory per block: one reduction slot of up to 32 bytes per thread, a histogram of 256 counts,
+// and the gathered ids with their values.
+constexpr size_t kReduceBytes = kSampleThreads * 32;
+constexpr size_t kSharedBytes = kReduceBytes + 256 * sizeof(int) + kCompactIds * (sizeof(float) + sizeof(int));
 
 struct DeviceBlock {
+  static constexpr int kCompact = kCompactIds;
   char* shared;
+  int* counts;
+  float* values;
+  int* indices;
 
   __device__ void Sync() { __syncthreads(); }
 
@@ -44,6 +51,64 @@ struct DeviceBlock {
     const T out = slots[0];
     __syncthreads();
     return out;
+  }
+
+  // Counts per bucket of bucketOf(i) (-1: not counted); lanes of a warp that share a bucket add once.
+  template <class F>
+  __device__ const int* Histogram(int n, F bucketOf) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) counts[i] = 0;
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    for (int base = 0; base < n; base += blockDim.x) {
+      const int i = base + threadIdx.x;
+      const int bucket = i < n ? bucketOf(i) : -1;
+      const unsigned peers = __match_any_sync(0xffffffffu, bucket);
+      if (bucket >= 0 && lane == __ffs(peers) - 1) atomicAdd(&counts[bucket], __popc(peers));
+    }
+    __syncthreads();
+    return counts;
+  }
+
+  // An inclusive scan of one int per thread through shared memory; every thread gets its own prefix.
+  __device__ int InclusiveScan(int value, int& total) {
+    int* sums = reinterpret_cast<int*>(shared);
+    __syncthreads();
+    sums[threadIdx.x] = value;
+    __syncthreads();
+    for (int offset = 1; offset < static_cast<int>(blockDim.x); offset <<= 1) {
+      const int add = static_cast<int>(threadIdx.x) >= offset ? sums[threadIdx.x - offset] : 0;
+      __syncthreads();
+      sums[threadIdx.x] += add;
+      __syncthreads();
+    }
+    const int mine = sums[threadIdx.x];
+    total = sums[blockDim.x - 1];
+    __syncthreads();
+    return mine;
+  }
+
+  // The ids `keep` keeps, with their values, in id order (at most kCompact): each thread gathers a
+  // contiguous chunk at the offset the scan of the chunks' counts gives it.
+  template <class Keep>
+  __device__ CompactRow Compact(int n, Keep keep, const float* w) {
+    const int chunk = (n + blockDim.x - 1) / blockDim.x;
+    const int begin = min(n, static_cast<int>(threadIdx.x) * chunk);
+    const int end = min(n, begin + chunk);
+    int local = 0;
+    for (int v = begin; v < end; v++) local += keep(v) ? 1 : 0;
+    int total;
+    int at = InclusiveScan(local, total) - local;
+    for (int v = begin; v < end; v++) {
+      if (!keep(v)) continue;
+      if (at < kCompact) {
+        values[at] = w[v];
+        indices[at] = v;
+      }
+      at++;
+    }
+    __syncthreads();
+    return CompactRow{values, indices, min(total, kCompact)};
   }
 
   // Each thread sums a contiguous chunk, the chunks' sums are scanned, and the thread whose chunk holds
@@ -90,7 +155,8 @@ template <typename T>
 __global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(const T* logits, int vocab, const int32_t* rows, const SampleParams* params, const int32_t* seen,
                                                                    const int32_t* bans, float* work, SampleResult* out) {
   extern __shared__ char shared[];
-  DeviceBlock block{shared};
+  DeviceBlock block{shared, reinterpret_cast<int*>(shared + kReduceBytes), reinterpret_cast<float*>(shared + kReduceBytes + 256 * sizeof(int)),
+                    reinterpret_cast<int*>(shared + kReduceBytes + 256 * sizeof(int) + kCompactIds * sizeof(float))};
   const T* row = logits + static_cast<size_t>(rows[blockIdx.x]) * vocab;
   float* w = work + static_cast<size_t>(blockIdx.x) * vocab;
   block.ForEach(vocab, [&](int v) { w[v] = Load(row + v); });

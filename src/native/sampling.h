@@ -117,19 +117,38 @@ CHORUS_HD inline Best CombineBest(const Best& a, const Best& b) {
   return a;
 }
 
+// A row as the stages see it: the whole vocabulary (element i is id i), or the ids still possible after
+// top-k or a nucleus bound, gathered in id order (element i is id index(i)).
+struct FullRow {
+  float* w;
+  int n;
+  CHORUS_HD float value(int i) const { return w[i]; }
+  CHORUS_HD int index(int i) const { return i; }
+  CHORUS_HD void set(int i, float x) const { w[i] = x; }
+};
+
+struct CompactRow {
+  float* values;
+  int* indices;
+  int n;
+  CHORUS_HD float value(int i) const { return values[i]; }
+  CHORUS_HD int index(int i) const { return indices[i]; }
+  CHORUS_HD void set(int i, float x) const { values[i] = x; }
+};
+
 // The largest key t of the row's elements whose weight at or above t, sum over keys >= t of weightOf(x),
-// reaches `target`: the k-th largest value for counts, the nucleus's last value for masses. Each probe is
-// one pass; the interval shrinks to elements' own keys, so it ends within 32 probes. Returns false when
-// even the whole row falls short of the target.
-template <class Block, class Weight>
-CHORUS_HD bool ThresholdKey(Block& b, const float* w, int vocab, double target, Weight weightOf, uint32_t& key) {
+// reaches `target` (for masses: the nucleus's last value). Each probe is one pass; the interval shrinks
+// to elements' own keys, so it ends within 32 probes. Returns false when even the whole row falls short.
+template <class Block, class Row, class Weight>
+CHORUS_HD bool ThresholdKey(Block& b, const Row& row, double target, Weight weightOf, uint32_t& key) {
   auto probe = [&](uint64_t at) {
     Probe init{0.0, 0u, 0u, 0, 0};
-    return b.Reduce(vocab, init, [&](int v) {
-      const uint32_t k = FloatKey(w[v]);
+    return b.Reduce(row.n, init, [&](int i) {
+      const float x = row.value(i);
+      const uint32_t k = FloatKey(x);
       Probe p{0.0, k, k, 0, 0};
       if (k >= at) {
-        p.weight = weightOf(w[v]);
+        p.weight = weightOf(x);
         p.hasAt = 1;
       } else {
         p.hasBelow = 1;
@@ -154,7 +173,88 @@ CHORUS_HD bool ThresholdKey(Block& b, const float* w, int vocab, double target, 
   return true;
 }
 
-// One row: processes `w` (vocab floats: the row's logits, widened) in place, then chooses.
+// The key of the k-th largest of the row's n >= k values (sorted descending, ties counted), by radix
+// selection over four 8-bit digits; `atOrAbove` gets how many values have that key or a larger one.
+template <class Block, class Row>
+CHORUS_HD uint32_t KthLargestKey(Block& b, const Row& row, int k, int& atOrAbove) {
+  uint32_t prefix = 0;
+  uint32_t mask = 0;
+  int remaining = k;
+  int inBucket = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    const int* counts = b.Histogram(row.n, [&](int i) {
+      const uint32_t key = FloatKey(row.value(i));
+      return (key & mask) == prefix ? static_cast<int>((key >> shift) & 0xffu) : -1;
+    });
+    int bucket = 255;
+    for (; bucket > 0; bucket--) {
+      if (counts[bucket] >= remaining) break;
+      remaining -= counts[bucket];
+    }
+    inBucket = counts[bucket];
+    prefix |= static_cast<uint32_t>(bucket) << shift;
+    mask |= 0xffu << shift;
+  }
+  atOrAbove = k - remaining + inBucket;
+  return prefix;
+}
+
+// Top-p over a row: the most likely ids, by value and then id, until their probability (under max and
+// total, those of the row before the nucleus) reaches p; the rest become -inf.
+template <class Block, class Row>
+CHORUS_HD void Nucleus(Block& b, const Row& row, double topP, double max, double total) {
+  auto mass = [&](float x) { return exp(x - max) / total; };
+  uint32_t last;
+  if (!ThresholdKey(b, row, topP, mass, last)) return;
+  const double above = b.Reduce(row.n, 0.0, [&](int i) { return FloatKey(row.value(i)) > last ? mass(row.value(i)) : 0.0; }, [](double a, double c) { return a + c; });
+  // Ties with the last value join in id order until the nucleus reaches p (always one).
+  const Best any = b.Reduce(row.n, Best{-INFINITY, 0}, [&](int i) { return FloatKey(row.value(i)) == last ? Best{row.value(i), 0} : Best{-INFINITY, 0}; },
+                            [](const Best& x, const Best& y) { return CombineBest(x, y); });
+  const double tie = mass(any.value);
+  const int tieCount = b.Reduce(row.n, 0, [&](int i) { return FloatKey(row.value(i)) == last ? 1 : 0; }, [](int a, int c) { return a + c; });
+  double cumulative = above + tie;
+  int ties = 1;
+  while (cumulative < topP && ties < tieCount) {
+    cumulative += tie;
+    ties++;
+  }
+  const int lastAt = b.FindFirst(row.n, [&](int i) { return FloatKey(row.value(i)) == last ? 1.0 : 0.0; }, static_cast<double>(ties), false);
+  b.ForEach(row.n, [&](int i) {
+    const uint32_t k = FloatKey(row.value(i));
+    if (k < last || (k == last && i > lastAt)) row.set(i, -INFINITY);
+  });
+}
+
+// The choice over a processed row: its argmax (temperature 0) or the draw's id, walking the softmax in
+// id order; and log(softmax) there.
+template <class Block, class Row>
+CHORUS_HD SampleResult Choose(Block& b, const Row& row, const SampleParams& p) {
+  const float max = b.Reduce(row.n, -INFINITY, [&](int i) { return row.value(i); }, [](float a, float c) { return a > c ? a : c; });
+  SampleResult result;
+  if (max == -INFINITY) {
+    result.token = 0;
+    result.logProb = NAN;
+    return result;
+  }
+  const double sum = b.Reduce(row.n, 0.0, [&](int i) { return exp(static_cast<double>(row.value(i)) - max); }, [](double a, double c) { return a + c; });
+  const double norm = max + log(sum);
+  int at;
+  if (p.temperature == 0) {
+    at = b.Reduce(row.n, Best{-INFINITY, row.n}, [&](int i) { return Best{row.value(i), i}; }, [](const Best& x, const Best& y) { return CombineBest(x, y); }).index;
+  } else {
+    at = b.FindFirst(row.n, [&](int i) { return row.value(i) == -INFINITY ? 0.0 : exp(row.value(i) - norm); }, p.uniform, true);
+    // Rounding left the total a hair under 1 and the draw above it: the last possible id.
+    if (at < 0) at = b.Reduce(row.n, -1, [&](int i) { return row.value(i) == -INFINITY ? -1 : i; }, [](int a, int c) { return a > c ? a : c; });
+  }
+  result.token = row.index(at);
+  result.logProb = row.value(at) - norm;
+  b.Sync();
+  return result;
+}
+
+// One row: processes `w` (vocab floats: the row's logits, widened) in place, then chooses. Once top-k
+// or a bound on the nucleus leaves at most Block::kCompact possible ids, they are gathered (in id order)
+// and the later stages run over them alone; `w` ends with the processed row either way.
 template <class Block>
 CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SampleParams& p, const int32_t* seen, const int32_t* bans) {
   // Penalties, each id once: repetition (context and output), presence and frequency (output).
@@ -171,66 +271,47 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
   b.ForEach(p.banEnd - p.banBegin, [&](int i) { w[bans[p.banBegin + i]] = -INFINITY; });
   if (p.temperature != 0 && p.temperature != 1) b.ForEach(vocab, [&](int v) { w[v] = static_cast<float>(w[v] / p.temperature); });
 
+  const FullRow full{w, vocab};
+  // Ids below `floor` (a key) are impossible from here on; `possible` of them are at or above it.
+  uint32_t floor = 0;
+  int possible = vocab;
   // Top-k: below the k-th largest value becomes -inf (ties with it stay).
   if (p.topK > 0 && p.topK < vocab) {
-    uint32_t threshold;
-    if (ThresholdKey(b, w, vocab, static_cast<double>(p.topK), [](float) { return 1.0; }, threshold)) {
-      b.ForEach(vocab, [&](int v) {
-        if (FloatKey(w[v]) < threshold) w[v] = -INFINITY;
-      });
-    }
+    floor = KthLargestKey(b, full, p.topK, possible);
+    const uint32_t kth = floor;
+    b.ForEach(vocab, [&](int v) {
+      if (FloatKey(w[v]) < kth) w[v] = -INFINITY;
+    });
   }
-
-  auto maxOf = [&]() {
-    return b.Reduce(vocab, -INFINITY, [&](int v) { return w[v]; }, [](float a, float c) { return a > c ? a : c; });
-  };
-
-  // Top-p: the most likely ids, by value and then index, until their probability reaches p.
+  double max = 0;
+  double total = 0;
   if (p.topP < 1) {
-    const double max = maxOf();
-    const double total = b.Reduce(vocab, 0.0, [&](int v) { return exp(w[v] - max); }, [](double a, double c) { return a + c; });
-    auto mass = [&](float x) { return exp(x - max) / total; };
-    uint32_t last;
-    if (ThresholdKey(b, w, vocab, p.topP, mass, last)) {
-      const double above = b.Reduce(vocab, 0.0, [&](int v) { return FloatKey(w[v]) > last ? mass(w[v]) : 0.0; }, [](double a, double c) { return a + c; });
-      // Ties with the last value join in index order until the nucleus reaches p (always one).
-      const double tie = mass(b.Reduce(vocab, Best{-INFINITY, vocab}, [&](int v) { return FloatKey(w[v]) == last ? Best{w[v], v} : Best{-INFINITY, vocab}; }, [](const Best& x, const Best& y) { return CombineBest(x, y); }).value);
-      const int tieCount = b.Reduce(vocab, 0, [&](int v) { return FloatKey(w[v]) == last ? 1 : 0; }, [](int a, int c) { return a + c; });
-      double cumulative = above + tie;
-      int ties = 1;
-      while (cumulative < p.topP && ties < tieCount) {
-        cumulative += tie;
-        ties++;
+    max = b.Reduce(vocab, -INFINITY, [&](int v) { return w[v]; }, [](float a, float c) { return a > c ? a : c; });
+    total = b.Reduce(vocab, 0.0, [&](int v) { return exp(w[v] - max); }, [](double a, double c) { return a + c; });
+    // A bound on the nucleus: when the most likely kCompact / 2 ids already hold p, it lies among them.
+    if (possible > Block::kCompact) {
+      int atOrAbove;
+      const uint32_t key = KthLargestKey(b, full, Block::kCompact / 2, atOrAbove);
+      const double held = b.Reduce(vocab, 0.0, [&](int v) { return FloatKey(w[v]) >= key ? exp(w[v] - max) / total : 0.0; }, [](double a, double c) { return a + c; });
+      if (held >= p.topP && atOrAbove <= Block::kCompact) {
+        floor = key;
+        possible = atOrAbove;
+        b.ForEach(vocab, [&](int v) {
+          if (FloatKey(w[v]) < key) w[v] = -INFINITY;
+        });
       }
-      const int lastIndex = b.FindFirst(vocab, [&](int v) { return FloatKey(w[v]) == last ? 1.0 : 0.0; }, static_cast<double>(ties), false);
-      b.ForEach(vocab, [&](int v) {
-        const uint32_t k = FloatKey(w[v]);
-        if (k < last || (k == last && v > lastIndex)) w[v] = -INFINITY;
-      });
     }
   }
-
-  // The choice and its log-probability: log(softmax) at the chosen id.
-  const float max = maxOf();
-  SampleResult result;
-  if (max == -INFINITY) {
-    result.token = 0;
-    result.logProb = NAN;
+  if (possible <= Block::kCompact) {
+    const uint32_t at = floor;
+    const CompactRow compact = b.Compact(vocab, [&](int v) { return FloatKey(w[v]) >= at; }, w);
+    if (p.topP < 1) Nucleus(b, compact, p.topP, max, total);
+    const SampleResult result = Choose(b, compact, p);
+    b.ForEach(compact.n, [&](int i) { w[compact.index(i)] = compact.value(i); });
     return result;
   }
-  const double sum = b.Reduce(vocab, 0.0, [&](int v) { return exp(static_cast<double>(w[v]) - max); }, [](double a, double c) { return a + c; });
-  const double norm = max + log(sum);
-  if (p.temperature == 0) {
-    result.token = b.Reduce(vocab, Best{-INFINITY, vocab}, [&](int v) { return Best{w[v], v}; }, [](const Best& x, const Best& y) { return CombineBest(x, y); }).index;
-  } else {
-    int token = b.FindFirst(vocab, [&](int v) { return w[v] == -INFINITY ? 0.0 : exp(w[v] - norm); }, p.uniform, true);
-    // Rounding left the total a hair under 1 and the draw above it: the last possible id.
-    if (token < 0) token = b.Reduce(vocab, -1, [&](int v) { return w[v] == -INFINITY ? -1 : v; }, [](int a, int c) { return a > c ? a : c; });
-    result.token = token;
-  }
-  result.logProb = w[result.token] - norm;
-  b.Sync();
-  return result;
+  if (p.topP < 1) Nucleus(b, full, p.topP, max, total);
+  return Choose(b, full, p);
 }
 
 }  // namespace chorus

@@ -1,10 +1,12 @@
 /**
  * The native engine's sampler (src/native/sampling.h) against the TypeScript processors and sampler it
  * stands in for: 1,000 random rows per processor, with their sequences' real state (prompt, output,
- * counts, the current top_p) and the draw each Sequence takes from its own stream. The processed logits
- * must be identical, the chosen tokens too, and the log-probabilities within 1e-9 on the host (1e-5 on
- * the GPU, whose sums run in another order). On the host always (when the addon is built); on the GPU
- * when one is visible.
+ * counts, the current top_p) and the draw each Sequence takes from its own stream. The vocabulary (5,003)
+ * is larger than the 2,048 ids the sampler gathers once top-k or a bound on the nucleus allows, so rows
+ * take both its paths (spread-out rows gather, flat ones do not). The processed logits must be
+ * identical, the chosen tokens too, and the log-probabilities within 1e-9 on the host (1e-5 on the GPU,
+ * whose sums run in another order). On the host always (when the addon is built); on the GPU when one is
+ * visible.
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
@@ -18,7 +20,7 @@ import { uniformStream } from '../../src/util/random.ts';
 
 const { addon } = loadNative();
 const skip = addon === undefined ? 'the native addon is not built (npm run build:native)' : false;
-const VOCAB = 1013;
+const VOCAB = 5003;
 const END = VOCAB - 1;
 const ROWS = 1000;
 

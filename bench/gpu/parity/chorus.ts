@@ -2,14 +2,45 @@
  * The Chorus side of the parity check. For each model: make the seeded checkpoint, build it, then for
  * each prompt record the logits of the prefill's last position and of each teacher-forced cached decode
  * step, and a greedy continuation. Writes <work>/<name>.logits (float32 rows), <name>.json and models.json.
+ * Decoder-only models of the cuda flavor on CUDA also run through the engines (when the native addon is
+ * built): the native engine's greedy continuations (CUDA graphs on) and beam-4 results beside the
+ * TypeScript engine's (OrtEngine on CUDA), all prompts submitted together.
  * Usage: node --import tsx bench/gpu/parity/chorus.ts <work-dir> [name-regexp]
  */
 import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { lastValueFrom, toArray } from 'rxjs';
+import { NativeEngine, OrtEngine, type Engine, type SamplingParams } from '../../../src/generation/index.ts';
 import { buildModel, makeCheckpoint } from '../../../src/modelbuild/index.ts';
+import { loadNative } from '../../../src/native/index.ts';
 import { relativeBucketTable } from '../../../src/modelbuild/relative-position.ts';
 import { DecoderSession, Seq2SeqSession, argmax } from '../../../src/runtime/index.ts';
 import { PARITY_MODELS, SEQ2SEQ_ARCHS, parityInputs, type ParityModel } from './models.ts';
+
+/** Each prompt's tokens from an engine (all submitted together); beams give their best sequence. */
+async function engineIds(engine: Engine, prompts: number[][], params: SamplingParams): Promise<number[][]> {
+  const runs = await Promise.all(prompts.map((inputIds) => lastValueFrom(engine.submit({ inputIds, params }).pipe(toArray()))));
+  return runs.map((events) => events.filter((e) => (e.sequence ?? 0) === 0).map((e) => e.token));
+}
+
+/** The native engine's greedy and beam-4 ids beside the TypeScript engine's, on CUDA. */
+async function engineRuns(built: string, prompts: number[][], greedySteps: number): Promise<Record<string, number[][]>> {
+  const greedy = { temperature: 0, request_output_len: greedySteps };
+  const beam = { beam_width: 4, request_output_len: 32 };
+  const native = await NativeEngine.open(built, { provider: 'cuda', maxBatchSize: 32, cudaGraph: true, slotLength: 128 });
+  const ts = await OrtEngine.open(built, { executionProviders: ['cuda'], maxBatchSize: 32, greedySearch: false });
+  try {
+    return {
+      greedyNative: await engineIds(native, prompts, greedy),
+      greedyEngine: await engineIds(ts, prompts, greedy),
+      beamNative: await engineIds(native, prompts, beam),
+      beamEngine: await engineIds(ts, prompts, beam),
+    };
+  } finally {
+    await native.close();
+    await ts.close();
+  }
+}
 
 /** Logit rows and greedy ids of an encoder-decoder; with task encode, hidden states instead of logits. */
 async function runSeq2Seq(model: ParityModel, built: string): Promise<{ rows: Float32Array[]; greedy: number[][]; prompts: number[][]; forced: number[][]; vocabSize: number }> {
@@ -52,7 +83,8 @@ for (const model of PARITY_MODELS.filter((m) => new RegExp(filter).test(m.name))
   const checkpoint = join(work, `${model.arch}-${model.size}-${model.seed}`);
   if (!existsSync(join(checkpoint, 'model.safetensors'))) makeCheckpoint({ arch: model.arch, size: model.size, seed: model.seed, out: checkpoint });
   const built = join(work, model.name);
-  buildModel({ source: checkpoint, out: built, dtype: model.dtype, flavor: model.flavor, task: model.task ?? 'generate' });
+  const engines = model.flavor === 'cuda' && model.device === 'cuda' && !SEQ2SEQ_ARCHS.includes(model.arch) && loadNative().addon?.cuda === true;
+  buildModel({ source: checkpoint, out: built, dtype: model.dtype, flavor: model.flavor, task: model.task ?? 'generate', slotDecoder: engines });
   if (SEQ2SEQ_ARCHS.includes(model.arch)) {
     const { rows, greedy, prompts, forced, vocabSize } = await runSeq2Seq(model, built);
     writeFileSync(join(work, `${model.name}.logits`), Buffer.concat(rows.map((row) => Buffer.from(row.buffer, row.byteOffset, row.byteLength))));
@@ -76,10 +108,11 @@ for (const model of PARITY_MODELS.filter((m) => new RegExp(filter).test(m.name))
   const greedy = [];
   for (const prompt of prompts) greedy.push(await session.greedy(prompt, model.greedySteps));
   await session.close();
+  const fromEngines = engines ? await engineRuns(built, prompts, model.greedySteps) : {};
   const all = new Float32Array(rows.length * V);
   rows.forEach((row, i) => all.set(row, i * V));
   writeFileSync(join(work, `${model.name}.logits`), Buffer.from(all.buffer));
-  writeFileSync(join(work, `${model.name}.json`), JSON.stringify({ ...model, kind: 'decoder', checkpoint, vocabSize: V, prompts, forced, greedy }));
+  writeFileSync(join(work, `${model.name}.json`), JSON.stringify({ ...model, kind: 'decoder', checkpoint, vocabSize: V, prompts, forced, greedy, ...fromEngines }));
   listed.push(model.name);
   process.stdout.write(`chorus ${model.name}: ${rows.length} logit rows, ${prompts.length} greedy runs, ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
 }

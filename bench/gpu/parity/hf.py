@@ -133,6 +133,14 @@ def main():
             del reference
             extra = {"hf_fp16_vs_hf_fp32_greedy_identical": sum(a == b for x, y in zip(hf32_greedy, hf_greedy) for a, b in zip(x, y)),
                      "chorus_vs_hf_fp32_greedy_identical": sum(a == b for x, y in zip(hf32_greedy, spec["greedy"]) for a, b in zip(x, y))}
+        if "greedyNative" in spec:
+            # The engines on CUDA: the native engine against transformers and against the TypeScript engine.
+            pairs = lambda xs, ys: sum(a == b for x, y in zip(xs, ys) for a, b in zip(x, y))
+            extra.update({"native_greedy_vs_hf_identical": pairs(spec["greedyNative"], hf_greedy),
+                          "native_vs_ts_engine_greedy_identical": pairs(spec["greedyNative"], spec["greedyEngine"]),
+                          "ts_engine_greedy_vs_hf_identical": pairs(spec["greedyEngine"], hf_greedy),
+                          "native_vs_ts_engine_beam4_identical": pairs(spec["beamNative"], spec["beamEngine"]),
+                          "beam4_total": sum(len(x) for x in spec["beamEngine"])})
         same = sum(a == b for x, y in zip(spec["greedy"], hf_greedy) for a, b in zip(x, y))
         total = max(1, sum(len(x) for x in hf_greedy))
         if not hf_greedy:
@@ -168,6 +176,10 @@ def main():
         if "hf_fp16_vs_hf_fp32_greedy_identical" in r:
             print(f"    transformers fp16 vs its own fp32 greedy: {r['hf_fp16_vs_hf_fp32_greedy_identical']}/{r['greedy_total']}; "
                   f"Chorus fp16 vs transformers fp32: {r['chorus_vs_hf_fp32_greedy_identical']}/{r['greedy_total']}")
+        if "native_greedy_vs_hf_identical" in r:
+            print(f"    engines on CUDA, greedy: native vs transformers {r['native_greedy_vs_hf_identical']}/{r['greedy_total']}, native vs TypeScript engine "
+                  f"{r['native_vs_ts_engine_greedy_identical']}/{r['greedy_total']}, TypeScript engine vs transformers {r['ts_engine_greedy_vs_hf_identical']}/{r['greedy_total']}; "
+                  f"beam 4: native vs TypeScript engine {r['native_vs_ts_engine_beam4_identical']}/{r['beam4_total']}")
     sys.exit(1 if failed else 0)
 
 

@@ -15,6 +15,8 @@
  * Knobs: SPEED_FLAVORS=portable,cuda  SPEED_PATHS=loop,greedy,native  SPEED_MAX_BATCH=64 (loop rows only:
  * batches over 8 take minutes there)  SPEED_PROVIDER=cuda|cpu  SPEED_DTYPE=fp16|fp32
  * SPEED_PROMPT=128  SPEED_NEW=128  SPEED_SETTINGS='batch 1,64 concurrent streams' (default: all).
+ * SPEED_DECODE=sample: sampled instead of greedy (temperature 0.8, top-k 50, top-p 0.9, repetition
+ * penalty 1.1, a seed per request, min_length = new tokens on every path; no GreedySearch rows).
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -28,6 +30,8 @@ const PROMPT = Number(process.env.SPEED_PROMPT ?? 128);
 const NEW = Number(process.env.SPEED_NEW ?? 128);
 const PROVIDER = (process.env.SPEED_PROVIDER ?? 'cuda') as 'cuda' | 'cpu';
 const DTYPE = (process.env.SPEED_DTYPE ?? 'fp16') as 'fp16' | 'fp32';
+const DECODE = (process.env.SPEED_DECODE ?? 'greedy') as 'greedy' | 'sample';
+const SAMPLING = { temperature: 0.8, runtime_top_k: 50, runtime_top_p: 0.9, repetition_penalty: 1.1 };
 const checkpoint = join(work, 'gpt2-124m');
 makeCheckpoint({ arch: 'gpt2', size: 'real', seed: 1, out: checkpoint });
 
@@ -37,7 +41,7 @@ const prompts = (count: number): number[][] => seededRows(count, PROMPT, 50000);
 const inRun = timeSessionRuns();
 
 const rows: Array<Record<string, unknown>> = [];
-const save = (): void => writeFileSync(join(work, 'chorus.json'), JSON.stringify({ rows, checkpoint, prompt: PROMPT, new_tokens: NEW, provider: PROVIDER, dtype: DTYPE }, null, 2));
+const save = (): void => writeFileSync(join(work, 'chorus.json'), JSON.stringify({ rows, checkpoint, prompt: PROMPT, new_tokens: NEW, provider: PROVIDER, dtype: DTYPE, decode: DECODE, sampling: SAMPLING }, null, 2));
 const paths = (process.env.SPEED_PATHS ?? 'loop,greedy,native,native-graph').split(',') as Array<'loop' | 'greedy' | 'native' | 'native-graph'>;
 for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') as Array<'portable' | 'cuda'>) {
   const dir = join(work, `gpt2-${DTYPE}-${flavor}`);
@@ -72,14 +76,15 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
     for (const [setting, batch, concurrent] of settings) {
       if (only !== undefined && !only.includes(setting)) continue;
       if (path === 'loop' && batch > maxBatch && !concurrent) continue;
-      if (path === 'greedy' && concurrent) continue;
+      if (path === 'greedy' && (concurrent || DECODE === 'sample')) continue;
       const nativeEngine = natives.get(path);
       if (path.startsWith('native') && nativeEngine === undefined) continue;
       const loop = path === 'loop';
       const engine: Engine = nativeEngine ?? ortEngine;
-      const submit = (p: number[]) =>
-        lastValueFrom(engine.submit({ inputIds: p, params: { temperature: 0, request_output_len: NEW, ...(loop ? { min_length: NEW } : {}) }, stream: path !== 'greedy' }).pipe(toArray()));
-      const run = () => Promise.all(prompts(batch).map((p, i) => (concurrent ? new Promise<void>((resolve) => setTimeout(resolve, i * 2)).then(() => submit(p)) : submit(p))));
+      const params = (i: number) =>
+        DECODE === 'sample' ? { ...SAMPLING, random_seed: i, request_output_len: NEW, min_length: NEW } : { temperature: 0, request_output_len: NEW, ...(loop ? { min_length: NEW } : {}) };
+      const submit = (p: number[], i: number) => lastValueFrom(engine.submit({ inputIds: p, params: params(i), stream: path !== 'greedy' }).pipe(toArray()));
+      const run = () => Promise.all(prompts(batch).map((p, i) => (concurrent ? new Promise<void>((resolve) => setTimeout(resolve, i * 2)).then(() => submit(p, i)) : submit(p, i))));
       try {
         await run(); // warm-up
       } catch (error) {

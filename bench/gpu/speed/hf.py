@@ -1,6 +1,7 @@
 """Hugging Face's side of the GPU speed comparison, and the table: the same GPT-2 124M checkpoint
 (seeded weights, written by chorus.ts), fp16, eager attention, greedy generate with 128 new tokens
-(min_new_tokens = max_new_tokens: no early stop) on prompts of 128 tokens, batch 1, 8, 32, 64; then
+(min_new_tokens = max_new_tokens: no early stop) on prompts of 128 tokens, batch 1, 8, 32, 64 (or sampled
+with chorus.ts's settings when it ran with SPEED_DECODE=sample); then
 the table of Chorus's rows (each path and flavor) beside transformers' row of the same batch.
 Usage: python3 bench/gpu/speed/hf.py <work-dir> <out-dir>
 """
@@ -24,7 +25,12 @@ def main():
     hf = {}
     for batch in sorted({row["batch"] for row in chorus["rows"]}):
         ids = torch.tensor(seeded_rows(batch, PROMPT, 50000), device="cuda")
-        hf[batch] = timed(lambda: model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, pad_token_id=0), batch, NEW)
+        if chorus.get("decode") == "sample":
+            s = chorus["sampling"]
+            options = dict(do_sample=True, temperature=s["temperature"], top_k=s["runtime_top_k"], top_p=s["runtime_top_p"], repetition_penalty=s["repetition_penalty"])
+        else:
+            options = dict(do_sample=False)
+        hf[batch] = timed(lambda: model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW, pad_token_id=0, **options), batch, NEW)
         print(f"hf batch {batch}: {hf[batch]}")
     rows = []
     for row in chorus["rows"]:
@@ -32,7 +38,7 @@ def main():
             print(f"{row['flavor']} {row['path']} {row['setting']}: {row['error']}")
             continue
         rows.append(beside(row, hf[row["batch"]]))
-    write_results(os.path.join(out_dir, "speed.json"), rows, prompt=PROMPT, new_tokens=NEW)
+    write_results(os.path.join(out_dir, "speed.json"), rows, prompt=PROMPT, new_tokens=NEW, decode=chorus.get("decode", "greedy"), sampling=chorus.get("sampling"))
     # in run: the share of the time inside ONNX Runtime's runs; addon: the native engine's share inside
     # the addon in all (runs, device argmax, copies); same ids: rows equal to the step loop's.
     print(f"{'flavor':9} {'path':12} {'setting':22} {'tokens':>7} {'chorus tok/s':>12} {'hf tok/s':>10} {'ratio':>6} {'ms/step':>8} {'hf ms/step':>10} {'ttft ms':>8} {'in run':>7} {'addon':>6} {'same ids':>8}")
