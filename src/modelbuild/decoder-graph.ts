@@ -4,6 +4,7 @@
  * Keys and values are [batch, kv_heads, length, head_dim]; a past of length 0 is the prefill.
  * Standard ONNX operators only (opset 17), so any execution provider runs it.
  */
+import { ChorusError } from '../errors.ts';
 import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Norm } from './decoder-spec.ts';
 import { float, GraphBuilder } from './graph.ts';
 import { GREEDY_PAD_ID } from './greedy-layout.ts';
@@ -21,6 +22,13 @@ interface GraphContext {
   bias: string;
   rotary: Rotary | undefined;
   cacheLengths: { seqlensK: string; total: string } | undefined;
+  /**
+   * The slot decoder: one projection for q, k and v (their weights concatenated in the graph, which
+   * ONNX Runtime folds into one initializer when the session loads, so the data file stays shared) into
+   * GroupQueryAttention, which also applies the rotary embedding. Not for rotary heads whose size is not
+   * a multiple of 16 (those keep RotaryEmbedding and separate projections).
+   */
+  fused: boolean;
 }
 
 /** Rotary embeddings: cos/sin per position (portable), or the caches RotaryEmbedding reads (cuda). */
@@ -173,6 +181,8 @@ function decoderBody(
     bias: slotLengths === undefined ? attentionBias(g, inputIds, attentionMask, flavor) : '',
     rotary: spec.positions.kind === 'rotary' ? rotary(g, positionIds, spec, flavor) : undefined,
     cacheLengths: slotLengths ?? (flavor === 'cuda' && spec.numKvHeads !== spec.numHeads ? cacheLengths(g, inputIds, attentionMask) : undefined),
+    // GroupQueryAttention rotates heads whose size is a multiple of 16 only.
+    fused: slotLengths !== undefined && (spec.positions.kind !== 'rotary' || spec.headDim % 16 === 0),
   };
 
   // The residual stream: each block adds to x, and the norm that follows is taken of the sum (fused
@@ -288,10 +298,28 @@ function attend(
 ): { output: string; presentKey: string; presentValue: string } {
   const { numHeads, numKvHeads, headDim } = c.spec;
   const name = `layers.${index}`;
+  const scale = float(1 / Math.sqrt(headDim));
+  if (c.fused) {
+    // The same weights as the other graphs register, in the same order: q, k, v, each weight then bias.
+    const parts = (['q', 'k', 'v'] as const).map((part) => ({
+      weight: g.weight(`${name}.${part}.weight`, w[part].weight),
+      bias: w[part].bias === undefined ? undefined : g.weight(`${name}.${part}.bias`, w[part].bias),
+    }));
+    let qkv = g.op('MatMul', [h, g.op('Concat', parts.map((p) => p.weight), { axis: 1 }, { name: `${name}.qkv.weight` })]);
+    if (parts.every((p) => p.bias !== undefined)) qkv = g.op('Add', [qkv, g.op('Concat', parts.map((p) => p.bias!), { axis: 0 }, { name: `${name}.qkv.bias` })]);
+    else if (parts.some((p) => p.bias !== undefined)) throw new ChorusError('CHORUS_UNSUPPORTED', `${name}: q, k and v must all have biases or none`);
+    const rotary = c.rotary === undefined ? [] : [c.rotary.cos, c.rotary.sin];
+    const [output, presentKey, presentValue] = g.opMany(
+      'GroupQueryAttention',
+      [qkv, '', '', past.key, past.value, c.cacheLengths!.seqlensK, c.cacheLengths!.total, ...rotary],
+      { num_heads: numHeads, kv_num_heads: numKvHeads, scale, ...(c.rotary === undefined ? {} : { do_rotary: 1, rotary_interleaved: 0 }) },
+      { domain: MS, outputs: 3 },
+    );
+    return { output: linear(g, w.o, output!, `${name}.o`), presentKey: presentKey!, presentValue: presentValue! };
+  }
   let q = linear(g, w.q, h, `${name}.q`);
   let k = linear(g, w.k, h, `${name}.k`);
   const v = linear(g, w.v, h, `${name}.v`);
-  const scale = float(1 / Math.sqrt(headDim));
   if (c.flavor === 'cuda') {
     if (c.rotary !== undefined) {
       const rope = (x: string, heads: number): string =>

@@ -12,8 +12,8 @@
  * Reports ms per decode step, tokens/s and time to first token; profile: the share of the time inside
  * session.run (the rest is host copies of the cache and JavaScript).
  * Usage: node --import tsx bench/gpu/speed/chorus.ts <work-dir>  -> <work-dir>/chorus.json
- * Knobs: SPEED_FLAVORS=portable,cuda  SPEED_PATHS=loop,greedy,native  SPEED_MAX_BATCH=64 (loop rows only:
- * batches over 8 take minutes there)  SPEED_PROVIDER=cuda|cpu  SPEED_DTYPE=fp16|fp32
+ * Knobs: SPEED_FLAVORS=portable,cuda  SPEED_PATHS=loop,greedy,native  SPEED_MAX_BATCH=64 (loop rows only,
+ * concurrent streams included: batches over 8 take minutes there)  SPEED_PROVIDER=cuda|cpu  SPEED_DTYPE=fp16|fp32
  * SPEED_PROMPT=128  SPEED_NEW=128  SPEED_SETTINGS='batch 1,64 concurrent streams' (default: all).
  * SPEED_DECODE=sample: sampled instead of greedy (temperature 0.8, top-k 50, top-p 0.9, repetition
  * penalty 1.1, a seed per request, min_length = new tokens on every path; no GreedySearch rows).
@@ -75,7 +75,7 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
   for (const path of paths) {
     for (const [setting, batch, concurrent] of settings) {
       if (only !== undefined && !only.includes(setting)) continue;
-      if (path === 'loop' && batch > maxBatch && !concurrent) continue;
+      if (path === 'loop' && batch > maxBatch) continue;
       if (path === 'greedy' && (concurrent || DECODE === 'sample')) continue;
       const nativeEngine = natives.get(path);
       if (path.startsWith('native') && nativeEngine === undefined) continue;
