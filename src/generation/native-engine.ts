@@ -5,8 +5,8 @@
  * sample, their parameters) and gets back each row's chosen token. Greedy rows take the argmax where the
  * logits are; sampling rows with their penalties, bans, temperature, top-k and top-p run the addon's
  * sampler there (src/native/sampling.h, the processors' twin) with a draw from the request's own
- * stream. Only beams and top_logprobs bring their rows' logits to the host, where the TypeScript
- * processors run as in OrtEngine. A request is
+ * stream, and its top_logprobs. Only beams (and a token a model forces) bring their rows' logits to
+ * the host, where the TypeScript processors run as in OrtEngine. A request is
  * prefilled alone into the next free slot; when requests leave, the rows behind them move down, and
  * when a beam search reorders its beams, their slots are permuted on the device.
  *
@@ -22,7 +22,7 @@ import { decoderModel, keptRows, stepMembers } from './batch-rows.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
 import { RequestLedger } from './request-ledger.ts';
 import { Scheduler, type SchedulerLimits } from './scheduler.ts';
-import { packSamplerRows } from './native-sampler.ts';
+import { packSamplerRows, sampledChoice } from './native-sampler.ts';
 import { deviceGreedyEligible, Sequence, type ActiveRequest, type ModelIds, type SamplerRow } from './sequence.ts';
 
 /** Options of `NativeEngine.open`. */
@@ -256,7 +256,8 @@ export class NativeEngine implements Engine {
         continue;
       }
       if (sampled !== undefined) {
-        sampled.sequence.accept({ token: out.sampled.tokens[0]!, logProb: out.sampled.logProbs[0]! });
+        const { choice, top } = sampledChoice(out.sampled, 0);
+        sampled.sequence.accept(choice, undefined, top);
         continue;
       }
       // A beam search spreads its prompt's row over its beams.
@@ -298,7 +299,8 @@ export class NativeEngine implements Engine {
         return undefined;
       }
       if (how !== undefined) {
-        how.sampled.accept({ token: out.sampled.tokens[how.at]!, logProb: out.sampled.logProbs[how.at]! });
+        const { choice, top } = sampledChoice(out.sampled, how.at);
+        how.sampled.accept(choice, undefined, top);
         return undefined;
       }
       return s.step((r) => {

@@ -1,5 +1,5 @@
 /** Sampler rows (sequence.ts) packed into the flat arrays the native engine's kernels read. */
-import { SAMPLE_PARAM_COUNT, type NativeSampleBatch } from '../native/index.ts';
+import { MAX_TOP_LOGPROBS, SAMPLE_PARAM_COUNT, type NativeSampleBatch, type NativeSampled } from '../native/index.ts';
 import type { SamplerRow } from './sequence.ts';
 
 /** The rows of a step that sample where the logits are: each batch row with its sampler row. */
@@ -20,6 +20,7 @@ export function packSamplerRows(entries: ReadonlyArray<{ row: number; sampler: S
     params[at + 4] = s.frequency;
     params[at + 5] = s.uniform;
     params[at + 6] = s.topK;
+    params[at + 7] = s.topLogProbs;
     seenOffsets[i + 1] = seenOffsets[i]! + s.seen.length / 2;
     banOffsets[i + 1] = banOffsets[i]! + s.bans.length;
   }
@@ -31,4 +32,10 @@ export function packSamplerRows(entries: ReadonlyArray<{ row: number; sampler: S
     bans.set(s.bans, banOffsets[i]!);
   }
   return { rows, params, seenOffsets, seen, banOffsets, bans };
+}
+
+/** The sampler's choice for its `at`-th row, with the most likely ids when the row asked for them. */
+export function sampledChoice(sampled: NativeSampled, at: number): { choice: { token: number; logProb: number }; top: Array<{ token: number; logProb: number }> } {
+  const top = Array.from({ length: sampled.topCounts[at]! }, (_, j) => ({ token: sampled.topTokens[at * MAX_TOP_LOGPROBS + j]!, logProb: sampled.topLogProbs[at * MAX_TOP_LOGPROBS + j]! }));
+  return { choice: { token: sampled.tokens[at]!, logProb: sampled.logProbs[at]! }, top };
 }

@@ -144,6 +144,8 @@ export interface SamplerRow {
   /** The current p (factual-nucleus sampling lowers it step by step). */
   topP: number;
   topK: number;
+  /** How many of the most likely ids to report with their log-probabilities (top_logprobs). */
+  topLogProbs: number;
   repetition: number;
   presence: number;
   frequency: number;
@@ -156,7 +158,7 @@ export interface SamplerRow {
 }
 
 /** The k most likely tokens of `logits` and their log-probabilities, most likely first (impossible ones left out). */
-function topLogProbs(logits: Float32Array, k: number): Array<{ token: number; logProb: number }> {
+export function topLogProbs(logits: Float32Array, k: number): Array<{ token: number; logProb: number }> {
   const norm = logSumExp(logits);
   return topIndices(logits, k)
     .filter((token) => logits[token] !== -Infinity)
@@ -226,11 +228,11 @@ export class Sequence extends ActiveRequest {
 
   /**
    * This step as a sampler row, drawing its number from the stream now (the chosen token must then go
-   * to `accept`); undefined when the step needs the logits here: a forced token, or top_logprobs.
+   * to `accept`); undefined when the step needs the logits here: a forced token.
    */
   samplerRow(): SamplerRow | undefined {
     const p = this.params;
-    if (p.top_logprobs > 0 || this.forcedToken(this.outputIds.length) !== undefined) return undefined;
+    if (this.forcedToken(this.outputIds.length) !== undefined) return undefined;
     const seen = this.penaltyPairs === undefined ? EMPTY_PAIRS : this.penaltyPairs.subarray(0, 2 * this.penaltyLength);
     const bans = bannedIds(p.bad_words, this.outputIds);
     if (this.endId !== undefined && this.outputIds.length < p.min_length) bans.push(this.endId);
@@ -238,6 +240,7 @@ export class Sequence extends ActiveRequest {
       temperature: p.temperature,
       topP: this.topP,
       topK: p.runtime_top_k,
+      topLogProbs: p.top_logprobs,
       repetition: p.repetition_penalty,
       presence: p.presence_penalty,
       frequency: p.frequency_penalty,
@@ -262,10 +265,11 @@ export class Sequence extends ActiveRequest {
   }
 
   /**
-   * Records and emits a chosen token: from `advance`, or one a device loop chose (GreedySearch), which
-   * comes without logits (such requests ask for no log-probabilities).
+   * Records and emits a chosen token: from `advance`, or one chosen where the logits are (GreedySearch,
+   * the native engine), which comes without them: the native sampler sends the most likely ids itself
+   * (`top`), GreedySearch serves requests that ask for none.
    */
-  accept(choice: { token: number; logProb: number }, processed?: Float32Array): void {
+  accept(choice: { token: number; logProb: number }, processed?: Float32Array, top?: Array<{ token: number; logProb: number }>): void {
     this.outputIds.push(choice.token);
     this.outputCounts.set(choice.token, (this.outputCounts.get(choice.token) ?? 0) + 1);
     if (this.penaltyPairs !== undefined) this.countPenalized(choice.token, 1);
@@ -278,7 +282,10 @@ export class Sequence extends ActiveRequest {
     this.tokenTimes.push(performance.now());
     const event: TokenEvent = { token: choice.token, index: this.outputIds.length - 1 };
     if (this.params.is_return_log_probs) Object.assign(event, { logProb: choice.logProb, cumLogProb: this.cumLogProb });
-    if (this.params.top_logprobs > 0 && processed !== undefined) event.topLogProbs = topLogProbs(processed, this.params.top_logprobs);
+    if (this.params.top_logprobs > 0) {
+      if (top !== undefined) event.topLogProbs = top;
+      else if (processed !== undefined) event.topLogProbs = topLogProbs(processed, this.params.top_logprobs);
+    }
     if (finishReason) {
       event.finishReason = finishReason;
       this.finish(finishReason);

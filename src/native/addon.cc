@@ -87,12 +87,13 @@ SampleBatch ParseSampleBatch(const Napi::Value& value, int vocab) {
   }
   for (size_t i = 0; i < rows; i++) {
     const double* p = &params[i * kSampleParamDoubles];
-    SampleParams row{p[0], p[1], p[2], p[3], p[4], p[5], static_cast<int32_t>(p[6]), seenOffsets[i], seenOffsets[i + 1], banOffsets[i], banOffsets[i + 1]};
+    SampleParams row{p[0], p[1], p[2], p[3], p[4], p[5], static_cast<int32_t>(p[6]), static_cast<int32_t>(p[7]), seenOffsets[i], seenOffsets[i + 1], banOffsets[i], banOffsets[i + 1]};
     if (!(row.temperature >= 0) || !(row.topP > 0) || !(row.repetition > 0) || !std::isfinite(row.presence) || !std::isfinite(row.frequency)) {
       throw Napi::RangeError::New(env, "sample.params row " + std::to_string(i) + ": temperature >= 0, top_p > 0, repetition > 0, finite penalties");
     }
     if (row.temperature != 0 && !(row.uniform > 0 && row.uniform < 1)) throw Napi::RangeError::New(env, "sample.params row " + std::to_string(i) + ": a draw in (0, 1)");
     if (!(p[6] >= 0 && p[6] <= vocab)) throw Napi::RangeError::New(env, "sample.params row " + std::to_string(i) + ": top_k in [0, vocab]");
+    if (!(p[7] >= 0 && p[7] <= kMaxTopLogProbs)) throw Napi::RangeError::New(env, "sample.params row " + std::to_string(i) + ": top_logprobs in [0, " + std::to_string(kMaxTopLogProbs) + "]");
     batch.params.push_back(row);
   }
   return batch;
@@ -102,12 +103,24 @@ Napi::Object SampledObject(Napi::Env env, const std::vector<SampleResult>& sampl
   Napi::Object out = Napi::Object::New(env);
   auto tokens = Napi::Int32Array::New(env, sampled.size());
   auto logProbs = Napi::Float64Array::New(env, sampled.size());
+  // Row i's most likely ids are topTokens[i * kMaxTopLogProbs ..][0..topCounts[i]).
+  auto topCounts = Napi::Int32Array::New(env, sampled.size());
+  auto topTokens = Napi::Int32Array::New(env, sampled.size() * kMaxTopLogProbs);
+  auto topLogProbs = Napi::Float64Array::New(env, sampled.size() * kMaxTopLogProbs);
   for (size_t i = 0; i < sampled.size(); i++) {
     tokens[i] = sampled[i].token;
     logProbs[i] = sampled[i].logProb;
+    topCounts[i] = sampled[i].topCount;
+    for (int j = 0; j < sampled[i].topCount; j++) {
+      topTokens[i * kMaxTopLogProbs + j] = sampled[i].topTokens[j];
+      topLogProbs[i * kMaxTopLogProbs + j] = sampled[i].topLogProbs[j];
+    }
   }
   out.Set("tokens", tokens);
   out.Set("logProbs", logProbs);
+  out.Set("topCounts", topCounts);
+  out.Set("topTokens", topTokens);
+  out.Set("topLogProbs", topLogProbs);
   if (processed != nullptr) {
     auto rows = Napi::Float32Array::New(env, processed->size());
     std::copy(processed->begin(), processed->end(), rows.Data());

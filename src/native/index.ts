@@ -29,7 +29,7 @@ export interface SlotDecoderOptions {
 /**
  * Rows a step processes and chooses where its logits are (src/native/sampling.h): per row
  * `SAMPLE_PARAM_COUNT` numbers in `params` (temperature, top_p, repetition, presence and frequency
- * penalties, the draw in (0, 1), top_k), its (id, output count) pairs for the penalties and the ids it
+ * penalties, the draw in (0, 1), top_k, top_logprobs), its (id, output count) pairs for the penalties and the ids it
  * may not choose, each as offsets into flat arrays.
  */
 export interface NativeSampleBatch {
@@ -43,12 +43,18 @@ export interface NativeSampleBatch {
   bans: Int32Array;
 }
 
-export const SAMPLE_PARAM_COUNT = 7;
+export const SAMPLE_PARAM_COUNT = 8;
+/** The most top_logprobs a row may ask for; rows' entries are this far apart in `topTokens`. */
+export const MAX_TOP_LOGPROBS = 20;
 
 /** The sampler's choices, in the batch's row order, with their log-probabilities under the processed logits. */
 export interface NativeSampled {
   tokens: Int32Array;
   logProbs: Float64Array;
+  /** Row i's most likely ids and their log-probabilities: topTokens[i * MAX_TOP_LOGPROBS + j], j < topCounts[i]. */
+  topCounts: Int32Array;
+  topTokens: Int32Array;
+  topLogProbs: Float64Array;
 }
 
 /** What a step gives back: each row's argmax, the asked rows' logits (float32, row after row), and the sampled rows' choices. */

@@ -35,6 +35,7 @@ struct SampleParams {
   double frequency;    // subtracted per occurrence in the output
   double uniform;      // the row's draw in (0, 1) when temperature != 0
   int32_t topK;        // 0: off
+  int32_t topLogProbs; // how many of the most likely ids (and log-probabilities) to return, 0..kMaxTopLogProbs
   int32_t seenBegin;   // the row's (id, output count) pairs are seen[seenBegin..seenEnd) (pairs)
   int32_t seenEnd;
   int32_t banBegin;    // the ids it may not choose: bans[banBegin..banEnd)
@@ -42,12 +43,16 @@ struct SampleParams {
 };
 
 // Doubles per row in the packed parameters JavaScript sends: temperature, topP, repetition, presence,
-// frequency, uniform, topK.
-constexpr int kSampleParamDoubles = 7;
+// frequency, uniform, topK, topLogProbs.
+constexpr int kSampleParamDoubles = 8;
+constexpr int kMaxTopLogProbs = 20;
 
 struct SampleResult {
   int32_t token;
+  int32_t topCount;  // entries of top (the possible ids among the topLogProbs most likely)
   double logProb;
+  int32_t topTokens[kMaxTopLogProbs];
+  double topLogProbs[kMaxTopLogProbs];
 };
 
 // The rows a step samples where its logits are: batch rows, their parameters, and the pairs and bans
@@ -234,6 +239,7 @@ CHORUS_HD SampleResult Choose(Block& b, const Row& row, const SampleParams& p) {
   if (max == -INFINITY) {
     result.token = 0;
     result.logProb = NAN;
+    result.topCount = 0;
     return result;
   }
   const double sum = b.Reduce(row.n, 0.0, [&](int i) { return exp(static_cast<double>(row.value(i)) - max); }, [](double a, double c) { return a + c; });
@@ -248,6 +254,21 @@ CHORUS_HD SampleResult Choose(Block& b, const Row& row, const SampleParams& p) {
   }
   result.token = row.index(at);
   result.logProb = row.value(at) - norm;
+  // The most likely ids in order (value, then id), as many as asked, impossible ones left out.
+  result.topCount = 0;
+  Best previous{INFINITY, -1};
+  for (int j = 0; j < p.topLogProbs; j++) {
+    const Best next = b.Reduce(row.n, Best{-INFINITY, row.n}, [&](int i) {
+      const float x = row.value(i);
+      const bool after = x < previous.value || (x == previous.value && i > previous.index);
+      return after ? Best{x, i} : Best{-INFINITY, row.n};
+    }, [](const Best& x, const Best& y) { return CombineBest(x, y); });
+    if (next.index >= row.n || next.value == -INFINITY) break;
+    result.topTokens[j] = row.index(next.index);
+    result.topLogProbs[j] = next.value - norm;
+    result.topCount = j + 1;
+    previous = next;
+  }
   b.Sync();
   return result;
 }

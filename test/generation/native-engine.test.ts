@@ -117,6 +117,7 @@ describe('NativeEngine (CPU)', { skip }, () => {
     { prompt: [7, 8, 9], params: { temperature: 0.9, runtime_top_p: 0.8, random_seed: 9, presence_penalty: 0.5, request_output_len: 12 } },
     { prompt: [30, 31, 32, 33, 34], params: { beam_width: 3, request_output_len: 10 } },
     { prompt: [2], params: { temperature: 0, min_length: 5, request_output_len: 9, stop_words: [[17]] } },
+    { prompt: [9, 8, 7], params: { temperature: 0.7, top_logprobs: 3, is_return_log_probs: true, random_seed: 2, request_output_len: 8 } },
   ];
 
   for (const name of ['gpt2', 'qwen2', 'llama'] as const) {
@@ -127,7 +128,12 @@ describe('NativeEngine (CPU)', { skip }, () => {
       const want = await Promise.all(mix.map((r) => run(reference, r.prompt, r.params)));
       for (const [i, events] of got.entries()) {
         assert.deepEqual(events.map((e) => [e.token, e.sequence, e.finishReason]), want[i]!.map((e) => [e.token, e.sequence, e.finishReason]), `request ${i}`);
-        for (const [j, e] of events.entries()) if (e.logProb !== undefined) assert.ok(Math.abs(e.logProb - want[i]![j]!.logProb!) < 1e-4, `request ${i} log-probability ${j}`);
+        for (const [j, e] of events.entries()) {
+          if (e.logProb !== undefined) assert.ok(Math.abs(e.logProb - want[i]![j]!.logProb!) < 1e-4, `request ${i} log-probability ${j}`);
+          const top = want[i]![j]!.topLogProbs;
+          assert.deepEqual(e.topLogProbs?.map((t) => t.token), top?.map((t) => t.token), `request ${i} top_logprobs ${j}`);
+          e.topLogProbs?.forEach((t, k) => assert.ok(Math.abs(t.logProb - top![k]!.logProb) < 1e-4, `request ${i} top_logprobs ${j}.${k}`));
+        }
       }
       assert.ok(native.stats().decodeSteps > 0);
       assert.equal(native.stats().requestsFinished, mix.length);

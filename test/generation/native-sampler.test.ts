@@ -13,7 +13,8 @@ import { describe, test } from 'node:test';
 import { Observable } from 'rxjs';
 import { packSamplerRows } from '../../src/generation/native-sampler.ts';
 import { greedy, processLogits, sample, validateSamplingParams, type SamplingParams, type TokenEvent } from '../../src/generation/index.ts';
-import { Sequence, type SamplerRow } from '../../src/generation/sequence.ts';
+import { Sequence, topLogProbs, type SamplerRow } from '../../src/generation/sequence.ts';
+import { MAX_TOP_LOGPROBS } from '../../src/native/index.ts';
 import { loadNative } from '../../src/native/index.ts';
 import { fromHalfBits, toHalfBits } from '../../src/util/half.ts';
 import { uniformStream } from '../../src/util/random.ts';
@@ -81,6 +82,12 @@ function check(rows: Row[], half: boolean, device: boolean): void {
     }
     assert.equal(got.tokens[r], want.token, `row ${r}: token`);
     assert.ok(Math.abs(got.logProbs[r]! - want.logProb) <= tolerance, `row ${r}: log-probability ${got.logProbs[r]} vs ${want.logProb}`);
+    const top = topLogProbs(want.processed, row.sequence.params.top_logprobs);
+    assert.equal(got.topCounts[r], row.sequence.params.top_logprobs === 0 ? 0 : top.length, `row ${r}: top_logprobs count`);
+    top.forEach((entry, j) => {
+      assert.equal(got.topTokens[r * MAX_TOP_LOGPROBS + j], entry.token, `row ${r}: top_logprobs ${j}`);
+      assert.ok(Math.abs(got.topLogProbs[r * MAX_TOP_LOGPROBS + j]! - entry.logProb) <= tolerance, `row ${r}: top_logprobs ${j} log-probability`);
+    });
   });
 }
 
@@ -102,6 +109,7 @@ const cases: Array<[string, (random: () => number, output: number[]) => Sampling
   ['temperature', (random) => ({ temperature: 0.05 + random() * 3 })],
   ['top-k', (random) => ({ ...sampled, runtime_top_k: 1 + Math.floor(random() * (random() < 0.1 ? VOCAB : 60)) })],
   ['top-p', (random) => ({ ...sampled, runtime_top_p: 0.02 + random() * 0.97 })],
+  ['top_logprobs', (random) => ({ ...sampled, runtime_top_k: random() < 0.5 ? 5 : 0, top_logprobs: 1 + Math.floor(random() * 20) })],
   ['top-p, factual nucleus (decayed p)', (random) => ({ ...sampled, runtime_top_p: 0.3 + random() * 0.69, top_p_decay: 0.5 + random() * 0.5, top_p_min: 0.05 })],
   [
     'everything at once',
@@ -114,6 +122,7 @@ const cases: Array<[string, (random: () => number, output: number[]) => Sampling
       min_length: Math.floor(random() * 50),
       runtime_top_k: Math.floor(random() * 100),
       runtime_top_p: 0.1 + random() * 0.9,
+      top_logprobs: Math.floor(random() * 4),
     }),
   ],
 ];
