@@ -19,7 +19,8 @@
 import { ChorusError } from '../errors.ts';
 import { logSumExp, topIndices } from '../util/argmax.ts';
 import type { FinishReason } from './engine.ts';
-import { badWords, frequencyPenalty, minLength, presencePenalty, processLogits, repetitionPenalty, temperature, type LogitsProcessor } from './processors/index.ts';
+import { badWords, bannedIds, frequencyPenalty, minLength, presencePenalty, processLogits, repetitionPenalty, temperature, type LogitsProcessor } from './processors/index.ts';
+import type { SamplerRow } from './sampler.ts';
 import type { ResolvedSamplingParams } from './sampling-params.ts';
 import type { SequenceState } from './sequence-state.ts';
 
@@ -45,6 +46,12 @@ export interface BeamHypothesis {
   /** cumLogProb / tokens.length^len_penalty: what the beams are ranked by. */
   score: number;
   finishReason: FinishReason;
+}
+
+/** One continuation of a beam: an id and its log-probability after the processors. */
+export interface BeamContinuation {
+  token: number;
+  logProb: number;
 }
 
 /** A continuation considered at one step. */
@@ -112,10 +119,53 @@ export class BeamSearch {
 
   /**
    * One step. `logitsOf(b)` is beam b's row of raw logits (on the first step every b may give the same
-   * row). Returns, for each beam of the next step, the beam it continues.
+   * row); `forced`: the only token this step may choose (log-prob 0), whatever the processors say.
+   * Returns, for each beam of the next step, the beam it continues.
    */
-  /** `forced`: the only token this step may choose (log-prob 0), whatever the processors say. */
   step(logitsOf: (beam: number) => Float32Array, forced?: number): number[] {
+    return this.stepWith((b) => this.continuations(b, logitsOf(b), forced));
+  }
+
+  /**
+   * Beam b's 2B best continuations from its row of logits, by accumulated score (float32(log-prob +
+   * the beam's score)) and then id: what the native sampler's beam mode returns where the logits are.
+   */
+  continuations(b: number, rawLogits: Float32Array, forced?: number): BeamContinuation[] {
+    const beam = this.beams[b]!;
+    const logits = this.temperature ? this.temperature(rawLogits, this.state(beam)) : rawLogits;
+    const logProbs = forced === undefined ? processLogits(this.processors, logSoftmax(logits), this.state(beam)) : only(logits.length, forced);
+    const accumulated = new Float32Array(logProbs.length);
+    for (let v = 0; v < logProbs.length; v++) accumulated[v] = f32(logProbs[v]! + beam.score);
+    return topIndices(accumulated, 2 * this.width).map((token) => ({ token, logProb: logProbs[token]! }));
+  }
+
+  /** Beam b's step as a row for the native sampler's beam mode (its processors' inputs and its score). */
+  samplerRow(b: number): SamplerRow {
+    const beam = this.beams[b]!;
+    const p = this.params;
+    const seen = new Map<number, number>();
+    if (p.repetition_penalty !== 1) for (const id of this.contextIds) seen.set(id, 0);
+    if (p.repetition_penalty !== 1 || p.presence_penalty !== 0 || p.frequency_penalty !== 0) for (const [id, count] of beam.counts) seen.set(id, count);
+    const bans = bannedIds(p.bad_words, beam.tokens);
+    if (this.endId !== undefined && beam.tokens.length < p.min_length) bans.push(this.endId);
+    return {
+      temperature: p.temperature,
+      topP: 1,
+      topK: 0,
+      topLogProbs: 0,
+      repetition: p.repetition_penalty,
+      presence: p.presence_penalty,
+      frequency: p.frequency_penalty,
+      uniform: 0,
+      seen: Int32Array.from([...seen].flat()),
+      bans,
+      beamKeep: 2 * this.width,
+      beamScore: beam.score,
+    };
+  }
+
+  /** One step from each live beam's continuations (`continuationsOf(b)`, as `continuations` orders them). */
+  stepWith(continuationsOf: (beam: number) => readonly BeamContinuation[]): number[] {
     if (this.done) throw new ChorusError('CHORUS_INTERNAL', 'beam search stepped after it finished');
     const B = this.width;
     const keep = 2 * B;
@@ -126,13 +176,9 @@ export class BeamSearch {
       const beam = this.beams[b]!;
       // A beam out of the running cannot contribute on the first step: skip the work.
       if (length === 0 && b > 0) continue;
-      let logits = logitsOf(b);
-      if (this.temperature) logits = this.temperature(logits, this.state(beam));
-      const logProbs = forced === undefined ? processLogits(this.processors, logSoftmax(logits), this.state(beam)) : only(logits.length, forced);
-      const accumulated = new Float32Array(logProbs.length);
-      for (let v = 0; v < logProbs.length; v++) accumulated[v] = f32(logProbs[v]! + beam.score);
-      topIndices(accumulated, keep).forEach((token, k) => {
-        candidates.push({ parent: b, token, logProb: logProbs[token]!, score: accumulated[token]!, rank: f32(accumulated[token]! - this.params.beam_search_diversity_rate * k), ends: undefined });
+      continuationsOf(b).forEach(({ token, logProb }, k) => {
+        const score = f32(logProb + beam.score);
+        candidates.push({ parent: b, token, logProb, score, rank: f32(score - this.params.beam_search_diversity_rate * k), ends: undefined });
       });
     }
     // The best 2B over all beams: by rank, then by flat index (beam-major), as a stable top-k gives.

@@ -5,8 +5,9 @@
  * carrying `sequence` (its rank) and the last one its finish reason and `score`.
  */
 import type { Subscriber } from 'rxjs';
-import { BeamSearch } from './beam-search.ts';
+import { BeamSearch, type BeamContinuation } from './beam-search.ts';
 import type { TokenEvent } from './engine.ts';
+import type { SamplerRow } from './sampler.ts';
 import type { ResolvedSamplingParams } from './sampling-params.ts';
 import { ActiveRequest, type ModelIds } from './sequence.ts';
 
@@ -37,6 +38,22 @@ export class BeamSequence extends ActiveRequest {
     const generated = this.search.generated;
     // Before the first step every beam continues the prompt's single row.
     const parents = this.search.step((b) => logitsOf(generated === 0 ? 0 : b), this.forcedToken(generated));
+    if (this.search.done) this.emit();
+    return parents;
+  }
+
+  /**
+   * This step's rows for the native sampler's beam mode (each live beam's processors and score), or
+   * undefined when the step needs the logits here (a token the model forces).
+   */
+  samplerRows(): SamplerRow[] | undefined {
+    if (this.forcedToken(this.search.generated) !== undefined) return undefined;
+    return Array.from({ length: this.rows }, (_, b) => this.search.samplerRow(b));
+  }
+
+  /** `step` from each row's continuations, as the native sampler returns them. */
+  stepContinuations(continuationsOf: (row: number) => readonly BeamContinuation[]): readonly number[] {
+    const parents = this.search.stepWith(continuationsOf);
     if (this.search.done) this.emit();
     return parents;
   }

@@ -5,8 +5,10 @@
  * sample, their parameters) and gets back each row's chosen token. Greedy rows take the argmax where the
  * logits are; sampling rows with their penalties, bans, temperature, top-k and top-p run the addon's
  * sampler there (src/native/sampling.h, the processors' twin) with a draw from the request's own
- * stream, and its top_logprobs. Only beams (and a token a model forces) bring their rows' logits to
- * the host, where the TypeScript processors run as in OrtEngine. A request is
+ * stream, and its top_logprobs; each beam of a beam search (up to 10 beams) gets its 2 x beam_width best
+ * continuations from the sampler's beam mode, and BeamSearch goes on from those. Only wider beam
+ * searches and tokens a model forces bring their rows' logits to the host, where the TypeScript
+ * processors run as in OrtEngine. A request is
  * prefilled alone into the next free slot; when requests leave, the rows behind them move down, and
  * when a beam search reorders its beams, their slots are permuted on the device.
  *
@@ -17,13 +19,15 @@ import { join } from 'node:path';
 import type { Observable } from 'rxjs';
 import { ChorusError } from '../errors.ts';
 import { SLOT_DECODER_MODEL } from '../modelbuild/greedy-layout.ts';
-import { loadNative, type NativeAddon, type NativeSlotDecoder } from '../native/index.ts';
+import { loadNative, MAX_TOP_LOGPROBS, type NativeAddon, type NativeSampleBatch, type NativeSlotDecoder, type SlotStep } from '../native/index.ts';
 import { decoderModel, keptRows, stepMembers } from './batch-rows.ts';
+import { BeamSequence } from './beam-sequence.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
 import { RequestLedger } from './request-ledger.ts';
 import { Scheduler, type SchedulerLimits } from './scheduler.ts';
 import { packSamplerRows, sampledChoice } from './native-sampler.ts';
-import { deviceGreedyEligible, Sequence, type ActiveRequest, type ModelIds, type SamplerRow } from './sequence.ts';
+import type { SamplerRow } from './sampler.ts';
+import { deviceGreedyEligible, Sequence, type ActiveRequest, type ModelIds } from './sequence.ts';
 
 /** Options of `NativeEngine.open`. */
 export interface NativeEngineOptions extends Partial<SchedulerLimits> {
@@ -75,13 +79,6 @@ function nativeFor(dir: string): { addon: NativeAddon; info: BuildInfo; unavaila
   }
   if (info?.slotDecoder !== true) return { unavailable: `${dir} has no slot decoder (build it with chorus build --flavor cuda --slot-decoder)` };
   return { addon, info };
-}
-
-/** A one-row request's step for the addon's sampler (drawing its number now), else undefined. */
-function samplerStep(s: ActiveRequest): { sequence: Sequence; sampler: SamplerRow } | undefined {
-  if (!(s instanceof Sequence)) return undefined;
-  const sampler = s.samplerRow();
-  return sampler === undefined ? undefined : { sequence: s, sampler };
 }
 
 /** Continuous batching over the native SlotDecoder. */
@@ -244,24 +241,14 @@ export class NativeEngine implements Engine {
     for (const s of admitted) {
       if (s.cancelled) continue;
       const slot = this.lengths.length;
-      const argmaxOnly = this.argmaxOnly(s);
-      const sampled = argmaxOnly === undefined ? samplerStep(s) : undefined;
-      const logitRows = Int32Array.from(argmaxOnly === undefined && sampled === undefined ? [0] : []);
-      const out = await this.decoder.prefill(slot, Int32Array.from(s.promptIds), logitRows, sampled && packSamplerRows([{ row: 0, sampler: sampled.sampler }]));
+      const step = new StepPlan();
+      const how = step.add(s, 0, this.argmaxOnly(s));
+      const out = await this.decoder.prefill(slot, Int32Array.from(s.promptIds), Int32Array.from(step.logitRows), step.sample());
       this.ledger.counters.prefillSteps++;
       this.lengths.push(s.promptIds.length);
       this.members.push(s);
-      if (argmaxOnly !== undefined) {
-        argmaxOnly.accept({ token: out.argmax[0]!, logProb: 0 });
-        continue;
-      }
-      if (sampled !== undefined) {
-        const { choice, top } = sampledChoice(out.sampled, 0);
-        sampled.sequence.accept(choice, undefined, top);
-        continue;
-      }
       // A beam search spreads its prompt's row over its beams.
-      const next = s.step(() => out.logits);
+      const next = step.finish(s, how, 0, out, this.model.vocabSize);
       if (next !== undefined) await this.moveRows([...Array(slot).keys(), ...next.map((parent) => slot + parent)]);
     }
   }
@@ -269,45 +256,73 @@ export class NativeEngine implements Engine {
   /** One token for every running row. */
   private async decode(): Promise<void> {
     const tokens: number[] = [];
-    const logitRows: number[] = [];
-    const sampled: Array<{ row: number; sampler: SamplerRow }> = [];
-    // How each member chooses this step: the raw argmax, the addon's sampler (its `at`-th row), or its logits here.
-    const plan = new Map<ActiveRequest, { argmax: Sequence } | { sampled: Sequence; at: number } | undefined>();
+    const step = new StepPlan();
+    const plan = new Map<ActiveRequest, Choosing>();
     for (const s of this.members) {
-      const argmax = this.argmaxOnly(s);
-      const step = argmax === undefined ? samplerStep(s) : undefined;
-      if (argmax !== undefined) plan.set(s, { argmax });
-      else if (step !== undefined) {
-        plan.set(s, { sampled: step.sequence, at: sampled.length });
-        sampled.push({ row: tokens.length, sampler: step.sampler });
-      } else {
-        plan.set(s, undefined);
-        for (let r = 0; r < s.rows; r++) logitRows.push(tokens.length + r);
-      }
+      plan.set(s, step.add(s, tokens.length, this.argmaxOnly(s)));
       tokens.push(...s.lastTokens());
     }
-    const out = await this.decoder.decode(Int32Array.from(tokens), Int32Array.from(this.lengths), Int32Array.from(logitRows), sampled.length > 0 ? packSamplerRows(sampled) : undefined);
+    const out = await this.decoder.decode(Int32Array.from(tokens), Int32Array.from(this.lengths), Int32Array.from(step.logitRows), step.sample());
     this.ledger.counters.decodeSteps++;
     this.ledger.counters.decodedRows += tokens.length;
     this.lengths = this.lengths.map((n) => n + 1);
-    const V = this.model.vocabSize;
-    const logitsAt = new Map(logitRows.map((r, i) => [r, i]));
-    const sources = stepMembers(this.members, (s, base) => {
-      const how = plan.get(s);
-      if (how !== undefined && 'argmax' in how) {
-        how.argmax.accept({ token: out.argmax[base]!, logProb: 0 });
-        return undefined;
-      }
-      if (how !== undefined) {
-        const { choice, top } = sampledChoice(out.sampled, how.at);
-        how.sampled.accept(choice, undefined, top);
-        return undefined;
-      }
-      return s.step((r) => {
-        const i = logitsAt.get(base + r)!;
-        return out.logits.subarray(i * V, (i + 1) * V);
-      });
-    });
+    const sources = stepMembers(this.members, (s, base) => step.finish(s, plan.get(s)!, base, out, this.model.vocabSize));
     if (sources !== undefined) await this.moveRows(sources);
+  }
+}
+
+/**
+ * How a request chooses in a step: the raw argmax; the addon's sampler (from its `at`-th row on, one
+ * row, or one per beam); or its logits brought here.
+ */
+type Choosing = { argmax: Sequence } | { sampled: Sequence; at: number } | { beams: BeamSequence; at: number } | { logits: true };
+
+/** One step's requests: which rows the sampler takes and which bring their logits. */
+class StepPlan {
+  readonly logitRows: number[] = [];
+  private readonly sampled: Array<{ row: number; sampler: SamplerRow }> = [];
+
+  /** Plans `s`, whose rows start at `base` (its argmax-only form when it qualifies). */
+  add(s: ActiveRequest, base: number, argmax: Sequence | undefined): Choosing {
+    if (argmax !== undefined) return { argmax };
+    const at = this.sampled.length;
+    if (s instanceof Sequence) {
+      const sampler = s.samplerRow();
+      if (sampler !== undefined) {
+        this.sampled.push({ row: base, sampler });
+        return { sampled: s, at };
+      }
+    } else if (s instanceof BeamSequence && 2 * s.width <= MAX_TOP_LOGPROBS) {
+      const rows = s.samplerRows();
+      if (rows !== undefined) {
+        rows.forEach((sampler, r) => this.sampled.push({ row: base + r, sampler }));
+        return { beams: s, at };
+      }
+    }
+    for (let r = 0; r < s.rows; r++) this.logitRows.push(base + r);
+    return { logits: true };
+  }
+
+  /** The sampler's rows, packed; undefined when none. */
+  sample(): NativeSampleBatch | undefined {
+    return this.sampled.length > 0 ? packSamplerRows(this.sampled) : undefined;
+  }
+
+  /** Hands `s` its step's result; returns, when its rows change, the row each next row continues. */
+  finish(s: ActiveRequest, how: Choosing, base: number, out: SlotStep, vocabSize: number): readonly number[] | undefined {
+    if ('argmax' in how) {
+      how.argmax.accept({ token: out.argmax[base]!, logProb: 0 });
+      return undefined;
+    }
+    if ('sampled' in how) {
+      const { choice, top } = sampledChoice(out.sampled, how.at);
+      how.sampled.accept(choice, undefined, top);
+      return undefined;
+    }
+    if ('beams' in how) return how.beams.stepContinuations((r) => sampledChoice(out.sampled, how.at + r).top);
+    return s.step((r) => {
+      const i = this.logitRows.indexOf(base + r);
+      return out.logits.subarray(i * vocabSize, (i + 1) * vocabSize);
+    });
   }
 }

@@ -1,6 +1,6 @@
 /** Sampler rows (sequence.ts) packed into the flat arrays the native engine's kernels read. */
 import { MAX_TOP_LOGPROBS, SAMPLE_PARAM_COUNT, type NativeSampleBatch, type NativeSampled } from '../native/index.ts';
-import type { SamplerRow } from './sequence.ts';
+import type { SamplerRow } from './sampler.ts';
 
 /** The rows of a step that sample where the logits are: each batch row with its sampler row. */
 export function packSamplerRows(entries: ReadonlyArray<{ row: number; sampler: SamplerRow }>): NativeSampleBatch {
@@ -21,6 +21,8 @@ export function packSamplerRows(entries: ReadonlyArray<{ row: number; sampler: S
     params[at + 5] = s.uniform;
     params[at + 6] = s.topK;
     params[at + 7] = s.topLogProbs;
+    params[at + 8] = s.beamKeep;
+    params[at + 9] = s.beamScore;
     seenOffsets[i + 1] = seenOffsets[i]! + s.seen.length / 2;
     banOffsets[i + 1] = banOffsets[i]! + s.bans.length;
   }

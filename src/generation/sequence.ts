@@ -10,7 +10,7 @@ import { uniformStream } from '../util/random.ts';
 import { only } from './beam-search.ts';
 import type { FinishReason, RequestMetrics, TokenEvent } from './engine.ts';
 import { bannedIds, logitsProcessors, nextTopP, processLogits, type LogitsProcessor } from './processors/index.ts';
-import { greedy, sample } from './sampler.ts';
+import { greedy, sample, type SamplerRow } from './sampler.ts';
 import type { ResolvedSamplingParams } from './sampling-params.ts';
 import type { Schedulable } from './scheduler.ts';
 
@@ -134,29 +134,6 @@ export function deviceGreedyEligible(s: ActiveRequest, model: ModelIds): s is Se
   );
 }
 
-/**
- * One step of a sequence for a sampler that runs where the logits are (the native engine's kernels):
- * what its processors would do, as numbers. Defaults change nothing (temperature, top_p and repetition
- * 1, the rest 0); temperature 0 takes the argmax of the processed logits.
- */
-export interface SamplerRow {
-  temperature: number;
-  /** The current p (factual-nucleus sampling lowers it step by step). */
-  topP: number;
-  topK: number;
-  /** How many of the most likely ids to report with their log-probabilities (top_logprobs). */
-  topLogProbs: number;
-  repetition: number;
-  presence: number;
-  frequency: number;
-  /** This step's draw from the request's stream (0 when greedy: none is drawn). */
-  uniform: number;
-  /** (id, count in the output) pairs of the ids the penalties touch, each id once (0: only in the context, for repetition). */
-  seen: Int32Array;
-  /** Ids it may not choose now: bad words' last ids, the end id before min_length. */
-  bans: readonly number[];
-}
-
 /** The k most likely tokens of `logits` and their log-probabilities, most likely first (impossible ones left out). */
 export function topLogProbs(logits: Float32Array, k: number): Array<{ token: number; logProb: number }> {
   const norm = logSumExp(logits);
@@ -247,6 +224,8 @@ export class Sequence extends ActiveRequest {
       uniform: p.temperature === 0 ? 0 : this.random(),
       seen,
       bans,
+      beamKeep: 0,
+      beamScore: 0,
     };
   }
 

@@ -87,12 +87,14 @@ SampleBatch ParseSampleBatch(const Napi::Value& value, int vocab) {
   }
   for (size_t i = 0; i < rows; i++) {
     const double* p = &params[i * kSampleParamDoubles];
-    SampleParams row{p[0], p[1], p[2], p[3], p[4], p[5], static_cast<int32_t>(p[6]), static_cast<int32_t>(p[7]), seenOffsets[i], seenOffsets[i + 1], banOffsets[i], banOffsets[i + 1]};
+    SampleParams row{p[0], p[1], p[2], p[3], p[4], p[5], static_cast<int32_t>(p[6]), static_cast<int32_t>(p[7]), static_cast<int32_t>(p[8]), p[9],
+                     seenOffsets[i], seenOffsets[i + 1], banOffsets[i], banOffsets[i + 1]};
     if (!(row.temperature >= 0) || !(row.topP > 0) || !(row.repetition > 0) || !std::isfinite(row.presence) || !std::isfinite(row.frequency)) {
       throw Napi::RangeError::New(env, "sample.params row " + std::to_string(i) + ": temperature >= 0, top_p > 0, repetition > 0, finite penalties");
     }
-    if (row.temperature != 0 && !(row.uniform > 0 && row.uniform < 1)) throw Napi::RangeError::New(env, "sample.params row " + std::to_string(i) + ": a draw in (0, 1)");
+    if (row.beamKeep == 0 && row.temperature != 0 && !(row.uniform > 0 && row.uniform < 1)) throw Napi::RangeError::New(env, "sample.params row " + std::to_string(i) + ": a draw in (0, 1)");
     if (!(p[6] >= 0 && p[6] <= vocab)) throw Napi::RangeError::New(env, "sample.params row " + std::to_string(i) + ": top_k in [0, vocab]");
+    if (!(p[8] >= 0 && p[8] <= kMaxTopLogProbs)) throw Napi::RangeError::New(env, "sample.params row " + std::to_string(i) + ": beam continuations in [0, " + std::to_string(kMaxTopLogProbs) + "]");
     if (!(p[7] >= 0 && p[7] <= kMaxTopLogProbs)) throw Napi::RangeError::New(env, "sample.params row " + std::to_string(i) + ": top_logprobs in [0, " + std::to_string(kMaxTopLogProbs) + "]");
     batch.params.push_back(row);
   }

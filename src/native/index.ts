@@ -29,7 +29,8 @@ export interface SlotDecoderOptions {
 /**
  * Rows a step processes and chooses where its logits are (src/native/sampling.h): per row
  * `SAMPLE_PARAM_COUNT` numbers in `params` (temperature, top_p, repetition, presence and frequency
- * penalties, the draw in (0, 1), top_k, top_logprobs), its (id, output count) pairs for the penalties and the ids it
+ * penalties, the draw in (0, 1), top_k, top_logprobs, and for a beam how many continuations to return
+ * and its running score), its (id, output count) pairs for the penalties and the ids it
  * may not choose, each as offsets into flat arrays.
  */
 export interface NativeSampleBatch {
@@ -43,7 +44,7 @@ export interface NativeSampleBatch {
   bans: Int32Array;
 }
 
-export const SAMPLE_PARAM_COUNT = 8;
+export const SAMPLE_PARAM_COUNT = 10;
 /** The most top_logprobs a row may ask for; rows' entries are this far apart in `topTokens`. */
 export const MAX_TOP_LOGPROBS = 20;
 
@@ -51,7 +52,10 @@ export const MAX_TOP_LOGPROBS = 20;
 export interface NativeSampled {
   tokens: Int32Array;
   logProbs: Float64Array;
-  /** Row i's most likely ids and their log-probabilities: topTokens[i * MAX_TOP_LOGPROBS + j], j < topCounts[i]. */
+  /**
+   * Row i's most likely ids and their log-probabilities (a beam's best continuations by accumulated
+   * score): topTokens[i * MAX_TOP_LOGPROBS + j], j < topCounts[i].
+   */
   topCounts: Int32Array;
   topTokens: Int32Array;
   topLogProbs: Float64Array;

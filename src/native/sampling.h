@@ -36,6 +36,10 @@ struct SampleParams {
   double uniform;      // the row's draw in (0, 1) when temperature != 0
   int32_t topK;        // 0: off
   int32_t topLogProbs; // how many of the most likely ids (and log-probabilities) to return, 0..kMaxTopLogProbs
+  // Beam search (beamKeep > 0): the row is a beam whose running score is beamScore; instead of choosing,
+  // it returns its beamKeep best continuations (see BeamRow).
+  int32_t beamKeep;
+  double beamScore;
   int32_t seenBegin;   // the row's (id, output count) pairs are seen[seenBegin..seenEnd) (pairs)
   int32_t seenEnd;
   int32_t banBegin;    // the ids it may not choose: bans[banBegin..banEnd)
@@ -43,13 +47,13 @@ struct SampleParams {
 };
 
 // Doubles per row in the packed parameters JavaScript sends: temperature, topP, repetition, presence,
-// frequency, uniform, topK, topLogProbs.
-constexpr int kSampleParamDoubles = 8;
+// frequency, uniform, topK, topLogProbs, beamKeep, beamScore.
+constexpr int kSampleParamDoubles = 10;
 constexpr int kMaxTopLogProbs = 20;
 
 struct SampleResult {
   int32_t token;
-  int32_t topCount;  // entries of top (the possible ids among the topLogProbs most likely)
+  int32_t topCount;  // entries of top: the possible ids among the topLogProbs most likely; a beam's continuations
   double logProb;
   int32_t topTokens[kMaxTopLogProbs];
   double topLogProbs[kMaxTopLogProbs];
@@ -276,9 +280,10 @@ CHORUS_HD SampleResult Choose(Block& b, const Row& row, const SampleParams& p) {
 // One row: processes `w` (vocab floats: the row's logits, widened) in place, then chooses. Once top-k
 // or a bound on the nucleus leaves at most Block::kCompact possible ids, they are gathered (in id order)
 // and the later stages run over them alone; `w` ends with the processed row either way.
+// Penalties, each id once: repetition (context and output), presence and frequency (output); then
+// the bans.
 template <class Block>
-CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SampleParams& p, const int32_t* seen, const int32_t* bans) {
-  // Penalties, each id once: repetition (context and output), presence and frequency (output).
+CHORUS_HD void PenalizeAndBan(Block& b, float* w, const SampleParams& p, const int32_t* seen, const int32_t* bans) {
   const int pairs = (p.seenEnd - p.seenBegin);
   b.ForEach(pairs, [&](int i) {
     const int32_t id = seen[2 * (p.seenBegin + i)];
@@ -290,6 +295,49 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
     w[id] = x;
   });
   b.ForEach(p.banEnd - p.banBegin, [&](int i) { w[bans[p.banBegin + i]] = -INFINITY; });
+}
+
+// One beam of a beam search, as src/generation/beam-search.ts steps it: temperature, log-softmax (in
+// float32), then the penalties and bans on the log-probabilities; each id's accumulated score is
+// float32(log-prob + the beam's score), and the beamKeep best by that score (then by id) come back as
+// (id, log-prob) in order. `w` ends with the processed log-probabilities.
+template <class Block>
+CHORUS_HD SampleResult BeamRow(Block& b, float* w, int vocab, const SampleParams& p, const int32_t* seen, const int32_t* bans) {
+  if (p.temperature != 0 && p.temperature != 1) b.ForEach(vocab, [&](int v) { w[v] = static_cast<float>(w[v] / p.temperature); });
+  const float max = b.Reduce(vocab, -INFINITY, [&](int v) { return w[v]; }, [](float a, float c) { return a > c ? a : c; });
+  if (max == -INFINITY) {
+    b.ForEach(vocab, [&](int v) { w[v] = -INFINITY; });
+  } else {
+    const double sum = b.Reduce(vocab, 0.0, [&](int v) { return exp(static_cast<double>(w[v]) - max); }, [](double a, double c) { return a + c; });
+    const double norm = max + log(sum);
+    b.ForEach(vocab, [&](int v) { w[v] = static_cast<float>(w[v] - norm); });
+  }
+  PenalizeAndBan(b, w, p, seen, bans);
+  auto accumulated = [&](int v) { return static_cast<float>(w[v] + p.beamScore); };
+  SampleResult result;
+  result.topCount = 0;
+  Best previous{INFINITY, -1};
+  for (int j = 0; j < p.beamKeep && j < vocab; j++) {
+    const Best next = b.Reduce(vocab, Best{-INFINITY, vocab}, [&](int v) {
+      const float x = accumulated(v);
+      const bool after = x < previous.value || (x == previous.value && v > previous.index);
+      return after ? Best{x, v} : Best{-INFINITY, vocab};
+    }, [](const Best& x, const Best& y) { return CombineBest(x, y); });
+    result.topTokens[j] = next.index;
+    result.topLogProbs[j] = w[next.index];
+    result.topCount = j + 1;
+    previous = next;
+  }
+  result.token = result.topTokens[0];
+  result.logProb = result.topLogProbs[0];
+  b.Sync();
+  return result;
+}
+
+template <class Block>
+CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SampleParams& p, const int32_t* seen, const int32_t* bans) {
+  if (p.beamKeep > 0) return BeamRow(b, w, vocab, p, seen, bans);
+  PenalizeAndBan(b, w, p, seen, bans);
   if (p.temperature != 0 && p.temperature != 1) b.ForEach(vocab, [&](int v) { w[v] = static_cast<float>(w[v] / p.temperature); });
 
   const FullRow full{w, vocab};

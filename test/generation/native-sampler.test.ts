@@ -13,7 +13,9 @@ import { describe, test } from 'node:test';
 import { Observable } from 'rxjs';
 import { packSamplerRows } from '../../src/generation/native-sampler.ts';
 import { greedy, processLogits, sample, validateSamplingParams, type SamplingParams, type TokenEvent } from '../../src/generation/index.ts';
-import { Sequence, topLogProbs, type SamplerRow } from '../../src/generation/sequence.ts';
+import { BeamSearch } from '../../src/generation/beam-search.ts';
+import type { SamplerRow } from '../../src/generation/sampler.ts';
+import { Sequence, topLogProbs } from '../../src/generation/sequence.ts';
 import { MAX_TOP_LOGPROBS } from '../../src/native/index.ts';
 import { loadNative } from '../../src/native/index.ts';
 import { fromHalfBits, toHalfBits } from '../../src/util/half.ts';
@@ -141,6 +143,51 @@ describe('the native sampler', { skip }, () => {
     const rows = randomRows(7, cases.at(-1)![1], true);
     check(rows, true, false);
     if (gpu) check(rows, true, true);
+  });
+
+  test(`beam mode: 1,000 beams give BeamSearch's continuations${gpu ? ', host and GPU' : ''}`, () => {
+    const random = uniformStream(21);
+    const normal = (): number => Math.sqrt(-2 * Math.log(random())) * Math.cos(2 * Math.PI * random());
+    const rows: Array<{ logits: Float32Array; search: BeamSearch; beam: number }> = [];
+    for (let i = 0; i < ROWS; i++) {
+      const spread = 0.5 + random() * 6;
+      const row = (): Float32Array => new Float32Array(VOCAB).map(() => (i % 3 === 1 ? fromHalfBits(toHalfBits(normal() * spread)) : normal() * spread));
+      const params = validateSamplingParams(
+        {
+          beam_width: 1 + Math.floor(random() * 10),
+          request_output_len: 50,
+          temperature: random() < 0.5 ? 1 : 0.3 + random(),
+          repetition_penalty: random() < 0.5 ? 1 : 0.8 + random(),
+          presence_penalty: random() < 0.7 ? 0 : random() - 0.5,
+          frequency_penalty: random() < 0.7 ? 0 : random() - 0.5,
+          min_length: Math.floor(random() * 6),
+          bad_words: random() < 0.3 ? [[Math.floor(random() * VOCAB)], [3, Math.floor(random() * VOCAB)]] : [],
+          beam_search_diversity_rate: random() < 0.3 ? random() : 0,
+        },
+        VOCAB,
+      );
+      const search = new BeamSearch([1, 2, 3, Math.floor(random() * VOCAB)], params, END);
+      // A few steps in, so beams have scores, counts and histories of their own.
+      for (let step = Math.floor(random() * 5); step > 0 && !search.done; step--) search.step(() => row());
+      if (search.done) continue;
+      rows.push({ logits: row(), search, beam: search.generated === 0 ? 0 : Math.floor(random() * params.beam_width) });
+    }
+    const flat = new Float32Array(rows.length * VOCAB);
+    rows.forEach((row, r) => flat.set(row.logits, r * VOCAB));
+    const batch = packSamplerRows(rows.map((row, r) => ({ row: r, sampler: row.search.samplerRow(row.beam) })));
+    for (const device of gpu ? [false, true] : [false]) {
+      const got = addon!.sampleRows(flat, VOCAB, batch, device);
+      rows.forEach((row, r) => {
+        const want = row.search.continuations(row.beam, row.logits);
+        assert.equal(got.topCounts[r], want.length, `beam row ${r}: continuations`);
+        want.forEach((c, j) => {
+          assert.equal(got.topTokens[r * MAX_TOP_LOGPROBS + j], c.token, `beam row ${r}: continuation ${j} (${device ? 'GPU' : 'host'})`);
+          const logProb = got.topLogProbs[r * MAX_TOP_LOGPROBS + j]!;
+          assert.ok(Object.is(logProb, c.logProb) || Math.abs(logProb - c.logProb) <= (device ? 1e-5 : 0), `beam row ${r}: continuation ${j} log-probability ${logProb} vs ${c.logProb}`);
+        });
+      });
+    }
+    assert.ok(rows.length > 900, `${rows.length} beams compared`);
   });
 
   test('draws follow the processed distribution (20,000 draws of one row)', () => {

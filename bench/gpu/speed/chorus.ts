@@ -17,6 +17,7 @@
  * SPEED_PROMPT=128  SPEED_NEW=128  SPEED_SETTINGS='batch 1,64 concurrent streams' (default: all).
  * SPEED_DECODE=sample: sampled instead of greedy (temperature 0.8, top-k 50, top-p 0.9, repetition
  * penalty 1.1, a seed per request, min_length = new tokens on every path; no GreedySearch rows).
+ * SPEED_DECODE=beam4: beam search with 4 beams, min_length = new tokens (each request takes 4 rows).
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -30,7 +31,7 @@ const PROMPT = Number(process.env.SPEED_PROMPT ?? 128);
 const NEW = Number(process.env.SPEED_NEW ?? 128);
 const PROVIDER = (process.env.SPEED_PROVIDER ?? 'cuda') as 'cuda' | 'cpu';
 const DTYPE = (process.env.SPEED_DTYPE ?? 'fp16') as 'fp16' | 'fp32';
-const DECODE = (process.env.SPEED_DECODE ?? 'greedy') as 'greedy' | 'sample';
+const DECODE = (process.env.SPEED_DECODE ?? 'greedy') as 'greedy' | 'sample' | 'beam4';
 const SAMPLING = { temperature: 0.8, runtime_top_k: 50, runtime_top_p: 0.9, repetition_penalty: 1.1 };
 const checkpoint = join(work, 'gpt2-124m');
 makeCheckpoint({ arch: 'gpt2', size: 'real', seed: 1, out: checkpoint });
@@ -76,13 +77,17 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
     for (const [setting, batch, concurrent] of settings) {
       if (only !== undefined && !only.includes(setting)) continue;
       if (path === 'loop' && batch > maxBatch) continue;
-      if (path === 'greedy' && (concurrent || DECODE === 'sample')) continue;
+      if (path === 'greedy' && (concurrent || DECODE !== 'greedy')) continue;
       const nativeEngine = natives.get(path);
       if (path.startsWith('native') && nativeEngine === undefined) continue;
       const loop = path === 'loop';
       const engine: Engine = nativeEngine ?? ortEngine;
       const params = (i: number) =>
-        DECODE === 'sample' ? { ...SAMPLING, random_seed: i, request_output_len: NEW, min_length: NEW } : { temperature: 0, request_output_len: NEW, ...(loop ? { min_length: NEW } : {}) };
+        DECODE === 'sample'
+          ? { ...SAMPLING, random_seed: i, request_output_len: NEW, min_length: NEW }
+          : DECODE === 'beam4'
+            ? { beam_width: 4, request_output_len: NEW, min_length: NEW }
+            : { temperature: 0, request_output_len: NEW, ...(loop ? { min_length: NEW } : {}) };
       const submit = (p: number[], i: number) => lastValueFrom(engine.submit({ inputIds: p, params: params(i), stream: path !== 'greedy' }).pipe(toArray()));
       const run = () => Promise.all(prompts(batch).map((p, i) => (concurrent ? new Promise<void>((resolve) => setTimeout(resolve, i * 2)).then(() => submit(p, i)) : submit(p, i))));
       try {

@@ -1,7 +1,7 @@
 """Hugging Face's side of the GPU speed comparison, and the table: the same GPT-2 124M checkpoint
 (seeded weights, written by chorus.ts), fp16, eager attention, greedy generate with 128 new tokens
 (min_new_tokens = max_new_tokens: no early stop) on prompts of 128 tokens, batch 1, 8, 32, 64 (or sampled
-with chorus.ts's settings when it ran with SPEED_DECODE=sample); then
+with chorus.ts's settings when it ran with SPEED_DECODE=sample, or 4 beams with SPEED_DECODE=beam4); then
 the table of Chorus's rows (each path and flavor) beside transformers' row of the same batch.
 Usage: python3 bench/gpu/speed/hf.py <work-dir> <out-dir>
 """
@@ -28,6 +28,8 @@ def main():
         if chorus.get("decode") == "sample":
             s = chorus["sampling"]
             options = dict(do_sample=True, temperature=s["temperature"], top_k=s["runtime_top_k"], top_p=s["runtime_top_p"], repetition_penalty=s["repetition_penalty"])
+        elif chorus.get("decode") == "beam4":
+            options = dict(do_sample=False, num_beams=4, early_stopping=False)
         else:
             options = dict(do_sample=False)
         hf[batch] = timed(lambda: model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW, pad_token_id=0, **options), batch, NEW)
