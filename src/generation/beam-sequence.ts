@@ -60,22 +60,25 @@ export class BeamSequence extends ActiveRequest {
 
   private emit(): void {
     const results = this.search.results();
-    const best = results[0];
-    this.finish(best?.finishReason ?? 'length');
+    const events: TokenEvent[] = [];
     results.forEach((hypothesis, sequence) => {
       let cum = 0;
       hypothesis.tokens.forEach((token, index) => {
-        this.tokenTimes.push(performance.now());
-        this.emitted++;
         const event: TokenEvent = { token, index, sequence };
         if (this.params.is_return_log_probs) {
           cum += hypothesis.logProbs[index]!;
           Object.assign(event, { logProb: hypothesis.logProbs[index], cumLogProb: cum });
         }
         if (index === hypothesis.tokens.length - 1) Object.assign(event, { finishReason: hypothesis.finishReason, score: hypothesis.score });
-        this.subscriber.next(event);
+        events.push(event);
       });
     });
+    // Every token goes out now: their times are in the metrics the engine reports when it finishes.
+    const now = performance.now();
+    for (let i = 0; i < events.length; i++) this.tokenTimes.push(now);
+    this.emitted = events.length;
+    this.finish(results[0]?.finishReason ?? 'length');
+    for (const event of events) this.subscriber.next(event);
     this.subscriber.complete();
   }
 }

@@ -60,7 +60,30 @@ __global__ void ArgmaxRowsKernel(const T* logits, int vocab, int32_t* out) {
   }
 }
 
+// One block per (copy, head); 16-byte words when every offset allows them, else bytes.
+__global__ void CopySlotBlocksKernel(char* dst, const char* src, const int32_t* dstIndex, const int32_t* srcIndex, const int32_t* lengths, size_t slotBytes,
+                                     size_t pitch, size_t rowBytes, bool wide) {
+  const int i = blockIdx.x;
+  const size_t offset = static_cast<size_t>(blockIdx.y) * pitch;
+  const char* from = src + static_cast<size_t>(srcIndex[i]) * slotBytes + offset;
+  char* to = dst + static_cast<size_t>(dstIndex[i]) * slotBytes + offset;
+  const size_t bytes = static_cast<size_t>(lengths[i]) * rowBytes;
+  if (wide) {
+    for (size_t at = threadIdx.x * 16; at < bytes; at += blockDim.x * 16) *reinterpret_cast<uint4*>(to + at) = *reinterpret_cast<const uint4*>(from + at);
+  } else {
+    for (size_t at = threadIdx.x; at < bytes; at += blockDim.x) to[at] = from[at];
+  }
+}
+
 }  // namespace
+
+void CopySlotBlocksDevice(void* dst, const void* src, const int32_t* dstIndex, const int32_t* srcIndex, const int32_t* lengths, int count, int heads,
+                          size_t slotBytes, size_t pitch, size_t rowBytes, void* stream) {
+  if (count == 0 || heads == 0) return;
+  const bool wide = (reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | slotBytes | pitch | rowBytes) % 16 == 0;
+  CopySlotBlocksKernel<<<dim3(count, heads), 256, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<char*>(dst), static_cast<const char*>(src), dstIndex, srcIndex,
+                                                                                       lengths, slotBytes, pitch, rowBytes, wide);
+}
 
 void ArgmaxRowsDevice(const void* logits, FloatType type, int rows, int vocab, int32_t* out, void* stream) {
   if (rows == 0) return;

@@ -23,6 +23,12 @@ void WidenRowsHost(const void* logits, FloatType type, int vocab, const int32_t*
 #ifdef CHORUS_WITH_CUDA
 // Device: as ArgmaxRowsHost, on `stream` (a cudaStream_t), into device memory `out`.
 void ArgmaxRowsDevice(const void* logits, FloatType type, int rows, int vocab, int32_t* out, void* stream);
+
+// Device: `count` copies of slot blocks in one launch. Copy i takes, from the slot src + srcIndex[i] *
+// slotBytes, each of `heads` rows of `pitch` bytes apart its first lengths[i] * rowBytes bytes, to the
+// same places of dst + dstIndex[i] * slotBytes. The index and length arrays are device memory.
+void CopySlotBlocksDevice(void* dst, const void* src, const int32_t* dstIndex, const int32_t* srcIndex, const int32_t* lengths, int count, int heads,
+                          size_t slotBytes, size_t pitch, size_t rowBytes, void* stream);
 #endif
 
 }  // namespace chorus

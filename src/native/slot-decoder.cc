@@ -98,6 +98,7 @@ SlotDecoder::~SlotDecoder() {
   for (void* p : values_) Free(p);
   Free(logits_);
   Free(scratch_);
+  Free(copyIndex_);
   Free(argmaxDevice_);
   Free(sampleWork_);
   Free(sampleStaging_);
@@ -303,6 +304,7 @@ void SlotDecoder::CopySlots(const std::vector<int32_t>& src, const std::vector<i
   const size_t count = src.size();
   if (dst.size() != count || lengths.size() != count) throw std::invalid_argument("copySlots takes as many destinations and lengths as sources");
   if (count == 0) return;
+  if (count > static_cast<size_t>(options_.slots)) throw std::invalid_argument("copySlots takes at most one copy per slot");
   for (size_t i = 0; i < count; i++) {
     if (src[i] < 0 || src[i] >= options_.slots || dst[i] < 0 || dst[i] >= options_.slots) throw std::out_of_range("slot outside 0.." + std::to_string(options_.slots - 1));
     if (lengths[i] < 0 || lengths[i] > options_.maxLength) throw std::out_of_range("a length outside 0.." + std::to_string(options_.maxLength));
@@ -316,6 +318,36 @@ void SlotDecoder::CopySlots(const std::vector<int32_t>& src, const std::vector<i
   }
   // Each slot is kv_heads blocks of max_length x head_dim; a row's first `length` positions of each.
   const size_t pitch = static_cast<size_t>(options_.maxLength) * options_.headDim * elementBytes_;
+#ifdef CHORUS_WITH_CUDA
+  if (options_.cuda) {
+    // Two launches per layer's key or value (into the scratch, then out of it) instead of a copy per
+    // slot and head: the index arrays go over once.
+    auto stream = static_cast<cudaStream_t>(stream_);
+    if (copyIndex_ == nullptr) copyIndex_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * 4 * options_.slots));
+    std::vector<int32_t> staged(4 * count);
+    for (size_t i = 0; i < count; i++) {
+      staged[i] = src[i];
+      staged[count + i] = dst[i];
+      staged[2 * count + i] = lengths[i];
+      staged[3 * count + i] = static_cast<int32_t>(i);
+    }
+    Check(cudaMemcpyAsync(copyIndex_, staged.data(), sizeof(int32_t) * staged.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    const int32_t* srcIndex = copyIndex_;
+    const int32_t* dstIndex = copyIndex_ + count;
+    const int32_t* lengthsDevice = copyIndex_ + 2 * count;
+    const int32_t* identity = copyIndex_ + 3 * count;
+    const size_t rowBytes = static_cast<size_t>(options_.headDim) * elementBytes_;
+    for (int l = 0; l < options_.layers; l++) {
+      for (void* base : {keys_[l], values_[l]}) {
+        CopySlotBlocksDevice(scratch_, base, identity, srcIndex, lengthsDevice, static_cast<int>(count), options_.kvHeads, slotBytes_, pitch, rowBytes, stream_);
+        CopySlotBlocksDevice(base, scratch_, dstIndex, identity, lengthsDevice, static_cast<int>(count), options_.kvHeads, slotBytes_, pitch, rowBytes, stream_);
+      }
+    }
+    Check(cudaGetLastError(), "slot copy kernel");
+    Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    return;
+  }
+#endif
   for (int l = 0; l < options_.layers; l++) {
     for (void* base : {keys_[l], values_[l]}) {
       for (size_t i = 0; i < count; i++) {
@@ -328,9 +360,6 @@ void SlotDecoder::CopySlots(const std::vector<int32_t>& src, const std::vector<i
       }
     }
   }
-#ifdef CHORUS_WITH_CUDA
-  if (options_.cuda) Check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
-#endif
 }
 
 }  // namespace chorus

@@ -94,6 +94,7 @@ class SlotDecoder {
   void* logits_ = nullptr;  // [slots, vocab]
   void* scratch_ = nullptr;  // CopySlots' staging, grown as needed
   size_t scratchBytes_ = 0;
+  int32_t* copyIndex_ = nullptr;  // CUDA: CopySlots' sources, destinations, lengths and 0..n-1 on the device
   int32_t* argmaxDevice_ = nullptr;
   // The sampler's buffers, allocated when first needed: processed logits (slots x vocab floats), the
   // batch's parameters as copied in, and the choices.

@@ -259,6 +259,11 @@ test('the metrics hook gets each request\'s timings, and stats count tokens, req
   assert.equal(stats.requestsFinished, 4);
   assert.equal(stats.prefillSteps, 1, 'the four requests were prefilled together');
   assert.ok(stats.decodedRows / stats.decodeSteps > 2, `mean occupancy ${stats.decodedRows / stats.decodeSteps}`);
+  // A beam search emits its tokens when it ends: they count, and its first token's time is known.
+  await lastValueFrom(engine.submit({ inputIds: [1, 30], params: { beam_width: 3, request_output_len: 6 } }));
+  const beam = reported.at(-1)!;
+  assert.equal(beam.tokens, 6);
+  assert.ok(Number.isFinite(beam.timeToFirstTokenMs) && beam.timeToFirstTokenMs >= beam.queueMs, `beam time to first token ${beam.timeToFirstTokenMs}`);
   await engine.close();
 });
 
