@@ -1,16 +1,16 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, test } from 'node:test';
 import { percentile, summarize, type BenchResult, type RequestRecord } from '../../src/bench/index.ts';
 import { ROOT, STORIES } from '../helpers/paths.ts';
 import { startServer, type TestServer } from '../helpers/server.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
 const exec = promisify(execFile);
-const work = mkdtempSync(join(tmpdir(), 'chorus-bench-test-'));
+const work = scratchDir('chorus-bench-test-');
 let server: TestServer;
 /** Completion tokens of every generation the server ran, as its engine counted them. */
 const served: number[] = [];

@@ -1,15 +1,14 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { buildModel } from '../../src/modelbuild/index.ts';
 import { Seq2SeqSession } from '../../src/runtime/index.ts';
 import { Llama2cTokenizer } from '../../src/tokenizers/index.ts';
 import { ROOT, STORIES, TOKENIZERS } from '../helpers/paths.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
-const env = { ...process.env, CHORUS_CACHE: mkdtempSync(join(tmpdir(), 'chorus-cache-')), HF_HUB_OFFLINE: '1' };
+const env = { ...process.env, CHORUS_CACHE: scratchDir('chorus-cache-'), HF_HUB_OFFLINE: '1' };
 
 /** Runs `chorus` as a user would, through bin/chorus.js. */
 function chorus(...args: string[]): { status: number | null; stdout: string; stderr: string } {
@@ -106,7 +105,7 @@ test('chorus generate refuses what it cannot do, saying why', () => {
 });
 
 test('chorus generate runs an encoder-decoder checkpoint: its ids are the greedy step loop\'s', async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'chorus-cli-s2s-'));
+  const dir = scratchDir('chorus-cli-s2s-');
   assert.equal(chorus('make-checkpoint', '--arch', 't5v1_1', '--size', 'tiny', '--seed', '3', '-o', join(dir, 'ckpt')).status, 0);
   const out = chorus('generate', '-m', join(dir, 'ckpt'), '--tokenizer', `${STORIES}/tok512.bin`, '--max-tokens', '6', '--temperature', '0', '--ids', 'Once upon a time');
   assert.equal(out.status, 0, out.stderr);

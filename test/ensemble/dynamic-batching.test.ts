@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { lastValueFrom } from 'rxjs';
@@ -9,6 +8,7 @@ import { makeCheckpoint } from '../../src/modelbuild/index.ts';
 import { Service } from '../../src/pipeline/index.ts';
 import { openSessionCount } from '../../src/runtime/index.ts';
 import { STORIES } from '../helpers/paths.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
 /** A batcher over a fake model that records each batch's rows and how many ran at once. */
 function recorder(options: ConstructorParameters<typeof DynamicBatcher<number, number>>[0]) {
@@ -42,7 +42,7 @@ test('the dynamic batcher forms preferred batches at once, waits up to the delay
 });
 
 test('encode models batch concurrent requests across instances, and each gets what it gets alone', async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'chorus-batching-'));
+  const dir = scratchDir('chorus-batching-');
   makeCheckpoint({ arch: 't5', size: 'tiny', seed: 9, out: join(dir, 'ckpt') });
   for (const folder of ['tokenizers', 'models', 'ensembles']) mkdirSync(join(dir, folder));
   writeFileSync(join(dir, 'tokenizers/tok.yaml'), `type: llama2c\nsource: ${STORIES}/tok512.bin\n`);

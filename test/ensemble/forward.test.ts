@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { lastValueFrom } from 'rxjs';
 import { GraphBuilder } from '../../src/modelbuild/graph.ts';
 import { Service } from '../../src/pipeline/index.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
 /** An ONNX model: doubled = x * 2 (float32 [batch, 3]) and total = sum of x over its row, plus n (int64) passed through + 1. */
 function writeModel(file: string): void {
@@ -19,7 +19,7 @@ function writeModel(file: string): void {
 }
 
 test('forward steps run any ONNX model on tensors by name, batched dynamically', async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'chorus-forward-'));
+  const dir = scratchDir('chorus-forward-');
   for (const folder of ['models', 'ensembles']) mkdirSync(join(dir, folder));
   writeModel(join(dir, 'double.onnx'));
   writeFileSync(join(dir, 'models/double.yaml'), 'engine: forward\nsource: double.onnx\nmax_batch_size: 8\ndynamic_batching: { max_queue_delay_microseconds: 100000, preferred_batch_size: [4] }\n');

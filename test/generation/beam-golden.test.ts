@@ -5,8 +5,7 @@
  * The expected outputs come from bench/gpu/beam (transformers 5.17, float32).
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { lastValueFrom, toArray } from 'rxjs';
@@ -14,13 +13,14 @@ import { OrtEngine, Seq2SeqEngine, type Engine, type TokenEvent } from '../../sr
 import { BEAM_GOLDENS, type BeamCase } from '../../bench/gpu/beam/cases.ts';
 import { buildGolden, readGolden } from '../helpers/golden.ts';
 import { ROOT } from '../helpers/paths.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
 interface BeamGolden {
   kind: 'decoder' | 'seq2seq';
   cases: Array<BeamCase & { sequences: number[][]; scores: number[] }>;
 }
 
-const root = mkdtempSync(join(tmpdir(), 'chorus-beam-golden-'));
+const root = scratchDir('chorus-beam-golden-');
 
 /** The returned sequences of one request, in rank order, with each one's score. */
 async function beams(engine: Engine, c: BeamCase): Promise<{ sequences: number[][]; scores: number[] }> {
@@ -31,8 +31,7 @@ async function beams(engine: Engine, c: BeamCase): Promise<{ sequences: number[]
     early_stopping: c.early_stopping,
     repetition_penalty: c.repetition_penalty,
     end_id: c.eos_token_id,
-    request_output_len: c.max_new_tokens,
-  };
+    request_output_len: c.max_new_tokens };
   const events: TokenEvent[] = await lastValueFrom(engine.submit({ inputIds: c.prompt, params }).pipe(toArray()));
   const sequences: number[][] = [];
   const scores: number[] = [];

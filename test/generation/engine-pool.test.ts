@@ -1,6 +1,4 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { lastValueFrom, toArray } from 'rxjs';
@@ -8,6 +6,7 @@ import { instancePlacements } from '../../src/ensemble/model-store.ts';
 import { EnginePool, OrtEngine } from '../../src/generation/index.ts';
 import { buildModel } from '../../src/modelbuild/index.ts';
 import { STORIES } from '../helpers/paths.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
 test('instance_group places one session per count on cpu or on each listed GPU', () => {
   const base = { engine: 'generate' as const, source: 'x' };
@@ -23,7 +22,7 @@ test('instance_group places one session per count on cpu or on each listed GPU',
 });
 
 test('a pool of engines spreads requests over its instances, and each gets what one engine gives', async () => {
-  const dir = join(mkdtempSync(join(tmpdir(), 'chorus-pool-')), 'stories');
+  const dir = join(scratchDir('chorus-pool-'), 'stories');
   buildModel({ source: `${STORIES}/stories260K.bin`, out: dir });
   const single = await OrtEngine.open(dir);
   const pool = new EnginePool([await OrtEngine.open(dir), await OrtEngine.open(dir)]);

@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
-import { cpSync, existsSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { lastValueFrom, toArray } from 'rxjs';
@@ -8,8 +7,9 @@ import { OrtEngine, type SamplingParams, type TokenEvent } from '../../src/gener
 import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
 import { DecoderSession, GreedySearchSession } from '../../src/runtime/index.ts';
 import { STORIES } from '../helpers/paths.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
-const root = mkdtempSync(join(tmpdir(), 'chorus-greedy-'));
+const root = scratchDir('chorus-greedy-');
 const dirs = { stories: join(root, 'stories'), gpt2: join(root, 'gpt2'), qwen2: join(root, 'qwen2'), llama: join(root, 'llama') };
 
 before(() => {

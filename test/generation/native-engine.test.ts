@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
-import { cpSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { lastValueFrom, toArray } from 'rxjs';
@@ -9,10 +8,11 @@ import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
 import { loadNative } from '../../src/native/index.ts';
 import { uniformStream } from '../../src/util/random.ts';
 import { STORIES } from '../helpers/paths.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
 const { addon, reason } = loadNative();
 const skip = addon === undefined ? `the native addon: ${reason}` : false;
-const root = mkdtempSync(join(tmpdir(), 'chorus-native-'));
+const root = scratchDir('chorus-native-');
 const dirs = { stories: join(root, 'stories'), gpt2: join(root, 'gpt2'), qwen2: join(root, 'qwen2'), llama: join(root, 'llama') };
 
 function run(engine: Engine, inputIds: number[], params: SamplingParams, stream = true): Promise<TokenEvent[]> {

@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
-import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { firstValueFrom, lastValueFrom, toArray } from 'rxjs';
@@ -10,8 +9,9 @@ import { DecoderSession } from '../../src/runtime/index.ts';
 import { Llama2cTokenizer } from '../../src/tokenizers/index.ts';
 import { buildGolden, readGolden, unusedId } from '../helpers/golden.ts';
 import { STORIES } from '../helpers/paths.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
-const root = mkdtempSync(join(tmpdir(), 'chorus-engine-'));
+const root = scratchDir('chorus-engine-');
 const models: Record<'stories' | 'gpt2', string> = { stories: join(root, 'stories'), gpt2: join(root, 'gpt2') };
 
 before(() => {
@@ -121,8 +121,7 @@ describe('OrtEngine', () => {
             runningOneStepLater = waitForStep(engine, during + 2).then(() => engine.stats().running);
           }
         },
-        complete: () => resolveDone(),
-      });
+        complete: () => resolveDone() });
     });
     for (let k = 0; k < 100; k += 2) done[k] = Promise.resolve();
     await Promise.all(done);
@@ -195,8 +194,7 @@ describe('OrtEngine', () => {
     await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1], params: { runtime_top_p: 1.5 } })), { message: 'runtime_top_p must be a number in (0, 1], got 1.5' });
     await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1], params: { request_output_len: 600 } })), { code: 'CHORUS_CANNOT_FIT' });
     await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1], params: { beam_width: 4, runtime_top_k: 40 } })), {
-      message: 'runtime_top_k 40 has no effect with beam_width 4 (beam search keeps the best beams; it does not sample); leave it at 0 or 1',
-    });
+      message: 'runtime_top_k 40 has no effect with beam_width 4 (beam search keeps the best beams; it does not sample); leave it at 0 or 1' });
     await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1], params: { len_penalty: 2 } })), { message: /^len_penalty 2 ranks beams: it needs beam_width > 1/ });
     await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1], params: { beam_width: 17 } })), { code: 'CHORUS_CANNOT_FIT', message: /beam_width 17 needs 17 rows of a batch that holds 16/ });
     await assert.rejects(firstValueFrom(stories.submit({ inputIds: [1, 15496] })), { message: 'inputIds[1] must be a token id, an integer in [0, 511], got 15496' });

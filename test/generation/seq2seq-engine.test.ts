@@ -1,6 +1,4 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { lastValueFrom, toArray } from 'rxjs';
@@ -8,8 +6,9 @@ import { Seq2SeqEngine, type SamplingParams } from '../../src/generation/index.t
 import { buildModel, makeCheckpoint, type CheckpointArch } from '../../src/modelbuild/index.ts';
 import { argmax, Seq2SeqSession } from '../../src/runtime/index.ts';
 import { buildGolden, readGolden, unusedId } from '../helpers/golden.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
-const root = mkdtempSync(join(tmpdir(), 'chorus-s2s-engine-'));
+const root = scratchDir('chorus-s2s-engine-');
 
 function built(name: string, arch: CheckpointArch, seed: number): string {
   const checkpoint = join(root, name);

@@ -1,18 +1,18 @@
 /** A Chorus server on a loopback port, over a repository, for the server tests. */
-import { cpSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { Service, type ServiceOptions } from '../../src/pipeline/index.ts';
 import { buildServer, Metrics, type ServerOptions } from '../../src/server/index.ts';
 import { ROOT, STORIES } from './paths.ts';
+import { scratchDir } from './scratch.ts';
 
 /**
  * A copy of the ensembles fixture repository whose stories tokenizer reads ../shared, with `models`
  * (file name without .yaml -> definition) written into models/.
  */
 export function storiesRepository(models: Record<string, string>): string {
-  const repository = join(mkdtempSync(join(tmpdir(), 'chorus-repo-')), 'repo');
+  const repository = join(scratchDir('chorus-repo-'), 'repo');
   cpSync(join(ROOT, 'test/fixtures/repositories/ensembles'), repository, { recursive: true });
   writeFileSync(join(repository, 'tokenizers/stories.yaml'), `type: llama2c\nsource: ${STORIES}/tok512.bin\n`);
   for (const [name, definition] of Object.entries(models)) writeFileSync(join(repository, `models/${name}.yaml`), definition);
@@ -34,8 +34,7 @@ export async function startServer(repository: string, options: Partial<ServerOpt
     onRequestDone: (model, m) => {
       metrics.generation(model, m);
       options.onRequestDone?.(model, m);
-    },
-  });
+    } });
   const app = await buildServer({ service, metrics, ...options });
   const url = await app.listen({ host: '127.0.0.1', port: 0 });
   return {
@@ -45,8 +44,7 @@ export async function startServer(repository: string, options: Partial<ServerOpt
     close: async () => {
       await app.close();
       await service.close();
-    },
-  };
+    } };
 }
 
 /** The `data:` payloads of an SSE body, as a plain EventSource-style reader sees them. */

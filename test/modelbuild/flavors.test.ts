@@ -1,13 +1,12 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
 import { DecoderSession, type DecoderStep } from '../../src/runtime/index.ts';
 import { STORIES } from '../helpers/paths.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
-const root = mkdtempSync(join(tmpdir(), 'chorus-flavors-'));
+const root = scratchDir('chorus-flavors-');
 
 function maxAbsDiff(a: Float32Array, b: Float32Array): number {
   let max = 0;

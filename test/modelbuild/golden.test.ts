@@ -1,12 +1,10 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { test } from 'node:test';
 import { DecoderSession, Seq2SeqSession } from '../../src/runtime/index.ts';
 import { buildGolden, readGolden, type Golden } from '../helpers/golden.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
-const root = mkdtempSync(join(tmpdir(), 'chorus-golden-'));
+const root = scratchDir('chorus-golden-');
 
 /** Compares logit rows in order; returns the largest difference and checks that every row was used. */
 function comparer(golden: Golden, vocabSize: number): { compare: (logits: Float32Array) => void; worst: () => number; done: () => void } {
@@ -19,8 +17,7 @@ function comparer(golden: Golden, vocabSize: number): { compare: (logits: Float3
       for (let i = 0; i < vocabSize; i++) worst = Math.max(worst, Math.abs(logits[i]! - expected[i]!));
     },
     worst: () => worst,
-    done: () => assert.equal(row, golden.logits.length),
-  };
+    done: () => assert.equal(row, golden.logits.length) };
 }
 
 for (const name of ['t5-tiny', 't5v1_1-tiny', 'ul2-tiny', 'bart-tiny', 'mbart-tiny']) {

@@ -1,14 +1,13 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { buildModel, makeCheckpoint, readSafetensors, writeSafetensors } from '../../src/modelbuild/index.ts';
 import { Seq2SeqSession } from '../../src/runtime/index.ts';
 import { SentencePieceAdapter } from '../../src/tokenizers/index.ts';
 import { TOKENIZERS } from '../helpers/paths.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
-const root = mkdtempSync(join(tmpdir(), 'chorus-t5-'));
+const root = scratchDir('chorus-t5-');
 
 function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let max = 0;
@@ -109,12 +108,10 @@ test('a T5 checkpoint missing a cross-attention tensor fails the build, naming i
   tensors.delete('decoder.block.1.layer.1.EncDecAttention.k.weight');
   writeSafetensors(join(checkpoint, 'model.safetensors'), tensors);
   assert.throws(() => buildModel({ source: checkpoint, out: `${checkpoint}-onnx` }), {
-    message: /tensor decoder\.block\.1\.layer\.1\.EncDecAttention\.k\.weight is missing \(expected shape \[64, 64\]\)/,
-  });
+    message: /tensor decoder\.block\.1\.layer\.1\.EncDecAttention\.k\.weight is missing \(expected shape \[64, 64\]\)/ });
 });
 
 test('make-checkpoint refuses a size an architecture does not have', () => {
   assert.throws(() => makeCheckpoint({ arch: 'gpt2', size: 'base', seed: 1, out: join(root, 'no') }), {
-    message: 'size must be one of tiny, real for gpt2, got "base"',
-  });
+    message: 'size must be one of tiny, real for gpt2, got "base"' });
 });

@@ -1,6 +1,4 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { buildModel } from '../../src/modelbuild/index.ts';
@@ -8,8 +6,9 @@ import { argmax, DecoderSession } from '../../src/runtime/index.ts';
 import { Llama2cTokenizer } from '../../src/tokenizers/index.ts';
 import { Llama2cReference } from '../helpers/llama2c-run.ts';
 import { STORIES } from '../helpers/paths.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
-const out = mkdtempSync(join(tmpdir(), 'chorus-stories-'));
+const out = scratchDir('chorus-stories-');
 let fromBin: DecoderSession;
 let fromHf: DecoderSession;
 

@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { buildModel, makeCheckpoint, readSafetensors, writeSafetensors, type CheckpointArch, type Tensor } from '../../src/modelbuild/index.ts';
 import { DecoderSession } from '../../src/runtime/index.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
-const root = mkdtempSync(join(tmpdir(), 'chorus-tiny-'));
+const root = scratchDir('chorus-tiny-');
 
 function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let max = 0;
@@ -115,22 +115,19 @@ describe('errors, not guesses', () => {
     const dir = brokenCopy((t) => t.delete('model.layers.1.self_attn.k_proj.weight'));
     assert.throws(() => buildModel({ source: dir, out: `${dir}-onnx` }), {
       code: 'CHORUS_FILE_INVALID',
-      message: /tensor model\.layers\.1\.self_attn\.k_proj\.weight is missing \(expected shape \[32, 64\]\)/,
-    });
+      message: /tensor model\.layers\.1\.self_attn\.k_proj\.weight is missing \(expected shape \[32, 64\]\)/ });
   });
 
   test('a mis-shaped tensor fails the build, naming it and both shapes', () => {
     const dir = brokenCopy((t) => t.set('model.layers.0.mlp.up_proj.weight', { dims: [172, 32], data: new Float32Array(172 * 32) }));
     assert.throws(() => buildModel({ source: dir, out: `${dir}-onnx` }), {
-      message: /tensor model\.layers\.0\.mlp\.up_proj\.weight has shape \[172, 32\], expected \[172, 64\]/,
-    });
+      message: /tensor model\.layers\.0\.mlp\.up_proj\.weight has shape \[172, 32\], expected \[172, 64\]/ });
   });
 
   test('an extra tensor fails the build, naming it', () => {
     const dir = brokenCopy((t) => t.set('model.layers.2.input_layernorm.weight', { dims: [64], data: new Float32Array(64) }));
     assert.throws(() => buildModel({ source: dir, out: `${dir}-onnx` }), {
-      message: /1 tensor\(s\) not used by the architecture: model\.layers\.2\.input_layernorm\.weight \[64\]/,
-    });
+      message: /1 tensor\(s\) not used by the architecture: model\.layers\.2\.input_layernorm\.weight \[64\]/ });
   });
 
   test('a config the builder cannot honour fails with the field', () => {

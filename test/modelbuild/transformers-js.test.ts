@@ -1,15 +1,14 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { AutoModelForCausalLM, env, Tensor } from '@huggingface/transformers';
 import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
 import { DecoderSession } from '../../src/runtime/index.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
 // transformers.js runs on the same onnxruntime-node as Chorus (package.json pins it through overrides).
 env.allowRemoteModels = false;
-const root = mkdtempSync(join(tmpdir(), 'chorus-tjs-'));
+const root = scratchDir('chorus-tjs-');
 
 for (const arch of ['gpt2', 'llama'] as const) {
   test(`transformers.js loads the built tiny ${arch} and its greedy generate gives Chorus's ids`, async () => {
@@ -27,8 +26,7 @@ for (const arch of ['gpt2', 'llama'] as const) {
       local_files_only: true,
       dtype: 'fp32',
       device: 'cpu',
-      model_file_name: 'decoder_model_merged',
-    });
+      model_file_name: 'decoder_model_merged' });
     const inputIds = new Tensor('int64', BigInt64Array.from(prompt, BigInt), [1, prompt.length]);
     // No stopping: eos is set to an id outside the vocabulary, and the exact length is asked for.
     const output = (await model.generate({ input_ids: inputIds, max_new_tokens: steps, min_new_tokens: steps, do_sample: false, eos_token_id: -1 })) as Tensor;

@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
-import { copyFileSync, mkdtempSync, readdirSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync, readdirSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { lastValueFrom, toArray } from 'rxjs';
 import { Service, type PipelineUpdate, type TextRequest } from '../../src/pipeline/index.ts';
 import { parseSourceOverride } from '../../src/repository/index.ts';
 import { ROOT, STORIES } from '../helpers/paths.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
 const REPOSITORY = join(ROOT, 'test/fixtures/repositories/ensembles');
 const STORY = 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park.';
@@ -76,22 +76,20 @@ test('--set-source points a definition at other files; a name that fits nothing 
   assert.equal(moved.repository.models.get('stories')!.value.source, `${STORIES}/stories260K.bin`);
   assert.equal(moved.repository.tokenizers.get('stories')!.value.source, `${STORIES}/tok512.bin`);
   assert.throws(() => Service.open(REPOSITORY, { sourceOverrides: [parseSourceOverride('stories=/x')] }), {
-    message: '--set-source stories: both a model and a tokenizer are named stories; write model:stories=... or tokenizer:stories=...',
-  });
+    message: '--set-source stories: both a model and a tokenizer are named stories; write model:stories=... or tokenizer:stories=...' });
   assert.throws(() => Service.open(REPOSITORY, { sourceOverrides: [parseSourceOverride('model:stories=/nowhere/x.bin')], log: () => {} }), {
     code: 'CHORUS_CONFIG_INVALID',
-    message: /source path \/nowhere\/x\.bin does not exist/,
-  });
+    message: /source path \/nowhere\/x\.bin does not exist/ });
   assert.throws(() => Service.open(REPOSITORY, { sourceOverrides: [parseSourceOverride('nobody=/x')] }), { message: '--set-source nobody: no model or tokenizer is named nobody; there are: stories, stories' });
   assert.throws(() => parseSourceOverride('no-equals-sign'), { message: '--set-source must be [model:|tokenizer:]NAME=SOURCE, got "no-equals-sign"' });
 });
 
 test('a checkpoint source is built once and cached by its content: a copy elsewhere finds the same build', async () => {
-  const cache = mkdtempSync(join(tmpdir(), 'chorus-content-cache-'));
+  const cache = scratchDir('chorus-content-cache-');
   const saved = process.env.CHORUS_CACHE;
   process.env.CHORUS_CACHE = cache;
   try {
-    const copy = join(mkdtempSync(join(tmpdir(), 'chorus-copy-')), 'stories260K.bin');
+    const copy = join(scratchDir('chorus-copy-'), 'stories260K.bin');
     copyFileSync(`${STORIES}/stories260K.bin`, copy);
     const dirs: string[] = [];
     for (const source of [`${STORIES}/stories260K.bin`, copy]) {

@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, beforeEach, test } from 'node:test';
 import { lastValueFrom, toArray } from 'rxjs';
 import { Service } from '../../src/pipeline/index.ts';
 import { startHubServer, type HubServer } from '../helpers/hub-server.ts';
 import { STORIES } from '../helpers/paths.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
 const STORY = 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park.';
 let hub: HubServer;
@@ -15,7 +15,7 @@ const saved = { ...process.env };
 
 /** A repository whose stories model and tokenizer come from hub id `id` (file names inside it given). */
 function repository(id: string, modelFile = 'stories260K.bin', extra = ''): string {
-  const dir = mkdtempSync(join(tmpdir(), 'chorus-hub-repo-'));
+  const dir = scratchDir('chorus-hub-repo-');
   for (const folder of ['tokenizers', 'models', 'pipelines']) mkdirSync(join(dir, folder));
   writeFileSync(join(dir, 'tokenizers/stories.yaml'), `type: llama2c\nsource: hf:${id}\nfile: tok512.bin\n`);
   writeFileSync(join(dir, 'models/stories.yaml'), `engine: generate\nsource: hf:${id}\nfile: ${modelFile}\ntokenizer: stories\n${extra}`);
@@ -39,7 +39,7 @@ after(async () => {
   await secret.close();
 });
 beforeEach(() => {
-  process.env = { ...saved, CHORUS_CACHE: mkdtempSync(join(tmpdir(), 'chorus-hub-cache-')) };
+  process.env = { ...saved, CHORUS_CACHE: scratchDir('chorus-hub-cache-') };
   delete process.env.HF_HUB_OFFLINE;
   delete process.env.HF_TOKEN;
 });

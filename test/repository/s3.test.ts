@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, beforeEach, test } from 'node:test';
 import { CreateBucketCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
@@ -9,6 +8,7 @@ import S3rver from 's3rver';
 import { makeCheckpoint } from '../../src/modelbuild/index.ts';
 import { Service } from '../../src/pipeline/index.ts';
 import { STORIES } from '../helpers/paths.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
 const STORY = 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park.';
 const saved = { ...process.env };
@@ -16,7 +16,7 @@ let server: S3rver;
 let endpoint: string;
 
 function repository(model: string, tokenizer: string): string {
-  const dir = mkdtempSync(join(tmpdir(), 'chorus-s3-repo-'));
+  const dir = scratchDir('chorus-s3-repo-');
   for (const folder of ['tokenizers', 'models', 'pipelines']) mkdirSync(join(dir, folder));
   writeFileSync(join(dir, 'tokenizers/stories.yaml'), `type: llama2c\n${tokenizer}\n`);
   writeFileSync(join(dir, 'models/stories.yaml'), `engine: generate\n${model}\ntokenizer: stories\n`);
@@ -29,14 +29,14 @@ async function answer(service: Service): Promise<string> {
 }
 
 before(async () => {
-  server = new S3rver({ port: 0, address: '127.0.0.1', silent: true, directory: mkdtempSync(join(tmpdir(), 'chorus-s3rver-')) });
+  server = new S3rver({ port: 0, address: '127.0.0.1', silent: true, directory: scratchDir('chorus-s3rver-') });
   const { port } = await server.run();
   endpoint = `http://127.0.0.1:${port}`;
   const s3 = new S3Client({ region: 'us-east-1', endpoint, forcePathStyle: true, credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' } });
   await s3.send(new CreateBucketCommand({ Bucket: 'models' }));
   for (const file of ['stories260K.bin', 'tok512.bin']) await s3.send(new PutObjectCommand({ Bucket: 'models', Key: `stories/${file}`, Body: readFileSync(`${STORIES}/${file}`) }));
   // A whole checkpoint directory under one prefix.
-  const checkpoint = mkdtempSync(join(tmpdir(), 'chorus-s3-ckpt-'));
+  const checkpoint = scratchDir('chorus-s3-ckpt-');
   makeCheckpoint({ arch: 'llama', size: 'tiny', seed: 4, out: checkpoint });
   for (const file of readdirSync(checkpoint)) await s3.send(new PutObjectCommand({ Bucket: 'models', Key: `tiny-llama/${file}`, Body: readFileSync(join(checkpoint, file)) }));
   s3.destroy();
@@ -46,7 +46,7 @@ after(async () => {
   await server.close();
 });
 beforeEach(() => {
-  process.env = { ...saved, CHORUS_CACHE: mkdtempSync(join(tmpdir(), 'chorus-s3-cache-')), AWS_ENDPOINT_URL_S3: endpoint, AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER', AWS_REGION: 'us-east-1' };
+  process.env = { ...saved, CHORUS_CACHE: scratchDir('chorus-s3-cache-'), AWS_ENDPOINT_URL_S3: endpoint, AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER', AWS_REGION: 'us-east-1' };
 });
 
 test('s3:// sources: a file under a prefix, and a whole checkpoint prefix, are fetched, built and served', async () => {

@@ -1,14 +1,14 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { test } from 'node:test';
 import { formatDiagnostic, type Diagnostic } from '../../src/config/index.ts';
 import { bundledRepositoryDir, loadRepository } from '../../src/repository/index.ts';
 import { ROOT } from '../helpers/paths.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
 // Hub sources are looked up in the cache; an empty one makes "not in the cache" the same everywhere.
-process.env.CHORUS_CACHE = mkdtempSync(join(tmpdir(), 'chorus-cache-'));
+process.env.CHORUS_CACHE = scratchDir('chorus-cache-');
 
 const FIXTURES = join(ROOT, 'test/fixtures/repositories');
 
@@ -88,7 +88,7 @@ test('the bundled repository has no errors; sources not in the cache are warning
 });
 
 test('a directory without definitions is an error, not an empty success', () => {
-  const empty = mkdtempSync(join(tmpdir(), 'chorus-empty-'));
+  const empty = scratchDir('chorus-empty-');
   const { diagnostics } = loadRepository(empty);
   assert.equal(diagnostics.length, 1);
   assert.match(diagnostics[0]!.message, /no definitions found: expected YAML files under tokenizers\/, models\/, ensembles\/, pipelines\//);

@@ -1,14 +1,14 @@
 /** A full queue is answered at once: 429 on OpenAI routes, 503 elsewhere, with Retry-After. */
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { STORIES } from '../helpers/paths.ts';
 import { startServer } from '../helpers/server.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
 test('beyond max_queue waiting requests, a request is refused with 429 (OpenAI) or 503 (generate) and Retry-After', async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'chorus-overload-'));
+  const dir = scratchDir('chorus-overload-');
   for (const folder of ['tokenizers', 'models', 'pipelines']) mkdirSync(join(dir, folder));
   writeFileSync(join(dir, 'tokenizers/stories.yaml'), `type: llama2c\nsource: ${STORIES}/tok512.bin\n`);
   writeFileSync(join(dir, 'models/stories.yaml'), `engine: generate\nsource: ${STORIES}/stories260K.bin\ntokenizer: stories\nmax_batch_size: 1\nmax_queue: 1\n`);
