@@ -1,14 +1,16 @@
 // The decode kernels of the native engine for rows that do more than take the raw argmax: penalties
 // (repetition, presence, frequency), bans (bad words' last ids, the end id before min_length),
-// temperature, top-k, top-p (factual nucleus: the row's current p), then greedy or a seeded draw, and the
-// chosen token's log-probability under the processed distribution. They follow the TypeScript processors
-// (src/generation/processors, sampler.ts) step for step, rounding to float32 where those store into a
-// Float32Array and computing in double where they compute in JavaScript numbers.
+// temperature, top-k, top-p (factual nucleus: the row's current p), then greedy or a seeded draw, the
+// chosen token's log-probability under the processed distribution and its top_logprobs; and, for a
+// beam of a beam search, its best continuations (BeamRow). They follow the TypeScript processors
+// (src/generation/processors, sampler.ts, beam-search.ts) step for step, rounding to float32 where those
+// store into a Float32Array and computing in double where they compute in JavaScript numbers.
 //
 // The algorithm of one row is written once, over a "block" of cooperating threads: the host runs it with
-// one thread (HostBlock, sampling.cc), the GPU with a CUDA block per row (sampling.cu). Thresholds (the
-// k-th largest logit, the value where the nucleus reaches p) are found by searching the order-preserving
-// integer keys of the float32 logits, each probe one pass over the row, so no row is ever sorted.
+// one thread (HostBlock, sampling.cc), the GPU with a CUDA block per row (sampling.cu). No row is sorted:
+// the k-th largest logit comes from a radix selection over the order-preserving integer keys of the
+// float32 logits, the value where the nucleus reaches p from a search over those keys (a pass per
+// probe), and once few ids remain possible they are gathered and the later stages run over them alone.
 #pragma once
 
 #include <cmath>
