@@ -47,7 +47,7 @@ def main():
     for r in rows:
         addon = f"{r['native_call_share']:6.0%}" if "native_call_share" in r else f"{'':6}"
         same = f"{r['rows_identical_to_loop']}/{r['batch']}" if "rows_identical_to_loop" in r else ""
-        print(f"{r['flavor']:9} {r['path']:12} {r['setting']:22} {r['tokens']:7d} {r['tokens_per_s']:12.0f} {r['hf_tokens_per_s']:10.0f} {r['ratio_tokens_per_s']:6.2f} {r['ms_per_step']:8.2f} {r['hf_ms_per_step']:10.2f} {r['ttft_ms_median']:8.1f} {r['session_run_share']:7.0%} {addon} {same:>8}")
+        print(f"{r['flavor']:9} {r['path']:12} {r['setting']:22} {r['tokens']:7d} {r['tokens_per_s']:12.0f} {r['hf_tokens_per_s']:10.0f} {r['ratio_tokens_per_s']:6.2f} {r['ms_per_step']:8.2f} {r['hf_ms_per_step']:10.2f} {(r['ttft_ms_median'] if r['ttft_ms_median'] is not None else float('nan')):8.1f} {r['session_run_share']:7.0%} {addon} {same:>8}")
 
 
 if __name__ == "__main__":
