@@ -287,41 +287,55 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
   int busy_ = 0;
 };
 
+// A logits argument of the test entry points: a Float32Array, or a Uint16Array of fp16 bits, of whole
+// rows of `vocab`.
+struct Logits {
+  const void* data;
+  size_t bytes;
+  FloatType type;
+  int rows;
+};
+
+Logits LogitsArg(const Napi::Value& value, int vocab) {
+  Napi::Env env = value.Env();
+  if (!value.IsTypedArray()) throw Napi::TypeError::New(env, "logits must be a Float32Array or a Uint16Array of fp16 bits");
+  auto array = value.As<Napi::TypedArray>();
+  const bool half = array.TypedArrayType() == napi_uint16_array;
+  if (!half && array.TypedArrayType() != napi_float32_array) throw Napi::TypeError::New(env, "logits must be a Float32Array or a Uint16Array of fp16 bits");
+  if (vocab <= 0 || array.ElementLength() % vocab != 0) throw Napi::RangeError::New(env, "logits must hold whole rows of vocab");
+  return Logits{static_cast<const char*>(array.ArrayBuffer().Data()) + array.ByteOffset(), array.ByteLength(), half ? FloatType::kFloat16 : FloatType::kFloat32,
+                static_cast<int>(array.ElementLength() / vocab)};
+}
+
 // argmaxRows(logits: Float32Array | Uint16Array (fp16 bits), vocab, device): each row's argmax, on
 // the GPU with device true (the kernel the engine runs), else on the host.
 Napi::Value ArgmaxRows(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  auto array = info[0].As<Napi::TypedArray>();
   const int vocab = info[1].As<Napi::Number>().Int32Value();
   const bool device = info[2].ToBoolean();
-  const bool half = array.TypedArrayType() == napi_uint16_array;
-  if (!half && array.TypedArrayType() != napi_float32_array) throw Napi::TypeError::New(env, "logits must be a Float32Array or a Uint16Array of fp16 bits");
-  if (vocab <= 0 || array.ElementLength() % vocab != 0) throw Napi::RangeError::New(env, "logits must hold whole rows of vocab");
-  const int rows = static_cast<int>(array.ElementLength() / vocab);
-  const FloatType type = half ? FloatType::kFloat16 : FloatType::kFloat32;
-  const void* data = static_cast<const char*>(array.ArrayBuffer().Data()) + array.ByteOffset();
-  auto out = Napi::Int32Array::New(env, rows);
+  const Logits logits = LogitsArg(info[0], vocab);
+  auto out = Napi::Int32Array::New(env, logits.rows);
   if (!device) {
-    ArgmaxRowsHost(data, type, rows, vocab, out.Data());
+    ArgmaxRowsHost(logits.data, logits.type, logits.rows, vocab, out.Data());
     return out;
   }
 #ifdef CHORUS_WITH_CUDA
-  void* logits = nullptr;
+  void* onDevice = nullptr;
   int32_t* ids = nullptr;
   auto fail = [&](cudaError_t status) {
-    cudaFree(logits);
+    cudaFree(onDevice);
     cudaFree(ids);
     throw Napi::Error::New(env, std::string("CUDA: ") + cudaGetErrorString(status));
   };
-  cudaError_t status = cudaMalloc(&logits, array.ByteLength());
-  if (status == cudaSuccess) status = cudaMalloc(&ids, sizeof(int32_t) * rows);
-  if (status == cudaSuccess) status = cudaMemcpy(logits, data, array.ByteLength(), cudaMemcpyHostToDevice);
+  cudaError_t status = cudaMalloc(&onDevice, logits.bytes);
+  if (status == cudaSuccess) status = cudaMalloc(&ids, sizeof(int32_t) * logits.rows);
+  if (status == cudaSuccess) status = cudaMemcpy(onDevice, logits.data, logits.bytes, cudaMemcpyHostToDevice);
   if (status != cudaSuccess) fail(status);
-  ArgmaxRowsDevice(logits, type, rows, vocab, ids, nullptr);
+  ArgmaxRowsDevice(onDevice, logits.type, logits.rows, vocab, ids, nullptr);
   status = cudaGetLastError();
-  if (status == cudaSuccess) status = cudaMemcpy(out.Data(), ids, sizeof(int32_t) * rows, cudaMemcpyDeviceToHost);
+  if (status == cudaSuccess) status = cudaMemcpy(out.Data(), ids, sizeof(int32_t) * logits.rows, cudaMemcpyDeviceToHost);
   if (status != cudaSuccess) fail(status);
-  cudaFree(logits);
+  cudaFree(onDevice);
   cudaFree(ids);
   return out;
 #else
@@ -334,44 +348,38 @@ Napi::Value ArgmaxRows(const Napi::CallbackInfo& info) {
 // the host: { tokens, logProbs, processed } (processed: each sampled row's logits after its processors).
 Napi::Value SampleRows(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  auto array = info[0].As<Napi::TypedArray>();
   const int vocab = info[1].As<Napi::Number>().Int32Value();
   const bool device = info[3].ToBoolean();
-  const bool half = array.TypedArrayType() == napi_uint16_array;
-  if (!half && array.TypedArrayType() != napi_float32_array) throw Napi::TypeError::New(env, "logits must be a Float32Array or a Uint16Array of fp16 bits");
-  if (vocab <= 0 || array.ElementLength() % vocab != 0) throw Napi::RangeError::New(env, "logits must hold whole rows of vocab");
-  const int rows = static_cast<int>(array.ElementLength() / vocab);
+  const Logits logits = LogitsArg(info[0], vocab);
   SampleBatch batch = ParseSampleBatch(info[2], vocab);
   for (int32_t r : batch.rows) {
-    if (r < 0 || r >= rows) throw Napi::RangeError::New(env, "sample.rows has a row outside the logits");
+    if (r < 0 || r >= logits.rows) throw Napi::RangeError::New(env, "sample.rows has a row outside the logits");
   }
-  const FloatType type = half ? FloatType::kFloat16 : FloatType::kFloat32;
-  const void* data = static_cast<const char*>(array.ArrayBuffer().Data()) + array.ByteOffset();
   std::vector<SampleResult> out(batch.rows.size());
   std::vector<float> processed(static_cast<size_t>(vocab) * batch.rows.size());
   if (!device) {
-    SampleRowsHost(data, type, vocab, batch, processed.data(), out.data());
+    SampleRowsHost(logits.data, logits.type, vocab, batch, processed.data(), out.data());
     return SampledObject(env, out, &processed);
   }
 #ifdef CHORUS_WITH_CUDA
-  void* logits = nullptr;
+  void* onDevice = nullptr;
   void* staging = nullptr;
   void* work = nullptr;
   void* results = nullptr;
   const size_t stagingBytes = SampleStagingBytes(batch);
   std::vector<char> hostStaging(stagingBytes);
-  cudaError_t status = cudaMalloc(&logits, array.ByteLength());
+  cudaError_t status = cudaMalloc(&onDevice, logits.bytes);
   if (status == cudaSuccess) status = cudaMalloc(&staging, stagingBytes);
   if (status == cudaSuccess) status = cudaMalloc(&work, sizeof(float) * vocab * std::max<size_t>(1, batch.rows.size()));
   if (status == cudaSuccess) status = cudaMalloc(&results, sizeof(SampleResult) * std::max<size_t>(1, batch.rows.size()));
-  if (status == cudaSuccess) status = cudaMemcpy(logits, data, array.ByteLength(), cudaMemcpyHostToDevice);
+  if (status == cudaSuccess) status = cudaMemcpy(onDevice, logits.data, logits.bytes, cudaMemcpyHostToDevice);
   if (status == cudaSuccess) {
-    SampleRowsDevice(logits, type, vocab, batch, hostStaging.data(), staging, static_cast<float*>(work), static_cast<SampleResult*>(results), nullptr);
+    SampleRowsDevice(onDevice, logits.type, vocab, batch, hostStaging.data(), staging, static_cast<float*>(work), static_cast<SampleResult*>(results), nullptr);
     status = cudaGetLastError();
   }
   if (status == cudaSuccess) status = cudaMemcpy(out.data(), results, sizeof(SampleResult) * batch.rows.size(), cudaMemcpyDeviceToHost);
   if (status == cudaSuccess) status = cudaMemcpy(processed.data(), work, sizeof(float) * processed.size(), cudaMemcpyDeviceToHost);
-  for (void* p : {logits, staging, work, results}) cudaFree(p);
+  for (void* p : {onDevice, staging, work, results}) cudaFree(p);
   if (status != cudaSuccess) throw Napi::Error::New(env, std::string("CUDA: ") + cudaGetErrorString(status));
   return SampledObject(env, out, &processed);
 #else

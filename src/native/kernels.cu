@@ -4,17 +4,11 @@
 
 #include <cfloat>
 
+#include "device.cuh"
 #include "kernels.h"
 
 namespace chorus {
 namespace {
-
-template <typename T>
-__device__ inline float Load(const T* p);
-template <>
-__device__ inline float Load<float>(const float* p) { return *p; }
-template <>
-__device__ inline float Load<__half>(const __half* p) { return __half2float(*p); }
 
 // Larger value wins; among equal values the lower index, as the host's first-maximum scan.
 __device__ inline void Better(float& value, int& index, float otherValue, int otherIndex) {

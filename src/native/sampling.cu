@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "device.cuh"
 #include "sampling.h"
 
 namespace chorus {
@@ -70,35 +71,43 @@ struct DeviceBlock {
     return counts;
   }
 
-  // An inclusive scan of one int per thread through shared memory; every thread gets its own prefix.
-  __device__ int InclusiveScan(int value, int& total) {
-    int* sums = reinterpret_cast<int*>(shared);
+  // This thread's contiguous share [begin, end) of n items, in thread order.
+  __device__ void Share(int n, int& begin, int& end) {
+    const int chunk = (n + blockDim.x - 1) / blockDim.x;
+    begin = min(n, static_cast<int>(threadIdx.x) * chunk);
+    end = min(n, begin + chunk);
+  }
+
+  // A scan of one value per thread through shared memory, in a fixed order: every thread gets the sum
+  // of the values of the threads before it, and `total` the sum of all.
+  template <class T>
+  __device__ T ExclusiveScan(T value, T& total) {
+    T* sums = reinterpret_cast<T*>(shared);
     __syncthreads();
     sums[threadIdx.x] = value;
     __syncthreads();
     for (int offset = 1; offset < static_cast<int>(blockDim.x); offset <<= 1) {
-      const int add = static_cast<int>(threadIdx.x) >= offset ? sums[threadIdx.x - offset] : 0;
+      const T add = static_cast<int>(threadIdx.x) >= offset ? sums[threadIdx.x - offset] : T(0);
       __syncthreads();
       sums[threadIdx.x] += add;
       __syncthreads();
     }
-    const int mine = sums[threadIdx.x];
+    const T before = threadIdx.x == 0 ? T(0) : sums[threadIdx.x - 1];
     total = sums[blockDim.x - 1];
     __syncthreads();
-    return mine;
+    return before;
   }
 
   // The ids `keep` keeps, with their values, in id order (at most kCompact): each thread gathers a
   // contiguous chunk at the offset the scan of the chunks' counts gives it.
   template <class Keep>
   __device__ CompactRow Compact(int n, Keep keep, const float* w) {
-    const int chunk = (n + blockDim.x - 1) / blockDim.x;
-    const int begin = min(n, static_cast<int>(threadIdx.x) * chunk);
-    const int end = min(n, begin + chunk);
+    int begin, end;
+    Share(n, begin, end);
     int local = 0;
     for (int v = begin; v < end; v++) local += keep(v) ? 1 : 0;
     int total;
-    int at = InclusiveScan(local, total) - local;
+    int at = ExclusiveScan(local, total);
     for (int v = begin; v < end; v++) {
       if (!keep(v)) continue;
       if (at < kCompact) {
@@ -115,22 +124,12 @@ struct DeviceBlock {
   // the crossing walks it; the first crossing wins.
   template <class Weight>
   __device__ int FindFirst(int n, Weight weight, double target, bool strict) {
-    const int chunk = (n + blockDim.x - 1) / blockDim.x;
-    const int begin = min(n, static_cast<int>(threadIdx.x) * chunk);
-    const int end = min(n, begin + chunk);
+    int begin, end;
+    Share(n, begin, end);
     double local = 0;
     for (int v = begin; v < end; v++) local += weight(v);
-    double* sums = reinterpret_cast<double*>(shared);
-    __syncthreads();
-    sums[threadIdx.x] = local;
-    __syncthreads();
-    for (int offset = 1; offset < static_cast<int>(blockDim.x); offset <<= 1) {
-      const double add = static_cast<int>(threadIdx.x) >= offset ? sums[threadIdx.x - offset] : 0.0;
-      __syncthreads();
-      sums[threadIdx.x] += add;
-      __syncthreads();
-    }
-    double sum = threadIdx.x == 0 ? 0.0 : sums[threadIdx.x - 1];
+    double total;
+    double sum = ExclusiveScan(local, total);
     int found = n;
     for (int v = begin; v < end; v++) {
       sum += weight(v);
@@ -143,13 +142,6 @@ struct DeviceBlock {
     return first >= n ? -1 : first;
   }
 };
-
-template <typename T>
-__device__ inline float Load(const T* p);
-template <>
-__device__ inline float Load<float>(const float* p) { return *p; }
-template <>
-__device__ inline float Load<__half>(const __half* p) { return __half2float(*p); }
 
 template <typename T>
 __global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(const T* logits, int vocab, const int32_t* rows, const SampleParams* params, const int32_t* seen,

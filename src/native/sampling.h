@@ -236,20 +236,39 @@ CHORUS_HD void Nucleus(Block& b, const Row& row, double topP, double max, double
   });
 }
 
+// log(sum(exp(values))) of a row, with the maximum taken out first (as the TypeScript logSumExp); -inf
+// when every value is -inf.
+template <class Block, class Value>
+CHORUS_HD double LogNorm(Block& b, int n, Value valueOf) {
+  const float max = b.Reduce(n, -INFINITY, [&](int i) { return valueOf(i); }, [](float a, float c) { return a > c ? a : c; });
+  if (max == -INFINITY) return -INFINITY;
+  const double sum = b.Reduce(n, 0.0, [&](int i) { return exp(static_cast<double>(valueOf(i)) - max); }, [](double a, double c) { return a + c; });
+  return max + log(sum);
+}
+
+// The element that follows `previous` in the order of values, largest first, then of indices; its
+// index is n when none does. Start from Best{INFINITY, -1}.
+template <class Block, class Value>
+CHORUS_HD Best NextInOrder(Block& b, int n, Value valueOf, const Best& previous) {
+  return b.Reduce(n, Best{-INFINITY, n}, [&](int i) {
+    const float x = valueOf(i);
+    const bool after = x < previous.value || (x == previous.value && i > previous.index);
+    return after ? Best{x, i} : Best{-INFINITY, n};
+  }, [](const Best& x, const Best& y) { return CombineBest(x, y); });
+}
+
 // The choice over a processed row: its argmax (temperature 0) or the draw's id, walking the softmax in
 // id order; and log(softmax) there.
 template <class Block, class Row>
 CHORUS_HD SampleResult Choose(Block& b, const Row& row, const SampleParams& p) {
-  const float max = b.Reduce(row.n, -INFINITY, [&](int i) { return row.value(i); }, [](float a, float c) { return a > c ? a : c; });
+  const double norm = LogNorm(b, row.n, [&](int i) { return row.value(i); });
   SampleResult result;
-  if (max == -INFINITY) {
+  if (norm == -INFINITY) {
     result.token = 0;
     result.logProb = NAN;
     result.topCount = 0;
     return result;
   }
-  const double sum = b.Reduce(row.n, 0.0, [&](int i) { return exp(static_cast<double>(row.value(i)) - max); }, [](double a, double c) { return a + c; });
-  const double norm = max + log(sum);
   int at;
   if (p.temperature == 0) {
     at = b.Reduce(row.n, Best{-INFINITY, row.n}, [&](int i) { return Best{row.value(i), i}; }, [](const Best& x, const Best& y) { return CombineBest(x, y); }).index;
@@ -264,11 +283,7 @@ CHORUS_HD SampleResult Choose(Block& b, const Row& row, const SampleParams& p) {
   result.topCount = 0;
   Best previous{INFINITY, -1};
   for (int j = 0; j < p.topLogProbs; j++) {
-    const Best next = b.Reduce(row.n, Best{-INFINITY, row.n}, [&](int i) {
-      const float x = row.value(i);
-      const bool after = x < previous.value || (x == previous.value && i > previous.index);
-      return after ? Best{x, i} : Best{-INFINITY, row.n};
-    }, [](const Best& x, const Best& y) { return CombineBest(x, y); });
+    const Best next = NextInOrder(b, row.n, [&](int i) { return row.value(i); }, previous);
     if (next.index >= row.n || next.value == -INFINITY) break;
     result.topTokens[j] = row.index(next.index);
     result.topLogProbs[j] = next.value - norm;
@@ -279,9 +294,6 @@ CHORUS_HD SampleResult Choose(Block& b, const Row& row, const SampleParams& p) {
   return result;
 }
 
-// One row: processes `w` (vocab floats: the row's logits, widened) in place, then chooses. Once top-k
-// or a bound on the nucleus leaves at most Block::kCompact possible ids, they are gathered (in id order)
-// and the later stages run over them alone; `w` ends with the processed row either way.
 // Penalties, each id once: repetition (context and output), presence and frequency (output); then
 // the bans.
 template <class Block>
@@ -306,25 +318,16 @@ CHORUS_HD void PenalizeAndBan(Block& b, float* w, const SampleParams& p, const i
 template <class Block>
 CHORUS_HD SampleResult BeamRow(Block& b, float* w, int vocab, const SampleParams& p, const int32_t* seen, const int32_t* bans) {
   if (p.temperature != 0 && p.temperature != 1) b.ForEach(vocab, [&](int v) { w[v] = static_cast<float>(w[v] / p.temperature); });
-  const float max = b.Reduce(vocab, -INFINITY, [&](int v) { return w[v]; }, [](float a, float c) { return a > c ? a : c; });
-  if (max == -INFINITY) {
-    b.ForEach(vocab, [&](int v) { w[v] = -INFINITY; });
-  } else {
-    const double sum = b.Reduce(vocab, 0.0, [&](int v) { return exp(static_cast<double>(w[v]) - max); }, [](double a, double c) { return a + c; });
-    const double norm = max + log(sum);
-    b.ForEach(vocab, [&](int v) { w[v] = static_cast<float>(w[v] - norm); });
-  }
+  const double norm = LogNorm(b, vocab, [&](int v) { return w[v]; });
+  // All -inf stays all -inf (no NaN from -inf - -inf).
+  b.ForEach(vocab, [&](int v) { w[v] = norm == -INFINITY ? -INFINITY : static_cast<float>(w[v] - norm); });
   PenalizeAndBan(b, w, p, seen, bans);
   auto accumulated = [&](int v) { return static_cast<float>(w[v] + p.beamScore); };
   SampleResult result;
   result.topCount = 0;
   Best previous{INFINITY, -1};
   for (int j = 0; j < p.beamKeep && j < vocab; j++) {
-    const Best next = b.Reduce(vocab, Best{-INFINITY, vocab}, [&](int v) {
-      const float x = accumulated(v);
-      const bool after = x < previous.value || (x == previous.value && v > previous.index);
-      return after ? Best{x, v} : Best{-INFINITY, vocab};
-    }, [](const Best& x, const Best& y) { return CombineBest(x, y); });
+    const Best next = NextInOrder(b, vocab, accumulated, previous);
     result.topTokens[j] = next.index;
     result.topLogProbs[j] = w[next.index];
     result.topCount = j + 1;
@@ -336,6 +339,10 @@ CHORUS_HD SampleResult BeamRow(Block& b, float* w, int vocab, const SampleParams
   return result;
 }
 
+// One row: processes `w` (vocab floats: the row's logits, widened) in place, then chooses (or, for a
+// beam, returns its continuations). Once top-k or a bound on the nucleus leaves at most Block::kCompact
+// possible ids, they are gathered (in id order) and the later stages run over them alone; `w` ends with
+// the processed row either way.
 template <class Block>
 CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SampleParams& p, const int32_t* seen, const int32_t* bans) {
   if (p.beamKeep > 0) return BeamRow(b, w, vocab, p, seen, bans);

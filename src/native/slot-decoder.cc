@@ -137,6 +137,15 @@ void SlotDecoder::Free(void* p) {
   std::free(p);
 }
 
+void SlotDecoder::Reserve(void*& buffer, size_t& capacity, size_t need, size_t grow) {
+  if (capacity >= need) return;
+  Free(buffer);
+  buffer = nullptr;
+  capacity = 0;
+  buffer = Allocate(grow);
+  capacity = grow;
+}
+
 void SlotDecoder::CopyStrided(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t width, size_t height) {
 #ifdef CHORUS_WITH_CUDA
   if (options_.cuda) {
@@ -281,13 +290,7 @@ void SlotDecoder::Sample(const SampleBatch& sample, StepResult& result) {
   if (options_.cuda) {
     if (sampledDevice_ == nullptr) sampledDevice_ = static_cast<SampleResult*>(Allocate(sizeof(SampleResult) * options_.slots));
     const size_t bytes = SampleStagingBytes(sample);
-    if (sampleStagingBytes_ < bytes) {
-      Free(sampleStaging_);
-      sampleStaging_ = nullptr;
-      sampleStagingBytes_ = 0;
-      sampleStaging_ = Allocate(bytes * 2);
-      sampleStagingBytes_ = bytes * 2;
-    }
+    Reserve(sampleStaging_, sampleStagingBytes_, bytes, bytes * 2);
     if (sampleHostStaging_.size() < bytes) sampleHostStaging_.resize(bytes * 2);
     SampleRowsDevice(logits_, options_.floatType, options_.vocab, sample, sampleHostStaging_.data(), sampleStaging_, sampleWork_, sampledDevice_,
                      stream_);
@@ -309,13 +312,7 @@ void SlotDecoder::CopySlots(const std::vector<int32_t>& src, const std::vector<i
     if (src[i] < 0 || src[i] >= options_.slots || dst[i] < 0 || dst[i] >= options_.slots) throw std::out_of_range("slot outside 0.." + std::to_string(options_.slots - 1));
     if (lengths[i] < 0 || lengths[i] > options_.maxLength) throw std::out_of_range("a length outside 0.." + std::to_string(options_.maxLength));
   }
-  if (scratchBytes_ < count * slotBytes_) {
-    Free(scratch_);
-    scratch_ = nullptr;
-    scratchBytes_ = 0;
-    scratch_ = Allocate(count * slotBytes_);
-    scratchBytes_ = count * slotBytes_;
-  }
+  Reserve(scratch_, scratchBytes_, count * slotBytes_, count * slotBytes_);
   // Each slot is kv_heads blocks of max_length x head_dim; a row's first `length` positions of each.
   const size_t pitch = static_cast<size_t>(options_.maxLength) * options_.headDim * elementBytes_;
 #ifdef CHORUS_WITH_CUDA

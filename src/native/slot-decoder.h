@@ -76,6 +76,8 @@ class SlotDecoder {
   void Sample(const SampleBatch& sample, StepResult& result);
   void* Allocate(size_t bytes);
   void Free(void* p);
+  // Makes `buffer` hold at least `need` bytes: when `capacity` is short, a new one of `grow` bytes.
+  void Reserve(void*& buffer, size_t& capacity, size_t need, size_t grow);
   void CopyStrided(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t width, size_t height);
   void ToHost(void* dst, const void* src, size_t bytes);
 
