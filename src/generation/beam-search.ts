@@ -19,7 +19,7 @@
 import { ChorusError } from '../errors.ts';
 import { logSumExp, topIndices } from '../util/argmax.ts';
 import type { FinishReason } from './engine.ts';
-import { badWords, bannedIds, frequencyPenalty, minLength, presencePenalty, processLogits, repetitionPenalty, temperature, type LogitsProcessor } from './processors/index.ts';
+import { badWords, bannedAfter, frequencyPenalty, minLength, presencePenalty, processLogits, repetitionPenalty, temperature, type LogitsProcessor } from './processors/index.ts';
 import type { SamplerRow } from './sampler.ts';
 import type { ResolvedSamplingParams } from './sampling-params.ts';
 import type { SequenceState } from './sequence-state.ts';
@@ -146,8 +146,7 @@ export class BeamSearch {
     const seen = new Map<number, number>();
     if (p.repetition_penalty !== 1) for (const id of this.contextIds) seen.set(id, 0);
     if (p.repetition_penalty !== 1 || p.presence_penalty !== 0 || p.frequency_penalty !== 0) for (const [id, count] of beam.counts) seen.set(id, count);
-    const bans = bannedIds(p.bad_words, beam.tokens);
-    if (this.endId !== undefined && beam.tokens.length < p.min_length) bans.push(this.endId);
+    const bans = bannedAfter(p, this.endId, beam.tokens);
     return {
       temperature: p.temperature,
       topP: 1,

@@ -9,7 +9,7 @@ import { logSumExp, topIndices } from '../util/argmax.ts';
 import { uniformStream } from '../util/random.ts';
 import { only } from './beam-search.ts';
 import type { FinishReason, RequestMetrics, TokenEvent } from './engine.ts';
-import { bannedIds, logitsProcessors, nextTopP, processLogits, type LogitsProcessor } from './processors/index.ts';
+import { bannedAfter, logitsProcessors, nextTopP, processLogits, type LogitsProcessor } from './processors/index.ts';
 import { greedy, sample, type SamplerRow } from './sampler.ts';
 import type { ResolvedSamplingParams } from './sampling-params.ts';
 import type { Schedulable } from './scheduler.ts';
@@ -211,8 +211,7 @@ export class Sequence extends ActiveRequest {
     const p = this.params;
     if (this.forcedToken(this.outputIds.length) !== undefined) return undefined;
     const seen = this.penaltyPairs === undefined ? EMPTY_PAIRS : this.penaltyPairs.subarray(0, 2 * this.penaltyLength);
-    const bans = bannedIds(p.bad_words, this.outputIds);
-    if (this.endId !== undefined && this.outputIds.length < p.min_length) bans.push(this.endId);
+    const bans = bannedAfter(p, this.endId, this.outputIds);
     return {
       temperature: p.temperature,
       topP: this.topP,

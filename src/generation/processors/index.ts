@@ -4,7 +4,7 @@
  */
 import type { ResolvedSamplingParams } from '../sampling-params.ts';
 import type { SequenceState } from '../sequence-state.ts';
-import { badWords } from './bad-words.ts';
+import { badWords, bannedIds } from './bad-words.ts';
 import { frequencyPenalty } from './frequency-penalty.ts';
 import { minLength } from './min-length.ts';
 import { presencePenalty } from './presence-penalty.ts';
@@ -17,7 +17,6 @@ import { topP } from './top-p.ts';
 export type { LogitsProcessor } from './processor.ts';
 export { badWords, frequencyPenalty, minLength, presencePenalty, repetitionPenalty, temperature, topK, topP };
 export { nextTopP } from './top-p.ts';
-export { bannedIds } from './bad-words.ts';
 
 /** The processors a request's parameters call for, in order; empty when none changes anything. */
 export function logitsProcessors(params: ResolvedSamplingParams, vocabSize: number, endId: number | undefined): LogitsProcessor[] {
@@ -36,4 +35,14 @@ export function logitsProcessors(params: ResolvedSamplingParams, vocabSize: numb
 /** Runs the processors over one row of logits. */
 export function processLogits(processors: readonly LogitsProcessor[], logits: Float32Array, state: SequenceState): Float32Array {
   return processors.reduce((current, processor) => processor(current, state), logits);
+}
+
+/**
+ * The ids a step may not choose after `output`, as badWords and minLength mask them (the bad words'
+ * last ids; the end id before min_length): for a sampler that runs where the logits are.
+ */
+export function bannedAfter(params: Pick<ResolvedSamplingParams, 'bad_words' | 'min_length'>, endId: number | undefined, output: readonly number[]): number[] {
+  const bans = bannedIds(params.bad_words, output);
+  if (endId !== undefined && output.length < params.min_length) bans.push(endId);
+  return bans;
 }
