@@ -15,7 +15,7 @@ export function registerBuild(program: Command): void {
     .addOption(new Option('--task <task>', 'generate: the decoder (and encoder); encode: an encoder alone, hidden states out').choices(['generate', 'encode']).default('generate'))
     .option('--output-attentions', 'encoders: also output each layer\'s attention probabilities (attentions.N)')
     .option('--greedy-search', 'decoder-only: also write onnx/decoder_model_greedy.onnx, the whole greedy decode loop in one ONNX Runtime GreedySearch operator')
-    .option('--slot-decoder', 'decoder-only, cuda flavor: also write onnx/decoder_model_slots.onnx, the decoder the native engine runs over a cache kept on the device')
+    .option('--slot-decoder', 'also write onnx/decoder_model_slots.onnx (and an encoder-decoder\'s onnx/encoder_model_slots.onnx), the models the native engine runs over a cache kept on the device; decoder-only models need --flavor cuda')
     .option('--tokenizer <file>', 'llama2.c sources: the tokenizer.bin (default: found beside the model)')
     .action((source: string, options: { out: string; dtype: 'fp32' | 'fp16'; flavor: 'portable' | 'cuda'; task: 'generate' | 'encode'; outputAttentions?: boolean; greedySearch?: boolean; slotDecoder?: boolean; tokenizer?: string }) => {
       const bar = new cliProgress.SingleBar(

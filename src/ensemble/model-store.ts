@@ -166,7 +166,7 @@ export class ModelStore {
     const hook = this.onRequestDone;
     const onRequestDone = hook === undefined ? undefined : (metrics: RequestMetrics): void => hook(name, metrics);
     // One engine per instance (instance_group: count on each device); a pool spreads requests over them.
-    const native = !seq2seq && nativeWanted(value, dir, (line) => this.log(`model ${name}: ${line}`));
+    const native = nativeWanted(value, dir, (line) => this.log(`model ${name}: ${line}`));
     if (!native && value.cuda_options !== undefined) {
       throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: cuda_options are passed by the native engine only (onnxruntime-node's own binding takes a device id alone); build it with npm run build:native`, { param: 'cuda_options' });
     }
@@ -174,7 +174,7 @@ export class ModelStore {
     for (const providers of placements) {
       const gpu = gpuOf(providers);
       engines.push(
-        seq2seq
+        seq2seq && !native
           ? await Seq2SeqEngine.open(dir, { executionProviders: providers, maxBatchSize: value.max_batch_size, onRequestDone })
           : native
             ? await NativeEngine.open(dir, {

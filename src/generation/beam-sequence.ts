@@ -31,7 +31,8 @@ export class BeamSequence extends ActiveRequest {
   }
 
   lastTokens(): number[] {
-    return this.search.lastTokens();
+    // Before the first step, its one row ends with the context's last token (an encoder-decoder's start).
+    return this.search.generated === 0 ? [this.contextIds[this.contextIds.length - 1]!] : this.search.lastTokens();
   }
 
   step(logitsOf: (row: number) => Float32Array): readonly number[] {

@@ -12,13 +12,19 @@
  * prefilled alone into the next free slot; when requests leave, the rows behind them move down, and
  * when a beam search reorders its beams, their slots are permuted on the device.
  *
+ * Encoder-decoders (built with --slot-decoder: onnx/encoder_model_slots.onnx beside the decoder) run
+ * the same loop: the requests admitted together are encoded as one batch straight into their slots'
+ * cross-attention caches, and their first decoder token (the decoder's start) joins the next step.
+ * Every step is one token per row; a slot's cross-attention cache moves with its row only when the row
+ * lands in a slot holding another request's source (never between the beams of one request).
+ *
  * Sessions and copies run on libuv's worker threads: the event loop never waits on the GPU.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Observable } from 'rxjs';
 import { ChorusError } from '../errors.ts';
-import { SLOT_DECODER_MODEL } from '../modelbuild/greedy-layout.ts';
+import { SLOT_DECODER_MODEL, SLOT_ENCODER_MODEL } from '../modelbuild/greedy-layout.ts';
 import { loadNative, MAX_TOP_LOGPROBS, type NativeAddon, type NativeSampleBatch, type NativeSlotDecoder, type SlotStep } from '../native/index.ts';
 import { decoderModel, keptRows, stepMembers } from './batch-rows.ts';
 import { BeamSequence } from './beam-sequence.ts';
@@ -27,7 +33,8 @@ import { RequestLedger } from './request-ledger.ts';
 import { Scheduler, type SchedulerLimits } from './scheduler.ts';
 import { packSamplerRows, sampledChoice } from './native-sampler.ts';
 import type { SamplerRow } from './sampler.ts';
-import { deviceGreedyEligible, Sequence, type ActiveRequest, type ModelIds } from './sequence.ts';
+import { argmaxEligible, Sequence, type ActiveRequest, type ModelIds } from './sequence.ts';
+import { seq2seqModel } from './seq2seq-engine.ts';
 
 /** Options of `NativeEngine.open`. */
 export interface NativeEngineOptions extends Partial<SchedulerLimits> {
@@ -41,16 +48,23 @@ export interface NativeEngineOptions extends Partial<SchedulerLimits> {
   slotLength?: number;
   /** ONNX Runtime's CUDA provider options by their names (gpu_mem_limit, arena_extend_strategy, ...). */
   cudaOptions?: Record<string, string | number>;
+  /**
+   * Encoder-decoders: the most source tokens a request may bring (its slot's cross-attention cache).
+   * Default: 512, at most the model's positions (BART's max_position_embeddings).
+   */
+  sourceLength?: number;
   /** CUDA: replay each batch size's decode step as a captured CUDA graph. Default: false. */
   cudaGraph?: boolean;
   intraOpThreads?: number;
   onRequestDone?: (metrics: RequestMetrics) => void;
 }
 
-/** The slot decoder's shape, from chorus_build.json. */
+/** The slot decoder's shape, from chorus_build.json: a decoder-only spec, or an encoder-decoder's. */
 interface BuiltSpec {
-  numLayers: number;
-  numKvHeads: number;
+  numLayers?: number;
+  numKvHeads?: number;
+  decoderLayers?: number;
+  numHeads?: number;
   headDim: number;
   vocabSize: number;
 }
@@ -77,7 +91,7 @@ function nativeFor(dir: string): { addon: NativeAddon; info: BuildInfo; unavaila
   } catch {
     info = undefined;
   }
-  if (info?.slotDecoder !== true) return { unavailable: `${dir} has no slot decoder (build it with chorus build --flavor cuda --slot-decoder)` };
+  if (info?.slotDecoder !== true) return { unavailable: `${dir} has no slot decoder (build it with chorus build --slot-decoder, and --flavor cuda for a decoder-only model)` };
   return { addon, info };
 }
 
@@ -89,6 +103,9 @@ export class NativeEngine implements Engine {
   private members: ActiveRequest[] = [];
   /** Tokens in each row's slot. */
   private lengths: number[] = [];
+  /** Encoder-decoders: each row's source tokens, and the request whose source each slot's cross-attention cache holds. */
+  private sourceLengths: number[] = [];
+  private crossOwners: Array<ActiveRequest | undefined> = [];
   private loop: Promise<void> | undefined;
 
   private constructor(
@@ -96,6 +113,9 @@ export class NativeEngine implements Engine {
     limits: SchedulerLimits,
     private readonly model: ModelIds,
     onRequestDone: ((metrics: RequestMetrics) => void) | undefined,
+    /** Encoder-decoders: the sources' limit (undefined: decoder-only). */
+    private readonly sourceLimit: number | undefined,
+    private readonly slotLength: number,
   ) {
     this.scheduler = new Scheduler(limits);
     this.ledger = new RequestLedger(onRequestDone);
@@ -106,18 +126,27 @@ export class NativeEngine implements Engine {
     const native = nativeFor(dir);
     if (native.unavailable !== undefined) throw new ChorusError('CHORUS_UNSUPPORTED', native.unavailable, { param: 'engine' });
     const { addon, info } = native;
+    const { spec } = info;
     const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
-    const { model, context } = decoderModel(config, info.spec.vocabSize);
-    const slotLength = options.slotLength ?? Math.min(context, 2048);
-    if (!Number.isInteger(slotLength) || slotLength < 2 || slotLength > context) {
-      throw new ChorusError('CHORUS_INVALID_ARGUMENT', `slotLength must be an integer from 2 to the model's context ${context}, not ${slotLength}`, { param: 'slotLength' });
-    }
+    const seq2seq = spec.decoderLayers !== undefined;
+    const { model, context } = seq2seq ? seq2seqModel(dir, config, spec.vocabSize) : decoderModel(config, spec.vocabSize);
+    const slotLength = options.slotLength ?? Math.min(context, seq2seq ? 512 : 2048);
+    const bound = (value: number, name: string, least: number, most: number): number => {
+      if (!Number.isInteger(value) || value < least || value > most) {
+        throw new ChorusError('CHORUS_INVALID_ARGUMENT', `${name} must be an integer from ${least} to the model's ${most}, not ${value}`, { param: name });
+      }
+      return value;
+    };
+    bound(slotLength, 'slotLength', 2, context);
+    const sourceLimit = seq2seq ? bound(options.sourceLength ?? Math.min(context, 512), 'sourceLength', 1, context) : undefined;
     const slots = options.maxBatchSize ?? 16;
+    // An encoder-decoder's request keeps its source in the cross-attention slot and its output in the decoder's.
+    const perRow = slotLength + (sourceLimit ?? 0);
     const limits: SchedulerLimits = {
       maxBatchSize: slots,
       maxQueue: options.maxQueue ?? 1024,
-      contextLength: Math.min(options.contextLength ?? slotLength, slotLength),
-      kvTokenBudget: Math.min(options.kvTokenBudget ?? slots * slotLength, slots * slotLength),
+      contextLength: Math.min(options.contextLength ?? perRow, perRow),
+      kvTokenBudget: Math.min(options.kvTokenBudget ?? slots * perRow, slots * perRow),
     };
     const decoder = new addon.SlotDecoder({
       model: join(dir, 'onnx', SLOT_DECODER_MODEL),
@@ -125,17 +154,18 @@ export class NativeEngine implements Engine {
       deviceId: options.deviceId ?? 0,
       slots,
       maxLength: slotLength,
-      layers: info.spec.numLayers,
-      kvHeads: info.spec.numKvHeads,
-      headDim: info.spec.headDim,
-      vocab: info.spec.vocabSize,
+      layers: (seq2seq ? spec.decoderLayers : spec.numLayers) ?? 0,
+      kvHeads: (seq2seq ? spec.numHeads : spec.numKvHeads) ?? 0,
+      headDim: spec.headDim,
+      vocab: spec.vocabSize,
       dtype: info.dtype,
       ...(options.intraOpThreads === undefined ? {} : { intraOpThreads: options.intraOpThreads }),
       ...(options.cudaOptions === undefined ? {} : { cudaOptions: options.cudaOptions }),
+      ...(sourceLimit === undefined ? {} : { encoderModel: join(dir, 'onnx', SLOT_ENCODER_MODEL), sourceLength: sourceLimit }),
       cudaGraph: options.cudaGraph ?? false,
     });
     await decoder.load();
-    return new NativeEngine(decoder, limits, model, options.onRequestDone);
+    return new NativeEngine(decoder, limits, model, options.onRequestDone, sourceLimit, slotLength);
   }
 
   /** Bytes of the preallocated cache. */
@@ -150,9 +180,21 @@ export class NativeEngine implements Engine {
 
   submit(request: GenerateRequest): Observable<TokenEvent> {
     return this.ledger.submit(request, this.model, (sequence) => {
+      if (this.sourceLimit !== undefined) this.checkSeq2Seq(sequence);
       this.scheduler.enqueue(sequence);
       this.startLoop();
     });
+  }
+
+  /** An encoder-decoder's request fits when its source fits a cross-attention slot and its output (after the start token) a decoder slot. */
+  private checkSeq2Seq(s: ActiveRequest): void {
+    const source = s.promptIds.length;
+    if (source === 0 || source > this.sourceLimit!) {
+      throw new ChorusError('CHORUS_CANNOT_FIT', `the source is ${source} tokens; this engine takes 1 to ${this.sourceLimit!} (sourceLength)`, { param: 'inputIds' });
+    }
+    if (s.params.request_output_len + 1 > this.slotLength) {
+      throw new ChorusError('CHORUS_CANNOT_FIT', `request_output_len ${s.params.request_output_len} needs ${s.params.request_output_len + 1} decoder positions; a slot holds ${this.slotLength}`, { param: 'request_output_len' });
+    }
   }
 
   stats(): EngineStats {
@@ -190,28 +232,36 @@ export class NativeEngine implements Engine {
       for (const s of admitted) s.admittedAt = now;
       try {
         if (left.length > 0) await this.dropRows(left);
-        if (admitted.length > 0) await this.prefill(admitted);
-        else if (this.members.length > 0) await this.decode();
+        if (admitted.length > 0 && this.sourceLimit === undefined) await this.prefill(admitted);
+        else {
+          // Encoder-decoders' admitted requests are encoded, then step with the rest.
+          if (admitted.length > 0) await this.encode(admitted);
+          if (this.members.length > 0) await this.decode();
+        }
       } catch (error) {
         for (const s of [...admitted, ...this.members]) {
           if (s.finished) continue;
           s.finished = true;
           s.subscriber.error(error);
         }
-        this.members = [];
-        this.lengths = [];
+        this.clearRows();
       }
       this.ledger.counters.steps++;
       // Let submissions and cancellations in between steps.
       await new Promise<void>((resolve) => setImmediate(resolve));
     }
+    this.clearRows();
+  }
+
+  private clearRows(): void {
     this.members = [];
     this.lengths = [];
+    this.sourceLengths = [];
   }
 
   /** The request when its tokens are the raw argmax (its logits can stay on the device), else undefined. */
   private argmaxOnly(s: ActiveRequest): Sequence | undefined {
-    return deviceGreedyEligible(s, this.model) ? s : undefined;
+    return argmaxEligible(s, this.model) ? s : undefined;
   }
 
   /** Rows j of the next layout continue rows sources[j]: their slots move there on the device. */
@@ -219,14 +269,25 @@ export class NativeEngine implements Engine {
     const from: number[] = [];
     const to: number[] = [];
     const lengths: number[] = [];
+    // An encoder-decoder's cross-attention cache moves only into a slot holding another request's source.
+    const seq2seq = this.sourceLimit !== undefined;
+    const owners = this.crossOwners;
+    const crossLengths: number[] = [];
     sources.forEach((source, row) => {
       if (source === row) return;
       from.push(source);
       to.push(row);
       lengths.push(this.lengths[source]!);
+      if (seq2seq) crossLengths.push(owners[row] === owners[source] ? 0 : this.sourceLengths[source]!);
     });
-    if (from.length > 0) await this.decoder.copySlots(Int32Array.from(from), Int32Array.from(to), Int32Array.from(lengths));
+    if (from.length > 0) {
+      await this.decoder.copySlots(Int32Array.from(from), Int32Array.from(to), Int32Array.from(lengths), seq2seq ? Int32Array.from(crossLengths) : undefined);
+    }
     this.lengths = sources.map((source) => this.lengths[source]!);
+    if (seq2seq) {
+      this.sourceLengths = sources.map((source) => this.sourceLengths[source]!);
+      this.crossOwners = [...sources.map((source) => owners[source]), ...owners.slice(sources.length)];
+    }
   }
 
   /** Moves the rows behind requests that left down into their slots. */
@@ -253,6 +314,27 @@ export class NativeEngine implements Engine {
     }
   }
 
+  /**
+   * Encoder-decoders: encodes the admitted requests' sources as one batch (right-padded) into the next
+   * free slots; each joins the batch with an empty decoder slot, its start token next.
+   */
+  private async encode(admitted: readonly ActiveRequest[]): Promise<void> {
+    const live = admitted.filter((s) => !s.cancelled);
+    if (live.length === 0) return;
+    const width = Math.max(...live.map((s) => s.promptIds.length));
+    const ids = new Int32Array(live.length * width);
+    live.forEach((s, r) => ids.set(s.promptIds, r * width));
+    const first = this.lengths.length;
+    await this.decoder.encode(first, ids, width, Int32Array.from(live, (s) => s.promptIds.length));
+    this.ledger.counters.prefillSteps++;
+    live.forEach((s, r) => {
+      this.members.push(s);
+      this.lengths.push(0);
+      this.sourceLengths.push(s.promptIds.length);
+      this.crossOwners[first + r] = s;
+    });
+  }
+
   /** One token for every running row. */
   private async decode(): Promise<void> {
     const tokens: number[] = [];
@@ -260,9 +342,11 @@ export class NativeEngine implements Engine {
     const plan = new Map<ActiveRequest, Choosing>();
     for (const s of this.members) {
       plan.set(s, step.add(s, tokens.length, this.argmaxOnly(s)));
+      // An encoder-decoder's request begins with the decoder's start token (its context's last).
       tokens.push(...s.lastTokens());
     }
-    const out = await this.decoder.decode(Int32Array.from(tokens), Int32Array.from(this.lengths), Int32Array.from(step.logitRows), step.sample());
+    const sourceLengths = this.sourceLimit === undefined ? undefined : Int32Array.from(this.sourceLengths);
+    const out = await this.decoder.decode(Int32Array.from(tokens), Int32Array.from(this.lengths), Int32Array.from(step.logitRows), step.sample(), sourceLengths);
     this.ledger.counters.decodeSteps++;
     this.ledger.counters.decodedRows += tokens.length;
     this.lengths = this.lengths.map((n) => n + 1);

@@ -30,6 +30,24 @@ export interface Seq2SeqEngineOptions {
   maxBatchSize?: number;
 }
 
+/**
+ * An encoder-decoder's ids from its generation config (else config.json): the decoder's start, the end
+ * id, the forced first and last tokens; and its positions (BART's max_position_embeddings, T5's
+ * n_positions).
+ */
+export function seq2seqModel(dir: string, config: Record<string, unknown>, vocabSize: number): { model: ModelIds; context: number } {
+  const generationFile = join(dir, 'generation_config.json');
+  const generation = existsSync(generationFile) ? (JSON.parse(readFileSync(generationFile, 'utf8')) as Record<string, unknown>) : {};
+  const pick = (key: string): number | undefined => {
+    const value = generation[key] ?? config[key];
+    return typeof value === 'number' ? value : undefined;
+  };
+  return {
+    model: { vocabSize, endId: pick('eos_token_id'), forcedBos: pick('forced_bos_token_id'), forcedEos: pick('forced_eos_token_id'), decoderStart: pick('decoder_start_token_id') ?? 0 },
+    context: Number(config.max_position_embeddings ?? config.n_positions ?? 512),
+  };
+}
+
 export class Seq2SeqEngine implements Engine {
   private readonly active = new Set<ActiveRequest>();
   private readonly ledger: RequestLedger;
@@ -50,15 +68,7 @@ export class Seq2SeqEngine implements Engine {
   static async open(dir: string, options: Seq2SeqEngineOptions = {}): Promise<Seq2SeqEngine> {
     const session = await Seq2SeqSession.open(dir, { executionProviders: options.executionProviders ?? ['cpu'] });
     if (session.vocabSize === 0) throw new ChorusError('CHORUS_UNSUPPORTED', `${dir} was built with task encode: it has no decoder to generate with`);
-    const generationFile = join(dir, 'generation_config.json');
-    const generation = existsSync(generationFile) ? (JSON.parse(readFileSync(generationFile, 'utf8')) as Record<string, unknown>) : {};
-    const pick = (key: string): number | undefined => {
-      const value = generation[key] ?? session.config[key];
-      return typeof value === 'number' ? value : undefined;
-    };
-    const decoderStart = pick('decoder_start_token_id') ?? 0;
-    const model: ModelIds = { vocabSize: session.vocabSize, endId: pick('eos_token_id'), forcedBos: pick('forced_bos_token_id'), forcedEos: pick('forced_eos_token_id'), decoderStart };
-    return new Seq2SeqEngine(session, model, options.onRequestDone, options.maxBatchSize ?? 16);
+    return new Seq2SeqEngine(session, seq2seqModel(dir, session.config, session.vocabSize).model, options.onRequestDone, options.maxBatchSize ?? 16);
   }
 
   submit(request: GenerateRequest): Observable<TokenEvent> {

@@ -114,6 +114,14 @@ export abstract class ActiveRequest implements Schedulable {
  * sequence, no processors, no log-probabilities, no stop words, the model's own end id.
  */
 export function deviceGreedyEligible(s: ActiveRequest, model: ModelIds): s is Sequence {
+  return argmaxEligible(s, model) && model.decoderStart === undefined;
+}
+
+/**
+ * Whether the raw argmax of each step's logits gives exactly the tokens this request would (the
+ * conditions of deviceGreedyEligible but the loop's: any decoder start).
+ */
+export function argmaxEligible(s: ActiveRequest, model: ModelIds): s is Sequence {
   const p = s.params;
   return (
     s instanceof Sequence &&
@@ -129,8 +137,7 @@ export function deviceGreedyEligible(s: ActiveRequest, model: ModelIds): s is Se
     p.stop_words.length === 0 &&
     s.endId === model.endId &&
     model.forcedBos === undefined &&
-    model.forcedEos === undefined &&
-    model.decoderStart === undefined
+    model.forcedEos === undefined
   );
 }
 
@@ -195,7 +202,8 @@ export class Sequence extends ActiveRequest {
   }
 
   lastTokens(): number[] {
-    return [this.outputIds[this.outputIds.length - 1]!];
+    // Before its first token, the context's last: an encoder-decoder's start token.
+    return [this.outputIds[this.outputIds.length - 1] ?? this.contextIds[this.contextIds.length - 1]!];
   }
 
   step(logitsOf: (row: number) => Float32Array): undefined {

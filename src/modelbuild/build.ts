@@ -10,10 +10,10 @@ import { ChorusError, invalidArgument } from '../errors.ts';
 import { architectureFor } from './arch/index.ts';
 import { readHfCheckpoint, type Checkpoint } from './checkpoint.ts';
 import { buildDecoderGraph, buildGreedySearchGraph, buildSlotDecoderGraph } from './decoder-graph.ts';
-import { GREEDY_MODEL, SLOT_DECODER_MODEL } from './greedy-layout.ts';
+import { GREEDY_MODEL, SLOT_DECODER_MODEL, SLOT_ENCODER_MODEL } from './greedy-layout.ts';
 import type { DecoderSpec } from './decoder-spec.ts';
 import type { GraphBuilder } from './graph.ts';
-import { buildEncoderGraph, buildSeq2SeqDecoderGraph } from './seq2seq-graph.ts';
+import { buildEncoderGraph, buildSeq2SeqDecoderGraph, buildSeq2SeqSlotDecoderGraph, buildSeq2SeqSlotEncoderGraph } from './seq2seq-graph.ts';
 import type { Seq2SeqSpec } from './seq2seq-spec.ts';
 import { readLlama2cCheckpoint } from './llama2c-checkpoint.ts';
 
@@ -38,10 +38,11 @@ export interface BuildOptions {
    */
   greedySearch?: boolean;
   /**
-   * Decoder-only models built with the cuda flavor: also write onnx/decoder_model_slots.onnx, the
-   * decoder the native engine runs, whose cache is a preallocated buffer of slots on the device that
-   * GroupQueryAttention updates in place (weights shared with the decoder, as for greedySearch).
-   * Default: false.
+   * Also write onnx/decoder_model_slots.onnx, the decoder the native engine runs, whose cache is a
+   * preallocated buffer of slots on the device updated in place: for decoder-only models (cuda flavor)
+   * through GroupQueryAttention, weights shared with the decoder as for greedySearch; for
+   * encoder-decoders (either flavor) through the addon's SlotAttention, with
+   * onnx/encoder_model_slots.onnx, which writes the cross-attention keys and values. Default: false.
    */
   slotDecoder?: boolean;
   /** llama2.c sources: the tokenizer.bin. Default: tokenizer.bin, else the one tok*.bin, beside the model. */
@@ -118,7 +119,7 @@ export function buildModel(options: BuildOptions): BuildResult {
       graphs.push([SLOT_DECODER_MODEL, () => buildSlotDecoderGraph(decoderSpec, weights, floatType)]);
     }
   } else {
-    if (slotDecoder) throw new ChorusError('CHORUS_UNSUPPORTED', 'the slot decoder covers decoder-only models so far', { param: 'slotDecoder' });
+    if (slotDecoder && task !== 'generate') throw new ChorusError('CHORUS_UNSUPPORTED', 'the slot decoder generates; task encode has no decoder', { param: 'slotDecoder' });
     if (greedySearch) throw new ChorusError('CHORUS_UNSUPPORTED', 'the GreedySearch model covers decoder-only models so far', { param: 'greedySearch' });
     if (flavor !== 'portable') throw new ChorusError('CHORUS_UNSUPPORTED', 'the cuda flavor covers decoder-only models so far; build encoder-decoders with --flavor portable', { param: 'flavor' });
     const seq2seqSpec = architecture.spec(checkpoint.config);
@@ -126,6 +127,10 @@ export function buildModel(options: BuildOptions): BuildResult {
     spec = seq2seqSpec;
     graphs = [['encoder_model.onnx', () => buildEncoderGraph(seq2seqSpec, weights, floatType, options.outputAttentions ?? false)]];
     if (task === 'generate') graphs.push(['decoder_model_merged.onnx', () => buildSeq2SeqDecoderGraph(seq2seqSpec, weights, floatType)]);
+    if (slotDecoder) {
+      graphs.push([SLOT_ENCODER_MODEL, () => buildSeq2SeqSlotEncoderGraph(seq2seqSpec, weights, floatType)]);
+      graphs.push([SLOT_DECODER_MODEL, () => buildSeq2SeqSlotDecoderGraph(seq2seqSpec, weights, floatType)]);
+    }
   }
   checkpoint.finish();
 
@@ -139,7 +144,7 @@ export function buildModel(options: BuildOptions): BuildResult {
   let external = false;
   // With the GreedySearch model or the slot decoder, all models keep their weights in the decoder's data
   // file: the same weights in the same order give the same bytes, written once.
-  const sharedData = greedySearch || slotDecoder ? 'decoder_model_merged.onnx_data' : undefined;
+  const sharedData = architecture.kind === 'decoder' && (greedySearch || slotDecoder) ? 'decoder_model_merged.onnx_data' : undefined;
   let written: Buffer | undefined;
   for (const [modelName, build] of graphs) {
     progress('build graph');

@@ -12,3 +12,6 @@ export const GREEDY_PAD_ID = -1;
 
 /** The slot decoder's file in onnx/ (`chorus build --slot-decoder`): the native engine's model. */
 export const SLOT_DECODER_MODEL = 'decoder_model_slots.onnx';
+
+/** An encoder-decoder's encoder for the native engine, which writes the cross-attention keys and values (`--slot-decoder`). */
+export const SLOT_ENCODER_MODEL = 'encoder_model_slots.onnx';

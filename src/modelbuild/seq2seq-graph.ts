@@ -7,7 +7,7 @@
  *   cross-attention keys and values are computed from encoder_hidden_states when use_cache_branch is
  *   false (the first step) and passed through from the past after, in an If node.
  */
-import { type Dim, GraphBuilder } from './graph.ts';
+import { type Dim, float, GraphBuilder } from './graph.ts';
 import { additiveMask, geluTanh, linear, maskedSoftmax, norm, required } from './layers.ts';
 import { relativeBucketTable } from './relative-position.ts';
 import type { AttentionWeights, FeedForwardWeights, Seq2SeqSpec, Seq2SeqWeights, StackWeights } from './seq2seq-spec.ts';
@@ -17,6 +17,13 @@ import type { Tensor } from './tensor.ts';
 /** The encoder graph; with `outputAttentions`, each layer's attention probabilities are outputs too. */
 export function buildEncoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: 'float32' | 'float16', outputAttentions = false): GraphBuilder {
   const g = new GraphBuilder(floatType);
+  const x = encoderStack(g, spec, weights, outputAttentions);
+  g.output('last_hidden_state', x, floatType, ['batch_size', 'encoder_sequence_length', spec.dModel]);
+  return g;
+}
+
+/** The encoder's inputs (input_ids, attention_mask) and layers: its last hidden state. */
+function encoderStack(g: GraphBuilder, spec: Seq2SeqSpec, weights: Seq2SeqWeights, outputAttentions: boolean): string {
   const inputIds = g.input('input_ids', 'int64', ['batch_size', 'encoder_sequence_length']);
   const attentionMask = g.input('attention_mask', 'int64', ['batch_size', 'encoder_sequence_length']);
   const length = g.op('Squeeze', [g.op('Slice', [g.op('Shape', [inputIds]), g.int64([1]), g.int64([2])])]);
@@ -32,13 +39,88 @@ export function buildEncoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, fl
     x = sublayer(g, spec, layer.selfNorm, x, `${name}.self_norm`, (h) => {
       const [k, v] = [heads(g, spec, linear(g, layer.self.k, h, `${name}.self.k`)), heads(g, spec, linear(g, layer.self.v, h, `${name}.self.v`))];
       const { output, probs } = attention(g, spec, layer.self, h, k, v, bias, `${name}.self`);
-      if (outputAttentions) g.output(`attentions.${i}`, probs, floatType, ['batch_size', spec.numHeads, 'encoder_sequence_length', 'encoder_sequence_length']);
+      if (outputAttentions) g.output(`attentions.${i}`, probs, g.floatType, ['batch_size', spec.numHeads, 'encoder_sequence_length', 'encoder_sequence_length']);
       return output;
     });
     x = sublayer(g, spec, layer.ffnNorm, x, `${name}.ffn_norm`, (h) => feedForward(g, spec, layer.ffn, h, `${name}.ffn`));
   });
   if (spec.finalNorm) x = norm(g, spec, required(stack.finalNorm, 'encoder final norm'), x, 'encoder.final_norm');
-  g.output('last_hidden_state', x, floatType, ['batch_size', 'encoder_sequence_length', spec.dModel]);
+  return x;
+}
+
+/**
+ * The native engine's encoder (onnx/encoder_model_slots.onnx): input_ids and attention_mask [batch,
+ * source] in, and straight out every decoder layer's cross-attention keys and values, `cross.{i}.key|value`
+ * [batch, source, heads * head_dim] (position-major: the engine copies each row into its slot whole).
+ */
+export function buildSeq2SeqSlotEncoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: 'float32' | 'float16'): GraphBuilder {
+  const g = new GraphBuilder(floatType);
+  const x = encoderStack(g, spec, weights, false);
+  const width = spec.numHeads * spec.headDim;
+  weights.decoder.layers.forEach((layer, i) => {
+    g.output(`cross.${i}.key`, linear(g, layer.cross.k, x, `decoder.layers.${i}.cross.k`), floatType, ['batch_size', 'encoder_sequence_length', width]);
+    g.output(`cross.${i}.value`, linear(g, layer.cross.v, x, `decoder.layers.${i}.cross.v`), floatType, ['batch_size', 'encoder_sequence_length', width]);
+  });
+  return g;
+}
+
+/**
+ * The native engine's decoder (onnx/decoder_model_slots.onnx): one token per row over caches of slots
+ * that stay on the device. In: `input_ids` int64 [batch, 1], `lengths` int32 [batch] (each row's
+ * tokens before this one, its position), `encoder_lengths` int32 [batch] (each row's source tokens),
+ * `past_key_values.{i}.decoder.key|value` [batch, max_length, heads * head_dim] and
+ * `past_key_values.{i}.encoder.key|value` [batch, max_source_length, heads * head_dim]. Out: `logits`
+ * [batch, 1, vocab] and `present.{i}.decoder.key|value`, the self-attention caches, which SlotAttention
+ * (operator domain `chorus`, the native addon's) writes in place when bound to the past's buffers.
+ * T5's relative position bias goes in as one [heads, max_distance + 1] table by distance (the bucket
+ * stops changing there), folded from the weights when the session loads.
+ */
+export function buildSeq2SeqSlotDecoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: 'float32' | 'float16'): GraphBuilder {
+  const g = new GraphBuilder(floatType);
+  const width = spec.numHeads * spec.headDim;
+  const inputIds = g.input('input_ids', 'int64', ['batch_size', 1]);
+  const lengths = g.input('lengths', 'int32', ['batch_size']);
+  const encoderLengths = g.input('encoder_lengths', 'int32', ['batch_size']);
+  const stack = weights.decoder;
+  const past = stack.layers.map((_, i) => ({
+    key: g.input(`past_key_values.${i}.decoder.key`, floatType, ['batch_size', 'max_length', width]),
+    value: g.input(`past_key_values.${i}.decoder.value`, floatType, ['batch_size', 'max_length', width]),
+    crossKey: g.input(`past_key_values.${i}.encoder.key`, floatType, ['batch_size', 'max_source_length', width]),
+    crossValue: g.input(`past_key_values.${i}.encoder.value`, floatType, ['batch_size', 'max_source_length', width]),
+  }));
+  const positions = g.op('Unsqueeze', [g.op('Cast', [lengths], { to: 7 }), g.int64([1])]);
+  let x = embed(g, spec, weights, stack, inputIds, positions, 'decoder');
+  let bias = '';
+  if (spec.positions.kind === 'relative') {
+    const { numBuckets, maxDistance } = spec.positions;
+    const table = relativeBucketTable(false, numBuckets, maxDistance);
+    // Distance d = query - key position is relative position -d, entry maxDistance - d of the table.
+    const buckets = Array.from({ length: maxDistance + 1 }, (_, d) => table[maxDistance - d]!);
+    const values = g.op('Gather', [g.weight('decoder.relative_bias.weight', required(stack.relativeBias, 'decoder relative bias')), g.int64(buckets)], { axis: 0 });
+    bias = g.op('Transpose', [values], { perm: [1, 0] });
+    if (floatType === 'float16') bias = g.op('Cast', [bias], { to: 1 });
+  }
+  const slotAttention = (inputs: string[], outputs: number, name: string): string[] =>
+    g.opMany('SlotAttention', inputs, { num_heads: spec.numHeads, scale: float(spec.attentionScale) }, { domain: 'chorus', outputs, name });
+  stack.layers.forEach((layer, i) => {
+    const name = `decoder.layers.${i}`;
+    x = sublayer(g, spec, layer.selfNorm, x, `${name}.self_norm`, (h) => {
+      const q = linear(g, layer.self.q, h, `${name}.self.q`);
+      const k = linear(g, layer.self.k, h, `${name}.self.k`);
+      const v = linear(g, layer.self.v, h, `${name}.self.v`);
+      const [output, key, value] = slotAttention([q, k, v, past[i]!.key, past[i]!.value, lengths, bias], 3, `${name}.self.attention`);
+      g.output(`present.${i}.decoder.key`, key!, floatType, ['batch_size', 'max_length', width]);
+      g.output(`present.${i}.decoder.value`, value!, floatType, ['batch_size', 'max_length', width]);
+      return linear(g, layer.self.o, output!, `${name}.self.o`);
+    });
+    x = sublayer(g, spec, layer.crossNorm, x, `${name}.cross_norm`, (h) => {
+      const q = linear(g, layer.cross.q, h, `${name}.cross.q`);
+      const [output] = slotAttention([q, '', '', past[i]!.crossKey, past[i]!.crossValue, encoderLengths], 1, `${name}.cross.attention`);
+      return linear(g, layer.cross.o, output!, `${name}.cross.o`);
+    });
+    x = sublayer(g, spec, layer.ffnNorm, x, `${name}.ffn_norm`, (h) => feedForward(g, spec, layer.ffn, h, `${name}.ffn`));
+  });
+  g.output('logits', lmHead(g, spec, weights, x, inputIds), floatType, ['batch_size', 1, spec.vocabSize]);
   return g;
 }
 
@@ -103,14 +185,20 @@ export function buildSeq2SeqDecoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeig
     x = sublayer(g, spec, layer.crossNorm, x, `${name}.cross_norm`, (h) => attention(g, spec, layer.cross, h, crossKey, crossValue, crossBias, `${name}.cross`).output);
     x = sublayer(g, spec, layer.ffnNorm, x, `${name}.ffn_norm`, (h) => feedForward(g, spec, layer.ffn, h, `${name}.ffn`));
   });
-  if (spec.finalNorm) x = norm(g, spec, required(stack.finalNorm, 'decoder final norm'), x, 'decoder.final_norm');
+  g.output('logits', lmHead(g, spec, weights, x, inputIds), floatType, ['batch_size', 'decoder_sequence_length', vocabSize]);
+  return g;
+}
+
+/** The decoder's final norm and head: logits [batch, decoder positions (those of `inputIds`), vocab]. */
+function lmHead(g: GraphBuilder, spec: Seq2SeqSpec, weights: Seq2SeqWeights, hidden: string, inputIds: string): string {
+  let x = hidden;
+  if (spec.finalNorm) x = norm(g, spec, required(weights.decoder.finalNorm, 'decoder final norm'), x, 'decoder.final_norm');
   if (spec.headScale !== 1) x = g.op('Mul', [x, g.floatConstant([spec.headScale], [])]);
   const head = weights.lmHead === undefined ? 'shared.weight' : g.weight('lm_head.weight', weights.lmHead);
-  let logits = g.op('Gemm', [g.op('Reshape', [x, g.int64([-1, dModel])]), head], { transB: 1 }, { name: 'lm_head' });
+  let logits = g.op('Gemm', [g.op('Reshape', [x, g.int64([-1, spec.dModel])]), head], { transB: 1 }, { name: 'lm_head' });
   if (weights.logitsBias !== undefined) logits = g.op('Add', [logits, g.weight('final_logits_bias', weights.logitsBias)]);
-  const outShape = g.op('Concat', [g.op('Slice', [g.op('Shape', [inputIds]), g.int64([0]), g.int64([2])]), g.int64([vocabSize])], { axis: 0 });
-  g.output('logits', g.op('Reshape', [logits, outShape]), floatType, ['batch_size', 'decoder_sequence_length', vocabSize]);
-  return g;
+  const outShape = g.op('Concat', [g.op('Slice', [g.op('Shape', [inputIds]), g.int64([0]), g.int64([2])]), g.int64([spec.vocabSize])], { axis: 0 });
+  return g.op('Reshape', [logits, outShape]);
 }
 
 /** Token embeddings (scaled), plus learned positions, plus the embedding norm, as the spec says. */

@@ -183,7 +183,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "SlotDecoder",
                        {InstanceMethod("load", &SlotDecoderWrap::Load), InstanceMethod("prefill", &SlotDecoderWrap::Prefill),
-                        InstanceMethod("decode", &SlotDecoderWrap::Decode), InstanceMethod("copySlots", &SlotDecoderWrap::CopySlots),
+                        InstanceMethod("decode", &SlotDecoderWrap::Decode), InstanceMethod("encode", &SlotDecoderWrap::Encode), InstanceMethod("copySlots", &SlotDecoderWrap::CopySlots),
                         InstanceMethod("close", &SlotDecoderWrap::Close), InstanceAccessor("cacheBytes", &SlotDecoderWrap::CacheBytes, nullptr),
                         InstanceAccessor("sessionMs", &SlotDecoderWrap::SessionMs, nullptr), InstanceAccessor("callMs", &SlotDecoderWrap::CallMs, nullptr)});
   }
@@ -205,6 +205,11 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     options_.vocab = IntField(o, "vocab", 0, true);
     options_.intraOpThreads = IntField(o, "intraOpThreads", 0, false);
     options_.cudaGraph = o.Get("cudaGraph").ToBoolean();
+    if (!o.Get("encoderModel").IsUndefined()) {
+      if (!o.Get("encoderModel").IsString()) throw Napi::TypeError::New(info.Env(), "options.encoderModel must be the path of the encoder");
+      options_.encoderModel = o.Get("encoderModel").As<Napi::String>().Utf8Value();
+      options_.sourceLength = IntField(o, "sourceLength", 0, true);
+    }
     const std::string dtype = o.Get("dtype").IsString() ? o.Get("dtype").As<Napi::String>().Utf8Value() : "fp32";
     if (dtype != "fp32" && dtype != "fp16") throw Napi::TypeError::New(info.Env(), "options.dtype must be fp32 or fp16, not " + dtype);
     options_.floatType = dtype == "fp16" ? FloatType::kFloat16 : FloatType::kFloat32;
@@ -252,13 +257,23 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     return QueueStep(info.Env(), [&decoder, slot, ids, rows, sample]() { return decoder.Prefill(slot, ids, rows, sample); });
   }
 
+  Napi::Value Encode(const Napi::CallbackInfo& info) {
+    SlotDecoder& decoder = Loaded(info.Env());
+    const int firstSlot = info[0].As<Napi::Number>().Int32Value();
+    auto ids = Int64s(info[1], "ids");
+    const int width = info[2].As<Napi::Number>().Int32Value();
+    auto lengths = Int32s(info[3], "lengths");
+    return Queue(info.Env(), [&decoder, firstSlot, ids, width, lengths]() { decoder.Encode(firstSlot, ids, width, lengths); });
+  }
+
   Napi::Value Decode(const Napi::CallbackInfo& info) {
     SlotDecoder& decoder = Loaded(info.Env());
     auto tokens = Int64s(info[0], "tokens");
     auto positions = Int64s(info[1], "positions");
     auto rows = Int32s(info[2], "logitRows");
     auto sample = ParseSampleBatch(info[3], decoder.options().vocab);
-    return QueueStep(info.Env(), [&decoder, tokens, positions, rows, sample]() { return decoder.Decode(tokens, positions, rows, sample); });
+    auto sourceLengths = info[4].IsUndefined() ? std::vector<int32_t>{} : Int32s(info[4], "sourceLengths");
+    return QueueStep(info.Env(), [&decoder, tokens, positions, rows, sample, sourceLengths]() { return decoder.Decode(tokens, positions, rows, sample, sourceLengths); });
   }
 
   Napi::Value CopySlots(const Napi::CallbackInfo& info) {
@@ -266,7 +281,8 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     auto src = Int32s(info[0], "sources");
     auto dst = Int32s(info[1], "destinations");
     auto lengths = Int32s(info[2], "lengths");
-    return Queue(info.Env(), [&decoder, src, dst, lengths]() { decoder.CopySlots(src, dst, lengths); });
+    auto sourceLengths = info[3].IsUndefined() ? std::vector<int32_t>{} : Int32s(info[3], "sourceLengths");
+    return Queue(info.Env(), [&decoder, src, dst, lengths, sourceLengths]() { decoder.CopySlots(src, dst, lengths, sourceLengths); });
   }
 
   Napi::Value Close(const Napi::CallbackInfo& info) {

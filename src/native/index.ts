@@ -24,6 +24,10 @@ export interface SlotDecoderOptions {
   cudaGraph?: boolean;
   /** ONNX Runtime's CUDA provider options by their names (gpu_mem_limit, arena_extend_strategy, ...). */
   cudaOptions?: Record<string, string | number>;
+  /** Encoder-decoders: onnx/encoder_model_slots.onnx (kvHeads is then the decoder's heads, layers its layers). */
+  encoderModel?: string;
+  /** Encoder-decoders: the most source tokens a slot's cross-attention cache holds. */
+  sourceLength?: number;
 }
 
 /**
@@ -73,10 +77,18 @@ export interface NativeSlotDecoder {
   load(): Promise<void>;
   /** Runs a prompt into `slot` from position 0. */
   prefill(slot: number, ids: Int32Array, logitRows: Int32Array, sample?: NativeSampleBatch): Promise<SlotStep>;
-  /** One token for rows (slots) 0..n-1, each at its position (its length so far). */
-  decode(tokens: Int32Array, positions: Int32Array, logitRows: Int32Array, sample?: NativeSampleBatch): Promise<SlotStep>;
-  /** dst[i] <- src[i] (their first lengths[i] positions); a permutation is safe. */
-  copySlots(sources: Int32Array, destinations: Int32Array, lengths: Int32Array): Promise<void>;
+  /**
+   * Encoder-decoders: encodes sources (right-padded to `width`, row after row, each of lengths[r]
+   * tokens) into the cross-attention caches of slots firstSlot, firstSlot + 1, ...
+   */
+  encode(firstSlot: number, ids: Int32Array, width: number, lengths: Int32Array): Promise<void>;
+  /** One token for rows (slots) 0..n-1, each at its position (its length so far); encoder-decoders give each row's source length. */
+  decode(tokens: Int32Array, positions: Int32Array, logitRows: Int32Array, sample?: NativeSampleBatch, sourceLengths?: Int32Array): Promise<SlotStep>;
+  /**
+   * dst[i] <- src[i] (their first lengths[i] positions); a permutation is safe. Encoder-decoders' cross-attention
+   * caches move too, their first sourceLengths[i] positions (0: not moved).
+   */
+  copySlots(sources: Int32Array, destinations: Int32Array, lengths: Int32Array, sourceLengths?: Int32Array): Promise<void>;
   close(): void;
   readonly cacheBytes: number;
   /** Milliseconds so far inside ONNX Runtime's runs, and inside the decoder's calls in all (runs, argmax, copies). */

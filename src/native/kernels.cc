@@ -32,11 +32,34 @@ float HalfToFloat(uint16_t bits) {
   return f;
 }
 
-namespace {
-inline float At(const void* logits, FloatType type, size_t i) {
-  return type == FloatType::kFloat32 ? static_cast<const float*>(logits)[i] : HalfToFloat(static_cast<const uint16_t*>(logits)[i]);
+uint16_t FloatToHalf(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, sizeof x);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t magnitude = x & 0x7fffffffu;
+  if (magnitude >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (magnitude > 0x7f800000u ? 0x200u : 0));  // inf, nan
+  if (magnitude >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past the largest half
+  if (magnitude < 0x38800000u) {
+    // Subnormal half (or zero): the value in units of 2^-24, rounded to nearest even.
+    if (magnitude < 0x33000000u) return static_cast<uint16_t>(sign);
+    const uint32_t exponent = magnitude >> 23;
+    const uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126 - exponent;  // (1.m x 2^23) x 2^(exponent - 126) units of 2^-24
+    uint32_t half = mantissa >> shift;
+    const uint32_t rest = mantissa & ((1u << shift) - 1);
+    const uint32_t midpoint = 1u << (shift - 1);
+    if (rest > midpoint || (rest == midpoint && (half & 1u))) half++;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = ((magnitude - 0x38000000u) >> 13);
+  const uint32_t rest = magnitude & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) half++;
+  return static_cast<uint16_t>(sign | half);
 }
-}  // namespace
+
+float ElementAt(const void* data, FloatType type, size_t i) {
+  return type == FloatType::kFloat32 ? static_cast<const float*>(data)[i] : HalfToFloat(static_cast<const uint16_t*>(data)[i]);
+}
 
 void ArgmaxRowsHost(const void* logits, FloatType type, int rows, int vocab, int32_t* out) {
   for (int r = 0; r < rows; r++) {
@@ -44,7 +67,7 @@ void ArgmaxRowsHost(const void* logits, FloatType type, int rows, int vocab, int
     int best = 0;
     float bestValue = -INFINITY;
     for (int v = 0; v < vocab; v++) {
-      const float x = At(logits, type, base + v);
+      const float x = ElementAt(logits, type, base + v);
       if (x > bestValue) {
         bestValue = x;
         best = v;
@@ -57,7 +80,7 @@ void ArgmaxRowsHost(const void* logits, FloatType type, int rows, int vocab, int
 void WidenRowsHost(const void* logits, FloatType type, int vocab, const int32_t* which, int count, float* out) {
   for (int i = 0; i < count; i++) {
     const size_t base = static_cast<size_t>(which == nullptr ? i : which[i]) * vocab;
-    for (int v = 0; v < vocab; v++) out[static_cast<size_t>(i) * vocab + v] = At(logits, type, base + v);
+    for (int v = 0; v < vocab; v++) out[static_cast<size_t>(i) * vocab + v] = ElementAt(logits, type, base + v);
   }
 }
 

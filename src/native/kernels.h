@@ -12,6 +12,10 @@ enum class FloatType { kFloat32, kFloat16 };
 
 // Widens IEEE half-precision bits to float.
 float HalfToFloat(uint16_t bits);
+// Narrows a float to IEEE half-precision bits, rounding to nearest even.
+uint16_t FloatToHalf(float value);
+// Element i of float32 or float16 data, as float.
+float ElementAt(const void* data, FloatType type, size_t i);
 
 // Host: the index of each row's largest logit (the lowest index among equals), rows x vocab.
 void ArgmaxRowsHost(const void* logits, FloatType type, int rows, int vocab, int32_t* out);

@@ -1,5 +1,7 @@
 #include "slot-decoder.h"
 
+#include "slot-attention.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -67,20 +69,44 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
   } else {
     memory_ = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault);
   }
+  const size_t width = static_cast<size_t>(options.kvHeads) * options.headDim * elementBytes_;
+  if (seq2seq()) {
+    if (options.sourceLength <= 0) throw std::invalid_argument("an encoder-decoder needs a positive sourceLength");
+    AddSlotAttention(sessionOptions, options.cuda, options.floatType);
+    encoder_ = std::make_unique<Ort::Session>(env_, options.encoderModel.c_str(), sessionOptions);
+    // Position-major slots: a row's first n positions are one block.
+    copyHeads_ = 1;
+    copyPitch_ = slotBytes_;
+    copyRowBytes_ = width;
+  } else {
+    copyHeads_ = options.kvHeads;
+    copyPitch_ = static_cast<size_t>(options.maxLength) * options.headDim * elementBytes_;
+    copyRowBytes_ = static_cast<size_t>(options.headDim) * elementBytes_;
+  }
   session_ = std::make_unique<Ort::Session>(env_, options.model.c_str(), sessionOptions);
 
+  const std::string stack = seq2seq() ? ".decoder" : "";
   for (int l = 0; l < options.layers; l++) {
     for (const char* part : {"key", "value"}) {
-      pastNames_.push_back("past_key_values." + std::to_string(l) + "." + part);
-      presentNames_.push_back("present." + std::to_string(l) + "." + part);
+      pastNames_.push_back("past_key_values." + std::to_string(l) + stack + "." + part);
+      presentNames_.push_back("present." + std::to_string(l) + stack + "." + part);
+      if (seq2seq()) {
+        crossNames_.push_back("past_key_values." + std::to_string(l) + ".encoder." + part);
+        encoderOutputNames_.push_back("cross." + std::to_string(l) + "." + part);
+      }
     }
   }
   const size_t layerBytes = slotBytes_ * options.slots;
+  crossSlotBytes_ = static_cast<size_t>(options.sourceLength) * width;
   for (int l = 0; l < options.layers; l++) {
     keys_.push_back(Allocate(layerBytes));
     values_.push_back(Allocate(layerBytes));
+    if (seq2seq()) {
+      crossKeys_.push_back(Allocate(crossSlotBytes_ * options.slots));
+      crossValues_.push_back(Allocate(crossSlotBytes_ * options.slots));
+    }
   }
-  cacheBytes_ = layerBytes * 2 * options.layers;
+  cacheBytes_ = (layerBytes + (seq2seq() ? crossSlotBytes_ * options.slots : 0)) * 2 * options.layers;
   logits_ = Allocate(static_cast<size_t>(options.slots) * options.vocab * elementBytes_);
 #ifdef CHORUS_WITH_CUDA
   if (options.cuda) argmaxDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
@@ -88,14 +114,17 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
     idsDevice_ = static_cast<int64_t*>(Allocate(sizeof(int64_t) * options.slots));
     positionsDevice_ = static_cast<int64_t*>(Allocate(sizeof(int64_t) * options.slots));
     seqlensDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
+    if (seq2seq()) sourceLengthsDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
   }
 #endif
 }
 
 SlotDecoder::~SlotDecoder() {
   session_.reset();
-  for (void* p : keys_) Free(p);
-  for (void* p : values_) Free(p);
+  encoder_.reset();
+  for (const auto* buffers : {&keys_, &values_, &crossKeys_, &crossValues_}) {
+    for (void* p : *buffers) Free(p);
+  }
   Free(logits_);
   Free(scratch_);
   Free(copyIndex_);
@@ -106,6 +135,7 @@ SlotDecoder::~SlotDecoder() {
   Free(idsDevice_);
   Free(positionsDevice_);
   Free(seqlensDevice_);
+  Free(sourceLengthsDevice_);
 #ifdef CHORUS_WITH_CUDA
   if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 #endif
@@ -168,6 +198,7 @@ void SlotDecoder::ToHost(void* dst, const void* src, size_t bytes) {
 
 StepResult SlotDecoder::Prefill(int slot, const std::vector<int64_t>& ids, const std::vector<int32_t>& logitRows, const SampleBatch& sample) {
   Timed timed(callMs_);
+  if (seq2seq()) throw std::logic_error("an encoder-decoder starts a request with encode(), then decodes from its start token");
   const int length = static_cast<int>(ids.size());
   if (slot < 0 || slot >= options_.slots) throw std::out_of_range("slot " + std::to_string(slot) + " is outside 0.." + std::to_string(options_.slots - 1));
   if (length == 0 || length > options_.maxLength) throw std::out_of_range("a prompt of " + std::to_string(length) + " tokens does not fit a slot of " + std::to_string(options_.maxLength));
@@ -176,11 +207,57 @@ StepResult SlotDecoder::Prefill(int slot, const std::vector<int64_t>& ids, const
   return Run(slot, 1, length, ids, positions, {length - 1}, length, logitRows, sample, false);
 }
 
+void SlotDecoder::Encode(int firstSlot, const std::vector<int64_t>& ids, int width, const std::vector<int32_t>& lengths) {
+  Timed timed(callMs_);
+  if (!seq2seq()) throw std::logic_error("encode() is for encoder-decoders");
+  const int rows = static_cast<int>(lengths.size());
+  if (rows == 0 || firstSlot < 0 || firstSlot + rows > options_.slots) throw std::out_of_range("encode takes rows for slots inside 0.." + std::to_string(options_.slots - 1));
+  if (width < 1 || width > options_.sourceLength) throw std::out_of_range("a source of " + std::to_string(width) + " tokens does not fit a slot's " + std::to_string(options_.sourceLength));
+  if (ids.size() != static_cast<size_t>(rows) * width) throw std::invalid_argument("encode takes rows x width ids");
+  std::vector<int64_t> mask(ids.size());
+  for (int r = 0; r < rows; r++) {
+    if (lengths[r] < 1 || lengths[r] > width) throw std::out_of_range("row " + std::to_string(r) + "'s source length " + std::to_string(lengths[r]) + " is outside 1.." + std::to_string(width));
+    for (int i = 0; i < width; i++) mask[static_cast<size_t>(r) * width + i] = i < lengths[r] ? 1 : 0;
+  }
+  const int64_t shape[2] = {rows, width};
+  Ort::IoBinding io(*encoder_);
+  Ort::Value idsValue = Ort::Value::CreateTensor<int64_t>(cpu_, const_cast<int64_t*>(ids.data()), ids.size(), shape, 2);
+  Ort::Value maskValue = Ort::Value::CreateTensor<int64_t>(cpu_, mask.data(), mask.size(), shape, 2);
+  io.BindInput("input_ids", idsValue);
+  io.BindInput("attention_mask", maskValue);
+  for (const std::string& name : encoderOutputNames_) io.BindOutput(name.c_str(), memory_);
+  Ort::RunOptions runOptions;
+  if (options_.cuda && options_.cudaGraph) runOptions.AddConfigEntry("gpu_graph_id", "-1");
+  {
+    Timed inSession(sessionMs_);
+    encoder_->Run(runOptions, io);
+    io.SynchronizeOutputs();
+  }
+  std::vector<Ort::Value> outputs = io.GetOutputValues();
+  const size_t rowBytes = static_cast<size_t>(width) * options_.kvHeads * options_.headDim * elementBytes_;
+  for (int l = 0; l < options_.layers; l++) {
+    void* targets[2] = {crossKeys_[l], crossValues_[l]};
+    for (int part = 0; part < 2; part++) {
+      char* at = static_cast<char*>(targets[part]) + static_cast<size_t>(firstSlot) * crossSlotBytes_;
+      CopyStrided(at, crossSlotBytes_, outputs[2 * l + part].GetTensorRawData(), rowBytes, rowBytes, rows);
+    }
+  }
+#ifdef CHORUS_WITH_CUDA
+  if (options_.cuda) Check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+#endif
+}
+
 StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows,
-                               const SampleBatch& sample) {
+                               const SampleBatch& sample, const std::vector<int32_t>& sourceLengths) {
   Timed timed(callMs_);
   const int rows = static_cast<int>(tokens.size());
   if (rows == 0 || rows > options_.slots || positions.size() != tokens.size()) throw std::out_of_range("decode takes 1.." + std::to_string(options_.slots) + " rows, a position for each");
+  if (seq2seq()) {
+    if (sourceLengths.size() != tokens.size()) throw std::invalid_argument("an encoder-decoder's decode takes each row's source length");
+    for (int r = 0; r < rows; r++) {
+      if (sourceLengths[r] < 1 || sourceLengths[r] > options_.sourceLength) throw std::out_of_range("row " + std::to_string(r) + "'s source length " + std::to_string(sourceLengths[r]) + " is outside 1.." + std::to_string(options_.sourceLength));
+    }
+  }
   std::vector<int32_t> seqlens(rows);
   int total = 0;
   for (int r = 0; r < rows; r++) {
@@ -191,11 +268,12 @@ StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::ve
   // A captured graph keeps its launch shapes: its attention is sized to the whole slot, and each row's
   // seqlens_k (on the device) says how much of it counts.
   const bool graph = options_.cuda && options_.cudaGraph;
-  return Run(0, rows, 1, tokens, positions, seqlens, graph ? options_.maxLength : total, logitRows, sample, graph);
+  return Run(0, rows, 1, tokens, positions, seqlens, graph ? options_.maxLength : total, logitRows, sample, graph, sourceLengths);
 }
 
 StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
-                            const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, const SampleBatch& sample, bool graph) {
+                            const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, const SampleBatch& sample, bool graph,
+                            const std::vector<int32_t>& sourceLengths) {
   for (int32_t r : logitRows) {
     if (r < 0 || r >= rows) throw std::out_of_range("logits of row " + std::to_string(r) + " asked of a step of " + std::to_string(rows));
   }
@@ -207,45 +285,67 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
   const int64_t rowsShape[1] = {rows};
   int32_t totalValue = total;
   std::vector<Ort::Value> values;
-  values.reserve(4 + 2 * options_.layers + 1);
+  values.reserve(5 + 4 * options_.layers);
   Ort::IoBinding io(*session_);
   Ort::RunOptions runOptions;
-  if (graph) {
+  // Each input is read from the host, or for a captured graph staged at its fixed device address.
+  auto bindInput = [&](const char* name, ONNXTensorElementDataType type, const void* data, size_t count, void* device, const int64_t* shape, size_t dims) {
+    const size_t bytes = count * (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 ? sizeof(int64_t) : sizeof(int32_t));
+    void* at = const_cast<void*>(data);
+    const OrtMemoryInfo* where = cpu_;
 #ifdef CHORUS_WITH_CUDA
-    // Staged where the graph reads them; the graph of this batch size is captured on first use.
-    auto stream = static_cast<cudaStream_t>(stream_);
-    Check(cudaMemcpyAsync(idsDevice_, ids.data(), sizeof(int64_t) * ids.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-    Check(cudaMemcpyAsync(positionsDevice_, positions.data(), sizeof(int64_t) * positions.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-    Check(cudaMemcpyAsync(seqlensDevice_, seqlens.data(), sizeof(int32_t) * seqlens.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-    Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-    values.push_back(Ort::Value::CreateTensor<int64_t>(memory_, idsDevice_, ids.size(), idsShape, 2));
-    io.BindInput("input_ids", values.back());
-    values.push_back(Ort::Value::CreateTensor<int64_t>(memory_, positionsDevice_, positions.size(), idsShape, 2));
-    io.BindInput("position_ids", values.back());
-    values.push_back(Ort::Value::CreateTensor<int32_t>(memory_, seqlensDevice_, seqlens.size(), rowsShape, 1));
-    io.BindInput("seqlens_k", values.back());
-    runOptions.AddConfigEntry("gpu_graph_id", std::to_string(rows).c_str());
+    if (graph) {
+      Check(cudaMemcpyAsync(device, data, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)), "cudaMemcpyAsync");
+      at = device;
+      where = memory_;
+    }
 #endif
+    values.push_back(Ort::Value::CreateTensor(where, at, bytes, shape, dims, type));
+    io.BindInput(name, values.back());
+  };
+  bindInput("input_ids", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, ids.data(), ids.size(), idsDevice_, idsShape, 2);
+  if (seq2seq()) {
+    bindInput("lengths", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, seqlens.data(), seqlens.size(), seqlensDevice_, rowsShape, 1);
+    bindInput("encoder_lengths", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, sourceLengths.data(), sourceLengths.size(), sourceLengthsDevice_, rowsShape, 1);
   } else {
-    values.push_back(Ort::Value::CreateTensor<int64_t>(cpu_, const_cast<int64_t*>(ids.data()), ids.size(), idsShape, 2));
-    io.BindInput("input_ids", values.back());
-    values.push_back(Ort::Value::CreateTensor<int64_t>(cpu_, const_cast<int64_t*>(positions.data()), positions.size(), idsShape, 2));
-    io.BindInput("position_ids", values.back());
-    values.push_back(Ort::Value::CreateTensor<int32_t>(cpu_, const_cast<int32_t*>(seqlens.data()), seqlens.size(), rowsShape, 1));
-    io.BindInput("seqlens_k", values.back());
-    // With graphs on, other runs (prefills) are not captured.
-    if (options_.cuda && options_.cudaGraph) runOptions.AddConfigEntry("gpu_graph_id", "-1");
+    bindInput("position_ids", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, positions.data(), positions.size(), positionsDevice_, idsShape, 2);
+    bindInput("seqlens_k", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, seqlens.data(), seqlens.size(), seqlensDevice_, rowsShape, 1);
+    values.push_back(Ort::Value::CreateTensor<int32_t>(cpu_, &totalValue, 1, nullptr, 0));
+    io.BindInput("total_sequence_length", values.back());
   }
-  values.push_back(Ort::Value::CreateTensor<int32_t>(cpu_, &totalValue, 1, nullptr, 0));
-  io.BindInput("total_sequence_length", values.back());
+#ifdef CHORUS_WITH_CUDA
+  if (graph) {
+    // The graph of this batch size is captured on first use.
+    Check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+    runOptions.AddConfigEntry("gpu_graph_id", std::to_string(rows).c_str());
+  }
+#endif
+  // With graphs on, other runs (prefills) are not captured.
+  if (!graph && options_.cuda && options_.cudaGraph) runOptions.AddConfigEntry("gpu_graph_id", "-1");
   const int64_t cacheShape[4] = {rows, options_.kvHeads, options_.maxLength, options_.headDim};
+  const int64_t slotShape[3] = {rows, options_.maxLength, static_cast<int64_t>(options_.kvHeads) * options_.headDim};
   for (int l = 0; l < options_.layers; l++) {
     void* bases[2] = {keys_[l], values_[l]};
     for (int part = 0; part < 2; part++) {
       void* at = static_cast<char*>(bases[part]) + static_cast<size_t>(firstSlot) * slotBytes_;
-      values.push_back(Ort::Value::CreateTensor(memory_, at, slotBytes_ * rows, cacheShape, 4, floatType));
+      if (seq2seq()) {
+        values.push_back(Ort::Value::CreateTensor(memory_, at, slotBytes_ * rows, slotShape, 3, floatType));
+      } else {
+        values.push_back(Ort::Value::CreateTensor(memory_, at, slotBytes_ * rows, cacheShape, 4, floatType));
+      }
       io.BindInput(pastNames_[2 * l + part].c_str(), values.back());
       io.BindOutput(presentNames_[2 * l + part].c_str(), values.back());
+    }
+  }
+  if (seq2seq()) {
+    const int64_t crossShape[3] = {rows, options_.sourceLength, static_cast<int64_t>(options_.kvHeads) * options_.headDim};
+    for (int l = 0; l < options_.layers; l++) {
+      void* bases[2] = {crossKeys_[l], crossValues_[l]};
+      for (int part = 0; part < 2; part++) {
+        void* at = static_cast<char*>(bases[part]) + static_cast<size_t>(firstSlot) * crossSlotBytes_;
+        values.push_back(Ort::Value::CreateTensor(memory_, at, crossSlotBytes_ * rows, crossShape, 3, floatType));
+        io.BindInput(crossNames_[2 * l + part].c_str(), values.back());
+      }
     }
   }
   const int64_t logitsShape[3] = {rows, 1, options_.vocab};
@@ -302,59 +402,77 @@ void SlotDecoder::Sample(const SampleBatch& sample, StepResult& result) {
   SampleRowsHost(logits_, options_.floatType, options_.vocab, sample, sampleWork_, result.sampled.data());
 }
 
-void SlotDecoder::CopySlots(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths) {
+void SlotDecoder::CopySlots(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths,
+                            const std::vector<int32_t>& sourceLengths) {
   Timed timed(callMs_);
   const size_t count = src.size();
   if (dst.size() != count || lengths.size() != count) throw std::invalid_argument("copySlots takes as many destinations and lengths as sources");
+  if (!sourceLengths.empty() && (!seq2seq() || sourceLengths.size() != count)) throw std::invalid_argument("copySlots takes source lengths for an encoder-decoder, one per copy");
   if (count == 0) return;
   if (count > static_cast<size_t>(options_.slots)) throw std::invalid_argument("copySlots takes at most one copy per slot");
   for (size_t i = 0; i < count; i++) {
     if (src[i] < 0 || src[i] >= options_.slots || dst[i] < 0 || dst[i] >= options_.slots) throw std::out_of_range("slot outside 0.." + std::to_string(options_.slots - 1));
     if (lengths[i] < 0 || lengths[i] > options_.maxLength) throw std::out_of_range("a length outside 0.." + std::to_string(options_.maxLength));
+    if (!sourceLengths.empty() && (sourceLengths[i] < 0 || sourceLengths[i] > options_.sourceLength)) throw std::out_of_range("a source length outside 0.." + std::to_string(options_.sourceLength));
   }
-  Reserve(scratch_, scratchBytes_, count * slotBytes_, count * slotBytes_);
-  // Each slot is kv_heads blocks of max_length x head_dim; a row's first `length` positions of each.
-  const size_t pitch = static_cast<size_t>(options_.maxLength) * options_.headDim * elementBytes_;
+  const bool cross = std::any_of(sourceLengths.begin(), sourceLengths.end(), [](int32_t n) { return n > 0; });
+  Reserve(scratch_, scratchBytes_, count * std::max(slotBytes_, cross ? crossSlotBytes_ : 0), count * std::max(slotBytes_, crossSlotBytes_));
+  int32_t* index = nullptr;
 #ifdef CHORUS_WITH_CUDA
   if (options_.cuda) {
-    // Two launches per layer's key or value (into the scratch, then out of it) instead of a copy per
-    // slot and head: the index arrays go over once.
-    auto stream = static_cast<cudaStream_t>(stream_);
-    if (copyIndex_ == nullptr) copyIndex_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * 4 * options_.slots));
-    std::vector<int32_t> staged(4 * count);
+    // The index arrays go over once: sources, destinations, lengths, 0..n-1, source lengths.
+    if (copyIndex_ == nullptr) copyIndex_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * 5 * options_.slots));
+    std::vector<int32_t> staged(5 * count, 0);
     for (size_t i = 0; i < count; i++) {
       staged[i] = src[i];
       staged[count + i] = dst[i];
       staged[2 * count + i] = lengths[i];
       staged[3 * count + i] = static_cast<int32_t>(i);
+      if (cross) staged[4 * count + i] = sourceLengths[i];
     }
-    Check(cudaMemcpyAsync(copyIndex_, staged.data(), sizeof(int32_t) * staged.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    Check(cudaMemcpyAsync(copyIndex_, staged.data(), sizeof(int32_t) * staged.size(), cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)), "cudaMemcpyAsync");
+    index = copyIndex_;
+  }
+#endif
+  std::vector<void*> buffers;
+  for (int l = 0; l < options_.layers; l++) buffers.insert(buffers.end(), {keys_[l], values_[l]});
+  MoveSlots(buffers, slotBytes_, copyHeads_, copyPitch_, copyRowBytes_, src, dst, lengths, index == nullptr ? nullptr : index + 2 * count);
+  if (cross) {
+    buffers.clear();
+    for (int l = 0; l < options_.layers; l++) buffers.insert(buffers.end(), {crossKeys_[l], crossValues_[l]});
+    const size_t width = static_cast<size_t>(options_.kvHeads) * options_.headDim * elementBytes_;
+    MoveSlots(buffers, crossSlotBytes_, 1, crossSlotBytes_, width, src, dst, sourceLengths, index == nullptr ? nullptr : index + 4 * count);
+  }
+#ifdef CHORUS_WITH_CUDA
+  if (options_.cuda) {
+    Check(cudaGetLastError(), "slot copy kernel");
+    Check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+  }
+#endif
+}
+
+void SlotDecoder::MoveSlots(const std::vector<void*>& buffers, size_t slotBytes, int heads, size_t pitch, size_t rowBytes, const std::vector<int32_t>& src,
+                            const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths, const int32_t* deviceLengths) {
+  const size_t count = src.size();
+#ifdef CHORUS_WITH_CUDA
+  if (options_.cuda) {
+    // Two launches per buffer (into the scratch, then out of it) instead of a copy per slot and head.
     const int32_t* srcIndex = copyIndex_;
     const int32_t* dstIndex = copyIndex_ + count;
-    const int32_t* lengthsDevice = copyIndex_ + 2 * count;
     const int32_t* identity = copyIndex_ + 3 * count;
-    const size_t rowBytes = static_cast<size_t>(options_.headDim) * elementBytes_;
-    for (int l = 0; l < options_.layers; l++) {
-      for (void* base : {keys_[l], values_[l]}) {
-        CopySlotBlocksDevice(scratch_, base, identity, srcIndex, lengthsDevice, static_cast<int>(count), options_.kvHeads, slotBytes_, pitch, rowBytes, stream_);
-        CopySlotBlocksDevice(base, scratch_, dstIndex, identity, lengthsDevice, static_cast<int>(count), options_.kvHeads, slotBytes_, pitch, rowBytes, stream_);
-      }
+    for (void* base : buffers) {
+      CopySlotBlocksDevice(scratch_, base, identity, srcIndex, deviceLengths, static_cast<int>(count), heads, slotBytes, pitch, rowBytes, stream_);
+      CopySlotBlocksDevice(base, scratch_, dstIndex, identity, deviceLengths, static_cast<int>(count), heads, slotBytes, pitch, rowBytes, stream_);
     }
-    Check(cudaGetLastError(), "slot copy kernel");
-    Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     return;
   }
 #endif
-  for (int l = 0; l < options_.layers; l++) {
-    for (void* base : {keys_[l], values_[l]}) {
-      for (size_t i = 0; i < count; i++) {
-        const size_t width = static_cast<size_t>(lengths[i]) * options_.headDim * elementBytes_;
-        CopyStrided(static_cast<char*>(scratch_) + i * slotBytes_, pitch, static_cast<char*>(base) + src[i] * slotBytes_, pitch, width, options_.kvHeads);
-      }
-      for (size_t i = 0; i < count; i++) {
-        const size_t width = static_cast<size_t>(lengths[i]) * options_.headDim * elementBytes_;
-        CopyStrided(static_cast<char*>(base) + dst[i] * slotBytes_, pitch, static_cast<char*>(scratch_) + i * slotBytes_, pitch, width, options_.kvHeads);
-      }
+  for (void* base : buffers) {
+    for (size_t i = 0; i < count; i++) {
+      CopyStrided(static_cast<char*>(scratch_) + i * slotBytes, pitch, static_cast<char*>(base) + src[i] * slotBytes, pitch, lengths[i] * rowBytes, heads);
+    }
+    for (size_t i = 0; i < count; i++) {
+      CopyStrided(static_cast<char*>(base) + dst[i] * slotBytes, pitch, static_cast<char*>(scratch_) + i * slotBytes, pitch, lengths[i] * rowBytes, heads);
     }
   }
 }

@@ -4,6 +4,12 @@
 // present so that GroupQueryAttention writes each row's new keys in place. A step sends token ids and
 // lengths in and brings back only the chosen ids (the argmax of each row's logits, taken where the
 // logits are) and the logits of the rows the caller asks for.
+//
+// Encoder-decoders (an encoder model given): the encoder (onnx/encoder_model_slots.onnx) runs once per
+// request and its cross-attention keys and values go into a second cache of slots, [slots,
+// source_length, heads * head_dim] per layer; the decoder's own cache is [slots, max_length, heads *
+// head_dim] (position-major, as SlotAttention reads it, slot-attention.h), and every step is one token
+// per row.
 #pragma once
 
 #include <onnxruntime_cxx_api.h>
@@ -37,6 +43,9 @@ struct SlotDecoderOptions {
   bool cudaGraph = false;
   // CUDA provider options as ONNX Runtime names them (gpu_mem_limit, arena_extend_strategy, ...).
   std::map<std::string, std::string> cudaOptions;
+  // Encoder-decoders: the encoder's model, and the most source tokens a slot holds.
+  std::string encoderModel;
+  int sourceLength = 0;
 };
 
 // What a step gives back: each row's argmax, the requested rows' logits widened to float32, and the
@@ -56,13 +65,20 @@ class SlotDecoder {
 
   // Runs `ids` (a prompt) into slot `slot` from position 0; the result has one row.
   StepResult Prefill(int slot, const std::vector<int64_t>& ids, const std::vector<int32_t>& logitRows, const SampleBatch& sample);
+  // Encoder-decoders: encodes rows (sources right-padded to `width`, ids row after row, each of
+  // lengths[r] tokens) into the cross-attention slots firstSlot, firstSlot + 1, ...
+  void Encode(int firstSlot, const std::vector<int64_t>& ids, int width, const std::vector<int32_t>& lengths);
   // One token for each of rows 0..n-1: `tokens[r]` at position `positions[r]` (the row's length so far).
-  // The rows of `sample` are processed and chosen where the logits are (sampling.h).
+  // The rows of `sample` are processed and chosen where the logits are (sampling.h). Encoder-decoders
+  // give each row's source length.
   StepResult Decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows,
-                    const SampleBatch& sample);
+                    const SampleBatch& sample, const std::vector<int32_t>& sourceLengths = {});
   // Copies slot caches: dst[i] <- src[i], the first lengths[i] positions, reading every source before
-  // writing any destination (so a permutation of rows is safe).
-  void CopySlots(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths);
+  // writing any destination (so a permutation of rows is safe); encoder-decoders' cross-attention slots
+  // too, their first sourceLengths[i] positions (0: left as they are).
+  void CopySlots(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths,
+                 const std::vector<int32_t>& sourceLengths = {});
+  bool seq2seq() const { return !options_.encoderModel.empty(); }
 
   const SlotDecoderOptions& options() const { return options_; }
   // Milliseconds spent so far inside ONNX Runtime's runs, and inside this class's calls in all.
@@ -72,7 +88,12 @@ class SlotDecoder {
 
  private:
   StepResult Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
-                 const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, const SampleBatch& sample, bool graph);
+                 const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, const SampleBatch& sample, bool graph,
+                 const std::vector<int32_t>& sourceLengths = {});
+  // Moves the first lengths[i] positions of slots src[i] to dst[i] in each of `buffers` (slots of
+  // `slotBytes`, each `heads` blocks `pitch` apart of `rowBytes` per position), through the scratch.
+  void MoveSlots(const std::vector<void*>& buffers, size_t slotBytes, int heads, size_t pitch, size_t rowBytes, const std::vector<int32_t>& src,
+                 const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths, const int32_t* deviceIndex);
   void Sample(const SampleBatch& sample, StepResult& result);
   void* Allocate(size_t bytes);
   void Free(void* p);
@@ -93,6 +114,18 @@ class SlotDecoder {
   double callMs_ = 0;
   std::vector<void*> keys_;
   std::vector<void*> values_;
+  // Encoder-decoders: the encoder, and each layer's cross-attention keys and values (slots of crossSlotBytes_).
+  std::unique_ptr<Ort::Session> encoder_;
+  std::vector<void*> crossKeys_;
+  std::vector<void*> crossValues_;
+  size_t crossSlotBytes_ = 0;
+  std::vector<std::string> crossNames_;
+  std::vector<std::string> encoderOutputNames_;
+  // How CopySlots reads a slot of the decoder's cache: `copyHeads_` blocks `copyPitch_` apart of
+  // `copyRowBytes_` per position.
+  int copyHeads_ = 0;
+  size_t copyPitch_ = 0;
+  size_t copyRowBytes_ = 0;
   void* logits_ = nullptr;  // [slots, vocab]
   void* scratch_ = nullptr;  // CopySlots' staging, grown as needed
   size_t scratchBytes_ = 0;
@@ -109,6 +142,7 @@ class SlotDecoder {
   int64_t* idsDevice_ = nullptr;
   int64_t* positionsDevice_ = nullptr;
   int32_t* seqlensDevice_ = nullptr;
+  int32_t* sourceLengthsDevice_ = nullptr;
   void* stream_ = nullptr;
   std::vector<std::string> pastNames_;
   std::vector<std::string> presentNames_;

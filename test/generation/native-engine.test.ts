@@ -3,7 +3,7 @@ import { cpSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { lastValueFrom, toArray } from 'rxjs';
-import { NativeEngine, nativeUnavailable, OrtEngine, greedy, type Engine, type SamplingParams, type TokenEvent } from '../../src/generation/index.ts';
+import { NativeEngine, nativeUnavailable, OrtEngine, greedy, Seq2SeqEngine, type Engine, type SamplingParams, type TokenEvent } from '../../src/generation/index.ts';
 import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
 import { loadNative } from '../../src/native/index.ts';
 import { uniformStream } from '../../src/util/random.ts';
@@ -30,11 +30,18 @@ describe('chorus build --slot-decoder', () => {
     assert.equal((JSON.parse(readFileSync(join(out, 'chorus_build.json'), 'utf8')) as { slotDecoder?: boolean }).slotDecoder, true);
   });
 
-  test('needs the cuda flavor and a decoder-only model, naming the option', () => {
+  test('needs the cuda flavor for a decoder-only model and a decoder to generate with, naming the option', () => {
     const refused = (error: Error & { code?: string; param?: string }): boolean => error.code === 'CHORUS_UNSUPPORTED' && error.param === 'slotDecoder';
     assert.throws(() => buildModel({ source: join(root, 'gpt2-build-ckpt'), out: join(root, 'x'), slotDecoder: true }), refused);
     makeCheckpoint({ arch: 't5', size: 'tiny', seed: 1, out: join(root, 't5-ckpt') });
-    assert.throws(() => buildModel({ source: join(root, 't5-ckpt'), out: join(root, 'y'), slotDecoder: true }), refused);
+    assert.throws(() => buildModel({ source: join(root, 't5-ckpt'), out: join(root, 'y'), slotDecoder: true, task: 'encode' }), refused);
+  });
+
+  test("writes an encoder-decoder's slot encoder and decoder beside its models", () => {
+    const out = join(root, 't5-build');
+    buildModel({ source: join(root, 't5-ckpt'), out, slotDecoder: true });
+    for (const file of ['encoder_model.onnx', 'decoder_model_merged.onnx', 'encoder_model_slots.onnx', 'decoder_model_slots.onnx']) assert.ok(existsSync(join(out, 'onnx', file)), file);
+    assert.equal((JSON.parse(readFileSync(join(out, 'chorus_build.json'), 'utf8')) as { slotDecoder?: boolean }).slotDecoder, true);
   });
 });
 
@@ -197,5 +204,88 @@ describe('NativeEngine (CPU)', { skip }, () => {
     assert.match(nativeUnavailable(plain)!, /no slot decoder/);
     await assert.rejects(NativeEngine.open(plain), (error: Error & { code?: string }) => error.code === 'CHORUS_UNSUPPORTED' && /--slot-decoder/.test(error.message));
     await assert.rejects(NativeEngine.open(dirs.gpt2, { slotLength: 1 }), (error: Error & { param?: string }) => error.param === 'slotLength');
+  });
+});
+
+describe('NativeEngine, encoder-decoders (CPU)', { skip }, () => {
+  const archs = ['t5', 't5v1_1', 'bart'] as const;
+  const dirOf = (arch: string): string => join(root, `${arch}-s2s`);
+  const engines: Engine[] = [];
+  before(() => {
+    for (const arch of archs) {
+      makeCheckpoint({ arch, size: 'tiny', seed: 6, out: join(root, `${arch}-s2s-ckpt`) });
+      buildModel({ source: join(root, `${arch}-s2s-ckpt`), out: dirOf(arch), slotDecoder: true });
+    }
+  });
+  after(async () => {
+    await Promise.all(engines.map((e) => e.close()));
+  });
+  const open = async (arch: string, native: boolean, maxBatchSize = 8): Promise<Engine> => {
+    const engine = native ? await NativeEngine.open(dirOf(arch), { maxBatchSize, slotLength: 48, sourceLength: 24 }) : await Seq2SeqEngine.open(dirOf(arch), { maxBatchSize });
+    engines.push(engine);
+    return engine;
+  };
+  const mix: Array<{ prompt: number[]; params: SamplingParams }> = [
+    { prompt: [5, 6, 7, 8, 9, 10, 11], params: { temperature: 0, request_output_len: 24 } },
+    { prompt: [12, 13], params: { temperature: 0.8, runtime_top_k: 20, random_seed: 4, request_output_len: 17 } },
+    { prompt: [40, 41, 42, 43], params: { temperature: 0, repetition_penalty: 1.4, is_return_log_probs: true, request_output_len: 20 } },
+    { prompt: [30, 31, 32, 33, 34], params: { beam_width: 3, request_output_len: 10 } },
+    { prompt: [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25], params: { temperature: 0, min_length: 5, request_output_len: 9 } },
+    { prompt: [9, 8, 7], params: { temperature: 0.7, top_logprobs: 3, is_return_log_probs: true, random_seed: 2, request_output_len: 8 } },
+  ];
+
+  for (const arch of archs) {
+    test(`${arch}: a mixed batch gives the TypeScript engine's tokens, log-probabilities and beams`, async () => {
+      const native = await open(arch, true);
+      const reference = await open(arch, false);
+      const got = await Promise.all(mix.map((r) => run(native, r.prompt, r.params)));
+      const want = await Promise.all(mix.map((r) => run(reference, r.prompt, r.params)));
+      for (const [i, events] of got.entries()) {
+        assert.deepEqual(events.map((e) => [e.token, e.sequence, e.finishReason]), want[i]!.map((e) => [e.token, e.sequence, e.finishReason]), `request ${i}`);
+        for (const [j, e] of events.entries()) {
+          if (e.logProb !== undefined) assert.ok(Math.abs(e.logProb - want[i]![j]!.logProb!) < 1e-4, `request ${i} log-probability ${j}`);
+          assert.deepEqual(e.topLogProbs?.map((t) => t.token), want[i]![j]!.topLogProbs?.map((t) => t.token), `request ${i} top_logprobs ${j}`);
+        }
+      }
+      assert.equal(native.stats().requestsFinished, mix.length);
+      assert.equal(native.stats().running, 0);
+    });
+  }
+
+  test('requests that join a running batch, beams among them, get the tokens they get alone', async () => {
+    // Three slots for six requests: rows leave, the ones behind move down with their sources, and a
+    // beam search spreads over slots that held other requests' sources.
+    const engine = await open('t5', true, 3);
+    const prompts = [[3, 4, 5], [6], [7, 8, 9, 10, 11, 12], [13, 14], [15, 16, 17], [18, 19, 20, 21]];
+    const lengths = [30, 5, 22, 9, 40, 3];
+    const paramsOf = (i: number): SamplingParams =>
+      i === 3 ? { beam_width: 2, request_output_len: lengths[i]! } : i % 2 === 0 ? { temperature: 0, request_output_len: lengths[i]! } : { temperature: 0.9, runtime_top_p: 0.9, random_seed: 100 + i, request_output_len: lengths[i]! };
+    const alone: number[][] = [];
+    for (const [i, p] of prompts.entries()) alone.push((await run(engine, p, paramsOf(i))).map((e) => e.token));
+    const together = await Promise.all(prompts.map((p, i) => new Promise<void>((resolve) => setTimeout(resolve, i * 3)).then(() => run(engine, p, paramsOf(i)))));
+    assert.deepEqual(together.map((events) => events.map((e) => e.token)), alone);
+  });
+
+  test('a cancelled stream leaves its slot and the others go on unchanged', async () => {
+    const engine = await open('bart', true, 2);
+    const alone = (await run(engine, [6, 7], { temperature: 0, request_output_len: 30 })).map((e) => e.token);
+    const seen: TokenEvent[] = [];
+    const subscription = engine.submit({ inputIds: [3, 4, 5], params: { temperature: 0, request_output_len: 40 } }).subscribe((e) => {
+      seen.push(e);
+      if (seen.length === 5) subscription.unsubscribe();
+    });
+    const other = run(engine, [6, 7], { temperature: 0, request_output_len: 30 });
+    const third = run(engine, [6, 7], { temperature: 0, request_output_len: 30 });
+    assert.deepEqual((await other).map((e) => e.token), alone);
+    assert.deepEqual((await third).map((e) => e.token), alone);
+    assert.equal(seen.length, 5);
+    assert.equal(engine.stats().requestsCancelled, 1);
+  });
+
+  test('refuses a source or an output that does not fit its slots, naming the field', async () => {
+    const engine = await open('t5', true);
+    await assert.rejects(run(engine, Array.from({ length: 25 }, (_, i) => i + 3), { temperature: 0, request_output_len: 4 }), (error: Error & { param?: string }) => error.param === 'inputIds' && /1 to 24/.test(error.message));
+    await assert.rejects(run(engine, [3, 4], { temperature: 0, request_output_len: 48 }), (error: Error & { param?: string }) => error.param === 'request_output_len');
+    await assert.rejects(NativeEngine.open(dirOf('t5'), { sourceLength: 0 }), (error: Error & { param?: string }) => error.param === 'sourceLength');
   });
 });

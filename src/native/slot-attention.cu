@@ -1,0 +1,131 @@
+// SlotAttention's CUDA kernel (slot-attention.h): one block per (head, row). The block writes the row's
+// new key and value (self-attention), then each warp scores positions (lanes split the head's
+// dimensions), the block takes the softmax, and groups of head_dim threads sum the values of every
+// group-th position.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+
+#include "device.cuh"
+#include "slot-attention.h"
+
+namespace chorus {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T>
+__device__ inline void Store(T* p, float value);
+template <>
+__device__ inline void Store<float>(float* p, float value) { *p = value; }
+template <>
+__device__ inline void Store<__half>(__half* p, float value) { *p = __float2half_rn(value); }
+
+// The block's maximum (sum with `sum`) of each thread's `value`; every thread gets it.
+template <bool Sum>
+__device__ float BlockReduce(float value, float* scratch) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, value, offset);
+    value = Sum ? value + other : fmaxf(value, other);
+  }
+  const int warp = threadIdx.x / 32;
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) scratch[warp] = value;
+  __syncthreads();
+  value = Sum ? 0.0f : -FLT_MAX;
+  for (int w = 0; w < blockDim.x / 32; w++) value = Sum ? value + scratch[w] : fmaxf(value, scratch[w]);
+  return value;
+}
+
+template <typename T>
+__global__ void SlotAttentionKernel(const T* query, const T* key, const T* value, T* cacheKey, T* cacheValue, const int32_t* lengths, const float* bias,
+                                    int biasSpan, T* output, int heads, int dim, int capacity, float scale) {
+  extern __shared__ float shared[];
+  float* q = shared;           // dim
+  float* scores = shared + dim;  // capacity
+  __shared__ float scratch[kThreads / 32];
+  const int h = blockIdx.x;
+  const int r = blockIdx.y;
+  const bool self = key != nullptr;
+  const size_t width = static_cast<size_t>(heads) * dim;
+  const int past = min(max(lengths[r], 0), capacity - (self ? 1 : 0));
+  const size_t slot = static_cast<size_t>(r) * capacity * width + static_cast<size_t>(h) * dim;
+  const size_t in = static_cast<size_t>(r) * width + static_cast<size_t>(h) * dim;
+  for (int d = threadIdx.x; d < dim; d += blockDim.x) {
+    q[d] = Load(query + in + d);
+    if (self) {
+      cacheKey[slot + past * width + d] = key[in + d];
+      cacheValue[slot + past * width + d] = value[in + d];
+    }
+  }
+  __syncthreads();
+  const int n = past + (self ? 1 : 0);
+  const int lane = threadIdx.x % 32;
+  const int warps = blockDim.x / 32;
+  for (int j = threadIdx.x / 32; j < n; j += warps) {
+    const T* k = cacheKey + slot + j * width;
+    float dot = 0;
+    for (int d = lane; d < dim; d += 32) dot += q[d] * Load(k + d);
+    for (int offset = 16; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+    if (lane == 0) scores[j] = dot * scale + (bias != nullptr ? bias[static_cast<size_t>(h) * biasSpan + min(past - j, biasSpan - 1)] : 0.0f);
+  }
+  __syncthreads();
+  float highest = -FLT_MAX;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) highest = fmaxf(highest, scores[j]);
+  highest = BlockReduce<false>(highest, scratch);
+  float total = 0;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    const float e = __expf(scores[j] - highest);
+    scores[j] = e;
+    total += e;
+  }
+  total = BlockReduce<true>(total, scratch);  // its syncs also publish the exponentials
+  // Groups of `dim` threads each sum every groups-th position, then one sum over the groups; a head
+  // wider than the block is summed by each thread over all positions.
+  if (dim <= blockDim.x) {
+    const int groups = blockDim.x / dim;
+    float* partial = scores + capacity;  // groups x dim
+    const int group = threadIdx.x / dim;
+    if (group < groups) {
+      const int d = threadIdx.x % dim;
+      float acc = 0;
+      for (int j = group; j < n; j += groups) acc += scores[j] * Load(cacheValue + slot + j * width + d);
+      partial[group * dim + d] = acc;
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < dim; d += blockDim.x) {
+      float acc = 0;
+      for (int g = 0; g < groups; g++) acc += partial[g * dim + d];
+      Store(output + in + d, acc / total);
+    }
+  } else {
+    for (int d = threadIdx.x; d < dim; d += blockDim.x) {
+      float acc = 0;
+      for (int j = 0; j < n; j++) acc += scores[j] * Load(cacheValue + slot + j * width + d);
+      Store(output + in + d, acc / total);
+    }
+  }
+}
+
+}  // namespace
+
+void SlotAttentionDevice(const SlotAttentionArgs& a, void* stream) {
+  if (a.rows == 0) return;
+  const size_t partialFloats = a.dim <= kThreads ? kThreads / a.dim * a.dim : 0;
+  const size_t sharedBytes = sizeof(float) * (a.dim + a.capacity + partialFloats);
+  const dim3 grid(a.heads, a.rows);
+  auto s = static_cast<cudaStream_t>(stream);
+  if (a.type == FloatType::kFloat16) {
+    SlotAttentionKernel<__half><<<grid, kThreads, sharedBytes, s>>>(
+        static_cast<const __half*>(a.query), static_cast<const __half*>(a.key), static_cast<const __half*>(a.value), static_cast<__half*>(a.cacheKey),
+        static_cast<__half*>(a.cacheValue), a.lengths, a.bias, a.biasSpan, static_cast<__half*>(a.output), a.heads, a.dim, a.capacity, a.scale);
+  } else {
+    SlotAttentionKernel<float><<<grid, kThreads, sharedBytes, s>>>(static_cast<const float*>(a.query), static_cast<const float*>(a.key),
+                                                                   static_cast<const float*>(a.value), static_cast<float*>(a.cacheKey),
+                                                                   static_cast<float*>(a.cacheValue), a.lengths, a.bias, a.biasSpan,
+                                                                   static_cast<float*>(a.output), a.heads, a.dim, a.capacity, a.scale);
+  }
+}
+
+}  // namespace chorus
