@@ -2,15 +2,16 @@
  * The Chorus side of the parity check. For each model: make the seeded checkpoint, build it, then for
  * each prompt record the logits of the prefill's last position and of each teacher-forced cached decode
  * step, and a greedy continuation. Writes <work>/<name>.logits (float32 rows), <name>.json and models.json.
- * Decoder-only models of the cuda flavor on CUDA also run through the engines (when the native addon is
- * built): the native engine's greedy continuations (CUDA graphs on) and beam-4 results beside the
- * TypeScript engine's (OrtEngine on CUDA), all prompts submitted together.
+ * Decoder-only models of the cuda flavor and encoder-decoders on CUDA also run through the engines (when
+ * the native addon is built): the native engine's greedy continuations (CUDA graphs on) and beam-4
+ * results beside the TypeScript engine's (OrtEngine or Seq2SeqEngine on CUDA), all prompts submitted
+ * together, and 64 mixed streams against each alone.
  * Usage: node --import tsx bench/gpu/parity/chorus.ts <work-dir> [name-regexp]
  */
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { lastValueFrom, toArray } from 'rxjs';
-import { NativeEngine, OrtEngine, type Engine, type SamplingParams } from '../../../src/generation/index.ts';
+import { NativeEngine, OrtEngine, Seq2SeqEngine, type Engine, type SamplingParams } from '../../../src/generation/index.ts';
 import { buildModel, makeCheckpoint } from '../../../src/modelbuild/index.ts';
 import { loadNative } from '../../../src/native/index.ts';
 import { relativeBucketTable } from '../../../src/modelbuild/relative-position.ts';
@@ -42,11 +43,13 @@ async function mixedStreams(native: Engine, prompts: number[][]): Promise<{ stre
 }
 
 /** The native engine's greedy and beam-4 ids beside the TypeScript engine's, on CUDA. */
-async function engineRuns(built: string, prompts: number[][], greedySteps: number): Promise<Record<string, number[][]>> {
+async function engineRuns(built: string, prompts: number[][], greedySteps: number, seq2seq: boolean): Promise<Record<string, number[][]>> {
   const greedy = { temperature: 0, request_output_len: greedySteps };
   const beam = { beam_width: 4, request_output_len: 32 };
-  const native = await NativeEngine.open(built, { provider: 'cuda', maxBatchSize: 32, cudaGraph: true, slotLength: 128 });
-  const ts = await OrtEngine.open(built, { executionProviders: ['cuda'], maxBatchSize: 32, greedySearch: false });
+  const native = await NativeEngine.open(built, { provider: 'cuda', maxBatchSize: 32, cudaGraph: true, slotLength: 128, ...(seq2seq ? { sourceLength: 64 } : {}) });
+  const ts = seq2seq
+    ? await Seq2SeqEngine.open(built, { executionProviders: ['cuda'], maxBatchSize: 32 })
+    : await OrtEngine.open(built, { executionProviders: ['cuda'], maxBatchSize: 32, greedySearch: false });
   try {
     return {
       greedyNative: await engineIds(native, prompts, greedy),
@@ -61,9 +64,22 @@ async function engineRuns(built: string, prompts: number[][], greedySteps: numbe
   }
 }
 
+/**
+ * Takes forced_bos_token_id and forced_eos_token_id out of a built encoder-decoder's configs, so that the
+ * engines' greedy ids are the raw argmax, as transformers' stepwise greedy here takes them.
+ */
+function withoutForcedTokens(built: string): void {
+  for (const file of ['config.json', 'generation_config.json']) {
+    const config = JSON.parse(readFileSync(join(built, file), 'utf8')) as Record<string, unknown>;
+    delete config.forced_bos_token_id;
+    delete config.forced_eos_token_id;
+    writeFileSync(join(built, file), JSON.stringify(config, null, 2));
+  }
+}
+
 /** Logit rows and greedy ids of an encoder-decoder; with task encode, hidden states instead of logits. */
 async function runSeq2Seq(model: ParityModel, built: string): Promise<{ rows: Float32Array[]; greedy: number[][]; prompts: number[][]; forced: number[][]; vocabSize: number }> {
-  const session = await Seq2SeqSession.open(built);
+  const session = await Seq2SeqSession.open(built, { executionProviders: [model.device] });
   const vocabSize = model.task === 'encode' ? 0 : session.vocabSize;
   const { prompts, forced } = parityInputs(model, model.task === 'encode' ? 512 : vocabSize);
   const rows: Float32Array[] = [];
@@ -102,12 +118,15 @@ for (const model of PARITY_MODELS.filter((m) => new RegExp(filter).test(m.name))
   const checkpoint = join(work, `${model.arch}-${model.size}-${model.seed}`);
   if (!existsSync(join(checkpoint, 'model.safetensors'))) makeCheckpoint({ arch: model.arch, size: model.size, seed: model.seed, out: checkpoint });
   const built = join(work, model.name);
-  const engines = model.flavor === 'cuda' && model.device === 'cuda' && !SEQ2SEQ_ARCHS.includes(model.arch) && loadNative().addon?.cuda === true;
+  const seq2seq = SEQ2SEQ_ARCHS.includes(model.arch);
+  const engines = model.device === 'cuda' && (model.flavor === 'cuda' || seq2seq) && model.task !== 'encode' && loadNative().addon?.cuda === true;
   buildModel({ source: checkpoint, out: built, dtype: model.dtype, flavor: model.flavor, task: model.task ?? 'generate', slotDecoder: engines });
-  if (SEQ2SEQ_ARCHS.includes(model.arch)) {
+  if (seq2seq) {
     const { rows, greedy, prompts, forced, vocabSize } = await runSeq2Seq(model, built);
+    if (engines) withoutForcedTokens(built);
+    const fromEngines = engines ? await engineRuns(built, prompts, model.greedySteps, true) : {};
     writeFileSync(join(work, `${model.name}.logits`), Buffer.concat(rows.map((row) => Buffer.from(row.buffer, row.byteOffset, row.byteLength))));
-    writeFileSync(join(work, `${model.name}.json`), JSON.stringify({ ...model, kind: 'seq2seq', checkpoint, vocabSize, prompts, forced, greedy }));
+    writeFileSync(join(work, `${model.name}.json`), JSON.stringify({ ...model, kind: 'seq2seq', checkpoint, vocabSize, prompts, forced, greedy, ...fromEngines }));
     listed.push(model.name);
     process.stdout.write(`chorus ${model.name}: ${rows.length} rows, ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
     continue;
@@ -127,7 +146,7 @@ for (const model of PARITY_MODELS.filter((m) => new RegExp(filter).test(m.name))
   const greedy = [];
   for (const prompt of prompts) greedy.push(await session.greedy(prompt, model.greedySteps));
   await session.close();
-  const fromEngines = engines ? await engineRuns(built, prompts, model.greedySteps) : {};
+  const fromEngines = engines ? await engineRuns(built, prompts, model.greedySteps, false) : {};
   const all = new Float32Array(rows.length * V);
   rows.forEach((row, i) => all.set(row, i * V));
   writeFileSync(join(work, `${model.name}.logits`), Buffer.from(all.buffer));

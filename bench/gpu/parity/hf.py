@@ -128,8 +128,12 @@ def main():
         extra = {}
         if spec["dtype"] == "fp16":
             # How far transformers' own fp16 greedy strays from its fp32 greedy: the noise floor.
-            reference = AutoModelForCausalLM.from_pretrained(spec["checkpoint"], dtype=torch.float32, attn_implementation="eager").to(device).eval()
-            _, hf32_greedy, _ = run(reference, spec["prompts"], [[] for _ in spec["prompts"]], spec["greedySteps"], device)
+            if spec["kind"] == "seq2seq":
+                reference = AutoModelForSeq2SeqLM.from_pretrained(spec["checkpoint"], dtype=torch.float32, attn_implementation="eager").to(device).eval()
+                _, hf32_greedy, _ = run_seq2seq(reference, {**spec, "forced": [[] for _ in spec["prompts"]]}, device)
+            else:
+                reference = AutoModelForCausalLM.from_pretrained(spec["checkpoint"], dtype=torch.float32, attn_implementation="eager").to(device).eval()
+                _, hf32_greedy, _ = run(reference, spec["prompts"], [[] for _ in spec["prompts"]], spec["greedySteps"], device)
             del reference
             extra = {"hf_fp16_vs_hf_fp32_greedy_identical": sum(a == b for x, y in zip(hf32_greedy, hf_greedy) for a, b in zip(x, y)),
                      "chorus_vs_hf_fp32_greedy_identical": sum(a == b for x, y in zip(hf32_greedy, spec["greedy"]) for a, b in zip(x, y))}

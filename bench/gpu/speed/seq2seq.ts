@@ -1,16 +1,19 @@
 /**
  * Chorus's side of the encoder-decoder speed comparison: t5-small, t5-base and bart-large shapes
  * (seeded weights; seq2seq_hf.py loads the same checkpoints), fp16 on CUDA, source 256 tokens, 64 new
- * tokens (min_length = 64: no early stop), batch 1 and 32 (that many requests submitted together: one
- * cohort of the engine), greedy and beam 4. Reports tokens/s (returned sequences' tokens), ms per
- * decode step and time to first token; profile: the share of the time inside session.run.
+ * tokens (min_length = 64: no early stop), batch 1 and 32 (that many requests submitted together),
+ * greedy and beam 4, on each engine of SEQ2SEQ_ENGINES (comma-separated; default
+ * native-graph,native,ts): the native engine (src/native, the caches on the GPU; with CUDA graphs or
+ * without) and the TypeScript engine (Seq2SeqEngine over onnxruntime-node, batches of SEQ2SEQ_TS_BATCHES,
+ * default 1,32). Reports tokens/s (returned sequences' tokens), ms per decode step and time to first
+ * token; profile: the share of the time inside the session's runs.
  * Usage: node --import tsx bench/gpu/speed/seq2seq.ts <work-dir> [model...]  -> <work-dir>/seq2seq-chorus.json
  *   models: t5-small t5-base bart-large (default: all)
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { lastValueFrom, toArray } from 'rxjs';
-import { Seq2SeqEngine, type RequestMetrics, type SamplingParams } from '../../../src/generation/index.ts';
+import { NativeEngine, Seq2SeqEngine, type Engine, type RequestMetrics, type SamplingParams } from '../../../src/generation/index.ts';
 import { buildModel, makeCheckpoint, type CheckpointArch, type CheckpointSize } from '../../../src/modelbuild/index.ts';
 import { seededRows, timeSessionRuns } from './common.ts';
 
@@ -29,6 +32,8 @@ const names = process.argv.slice(3).length > 0 ? process.argv.slice(3) : Object.
 const sources = (count: number, eos: number): number[][] => seededRows(count, SOURCE - 1, 30000).map((row) => [...row, eos]);
 
 const inRun = timeSessionRuns();
+const engineNames = (process.env.SEQ2SEQ_ENGINES ?? 'native-graph,native,ts').split(',');
+const tsBatches = (process.env.SEQ2SEQ_TS_BATCHES ?? '1,32').split(',').map(Number);
 
 const file = join(work, 'seq2seq-chorus.json');
 const saved = existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as { rows: Array<Record<string, unknown>>; checkpoints: Record<string, string> }) : { rows: [], checkpoints: {} };
@@ -41,43 +46,57 @@ for (const name of names) {
   if (!existsSync(join(checkpoint, 'config.json'))) makeCheckpoint({ ...spec, seed: 1, out: checkpoint });
   checkpoints[name] = checkpoint;
   const dir = join(work, `${name}-fp16`);
-  if (!existsSync(join(dir, 'onnx', 'decoder_model_merged.onnx'))) buildModel({ source: checkpoint, out: dir, dtype: 'fp16' });
+  if (!existsSync(join(dir, 'onnx', 'decoder_model_slots.onnx'))) buildModel({ source: checkpoint, out: dir, dtype: 'fp16', slotDecoder: true });
   const eos = Number((JSON.parse(readFileSync(join(checkpoint, 'config.json'), 'utf8')) as { eos_token_id: number }).eos_token_id);
-  const metrics: RequestMetrics[] = [];
-  const engine = await Seq2SeqEngine.open(dir, { executionProviders: ['cuda'], maxBatchSize: 128, onRequestDone: (m) => metrics.push(m) });
-  for (const [search, params] of [
-    ['greedy', { temperature: 0 }],
-    ['beam 4', { beam_width: 4, temperature: 1 }],
-  ] as Array<[string, SamplingParams]>) {
-    for (const batch of [1, 32]) {
-      const run = (count: number) =>
-        Promise.all(sources(count, eos).map((s) => lastValueFrom(engine.submit({ inputIds: s, params: { ...params, request_output_len: NEW, min_length: NEW }, stream: false }).pipe(toArray()))));
-      await run(1); // warm-up
-      metrics.length = 0;
-      inRun.ms = 0;
-      const before = engine.stats().decodeSteps;
-      const started = performance.now();
-      const results = await run(batch);
-      const seconds = (performance.now() - started) / 1000;
-      const steps = engine.stats().decodeSteps - before;
-      const tokens = results.reduce((sum, events) => sum + events.filter((e) => (e.sequence ?? 0) === 0).length, 0);
-      const ttft = metrics.map((m) => m.timeToFirstTokenMs).sort((a, b) => a - b);
-      const row = {
-        model: name,
-        search,
-        batch,
-        tokens,
-        tokens_per_s: tokens / seconds,
-        ms_per_step: (seconds * 1000) / Math.max(1, steps),
-        decode_steps: steps,
-        ttft_ms_median: ttft[Math.floor(ttft.length / 2)],
-        session_run_share: inRun.ms / (seconds * 1000),
-      };
-      rows.push(row);
-      console.log(JSON.stringify(row));
-      writeFileSync(file, JSON.stringify({ rows, checkpoints, source: SOURCE, new_tokens: NEW }, null, 2));
+  for (const engineName of engineNames) {
+    const metrics: RequestMetrics[] = [];
+    const onRequestDone = (m: RequestMetrics): void => void metrics.push(m);
+    let engine: Engine;
+    let sessionMs: () => number;
+    if (engineName === 'ts') {
+      engine = await Seq2SeqEngine.open(dir, { executionProviders: ['cuda'], maxBatchSize: 128, onRequestDone });
+      sessionMs = () => inRun.ms;
+    } else {
+      const native = await NativeEngine.open(dir, { provider: 'cuda', maxBatchSize: 128, slotLength: NEW + 1, sourceLength: SOURCE, cudaGraph: engineName === 'native-graph', onRequestDone });
+      engine = native;
+      sessionMs = () => native.profile().sessionMs;
     }
+    for (const [search, params] of [
+      ['greedy', { temperature: 0 }],
+      ['beam 4', { beam_width: 4, temperature: 1 }],
+    ] as Array<[string, SamplingParams]>) {
+      for (const batch of engineName === 'ts' ? tsBatches : [1, 32]) {
+        const run = (count: number) =>
+          Promise.all(sources(count, eos).map((s) => lastValueFrom(engine.submit({ inputIds: s, params: { ...params, request_output_len: NEW, min_length: NEW }, stream: false }).pipe(toArray()))));
+        await run(engineName === 'ts' ? 1 : batch); // warm-up (the native engine's captured graphs: one per batch size)
+        metrics.length = 0;
+        inRun.ms = 0;
+        const sessionBefore = sessionMs();
+        const before = engine.stats().decodeSteps;
+        const started = performance.now();
+        const results = await run(batch);
+        const seconds = (performance.now() - started) / 1000;
+        const steps = engine.stats().decodeSteps - before;
+        const tokens = results.reduce((sum, events) => sum + events.filter((e) => (e.sequence ?? 0) === 0).length, 0);
+        const ttft = metrics.map((m) => m.timeToFirstTokenMs).sort((a, b) => a - b);
+        const row = {
+          model: name,
+          engine: engineName,
+          search,
+          batch,
+          tokens,
+          tokens_per_s: tokens / seconds,
+          ms_per_step: (seconds * 1000) / Math.max(1, steps),
+          decode_steps: steps,
+          ttft_ms_median: ttft[Math.floor(ttft.length / 2)],
+          session_run_share: (sessionMs() - sessionBefore) / (seconds * 1000),
+        };
+        rows.push(row);
+        process.stdout.write(`${JSON.stringify(row)}\n`);
+        writeFileSync(file, JSON.stringify({ rows, checkpoints, source: SOURCE, new_tokens: NEW }, null, 2));
+      }
+    }
+    await engine.close();
   }
-  await engine.close();
 }
 writeFileSync(file, JSON.stringify({ rows, checkpoints, source: SOURCE, new_tokens: NEW }, null, 2));

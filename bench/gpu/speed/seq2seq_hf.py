@@ -40,9 +40,9 @@ def main():
     for row in chorus["rows"]:
         rows.append(beside(row, hf[(row["model"], row["search"], row["batch"])]))
     write_results(os.path.join(out_dir, "seq2seq-speed.json"), rows, source=SOURCE, new_tokens=NEW)
-    print(f"{'model':11} {'search':7} {'batch':>5} {'chorus tok/s':>12} {'hf tok/s':>10} {'ratio':>6} {'ms/step':>8} {'hf ms/step':>10} {'ttft ms':>8} {'in run':>7}")
+    print(f"{'model':11} {'engine':12} {'search':7} {'batch':>5} {'chorus tok/s':>12} {'hf tok/s':>10} {'ratio':>6} {'ms/step':>8} {'hf ms/step':>10} {'ttft ms':>8} {'in run':>7}")
     for r in rows:
-        print(f"{r['model']:11} {r['search']:7} {r['batch']:5d} {r['tokens_per_s']:12.0f} {r['hf_tokens_per_s']:10.0f} {r['ratio_tokens_per_s']:6.2f} {r['ms_per_step']:8.2f} {r['hf_ms_per_step']:10.2f} {(r['ttft_ms_median'] or float('nan')):8.1f} {r['session_run_share']:7.0%}")
+        print(f"{r['model']:11} {r.get('engine', 'ts'):12} {r['search']:7} {r['batch']:5d} {r['tokens_per_s']:12.0f} {r['hf_tokens_per_s']:10.0f} {r['ratio_tokens_per_s']:6.2f} {r['ms_per_step']:8.2f} {r['hf_ms_per_step']:10.2f} {(r['ttft_ms_median'] or float('nan')):8.1f} {r['session_run_share']:7.0%}")
 
 
 if __name__ == "__main__":
