@@ -47,8 +47,12 @@ export class BeamSequence extends ActiveRequest {
    * This step's rows for the native sampler's beam mode (each live beam's processors and score), or
    * undefined when the step needs the logits here (a token the model forces).
    */
+  get forcing(): boolean {
+    return this.forcedToken(this.search.generated) !== undefined;
+  }
+
   samplerRows(): SamplerRow[] | undefined {
-    if (this.forcedToken(this.search.generated) !== undefined) return undefined;
+    if (this.forcing) return undefined;
     return Array.from({ length: this.rows }, (_, b) => this.search.samplerRow(b));
   }
 

@@ -6,9 +6,9 @@
  * logits are; sampling rows with their penalties, bans, temperature, top-k and top-p run the addon's
  * sampler there (src/native/sampling.h, the processors' twin) with a draw from the request's own
  * stream, and its top_logprobs; each beam of a beam search (up to 10 beams) gets its 2 x beam_width best
- * continuations from the sampler's beam mode, and BeamSearch goes on from those. Only wider beam
- * searches and tokens a model forces bring their rows' logits to the host, where the TypeScript
- * processors run as in OrtEngine. A request is
+ * continuations from the sampler's beam mode, and BeamSearch goes on from those. A token the model
+ * forces (forced_bos, forced_eos) needs no logits at all. Only wider beam searches bring their rows'
+ * logits to the host, where the TypeScript processors run as in OrtEngine. A request is
  * prefilled alone into the next free slot; when requests leave, the rows behind them move down, and
  * when a beam search reorders its beams, their slots are permuted on the device.
  *
@@ -357,17 +357,19 @@ export class NativeEngine implements Engine {
 
 /**
  * How a request chooses in a step: the raw argmax; the addon's sampler (from its `at`-th row on, one
- * row, or one per beam); or its logits brought here.
+ * row, or one per beam); its logits brought here; or not at all, the model forcing its token.
  */
-type Choosing = { argmax: Sequence } | { sampled: Sequence; at: number } | { beams: BeamSequence; at: number } | { logits: true };
+type Choosing = { argmax: Sequence } | { sampled: Sequence; at: number } | { beams: BeamSequence; at: number } | { logits: true } | { forced: true };
 
 /** One step's requests: which rows the sampler takes and which bring their logits. */
 class StepPlan {
   readonly logitRows: number[] = [];
+  private blank: Float32Array | undefined;
   private readonly sampled: Array<{ row: number; sampler: SamplerRow }> = [];
 
   /** Plans `s`, whose rows start at `base` (its argmax-only form when it qualifies). */
   add(s: ActiveRequest, base: number, argmax: Sequence | undefined): Choosing {
+    if (s.forcing) return { forced: true };
     if (argmax !== undefined) return { argmax };
     const at = this.sampled.length;
     if (s instanceof Sequence) {
@@ -394,6 +396,8 @@ class StepPlan {
 
   /** Hands `s` its step's result; returns, when its rows change, the row each next row continues. */
   finish(s: ActiveRequest, how: Choosing, base: number, out: SlotStep, vocabSize: number): readonly number[] | undefined {
+    // A forced token needs no logits: any row of the vocabulary's size stands in.
+    if ('forced' in how) return s.step(() => (this.blank ??= new Float32Array(vocabSize)));
     if ('argmax' in how) {
       how.argmax.accept({ token: out.argmax[base]!, logProb: 0 });
       return undefined;

@@ -100,6 +100,9 @@ export abstract class ActiveRequest implements Schedulable {
     return undefined;
   }
 
+  /** Whether the model forces its next token (its logits then do not matter: `step` may be given any row). */
+  abstract readonly forcing: boolean;
+
   /** Marks it finished and tells the engine (before the last event goes out). */
   protected finish(reason: FinishReason): void {
     this.finishReason = reason;
@@ -114,12 +117,12 @@ export abstract class ActiveRequest implements Schedulable {
  * sequence, no processors, no log-probabilities, no stop words, the model's own end id.
  */
 export function deviceGreedyEligible(s: ActiveRequest, model: ModelIds): s is Sequence {
-  return argmaxEligible(s, model) && model.decoderStart === undefined;
+  return argmaxEligible(s, model) && model.decoderStart === undefined && model.forcedBos === undefined && model.forcedEos === undefined;
 }
 
 /**
- * Whether the raw argmax of each step's logits gives exactly the tokens this request would (the
- * conditions of deviceGreedyEligible but the loop's: any decoder start).
+ * Whether the raw argmax of each step's logits gives exactly the tokens this request would, at the
+ * steps where the model forces no token (the conditions of deviceGreedyEligible but the loop's).
  */
 export function argmaxEligible(s: ActiveRequest, model: ModelIds): s is Sequence {
   const p = s.params;
@@ -135,9 +138,7 @@ export function argmaxEligible(s: ActiveRequest, model: ModelIds): s is Sequence
     p.top_logprobs === 0 &&
     p.bad_words.length === 0 &&
     p.stop_words.length === 0 &&
-    s.endId === model.endId &&
-    model.forcedBos === undefined &&
-    model.forcedEos === undefined
+    s.endId === model.endId
   );
 }
 
@@ -209,6 +210,10 @@ export class Sequence extends ActiveRequest {
   step(logitsOf: (row: number) => Float32Array): undefined {
     this.advance(logitsOf(0));
     return undefined;
+  }
+
+  get forcing(): boolean {
+    return this.forcedToken(this.outputIds.length) !== undefined;
   }
 
   /**

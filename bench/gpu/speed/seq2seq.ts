@@ -6,7 +6,8 @@
  * native-graph,native,ts): the native engine (src/native, the caches on the GPU; with CUDA graphs or
  * without) and the TypeScript engine (Seq2SeqEngine over onnxruntime-node, batches of SEQ2SEQ_TS_BATCHES,
  * default 1,32). Reports tokens/s (returned sequences' tokens), ms per decode step and time to first
- * token; profile: the share of the time inside the session's runs.
+ * token; profile: the share of the time inside the session's runs (and for the native engine inside
+ * the addon's calls in all).
  * Usage: node --import tsx bench/gpu/speed/seq2seq.ts <work-dir> [model...]  -> <work-dir>/seq2seq-chorus.json
  *   models: t5-small t5-base bart-large (default: all)
  */
@@ -53,6 +54,7 @@ for (const name of names) {
     const onRequestDone = (m: RequestMetrics): void => void metrics.push(m);
     let engine: Engine;
     let sessionMs: () => number;
+    let nativeMs = (): number => 0;
     if (engineName === 'ts') {
       engine = await Seq2SeqEngine.open(dir, { executionProviders: ['cuda'], maxBatchSize: 128, onRequestDone });
       sessionMs = () => inRun.ms;
@@ -60,6 +62,7 @@ for (const name of names) {
       const native = await NativeEngine.open(dir, { provider: 'cuda', maxBatchSize: 128, slotLength: NEW + 1, sourceLength: SOURCE, cudaGraph: engineName === 'native-graph', onRequestDone });
       engine = native;
       sessionMs = () => native.profile().sessionMs;
+      nativeMs = () => native.profile().nativeMs;
     }
     for (const [search, params] of [
       ['greedy', { temperature: 0 }],
@@ -72,6 +75,7 @@ for (const name of names) {
         metrics.length = 0;
         inRun.ms = 0;
         const sessionBefore = sessionMs();
+        const nativeBefore = nativeMs();
         const before = engine.stats().decodeSteps;
         const started = performance.now();
         const results = await run(batch);
@@ -90,6 +94,8 @@ for (const name of names) {
           decode_steps: steps,
           ttft_ms_median: ttft[Math.floor(ttft.length / 2)],
           session_run_share: (sessionMs() - sessionBefore) / (seconds * 1000),
+          // The native engine: the share inside the addon's calls (session runs, sampler, copies); the rest is JavaScript and waiting.
+          ...(engineName === 'ts' ? {} : { native_call_share: (nativeMs() - nativeBefore) / (seconds * 1000) }),
         };
         rows.push(row);
         process.stdout.write(`${JSON.stringify(row)}\n`);
