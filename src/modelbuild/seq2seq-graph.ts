@@ -10,7 +10,7 @@
 import { type Dim, float, GraphBuilder } from './graph.ts';
 import { additiveMask, geluTanh, linear, maskedSoftmax, norm, required } from './layers.ts';
 import { relativeBucketTable } from './relative-position.ts';
-import type { AttentionWeights, FeedForwardWeights, Seq2SeqSpec, Seq2SeqWeights, StackWeights } from './seq2seq-spec.ts';
+import type { AttentionWeights, DecoderLayer, FeedForwardWeights, Seq2SeqSpec, Seq2SeqWeights, StackWeights } from './seq2seq-spec.ts';
 import type { Norm } from './decoder-spec.ts';
 import type { Tensor } from './tensor.ts';
 
@@ -102,25 +102,57 @@ export function buildSeq2SeqSlotDecoderGraph(spec: Seq2SeqSpec, weights: Seq2Seq
   }
   const slotAttention = (inputs: string[], outputs: number, name: string): string[] =>
     g.opMany('SlotAttention', inputs, { num_heads: spec.numHeads, scale: float(spec.attentionScale) }, { domain: 'chorus', outputs, name });
-  stack.layers.forEach((layer, i) => {
+  const selfAttention = (layer: DecoderLayer, i: number, h: string): string => {
     const name = `decoder.layers.${i}`;
-    x = sublayer(g, spec, layer.selfNorm, x, `${name}.self_norm`, (h) => {
-      const q = linear(g, layer.self.q, h, `${name}.self.q`);
-      const k = linear(g, layer.self.k, h, `${name}.self.k`);
-      const v = linear(g, layer.self.v, h, `${name}.self.v`);
-      const [output, key, value] = slotAttention([q, k, v, past[i]!.key, past[i]!.value, lengths, bias], 3, `${name}.self.attention`);
-      g.output(`present.${i}.decoder.key`, key!, floatType, ['batch_size', 'max_length', width]);
-      g.output(`present.${i}.decoder.value`, value!, floatType, ['batch_size', 'max_length', width]);
-      return linear(g, layer.self.o, output!, `${name}.self.o`);
+    const [q, k, v] = projectQkv(g, layer.self, h, width, `${name}.self`) as [string, string, string];
+    const [output, key, value] = slotAttention([q, k, v, past[i]!.key, past[i]!.value, lengths, bias], 3, `${name}.self.attention`);
+    g.output(`present.${i}.decoder.key`, key!, floatType, ['batch_size', 'max_length', width]);
+    g.output(`present.${i}.decoder.value`, value!, floatType, ['batch_size', 'max_length', width]);
+    return linear(g, layer.self.o, output!, `${name}.self.o`);
+  };
+  const crossAttention = (layer: DecoderLayer, i: number, h: string): string => {
+    const name = `decoder.layers.${i}`;
+    const q = linear(g, layer.cross.q, h, `${name}.cross.q`);
+    const [output] = slotAttention([q, '', '', past[i]!.crossKey, past[i]!.crossValue, encoderLengths], 1, `${name}.cross.attention`);
+    return linear(g, layer.cross.o, output!, `${name}.cross.o`);
+  };
+  const ffn = (layer: DecoderLayer, i: number, h: string): string => fusedFeedForward(g, spec, layer.ffn, h, `decoder.layers.${i}.ffn`);
+  const sublayers: Array<[(layer: DecoderLayer) => Norm, (layer: DecoderLayer, i: number, h: string) => string]> = [
+    [(layer) => layer.selfNorm, selfAttention],
+    [(layer) => layer.crossNorm, crossAttention],
+    [(layer) => layer.ffnNorm, ffn],
+  ];
+  // The residual stream through ONNX Runtime's fused Skip(Simplified)LayerNormalization: each add and
+  // the norm after it in one operator.
+  const layers = stack.layers;
+  if (spec.preNorm) {
+    // x + f(norm(x)): each sublayer's norm is fused with the add before it.
+    let h = norm(g, spec, layers[0]!.selfNorm, x, 'decoder.layers.0.self_norm');
+    layers.forEach((layer, i) => {
+      sublayers.forEach(([, f], j) => {
+        const delta = f(layer, i, h);
+        const nextNorm = j < 2 ? sublayers[j + 1]![0](layer) : i + 1 < layers.length ? layers[i + 1]!.selfNorm : spec.finalNorm ? required(stack.finalNorm, 'decoder final norm') : undefined;
+        if (nextNorm === undefined) {
+          h = g.op('Add', [x, delta]);
+          return;
+        }
+        const names = ['cross_norm', 'ffn_norm'];
+        const normName = j < 2 ? `decoder.layers.${i}.${names[j]!}` : i + 1 < layers.length ? `decoder.layers.${i + 1}.self_norm` : 'decoder.final_norm';
+        [h, x] = skipNorm(g, spec, nextNorm, x, delta, normName);
+      });
     });
-    x = sublayer(g, spec, layer.crossNorm, x, `${name}.cross_norm`, (h) => {
-      const q = linear(g, layer.cross.q, h, `${name}.cross.q`);
-      const [output] = slotAttention([q, '', '', past[i]!.crossKey, past[i]!.crossValue, encoderLengths], 1, `${name}.cross.attention`);
-      return linear(g, layer.cross.o, output!, `${name}.cross.o`);
+    x = h;
+  } else {
+    // norm(x + f(x)).
+    layers.forEach((layer, i) => {
+      const names = ['self_norm', 'cross_norm', 'ffn_norm'];
+      sublayers.forEach(([normOf, f], j) => {
+        x = skipNorm(g, spec, normOf(layer), x, f(layer, i, x), `decoder.layers.${i}.${names[j]!}`)[0];
+      });
     });
-    x = sublayer(g, spec, layer.ffnNorm, x, `${name}.ffn_norm`, (h) => feedForward(g, spec, layer.ffn, h, `${name}.ffn`));
-  });
-  g.output('logits', lmHead(g, spec, weights, x, inputIds), floatType, ['batch_size', 1, spec.vocabSize]);
+    if (spec.finalNorm) x = norm(g, spec, required(stack.finalNorm, 'decoder final norm'), x, 'decoder.final_norm');
+  }
+  g.output('logits', lmHead(g, spec, weights, x, inputIds, false), floatType, ['batch_size', 1, spec.vocabSize]);
   return g;
 }
 
@@ -189,10 +221,10 @@ export function buildSeq2SeqDecoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeig
   return g;
 }
 
-/** The decoder's final norm and head: logits [batch, decoder positions (those of `inputIds`), vocab]. */
-function lmHead(g: GraphBuilder, spec: Seq2SeqSpec, weights: Seq2SeqWeights, hidden: string, inputIds: string): string {
+/** The decoder's final norm (unless `normed` already) and head: logits [batch, decoder positions (those of `inputIds`), vocab]. */
+function lmHead(g: GraphBuilder, spec: Seq2SeqSpec, weights: Seq2SeqWeights, hidden: string, inputIds: string, finalNorm = true): string {
   let x = hidden;
-  if (spec.finalNorm) x = norm(g, spec, required(weights.decoder.finalNorm, 'decoder final norm'), x, 'decoder.final_norm');
+  if (spec.finalNorm && finalNorm) x = norm(g, spec, required(weights.decoder.finalNorm, 'decoder final norm'), x, 'decoder.final_norm');
   if (spec.headScale !== 1) x = g.op('Mul', [x, g.floatConstant([spec.headScale], [])]);
   const head = weights.lmHead === undefined ? 'shared.weight' : g.weight('lm_head.weight', weights.lmHead);
   let logits = g.op('Gemm', [g.op('Reshape', [x, g.int64([-1, spec.dModel])]), head], { transB: 1 }, { name: 'lm_head' });
@@ -235,6 +267,41 @@ function attention(g: GraphBuilder, spec: Seq2SeqSpec, w: AttentionWeights, h: s
   const context = g.op('MatMul', [probs, value]);
   const merged = g.op('Reshape', [g.op('Transpose', [context], { perm: [0, 2, 1, 3] }), g.int64([0, 0, spec.numHeads * spec.headDim])]);
   return { output: linear(g, w.o, merged, `${name}.o`), probs };
+}
+
+/** ONNX Runtime's contrib operators. */
+const MS = 'com.microsoft';
+
+/** `x + delta` and its norm in one fused operator: [normed, sum]. */
+function skipNorm(g: GraphBuilder, spec: Seq2SeqSpec, w: Norm, x: string, delta: string, name: string): [string, string] {
+  const epsilon = float(spec.normEps);
+  const scale = g.weight(`${name}.weight`, w.weight);
+  const [normed, , , sum] =
+    spec.norm === 'rmsnorm'
+      ? g.opMany('SkipSimplifiedLayerNormalization', [delta, x, scale], { epsilon }, { domain: MS, outputs: 4 })
+      : g.opMany('SkipLayerNormalization', [delta, x, scale, g.weight(`${name}.bias`, required(w.bias, `${name} bias`))], { epsilon }, { domain: MS, outputs: 4 });
+  return [normed!, sum!];
+}
+
+/** q, k and v of `h` by one MatMul over their concatenated weights (folded when the session loads), split. */
+function projectQkv(g: GraphBuilder, w: AttentionWeights, h: string, width: number, name: string): string[] {
+  const parts = [['q', w.q], ['k', w.k], ['v', w.v]] as const;
+  const weight = g.op('Concat', parts.map(([part, l]) => g.weight(`${name}.${part}.weight`, l.weight)), { axis: 1 });
+  let qkv = g.op('MatMul', [h, weight]);
+  if (w.q.bias !== undefined) {
+    qkv = g.op('Add', [qkv, g.op('Concat', parts.map(([part, l]) => g.weight(`${name}.${part}.bias`, required(l.bias, `${name}.${part} bias`))), { axis: 0 })]);
+  }
+  return g.opMany('Split', [qkv, g.int64([width, width, width])], { axis: -1 }, { outputs: 3 });
+}
+
+/** The feed-forward block with ONNX Runtime's fused activations (FastGelu for gelu_new, Gelu for the erf form). */
+function fusedFeedForward(g: GraphBuilder, spec: Seq2SeqSpec, w: FeedForwardWeights, h: string, name: string): string {
+  if (spec.ffn === 'gated_gelu_new') {
+    const gate = g.op('FastGelu', [linear(g, required(w.gate, `${name} gate`), h, `${name}.gate`)], {}, { domain: MS });
+    return linear(g, w.down, g.op('Mul', [gate, linear(g, w.up, h, `${name}.up`)]), `${name}.down`);
+  }
+  if (spec.ffn === 'gelu') return linear(g, w.down, g.op('Gelu', [linear(g, w.up, h, `${name}.up`)], {}, { domain: MS }), `${name}.down`);
+  return feedForward(g, spec, w, h, name);
 }
 
 function feedForward(g: GraphBuilder, spec: Seq2SeqSpec, w: FeedForwardWeights, h: string, name: string): string {
