@@ -19,6 +19,29 @@ function run(engine: Engine, inputIds: number[], params: SamplingParams, stream 
   return lastValueFrom(engine.submit({ inputIds, params, stream }).pipe(toArray()));
 }
 
+/**
+ * On an engine of two slots: a stream cancelled after 5 tokens leaves its slot to a waiting request,
+ * and two greedy requests of `length` tokens beside it get the tokens they get alone.
+ */
+async function cancelledStreamLeavesItsSlot(engine: Engine, length: number): Promise<void> {
+  const alone = (await run(engine, [6, 7], { temperature: 0, request_output_len: length })).map((e) => e.token);
+  const seen: TokenEvent[] = [];
+  const subscription = engine.submit({ inputIds: [3, 4, 5], params: { temperature: 0, request_output_len: length + 10 } }).subscribe((e) => {
+    seen.push(e);
+    if (seen.length === 5) subscription.unsubscribe();
+  });
+  const other = run(engine, [6, 7], { temperature: 0, request_output_len: length });
+  // A third request waits for a slot: the cancelled one's.
+  const third = run(engine, [6, 7], { temperature: 0, request_output_len: length });
+  assert.deepEqual((await other).map((e) => e.token), alone);
+  assert.deepEqual((await third).map((e) => e.token), alone);
+  assert.equal(seen.length, 5);
+  assert.equal(engine.stats().requestsCancelled, 1);
+  // The step after the last token lets the finished requests go.
+  for (let turn = 0; turn < 5 && engine.stats().running > 0; turn++) await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(engine.stats().running + engine.stats().waiting, 0);
+}
+
 describe('chorus build --slot-decoder', () => {
   test('writes the slot decoder beside the decoder, sharing its weights file', () => {
     makeCheckpoint({ arch: 'gpt2', size: 'tiny', seed: 9, out: join(root, 'gpt2-build-ckpt') });
@@ -177,22 +200,7 @@ describe('NativeEngine (CPU)', { skip }, () => {
 
   test('a cancelled stream leaves its slot and the others go on unchanged', async () => {
     const engine = await open(dirs.gpt2, true, 2);
-    const alone = (await run(engine, [6, 7], { temperature: 0, request_output_len: 60 })).map((e) => e.token);
-    const seen: TokenEvent[] = [];
-    const subscription = engine.submit({ inputIds: [3, 4, 5], params: { temperature: 0, request_output_len: 100 } }).subscribe((e) => {
-      seen.push(e);
-      if (seen.length === 5) subscription.unsubscribe();
-    });
-    const other = run(engine, [6, 7], { temperature: 0, request_output_len: 60 });
-    // A third request waits for a slot: the cancelled one's.
-    const third = run(engine, [6, 7], { temperature: 0, request_output_len: 60 });
-    assert.deepEqual((await other).map((e) => e.token), alone);
-    assert.deepEqual((await third).map((e) => e.token), alone);
-    assert.equal(seen.length, 5);
-    assert.equal(engine.stats().requestsCancelled, 1);
-    // The step after the last token lets the finished requests go.
-    for (let turn = 0; turn < 5 && engine.stats().running > 0; turn++) await new Promise((resolve) => setImmediate(resolve));
-    assert.equal(engine.stats().running + engine.stats().waiting, 0);
+    await cancelledStreamLeavesItsSlot(engine, 60);
     assert.equal(engine.stats().cacheTokens, 0);
   });
 
@@ -267,19 +275,7 @@ describe('NativeEngine, encoder-decoders (CPU)', { skip }, () => {
   });
 
   test('a cancelled stream leaves its slot and the others go on unchanged', async () => {
-    const engine = await open('bart', true, 2);
-    const alone = (await run(engine, [6, 7], { temperature: 0, request_output_len: 30 })).map((e) => e.token);
-    const seen: TokenEvent[] = [];
-    const subscription = engine.submit({ inputIds: [3, 4, 5], params: { temperature: 0, request_output_len: 40 } }).subscribe((e) => {
-      seen.push(e);
-      if (seen.length === 5) subscription.unsubscribe();
-    });
-    const other = run(engine, [6, 7], { temperature: 0, request_output_len: 30 });
-    const third = run(engine, [6, 7], { temperature: 0, request_output_len: 30 });
-    assert.deepEqual((await other).map((e) => e.token), alone);
-    assert.deepEqual((await third).map((e) => e.token), alone);
-    assert.equal(seen.length, 5);
-    assert.equal(engine.stats().requestsCancelled, 1);
+    await cancelledStreamLeavesItsSlot(await open('bart', true, 2), 30);
   });
 
   test('refuses a source or an output that does not fit its slots, naming the field', async () => {

@@ -16,30 +16,12 @@ import { buildModel, makeCheckpoint } from '../../../src/modelbuild/index.ts';
 import { loadNative } from '../../../src/native/index.ts';
 import { relativeBucketTable } from '../../../src/modelbuild/relative-position.ts';
 import { DecoderSession, Seq2SeqSession, argmax } from '../../../src/runtime/index.ts';
-import { PARITY_MODELS, SEQ2SEQ_ARCHS, parityInputs, type ParityModel } from './models.ts';
+import { mixedStreams, PARITY_MODELS, SEQ2SEQ_ARCHS, parityInputs, type ParityModel } from './models.ts';
 
 /** Each prompt's tokens from an engine (all submitted together); beams give their best sequence. */
 async function engineIds(engine: Engine, prompts: number[][], params: SamplingParams): Promise<number[][]> {
   const runs = await Promise.all(prompts.map((inputIds) => lastValueFrom(engine.submit({ inputIds, params }).pipe(toArray()))));
   return runs.map((events) => events.filter((e) => (e.sequence ?? 0) === 0).map((e) => e.token));
-}
-
-/**
- * 64 streams of mixed prompts, lengths and decoding (greedy, and sampled with a seed each) arriving 2 ms
- * apart into 32 slots, against each request run alone: the tokens each gives alone, whatever runs beside it?
- */
-async function mixedStreams(native: Engine, prompts: number[][]): Promise<{ streamsAlone: number[][]; streamsTogether: number[][] }> {
-  const requests = Array.from({ length: 64 }, (_, i) => {
-    const prompt = prompts[i % prompts.length]!.slice(0, 4 + ((i * 7) % 30));
-    const params: SamplingParams =
-      i % 2 === 0 ? { temperature: 0, request_output_len: 8 + ((i * 5) % 57) } : { temperature: 0.8, runtime_top_k: 40, runtime_top_p: 0.9, random_seed: i, request_output_len: 8 + ((i * 3) % 57) };
-    return { prompt, params };
-  });
-  const ids = async (r: (typeof requests)[number]): Promise<number[]> => (await lastValueFrom(native.submit({ inputIds: r.prompt, params: r.params }).pipe(toArray()))).map((e) => e.token);
-  const streamsAlone: number[][] = [];
-  for (const r of requests) streamsAlone.push(await ids(r));
-  const streamsTogether = await Promise.all(requests.map((r, i) => new Promise<void>((resolve) => setTimeout(resolve, 2 * i)).then(() => ids(r))));
-  return { streamsAlone, streamsTogether };
 }
 
 /** The native engine's greedy and beam-4 ids beside the TypeScript engine's, on CUDA. */

@@ -1,4 +1,6 @@
 /** The models the parity check compares with Hugging Face, and the inputs it feeds them. */
+import { lastValueFrom, toArray } from 'rxjs';
+import type { Engine, SamplingParams } from '../../../src/generation/index.ts';
 import type { CheckpointArch, CheckpointSize } from '../../../src/modelbuild/index.ts';
 
 export interface ParityModel {
@@ -58,4 +60,22 @@ export function parityInputs(model: ParityModel, vocabSize: number): { prompts: 
   const prompts = Array.from({ length: model.prompts }, (_, i) => Array.from({ length: 4 + ((i * 5) % 36) }, () => next(vocabSize)));
   const forced = prompts.map(() => Array.from({ length: model.forcedSteps }, () => next(vocabSize)));
   return { prompts, forced };
+}
+
+/**
+ * 64 streams of mixed prompts, lengths and decoding (greedy, and sampled with a seed each) arriving 2 ms
+ * apart (into the engine's slots), against each request run alone: the tokens each gives alone, whatever runs beside it?
+ */
+export async function mixedStreams(engine: Engine, prompts: number[][]): Promise<{ streamsAlone: number[][]; streamsTogether: number[][] }> {
+  const requests = Array.from({ length: 64 }, (_, i) => {
+    const prompt = prompts[i % prompts.length]!.slice(0, 4 + ((i * 7) % 30));
+    const params: SamplingParams =
+      i % 2 === 0 ? { temperature: 0, request_output_len: 8 + ((i * 5) % 57) } : { temperature: 0.8, runtime_top_k: 40, runtime_top_p: 0.9, random_seed: i, request_output_len: 8 + ((i * 3) % 57) };
+    return { prompt, params };
+  });
+  const ids = async (r: (typeof requests)[number]): Promise<number[]> => (await lastValueFrom(engine.submit({ inputIds: r.prompt, params: r.params }).pipe(toArray()))).map((e) => e.token);
+  const streamsAlone: number[][] = [];
+  for (const r of requests) streamsAlone.push(await ids(r));
+  const streamsTogether = await Promise.all(requests.map((r, i) => new Promise<void>((resolve) => setTimeout(resolve, 2 * i)).then(() => ids(r))));
+  return { streamsAlone, streamsTogether };
 }

@@ -9,10 +9,10 @@
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { lastValueFrom, toArray } from 'rxjs';
-import { NativeEngine, type SamplingParams } from '../../../src/generation/index.ts';
+import { NativeEngine } from '../../../src/generation/index.ts';
 import { buildModel, makeCheckpoint, type CheckpointArch, type CheckpointSize } from '../../../src/modelbuild/index.ts';
 import { seededRows } from '../speed/common.ts';
+import { mixedStreams } from './models.ts';
 
 const [work = '/tmp/streams', arch = 't5', size = 'real', dtype = 'fp16', device = 'cuda', graph] = process.argv.slice(2);
 const checkpoint = join(work, `${arch}-${size}-ckpt`);
@@ -28,16 +28,7 @@ const engine = await NativeEngine.open(dir, {
 });
 const vocab = (JSON.parse(readFileSync(join(dir, 'chorus_build.json'), 'utf8')) as { spec: { vocabSize: number } }).spec.vocabSize;
 const sources = seededRows(8, 40, Math.min(30000, vocab)).map((row, i) => row.slice(0, 4 + ((i * 5) % 36)));
-const requests = Array.from({ length: 64 }, (_, i) => {
-  const prompt = sources[i % sources.length]!.slice(0, 4 + ((i * 7) % 30));
-  const params: SamplingParams =
-    i % 2 === 0 ? { temperature: 0, request_output_len: 8 + ((i * 5) % 57) } : { temperature: 0.8, runtime_top_k: 40, runtime_top_p: 0.9, random_seed: i, request_output_len: 8 + ((i * 3) % 57) };
-  return { prompt, params };
-});
-const ids = async (r: (typeof requests)[number]): Promise<number[]> => (await lastValueFrom(engine.submit({ inputIds: r.prompt, params: r.params }).pipe(toArray()))).map((e) => e.token);
-const alone: number[][] = [];
-for (const r of requests) alone.push(await ids(r));
-const together = await Promise.all(requests.map((r, i) => new Promise<void>((resolve) => setTimeout(resolve, 2 * i)).then(() => ids(r))));
+const { streamsAlone: alone, streamsTogether: together } = await mixedStreams(engine, sources);
 await engine.close();
 const differing = together.flatMap((t, i) => {
   const step = t.findIndex((token, j) => token !== alone[i]![j]);
