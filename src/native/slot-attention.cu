@@ -13,7 +13,7 @@
 namespace chorus {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 1024;
 
 template <typename T>
 __device__ inline void Store(T* p, float value);
