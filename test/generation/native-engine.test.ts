@@ -278,6 +278,27 @@ describe('NativeEngine, encoder-decoders (CPU)', { skip }, () => {
     await cancelledStreamLeavesItsSlot(await open('bart', true, 2), 30);
   });
 
+  test("T5's position bias past its max distance (one bucket from there on) as the TypeScript engine has it", async () => {
+    // relative_attention_max_distance 20: outputs of 40 tokens attend over distances up to 40.
+    const checkpoint = join(root, 't5-near-ckpt');
+    makeCheckpoint({ arch: 't5', size: 'tiny', seed: 8, out: checkpoint });
+    const config = JSON.parse(readFileSync(join(checkpoint, 'config.json'), 'utf8')) as Record<string, unknown>;
+    writeFileSync(join(checkpoint, 'config.json'), JSON.stringify({ ...config, relative_attention_max_distance: 20 }));
+    const dir = join(root, 't5-near');
+    buildModel({ source: checkpoint, out: dir, slotDecoder: true });
+    const native = await NativeEngine.open(dir, { maxBatchSize: 4, slotLength: 48, sourceLength: 24 });
+    const reference = await Seq2SeqEngine.open(dir, { maxBatchSize: 4 });
+    engines.push(native, reference);
+    const params: SamplingParams = { temperature: 0, min_length: 40, request_output_len: 40, is_return_log_probs: true };
+    for (const source of [[5, 6, 7], [9, 10, 11, 12, 13, 14, 15, 16]]) {
+      const got = await run(native, source, params);
+      const want = await run(reference, source, params);
+      assert.equal(got.length, 40);
+      assert.deepEqual(got.map((e) => e.token), want.map((e) => e.token));
+      got.forEach((e, i) => assert.ok(Math.abs(e.logProb! - want[i]!.logProb!) < 1e-4, `log-probability ${i}`));
+    }
+  });
+
   test('refuses a source or an output that does not fit its slots, naming the field', async () => {
     const engine = await open('t5', true);
     await assert.rejects(run(engine, Array.from({ length: 25 }, (_, i) => i + 3), { temperature: 0, request_output_len: 4 }), (error: Error & { param?: string }) => error.param === 'inputIds' && /1 to 24/.test(error.message));
