@@ -8,7 +8,7 @@ import { ChorusError } from '../errors.ts';
 import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Norm } from './decoder-spec.ts';
 import { float, GraphBuilder } from './graph.ts';
 import { GREEDY_PAD_ID } from './greedy-layout.ts';
-import { additiveMask, FLOAT32_MIN, geluTanh, linear, maskedSoftmax, norm, required } from './layers.ts';
+import { additiveMask, affine, FLOAT32_MIN, geluTanh, linear, maskedSoftmax, norm, required, silu } from './layers.ts';
 
 /** ONNX Runtime's contrib operator domain. */
 const MS = 'com.microsoft';
@@ -305,9 +305,12 @@ function attend(
       weight: g.weight(`${name}.${part}.weight`, w[part].weight),
       bias: w[part].bias === undefined ? undefined : g.weight(`${name}.${part}.bias`, w[part].bias),
     }));
-    let qkv = g.op('MatMul', [h, g.op('Concat', parts.map((p) => p.weight), { axis: 1 }, { name: `${name}.qkv.weight` })]);
-    if (parts.every((p) => p.bias !== undefined)) qkv = g.op('Add', [qkv, g.op('Concat', parts.map((p) => p.bias!), { axis: 0 }, { name: `${name}.qkv.bias` })]);
-    else if (parts.some((p) => p.bias !== undefined)) throw new ChorusError('CHORUS_UNSUPPORTED', `${name}: q, k and v must all have biases or none`);
+    if (parts.some((p) => p.bias === undefined) && parts.some((p) => p.bias !== undefined)) {
+      throw new ChorusError('CHORUS_UNSUPPORTED', `${name}: q, k and v must all have biases or none`);
+    }
+    const weight = g.op('Concat', parts.map((p) => p.weight), { axis: 1 }, { name: `${name}.qkv.weight` });
+    const bias = parts[0]!.bias === undefined ? undefined : g.op('Concat', parts.map((p) => p.bias!), { axis: 0 }, { name: `${name}.qkv.bias` });
+    const qkv = affine(g, h, weight, bias);
     const rotary = c.rotary === undefined ? [] : [c.rotary.cos, c.rotary.sin];
     const [output, presentKey, presentValue] = g.opMany(
       'GroupQueryAttention',
@@ -367,7 +370,7 @@ function mlp(g: GraphBuilder, c: GraphContext, w: DecoderLayerWeights, index: nu
   let inner: string;
   if (c.spec.mlp === 'silu_gated') {
     const gate = linear(g, required(w.gate, `layer ${index} gate projection`), m, `${name}.gate`);
-    inner = g.op('Mul', [g.op('Mul', [gate, g.op('Sigmoid', [gate])]), linear(g, w.up, m, `${name}.up`)]);
+    inner = g.op('Mul', [silu(g, gate), linear(g, w.up, m, `${name}.up`)]);
   } else if (c.flavor === 'cuda') {
     const up = g.op('MatMul', [m, g.weight(`${name}.up.weight`, w.up.weight)]);
     const bias = w.up.bias === undefined ? [] : [g.weight(`${name}.up.bias`, w.up.bias)];

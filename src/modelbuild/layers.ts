@@ -32,8 +32,44 @@ export interface NormKind {
 
 /** `x @ weight (+ bias)`; the weights are named `<name>.weight` and `<name>.bias`. */
 export function linear(g: GraphBuilder, w: Linear, x: string, name: string): string {
-  const y = g.op('MatMul', [x, g.weight(`${name}.weight`, w.weight)]);
-  return w.bias === undefined ? y : g.op('Add', [y, g.weight(`${name}.bias`, w.bias)]);
+  const weight = g.weight(`${name}.weight`, w.weight);
+  return affine(g, x, weight, w.bias === undefined ? undefined : g.weight(`${name}.bias`, w.bias));
+}
+
+/** Lanes of ones a float16 projection with a bias adds to its input; the weight gains the bias row and zero rows (the width stays a multiple of 8). */
+const BIAS_LANES = 8;
+
+/**
+ * `x @ weight + bias` for `x` [batch, seq, in] and `weight` [in, out]. In float16 the bias goes inside
+ * the product, so the sum is rounded to float16 once, as PyTorch's addmm does (a MatMul then an Add
+ * would round twice, a last-bit difference on a large share of the outputs): `x` gains lanes of
+ * ones and the weight the rows [bias; 0; ...], a concatenation ONNX Runtime folds when the session
+ * loads. The Pad takes the place of the Add, so the step has as many kernels as before.
+ */
+export function affine(g: GraphBuilder, x: string, weight: string, bias: string | undefined): string {
+  if (bias === undefined) return g.op('MatMul', [x, weight]);
+  if (g.floatType !== 'float16') return g.op('Add', [g.op('MatMul', [x, weight]), bias]);
+  const lanes = g.op('Pad', [x, g.int64([0, 0, 0, 0, 0, BIAS_LANES]), g.floatConstant([1], [])]);
+  const rows = g.op('Pad', [g.op('Unsqueeze', [bias, g.int64([0])]), g.int64([0, 0, BIAS_LANES - 1, 0]), g.floatConstant([0], [])]);
+  return g.op('MatMul', [lanes, g.op('Concat', [weight, rows], { axis: 0 })]);
+}
+
+/** `f` of `x` computed in float32 and rounded to float16 once, as PyTorch computes half-precision activations. */
+export function inFloat32(g: GraphBuilder, x: string, f: (x32: string) => string): string {
+  if (g.floatType !== 'float16') return f(x);
+  return g.op('Cast', [f(g.op('Cast', [x], { to: 1 }))], { to: 10 });
+}
+
+/** SiLU, x * sigmoid(x) (in float32 for float16 builds). */
+export function silu(g: GraphBuilder, x: string): string {
+  return inFloat32(g, x, (v) => g.op('Mul', [v, g.op('Sigmoid', [v])]));
+}
+
+/** GELU's exact form, 0.5 x (1 + erf(x / sqrt(2))) (in float32 for float16 builds). */
+export function geluErf(g: GraphBuilder, x: string): string {
+  return inFloat32(g, x, (v) =>
+    g.op('Mul', [g.op('Mul', [v, g.floatConstant([0.5], [], 'float32')]), g.op('Add', [g.op('Erf', [g.op('Mul', [v, g.floatConstant([Math.SQRT1_2], [], 'float32')])]), g.floatConstant([1], [], 'float32')])]),
+  );
 }
 
 /** LayerNorm, or RMSNorm computed in float32 as transformers does (T5LayerNorm is the same). */
@@ -50,11 +86,14 @@ export function norm(g: GraphBuilder, spec: NormKind, w: Norm, x: string, name: 
   return g.op('Mul', [scale, g.floatType === 'float16' ? g.op('Cast', [normalized], { to: 10 }) : normalized]);
 }
 
-/** GPT-2's and T5 v1.1's gelu_new: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). */
+/** GPT-2's and T5 v1.1's gelu_new: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) (in float32 for float16 builds). */
 export function geluTanh(g: GraphBuilder, x: string): string {
-  const cube = g.op('Mul', [g.op('Mul', [x, x]), x]);
-  const inner = g.op('Mul', [g.op('Add', [x, g.op('Mul', [cube, g.floatConstant([0.044715], [])])]), g.floatConstant([Math.sqrt(2 / Math.PI)], [])]);
-  return g.op('Mul', [g.op('Mul', [x, g.floatConstant([0.5], [])]), g.op('Add', [g.op('Tanh', [inner]), g.floatConstant([1], [])])]);
+  const c = (value: number): string => g.floatConstant([value], [], 'float32');
+  return inFloat32(g, x, (v) => {
+    const cube = g.op('Mul', [g.op('Mul', [v, v]), v]);
+    const inner = g.op('Mul', [g.op('Add', [v, g.op('Mul', [cube, c(0.044715)])]), c(Math.sqrt(2 / Math.PI))]);
+    return g.op('Mul', [g.op('Mul', [v, c(0.5)]), g.op('Add', [g.op('Tanh', [inner]), c(1)])]);
+  });
 }
 
 /** A value the architecture file must have supplied. */

@@ -8,7 +8,7 @@
  *   false (the first step) and passed through from the past after, in an If node.
  */
 import { type Dim, float, GraphBuilder } from './graph.ts';
-import { additiveMask, geluTanh, linear, maskedSoftmax, norm, required } from './layers.ts';
+import { additiveMask, affine, geluErf, geluTanh, linear, maskedSoftmax, norm, required, silu } from './layers.ts';
 import { relativeBucketTable } from './relative-position.ts';
 import type { AttentionWeights, DecoderLayer, FeedForwardWeights, Seq2SeqSpec, Seq2SeqWeights, StackWeights } from './seq2seq-spec.ts';
 import type { Norm } from './decoder-spec.ts';
@@ -287,10 +287,8 @@ function skipNorm(g: GraphBuilder, spec: Seq2SeqSpec, w: Norm, x: string, delta:
 function projectQkv(g: GraphBuilder, w: AttentionWeights, h: string, width: number, name: string): string[] {
   const parts = [['q', w.q], ['k', w.k], ['v', w.v]] as const;
   const weight = g.op('Concat', parts.map(([part, l]) => g.weight(`${name}.${part}.weight`, l.weight)), { axis: 1 });
-  let qkv = g.op('MatMul', [h, weight]);
-  if (w.q.bias !== undefined) {
-    qkv = g.op('Add', [qkv, g.op('Concat', parts.map(([part, l]) => g.weight(`${name}.${part}.bias`, required(l.bias, `${name}.${part} bias`))), { axis: 0 })]);
-  }
+  const bias = w.q.bias === undefined ? undefined : g.op('Concat', parts.map(([part, l]) => g.weight(`${name}.${part}.bias`, required(l.bias, `${name}.${part} bias`))), { axis: 0 });
+  const qkv = affine(g, h, weight, bias);
   return g.opMany('Split', [qkv, g.int64([width, width, width])], { axis: -1 }, { outputs: 3 });
 }
 
@@ -311,9 +309,8 @@ function feedForward(g: GraphBuilder, spec: Seq2SeqSpec, w: FeedForwardWeights, 
   else if (spec.ffn === 'gated_gelu_new') inner = g.op('Mul', [geluTanh(g, linear(g, required(w.gate, `${name} gate`), h, `${name}.gate`)), up]);
   else if (spec.ffn === 'gated_silu') {
     const gate = linear(g, required(w.gate, `${name} gate`), h, `${name}.gate`);
-    inner = g.op('Mul', [g.op('Mul', [gate, g.op('Sigmoid', [gate])]), up]);
-  }
-  else inner = g.op('Mul', [g.op('Mul', [up, g.floatConstant([0.5], [])]), g.op('Add', [g.op('Erf', [g.op('Mul', [up, g.floatConstant([Math.SQRT1_2], [])])]), g.floatConstant([1], [])])]);
+    inner = g.op('Mul', [silu(g, gate), up]);
+  } else inner = geluErf(g, up);
   return linear(g, w.down, inner, `${name}.down`);
 }
 

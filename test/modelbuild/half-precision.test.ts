@@ -1,0 +1,53 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import ort from 'onnxruntime-node';
+import { GraphBuilder } from '../../src/modelbuild/graph.ts';
+import { affine, geluTanh, silu } from '../../src/modelbuild/layers.ts';
+import { fromHalfBits, toHalfBits } from '../../src/util/half.ts';
+
+const half = (value: number): number => fromHalfBits(toHalfBits(value));
+
+/** Runs a float16 graph of one input `x` [1, 1, n] on the CPU; its output as numbers. */
+async function runHalf(g: GraphBuilder, x: readonly number[]): Promise<number[]> {
+  const { model } = g.serialize();
+  const session = await ort.InferenceSession.create(model);
+  try {
+    const input = new ort.Tensor('float16', Uint16Array.from(x, toHalfBits), [1, 1, x.length]);
+    const out = await session.run({ x: input });
+    return Array.from(out.y!.data as Uint16Array, fromHalfBits);
+  } finally {
+    await session.release();
+  }
+}
+
+test('a float16 projection adds its bias before rounding, once, as PyTorch addmm does', async () => {
+  // x . w = 1 + 2^-11, halfway between two halves (rounds down to 1 on its own); plus the bias 2^-12 it
+  // is 1 + 3 * 2^-12, which rounds up to 1 + 2^-10. Rounding the product first, then the sum, gives 1.
+  const g = new GraphBuilder('float16');
+  const x = g.input('x', 'float16', [1, 1, 2]);
+  const weight = g.weight('w', { dims: [2, 2], data: Float32Array.of(1, 0, 2 ** -11, 1) });
+  const bias = g.weight('b', { dims: [2], data: Float32Array.of(2 ** -12, 0.5) });
+  g.output('y', affine(g, x, weight, bias), 'float16', [1, 1, 2]);
+  const [first, second] = await runHalf(g, [1, 1]);
+  assert.equal(first, 1 + 2 ** -10);
+  assert.equal(half(half(1 + 2 ** -11) + 2 ** -12), 1, 'rounding twice would have given 1');
+  assert.equal(second, 1.5);
+});
+
+test('float16 activations are computed in float32 and rounded once', async () => {
+  // Within [-3, 3]: beyond, 1 + tanh of a large negative value cancels in float32 too.
+  const xs = Array.from({ length: 64 }, (_, i) => half(-3 + i * 0.095));
+  const exact = {
+    silu: (v: number) => v / (1 + Math.exp(-v)),
+    geluTanh: (v: number) => 0.5 * v * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (v + 0.044715 * v ** 3))),
+  };
+  for (const [name, f] of [['silu', silu], ['geluTanh', geluTanh]] as const) {
+    const g = new GraphBuilder('float16');
+    const x = g.input('x', 'float16', [1, 1, xs.length]);
+    g.output('y', f(g, x), 'float16', [1, 1, xs.length]);
+    const got = await runHalf(g, xs);
+    // Once rounded from float32, each value is the half nearest the exact one (ties aside, none here).
+    const off = got.filter((y, i) => y !== half(exact[name](xs[i]!)));
+    assert.deepEqual(off, [], name);
+  }
+});
