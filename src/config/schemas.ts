@@ -124,6 +124,12 @@ export const ModelDefinition = Type.Object(
       }),
     ),
     cuda_graph: Type.Optional(Type.Boolean({ description: 'The native engine on GPUs: replay each batch size\'s decode step as a captured CUDA graph. Default: true.' })),
+    batch_invariant: Type.Optional(
+      Type.Boolean({
+        description:
+          'The native engine: a request\'s tokens do not depend on what shares its steps. Every decode step runs max_batch_size rows (free slots padded) and encoder-decoders encode each source alone; in fp16 on GPUs a matrix product otherwise rounds by how many rows it has, which moves near-ties. Costs the whole batch\'s step when few requests run. Default: false.',
+      }),
+    ),
     cuda_options: Type.Optional(
       Type.Record(Type.String({ pattern: '^[a-z_]+$' }), Type.Union([Type.String(), Type.Number()]), {
         description: 'The native engine on GPUs: ONNX Runtime\'s CUDA execution provider options by their names (gpu_mem_limit, arena_extend_strategy, cudnn_conv_algo_search, ...).',

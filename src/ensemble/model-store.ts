@@ -170,6 +170,9 @@ export class ModelStore {
     if (!native && value.cuda_options !== undefined) {
       throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: cuda_options are passed by the native engine only (onnxruntime-node's own binding takes a device id alone); build it with npm run build:native`, { param: 'cuda_options' });
     }
+    if (!native && value.batch_invariant === true) {
+      throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: batch_invariant needs the native engine (the TypeScript engine's steps take as many rows as run); build it with npm run build:native`, { param: 'batch_invariant' });
+    }
     const engines: Engine[] = [];
     for (const providers of placements) {
       const gpu = gpuOf(providers);
@@ -184,6 +187,7 @@ export class ModelStore {
                 maxQueue: value.max_queue,
                 contextLength: value.max_sequence_length,
                 cudaGraph: value.cuda_graph ?? true,
+                batchInvariant: value.batch_invariant ?? false,
                 ...(value.cuda_options === undefined ? {} : { cudaOptions: value.cuda_options }),
                 onRequestDone,
               })

@@ -55,6 +55,13 @@ export interface NativeEngineOptions extends Partial<SchedulerLimits> {
   sourceLength?: number;
   /** CUDA: replay each batch size's decode step as a captured CUDA graph. Default: false. */
   cudaGraph?: boolean;
+  /**
+   * A request's tokens independent of what shares its steps: every decode step runs all maxBatchSize
+   * rows (free slots padded), and encoder-decoders encode each source alone. In float16 a matrix
+   * product's kernel (and so its rounding) depends on how many rows it has; a fixed row count keeps one
+   * kernel. It costs the whole batch's step when few requests run. Default: false.
+   */
+  batchInvariant?: boolean;
   intraOpThreads?: number;
   onRequestDone?: (metrics: RequestMetrics) => void;
 }
@@ -116,6 +123,8 @@ export class NativeEngine implements Engine {
     /** Encoder-decoders: the sources' limit (undefined: decoder-only). */
     private readonly sourceLimit: number | undefined,
     private readonly slotLength: number,
+    /** Batch-invariant decoding: the rows every step runs (undefined: as many as run). */
+    private readonly fixedRows: number | undefined,
   ) {
     this.scheduler = new Scheduler(limits);
     this.ledger = new RequestLedger(onRequestDone);
@@ -165,7 +174,7 @@ export class NativeEngine implements Engine {
       cudaGraph: options.cudaGraph ?? false,
     });
     await decoder.load();
-    return new NativeEngine(decoder, limits, model, options.onRequestDone, sourceLimit, slotLength);
+    return new NativeEngine(decoder, limits, model, options.onRequestDone, sourceLimit, slotLength, options.batchInvariant === true ? slots : undefined);
   }
 
   /** Bytes of the preallocated cache. */
@@ -321,6 +330,11 @@ export class NativeEngine implements Engine {
   private async encode(admitted: readonly ActiveRequest[]): Promise<void> {
     const live = admitted.filter((s) => !s.cancelled);
     if (live.length === 0) return;
+    // Batch-invariant: each source alone, so that its encoding does not depend on its batch either.
+    if (this.fixedRows !== undefined && live.length > 1) {
+      for (const s of live) await this.encode([s]);
+      return;
+    }
     const width = Math.max(...live.map((s) => s.promptIds.length));
     const ids = new Int32Array(live.length * width);
     live.forEach((s, r) => ids.set(s.promptIds, r * width));
@@ -345,10 +359,17 @@ export class NativeEngine implements Engine {
       // An encoder-decoder's request begins with the decoder's start token (its context's last).
       tokens.push(...s.lastTokens());
     }
-    const sourceLengths = this.sourceLimit === undefined ? undefined : Int32Array.from(this.sourceLengths);
-    const out = await this.decoder.decode(Int32Array.from(tokens), Int32Array.from(this.lengths), Int32Array.from(step.logitRows), step.sample(), sourceLengths);
+    const lengths = [...this.lengths];
+    const sourceLengths = this.sourceLimit === undefined ? undefined : [...this.sourceLengths];
     this.ledger.counters.decodeSteps++;
     this.ledger.counters.decodedRows += tokens.length;
+    // Batch-invariant: the free slots' rows pad the step to its fixed size (their outputs unread).
+    for (let row = tokens.length; row < (this.fixedRows ?? 0); row++) {
+      tokens.push(0);
+      lengths.push(0);
+      sourceLengths?.push(1);
+    }
+    const out = await this.decoder.decode(Int32Array.from(tokens), Int32Array.from(lengths), Int32Array.from(step.logitRows), step.sample(), sourceLengths && Int32Array.from(sourceLengths));
     this.lengths = this.lengths.map((n) => n + 1);
     const sources = stepMembers(this.members, (s, base) => step.finish(s, plan.get(s)!, base, out, this.model.vocabSize));
     if (sources !== undefined) await this.moveRows(sources);

@@ -3,7 +3,7 @@ import { cpSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { lastValueFrom, toArray } from 'rxjs';
-import { NativeEngine, nativeUnavailable, OrtEngine, greedy, Seq2SeqEngine, type Engine, type SamplingParams, type TokenEvent } from '../../src/generation/index.ts';
+import { NativeEngine, nativeUnavailable, OrtEngine, greedy, Seq2SeqEngine, type Engine, type NativeEngineOptions, type SamplingParams, type TokenEvent } from '../../src/generation/index.ts';
 import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
 import { loadNative } from '../../src/native/index.ts';
 import { uniformStream } from '../../src/util/random.ts';
@@ -23,6 +23,19 @@ function run(engine: Engine, inputIds: number[], params: SamplingParams, stream 
  * On an engine of two slots: a stream cancelled after 5 tokens leaves its slot to a waiting request,
  * and two greedy requests of `length` tokens beside it get the tokens they get alone.
  */
+/** The same tokens, beams and finish reasons as `want`, log-probabilities and top_logprobs within 1e-4. */
+function assertSameEvents(got: TokenEvent[][], want: TokenEvent[][]): void {
+  for (const [i, events] of got.entries()) {
+    assert.deepEqual(events.map((e) => [e.token, e.sequence, e.finishReason]), want[i]!.map((e) => [e.token, e.sequence, e.finishReason]), `request ${i}`);
+    for (const [j, e] of events.entries()) {
+      if (e.logProb !== undefined) assert.ok(Math.abs(e.logProb - want[i]![j]!.logProb!) < 1e-4, `request ${i} log-probability ${j}`);
+      const top = want[i]![j]!.topLogProbs;
+      assert.deepEqual(e.topLogProbs?.map((t) => t.token), top?.map((t) => t.token), `request ${i} top_logprobs ${j}`);
+      e.topLogProbs?.forEach((t, k) => assert.ok(Math.abs(t.logProb - top![k]!.logProb) < 1e-4, `request ${i} top_logprobs ${j}.${k}`));
+    }
+  }
+}
+
 async function cancelledStreamLeavesItsSlot(engine: Engine, length: number): Promise<void> {
   const alone = (await run(engine, [6, 7], { temperature: 0, request_output_len: length })).map((e) => e.token);
   const seen: TokenEvent[] = [];
@@ -134,8 +147,8 @@ describe('NativeEngine (CPU)', { skip }, () => {
   after(async () => {
     await Promise.all(engines.map((e) => e.close()));
   });
-  const open = async (dir: string, native: boolean, maxBatchSize = 8): Promise<Engine> => {
-    const engine = native ? await NativeEngine.open(dir, { maxBatchSize }) : await OrtEngine.open(dir, { maxBatchSize, greedySearch: false });
+  const open = async (dir: string, native: boolean, maxBatchSize = 8, options: NativeEngineOptions = {}): Promise<Engine> => {
+    const engine = native ? await NativeEngine.open(dir, { maxBatchSize, ...options }) : await OrtEngine.open(dir, { maxBatchSize, greedySearch: false });
     engines.push(engine);
     return engine;
   };
@@ -156,15 +169,7 @@ describe('NativeEngine (CPU)', { skip }, () => {
       const reference = await open(dirs[name], false);
       const got = await Promise.all(mix.map((r) => run(native, r.prompt, r.params)));
       const want = await Promise.all(mix.map((r) => run(reference, r.prompt, r.params)));
-      for (const [i, events] of got.entries()) {
-        assert.deepEqual(events.map((e) => [e.token, e.sequence, e.finishReason]), want[i]!.map((e) => [e.token, e.sequence, e.finishReason]), `request ${i}`);
-        for (const [j, e] of events.entries()) {
-          if (e.logProb !== undefined) assert.ok(Math.abs(e.logProb - want[i]![j]!.logProb!) < 1e-4, `request ${i} log-probability ${j}`);
-          const top = want[i]![j]!.topLogProbs;
-          assert.deepEqual(e.topLogProbs?.map((t) => t.token), top?.map((t) => t.token), `request ${i} top_logprobs ${j}`);
-          e.topLogProbs?.forEach((t, k) => assert.ok(Math.abs(t.logProb - top![k]!.logProb) < 1e-4, `request ${i} top_logprobs ${j}.${k}`));
-        }
-      }
+      assertSameEvents(got, want);
       assert.ok(native.stats().decodeSteps > 0);
       assert.equal(native.stats().requestsFinished, mix.length);
       assert.equal(native.stats().running, 0);
@@ -186,6 +191,15 @@ describe('NativeEngine (CPU)', { skip }, () => {
     // And the TypeScript engine draws the same tokens.
     const reference = await open(dirs.qwen2, false, 4);
     assert.deepEqual(await Promise.all(prompts.map(async (p, i) => (await run(reference, p, paramsOf(i))).map((e) => e.token))), alone);
+  });
+
+  test('batch-invariant: with every step padded to all its slots, a mixed batch still gives the TypeScript engine\'s tokens', async () => {
+    const native = await open(dirs.qwen2, true, 8, { batchInvariant: true });
+    const reference = await open(dirs.qwen2, false);
+    // Staggered, so that steps run with every count of rows (each padded to 8).
+    const got = await Promise.all(mix.map((r, i) => new Promise<void>((resolve) => setTimeout(resolve, i * 2)).then(() => run(native, r.prompt, r.params))));
+    assertSameEvents(got, await Promise.all(mix.map((r) => run(reference, r.prompt, r.params))));
+    assert.equal(native.stats().requestsFinished, mix.length);
   });
 
   test('stories260K: greedy from BOS stops at the end id as the TypeScript engine does', async () => {
@@ -228,8 +242,8 @@ describe('NativeEngine, encoder-decoders (CPU)', { skip }, () => {
   after(async () => {
     await Promise.all(engines.map((e) => e.close()));
   });
-  const open = async (arch: string, native: boolean, maxBatchSize = 8): Promise<Engine> => {
-    const engine = native ? await NativeEngine.open(dirOf(arch), { maxBatchSize, slotLength: 48, sourceLength: 24 }) : await Seq2SeqEngine.open(dirOf(arch), { maxBatchSize });
+  const open = async (arch: string, native: boolean, maxBatchSize = 8, options: NativeEngineOptions = {}): Promise<Engine> => {
+    const engine = native ? await NativeEngine.open(dirOf(arch), { maxBatchSize, slotLength: 48, sourceLength: 24, ...options }) : await Seq2SeqEngine.open(dirOf(arch), { maxBatchSize });
     engines.push(engine);
     return engine;
   };
@@ -248,13 +262,7 @@ describe('NativeEngine, encoder-decoders (CPU)', { skip }, () => {
       const reference = await open(arch, false);
       const got = await Promise.all(mix.map((r) => run(native, r.prompt, r.params)));
       const want = await Promise.all(mix.map((r) => run(reference, r.prompt, r.params)));
-      for (const [i, events] of got.entries()) {
-        assert.deepEqual(events.map((e) => [e.token, e.sequence, e.finishReason]), want[i]!.map((e) => [e.token, e.sequence, e.finishReason]), `request ${i}`);
-        for (const [j, e] of events.entries()) {
-          if (e.logProb !== undefined) assert.ok(Math.abs(e.logProb - want[i]![j]!.logProb!) < 1e-4, `request ${i} log-probability ${j}`);
-          assert.deepEqual(e.topLogProbs?.map((t) => t.token), want[i]![j]!.topLogProbs?.map((t) => t.token), `request ${i} top_logprobs ${j}`);
-        }
-      }
+      assertSameEvents(got, want);
       assert.equal(native.stats().requestsFinished, mix.length);
       assert.equal(native.stats().running, 0);
     });
@@ -276,6 +284,14 @@ describe('NativeEngine, encoder-decoders (CPU)', { skip }, () => {
 
   test('a cancelled stream leaves its slot and the others go on unchanged', async () => {
     await cancelledStreamLeavesItsSlot(await open('bart', true, 2), 30);
+  });
+
+  test('batch-invariant: each source encoded alone and every step padded to all its slots, a mixed batch gives the TypeScript engine\'s tokens', async () => {
+    const native = await open('bart', true, 8, { batchInvariant: true });
+    const reference = await open('bart', false);
+    const got = await Promise.all(mix.map((r) => run(native, r.prompt, r.params)));
+    assertSameEvents(got, await Promise.all(mix.map((r) => run(reference, r.prompt, r.params))));
+    assert.equal(native.stats().requestsFinished, mix.length);
   });
 
   test("T5's position bias past its max distance (one bucket from there on) as the TypeScript engine has it", async () => {

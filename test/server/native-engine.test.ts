@@ -45,10 +45,12 @@ describe('native_engine in a model definition', { skip: addon === undefined ? `t
     assert.ok(native.generator.stats().decodeSteps > 0);
   });
 
-  test('cuda_options on the TypeScript engine are refused, naming the field', async () => {
-    const other = await startServer(storiesRepository({ stories: `engine: generate\nsource: ${STORIES}/stories260K.bin\ntokenizer: stories\nnative_engine: false\ncuda_options:\n  gpu_mem_limit: 1000000\n` }));
+  test('cuda_options and batch_invariant on the TypeScript engine are refused, naming the field', async () => {
+    const base = `engine: generate\nsource: ${STORIES}/stories260K.bin\ntokenizer: stories\nnative_engine: false\n`;
+    const other = await startServer(storiesRepository({ stories: `${base}cuda_options:\n  gpu_mem_limit: 1000000\n`, invariant: `${base}batch_invariant: true\n` }));
     try {
       await assert.rejects(other.service.store.model('stories'), (error: Error & { param?: string }) => error.param === 'cuda_options' && /native engine/.test(error.message));
+      await assert.rejects(other.service.store.model('invariant'), (error: Error & { param?: string }) => error.param === 'batch_invariant' && /native engine/.test(error.message));
     } finally {
       await other.close();
     }

@@ -39,10 +39,22 @@ async function engineRuns(built: string, prompts: number[][], greedySteps: numbe
       beamNative: await engineIds(native, prompts, beam),
       beamEngine: await engineIds(ts, prompts, beam),
       ...(await mixedStreams(native, prompts)),
+      ...(await invariantStreams(built, prompts, seq2seq)),
     };
   } finally {
     await native.close();
     await ts.close();
+  }
+}
+
+/** The 64 mixed streams again on a batch-invariant native engine (every step padded to its 32 slots). */
+async function invariantStreams(built: string, prompts: number[][], seq2seq: boolean): Promise<{ streamsAloneInvariant: number[][]; streamsTogetherInvariant: number[][] }> {
+  const engine = await NativeEngine.open(built, { provider: 'cuda', maxBatchSize: 32, cudaGraph: true, batchInvariant: true, slotLength: 128, ...(seq2seq ? { sourceLength: 64 } : {}) });
+  try {
+    const { streamsAlone, streamsTogether } = await mixedStreams(engine, prompts);
+    return { streamsAloneInvariant: streamsAlone, streamsTogetherInvariant: streamsTogether };
+  } finally {
+    await engine.close();
   }
 }
 

@@ -145,7 +145,8 @@ def main():
                           "ts_engine_greedy_vs_hf_identical": pairs(spec["greedyEngine"], hf_greedy),
                           "native_vs_ts_engine_beam4_identical": pairs(spec["beamNative"], spec["beamEngine"]),
                           "beam4_total": sum(len(x) for x in spec["beamEngine"]),
-                          "native_64_mixed_streams_as_alone": sum(a == b for a, b in zip(spec["streamsAlone"], spec["streamsTogether"]))})
+                          "native_64_mixed_streams_as_alone": sum(a == b for a, b in zip(spec["streamsAlone"], spec["streamsTogether"])),
+                          "native_batch_invariant_64_mixed_streams_as_alone": sum(a == b for a, b in zip(spec["streamsAloneInvariant"], spec["streamsTogetherInvariant"]))})
         same = sum(a == b for x, y in zip(spec["greedy"], hf_greedy) for a, b in zip(x, y))
         total = max(1, sum(len(x) for x in hf_greedy))
         if not hf_greedy:
@@ -185,7 +186,8 @@ def main():
             print(f"    engines on CUDA, greedy: native vs transformers {r['native_greedy_vs_hf_identical']}/{r['greedy_total']}, native vs TypeScript engine "
                   f"{r['native_vs_ts_engine_greedy_identical']}/{r['greedy_total']}, TypeScript engine vs transformers {r['ts_engine_greedy_vs_hf_identical']}/{r['greedy_total']}; "
                   f"beam 4: native vs TypeScript engine {r['native_vs_ts_engine_beam4_identical']}/{r['beam4_total']}; "
-                  f"64 mixed streams (greedy and seeded sampling, 32 slots) as each alone: {r['native_64_mixed_streams_as_alone']}/64")
+                  f"64 mixed streams (greedy and seeded sampling, 32 slots) as each alone: {r['native_64_mixed_streams_as_alone']}/64, "
+                  f"batch-invariant {r['native_batch_invariant_64_mixed_streams_as_alone']}/64")
     sys.exit(1 if failed else 0)
 
 

@@ -4,8 +4,9 @@
  * alone. Prints the count that match and, for each that does not, the step where it leaves its lone
  * run: a logic error shows early and everywhere, float rounding that depends on the batch late and here
  * and there. Runs in fp32 with TF32 off as well as fp16 to tell the two apart.
- * Usage: node --import tsx bench/gpu/parity/streams.ts <work-dir> <arch> <size> <fp32|fp16> <cpu|cuda> [graph]
- *   -> <work-dir>/streams-<arch>-<size>-<dtype>-<device>[-graph].json
+ * With `invariant`, the engine is batch-invariant (every step padded to its 32 slots, sources encoded alone).
+ * Usage: node --import tsx bench/gpu/parity/streams.ts <work-dir> <arch> <size> <fp32|fp16> <cpu|cuda> [graph] [invariant]
+ *   -> <work-dir>/streams-<arch>-<size>-<dtype>-<device>[-graph][-invariant].json
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -14,7 +15,10 @@ import { buildModel, makeCheckpoint, type CheckpointArch, type CheckpointSize } 
 import { seededRows } from '../speed/common.ts';
 import { mixedStreams } from './models.ts';
 
-const [work = '/tmp/streams', arch = 't5', size = 'real', dtype = 'fp16', device = 'cuda', graph] = process.argv.slice(2);
+const [work = '/tmp/streams', arch = 't5', size = 'real', dtype = 'fp16', device = 'cuda', ...flags] = process.argv.slice(2);
+const graph = flags.includes('graph');
+const invariant = flags.includes('invariant');
+const tag = `${graph ? '-graph' : ''}${invariant ? '-invariant' : ''}`;
 const checkpoint = join(work, `${arch}-${size}-ckpt`);
 if (!existsSync(join(checkpoint, 'config.json'))) makeCheckpoint({ arch: arch as CheckpointArch, size: size as CheckpointSize, seed: 3, out: checkpoint });
 const dir = join(work, `${arch}-${size}-${dtype}`);
@@ -23,7 +27,8 @@ const engine = await NativeEngine.open(dir, {
   provider: device as 'cpu' | 'cuda',
   maxBatchSize: 32,
   slotLength: 128,
-  cudaGraph: graph === 'graph',
+  cudaGraph: graph,
+  batchInvariant: invariant,
   ...(device === 'cuda' ? { cudaOptions: { use_tf32: 0 } } : {}),
 });
 const vocab = (JSON.parse(readFileSync(join(dir, 'chorus_build.json'), 'utf8')) as { spec: { vocabSize: number } }).spec.vocabSize;
@@ -34,6 +39,6 @@ const differing = together.flatMap((t, i) => {
   const step = t.findIndex((token, j) => token !== alone[i]![j]);
   return step === -1 && t.length === alone[i]!.length ? [] : [{ stream: i, step: step === -1 ? Math.min(t.length, alone[i]!.length) : step, length: alone[i]!.length }];
 });
-const result = { arch, size, dtype, device, graph: graph === 'graph', asAlone: 64 - differing.length, of: 64, differing };
-writeFileSync(join(work, `streams-${arch}-${size}-${dtype}-${device}${graph === 'graph' ? '-graph' : ''}.json`), JSON.stringify(result, null, 2));
-process.stdout.write(`${arch} ${size} ${dtype} ${device}${graph === 'graph' ? ' graph' : ''}: ${result.asAlone}/64 as alone; leaving at (step/length): ${differing.map((d) => `${d.step}/${d.length}`).join(' ')}\n`);
+const result = { arch, size, dtype, device, graph, batchInvariant: invariant, asAlone: 64 - differing.length, of: 64, differing };
+writeFileSync(join(work, `streams-${arch}-${size}-${dtype}-${device}${tag}.json`), JSON.stringify(result, null, 2));
+process.stdout.write(`${arch} ${size} ${dtype} ${device}${tag.replaceAll('-', ' ')}: ${result.asAlone}/64 as alone; leaving at (step/length): ${differing.map((d) => `${d.step}/${d.length}`).join(' ')}\n`);

@@ -9,6 +9,7 @@
  *            greedy rows take the argmax there; no min_length, which would bring logits to the host, so
  *            tokens/s counts the tokens actually generated, as for greedy),
  *   native-graph - the same with each batch size's decode step captured as a CUDA graph.
+ *   native-graph-invariant - the same, batch-invariant: every step runs all 64 slots (one graph).
  * Reports ms per decode step, tokens/s and time to first token; profile: the share of the time inside
  * session.run (the rest is host copies of the cache and JavaScript).
  * Usage: node --import tsx bench/gpu/speed/chorus.ts <work-dir>  -> <work-dir>/chorus.json
@@ -43,7 +44,7 @@ const inRun = timeSessionRuns();
 
 const rows: Array<Record<string, unknown>> = [];
 const save = (): void => writeFileSync(join(work, 'chorus.json'), JSON.stringify({ rows, checkpoint, prompt: PROMPT, new_tokens: NEW, provider: PROVIDER, dtype: DTYPE, decode: DECODE, sampling: SAMPLING }, null, 2));
-const paths = (process.env.SPEED_PATHS ?? 'loop,greedy,native,native-graph').split(',') as Array<'loop' | 'greedy' | 'native' | 'native-graph'>;
+const paths = (process.env.SPEED_PATHS ?? 'loop,greedy,native,native-graph').split(',') as Array<'loop' | 'greedy' | 'native' | 'native-graph' | 'native-graph-invariant'>;
 for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') as Array<'portable' | 'cuda'>) {
   const dir = join(work, `gpt2-${DTYPE}-${flavor}`);
   buildModel({ source: checkpoint, out: dir, dtype: DTYPE, flavor, greedySearch: true, slotDecoder: flavor === 'cuda' });
@@ -54,7 +55,7 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
   for (const path of paths.filter((p) => p.startsWith('native'))) {
     if (flavor !== 'cuda') continue;
     try {
-      natives.set(path, await NativeEngine.open(dir, { provider: PROVIDER, maxBatchSize: 64, slotLength: PROMPT + NEW, cudaGraph: path === 'native-graph', onRequestDone }));
+      natives.set(path, await NativeEngine.open(dir, { provider: PROVIDER, maxBatchSize: 64, slotLength: PROMPT + NEW, cudaGraph: path.startsWith('native-graph'), batchInvariant: path === 'native-graph-invariant', onRequestDone }));
     } catch (error) {
       rows.push({ flavor, path, error: String(error) });
       console.log(`${flavor} ${path}: ${String(error)}`);
@@ -117,7 +118,7 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
       if (path === 'native' && !concurrent) nativeIds.set(batch, ids);
       const sameAsLoop = {
         ...(!loop && reference !== undefined ? { rows_identical_to_loop: same(reference) } : {}),
-        ...(path === 'native-graph' && !concurrent && nativeIds.has(batch) ? { rows_identical_to_native: same(nativeIds.get(batch)) } : {}),
+        ...(path.startsWith('native-graph') && !concurrent && nativeIds.has(batch) ? { rows_identical_to_native: same(nativeIds.get(batch)) } : {}),
       };
       const row = {
         flavor,
