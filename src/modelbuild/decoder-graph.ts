@@ -310,7 +310,7 @@ function attend(
     }
     const weight = g.op('Concat', parts.map((p) => p.weight), { axis: 1 }, { name: `${name}.qkv.weight` });
     const bias = parts[0]!.bias === undefined ? undefined : g.op('Concat', parts.map((p) => p.bias!), { axis: 0 }, { name: `${name}.qkv.bias` });
-    const qkv = affine(g, h, weight, bias);
+    const qkv = affine(g, h, weight, bias, (numHeads + 2 * numKvHeads) * headDim);
     const rotary = c.rotary === undefined ? [] : [c.rotary.cos, c.rotary.sin];
     const [output, presentKey, presentValue] = g.opMany(
       'GroupQueryAttention',

@@ -68,6 +68,7 @@ export class GraphBuilder {
   private readonly inputs: ValueInfoProto[] = [];
   private readonly outputs: ValueInfoProto[] = [];
   private readonly constants = new Map<string, string>();
+  private readonly constantNames = new Set<string>();
   private readonly counts = new Map<string, number>();
   private readonly domains = new Set<string>();
 
@@ -168,7 +169,8 @@ export class GraphBuilder {
       let offset = 0;
       for (const tensor of this.initializers) {
         const raw = tensor.rawData;
-        if (!raw || raw.length <= 1024) continue;
+        // Constants stay in the model file: only weights go to the data file (which models may share).
+        if (!raw || raw.length <= 1024 || this.constantNames.has(tensor.name!)) continue;
         const padding = (64 - (offset % 64)) % 64; // aligned so the runtime can map weights in place
         if (padding > 0) chunks.push(Buffer.alloc(padding));
         offset += padding;
@@ -201,6 +203,7 @@ export class GraphBuilder {
       name = this.unique('const');
       this.initializers.push(integerOrFloatTensor(name, type, values, dims));
       this.constants.set(key, name);
+      this.constantNames.add(name);
     }
     return name;
   }

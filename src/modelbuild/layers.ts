@@ -33,7 +33,7 @@ export interface NormKind {
 /** `x @ weight (+ bias)`; the weights are named `<name>.weight` and `<name>.bias`. */
 export function linear(g: GraphBuilder, w: Linear, x: string, name: string): string {
   const weight = g.weight(`${name}.weight`, w.weight);
-  return affine(g, x, weight, w.bias === undefined ? undefined : g.weight(`${name}.bias`, w.bias));
+  return affine(g, x, weight, w.bias === undefined ? undefined : g.weight(`${name}.bias`, w.bias), w.weight.dims[1]!);
 }
 
 /** Lanes of ones a float16 projection with a bias adds to its input; the weight gains the bias row and zero rows (the width stays a multiple of 8). */
@@ -46,12 +46,13 @@ const BIAS_LANES = 8;
  * ones and the weight the rows [bias; 0; ...], a concatenation ONNX Runtime folds when the session
  * loads. The Pad takes the place of the Add, so the step has as many kernels as before.
  */
-export function affine(g: GraphBuilder, x: string, weight: string, bias: string | undefined): string {
+export function affine(g: GraphBuilder, x: string, weight: string, bias: string | undefined, outputs: number): string {
   if (bias === undefined) return g.op('MatMul', [x, weight]);
   if (g.floatType !== 'float16') return g.op('Add', [g.op('MatMul', [x, weight]), bias]);
   const lanes = g.op('Pad', [x, g.int64([0, 0, 0, 0, 0, BIAS_LANES]), g.floatConstant([1], [])]);
-  const rows = g.op('Pad', [g.op('Unsqueeze', [bias, g.int64([0])]), g.int64([0, 0, BIAS_LANES - 1, 0]), g.floatConstant([0], [])]);
-  return g.op('MatMul', [lanes, g.op('Concat', [weight, rows], { axis: 0 })]);
+  // Concat and Unsqueeze of initializers only (ONNX Runtime has no float16 Pad on the CPU to fold with).
+  const zeros = g.floatConstant(new Array<number>((BIAS_LANES - 1) * outputs).fill(0), [BIAS_LANES - 1, outputs]);
+  return g.op('MatMul', [lanes, g.op('Concat', [weight, g.op('Unsqueeze', [bias, g.int64([0])]), zeros], { axis: 0 })]);
 }
 
 /** `f` of `x` computed in float32 and rounded to float16 once, as PyTorch computes half-precision activations. */

@@ -288,7 +288,7 @@ function projectQkv(g: GraphBuilder, w: AttentionWeights, h: string, width: numb
   const parts = [['q', w.q], ['k', w.k], ['v', w.v]] as const;
   const weight = g.op('Concat', parts.map(([part, l]) => g.weight(`${name}.${part}.weight`, l.weight)), { axis: 1 });
   const bias = w.q.bias === undefined ? undefined : g.op('Concat', parts.map(([part, l]) => g.weight(`${name}.${part}.bias`, required(l.bias, `${name}.${part} bias`))), { axis: 0 });
-  const qkv = affine(g, h, weight, bias);
+  const qkv = affine(g, h, weight, bias, 3 * width);
   return g.opMany('Split', [qkv, g.int64([width, width, width])], { axis: -1 }, { outputs: 3 });
 }
 

@@ -1,9 +1,13 @@
 import assert from 'node:assert/strict';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import ort from 'onnxruntime-node';
 import { GraphBuilder } from '../../src/modelbuild/graph.ts';
+import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
 import { affine, geluTanh, silu } from '../../src/modelbuild/layers.ts';
+import { DecoderSession } from '../../src/runtime/index.ts';
 import { fromHalfBits, toHalfBits } from '../../src/util/half.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
 const half = (value: number): number => fromHalfBits(toHalfBits(value));
 
@@ -27,7 +31,7 @@ test('a float16 projection adds its bias before rounding, once, as PyTorch addmm
   const x = g.input('x', 'float16', [1, 1, 2]);
   const weight = g.weight('w', { dims: [2, 2], data: Float32Array.of(1, 0, 2 ** -11, 1) });
   const bias = g.weight('b', { dims: [2], data: Float32Array.of(2 ** -12, 0.5) });
-  g.output('y', affine(g, x, weight, bias), 'float16', [1, 1, 2]);
+  g.output('y', affine(g, x, weight, bias, 2), 'float16', [1, 1, 2]);
   const [first, second] = await runHalf(g, [1, 1]);
   assert.equal(first, 1 + 2 ** -10);
   assert.equal(half(half(1 + 2 ** -11) + 2 ** -12), 1, 'rounding twice would have given 1');
@@ -49,5 +53,26 @@ test('float16 activations are computed in float32 and rounded once', async () =>
     // Once rounded from float32, each value is the half nearest the exact one (ties aside, none here).
     const off = got.filter((y, i) => y !== half(exact[name](xs[i]!)));
     assert.deepEqual(off, [], name);
+  }
+});
+
+test('a float16 build shares one data file between its models and agrees with its float32 build', async () => {
+  const root = scratchDir('chorus-half-');
+  for (const arch of ['gpt2', 'qwen2'] as const) {
+    const checkpoint = join(root, `${arch}-ckpt`);
+    makeCheckpoint({ arch, size: 'tiny', seed: 3, out: checkpoint });
+    buildModel({ source: checkpoint, out: join(root, `${arch}-fp32`), flavor: 'cuda' });
+    buildModel({ source: checkpoint, out: join(root, `${arch}-fp16`), flavor: 'cuda', dtype: 'fp16', slotDecoder: true });
+    // The slot decoder reads the merged decoder's data file: it loads only if both laid their weights out alike.
+    const slots = await ort.InferenceSession.create(join(root, `${arch}-fp16`, 'onnx', 'decoder_model_slots.onnx'));
+    await slots.release();
+    const [single, half16] = [await DecoderSession.open(join(root, `${arch}-fp32`)), await DecoderSession.open(join(root, `${arch}-fp16`))];
+    const step = { inputIds: [[5, 17, 99, 200, 3]] };
+    const [a, b] = [await single.run(step), await half16.run(step)];
+    let diff = 0;
+    for (let i = 0; i < a.logits.length; i++) diff = Math.max(diff, Math.abs(a.logits[i]! - b.logits[i]!));
+    assert.ok(diff < 2e-2, `${arch}: float16 logits ${diff} from float32`);
+    await single.close();
+    await half16.close();
   }
 });
