@@ -299,31 +299,22 @@ function attend(
   const { numHeads, numKvHeads, headDim } = c.spec;
   const name = `layers.${index}`;
   const scale = float(1 / Math.sqrt(headDim));
-  if (c.fused) {
-    // The same weights as the other graphs register, in the same order: q, k, v, each weight then bias.
-    const parts = (['q', 'k', 'v'] as const).map((part) => ({
-      weight: g.weight(`${name}.${part}.weight`, w[part].weight),
-      bias: w[part].bias === undefined ? undefined : g.weight(`${name}.${part}.bias`, w[part].bias),
-    }));
-    if (parts.some((p) => p.bias === undefined) && parts.some((p) => p.bias !== undefined)) {
-      throw new ChorusError('CHORUS_UNSUPPORTED', `${name}: q, k and v must all have biases or none`);
-    }
-    const weight = g.op('Concat', parts.map((p) => p.weight), { axis: 1 }, { name: `${name}.qkv.weight` });
-    const bias = parts[0]!.bias === undefined ? undefined : g.op('Concat', parts.map((p) => p.bias!), { axis: 0 }, { name: `${name}.qkv.bias` });
-    const qkv = affine(g, h, weight, bias, (numHeads + 2 * numKvHeads) * headDim);
-    const rotary = c.rotary === undefined ? [] : [c.rotary.cos, c.rotary.sin];
-    const [output, presentKey, presentValue] = g.opMany(
-      'GroupQueryAttention',
-      [qkv, '', '', past.key, past.value, c.cacheLengths!.seqlensK, c.cacheLengths!.total, ...rotary],
-      { num_heads: numHeads, kv_num_heads: numKvHeads, scale, ...(c.rotary === undefined ? {} : { do_rotary: 1, rotary_interleaved: 0 }) },
-      { domain: MS, outputs: 3 },
-    );
-    return { output: linear(g, w.o, output!, `${name}.o`), presentKey: presentKey!, presentValue: presentValue! };
-  }
-  let q = linear(g, w.q, h, `${name}.q`);
-  let k = linear(g, w.k, h, `${name}.k`);
-  const v = linear(g, w.v, h, `${name}.v`);
   if (c.flavor === 'cuda') {
+    // One projection for q, k and v (which also leaves ONNX Runtime nothing to pack into GroupQueryAttention itself).
+    const qkv = packedQkv(g, w, h, name, (numHeads + 2 * numKvHeads) * headDim);
+    const project = (output: string): string => linear(g, w.o, output, `${name}.o`);
+    if (c.fused) {
+      const rotary = c.rotary === undefined ? [] : [c.rotary.cos, c.rotary.sin];
+      const [output, presentKey, presentValue] = g.opMany(
+        'GroupQueryAttention',
+        [qkv, '', '', past.key, past.value, c.cacheLengths!.seqlensK, c.cacheLengths!.total, ...rotary],
+        { num_heads: numHeads, kv_num_heads: numKvHeads, scale, ...(c.rotary === undefined ? {} : { do_rotary: 1, rotary_interleaved: 0 }) },
+        { domain: MS, outputs: 3 },
+      );
+      return { output: project(output!), presentKey: presentKey!, presentValue: presentValue! };
+    }
+    const [query, key, v] = g.opMany('Split', [qkv, g.int64([numHeads * headDim, numKvHeads * headDim, numKvHeads * headDim])], { axis: -1 }, { outputs: 3 }) as [string, string, string];
+    let [q, k] = [query, key];
     if (c.rotary !== undefined) {
       const rope = (x: string, heads: number): string =>
         g.op('RotaryEmbedding', [x, c.positionIds, c.rotary!.cos, c.rotary!.sin], { interleaved: 0, num_heads: heads }, { domain: MS });
@@ -339,8 +330,11 @@ function attend(
             { num_heads: numHeads, kv_num_heads: numKvHeads, scale },
             { domain: MS, outputs: 3 },
           );
-    return { output: linear(g, w.o, output!, `${name}.o`), presentKey: presentKey!, presentValue: presentValue! };
+    return { output: project(output!), presentKey: presentKey!, presentValue: presentValue! };
   }
+  const q = linear(g, w.q, h, `${name}.q`);
+  const k = linear(g, w.k, h, `${name}.k`);
+  const v = linear(g, w.v, h, `${name}.v`);
   const heads = (value: string, count: number): string =>
     g.op('Transpose', [g.op('Reshape', [value, g.int64([0, 0, count, headDim])])], { perm: [0, 2, 1, 3] });
   let q4 = heads(q, numHeads);
@@ -362,6 +356,24 @@ function attend(
   const context = g.op('MatMul', [probs, v5]);
   const merged = g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [context, g.int64([0, numHeads, -1, headDim])])], { perm: [0, 2, 1, 3] }), g.int64([0, 0, numHeads * headDim])]);
   return { output: linear(g, w.o, merged, `${name}.o`), presentKey, presentValue };
+}
+
+/**
+ * q, k and v of `h` by one MatMul over their concatenated weights (ONNX Runtime folds the concatenation
+ * when the session loads). The weights register in the order the other graphs use, q, k, v, each weight
+ * then bias, so that all models of a build share one data file.
+ */
+function packedQkv(g: GraphBuilder, w: DecoderLayerWeights, h: string, name: string, width: number): string {
+  const parts = (['q', 'k', 'v'] as const).map((part) => ({
+    weight: g.weight(`${name}.${part}.weight`, w[part].weight),
+    bias: w[part].bias === undefined ? undefined : g.weight(`${name}.${part}.bias`, w[part].bias),
+  }));
+  if (parts.some((p) => p.bias === undefined) && parts.some((p) => p.bias !== undefined)) {
+    throw new ChorusError('CHORUS_UNSUPPORTED', `${name}: q, k and v must all have biases or none`);
+  }
+  const weight = g.op('Concat', parts.map((p) => p.weight), { axis: 1 }, { name: `${name}.qkv.weight` });
+  const bias = parts[0]!.bias === undefined ? undefined : g.op('Concat', parts.map((p) => p.bias!), { axis: 0 }, { name: `${name}.qkv.bias` });
+  return affine(g, h, weight, bias, width);
 }
 
 /** The MLP of one block on the normed input `m`. */
