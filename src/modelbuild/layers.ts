@@ -87,14 +87,16 @@ export function norm(g: GraphBuilder, spec: NormKind, w: Norm, x: string, name: 
   return g.op('Mul', [scale, g.floatType === 'float16' ? g.op('Cast', [normalized], { to: 10 }) : normalized]);
 }
 
-/** GPT-2's and T5 v1.1's gelu_new: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) (in float32 for float16 builds). */
+/**
+ * GPT-2's and T5 v1.1's gelu_new, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), step by step as
+ * transformers' NewGELUActivation computes it: in float16 each operation's result is rounded, and a
+ * product with a constant is taken with the constant in float32 (PyTorch's scalars), then rounded.
+ */
 export function geluTanh(g: GraphBuilder, x: string): string {
-  const c = (value: number): string => g.floatConstant([value], [], 'float32');
-  return inFloat32(g, x, (v) => {
-    const cube = g.op('Mul', [g.op('Mul', [v, v]), v]);
-    const inner = g.op('Mul', [g.op('Add', [v, g.op('Mul', [cube, c(0.044715)])]), c(Math.sqrt(2 / Math.PI))]);
-    return g.op('Mul', [g.op('Mul', [v, c(0.5)]), g.op('Add', [g.op('Tanh', [inner]), c(1)])]);
-  });
+  const scaled = (v: string, factor: number): string => inFloat32(g, v, (v32) => g.op('Mul', [v32, g.floatConstant([factor], [], 'float32')]));
+  const cube = g.op('Pow', [x, g.floatConstant([3], [])]);
+  const inner = scaled(g.op('Add', [x, scaled(cube, 0.044715)]), Math.sqrt(2 / Math.PI));
+  return g.op('Mul', [g.op('Mul', [x, g.floatConstant([0.5], [])]), g.op('Add', [g.op('Tanh', [inner]), g.floatConstant([1], [])])]);
 }
 
 /** A value the architecture file must have supplied. */
