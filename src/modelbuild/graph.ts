@@ -135,6 +135,7 @@ export class GraphBuilder {
     for (const domain of inner.domains) this.domains.add(domain);
     for (const [prefix, n] of inner.counts) this.counts.set(prefix, Math.max(n, this.counts.get(prefix) ?? 0));
     for (const [key, value] of inner.constants) this.constants.set(key, value);
+    for (const constant of inner.constantNames) this.constantNames.add(constant);
     return { graph: { name, node: inner.nodes.splice(0), input: inner.inputs.splice(0), output: inner.outputs.splice(0) } };
   }
 
