@@ -47,7 +47,7 @@ interface DecoderInputs {
 
 /** Builds the decoder graph of `spec` with `weights`. */
 export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: 'float32' | 'float16', flavor: Flavor = 'portable'): GraphBuilder {
-  const g = new GraphBuilder(floatType);
+  const g = new GraphBuilder(floatType, { pytorchRounding: flavor === 'portable' });
   const { numLayers, numKvHeads, headDim, vocabSize } = spec;
   const inputs: DecoderInputs = {
     inputIds: g.input('input_ids', 'int64', ['batch_size', 'sequence_length']),
@@ -79,7 +79,8 @@ export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, fl
  * so both models can share one external data file).
  */
 export function buildSlotDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: 'float32' | 'float16'): GraphBuilder {
-  const g = new GraphBuilder(floatType);
+  // The cuda flavor's graph: fused operators and PyTorch's rounding points only where they cost nothing.
+  const g = new GraphBuilder(floatType, { pytorchRounding: false });
   const { numLayers, numKvHeads, headDim, vocabSize } = spec;
   const inputIds = g.input('input_ids', 'int64', ['batch_size', 'sequence_length']);
   const positionIds = g.input('position_ids', 'int64', ['batch_size', 'sequence_length']);
@@ -116,7 +117,7 @@ export interface GreedySearchIds {
  * outer graph, in the same order as the decoder model's, so both can share one external data file.
  */
 export function buildGreedySearchGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: 'float32' | 'float16', flavor: Flavor, ids: GreedySearchIds): GraphBuilder {
-  const inner = new GraphBuilder(floatType);
+  const inner = new GraphBuilder(floatType, { pytorchRounding: flavor === 'portable' });
   const { numLayers, numKvHeads, headDim, vocabSize } = spec;
   // Declared in the order the operator checks: input_ids, position_ids, attention_mask, past_0...
   const ids32 = inner.input('input_ids', 'int32', ['batch_size', 'sequence_length']);

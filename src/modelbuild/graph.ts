@@ -72,8 +72,19 @@ export class GraphBuilder {
   private readonly counts = new Map<string, number>();
   private readonly domains = new Set<string>();
 
-  /** @param floatType the element type of weights and activations */
-  constructor(readonly floatType: 'float32' | 'float16') {}
+  /** In float16: round where PyTorch does (biases inside the products, SiLU in float32), at some cost in speed. */
+  readonly pytorchRounding: boolean;
+
+  /**
+   * @param floatType the element type of weights and activations
+   * @param options.pytorchRounding default true; the fused graphs, made for speed, turn it off
+   */
+  constructor(
+    readonly floatType: 'float32' | 'float16',
+    options: { pytorchRounding?: boolean } = {},
+  ) {
+    this.pytorchRounding = options.pytorchRounding ?? true;
+  }
 
   /** Declares a graph input. */
   input(name: string, type: ElementType, dims: readonly Dim[]): string {

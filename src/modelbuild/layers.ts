@@ -40,15 +40,15 @@ export function linear(g: GraphBuilder, w: Linear, x: string, name: string): str
 const BIAS_LANES = 8;
 
 /**
- * `x @ weight + bias` for `x` [batch, seq, in] and `weight` [in, out]. In float16 the bias goes inside
- * the product, so the sum is rounded to float16 once, as PyTorch's addmm does (a MatMul then an Add
+ * `x @ weight + bias` for `x` [batch, seq, in] and `weight` [in, out]. In float16 graphs that round as
+ * PyTorch does (the portable flavor, encoder-decoders) the bias goes inside the product, so the sum is rounded to float16 once, as PyTorch's addmm does (a MatMul then an Add
  * would round twice, a last-bit difference on a large share of the outputs): `x` gains lanes of
  * ones and the weight the rows [bias; 0; ...], a concatenation ONNX Runtime folds when the session
  * loads. The Pad takes the place of the Add, so the step has as many kernels as before.
  */
 export function affine(g: GraphBuilder, x: string, weight: string, bias: string | undefined, outputs: number): string {
   if (bias === undefined) return g.op('MatMul', [x, weight]);
-  if (g.floatType !== 'float16') return g.op('Add', [g.op('MatMul', [x, weight]), bias]);
+  if (g.floatType !== 'float16' || !g.pytorchRounding) return g.op('Add', [g.op('MatMul', [x, weight]), bias]);
   const lanes = g.op('Pad', [x, g.int64([0, 0, 0, 0, 0, BIAS_LANES]), g.floatConstant([1], [])]);
   // Concat and Unsqueeze of initializers only (ONNX Runtime has no float16 Pad on the CPU to fold with).
   const zeros = g.floatConstant(new Array<number>((BIAS_LANES - 1) * outputs).fill(0), [BIAS_LANES - 1, outputs]);
@@ -61,9 +61,10 @@ export function inFloat32(g: GraphBuilder, x: string, f: (x32: string) => string
   return g.op('Cast', [f(g.op('Cast', [x], { to: 1 }))], { to: 10 });
 }
 
-/** SiLU, x * sigmoid(x) (in float32 for float16 builds). */
+/** SiLU, x * sigmoid(x) (in float32 for float16 builds that round as PyTorch does). */
 export function silu(g: GraphBuilder, x: string): string {
-  return inFloat32(g, x, (v) => g.op('Mul', [v, g.op('Sigmoid', [v])]));
+  const f = (v: string): string => g.op('Mul', [v, g.op('Sigmoid', [v])]);
+  return g.pytorchRounding ? inFloat32(g, x, f) : f(x);
 }
 
 /** GELU's exact form, 0.5 x (1 + erf(x / sqrt(2))) (in float32 for float16 builds). */

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import ort from 'onnxruntime-node';
@@ -56,23 +57,28 @@ test('float16 SiLU is computed in float32 and rounded once, as PyTorch does; gel
   assert.deepEqual(gelus.flatMap((y, i) => (Math.abs(y - exact(xs[i]!)) <= 2e-3 * Math.max(1, Math.abs(exact(xs[i]!))) ? [] : [xs[i]])), []);
 });
 
-test('a float16 build shares one data file between its models and agrees with its float32 build', async () => {
+test('float16 builds share one data file between their models and agree with the float32 build', async () => {
   const root = scratchDir('chorus-half-');
   for (const arch of ['gpt2', 'qwen2'] as const) {
     const checkpoint = join(root, `${arch}-ckpt`);
     makeCheckpoint({ arch, size: 'tiny', seed: 3, out: checkpoint });
-    buildModel({ source: checkpoint, out: join(root, `${arch}-fp32`), flavor: 'cuda' });
-    buildModel({ source: checkpoint, out: join(root, `${arch}-fp16`), flavor: 'cuda', dtype: 'fp16', slotDecoder: true, greedySearch: true });
-    // The slot decoder reads the merged decoder's data file: it loads only if both laid their weights out alike.
-    const slots = await ort.InferenceSession.create(join(root, `${arch}-fp16`, 'onnx', 'decoder_model_slots.onnx'));
-    await slots.release();
-    const [single, half16] = [await DecoderSession.open(join(root, `${arch}-fp32`)), await DecoderSession.open(join(root, `${arch}-fp16`))];
-    const step = { inputIds: [[5, 17, 99, 200, 3]] };
-    const [a, b] = [await single.run(step), await half16.run(step)];
-    let diff = 0;
-    for (let i = 0; i < a.logits.length; i++) diff = Math.max(diff, Math.abs(a.logits[i]! - b.logits[i]!));
-    assert.ok(diff < 2e-2, `${arch}: float16 logits ${diff} from float32`);
-    await single.close();
-    await half16.close();
+    buildModel({ source: checkpoint, out: join(root, `${arch}-fp32`) });
+    // portable rounds as PyTorch does (constants of its own in each model); cuda is the fused flavor.
+    for (const flavor of ['portable', 'cuda'] as const) {
+      const dir = join(root, `${arch}-fp16-${flavor}`);
+      buildModel({ source: checkpoint, out: dir, flavor, dtype: 'fp16', greedySearch: true, ...(flavor === 'cuda' ? { slotDecoder: true } : {}) });
+      // The models read the decoder's data file: each loads only if all laid their weights out alike.
+      for (const model of readdirSync(join(dir, 'onnx')).filter((file) => file.endsWith('.onnx'))) {
+        await (await ort.InferenceSession.create(join(dir, 'onnx', model))).release();
+      }
+      const [single, half16] = [await DecoderSession.open(join(root, `${arch}-fp32`)), await DecoderSession.open(dir)];
+      const step = { inputIds: [[5, 17, 99, 200, 3]] };
+      const [a, b] = [await single.run(step), await half16.run(step)];
+      let diff = 0;
+      for (let i = 0; i < a.logits.length; i++) diff = Math.max(diff, Math.abs(a.logits[i]! - b.logits[i]!));
+      assert.ok(diff < 2e-2, `${arch} ${flavor}: float16 logits ${diff} from float32`);
+      await single.close();
+      await half16.close();
+    }
   }
 });
