@@ -62,6 +62,12 @@ export interface NativeEngineOptions extends Partial<SchedulerLimits> {
    * kernel. It costs the whole batch's step when few requests run. Default: false.
    */
   batchInvariant?: boolean;
+  /**
+   * Steps that greedy batches (every row the raw argmax) run back to back inside the addon per call:
+   * their tokens reach the event loop together, a new request or a cancellation stops the run after
+   * the step under way. Default: 16; 1: a call per step.
+   */
+  greedySteps?: number;
   intraOpThreads?: number;
   onRequestDone?: (metrics: RequestMetrics) => void;
 }
@@ -125,6 +131,7 @@ export class NativeEngine implements Engine {
     private readonly slotLength: number,
     /** Batch-invariant decoding: the rows every step runs (undefined: as many as run). */
     private readonly fixedRows: number | undefined,
+    private readonly greedySteps: number,
   ) {
     this.scheduler = new Scheduler(limits);
     this.ledger = new RequestLedger(onRequestDone);
@@ -174,7 +181,8 @@ export class NativeEngine implements Engine {
       cudaGraph: options.cudaGraph ?? false,
     });
     await decoder.load();
-    return new NativeEngine(decoder, limits, model, options.onRequestDone, sourceLimit, slotLength, options.batchInvariant === true ? slots : undefined);
+    const greedySteps = bound(options.greedySteps ?? 16, 'greedySteps', 1, 1024);
+    return new NativeEngine(decoder, limits, model, options.onRequestDone, sourceLimit, slotLength, options.batchInvariant === true ? slots : undefined, greedySteps);
   }
 
   /** Bytes of the preallocated cache. */
@@ -188,11 +196,18 @@ export class NativeEngine implements Engine {
   }
 
   submit(request: GenerateRequest): Observable<TokenEvent> {
-    return this.ledger.submit(request, this.model, (sequence) => {
-      if (this.sourceLimit !== undefined) this.checkSeq2Seq(sequence);
-      this.scheduler.enqueue(sequence);
-      this.startLoop();
-    });
+    // A new request or a cancellation stops a run of greedy steps after the step under way.
+    return this.ledger.submit(
+      request,
+      this.model,
+      (sequence) => {
+        if (this.sourceLimit !== undefined) this.checkSeq2Seq(sequence);
+        this.scheduler.enqueue(sequence);
+        this.decoder.interrupt();
+        this.startLoop();
+      },
+      () => this.decoder.interrupt(),
+    );
   }
 
   /** An encoder-decoder's request fits when its source fits a cross-attention slot and its output (after the start token) a decoder slot. */
@@ -361,18 +376,58 @@ export class NativeEngine implements Engine {
     }
     const lengths = [...this.lengths];
     const sourceLengths = this.sourceLimit === undefined ? undefined : [...this.sourceLengths];
+    const greedy = [...plan.values()].every((how) => 'argmax' in how) ? this.greedyRun(tokens.length) : 0;
+    if (greedy > 1) {
+      await this.decodeGreedy(tokens, lengths, sourceLengths, greedy);
+      return;
+    }
     this.ledger.counters.decodeSteps++;
     this.ledger.counters.decodedRows += tokens.length;
     // Batch-invariant: the free slots' rows pad the step to its fixed size (their outputs unread).
-    for (let row = tokens.length; row < (this.fixedRows ?? 0); row++) {
-      tokens.push(0);
-      lengths.push(0);
-      sourceLengths?.push(1);
-    }
+    padRows(this.fixedRows, tokens, lengths, sourceLengths);
     const out = await this.decoder.decode(Int32Array.from(tokens), Int32Array.from(lengths), Int32Array.from(step.logitRows), step.sample(), sourceLengths && Int32Array.from(sourceLengths));
     this.lengths = this.lengths.map((n) => n + 1);
     const sources = stepMembers(this.members, (s, base) => step.finish(s, plan.get(s)!, base, out, this.model.vocabSize));
     if (sources !== undefined) await this.moveRows(sources);
+  }
+
+  /**
+   * How many greedy steps to run back to back (0 or 1: one step): up to greedySteps while no request
+   * waits to join, as far as every row's slot has room.
+   */
+  private greedyRun(rows: number): number {
+    if (this.greedySteps === 1 || this.scheduler.waiting.length > 0 || rows === 0) return 0;
+    return Math.min(this.greedySteps, ...this.lengths.map((n) => this.slotLength - n));
+  }
+
+  /** Greedy steps back to back in the addon; each row takes its tokens until it finishes. */
+  private async decodeGreedy(tokens: number[], lengths: number[], sourceLengths: number[] | undefined, maxSteps: number): Promise<void> {
+    const members = this.members as Sequence[];
+    const rows = tokens.length;
+    // Up to the last token, or to the one before it when the model forces its last (forced_eos).
+    const last = (s: Sequence): number => s.params.request_output_len - (this.model.forcedEos === undefined ? 0 : 1);
+    const remaining = members.map((s) => last(s) - s.tokensGenerated);
+    padRows(this.fixedRows, tokens, lengths, sourceLengths, remaining);
+    const width = tokens.length;
+    const out = await this.decoder.decodeGreedy(Int32Array.from(tokens), Int32Array.from(lengths), Int32Array.from(remaining), this.model.endId ?? -1, maxSteps, sourceLengths && Int32Array.from(sourceLengths));
+    this.ledger.counters.decodeSteps += out.steps;
+    this.ledger.counters.decodedRows += rows * out.steps;
+    // A row that stopped ran along to the end of the run; its slot past what it took is written over next.
+    members.forEach((s, r) => {
+      let taken = 0;
+      for (let k = 0; k < out.steps && taken < remaining[r]! && !s.finished; k++, taken++) s.accept({ token: out.tokens[k * width + r]!, logProb: 0 });
+      this.lengths[r]! += taken;
+    });
+  }
+}
+
+/** The rows of a step padded to `fixedRows` (batch-invariant decoding): token 0 at position 0, source 1, nothing remaining. */
+function padRows(fixedRows: number | undefined, tokens: number[], lengths: number[], sourceLengths: number[] | undefined, remaining?: number[]): void {
+  for (let row = tokens.length; row < (fixedRows ?? 0); row++) {
+    tokens.push(0);
+    lengths.push(0);
+    sourceLengths?.push(1);
+    remaining?.push(0);
   }
 }
 

@@ -36,9 +36,9 @@ export class RequestLedger {
 
   /**
    * An engine's `submit`: on subscription the request is opened and handed to `enqueue` (an error of
-   * either goes to the subscriber); unsubscribing cancels it.
+   * either goes to the subscriber); unsubscribing cancels it (and calls `onCancel`).
    */
-  submit(request: GenerateRequest, model: ModelIds, enqueue: (s: ActiveRequest) => void): Observable<TokenEvent> {
+  submit(request: GenerateRequest, model: ModelIds, enqueue: (s: ActiveRequest) => void, onCancel?: () => void): Observable<TokenEvent> {
     return new Observable<TokenEvent>((subscriber) => {
       let sequence: ActiveRequest;
       try {
@@ -49,7 +49,9 @@ export class RequestLedger {
         return undefined;
       }
       return () => {
-        if (!sequence.finished) sequence.cancelled = true;
+        if (sequence.finished) return;
+        sequence.cancelled = true;
+        onCancel?.();
       };
     });
   }

@@ -183,7 +183,8 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "SlotDecoder",
                        {InstanceMethod("load", &SlotDecoderWrap::Load), InstanceMethod("prefill", &SlotDecoderWrap::Prefill),
-                        InstanceMethod("decode", &SlotDecoderWrap::Decode), InstanceMethod("encode", &SlotDecoderWrap::Encode), InstanceMethod("copySlots", &SlotDecoderWrap::CopySlots),
+                        InstanceMethod("decode", &SlotDecoderWrap::Decode), InstanceMethod("decodeGreedy", &SlotDecoderWrap::DecodeGreedy),
+                        InstanceMethod("interrupt", &SlotDecoderWrap::Interrupt), InstanceMethod("encode", &SlotDecoderWrap::Encode), InstanceMethod("copySlots", &SlotDecoderWrap::CopySlots),
                         InstanceMethod("close", &SlotDecoderWrap::Close), InstanceAccessor("cacheBytes", &SlotDecoderWrap::CacheBytes, nullptr),
                         InstanceAccessor("sessionMs", &SlotDecoderWrap::SessionMs, nullptr), InstanceAccessor("callMs", &SlotDecoderWrap::CallMs, nullptr)});
   }
@@ -274,6 +275,33 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     auto sample = ParseSampleBatch(info[3], decoder.options().vocab);
     auto sourceLengths = info[4].IsUndefined() ? std::vector<int32_t>{} : Int32s(info[4], "sourceLengths");
     return QueueStep(info.Env(), [&decoder, tokens, positions, rows, sample, sourceLengths]() { return decoder.Decode(tokens, positions, rows, sample, sourceLengths); });
+  }
+
+  Napi::Value DecodeGreedy(const Napi::CallbackInfo& info) {
+    SlotDecoder& decoder = Loaded(info.Env());
+    auto tokens = Int64s(info[0], "tokens");
+    auto positions = Int64s(info[1], "positions");
+    auto remaining = Int32s(info[2], "remaining");
+    if (!info[3].IsNumber() || !info[4].IsNumber()) throw Napi::TypeError::New(info.Env(), "decodeGreedy takes an end id (-1: none) and the most steps");
+    const int endId = info[3].As<Napi::Number>().Int32Value();
+    const int maxSteps = info[4].As<Napi::Number>().Int32Value();
+    auto sourceLengths = info[5].IsUndefined() ? std::vector<int32_t>{} : Int32s(info[5], "sourceLengths");
+    auto run = std::make_shared<GreedyRun>();
+    return Queue(
+        info.Env(), [&decoder, run, tokens, positions, remaining, endId, maxSteps, sourceLengths]() { *run = decoder.DecodeGreedy(tokens, positions, remaining, endId, maxSteps, sourceLengths); },
+        [run](Napi::Env e) {
+          Napi::Object out = Napi::Object::New(e);
+          auto tokens = Napi::Int32Array::New(e, run->tokens.size());
+          std::copy(run->tokens.begin(), run->tokens.end(), tokens.Data());
+          out.Set("tokens", tokens);
+          out.Set("steps", Napi::Number::New(e, run->steps));
+          return out;
+        });
+  }
+
+  Napi::Value Interrupt(const Napi::CallbackInfo& info) {
+    if (decoder_) decoder_->Interrupt();
+    return info.Env().Undefined();
   }
 
   Napi::Value CopySlots(const Napi::CallbackInfo& info) {

@@ -85,6 +85,14 @@ export interface NativeSlotDecoder {
   /** One token for rows (slots) 0..n-1, each at its position (its length so far); encoder-decoders give each row's source length. */
   decode(tokens: Int32Array, positions: Int32Array, logitRows: Int32Array, sample?: NativeSampleBatch, sourceLengths?: Int32Array): Promise<SlotStep>;
   /**
+   * Greedy steps back to back in the addon's thread, each row's argmax its next input, until every row
+   * has stopped (its end id, or remaining[r] tokens; rows of 0 run along unread), maxSteps, or
+   * interrupt(). tokens[k * rows + r] is row r's token of step k.
+   */
+  decodeGreedy(tokens: Int32Array, positions: Int32Array, remaining: Int32Array, endId: number, maxSteps: number, sourceLengths?: Int32Array): Promise<{ tokens: Int32Array; steps: number }>;
+  /** Stops a decodeGreedy under way (or the next one) after its current step. */
+  interrupt(): void;
+  /**
    * dst[i] <- src[i] (their first lengths[i] positions); a permutation is safe. Encoder-decoders' cross-attention
    * caches move too, their first sourceLengths[i] positions (0: not moved).
    */

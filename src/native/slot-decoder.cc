@@ -271,6 +271,32 @@ StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::ve
   return Run(0, rows, 1, tokens, positions, seqlens, graph ? options_.maxLength : total, logitRows, sample, graph, sourceLengths);
 }
 
+GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int64_t> positions, const std::vector<int32_t>& remaining, int endId, int maxSteps,
+                                    const std::vector<int32_t>& sourceLengths) {
+  const size_t rows = tokens.size();
+  if (remaining.size() != rows) throw std::invalid_argument("decodeGreedy takes each row's remaining tokens");
+  if (maxSteps < 1) throw std::out_of_range("decodeGreedy takes at least one step");
+  std::vector<int32_t> left(remaining);
+  GreedyRun run;
+  run.tokens.reserve(rows * static_cast<size_t>(maxSteps));
+  const SampleBatch none;
+  for (int step = 0; step < maxSteps; step++) {
+    StepResult result = Decode(tokens, positions, {}, none, sourceLengths);
+    run.tokens.insert(run.tokens.end(), result.argmax.begin(), result.argmax.end());
+    run.steps++;
+    bool going = false;
+    for (size_t r = 0; r < rows; r++) {
+      // A row stops at its end id or its last token (left at 0 from then on).
+      if (left[r] > 0) left[r] = result.argmax[r] == endId ? 0 : left[r] - 1;
+      going = going || left[r] > 0;
+      tokens[r] = result.argmax[r];
+      positions[r]++;
+    }
+    if (!going || interrupt_.exchange(false)) break;
+  }
+  return run;
+}
+
 StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
                             const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, const SampleBatch& sample, bool graph,
                             const std::vector<int32_t>& sourceLengths) {

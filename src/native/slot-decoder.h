@@ -14,6 +14,7 @@
 
 #include <onnxruntime_cxx_api.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -56,6 +57,12 @@ struct StepResult {
   std::vector<SampleResult> sampled;
 };
 
+// Greedy steps run back to back: tokens[k * rows + r] is row r's token of step k.
+struct GreedyRun {
+  std::vector<int32_t> tokens;
+  int steps = 0;
+};
+
 class SlotDecoder {
  public:
   explicit SlotDecoder(const SlotDecoderOptions& options);
@@ -73,6 +80,13 @@ class SlotDecoder {
   // give each row's source length.
   StepResult Decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows,
                     const SampleBatch& sample, const std::vector<int32_t>& sourceLengths = {});
+  // Greedy steps back to back without returning: each row's argmax is its next input, until every row
+  // has stopped (its end id, or `remaining[r]` tokens; rows of 0 run along unread), `maxSteps`, or an
+  // Interrupt() (from any thread; the run stops after the step under way). Rows keep their places.
+  GreedyRun DecodeGreedy(std::vector<int64_t> tokens, std::vector<int64_t> positions, const std::vector<int32_t>& remaining, int endId, int maxSteps,
+                         const std::vector<int32_t>& sourceLengths = {});
+  // Asks a DecodeGreedy under way (or the next one) to stop after its current step.
+  void Interrupt() { interrupt_.store(true); }
   // Copies slot caches: dst[i] <- src[i], the first lengths[i] positions, reading every source before
   // writing any destination (so a permutation of rows is safe); encoder-decoders' cross-attention slots
   // too, their first sourceLengths[i] positions (0: left as they are).
@@ -112,6 +126,7 @@ class SlotDecoder {
   size_t cacheBytes_ = 0;
   double sessionMs_ = 0;
   double callMs_ = 0;
+  std::atomic<bool> interrupt_{false};
   std::vector<void*> keys_;
   std::vector<void*> values_;
   // Encoder-decoders: the encoder, and each layer's cross-attention keys and values (slots of crossSlotBytes_).

@@ -202,6 +202,20 @@ describe('NativeEngine (CPU)', { skip }, () => {
     assert.equal(native.stats().requestsFinished, mix.length);
   });
 
+  test('greedy batches run steps back to back in the addon: staggered requests of mixed lengths get the TypeScript engine\'s tokens', async () => {
+    const native = await open(dirs.gpt2, true, 4, { greedySteps: 8 });
+    const reference = await open(dirs.gpt2, false, 4);
+    const prompts = [[3, 4, 5], [6], [7, 8, 9, 10, 11, 12], [13, 14], [15, 16, 17], [18, 19, 20, 21]];
+    const lengths = [30, 5, 22, 9, 40, 3];
+    const greedy = (i: number): SamplingParams => ({ temperature: 0, request_output_len: lengths[i]! });
+    // Six requests in four slots: arrivals and departures cut runs short; the rest run 8 steps a call.
+    const got = await Promise.all(prompts.map((p, i) => new Promise<void>((resolve) => setTimeout(resolve, i * 3)).then(() => run(native, p, greedy(i)))));
+    const want = await Promise.all(prompts.map((p, i) => run(reference, p, greedy(i))));
+    assert.deepEqual(got.map((events) => events.map((e) => [e.token, e.finishReason])), want.map((events) => events.map((e) => [e.token, e.finishReason])));
+    const stats = native.stats();
+    assert.ok(stats.steps < stats.decodeSteps, `${stats.steps} calls for ${stats.decodeSteps} decode steps`);
+  });
+
   test('stories260K: greedy from BOS stops at the end id as the TypeScript engine does', async () => {
     const native = await open(dirs.stories, true);
     const reference = await open(dirs.stories, false);
