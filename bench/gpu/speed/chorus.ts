@@ -10,6 +10,8 @@
  *            tokens/s counts the tokens actually generated, as for greedy),
  *   native-graph - the same with each batch size's decode step captured as a CUDA graph.
  *   native-graph-invariant - the same, batch-invariant: every step runs all 64 slots (one graph).
+ *   native-graph-one-step - native-graph with one decode step per call into the addon (greedySteps 1;
+ *            native-graph runs up to 16 greedy steps back to back inside the addon).
  * Reports ms per decode step, tokens/s and time to first token; profile: the share of the time inside
  * session.run (the rest is host copies of the cache and JavaScript).
  * Usage: node --import tsx bench/gpu/speed/chorus.ts <work-dir>  -> <work-dir>/chorus.json
@@ -44,7 +46,7 @@ const inRun = timeSessionRuns();
 
 const rows: Array<Record<string, unknown>> = [];
 const save = (): void => writeFileSync(join(work, 'chorus.json'), JSON.stringify({ rows, checkpoint, prompt: PROMPT, new_tokens: NEW, provider: PROVIDER, dtype: DTYPE, decode: DECODE, sampling: SAMPLING }, null, 2));
-const paths = (process.env.SPEED_PATHS ?? 'loop,greedy,native,native-graph').split(',') as Array<'loop' | 'greedy' | 'native' | 'native-graph' | 'native-graph-invariant'>;
+const paths = (process.env.SPEED_PATHS ?? 'loop,greedy,native,native-graph').split(',') as Array<'loop' | 'greedy' | 'native' | 'native-graph' | 'native-graph-invariant' | 'native-graph-one-step'>;
 for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') as Array<'portable' | 'cuda'>) {
   const dir = join(work, `gpt2-${DTYPE}-${flavor}`);
   buildModel({ source: checkpoint, out: dir, dtype: DTYPE, flavor, greedySearch: true, slotDecoder: flavor === 'cuda' });
@@ -55,7 +57,7 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
   for (const path of paths.filter((p) => p.startsWith('native'))) {
     if (flavor !== 'cuda') continue;
     try {
-      natives.set(path, await NativeEngine.open(dir, { provider: PROVIDER, maxBatchSize: 64, slotLength: PROMPT + NEW, cudaGraph: path.startsWith('native-graph'), batchInvariant: path === 'native-graph-invariant', onRequestDone }));
+      natives.set(path, await NativeEngine.open(dir, { provider: PROVIDER, maxBatchSize: 64, slotLength: PROMPT + NEW, cudaGraph: path.startsWith('native-graph'), batchInvariant: path === 'native-graph-invariant', greedySteps: path === 'native-graph-one-step' ? 1 : 16, onRequestDone }));
     } catch (error) {
       rows.push({ flavor, path, error: String(error) });
       console.log(`${flavor} ${path}: ${String(error)}`);
