@@ -94,7 +94,9 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
       const submit = (p: number[], i: number) => lastValueFrom(engine.submit({ inputIds: p, params: params(i), stream: path !== 'greedy' }).pipe(toArray()));
       const run = () => Promise.all(prompts(batch).map((p, i) => (concurrent ? new Promise<void>((resolve) => setTimeout(resolve, i * 2)).then(() => submit(p, i)) : submit(p, i))));
       try {
-        await run(); // warm-up
+        // Warm-up: twice for the native engine, whose first runs capture graphs and grow ONNX Runtime's arena.
+        await run();
+        if (nativeEngine !== undefined) await run();
       } catch (error) {
         rows.push({ flavor, path, setting, batch, error: String(error) });
         console.log(`${flavor} ${path} ${setting}: ${String(error)}`);
