@@ -33,7 +33,7 @@ import { RequestLedger } from './request-ledger.ts';
 import { Scheduler, type SchedulerLimits } from './scheduler.ts';
 import { packSamplerRows, sampledChoice } from './native-sampler.ts';
 import type { SamplerRow } from './sampler.ts';
-import { argmaxEligible, Sequence, type ActiveRequest, type ModelIds } from './sequence.ts';
+import { argmaxEligible, bannedArgmaxEligible, Sequence, type ActiveRequest, type ModelIds } from './sequence.ts';
 import { seq2seqModel } from './seq2seq-engine.ts';
 
 /** Options of `NativeEngine.open`. */
@@ -376,7 +376,8 @@ export class NativeEngine implements Engine {
     }
     const lengths = [...this.lengths];
     const sourceLengths = this.sourceLimit === undefined ? undefined : [...this.sourceLengths];
-    const greedy = [...plan.values()].every((how) => 'argmax' in how) ? this.greedyRun(tokens.length) : 0;
+    // Greedy rows, min_length's among them (their argmax passes over the end id), run steps back to back.
+    const greedy = [...plan.entries()].every(([s, how]) => 'argmax' in how || ('sampled' in how && bannedArgmaxEligible(s, this.model))) ? this.greedyRun(tokens.length) : 0;
     if (greedy > 1) {
       await this.decodeGreedy(tokens, lengths, sourceLengths, greedy);
       return;
@@ -407,9 +408,19 @@ export class NativeEngine implements Engine {
     // Up to the last token, or to the one before it when the model forces its last (forced_eos).
     const last = (s: Sequence): number => s.params.request_output_len - (this.model.forcedEos === undefined ? 0 : 1);
     const remaining = members.map((s) => last(s) - s.tokensGenerated);
+    const minLeft = members.map((s) => Math.max(0, s.params.min_length - s.tokensGenerated));
     padRows(this.fixedRows, tokens, lengths, sourceLengths, remaining);
+    while (minLeft.length < tokens.length) minLeft.push(0);
     const width = tokens.length;
-    const out = await this.decoder.decodeGreedy(Int32Array.from(tokens), Int32Array.from(lengths), Int32Array.from(remaining), this.model.endId ?? -1, maxSteps, sourceLengths && Int32Array.from(sourceLengths));
+    const out = await this.decoder.decodeGreedy(
+      Int32Array.from(tokens),
+      Int32Array.from(lengths),
+      Int32Array.from(remaining),
+      this.model.endId ?? -1,
+      maxSteps,
+      sourceLengths && Int32Array.from(sourceLengths),
+      minLeft.some((n) => n > 0) ? Int32Array.from(minLeft) : undefined,
+    );
     this.ledger.counters.decodeSteps += out.steps;
     this.ledger.counters.decodedRows += rows * out.steps;
     // A row that stopped ran along to the end of the run; its slot past what it took is written over next.

@@ -125,6 +125,14 @@ export function deviceGreedyEligible(s: ActiveRequest, model: ModelIds): s is Se
  * steps where the model forces no token (the conditions of deviceGreedyEligible but the loop's).
  */
 export function argmaxEligible(s: ActiveRequest, model: ModelIds): s is Sequence {
+  return s.params.min_length === 0 && bannedArgmaxEligible(s, model);
+}
+
+/**
+ * Whether the argmax of each step's logits, passing over the end id while min_length bans it, gives
+ * exactly the tokens this request would (argmaxEligible, min_length aside).
+ */
+export function bannedArgmaxEligible(s: ActiveRequest, model: ModelIds): s is Sequence {
   const p = s.params;
   return (
     s instanceof Sequence &&
@@ -133,7 +141,6 @@ export function argmaxEligible(s: ActiveRequest, model: ModelIds): s is Sequence
     p.repetition_penalty === 1 &&
     p.presence_penalty === 0 &&
     p.frequency_penalty === 0 &&
-    p.min_length === 0 &&
     !p.is_return_log_probs &&
     p.top_logprobs === 0 &&
     p.bad_words.length === 0 &&

@@ -286,9 +286,11 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     const int endId = info[3].As<Napi::Number>().Int32Value();
     const int maxSteps = info[4].As<Napi::Number>().Int32Value();
     auto sourceLengths = info[5].IsUndefined() ? std::vector<int32_t>{} : Int32s(info[5], "sourceLengths");
+    auto minLeft = info[6].IsUndefined() ? std::vector<int32_t>{} : Int32s(info[6], "minLeft");
     auto run = std::make_shared<GreedyRun>();
     return Queue(
-        info.Env(), [&decoder, run, tokens, positions, remaining, endId, maxSteps, sourceLengths]() { *run = decoder.DecodeGreedy(tokens, positions, remaining, endId, maxSteps, sourceLengths); },
+        info.Env(),
+        [&decoder, run, tokens, positions, remaining, endId, maxSteps, sourceLengths, minLeft]() { *run = decoder.DecodeGreedy(tokens, positions, remaining, endId, maxSteps, sourceLengths, minLeft); },
         [run](Napi::Env e) {
           Napi::Object out = Napi::Object::New(e);
           auto tokens = Napi::Int32Array::New(e, run->tokens.size());

@@ -89,7 +89,16 @@ export interface NativeSlotDecoder {
    * has stopped (its end id, or remaining[r] tokens; rows of 0 run along unread), maxSteps, or
    * interrupt(). tokens[k * rows + r] is row r's token of step k.
    */
-  decodeGreedy(tokens: Int32Array, positions: Int32Array, remaining: Int32Array, endId: number, maxSteps: number, sourceLengths?: Int32Array): Promise<{ tokens: Int32Array; steps: number }>;
+  decodeGreedy(
+    tokens: Int32Array,
+    positions: Int32Array,
+    remaining: Int32Array,
+    endId: number,
+    maxSteps: number,
+    sourceLengths?: Int32Array,
+    /** Each row's steps under its min_length, when its argmax passes over the end id. */
+    minLeft?: Int32Array,
+  ): Promise<{ tokens: Int32Array; steps: number }>;
   /** Stops a decodeGreedy under way (or the next one) after its current step. */
   interrupt(): void;
   /**

@@ -61,13 +61,14 @@ float ElementAt(const void* data, FloatType type, size_t i) {
   return type == FloatType::kFloat32 ? static_cast<const float*>(data)[i] : HalfToFloat(static_cast<const uint16_t*>(data)[i]);
 }
 
-void ArgmaxRowsHost(const void* logits, FloatType type, int rows, int vocab, int32_t* out) {
+void ArgmaxRowsHost(const void* logits, FloatType type, int rows, int vocab, int32_t* out, const int32_t* banned) {
   for (int r = 0; r < rows; r++) {
     const size_t base = static_cast<size_t>(r) * vocab;
+    const int ban = banned == nullptr ? -1 : banned[r];
     int best = 0;
     float bestValue = -INFINITY;
     for (int v = 0; v < vocab; v++) {
-      const float x = ElementAt(logits, type, base + v);
+      const float x = v == ban ? -INFINITY : ElementAt(logits, type, base + v);
       if (x > bestValue) {
         bestValue = x;
         best = v;

@@ -22,11 +22,14 @@ constexpr int kThreads = 1024;
 
 // One block per row.
 template <typename T>
-__global__ void ArgmaxRowsKernel(const T* logits, int vocab, int32_t* out) {
+__global__ void ArgmaxRowsKernel(const T* logits, int vocab, int32_t* out, const int32_t* banned) {
   const T* row = logits + static_cast<size_t>(blockIdx.x) * vocab;
+  const int ban = banned == nullptr ? -1 : banned[blockIdx.x];
   float value = -FLT_MAX;
   int index = vocab;
-  for (int v = threadIdx.x; v < vocab; v += blockDim.x) Better(value, index, Load(row + v), v);
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
+    if (v != ban) Better(value, index, Load(row + v), v);
+  }
   // Within a warp, then across warps.
   for (int offset = 16; offset > 0; offset >>= 1) {
     const float otherValue = __shfl_down_sync(0xffffffffu, value, offset);
@@ -79,13 +82,13 @@ void CopySlotBlocksDevice(void* dst, const void* src, const int32_t* dstIndex, c
                                                                                        lengths, slotBytes, pitch, rowBytes, wide);
 }
 
-void ArgmaxRowsDevice(const void* logits, FloatType type, int rows, int vocab, int32_t* out, void* stream) {
+void ArgmaxRowsDevice(const void* logits, FloatType type, int rows, int vocab, int32_t* out, void* stream, const int32_t* banned) {
   if (rows == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   if (type == FloatType::kFloat32) {
-    ArgmaxRowsKernel<float><<<rows, kThreads, 0, s>>>(static_cast<const float*>(logits), vocab, out);
+    ArgmaxRowsKernel<float><<<rows, kThreads, 0, s>>>(static_cast<const float*>(logits), vocab, out, banned);
   } else {
-    ArgmaxRowsKernel<__half><<<rows, kThreads, 0, s>>>(static_cast<const __half*>(logits), vocab, out);
+    ArgmaxRowsKernel<__half><<<rows, kThreads, 0, s>>>(static_cast<const __half*>(logits), vocab, out, banned);
   }
 }
 

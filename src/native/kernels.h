@@ -17,16 +17,17 @@ uint16_t FloatToHalf(float value);
 // Element i of float32 or float16 data, as float.
 float ElementAt(const void* data, FloatType type, size_t i);
 
-// Host: the index of each row's largest logit (the lowest index among equals), rows x vocab.
-void ArgmaxRowsHost(const void* logits, FloatType type, int rows, int vocab, int32_t* out);
+// Host: the index of each row's largest logit (the lowest index among equals), rows x vocab; with
+// `banned`, row r passes over id banned[r] (-1: none), as a min_length that bans the end id does.
+void ArgmaxRowsHost(const void* logits, FloatType type, int rows, int vocab, int32_t* out, const int32_t* banned = nullptr);
 
 // Host: `count` rows of logits widened to float32: rows which[0..count-1], or rows 0..count-1 when
 // `which` is null.
 void WidenRowsHost(const void* logits, FloatType type, int vocab, const int32_t* which, int count, float* out);
 
 #ifdef CHORUS_WITH_CUDA
-// Device: as ArgmaxRowsHost, on `stream` (a cudaStream_t), into device memory `out`.
-void ArgmaxRowsDevice(const void* logits, FloatType type, int rows, int vocab, int32_t* out, void* stream);
+// Device: as ArgmaxRowsHost, on `stream` (a cudaStream_t), into device memory `out` (`banned` in device memory too).
+void ArgmaxRowsDevice(const void* logits, FloatType type, int rows, int vocab, int32_t* out, void* stream, const int32_t* banned = nullptr);
 
 // Device: `count` copies of slot blocks in one launch. Copy i takes, from the slot src + srcIndex[i] *
 // slotBytes, each of `heads` rows of `pitch` bytes apart its first lengths[i] * rowBytes bytes, to the

@@ -110,6 +110,7 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
   logits_ = Allocate(static_cast<size_t>(options.slots) * options.vocab * elementBytes_);
 #ifdef CHORUS_WITH_CUDA
   if (options.cuda) argmaxDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
+  if (options.cuda) bannedDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
   if (options.cuda && options.cudaGraph) {
     idsDevice_ = static_cast<int64_t*>(Allocate(sizeof(int64_t) * options.slots));
     positionsDevice_ = static_cast<int64_t*>(Allocate(sizeof(int64_t) * options.slots));
@@ -129,6 +130,7 @@ SlotDecoder::~SlotDecoder() {
   Free(scratch_);
   Free(copyIndex_);
   Free(argmaxDevice_);
+  Free(bannedDevice_);
   Free(sampleWork_);
   Free(sampleStaging_);
   Free(sampledDevice_);
@@ -248,7 +250,7 @@ void SlotDecoder::Encode(int firstSlot, const std::vector<int64_t>& ids, int wid
 }
 
 StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows,
-                               const SampleBatch& sample, const std::vector<int32_t>& sourceLengths) {
+                               const SampleBatch& sample, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& banned) {
   Timed timed(callMs_);
   const int rows = static_cast<int>(tokens.size());
   if (rows == 0 || rows > options_.slots || positions.size() != tokens.size()) throw std::out_of_range("decode takes 1.." + std::to_string(options_.slots) + " rows, a position for each");
@@ -268,20 +270,25 @@ StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::ve
   // A captured graph keeps its launch shapes: its attention is sized to the whole slot, and each row's
   // seqlens_k (on the device) says how much of it counts.
   const bool graph = options_.cuda && options_.cudaGraph;
-  return Run(0, rows, 1, tokens, positions, seqlens, graph ? options_.maxLength : total, logitRows, sample, graph, sourceLengths);
+  if (!banned.empty() && banned.size() != tokens.size()) throw std::invalid_argument("decode takes a banned id (-1: none) for each row, or none");
+  return Run(0, rows, 1, tokens, positions, seqlens, graph ? options_.maxLength : total, logitRows, sample, graph, sourceLengths, banned);
 }
 
 GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int64_t> positions, const std::vector<int32_t>& remaining, int endId, int maxSteps,
-                                    const std::vector<int32_t>& sourceLengths) {
+                                    const std::vector<int32_t>& sourceLengths, std::vector<int32_t> minLeft) {
   const size_t rows = tokens.size();
   if (remaining.size() != rows) throw std::invalid_argument("decodeGreedy takes each row's remaining tokens");
+  if (!minLeft.empty() && minLeft.size() != rows) throw std::invalid_argument("decodeGreedy takes each row's steps under min_length, or none");
+  std::vector<int32_t> banned;
   if (maxSteps < 1) throw std::out_of_range("decodeGreedy takes at least one step");
   std::vector<int32_t> left(remaining);
   GreedyRun run;
   run.tokens.reserve(rows * static_cast<size_t>(maxSteps));
   const SampleBatch none;
   for (int step = 0; step < maxSteps; step++) {
-    StepResult result = Decode(tokens, positions, {}, none, sourceLengths);
+    banned.clear();
+    for (size_t r = 0; r < minLeft.size(); r++) banned.push_back(minLeft[r] > 0 ? endId : -1);
+    StepResult result = Decode(tokens, positions, {}, none, sourceLengths, banned);
     run.tokens.insert(run.tokens.end(), result.argmax.begin(), result.argmax.end());
     run.steps++;
     bool going = false;
@@ -291,6 +298,7 @@ GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int
       going = going || left[r] > 0;
       tokens[r] = result.argmax[r];
       positions[r]++;
+      if (!minLeft.empty() && minLeft[r] > 0) minLeft[r]--;
     }
     if (!going || interrupt_.exchange(false)) break;
   }
@@ -299,7 +307,7 @@ GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int
 
 StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
                             const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, const SampleBatch& sample, bool graph,
-                            const std::vector<int32_t>& sourceLengths) {
+                            const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& banned) {
   for (int32_t r : logitRows) {
     if (r < 0 || r >= rows) throw std::out_of_range("logits of row " + std::to_string(r) + " asked of a step of " + std::to_string(rows));
   }
@@ -391,7 +399,8 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
 #ifdef CHORUS_WITH_CUDA
   if (options_.cuda) {
     auto stream = static_cast<cudaStream_t>(stream_);
-    ArgmaxRowsDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, stream_);
+    if (!banned.empty()) Check(cudaMemcpyAsync(bannedDevice_, banned.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    ArgmaxRowsDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, stream_, banned.empty() ? nullptr : bannedDevice_);
     Check(cudaGetLastError(), "argmax kernel");
     ToHost(result.argmax.data(), argmaxDevice_, sizeof(int32_t) * rows);
     Sample(sample, result);
@@ -402,7 +411,7 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
     return result;
   }
 #endif
-  ArgmaxRowsHost(logits_, options_.floatType, rows, options_.vocab, result.argmax.data());
+  ArgmaxRowsHost(logits_, options_.floatType, rows, options_.vocab, result.argmax.data(), banned.empty() ? nullptr : banned.data());
   Sample(sample, result);
   WidenRowsHost(logits_, options_.floatType, options_.vocab, logitRows.data(), static_cast<int>(logitRows.size()), result.logits.data());
   return result;

@@ -78,13 +78,15 @@ class SlotDecoder {
   // One token for each of rows 0..n-1: `tokens[r]` at position `positions[r]` (the row's length so far).
   // The rows of `sample` are processed and chosen where the logits are (sampling.h). Encoder-decoders
   // give each row's source length.
+  // With `banned`, row r's argmax passes over id banned[r] (-1: none).
   StepResult Decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows,
-                    const SampleBatch& sample, const std::vector<int32_t>& sourceLengths = {});
+                    const SampleBatch& sample, const std::vector<int32_t>& sourceLengths = {}, const std::vector<int32_t>& banned = {});
   // Greedy steps back to back without returning: each row's argmax is its next input, until every row
   // has stopped (its end id, or `remaining[r]` tokens; rows of 0 run along unread), `maxSteps`, or an
   // Interrupt() (from any thread; the run stops after the step under way). Rows keep their places.
+  // `minLeft[r]` (empty: none): the steps for which row r may not take the end id (its min_length).
   GreedyRun DecodeGreedy(std::vector<int64_t> tokens, std::vector<int64_t> positions, const std::vector<int32_t>& remaining, int endId, int maxSteps,
-                         const std::vector<int32_t>& sourceLengths = {});
+                         const std::vector<int32_t>& sourceLengths = {}, std::vector<int32_t> minLeft = {});
   // Asks a DecodeGreedy under way (or the next one) to stop after its current step.
   void Interrupt() { interrupt_.store(true); }
   // Copies slot caches: dst[i] <- src[i], the first lengths[i] positions, reading every source before
@@ -103,7 +105,7 @@ class SlotDecoder {
  private:
   StepResult Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
                  const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, const SampleBatch& sample, bool graph,
-                 const std::vector<int32_t>& sourceLengths = {});
+                 const std::vector<int32_t>& sourceLengths = {}, const std::vector<int32_t>& banned = {});
   // Moves the first lengths[i] positions of slots src[i] to dst[i] in each of `buffers` (slots of
   // `slotBytes`, each `heads` blocks `pitch` apart of `rowBytes` per position), through the scratch.
   void MoveSlots(const std::vector<void*>& buffers, size_t slotBytes, int heads, size_t pitch, size_t rowBytes, const std::vector<int32_t>& src,
@@ -146,6 +148,7 @@ class SlotDecoder {
   size_t scratchBytes_ = 0;
   int32_t* copyIndex_ = nullptr;  // CUDA: CopySlots' sources, destinations, lengths and 0..n-1 on the device
   int32_t* argmaxDevice_ = nullptr;
+  int32_t* bannedDevice_ = nullptr;
   // The sampler's buffers, allocated when first needed: processed logits (slots x vocab floats), the
   // batch's parameters as copied in, and the choices.
   float* sampleWork_ = nullptr;

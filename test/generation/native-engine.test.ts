@@ -224,6 +224,12 @@ describe('NativeEngine (CPU)', { skip }, () => {
     assert.deepEqual(got, await run(reference, [1], params));
     assert.equal(got.at(-1)!.finishReason, 'end_id');
     assert.ok(got.length < 400);
+    // With a min_length past that end, the greedy run's argmax passes over the end id until then.
+    const longer = { ...params, min_length: got.length + 20 };
+    const held = await run(native, [1], longer);
+    assert.deepEqual(held, await run(reference, [1], longer));
+    assert.ok(held.length >= got.length + 20 && held.slice(0, got.length + 19).every((e) => e.token !== 1));
+    assert.ok(native.stats().steps < native.stats().decodeSteps);
   });
 
   test('a cancelled stream leaves its slot and the others go on unchanged', async () => {

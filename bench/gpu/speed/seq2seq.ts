@@ -4,10 +4,12 @@
  * tokens (min_length = 64: no early stop), batch 1 and 32 (that many requests submitted together),
  * greedy and beam 4, on each engine of SEQ2SEQ_ENGINES (comma-separated; default
  * native-graph,native,ts): the native engine (src/native, the caches on the GPU; with CUDA graphs or
- * without) and the TypeScript engine (Seq2SeqEngine over onnxruntime-node, batches of SEQ2SEQ_TS_BATCHES,
+ * without; native-graph-one-step: one decode step per call, where native-graph runs greedy batches up
+ * to 16 steps back to back inside the addon) and the TypeScript engine (Seq2SeqEngine over onnxruntime-node, batches of SEQ2SEQ_TS_BATCHES,
  * default 1,32). Reports tokens/s (returned sequences' tokens), ms per decode step and time to first
  * token; profile: the share of the time inside the session's runs (and for the native engine inside
  * the addon's calls in all).
+ * SEQ2SEQ_SEARCHES: 'greedy,beam 4' (default) or either.
  * Usage: node --import tsx bench/gpu/speed/seq2seq.ts <work-dir> [model...]  -> <work-dir>/seq2seq-chorus.json
  *   models: t5-small t5-base bart-large (default: all)
  */
@@ -35,6 +37,7 @@ const sources = (count: number, eos: number): number[][] => seededRows(count, SO
 const inRun = timeSessionRuns();
 const engineNames = (process.env.SEQ2SEQ_ENGINES ?? 'native-graph,native,ts').split(',');
 const tsBatches = (process.env.SEQ2SEQ_TS_BATCHES ?? '1,32').split(',').map(Number);
+const searches = (process.env.SEQ2SEQ_SEARCHES ?? 'greedy,beam 4').split(',');
 
 const file = join(work, 'seq2seq-chorus.json');
 const saved = existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as { rows: Array<Record<string, unknown>>; checkpoints: Record<string, string> }) : { rows: [], checkpoints: {} };
@@ -59,7 +62,7 @@ for (const name of names) {
       engine = await Seq2SeqEngine.open(dir, { executionProviders: ['cuda'], maxBatchSize: 128, onRequestDone });
       sessionMs = () => inRun.ms;
     } else {
-      const native = await NativeEngine.open(dir, { provider: 'cuda', maxBatchSize: 128, slotLength: NEW + 1, sourceLength: SOURCE, cudaGraph: engineName === 'native-graph', onRequestDone });
+      const native = await NativeEngine.open(dir, { provider: 'cuda', maxBatchSize: 128, slotLength: NEW + 1, sourceLength: SOURCE, cudaGraph: engineName.startsWith('native-graph'), greedySteps: engineName === 'native-graph-one-step' ? 1 : 16, onRequestDone });
       engine = native;
       sessionMs = () => native.profile().sessionMs;
       nativeMs = () => native.profile().nativeMs;
@@ -68,10 +71,13 @@ for (const name of names) {
       ['greedy', { temperature: 0 }],
       ['beam 4', { beam_width: 4, temperature: 1 }],
     ] as Array<[string, SamplingParams]>) {
+      if (!searches.includes(search)) continue;
       for (const batch of engineName === 'ts' ? tsBatches : [1, 32]) {
         const run = (count: number) =>
           Promise.all(sources(count, eos).map((s) => lastValueFrom(engine.submit({ inputIds: s, params: { ...params, request_output_len: NEW, min_length: NEW }, stream: false }).pipe(toArray()))));
-        await run(engineName === 'ts' ? 1 : batch); // warm-up (the native engine's captured graphs: one per batch size)
+        // Warm-up (the native engine's captured graphs, one per batch size, and ONNX Runtime's arena: twice).
+        await run(engineName === 'ts' ? 1 : batch);
+        if (engineName !== 'ts') await run(batch);
         metrics.length = 0;
         inRun.ms = 0;
         const sessionBefore = sessionMs();
