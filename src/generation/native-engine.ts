@@ -234,6 +234,7 @@ export class NativeEngine implements Engine {
   async close(): Promise<void> {
     this.ledger.close();
     for (const s of [...this.scheduler.waiting, ...this.scheduler.running]) s.cancelled = true;
+    this.decoder.interrupt();
     await this.loop;
     this.decoder.close();
   }
