@@ -68,7 +68,6 @@ export class GraphBuilder {
   private readonly inputs: ValueInfoProto[] = [];
   private readonly outputs: ValueInfoProto[] = [];
   private readonly constants = new Map<string, string>();
-  private readonly constantNames = new Set<string>();
   private readonly counts = new Map<string, number>();
   private readonly domains = new Set<string>();
 
@@ -146,7 +145,6 @@ export class GraphBuilder {
     for (const domain of inner.domains) this.domains.add(domain);
     for (const [prefix, n] of inner.counts) this.counts.set(prefix, Math.max(n, this.counts.get(prefix) ?? 0));
     for (const [key, value] of inner.constants) this.constants.set(key, value);
-    for (const constant of inner.constantNames) this.constantNames.add(constant);
     return { graph: { name, node: inner.nodes.splice(0), input: inner.inputs.splice(0), output: inner.outputs.splice(0) } };
   }
 
@@ -179,10 +177,11 @@ export class GraphBuilder {
     if (options.externalDataFile !== undefined && total > threshold) {
       const chunks: Buffer[] = [];
       let offset = 0;
+      // Constants stay in the model file: only weights go to the data file (which models may share).
+      const constants = new Set(this.constants.values());
       for (const tensor of this.initializers) {
         const raw = tensor.rawData;
-        // Constants stay in the model file: only weights go to the data file (which models may share).
-        if (!raw || raw.length <= 1024 || this.constantNames.has(tensor.name!)) continue;
+        if (!raw || raw.length <= 1024 || constants.has(tensor.name!)) continue;
         const padding = (64 - (offset % 64)) % 64; // aligned so the runtime can map weights in place
         if (padding > 0) chunks.push(Buffer.alloc(padding));
         offset += padding;
@@ -215,7 +214,6 @@ export class GraphBuilder {
       name = this.unique('const');
       this.initializers.push(integerOrFloatTensor(name, type, values, dims));
       this.constants.set(key, name);
-      this.constantNames.add(name);
     }
     return name;
   }
