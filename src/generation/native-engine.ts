@@ -367,22 +367,24 @@ export class NativeEngine implements Engine {
 
   /** One token for every running row. */
   private async decode(): Promise<void> {
+    // An encoder-decoder's request begins with the decoder's start token (its context's last).
     const tokens: number[] = [];
-    const step = new StepPlan();
-    const plan = new Map<ActiveRequest, Choosing>();
-    for (const s of this.members) {
-      plan.set(s, step.add(s, tokens.length, this.argmaxOnly(s)));
-      // An encoder-decoder's request begins with the decoder's start token (its context's last).
+    const bases = this.members.map((s) => {
+      const base = tokens.length;
       tokens.push(...s.lastTokens());
-    }
+      return base;
+    });
     const lengths = [...this.lengths];
     const sourceLengths = this.sourceLimit === undefined ? undefined : [...this.sourceLengths];
     // Greedy rows, min_length's among them (their argmax passes over the end id), run steps back to back.
-    const greedy = [...plan.entries()].every(([s, how]) => 'argmax' in how || ('sampled' in how && bannedArgmaxEligible(s, this.model))) ? this.greedyRun(tokens.length) : 0;
+    const greedy = this.members.every((s) => !s.forcing && bannedArgmaxEligible(s, this.model)) ? this.greedyRun() : 0;
     if (greedy > 1) {
       await this.decodeGreedy(tokens, lengths, sourceLengths, greedy);
       return;
     }
+    const step = new StepPlan();
+    const plan = new Map<ActiveRequest, Choosing>();
+    this.members.forEach((s, i) => plan.set(s, step.add(s, bases[i]!, this.argmaxOnly(s))));
     this.ledger.counters.decodeSteps++;
     this.ledger.counters.decodedRows += tokens.length;
     // Batch-invariant: the free slots' rows pad the step to its fixed size (their outputs unread).
@@ -397,8 +399,8 @@ export class NativeEngine implements Engine {
    * How many greedy steps to run back to back (0 or 1: one step): up to greedySteps while no request
    * waits to join, as far as every row's slot has room.
    */
-  private greedyRun(rows: number): number {
-    if (this.greedySteps === 1 || this.scheduler.waiting.length > 0 || rows === 0) return 0;
+  private greedyRun(): number {
+    if (this.greedySteps === 1 || this.scheduler.waiting.length > 0) return 0;
     return Math.min(this.greedySteps, ...this.lengths.map((n) => this.slotLength - n));
   }
 
@@ -410,8 +412,7 @@ export class NativeEngine implements Engine {
     const last = (s: Sequence): number => s.params.request_output_len - (this.model.forcedEos === undefined ? 0 : 1);
     const remaining = members.map((s) => last(s) - s.tokensGenerated);
     const minLeft = members.map((s) => Math.max(0, s.params.min_length - s.tokensGenerated));
-    padRows(this.fixedRows, tokens, lengths, sourceLengths, remaining);
-    while (minLeft.length < tokens.length) minLeft.push(0);
+    padRows(this.fixedRows, tokens, lengths, sourceLengths, remaining, minLeft);
     const width = tokens.length;
     const out = await this.decoder.decodeGreedy(
       Int32Array.from(tokens),
@@ -433,13 +434,13 @@ export class NativeEngine implements Engine {
   }
 }
 
-/** The rows of a step padded to `fixedRows` (batch-invariant decoding): token 0 at position 0, source 1, nothing remaining. */
-function padRows(fixedRows: number | undefined, tokens: number[], lengths: number[], sourceLengths: number[] | undefined, remaining?: number[]): void {
+/** The rows of a step padded to `fixedRows` (batch-invariant decoding): token 0 at position 0, source 1, each of `zeros` 0. */
+function padRows(fixedRows: number | undefined, tokens: number[], lengths: number[], sourceLengths: number[] | undefined, ...zeros: number[][]): void {
   for (let row = tokens.length; row < (fixedRows ?? 0); row++) {
     tokens.push(0);
     lengths.push(0);
     sourceLengths?.push(1);
-    remaining?.push(0);
+    for (const list of zeros) list.push(0);
   }
 }
 

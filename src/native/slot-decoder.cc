@@ -275,19 +275,19 @@ StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::ve
 }
 
 GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int64_t> positions, const std::vector<int32_t>& remaining, int endId, int maxSteps,
-                                    const std::vector<int32_t>& sourceLengths, std::vector<int32_t> minLeft) {
+                                    const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft) {
   const size_t rows = tokens.size();
   if (remaining.size() != rows) throw std::invalid_argument("decodeGreedy takes each row's remaining tokens");
   if (!minLeft.empty() && minLeft.size() != rows) throw std::invalid_argument("decodeGreedy takes each row's steps under min_length, or none");
-  std::vector<int32_t> banned;
   if (maxSteps < 1) throw std::out_of_range("decodeGreedy takes at least one step");
   std::vector<int32_t> left(remaining);
   GreedyRun run;
   run.tokens.reserve(rows * static_cast<size_t>(maxSteps));
   const SampleBatch none;
+  std::vector<int32_t> banned(minLeft.size());
   for (int step = 0; step < maxSteps; step++) {
-    banned.clear();
-    for (size_t r = 0; r < minLeft.size(); r++) banned.push_back(minLeft[r] > 0 ? endId : -1);
+    // The end id is banned for the first minLeft[r] steps of row r.
+    for (size_t r = 0; r < minLeft.size(); r++) banned[r] = step < minLeft[r] ? endId : -1;
     StepResult result = Decode(tokens, positions, {}, none, sourceLengths, banned);
     run.tokens.insert(run.tokens.end(), result.argmax.begin(), result.argmax.end());
     run.steps++;
@@ -298,7 +298,6 @@ GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int
       going = going || left[r] > 0;
       tokens[r] = result.argmax[r];
       positions[r]++;
-      if (!minLeft.empty() && minLeft[r] > 0) minLeft[r]--;
     }
     if (!going || interrupt_.exchange(false)) break;
   }

@@ -86,7 +86,7 @@ class SlotDecoder {
   // Interrupt() (from any thread; the run stops after the step under way). Rows keep their places.
   // `minLeft[r]` (empty: none): the steps for which row r may not take the end id (its min_length).
   GreedyRun DecodeGreedy(std::vector<int64_t> tokens, std::vector<int64_t> positions, const std::vector<int32_t>& remaining, int endId, int maxSteps,
-                         const std::vector<int32_t>& sourceLengths = {}, std::vector<int32_t> minLeft = {});
+                         const std::vector<int32_t>& sourceLengths = {}, const std::vector<int32_t>& minLeft = {});
   // Asks a DecodeGreedy under way (or the next one) to stop after its current step.
   void Interrupt() { interrupt_.store(true); }
   // Copies slot caches: dst[i] <- src[i], the first lengths[i] positions, reading every source before
