@@ -19,10 +19,6 @@ function run(engine: Engine, inputIds: number[], params: SamplingParams, stream 
   return lastValueFrom(engine.submit({ inputIds, params, stream }).pipe(toArray()));
 }
 
-/**
- * On an engine of two slots: a stream cancelled after 5 tokens leaves its slot to a waiting request,
- * and two greedy requests of `length` tokens beside it get the tokens they get alone.
- */
 /** The same tokens, beams and finish reasons as `want`, log-probabilities and top_logprobs within 1e-4. */
 function assertSameEvents(got: TokenEvent[][], want: TokenEvent[][]): void {
   for (const [i, events] of got.entries()) {
@@ -36,6 +32,26 @@ function assertSameEvents(got: TokenEvent[][], want: TokenEvent[][]): void {
   }
 }
 
+type Mix = Array<{ prompt: number[]; params: SamplingParams }>;
+
+/**
+ * `mix` through `native` (its requests `staggerMs` apart) and through `reference`: the same events,
+ * every request finished and none left running.
+ */
+async function assertMixAsReference(native: Engine, reference: Engine, mix: Mix, staggerMs = 0): Promise<void> {
+  const submit = (r: Mix[number], i: number): Promise<TokenEvent[]> =>
+    staggerMs === 0 ? run(native, r.prompt, r.params) : new Promise<void>((resolve) => setTimeout(resolve, i * staggerMs)).then(() => run(native, r.prompt, r.params));
+  const got = await Promise.all(mix.map(submit));
+  const want = await Promise.all(mix.map((r) => run(reference, r.prompt, r.params)));
+  assertSameEvents(got, want);
+  assert.equal(native.stats().requestsFinished, mix.length);
+  assert.equal(native.stats().running, 0);
+}
+
+/**
+ * On an engine of two slots: a stream cancelled after 5 tokens leaves its slot to a waiting request,
+ * and two greedy requests of `length` tokens beside it get the tokens they get alone.
+ */
 async function cancelledStreamLeavesItsSlot(engine: Engine, length: number): Promise<void> {
   const alone = (await run(engine, [6, 7], { temperature: 0, request_output_len: length })).map((e) => e.token);
   const seen: TokenEvent[] = [];
@@ -153,7 +169,7 @@ describe('NativeEngine (CPU)', { skip }, () => {
     return engine;
   };
 
-  const mix: Array<{ prompt: number[]; params: SamplingParams }> = [
+  const mix: Mix = [
     { prompt: [5, 6, 7, 8, 9, 10, 11], params: { temperature: 0, request_output_len: 24 } },
     { prompt: [12, 13], params: { temperature: 0.8, runtime_top_k: 20, random_seed: 4, request_output_len: 17 } },
     { prompt: [40, 41, 42, 43], params: { temperature: 0, repetition_penalty: 1.4, is_return_log_probs: true, request_output_len: 20 } },
@@ -166,13 +182,8 @@ describe('NativeEngine (CPU)', { skip }, () => {
   for (const name of ['gpt2', 'qwen2', 'llama'] as const) {
     test(`${name}: a mixed batch gives the TypeScript engine's tokens, log-probabilities and beams`, async () => {
       const native = await open(dirs[name], true);
-      const reference = await open(dirs[name], false);
-      const got = await Promise.all(mix.map((r) => run(native, r.prompt, r.params)));
-      const want = await Promise.all(mix.map((r) => run(reference, r.prompt, r.params)));
-      assertSameEvents(got, want);
+      await assertMixAsReference(native, await open(dirs[name], false), mix);
       assert.ok(native.stats().decodeSteps > 0);
-      assert.equal(native.stats().requestsFinished, mix.length);
-      assert.equal(native.stats().running, 0);
     });
   }
 
@@ -194,12 +205,8 @@ describe('NativeEngine (CPU)', { skip }, () => {
   });
 
   test('batch-invariant: with every step padded to all its slots, a mixed batch still gives the TypeScript engine\'s tokens', async () => {
-    const native = await open(dirs.qwen2, true, 8, { batchInvariant: true });
-    const reference = await open(dirs.qwen2, false);
     // Staggered, so that steps run with every count of rows (each padded to 8).
-    const got = await Promise.all(mix.map((r, i) => new Promise<void>((resolve) => setTimeout(resolve, i * 2)).then(() => run(native, r.prompt, r.params))));
-    assertSameEvents(got, await Promise.all(mix.map((r) => run(reference, r.prompt, r.params))));
-    assert.equal(native.stats().requestsFinished, mix.length);
+    await assertMixAsReference(await open(dirs.qwen2, true, 8, { batchInvariant: true }), await open(dirs.qwen2, false), mix, 2);
   });
 
   test('greedy batches run steps back to back in the addon: staggered requests of mixed lengths get the TypeScript engine\'s tokens', async () => {
@@ -267,7 +274,7 @@ describe('NativeEngine, encoder-decoders (CPU)', { skip }, () => {
     engines.push(engine);
     return engine;
   };
-  const mix: Array<{ prompt: number[]; params: SamplingParams }> = [
+  const mix: Mix = [
     { prompt: [5, 6, 7, 8, 9, 10, 11], params: { temperature: 0, request_output_len: 24 } },
     { prompt: [12, 13], params: { temperature: 0.8, runtime_top_k: 20, random_seed: 4, request_output_len: 17 } },
     { prompt: [40, 41, 42, 43], params: { temperature: 0, repetition_penalty: 1.4, is_return_log_probs: true, request_output_len: 20 } },
@@ -278,13 +285,7 @@ describe('NativeEngine, encoder-decoders (CPU)', { skip }, () => {
 
   for (const arch of archs) {
     test(`${arch}: a mixed batch gives the TypeScript engine's tokens, log-probabilities and beams`, async () => {
-      const native = await open(arch, true);
-      const reference = await open(arch, false);
-      const got = await Promise.all(mix.map((r) => run(native, r.prompt, r.params)));
-      const want = await Promise.all(mix.map((r) => run(reference, r.prompt, r.params)));
-      assertSameEvents(got, want);
-      assert.equal(native.stats().requestsFinished, mix.length);
-      assert.equal(native.stats().running, 0);
+      await assertMixAsReference(await open(arch, true), await open(arch, false), mix);
     });
   }
 
@@ -307,11 +308,7 @@ describe('NativeEngine, encoder-decoders (CPU)', { skip }, () => {
   });
 
   test('batch-invariant: each source encoded alone and every step padded to all its slots, a mixed batch gives the TypeScript engine\'s tokens', async () => {
-    const native = await open('bart', true, 8, { batchInvariant: true });
-    const reference = await open('bart', false);
-    const got = await Promise.all(mix.map((r) => run(native, r.prompt, r.params)));
-    assertSameEvents(got, await Promise.all(mix.map((r) => run(reference, r.prompt, r.params))));
-    assert.equal(native.stats().requestsFinished, mix.length);
+    await assertMixAsReference(await open('bart', true, 8, { batchInvariant: true }), await open('bart', false), mix);
   });
 
   test("T5's position bias past its max distance (one bucket from there on) as the TypeScript engine has it", async () => {
