@@ -8,9 +8,10 @@
  * stream, and its top_logprobs; each beam of a beam search (up to 10 beams) gets its 2 x beam_width best
  * continuations from the sampler's beam mode, and BeamSearch goes on from those. A token the model
  * forces (forced_bos, forced_eos) needs no logits at all. Only wider beam searches bring their rows'
- * logits to the host, where the TypeScript processors run as in OrtEngine. A request is
- * prefilled alone into the next free slot; when requests leave, the rows behind them move down, and
- * when a beam search reorders its beams, their slots are permuted on the device.
+ * logits to the host, where the TypeScript processors run as in OrtEngine. Requests are prefilled
+ * into the next free slots, those admitted together with prompts of one length as one batch; when
+ * requests leave, the rows behind them move down, and when a beam search reorders its beams, their
+ * slots are permuted on the device.
  *
  * Encoder-decoders (built with --slot-decoder: onnx/encoder_model_slots.onnx beside the decoder) run
  * the same loop: the requests admitted together are encoded as one batch straight into their slots'
@@ -322,20 +323,34 @@ export class NativeEngine implements Engine {
     await this.moveRows(kept.rows);
   }
 
-  /** Prefills each admitted request into the next free slot; its first token comes out of it. */
+  /**
+   * Prefills the admitted requests into the next free slots, each one's first token out of it. Requests
+   * in a row with prompts of one length run as one batch; a beam search (which spreads its prompt's row
+   * over its beams) and, on a batch-invariant engine, every request run alone.
+   */
   private async prefill(admitted: readonly ActiveRequest[]): Promise<void> {
-    for (const s of admitted) {
-      if (s.cancelled) continue;
+    const together = (a: ActiveRequest, b: ActiveRequest): boolean =>
+      this.fixedRows === undefined && a instanceof Sequence && b instanceof Sequence && a.promptIds.length === b.promptIds.length;
+    for (let i = 0; i < admitted.length; ) {
+      const group = [admitted[i]!];
+      while (i + group.length < admitted.length && together(group[0]!, admitted[i + group.length]!)) group.push(admitted[i + group.length]!);
+      i += group.length;
+      const live = group.filter((s) => !s.cancelled);
+      if (live.length === 0) continue;
       const slot = this.lengths.length;
+      const length = live[0]!.promptIds.length;
       const step = new StepPlan();
-      const how = step.add(s, 0, this.argmaxOnly(s));
-      const out = await this.decoder.prefill(slot, Int32Array.from(s.promptIds), Int32Array.from(step.logitRows), step.sample());
+      const plans = live.map((s, r) => step.add(s, r, this.argmaxOnly(s)));
+      const ids = new Int32Array(live.length * length);
+      live.forEach((s, r) => ids.set(s.promptIds, r * length));
+      const out = await this.decoder.prefill(slot, ids, Int32Array.from(step.logitRows), step.sample(), live.length);
       this.ledger.counters.prefillSteps++;
-      this.lengths.push(s.promptIds.length);
-      this.members.push(s);
-      // A beam search spreads its prompt's row over its beams.
-      const next = step.finish(s, how, 0, out, this.model.vocabSize);
-      if (next !== undefined) await this.moveRows([...Array(slot).keys(), ...next.map((parent) => slot + parent)]);
+      for (const [r, s] of live.entries()) {
+        this.lengths.push(length);
+        this.members.push(s);
+        const next = step.finish(s, plans[r]!, r, out, this.model.vocabSize);
+        if (next !== undefined) await this.moveRows([...Array(slot + r).keys(), ...next.map((parent) => slot + r + parent)]);
+      }
     }
   }
 

@@ -255,7 +255,9 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     auto ids = Int64s(info[1], "ids");
     auto rows = Int32s(info[2], "logitRows");
     auto sample = ParseSampleBatch(info[3], decoder.options().vocab);
-    return QueueStep(info.Env(), [&decoder, slot, ids, rows, sample]() { return decoder.Prefill(slot, ids, rows, sample); });
+    if (!info[4].IsUndefined() && !info[4].IsNumber()) throw Napi::TypeError::New(info.Env(), "prefill's prompts must be a number");
+    const int prompts = info[4].IsUndefined() ? 1 : info[4].As<Napi::Number>().Int32Value();
+    return QueueStep(info.Env(), [&decoder, slot, ids, rows, sample, prompts]() { return decoder.Prefill(slot, ids, rows, sample, prompts); });
   }
 
   Napi::Value Encode(const Napi::CallbackInfo& info) {

@@ -75,8 +75,8 @@ export interface SlotStep {
 /** The slot decoder: its cache of slots lives where the session runs. */
 export interface NativeSlotDecoder {
   load(): Promise<void>;
-  /** Runs a prompt into `slot` from position 0. */
-  prefill(slot: number, ids: Int32Array, logitRows: Int32Array, sample?: NativeSampleBatch): Promise<SlotStep>;
+  /** Runs `prompts` prompts of one length (ids one after another; default 1) into slots slot, slot + 1, ... from position 0; a result row per prompt. */
+  prefill(slot: number, ids: Int32Array, logitRows: Int32Array, sample?: NativeSampleBatch, prompts?: number): Promise<SlotStep>;
   /**
    * Encoder-decoders: encodes sources (right-padded to `width`, row after row, each of lengths[r]
    * tokens) into the cross-attention caches of slots firstSlot, firstSlot + 1, ...

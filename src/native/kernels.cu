@@ -20,11 +20,13 @@ __device__ inline void Better(float& value, int& index, float otherValue, int ot
 
 constexpr int kThreads = 1024;
 
-// One block per row.
+// One block per row; with `advance.tokens`, thread 0 also writes the row's next inputs.
 template <typename T>
-__global__ void ArgmaxRowsKernel(const T* logits, int vocab, int32_t* out, const int32_t* banned) {
+__global__ void ArgmaxRowsKernel(const T* logits, int vocab, int32_t* out, const int32_t* banned, GreedyAdvance advance) {
   const T* row = logits + static_cast<size_t>(blockIdx.x) * vocab;
-  const int ban = banned == nullptr ? -1 : banned[blockIdx.x];
+  const int r = blockIdx.x;
+  int ban = banned == nullptr ? -1 : banned[r];
+  if (advance.minLeft != nullptr && advance.minLeft[r] > 0) ban = advance.endId;
   float value = -FLT_MAX;
   int index = vocab;
   for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
@@ -53,7 +55,16 @@ __global__ void ArgmaxRowsKernel(const T* logits, int vocab, int32_t* out, const
       const int otherIndex = __shfl_down_sync(0xffffffffu, index, offset);
       Better(value, index, otherValue, otherIndex);
     }
-    if (threadIdx.x == 0) out[blockIdx.x] = index < vocab ? index : 0;
+    if (threadIdx.x == 0) {
+      const int chosen = index < vocab ? index : 0;
+      out[r] = chosen;
+      if (advance.tokens != nullptr) {
+        advance.tokens[r] = chosen;
+        advance.positions[r]++;
+        advance.lengths[r]++;
+        if (advance.minLeft != nullptr && advance.minLeft[r] > 0) advance.minLeft[r]--;
+      }
+    }
   }
 }
 
@@ -82,14 +93,26 @@ void CopySlotBlocksDevice(void* dst, const void* src, const int32_t* dstIndex, c
                                                                                        lengths, slotBytes, pitch, rowBytes, wide);
 }
 
-void ArgmaxRowsDevice(const void* logits, FloatType type, int rows, int vocab, int32_t* out, void* stream, const int32_t* banned) {
+namespace {
+
+void LaunchArgmax(const void* logits, FloatType type, int rows, int vocab, int32_t* out, const int32_t* banned, const GreedyAdvance& advance, void* stream) {
   if (rows == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   if (type == FloatType::kFloat32) {
-    ArgmaxRowsKernel<float><<<rows, kThreads, 0, s>>>(static_cast<const float*>(logits), vocab, out, banned);
+    ArgmaxRowsKernel<float><<<rows, kThreads, 0, s>>>(static_cast<const float*>(logits), vocab, out, banned, advance);
   } else {
-    ArgmaxRowsKernel<__half><<<rows, kThreads, 0, s>>>(static_cast<const __half*>(logits), vocab, out, banned);
+    ArgmaxRowsKernel<__half><<<rows, kThreads, 0, s>>>(static_cast<const __half*>(logits), vocab, out, banned, advance);
   }
+}
+
+}  // namespace
+
+void ArgmaxRowsDevice(const void* logits, FloatType type, int rows, int vocab, int32_t* out, void* stream, const int32_t* banned) {
+  LaunchArgmax(logits, type, rows, vocab, out, banned, GreedyAdvance{}, stream);
+}
+
+void ArgmaxAdvanceDevice(const void* logits, FloatType type, int rows, int vocab, int32_t* out, const GreedyAdvance& advance, void* stream) {
+  LaunchArgmax(logits, type, rows, vocab, out, nullptr, advance, stream);
 }
 
 }  // namespace chorus

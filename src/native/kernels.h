@@ -29,6 +29,20 @@ void WidenRowsHost(const void* logits, FloatType type, int vocab, const int32_t*
 // Device: as ArgmaxRowsHost, on `stream` (a cudaStream_t), into device memory `out` (`banned` in device memory too).
 void ArgmaxRowsDevice(const void* logits, FloatType type, int rows, int vocab, int32_t* out, void* stream, const int32_t* banned = nullptr);
 
+// A greedy step's inputs for the next step, in device memory: each row's argmax becomes its token,
+// its position and length move on by one. While minLeft[r] > 0 (null: never) row r's argmax passes
+// over `endId` and minLeft[r] counts down.
+struct GreedyAdvance {
+  int64_t* tokens = nullptr;
+  int64_t* positions = nullptr;
+  int32_t* lengths = nullptr;
+  int32_t* minLeft = nullptr;
+  int endId = -1;
+};
+
+// Device: ArgmaxRowsDevice, then each row's next inputs written as `advance` says, in the same launch.
+void ArgmaxAdvanceDevice(const void* logits, FloatType type, int rows, int vocab, int32_t* out, const GreedyAdvance& advance, void* stream);
+
 // Device: `count` copies of slot blocks in one launch. Copy i takes, from the slot src + srcIndex[i] *
 // slotBytes, each of `heads` rows of `pitch` bytes apart its first lengths[i] * rowBytes bytes, to the
 // same places of dst + dstIndex[i] * slotBytes. The index and length arrays are device memory.

@@ -2,6 +2,8 @@
 
 #include "slot-attention.h"
 
+#include <onnxruntime_run_options_config_keys.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -59,8 +61,10 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
     Ort::CUDAProviderOptions cuda;
     std::map<std::string, std::string> settings = options.cudaOptions;
     settings["device_id"] = std::to_string(options.deviceId);
-    if (options.cudaGraph) settings["enable_cuda_graph"] = "1";
     cuda.Update(std::unordered_map<std::string, std::string>(settings.begin(), settings.end()));
+    // ONNX Runtime's work goes on this decoder's stream, in order with its own kernels and copies (and
+    // into its graphs when captured).
+    cuda.UpdateWithValue("user_compute_stream", stream_);
     sessionOptions.AppendExecutionProvider_CUDA_V2(*cuda);
     memory_ = Ort::MemoryInfo("Cuda", OrtDeviceAllocator, options.deviceId, OrtMemTypeDefault);
 #else
@@ -115,7 +119,16 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
     idsDevice_ = static_cast<int64_t*>(Allocate(sizeof(int64_t) * options.slots));
     positionsDevice_ = static_cast<int64_t*>(Allocate(sizeof(int64_t) * options.slots));
     seqlensDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
+    minLeftDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
     if (seq2seq()) sourceLengthsDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
+    Check(cudaMallocHost(&hostIds_, sizeof(int32_t) * 2 * options.slots), "cudaMallocHost");
+    for (auto& slot : events_) {
+      for (void*& event : slot) {
+        cudaEvent_t made;
+        Check(cudaEventCreate(&made), "cudaEventCreate");
+        event = made;
+      }
+    }
   }
 #endif
 }
@@ -138,7 +151,15 @@ SlotDecoder::~SlotDecoder() {
   Free(positionsDevice_);
   Free(seqlensDevice_);
   Free(sourceLengthsDevice_);
+  Free(minLeftDevice_);
 #ifdef CHORUS_WITH_CUDA
+  for (auto& [rows, graph] : graphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+  for (auto& slot : events_) {
+    for (void* event : slot) {
+      if (event != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+    }
+  }
+  if (hostIds_ != nullptr) cudaFreeHost(hostIds_);
   if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 #endif
 }
@@ -198,19 +219,25 @@ void SlotDecoder::ToHost(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }
 
-StepResult SlotDecoder::Prefill(int slot, const std::vector<int64_t>& ids, const std::vector<int32_t>& logitRows, const SampleBatch& sample) {
+StepResult SlotDecoder::Prefill(int slot, const std::vector<int64_t>& ids, const std::vector<int32_t>& logitRows, const SampleBatch& sample, int prompts) {
   Timed timed(callMs_);
+  UseDevice();
   if (seq2seq()) throw std::logic_error("an encoder-decoder starts a request with encode(), then decodes from its start token");
-  const int length = static_cast<int>(ids.size());
-  if (slot < 0 || slot >= options_.slots) throw std::out_of_range("slot " + std::to_string(slot) + " is outside 0.." + std::to_string(options_.slots - 1));
+  if (prompts < 1 || slot < 0 || slot + prompts > options_.slots) {
+    const std::string which = prompts == 1 ? "slot " + std::to_string(slot) + " is" : std::to_string(prompts) + " prompts from slot " + std::to_string(slot) + " are";
+    throw std::out_of_range(which + " outside 0.." + std::to_string(options_.slots - 1));
+  }
+  if (ids.size() % prompts != 0) throw std::invalid_argument("prefill takes prompts of one length: " + std::to_string(ids.size()) + " ids are not " + std::to_string(prompts) + " rows");
+  const int length = static_cast<int>(ids.size() / prompts);
   if (length == 0 || length > options_.maxLength) throw std::out_of_range("a prompt of " + std::to_string(length) + " tokens does not fit a slot of " + std::to_string(options_.maxLength));
-  std::vector<int64_t> positions(length);
-  for (int i = 0; i < length; i++) positions[i] = i;
-  return Run(slot, 1, length, ids, positions, {length - 1}, length, logitRows, sample, false);
+  std::vector<int64_t> positions(ids.size());
+  for (size_t i = 0; i < positions.size(); i++) positions[i] = static_cast<int64_t>(i % length);
+  return Run(slot, prompts, length, ids, positions, std::vector<int32_t>(prompts, length - 1), length, logitRows, sample, false);
 }
 
 void SlotDecoder::Encode(int firstSlot, const std::vector<int64_t>& ids, int width, const std::vector<int32_t>& lengths) {
   Timed timed(callMs_);
+  UseDevice();
   if (!seq2seq()) throw std::logic_error("encode() is for encoder-decoders");
   const int rows = static_cast<int>(lengths.size());
   if (rows == 0 || firstSlot < 0 || firstSlot + rows > options_.slots) throw std::out_of_range("encode takes rows for slots inside 0.." + std::to_string(options_.slots - 1));
@@ -229,7 +256,6 @@ void SlotDecoder::Encode(int firstSlot, const std::vector<int64_t>& ids, int wid
   io.BindInput("attention_mask", maskValue);
   for (const std::string& name : encoderOutputNames_) io.BindOutput(name.c_str(), memory_);
   Ort::RunOptions runOptions;
-  if (options_.cuda && options_.cudaGraph) runOptions.AddConfigEntry("gpu_graph_id", "-1");
   {
     Timed inSession(sessionMs_);
     encoder_->Run(runOptions, io);
@@ -249,9 +275,7 @@ void SlotDecoder::Encode(int firstSlot, const std::vector<int64_t>& ids, int wid
 #endif
 }
 
-StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows,
-                               const SampleBatch& sample, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& banned) {
-  Timed timed(callMs_);
+void SlotDecoder::CheckRows(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& sourceLengths, int steps) const {
   const int rows = static_cast<int>(tokens.size());
   if (rows == 0 || rows > options_.slots || positions.size() != tokens.size()) throw std::out_of_range("decode takes 1.." + std::to_string(options_.slots) + " rows, a position for each");
   if (seq2seq()) {
@@ -260,13 +284,21 @@ StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::ve
       if (sourceLengths[r] < 1 || sourceLengths[r] > options_.sourceLength) throw std::out_of_range("row " + std::to_string(r) + "'s source length " + std::to_string(sourceLengths[r]) + " is outside 1.." + std::to_string(options_.sourceLength));
     }
   }
-  std::vector<int32_t> seqlens(rows);
-  int total = 0;
   for (int r = 0; r < rows; r++) {
-    if (positions[r] < 0 || positions[r] >= options_.maxLength) throw std::out_of_range("row " + std::to_string(r) + " at position " + std::to_string(positions[r]) + " is past its slot's " + std::to_string(options_.maxLength));
-    seqlens[r] = static_cast<int32_t>(positions[r]);
-    total = std::max(total, seqlens[r] + 1);
+    if (positions[r] < 0 || positions[r] + steps > options_.maxLength) {
+      throw std::out_of_range("row " + std::to_string(r) + " at position " + std::to_string(positions[r]) + (steps > 1 ? " for " + std::to_string(steps) + " steps" : "") + " is past its slot's " + std::to_string(options_.maxLength));
+    }
   }
+}
+
+StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows,
+                               const SampleBatch& sample, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& banned) {
+  Timed timed(callMs_);
+  UseDevice();
+  CheckRows(tokens, positions, sourceLengths, 1);
+  const int rows = static_cast<int>(tokens.size());
+  std::vector<int32_t> seqlens(positions.begin(), positions.end());
+  const int total = *std::max_element(seqlens.begin(), seqlens.end()) + 1;
   // A captured graph keeps its launch shapes: its attention is sized to the whole slot, and each row's
   // seqlens_k (on the device) says how much of it counts.
   const bool graph = options_.cuda && options_.cudaGraph;
@@ -280,6 +312,12 @@ GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int
   if (remaining.size() != rows) throw std::invalid_argument("decodeGreedy takes each row's remaining tokens");
   if (!minLeft.empty() && minLeft.size() != rows) throw std::invalid_argument("decodeGreedy takes each row's steps under min_length, or none");
   if (maxSteps < 1) throw std::out_of_range("decodeGreedy takes at least one step");
+  if (options_.cuda && options_.cudaGraph) {
+    Timed timed(callMs_);
+    UseDevice();
+    CheckRows(tokens, positions, sourceLengths, maxSteps);
+    return DecodeGreedyOnDevice(tokens, positions, remaining, endId, maxSteps, sourceLengths, minLeft);
+  }
   std::vector<int32_t> left(remaining);
   GreedyRun run;
   run.tokens.reserve(rows * static_cast<size_t>(maxSteps));
@@ -313,48 +351,68 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
   for (int32_t r : sample.rows) {
     if (r < 0 || r >= rows) throw std::out_of_range("row " + std::to_string(r) + " sampled in a step of " + std::to_string(rows));
   }
+  if (graph) {
+    StageInputs(ids, positions, seqlens, sourceLengths);
+    LaunchGraph(rows, events_[0]);
+  } else {
+    const int32_t totalValue = total;
+    const StepInputs inputs{ids.data(), positions.data(), seqlens.data(), sourceLengths.data(), &totalValue, false};
+    std::vector<Ort::Value> values;
+    Ort::IoBinding io(*session_);
+    BindStep(io, values, firstSlot, rows, sequence, inputs);
+    Timed inSession(sessionMs_);
+    session_->Run(Ort::RunOptions(), io);
+    io.SynchronizeOutputs();
+  }
+
+  const size_t rowBytes = static_cast<size_t>(options_.vocab) * elementBytes_;
+  StepResult result;
+  result.argmax.resize(rows);
+  result.logits.resize(logitRows.size() * options_.vocab);
+#ifdef CHORUS_WITH_CUDA
+  if (options_.cuda) {
+    auto stream = static_cast<cudaStream_t>(stream_);
+    if (!banned.empty()) Check(cudaMemcpyAsync(bannedDevice_, banned.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    ArgmaxRowsDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, stream_, banned.empty() ? nullptr : bannedDevice_);
+    Check(cudaGetLastError(), "argmax kernel");
+    ToHost(result.argmax.data(), argmaxDevice_, sizeof(int32_t) * rows);
+    Sample(sample, result);
+    std::vector<char> staged(rowBytes * logitRows.size());
+    for (size_t i = 0; i < logitRows.size(); i++) ToHost(staged.data() + i * rowBytes, static_cast<char*>(logits_) + logitRows[i] * rowBytes, rowBytes);
+    Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    if (graph) AddGraphTime(events_[0]);
+    WidenRowsHost(staged.data(), options_.floatType, options_.vocab, nullptr, static_cast<int>(logitRows.size()), result.logits.data());
+    return result;
+  }
+#endif
+  ArgmaxRowsHost(logits_, options_.floatType, rows, options_.vocab, result.argmax.data(), banned.empty() ? nullptr : banned.data());
+  Sample(sample, result);
+  WidenRowsHost(logits_, options_.floatType, options_.vocab, logitRows.data(), static_cast<int>(logitRows.size()), result.logits.data());
+  return result;
+}
+
+void SlotDecoder::BindStep(Ort::IoBinding& io, std::vector<Ort::Value>& values, int firstSlot, int rows, int sequence, const StepInputs& inputs) {
   const ONNXTensorElementDataType floatType = ElementType(options_.floatType);
   const int64_t idsShape[2] = {rows, sequence};
   const int64_t rowsShape[1] = {rows};
-  int32_t totalValue = total;
-  std::vector<Ort::Value> values;
-  values.reserve(5 + 4 * options_.layers);
-  Ort::IoBinding io(*session_);
-  Ort::RunOptions runOptions;
-  // Each input is read from the host, or for a captured graph staged at its fixed device address.
-  auto bindInput = [&](const char* name, ONNXTensorElementDataType type, const void* data, size_t count, void* device, const int64_t* shape, size_t dims) {
+  values.reserve(values.size() + 6 + 4 * options_.layers + 1);
+  const OrtMemoryInfo* where = inputs.onDevice ? static_cast<const OrtMemoryInfo*>(memory_) : static_cast<const OrtMemoryInfo*>(cpu_);
+  auto bindInput = [&](const char* name, ONNXTensorElementDataType type, const void* data, size_t count, const int64_t* shape, size_t dims) {
     const size_t bytes = count * (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 ? sizeof(int64_t) : sizeof(int32_t));
-    void* at = const_cast<void*>(data);
-    const OrtMemoryInfo* where = cpu_;
-#ifdef CHORUS_WITH_CUDA
-    if (graph) {
-      Check(cudaMemcpyAsync(device, data, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)), "cudaMemcpyAsync");
-      at = device;
-      where = memory_;
-    }
-#endif
-    values.push_back(Ort::Value::CreateTensor(where, at, bytes, shape, dims, type));
+    values.push_back(Ort::Value::CreateTensor(where, const_cast<void*>(data), bytes, shape, dims, type));
     io.BindInput(name, values.back());
   };
-  bindInput("input_ids", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, ids.data(), ids.size(), idsDevice_, idsShape, 2);
+  const size_t tokens = static_cast<size_t>(rows) * sequence;
+  bindInput("input_ids", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, inputs.ids, tokens, idsShape, 2);
   if (seq2seq()) {
-    bindInput("lengths", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, seqlens.data(), seqlens.size(), seqlensDevice_, rowsShape, 1);
-    bindInput("encoder_lengths", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, sourceLengths.data(), sourceLengths.size(), sourceLengthsDevice_, rowsShape, 1);
+    bindInput("lengths", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, inputs.seqlens, rows, rowsShape, 1);
+    bindInput("encoder_lengths", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, inputs.sourceLengths, rows, rowsShape, 1);
   } else {
-    bindInput("position_ids", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, positions.data(), positions.size(), positionsDevice_, idsShape, 2);
-    bindInput("seqlens_k", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, seqlens.data(), seqlens.size(), seqlensDevice_, rowsShape, 1);
-    values.push_back(Ort::Value::CreateTensor<int32_t>(cpu_, &totalValue, 1, nullptr, 0));
+    bindInput("position_ids", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, inputs.positions, tokens, idsShape, 2);
+    bindInput("seqlens_k", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, inputs.seqlens, rows, rowsShape, 1);
+    values.push_back(Ort::Value::CreateTensor<int32_t>(cpu_, const_cast<int32_t*>(inputs.total), 1, nullptr, 0));
     io.BindInput("total_sequence_length", values.back());
   }
-#ifdef CHORUS_WITH_CUDA
-  if (graph) {
-    // The graph of this batch size is captured on first use.
-    Check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
-    runOptions.AddConfigEntry("gpu_graph_id", std::to_string(rows).c_str());
-  }
-#endif
-  // With graphs on, other runs (prefills) are not captured.
-  if (!graph && options_.cuda && options_.cudaGraph) runOptions.AddConfigEntry("gpu_graph_id", "-1");
   const int64_t cacheShape[4] = {rows, options_.kvHeads, options_.maxLength, options_.headDim};
   const int64_t slotShape[3] = {rows, options_.maxLength, static_cast<int64_t>(options_.kvHeads) * options_.headDim};
   for (int l = 0; l < options_.layers; l++) {
@@ -385,36 +443,127 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
   const size_t rowBytes = static_cast<size_t>(options_.vocab) * elementBytes_;
   values.push_back(Ort::Value::CreateTensor(memory_, logits_, rowBytes * rows, logitsShape, 3, floatType));
   io.BindOutput("logits", values.back());
-
-  {
-    Timed inSession(sessionMs_);
-    session_->Run(runOptions, io);
-    io.SynchronizeOutputs();
-  }
-
-  StepResult result;
-  result.argmax.resize(rows);
-  result.logits.resize(logitRows.size() * options_.vocab);
-#ifdef CHORUS_WITH_CUDA
-  if (options_.cuda) {
-    auto stream = static_cast<cudaStream_t>(stream_);
-    if (!banned.empty()) Check(cudaMemcpyAsync(bannedDevice_, banned.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-    ArgmaxRowsDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, stream_, banned.empty() ? nullptr : bannedDevice_);
-    Check(cudaGetLastError(), "argmax kernel");
-    ToHost(result.argmax.data(), argmaxDevice_, sizeof(int32_t) * rows);
-    Sample(sample, result);
-    std::vector<char> staged(rowBytes * logitRows.size());
-    for (size_t i = 0; i < logitRows.size(); i++) ToHost(staged.data() + i * rowBytes, static_cast<char*>(logits_) + logitRows[i] * rowBytes, rowBytes);
-    Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-    WidenRowsHost(staged.data(), options_.floatType, options_.vocab, nullptr, static_cast<int>(logitRows.size()), result.logits.data());
-    return result;
-  }
-#endif
-  ArgmaxRowsHost(logits_, options_.floatType, rows, options_.vocab, result.argmax.data(), banned.empty() ? nullptr : banned.data());
-  Sample(sample, result);
-  WidenRowsHost(logits_, options_.floatType, options_.vocab, logitRows.data(), static_cast<int>(logitRows.size()), result.logits.data());
-  return result;
 }
+
+void SlotDecoder::UseDevice() {
+#ifdef CHORUS_WITH_CUDA
+  if (options_.cuda) Check(cudaSetDevice(options_.deviceId), "cudaSetDevice");
+#endif
+}
+
+#ifdef CHORUS_WITH_CUDA
+void SlotDecoder::StageInputs(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions, const std::vector<int32_t>& seqlens,
+                              const std::vector<int32_t>& sourceLengths) {
+  auto stream = static_cast<cudaStream_t>(stream_);
+  Check(cudaMemcpyAsync(idsDevice_, ids.data(), sizeof(int64_t) * ids.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  Check(cudaMemcpyAsync(positionsDevice_, positions.data(), sizeof(int64_t) * positions.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  Check(cudaMemcpyAsync(seqlensDevice_, seqlens.data(), sizeof(int32_t) * seqlens.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  if (seq2seq()) {
+    Check(cudaMemcpyAsync(sourceLengthsDevice_, sourceLengths.data(), sizeof(int32_t) * sourceLengths.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  }
+}
+
+void SlotDecoder::LaunchGraph(int rows, void* const* events) {
+  auto stream = static_cast<cudaStream_t>(stream_);
+  auto found = graphs_.find(rows);
+  if (found == graphs_.end()) {
+    // The step is bound at the graphs' device buffers, its attention sized to the whole slot (each
+    // row's seqlens_k says how much counts). A plain run first sizes ONNX Runtime's memory for this
+    // batch, so that the captured run allocates nothing; it is the step itself, and the graph
+    // launched after it writes the same keys, values and logits again.
+    const int32_t total = options_.maxLength;
+    const StepInputs inputs{idsDevice_, positionsDevice_, seqlensDevice_, sourceLengthsDevice_, &total, true};
+    std::vector<Ort::Value> values;
+    Ort::IoBinding io(*session_);
+    BindStep(io, values, 0, rows, 1, inputs);
+    session_->Run(Ort::RunOptions(), io);
+    Ort::RunOptions capture;
+    capture.AddConfigEntry(kOrtRunOptionsConfigDisableSynchronizeExecutionProviders, "1");
+    Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+    cudaGraph_t graph = nullptr;
+    try {
+      session_->Run(capture, io);
+    } catch (...) {
+      cudaStreamEndCapture(stream, &graph);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      throw;
+    }
+    Check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture (the decode step's graph)");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    Check(made, "cudaGraphInstantiate");
+    found = graphs_.emplace(rows, exec).first;
+  }
+  Check(cudaEventRecord(static_cast<cudaEvent_t>(events[0]), stream), "cudaEventRecord");
+  Check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(found->second), stream), "cudaGraphLaunch");
+  Check(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
+}
+
+void SlotDecoder::AddGraphTime(void* const* events) {
+  float ms = 0;
+  Check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(events[0]), static_cast<cudaEvent_t>(events[1])), "cudaEventElapsedTime");
+  sessionMs_ += ms;
+}
+
+GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& remaining,
+                                            int endId, int maxSteps, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft) {
+  const int rows = static_cast<int>(tokens.size());
+  auto stream = static_cast<cudaStream_t>(stream_);
+  std::vector<int32_t> seqlens(positions.begin(), positions.end());
+  StageInputs(tokens, positions, seqlens, sourceLengths);
+  GreedyAdvance advance;
+  advance.tokens = idsDevice_;
+  advance.positions = positionsDevice_;
+  advance.lengths = seqlensDevice_;
+  advance.endId = endId;
+  if (!minLeft.empty()) {
+    Check(cudaMemcpyAsync(minLeftDevice_, minLeft.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    advance.minLeft = minLeftDevice_;
+  }
+  // Step k: the graph, the argmax writing step k + 1's inputs, the ids' copy into slot k % 2 of the
+  // pinned ids, and an event. Step k + 1 is queued before the host waits for step k, unless no row
+  // can go on after step k whatever its ids (then the run ends there).
+  auto queue = [&](int step) {
+    void* const* events = events_[step % 2];
+    LaunchGraph(rows, events);
+    ArgmaxAdvanceDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, advance, stream_);
+    Check(cudaGetLastError(), "argmax kernel");
+    Check(cudaMemcpyAsync(hostIds_ + (step % 2) * options_.slots, argmaxDevice_, sizeof(int32_t) * rows, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+    Check(cudaEventRecord(static_cast<cudaEvent_t>(events[2]), stream), "cudaEventRecord");
+  };
+  std::vector<int32_t> left(remaining);
+  GreedyRun run;
+  run.tokens.reserve(static_cast<size_t>(rows) * maxSteps);
+  queue(0);
+  for (int step = 0; step < maxSteps; step++) {
+    const bool more = step + 1 < maxSteps && std::any_of(left.begin(), left.end(), [](int32_t n) { return n > 1; });
+    if (more) queue(step + 1);
+    void* const* events = events_[step % 2];
+    Check(cudaEventSynchronize(static_cast<cudaEvent_t>(events[2])), "cudaEventSynchronize");
+    AddGraphTime(events);
+    const int32_t* ids = hostIds_ + (step % 2) * options_.slots;
+    run.tokens.insert(run.tokens.end(), ids, ids + rows);
+    run.steps++;
+    bool going = false;
+    for (int r = 0; r < rows; r++) {
+      if (left[r] > 0) left[r] = ids[r] == endId ? 0 : left[r] - 1;
+      going = going || left[r] > 0;
+    }
+    // A step queued after the last one read runs on unread (the next call stages its inputs anew).
+    if (!going || !more || interrupt_.exchange(false)) break;
+  }
+  return run;
+}
+#else
+void SlotDecoder::StageInputs(const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int32_t>&, const std::vector<int32_t>&) {}
+void SlotDecoder::LaunchGraph(int, void* const*) {}
+void SlotDecoder::AddGraphTime(void* const*) {}
+GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int32_t>&, int, int,
+                                            const std::vector<int32_t>&, const std::vector<int32_t>&) {
+  throw std::logic_error("CUDA graphs need a build with CUDA");
+}
+#endif
 
 void SlotDecoder::Sample(const SampleBatch& sample, StepResult& result) {
   result.sampled.resize(sample.rows.size());
@@ -439,6 +588,7 @@ void SlotDecoder::Sample(const SampleBatch& sample, StepResult& result) {
 void SlotDecoder::CopySlots(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths,
                             const std::vector<int32_t>& sourceLengths) {
   Timed timed(callMs_);
+  UseDevice();
   const size_t count = src.size();
   if (dst.size() != count || lengths.size() != count) throw std::invalid_argument("copySlots takes as many destinations and lengths as sources");
   if (!sourceLengths.empty() && (!seq2seq() || sourceLengths.size() != count)) throw std::invalid_argument("copySlots takes source lengths for an encoder-decoder, one per copy");

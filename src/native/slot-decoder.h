@@ -39,8 +39,10 @@ struct SlotDecoderOptions {
   int vocab = 0;
   FloatType floatType = FloatType::kFloat32;
   int intraOpThreads = 0;
-  // CUDA: capture each batch size's decode step as a CUDA graph on first use and replay it after
-  // (inputs staged in fixed device buffers; the step's length limit is the slot's length).
+  // CUDA: capture each batch size's decode step (the session's run) as a CUDA graph on first use and
+  // launch it after (inputs in fixed device buffers; the step's length limit is the slot's length).
+  // Greedy runs then go on without the host: each step's argmax writes the next step's inputs on the
+  // device, and the next step is queued before the host reads this one's ids.
   bool cudaGraph = false;
   // CUDA provider options as ONNX Runtime names them (gpu_mem_limit, arena_extend_strategy, ...).
   std::map<std::string, std::string> cudaOptions;
@@ -70,8 +72,9 @@ class SlotDecoder {
   SlotDecoder(const SlotDecoder&) = delete;
   SlotDecoder& operator=(const SlotDecoder&) = delete;
 
-  // Runs `ids` (a prompt) into slot `slot` from position 0; the result has one row.
-  StepResult Prefill(int slot, const std::vector<int64_t>& ids, const std::vector<int32_t>& logitRows, const SampleBatch& sample);
+  // Runs `ids` (`prompts` prompts of one length, one after another) into slots slot, slot + 1, ...
+  // from position 0; the result has a row per prompt.
+  StepResult Prefill(int slot, const std::vector<int64_t>& ids, const std::vector<int32_t>& logitRows, const SampleBatch& sample, int prompts = 1);
   // Encoder-decoders: encodes rows (sources right-padded to `width`, ids row after row, each of
   // lengths[r] tokens) into the cross-attention slots firstSlot, firstSlot + 1, ...
   void Encode(int firstSlot, const std::vector<int64_t>& ids, int width, const std::vector<int32_t>& lengths);
@@ -106,6 +109,32 @@ class SlotDecoder {
   StepResult Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
                  const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, const SampleBatch& sample, bool graph,
                  const std::vector<int32_t>& sourceLengths = {}, const std::vector<int32_t>& banned = {});
+  // Where a step's inputs are: host vectors' data, or the graphs' device buffers.
+  struct StepInputs {
+    const int64_t* ids;
+    const int64_t* positions;
+    const int32_t* seqlens;
+    const int32_t* sourceLengths;
+    const int32_t* total;  // host memory always
+    bool onDevice;
+  };
+  // Binds a step of `rows` rows from `firstSlot` (`sequence` tokens each): its inputs, the slots'
+  // caches as past and present, and the logits. `values` keeps the bound tensors alive.
+  void BindStep(Ort::IoBinding& io, std::vector<Ort::Value>& values, int firstSlot, int rows, int sequence, const StepInputs& inputs);
+  // Copies a decode step's inputs from the host to the graphs' device buffers.
+  void StageInputs(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions, const std::vector<int32_t>& seqlens,
+                   const std::vector<int32_t>& sourceLengths);
+  // Queues the captured decode step of `rows` rows (capturing it first when new), timed by events[0..1].
+  void LaunchGraph(int rows, void* const* events);
+  // The greedy run of the graphs: see DecodeGreedy.
+  GreedyRun DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& remaining, int endId,
+                                 int maxSteps, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft);
+  // Checks a decode of tokens.size() rows for `steps` steps from `positions`.
+  void CheckRows(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& sourceLengths, int steps) const;
+  // CUDA: makes this decoder's device the calling thread's (steps come on any worker thread).
+  void UseDevice();
+  // Adds a graph's time between events[0] and events[1] (both done) to sessionMs_.
+  void AddGraphTime(void* const* events);
   // Moves the first lengths[i] positions of slots src[i] to dst[i] in each of `buffers` (slots of
   // `slotBytes`, each `heads` blocks `pitch` apart of `rowBytes` per position), through the scratch.
   void MoveSlots(const std::vector<void*>& buffers, size_t slotBytes, int heads, size_t pitch, size_t rowBytes, const std::vector<int32_t>& src,
@@ -156,11 +185,17 @@ class SlotDecoder {
   size_t sampleStagingBytes_ = 0;
   std::vector<char> sampleHostStaging_;
   SampleResult* sampledDevice_ = nullptr;
-  // CUDA graphs: the decode step's inputs at fixed device addresses.
+  // CUDA graphs: the decode step's inputs at fixed device addresses, each batch size's captured step
+  // (cudaGraphExec_t), and for greedy runs each row's steps left under min_length, two steps' ids in
+  // pinned host memory, and per step slot: events before and after the graph, and after the ids' copy.
   int64_t* idsDevice_ = nullptr;
   int64_t* positionsDevice_ = nullptr;
   int32_t* seqlensDevice_ = nullptr;
   int32_t* sourceLengthsDevice_ = nullptr;
+  int32_t* minLeftDevice_ = nullptr;
+  std::map<int, void*> graphs_;
+  int32_t* hostIds_ = nullptr;
+  void* events_[2][3] = {};
   void* stream_ = nullptr;
   std::vector<std::string> pastNames_;
   std::vector<std::string> presentNames_;

@@ -138,6 +138,14 @@ describe('the native SlotDecoder', { skip }, () => {
     const first = await decoder.prefill(0, Int32Array.from([5, 6, 7]), Int32Array.from([0]));
     assert.equal(first.logits.length, spec.vocabSize);
     assert.equal(first.argmax[0], greedy(first.logits).token);
+    // Prompts of one length in one run: each row as the prompt alone.
+    await assert.rejects(decoder.prefill(1, new Int32Array(6), new Int32Array(0), undefined, 2), /2 prompts from slot 1 are outside 0..1/);
+    await assert.rejects(decoder.prefill(0, new Int32Array(5), new Int32Array(0), undefined, 2), /5 ids are not 2 rows/);
+    const both = await decoder.prefill(0, Int32Array.from([9, 10, 11, 5, 6, 7]), Int32Array.from([1]), undefined, 2);
+    assert.equal(both.argmax.length, 2);
+    assert.equal(both.argmax[1], first.argmax[0]);
+    both.logits.forEach((x, i) => assert.ok(Math.abs(x - first.logits[i]!) < 1e-4, `logit ${i}`));
+    await decoder.prefill(0, Int32Array.from([5, 6, 7]), new Int32Array(0));
     const step = decoder.decode(Int32Array.from([first.argmax[0]!]), Int32Array.from([3]), new Int32Array(0));
     assert.throws(() => decoder.close(), /in flight/);
     assert.equal((await step).argmax.length, 1);
@@ -202,6 +210,23 @@ describe('NativeEngine (CPU)', { skip }, () => {
     // And the TypeScript engine draws the same tokens.
     const reference = await open(dirs.qwen2, false, 4);
     assert.deepEqual(await Promise.all(prompts.map(async (p, i) => (await run(reference, p, paramsOf(i))).map((e) => e.token))), alone);
+  });
+
+  test('requests admitted together with prompts of one length prefill as one batch and get the TypeScript engine\'s tokens', async () => {
+    const native = await open(dirs.llama, true, 8);
+    const prompt = (i: number): number[] => [3 + i, 9, 27 + 2 * i, 14];
+    // Greedy, seeded draws, log-probabilities and top_logprobs share a prefill; the beam search between them runs its own.
+    const together: Mix = [
+      { prompt: prompt(0), params: { temperature: 0, request_output_len: 12 } },
+      { prompt: prompt(1), params: { temperature: 0.8, runtime_top_k: 20, random_seed: 4, request_output_len: 9 } },
+      { prompt: prompt(2), params: { temperature: 0, is_return_log_probs: true, top_logprobs: 2, request_output_len: 7 } },
+      { prompt: prompt(3), params: { beam_width: 2, request_output_len: 6 } },
+      { prompt: prompt(4), params: { temperature: 0.9, runtime_top_p: 0.8, random_seed: 9, min_length: 5, request_output_len: 10 } },
+      { prompt: prompt(5), params: { temperature: 0, repetition_penalty: 1.3, request_output_len: 11 } },
+    ];
+    await assertMixAsReference(native, await open(dirs.llama, false), together);
+    // Three prefills: the three before the beam search, the beam search, the two after it.
+    assert.equal(native.stats().prefillSteps, 3);
   });
 
   test('batch-invariant: with every step padded to all its slots, a mixed batch still gives the TypeScript engine\'s tokens', async () => {
