@@ -1,5 +1,13 @@
 /** What the GPU speed scripts share: seeded prompt ids (hf.py and seq2seq_hf.py make the same) and a timer of session runs. */
 import ort from 'onnxruntime-node';
+import type { CheckpointArch, CheckpointSize } from '../../../src/modelbuild/index.ts';
+
+/** The encoder-decoder shapes of the speed runs (seeded weights; seq2seq_hf.py loads the same checkpoints). */
+export const SEQ2SEQ_MODELS: Record<string, { arch: CheckpointArch; size: CheckpointSize }> = {
+  't5-small': { arch: 't5', size: 'real' },
+  't5-base': { arch: 't5', size: 'base' },
+  'bart-large': { arch: 'bart', size: 'large' },
+};
 
 /** `count` rows of `length` ids below `modulo`, from the linear congruential stream the Python sides use (seed 777). */
 export function seededRows(count: number, length: number, modulo: number): number[][] {

@@ -17,14 +17,9 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { lastValueFrom, toArray } from 'rxjs';
 import { NativeEngine, Seq2SeqEngine, type Engine, type RequestMetrics, type SamplingParams } from '../../../src/generation/index.ts';
-import { buildModel, makeCheckpoint, type CheckpointArch, type CheckpointSize } from '../../../src/modelbuild/index.ts';
-import { seededRows, timeSessionRuns } from './common.ts';
+import { buildModel, makeCheckpoint } from '../../../src/modelbuild/index.ts';
+import { SEQ2SEQ_MODELS, seededRows, timeSessionRuns } from './common.ts';
 
-export const SEQ2SEQ_MODELS: Record<string, { arch: CheckpointArch; size: CheckpointSize }> = {
-  't5-small': { arch: 't5', size: 'real' },
-  't5-base': { arch: 't5', size: 'base' },
-  'bart-large': { arch: 'bart', size: 'large' },
-};
 const SOURCE = 256;
 const NEW = 64;
 

@@ -1,0 +1,66 @@
+/**
+ * One measured batch on the native engine, for the kernel tracer (run.sh): the model's batch is run
+ * twice to warm up (graphs captured, ONNX Runtime's memory sized), then, after 500 ms with the GPU
+ * idle, once more; the idle gap marks where the measured run starts in the trace.
+ *   gpt2: GPT-2 124M fp16 (cuda flavor), prompt 128, 128 new tokens;
+ *   t5-small, t5-base, bart-large: fp16, source 256, 64 new tokens, min_length 64 (no early stop).
+ * Engine flags: one-step (greedySteps 1), no-graph (cudaGraph off), invariant (batch-invariant).
+ * Usage: node --import tsx bench/gpu/profile/steps.ts <work-dir> <model> <batch> [greedy|beam4] [flag...] <out.json>
+ */
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { lastValueFrom, toArray } from 'rxjs';
+import { NativeEngine, type SamplingParams } from '../../../src/generation/index.ts';
+import { buildModel, makeCheckpoint } from '../../../src/modelbuild/index.ts';
+import { SEQ2SEQ_MODELS, seededRows } from '../speed/common.ts';
+
+const args = process.argv.slice(2);
+const [work = '/tmp/profile', model = 'gpt2', batchArg = '1'] = args;
+const out = args[args.length - 1]!;
+const flags = args.slice(3, -1);
+const batch = Number(batchArg);
+const beam = flags.includes('beam4');
+const seq2seq = model !== 'gpt2';
+const NEW = seq2seq ? 64 : 128;
+const PROMPT = seq2seq ? 256 : 128;
+
+const checkpoint = join(work, `${model}-ckpt`);
+const dir = join(work, `${model}-fp16`);
+if (!existsSync(join(checkpoint, 'config.json'))) {
+  if (seq2seq) {
+    const spec = SEQ2SEQ_MODELS[model];
+    if (spec === undefined) throw new Error(`unknown model ${model}: gpt2 or ${Object.keys(SEQ2SEQ_MODELS).join(', ')}`);
+    makeCheckpoint({ ...spec, seed: 1, out: checkpoint });
+  } else {
+    makeCheckpoint({ arch: 'gpt2', size: 'real', seed: 1, out: checkpoint });
+  }
+}
+if (!existsSync(join(dir, 'onnx', 'decoder_model_slots.onnx'))) buildModel({ source: checkpoint, out: dir, dtype: 'fp16', slotDecoder: true, ...(seq2seq ? {} : { flavor: 'cuda' as const }) });
+const eos = Number((JSON.parse(readFileSync(join(checkpoint, 'config.json'), 'utf8')) as { eos_token_id: number }).eos_token_id);
+const engine = await NativeEngine.open(dir, {
+  provider: 'cuda',
+  maxBatchSize: seq2seq ? 128 : 64,
+  slotLength: seq2seq ? NEW + 1 : PROMPT + NEW,
+  ...(seq2seq ? { sourceLength: PROMPT } : {}),
+  cudaGraph: !flags.includes('no-graph'),
+  batchInvariant: flags.includes('invariant'),
+  greedySteps: flags.includes('one-step') ? 1 : 16,
+});
+const inputs = seq2seq ? seededRows(batch, PROMPT - 1, 30000).map((row) => [...row, eos]) : seededRows(batch, PROMPT, 50000);
+const params: SamplingParams = { ...(beam ? { beam_width: 4, temperature: 1 } : { temperature: 0 }), request_output_len: NEW, ...(seq2seq || beam ? { min_length: NEW } : {}) };
+const run = async (): Promise<number> => {
+  const done = await Promise.all(inputs.map((inputIds) => lastValueFrom(engine.submit({ inputIds, params, stream: false }).pipe(toArray()))));
+  return done.reduce((n, events) => n + events.length, 0);
+};
+await run();
+await run();
+await sleep(500);
+const started = performance.now();
+const tokens = await run();
+const wallMs = performance.now() - started;
+await sleep(300);
+await engine.close();
+const steps = Math.ceil(tokens / batch);
+writeFileSync(out, JSON.stringify({ model, batch, flags, tokens, steps, wallMs, msPerStep: wallMs / steps }, null, 2));
+console.log(`${model} batch ${batch} ${flags.join(' ')}: ${tokens} tokens, ${(wallMs / steps).toFixed(3)} ms per step (wall, first token included)`);

@@ -1,0 +1,82 @@
+/**
+ * Splits the measured window of a kernel trace (kernel-trace.cc's CSV: the busy stretch after the last
+ * idle gap of 300 ms or more) into kernel time inside CUDA graphs, kernel time outside them, memory
+ * copies and idle gaps (the GPU waiting on the host: launches, synchronizations, JavaScript), per
+ * decode step; and lists the kernels by their time.
+ * Usage: node --import tsx bench/gpu/profile/summary.ts <trace.csv> <steps.json> <out.json>
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+
+const [tracePath, stepsPath, outPath] = process.argv.slice(2);
+if (tracePath === undefined || stepsPath === undefined || outPath === undefined) throw new Error('usage: summary.ts <trace.csv> <steps.json> <out.json>');
+const run = JSON.parse(readFileSync(stepsPath, 'utf8')) as { model: string; batch: number; flags: string[]; steps: number; msPerStep: number };
+const names = new Map<number, string>();
+type Span = { start: number; end: number; name: number; graph: boolean; copy: boolean };
+const spans: Span[] = [];
+for (const line of readFileSync(tracePath, 'utf8').split('\n')) {
+  const [kind, a, b, c, d] = line.split(',');
+  if (kind === 'name') names.set(Number(a), line.split(',').slice(2).join(','));
+  else if (kind === 'k') spans.push({ start: Number(a), end: Number(b), name: Number(c), graph: Number(d) !== 0, copy: false });
+  else if (kind === 'm') spans.push({ start: Number(a), end: Number(b), name: -1, graph: false, copy: true });
+}
+spans.sort((x, y) => x.start - y.start);
+const GAP_NS = 300e6;
+let from = 0;
+for (let i = 1; i < spans.length; i++) if (spans[i]!.start - spans[i - 1]!.end >= GAP_NS) from = i;
+// The measured window ends at the next long gap (the engine closing after 300 ms idle).
+let to = spans.length;
+for (let i = from + 1; i < spans.length; i++) {
+  if (spans[i]!.start - spans[i - 1]!.end >= GAP_NS) {
+    to = i;
+    break;
+  }
+}
+const window = spans.slice(from, to);
+if (window.length === 0) throw new Error(`${tracePath} has no records`);
+const begin = window[0]!.start;
+const finish = Math.max(...window.map((s) => s.end));
+// Busy time: the union of the intervals, credited to the first kind that covers each stretch.
+let busyGraph = 0;
+let busyOther = 0;
+let busyCopy = 0;
+let reach = begin;
+for (const s of window) {
+  const start = Math.max(s.start, reach);
+  if (s.end > start) {
+    const ns = s.end - start;
+    if (s.copy) busyCopy += ns;
+    else if (s.graph) busyGraph += ns;
+    else busyOther += ns;
+    reach = s.end;
+  }
+}
+const span = finish - begin;
+const idle = span - busyGraph - busyOther - busyCopy;
+const perStep = (ns: number): number => ns / 1e6 / run.steps;
+const byName = new Map<string, { ns: number; count: number; graph: number }>();
+for (const s of window) {
+  if (s.copy) continue;
+  const name = names.get(s.name) ?? String(s.name);
+  const entry = byName.get(name) ?? { ns: 0, count: 0, graph: 0 };
+  entry.ns += s.end - s.start;
+  entry.count++;
+  if (s.graph) entry.graph++;
+  byName.set(name, entry);
+}
+const kernels = [...byName.entries()]
+  .sort((x, y) => y[1].ns - x[1].ns)
+  .map(([name, e]) => ({ name, msPerStep: perStep(e.ns), perStep: e.count / run.steps, meanUs: e.ns / e.count / 1e3, inGraph: e.graph / e.count }));
+const kernelCount = window.filter((s) => !s.copy).length;
+const summary = {
+  ...run,
+  windowMs: span / 1e6,
+  perStepMs: { window: perStep(span), graphKernels: perStep(busyGraph), otherKernels: perStep(busyOther), copies: perStep(busyCopy), idle: perStep(idle) },
+  kernelsPerStep: kernelCount / run.steps,
+  kernels: kernels.slice(0, 25),
+};
+writeFileSync(outPath, JSON.stringify(summary, null, 2));
+const f = (ms: number): string => ms.toFixed(3);
+console.log(`\n${run.model} batch ${run.batch} ${run.flags.join(' ')}: ${run.steps} steps, wall ${f(run.msPerStep)} ms/step; GPU window ${f(summary.perStepMs.window)} ms/step =`);
+console.log(`  kernels in graphs ${f(summary.perStepMs.graphKernels)} + other kernels ${f(summary.perStepMs.otherKernels)} + copies ${f(summary.perStepMs.copies)} + idle ${f(summary.perStepMs.idle)}; ${summary.kernelsPerStep.toFixed(1)} kernels per step`);
+console.log('  | kernel | ms/step | per step | mean us | in graph |');
+for (const k of kernels.slice(0, 15)) console.log(`  | ${k.name.slice(0, 90)} | ${f(k.msPerStep)} | ${k.perStep.toFixed(1)} | ${k.meanUs.toFixed(1)} | ${(k.inGraph * 100).toFixed(0)}% |`);
