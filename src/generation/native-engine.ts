@@ -325,15 +325,17 @@ export class NativeEngine implements Engine {
 
   /**
    * Prefills the admitted requests into the next free slots, each one's first token out of it. Requests
-   * in a row with prompts of one length run as one batch; a beam search (which spreads its prompt's row
+   * in a row with prompts of one length run as one batch (of 1, 2, 4, ... prompts); a beam search (which spreads its prompt's row
    * over its beams) and, on a batch-invariant engine, every request run alone.
    */
   private async prefill(admitted: readonly ActiveRequest[]): Promise<void> {
     const together = (a: ActiveRequest, b: ActiveRequest): boolean =>
       this.fixedRows === undefined && a instanceof Sequence && b instanceof Sequence && a.promptIds.length === b.promptIds.length;
     for (let i = 0; i < admitted.length; ) {
-      const group = [admitted[i]!];
-      while (i + group.length < admitted.length && together(group[0]!, admitted[i + group.length]!)) group.push(admitted[i + group.length]!);
+      let count = 1;
+      while (i + count < admitted.length && together(admitted[i]!, admitted[i + count]!)) count++;
+      // In batches of powers of two: ONNX Runtime plans each new shape it meets, and so meets few.
+      const group = admitted.slice(i, i + 2 ** Math.floor(Math.log2(count)));
       i += group.length;
       const live = group.filter((s) => !s.cancelled);
       if (live.length === 0) continue;
@@ -412,10 +414,12 @@ export class NativeEngine implements Engine {
 
   /**
    * How many greedy steps to run back to back (0 or 1: one step): up to greedySteps while no request
-   * waits to join, as far as every row's slot has room.
+   * waits to join, as far as every row's slot has room. A request yet to take its first token (an
+   * encoder-decoder's, just encoded) takes it in a step of its own, so that it is not held for a run.
    */
   private greedyRun(): number {
     if (this.greedySteps === 1 || this.scheduler.waiting.length > 0) return 0;
+    if ((this.members as Sequence[]).some((s) => s.tokensGenerated === 0)) return 0;
     return Math.min(this.greedySteps, ...this.lengths.map((n) => this.slotLength - n));
   }
 

@@ -535,9 +535,11 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
   std::vector<int32_t> left(remaining);
   GreedyRun run;
   run.tokens.reserve(static_cast<size_t>(rows) * maxSteps);
+  // Interrupted, the run reads the step already queued (a step like any other) and ends there.
+  bool stopping = false;
   queue(0);
   for (int step = 0; step < maxSteps; step++) {
-    const bool more = step + 1 < maxSteps && std::any_of(left.begin(), left.end(), [](int32_t n) { return n > 1; });
+    const bool more = !stopping && step + 1 < maxSteps && std::any_of(left.begin(), left.end(), [](int32_t n) { return n > 1; });
     if (more) queue(step + 1);
     void* const* events = events_[step % 2];
     Check(cudaEventSynchronize(static_cast<cudaEvent_t>(events[2])), "cudaEventSynchronize");
@@ -550,8 +552,9 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
       if (left[r] > 0) left[r] = ids[r] == endId ? 0 : left[r] - 1;
       going = going || left[r] > 0;
     }
-    // A step queued after the last one read runs on unread (the next call stages its inputs anew).
-    if (!going || !more || interrupt_.exchange(false)) break;
+    // A step queued after the rows' last runs on unread (the next call stages its inputs anew).
+    if (!going || !more) break;
+    if (interrupt_.exchange(false)) stopping = true;
   }
   return run;
 }

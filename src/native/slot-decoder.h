@@ -86,7 +86,8 @@ class SlotDecoder {
                     const SampleBatch& sample, const std::vector<int32_t>& sourceLengths = {}, const std::vector<int32_t>& banned = {});
   // Greedy steps back to back without returning: each row's argmax is its next input, until every row
   // has stopped (its end id, or `remaining[r]` tokens; rows of 0 run along unread), `maxSteps`, or an
-  // Interrupt() (from any thread; the run stops after the step under way). Rows keep their places.
+  // Interrupt() (from any thread; the run stops after the step under way, or with CUDA graphs after the
+  // one queued behind it). Rows keep their places.
   // `minLeft[r]` (empty: none): the steps for which row r may not take the end id (its min_length).
   GreedyRun DecodeGreedy(std::vector<int64_t> tokens, std::vector<int64_t> positions, const std::vector<int32_t>& remaining, int endId, int maxSteps,
                          const std::vector<int32_t>& sourceLengths = {}, const std::vector<int32_t>& minLeft = {});

@@ -225,8 +225,8 @@ describe('NativeEngine (CPU)', { skip }, () => {
       { prompt: prompt(5), params: { temperature: 0, repetition_penalty: 1.3, request_output_len: 11 } },
     ];
     await assertMixAsReference(native, await open(dirs.llama, false), together);
-    // Three prefills: the three before the beam search, the beam search, the two after it.
-    assert.equal(native.stats().prefillSteps, 3);
+    // Four prefills (batches of powers of two): two and one before the beam search, the beam search, the two after it.
+    assert.equal(native.stats().prefillSteps, 4);
   });
 
   test('batch-invariant: with every step padded to all its slots, a mixed batch still gives the TypeScript engine\'s tokens', async () => {

@@ -4,7 +4,8 @@
  * idle, once more; the idle gap marks where the measured run starts in the trace.
  *   gpt2: GPT-2 124M fp16 (cuda flavor), prompt 128, 128 new tokens;
  *   t5-small, t5-base, bart-large: fp16, source 256, 64 new tokens, min_length 64 (no early stop).
- * Engine flags: one-step (greedySteps 1), no-graph (cudaGraph off), invariant (batch-invariant).
+ * Engine flags: one-step (greedySteps 1), no-graph (cudaGraph off), invariant (batch-invariant);
+ * streams: the requests streamed and arriving 2 ms apart (as the speed runs' concurrent streams).
  * Usage: node --import tsx bench/gpu/profile/steps.ts <work-dir> <model> <batch> [greedy|beam4] [flag...] <out.json>
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
@@ -50,7 +51,9 @@ const engine = await NativeEngine.open(dir, {
 const inputs = seq2seq ? seededRows(batch, PROMPT - 1, 30000).map((row) => [...row, eos]) : seededRows(batch, PROMPT, 50000);
 const params: SamplingParams = { ...(beam ? { beam_width: 4, temperature: 1 } : { temperature: 0 }), request_output_len: NEW, ...(seq2seq || beam ? { min_length: NEW } : {}) };
 const run = async (): Promise<number> => {
-  const done = await Promise.all(inputs.map((inputIds) => lastValueFrom(engine.submit({ inputIds, params, stream: false }).pipe(toArray()))));
+  const streams = flags.includes('streams');
+  const submit = (inputIds: number[]) => lastValueFrom(engine.submit({ inputIds, params, stream: streams }).pipe(toArray()));
+  const done = await Promise.all(inputs.map((inputIds, i) => (streams ? sleep(2 * i).then(() => submit(inputIds)) : submit(inputIds))));
   return done.reduce((n, events) => n + events.length, 0);
 };
 await run();
