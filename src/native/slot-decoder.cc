@@ -134,6 +134,10 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
 }
 
 SlotDecoder::~SlotDecoder() {
+#ifdef CHORUS_WITH_CUDA
+  // A greedy run may have left a step queued behind its last one read.
+  if (stream_ != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+#endif
   session_.reset();
   encoder_.reset();
   for (const auto* buffers : {&keys_, &values_, &crossKeys_, &crossValues_}) {

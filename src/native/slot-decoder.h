@@ -101,7 +101,8 @@ class SlotDecoder {
   bool seq2seq() const { return !options_.encoderModel.empty(); }
 
   const SlotDecoderOptions& options() const { return options_; }
-  // Milliseconds spent so far inside ONNX Runtime's runs, and inside this class's calls in all.
+  // Milliseconds spent so far inside ONNX Runtime's runs (with CUDA graphs, the graphs' time on the
+  // GPU), and inside this class's calls in all.
   double sessionMs() const { return sessionMs_; }
   double callMs() const { return callMs_; }
   size_t cacheBytes() const { return cacheBytes_; }
