@@ -302,12 +302,10 @@ StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::ve
   CheckRows(tokens, positions, sourceLengths, 1);
   const int rows = static_cast<int>(tokens.size());
   std::vector<int32_t> seqlens(positions.begin(), positions.end());
+  // With graphs, LaunchGraph sizes the step to the whole slot instead.
   const int total = *std::max_element(seqlens.begin(), seqlens.end()) + 1;
-  // A captured graph keeps its launch shapes: its attention is sized to the whole slot, and each row's
-  // seqlens_k (on the device) says how much of it counts.
-  const bool graph = options_.cuda && options_.cudaGraph;
   if (!banned.empty() && banned.size() != tokens.size()) throw std::invalid_argument("decode takes a banned id (-1: none) for each row, or none");
-  return Run(0, rows, 1, tokens, positions, seqlens, graph ? options_.maxLength : total, logitRows, sample, graph, sourceLengths, banned);
+  return Run(0, rows, 1, tokens, positions, seqlens, total, logitRows, sample, options_.cuda && options_.cudaGraph, sourceLengths, banned);
 }
 
 GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int64_t> positions, const std::vector<int32_t>& remaining, int endId, int maxSteps,

@@ -108,6 +108,9 @@ class SlotDecoder {
   size_t cacheBytes() const { return cacheBytes_; }
 
  private:
+  // A step of `rows` rows from `firstSlot`: a session run bound at the host's inputs, or with `graph`
+  // (a decode step, from slot 0) the inputs staged and the captured graph launched, sized to the whole
+  // slot (`total` unused); then each row's argmax, the logits asked for and the sampled rows' choices.
   StepResult Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
                  const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, const SampleBatch& sample, bool graph,
                  const std::vector<int32_t>& sourceLengths = {}, const std::vector<int32_t>& banned = {});
