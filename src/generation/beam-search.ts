@@ -202,6 +202,30 @@ export class BeamSearch {
     return parents;
   }
 
+  /**
+   * Whether the native engine's beam runs can step this search (src/native/beam-run.h): past its first
+   * step, with processors its sampler's beam mode applies alone (temperature, min_length's ban of the
+   * end id; no penalties, bad words or stop words), and at most 10 beams.
+   */
+  get runnable(): boolean {
+    const p = this.params;
+    return (
+      !this.done &&
+      this.generated > 0 &&
+      2 * this.width <= 20 &&
+      p.repetition_penalty === 1 &&
+      p.presence_penalty === 0 &&
+      p.frequency_penalty === 0 &&
+      p.bad_words.length === 0 &&
+      p.stop_words.length === 0
+    );
+  }
+
+  /** What choosing the next beams needs, for a beam run: the running scores, the finished scores, whether it can still improve. */
+  runState(): { generated: number; scores: number[]; finished: number[]; improvable: boolean; endId: number | undefined } {
+    return { generated: this.generated, scores: this.beams.map((b) => b.score), finished: this.finished.map((h) => h.score), improvable: this.improvable, endId: this.endId };
+  }
+
   /** The best `num_return_sequences` finished hypotheses, best first. */
   results(): BeamHypothesis[] {
     return this.finished.slice(0, this.params.num_return_sequences);

@@ -5,6 +5,7 @@
  * carrying `sequence` (its rank) and the last one its finish reason and `score`.
  */
 import type { Subscriber } from 'rxjs';
+import type { NativeBeamGroup } from '../native/index.ts';
 import { BeamSearch, type BeamContinuation } from './beam-search.ts';
 import type { TokenEvent } from './engine.ts';
 import type { SamplerRow } from './sampler.ts';
@@ -61,6 +62,38 @@ export class BeamSequence extends ActiveRequest {
     const parents = this.search.stepWith(continuationsOf);
     if (this.search.done) this.emit();
     return parents;
+  }
+
+  /**
+   * How many of its next steps the native engine's beam run may take (0: none): up to the last, or
+   * to the one before a token the model forces (forced_eos).
+   */
+  runnableSteps(): number {
+    if (!this.search.runnable) return 0;
+    const generated = this.search.generated;
+    const end = this.params.request_output_len - (this.forcedToken(this.params.request_output_len - 1) === undefined ? 0 : 1);
+    return Math.max(0, end - generated);
+  }
+
+  /** This search as a group of a beam run, its beams in rows firstRow, firstRow + 1, ... */
+  runGroup(firstRow: number): NativeBeamGroup {
+    const state = this.search.runState();
+    const p = this.params;
+    return {
+      firstRow,
+      width: this.width,
+      outputLength: p.request_output_len,
+      generated: state.generated,
+      minLength: p.min_length,
+      endId: state.endId ?? -1,
+      earlyStopping: p.early_stopping === 'never' ? 2 : p.early_stopping ? 1 : 0,
+      improvable: state.improvable,
+      temperature: p.temperature,
+      lenPenalty: p.len_penalty,
+      diversityRate: p.beam_search_diversity_rate,
+      scores: Float64Array.from(state.scores),
+      finished: Float64Array.from(state.finished),
+    };
   }
 
   private emit(): void {

@@ -6,7 +6,9 @@
  * logits are; sampling rows with their penalties, bans, temperature, top-k and top-p run the addon's
  * sampler there (src/native/sampling.h, the processors' twin) with a draw from the request's own
  * stream, and its top_logprobs; each beam of a beam search (up to 10 beams) gets its 2 x beam_width best
- * continuations from the sampler's beam mode, and BeamSearch goes on from those. A token the model
+ * continuations from the sampler's beam mode, and BeamSearch goes on from those; when only such beam
+ * searches run, the addon steps them back to back itself, choosing the beams and moving their slots
+ * between steps, and each search replays those steps here. A token the model
  * forces (forced_bos, forced_eos) needs no logits at all. Only wider beam searches bring their rows'
  * logits to the host, where the TypeScript processors run as in OrtEngine. Requests are prefilled
  * into the next free slots, those admitted together with prompts of one length as one batch; when
@@ -64,9 +66,9 @@ export interface NativeEngineOptions extends Partial<SchedulerLimits> {
    */
   batchInvariant?: boolean;
   /**
-   * Steps that greedy batches (every row the raw argmax) run back to back inside the addon per call:
-   * their tokens reach the event loop together, a new request or a cancellation stops the run after
-   * the step under way. Default: 16; 1: a call per step.
+   * Steps that greedy batches (every row the raw argmax) and batches of beam searches run back to back
+   * inside the addon per call: their tokens reach the event loop together, a new request or a
+   * cancellation stops the run after the step under way. Default: 16; 1: a call per step.
    */
   greedySteps?: number;
   intraOpThreads?: number;
@@ -399,6 +401,12 @@ export class NativeEngine implements Engine {
       await this.decodeGreedy(tokens, lengths, sourceLengths, greedy);
       return;
     }
+    // So do beam searches whose processors the addon's sampler applies alone.
+    const beams = this.beamRun();
+    if (beams > 1) {
+      await this.decodeBeams(tokens, lengths, sourceLengths, beams);
+      return;
+    }
     const step = new StepPlan();
     const plan = new Map<ActiveRequest, Choosing>();
     this.members.forEach((s, i) => plan.set(s, step.add(s, bases[i]!, this.argmaxOnly(s))));
@@ -421,6 +429,53 @@ export class NativeEngine implements Engine {
     if (this.greedySteps === 1 || this.scheduler.waiting.length > 0) return 0;
     if ((this.members as Sequence[]).some((s) => s.tokensGenerated === 0)) return 0;
     return Math.min(this.greedySteps, ...this.lengths.map((n) => this.slotLength - n));
+  }
+
+  /**
+   * How many beam-search steps to run back to back (0 or 1: one step): when every running request is a
+   * beam search the addon can step (BeamSequence.runnableSteps), up to greedySteps while no waiting
+   * request could join now, as far as every slot has room. (A run ends with the first search to
+   * finish, which is when a waiting one may fit.)
+   */
+  private beamRun(): number {
+    if (this.greedySteps === 1 || this.scheduler.nextFits()) return 0;
+    if (!this.members.every((s) => s instanceof BeamSequence)) return 0;
+    return Math.min(this.greedySteps, ...this.lengths.map((n) => this.slotLength - n), ...(this.members as BeamSequence[]).map((s) => s.runnableSteps()));
+  }
+
+  /**
+   * Beam-search steps back to back in the addon, which chooses each step's beams and moves their slots;
+   * each search then replays the steps' continuations here (the hypotheses are kept here), and the
+   * beams it chooses must be the addon's.
+   */
+  private async decodeBeams(tokens: number[], lengths: number[], sourceLengths: number[] | undefined, maxSteps: number): Promise<void> {
+    const members = this.members as BeamSequence[];
+    let row = 0;
+    const bases = members.map((s) => {
+      const base = row;
+      row += s.rows;
+      return base;
+    });
+    const groups = members.map((s, i) => s.runGroup(bases[i]!));
+    const rows = tokens.length;
+    padRows(this.fixedRows, tokens, lengths, sourceLengths);
+    const width = tokens.length;
+    const out = await this.decoder.decodeBeams(Int32Array.from(tokens), Int32Array.from(lengths), groups, maxSteps, sourceLengths && Int32Array.from(sourceLengths));
+    this.ledger.counters.decodeSteps += out.steps;
+    this.ledger.counters.decodedRows += rows * out.steps;
+    for (let k = 0; k < out.steps; k++) {
+      members.forEach((s, i) => {
+        // A search that ended (or was cancelled) before the addon's run stopped takes no more steps.
+        if (s.finished || s.cancelled) return;
+        const base = k * width + bases[i]!;
+        const parents = s.stepContinuations((r) => sampledChoice(out, base + r).top);
+        const chosen = Array.from(out.parents.subarray(base, base + s.rows), (p) => p - bases[i]!);
+        if (parents.some((p, b) => p !== chosen[b])) {
+          throw new ChorusError('CHORUS_INTERNAL', `the native beam run chose beams [${chosen.join(', ')}] where the beam search chooses [${parents.join(', ')}]`);
+        }
+      });
+    }
+    this.lengths = this.lengths.map((n) => n + out.steps);
   }
 
   /** Greedy steps back to back in the addon; each row takes its tokens until it finishes. */

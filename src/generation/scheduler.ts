@@ -83,6 +83,12 @@ export class Scheduler<S extends Schedulable> {
     return { admitted, left };
   }
 
+  /** Whether the first waiting sequence fits beside the running ones now (false when none waits). */
+  nextFits(): boolean {
+    const next = this.waiting[0];
+    return next !== undefined && this.rows() + (next.width ?? 1) <= this.limits.maxBatchSize && this.reserved() + next.reservedTokens <= this.limits.kvTokenBudget;
+  }
+
   /** Batch rows taken by running sequences. */
   rows(): number {
     return this.running.reduce((sum, s) => sum + (s.width ?? 1), 0);

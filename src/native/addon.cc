@@ -101,6 +101,44 @@ SampleBatch ParseSampleBatch(const Napi::Value& value, int vocab) {
   return batch;
 }
 
+// Beam groups from [{ firstRow, width, outputLength, generated, minLength, endId, earlyStopping,
+// improvable, temperature, lenPenalty, diversityRate, scores, finished }] (see src/native/index.ts).
+std::vector<BeamGroup> ParseBeamGroups(const Napi::Value& value) {
+  Napi::Env env = value.Env();
+  if (!value.IsArray()) throw Napi::TypeError::New(env, "groups must be an array of beam groups");
+  Napi::Array array = value.As<Napi::Array>();
+  std::vector<BeamGroup> groups;
+  for (uint32_t i = 0; i < array.Length(); i++) {
+    if (!array.Get(i).IsObject()) throw Napi::TypeError::New(env, "groups[" + std::to_string(i) + "] must be an object");
+    Napi::Object o = array.Get(i).As<Napi::Object>();
+    auto number = [&](const char* name) {
+      Napi::Value v = o.Get(name);
+      if (!v.IsNumber()) throw Napi::TypeError::New(env, "groups[" + std::to_string(i) + "]." + name + " must be a number");
+      return v.As<Napi::Number>().DoubleValue();
+    };
+    auto floats = [&](const char* name) {
+      const std::vector<double> wide = Float64s(o.Get(name), (std::string("groups[") + std::to_string(i) + "]." + name).c_str());
+      return std::vector<float>(wide.begin(), wide.end());
+    };
+    BeamGroup g;
+    g.firstRow = static_cast<int>(number("firstRow"));
+    g.width = static_cast<int>(number("width"));
+    g.outputLength = static_cast<int>(number("outputLength"));
+    g.generated = static_cast<int>(number("generated"));
+    g.minLength = static_cast<int>(number("minLength"));
+    g.endId = static_cast<int>(number("endId"));
+    g.earlyStopping = static_cast<int>(number("earlyStopping"));
+    g.improvable = o.Get("improvable").ToBoolean();
+    g.temperature = number("temperature");
+    g.lenPenalty = number("lenPenalty");
+    g.diversityRate = number("diversityRate");
+    g.scores = floats("scores");
+    g.finished = floats("finished");
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
 Napi::Object SampledObject(Napi::Env env, const std::vector<SampleResult>& sampled, const std::vector<float>* processed = nullptr) {
   Napi::Object out = Napi::Object::New(env);
   auto tokens = Napi::Int32Array::New(env, sampled.size());
@@ -184,6 +222,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     return DefineClass(env, "SlotDecoder",
                        {InstanceMethod("load", &SlotDecoderWrap::Load), InstanceMethod("prefill", &SlotDecoderWrap::Prefill),
                         InstanceMethod("decode", &SlotDecoderWrap::Decode), InstanceMethod("decodeGreedy", &SlotDecoderWrap::DecodeGreedy),
+                        InstanceMethod("decodeBeams", &SlotDecoderWrap::DecodeBeams),
                         InstanceMethod("interrupt", &SlotDecoderWrap::Interrupt), InstanceMethod("encode", &SlotDecoderWrap::Encode), InstanceMethod("copySlots", &SlotDecoderWrap::CopySlots),
                         InstanceMethod("close", &SlotDecoderWrap::Close), InstanceAccessor("cacheBytes", &SlotDecoderWrap::CacheBytes, nullptr),
                         InstanceAccessor("sessionMs", &SlotDecoderWrap::SessionMs, nullptr), InstanceAccessor("callMs", &SlotDecoderWrap::CallMs, nullptr)});
@@ -298,6 +337,27 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
           auto tokens = Napi::Int32Array::New(e, run->tokens.size());
           std::copy(run->tokens.begin(), run->tokens.end(), tokens.Data());
           out.Set("tokens", tokens);
+          out.Set("steps", Napi::Number::New(e, run->steps));
+          return out;
+        });
+  }
+
+  Napi::Value DecodeBeams(const Napi::CallbackInfo& info) {
+    SlotDecoder& decoder = Loaded(info.Env());
+    auto tokens = Int64s(info[0], "tokens");
+    auto positions = Int64s(info[1], "positions");
+    auto groups = ParseBeamGroups(info[2]);
+    if (!info[3].IsNumber()) throw Napi::TypeError::New(info.Env(), "decodeBeams takes the most steps");
+    const int maxSteps = info[3].As<Napi::Number>().Int32Value();
+    auto sourceLengths = info[4].IsUndefined() ? std::vector<int32_t>{} : Int32s(info[4], "sourceLengths");
+    auto run = std::make_shared<BeamRun>();
+    return Queue(
+        info.Env(), [&decoder, run, tokens, positions, groups, maxSteps, sourceLengths]() { *run = decoder.DecodeBeams(tokens, positions, groups, maxSteps, sourceLengths); },
+        [run](Napi::Env e) {
+          Napi::Object out = SampledObject(e, run->continuations);
+          auto parents = Napi::Int32Array::New(e, run->parents.size());
+          std::copy(run->parents.begin(), run->parents.end(), parents.Data());
+          out.Set("parents", parents);
           out.Set("steps", Napi::Number::New(e, run->steps));
           return out;
         });

@@ -72,6 +72,34 @@ export interface SlotStep {
   sampled: NativeSampled;
 }
 
+/** One beam search of a decodeBeams call, as far as choosing its beams needs it (src/native/beam-run.h). */
+export interface NativeBeamGroup {
+  firstRow: number;
+  width: number;
+  outputLength: number;
+  /** Tokens each live beam has (at least 1). */
+  generated: number;
+  minLength: number;
+  /** -1: none. */
+  endId: number;
+  /** 0: false, 1: true, 2: 'never'. */
+  earlyStopping: number;
+  improvable: boolean;
+  temperature: number;
+  lenPenalty: number;
+  diversityRate: number;
+  /** Each live beam's running score. */
+  scores: Float64Array;
+  /** The finished hypotheses' scores, best first. */
+  finished: Float64Array;
+}
+
+/** What decodeBeams gives back: each step's continuations per row (as NativeSampled's top arrays) and parents. */
+export interface NativeBeamRun extends NativeSampled {
+  parents: Int32Array;
+  steps: number;
+}
+
 /** The slot decoder: its cache of slots lives where the session runs. */
 export interface NativeSlotDecoder {
   load(): Promise<void>;
@@ -99,7 +127,16 @@ export interface NativeSlotDecoder {
     /** Each row's steps under its min_length, when its argmax passes over the end id. */
     minLeft?: Int32Array,
   ): Promise<{ tokens: Int32Array; steps: number }>;
-  /** Stops a decodeGreedy under way (or the next one) after its current step. */
+  /**
+   * Beam searches (each group `width` consecutive rows, past its first step) stepped back to back in the
+   * addon's thread: each step takes every beam's 2 x width best continuations where the logits are,
+   * chooses the next beams as BeamSearch does, moves the slots of beams that continue another and feeds
+   * the chosen tokens. Rows outside every group run along unread. Stops after the step in which a group
+   * finishes, at maxSteps, or at interrupt(). Step k's row r: its continuations at k * rows + r of the
+   * top arrays, and the row it continues, parents[k * rows + r].
+   */
+  decodeBeams(tokens: Int32Array, positions: Int32Array, groups: NativeBeamGroup[], maxSteps: number, sourceLengths?: Int32Array): Promise<NativeBeamRun>;
+  /** Stops a decodeGreedy or decodeBeams under way (or the next one) after its current step. */
   interrupt(): void;
   /**
    * dst[i] <- src[i] (their first lengths[i] positions); a permutation is safe. Encoder-decoders' cross-attention

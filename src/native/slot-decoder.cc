@@ -344,6 +344,81 @@ GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int
   return run;
 }
 
+BeamRun SlotDecoder::DecodeBeams(std::vector<int64_t> tokens, std::vector<int64_t> positions, std::vector<BeamGroup> groups, int maxSteps,
+                                 const std::vector<int32_t>& sourceLengths) {
+  Timed timed(callMs_);
+  UseDevice();
+  if (maxSteps < 1) throw std::out_of_range("decodeBeams takes at least one step");
+  CheckRows(tokens, positions, sourceLengths, maxSteps);
+  const int rows = static_cast<int>(tokens.size());
+  if (groups.empty()) throw std::invalid_argument("decodeBeams takes at least one beam group");
+  std::vector<bool> taken(rows, false);
+  for (const BeamGroup& g : groups) {
+    CheckBeamGroup(g, rows);
+    for (int b = 0; b < g.width; b++) {
+      const int r = g.firstRow + b;
+      if (taken[r]) throw std::invalid_argument("beam groups overlap at row " + std::to_string(r));
+      taken[r] = true;
+      // A group's slots move between its beams with the group's one length.
+      if (positions[r] != positions[g.firstRow]) throw std::invalid_argument("the beams of the group at row " + std::to_string(g.firstRow) + " are at different positions");
+    }
+    if (g.endId >= options_.vocab) throw std::out_of_range("beam group end id " + std::to_string(g.endId) + " is outside the vocabulary");
+  }
+  const bool graph = options_.cuda && options_.cudaGraph;
+  BeamRun run;
+  std::vector<int32_t> parents(rows);
+  std::vector<int32_t> next(rows);
+  std::vector<int32_t> seqlens(rows);
+  for (int step = 0; step < maxSteps; step++) {
+    SampleBatch sample;
+    for (const BeamGroup& g : groups) {
+      for (int b = 0; b < g.width; b++) {
+        sample.rows.push_back(g.firstRow + b);
+        sample.params.push_back(BeamSampleParams(g, b, sample.bans));
+      }
+    }
+    for (int r = 0; r < rows; r++) seqlens[r] = static_cast<int32_t>(positions[r]);
+    const int total = *std::max_element(seqlens.begin(), seqlens.end()) + 1;
+    StepResult result = Run(0, rows, 1, tokens, positions, seqlens, total, {}, sample, graph, sourceLengths);
+    run.continuations.resize(run.continuations.size() + rows, SampleResult{});
+    SampleResult* continuations = run.continuations.data() + static_cast<size_t>(step) * rows;
+    for (size_t i = 0; i < sample.rows.size(); i++) continuations[sample.rows[i]] = result.sampled[i];
+    for (int r = 0; r < rows; r++) {
+      parents[r] = r;
+      next[r] = static_cast<int32_t>(tokens[r]);
+    }
+    bool finished = false;
+    size_t at = 0;
+    for (BeamGroup& g : groups) {
+      StepBeamGroup(g, result.sampled.data() + at, parents.data() + g.firstRow, next.data() + g.firstRow);
+      for (int b = 0; b < g.width; b++) parents[g.firstRow + b] += g.firstRow;
+      at += g.width;
+      finished = finished || g.done;
+    }
+    // Beams that continue another take its slot (their length after this step), in one queued move.
+    std::vector<int32_t> src, dst, lengths;
+    for (int r = 0; r < rows; r++) {
+      if (parents[r] == r) continue;
+      src.push_back(parents[r]);
+      dst.push_back(r);
+      lengths.push_back(static_cast<int32_t>(positions[r] + 1));
+    }
+    if (!src.empty()) QueueCopies(src, dst, lengths, {});
+    run.parents.insert(run.parents.end(), parents.begin(), parents.end());
+    run.steps++;
+    for (int r = 0; r < rows; r++) {
+      tokens[r] = next[r];
+      positions[r]++;
+    }
+    if (finished || interrupt_.exchange(false)) break;
+  }
+#ifdef CHORUS_WITH_CUDA
+  // The last step's moves are done before its caller reads or steps the slots again.
+  if (options_.cuda) Check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+#endif
+  return run;
+}
+
 StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
                             const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, const SampleBatch& sample, bool graph,
                             const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& banned) {
@@ -594,6 +669,14 @@ void SlotDecoder::CopySlots(const std::vector<int32_t>& src, const std::vector<i
                             const std::vector<int32_t>& sourceLengths) {
   Timed timed(callMs_);
   UseDevice();
+  QueueCopies(src, dst, lengths, sourceLengths);
+#ifdef CHORUS_WITH_CUDA
+  if (options_.cuda) Check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+#endif
+}
+
+void SlotDecoder::QueueCopies(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths,
+                              const std::vector<int32_t>& sourceLengths) {
   const size_t count = src.size();
   if (dst.size() != count || lengths.size() != count) throw std::invalid_argument("copySlots takes as many destinations and lengths as sources");
   if (!sourceLengths.empty() && (!seq2seq() || sourceLengths.size() != count)) throw std::invalid_argument("copySlots takes source lengths for an encoder-decoder, one per copy");
@@ -633,10 +716,7 @@ void SlotDecoder::CopySlots(const std::vector<int32_t>& src, const std::vector<i
     MoveSlots(buffers, crossSlotBytes_, 1, crossSlotBytes_, width, src, dst, sourceLengths, index == nullptr ? nullptr : index + 4 * count);
   }
 #ifdef CHORUS_WITH_CUDA
-  if (options_.cuda) {
-    Check(cudaGetLastError(), "slot copy kernel");
-    Check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
-  }
+  if (options_.cuda) Check(cudaGetLastError(), "slot copy kernel");
 #endif
 }
 

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "beam-run.h"
 #include "kernels.h"
 #include "sampling.h"
 
@@ -65,6 +66,15 @@ struct GreedyRun {
   int steps = 0;
 };
 
+// Beam searches stepped back to back: for each step k and row r, continuations[k * rows + r] (the
+// row's beam continuations; empty for rows outside every group) and parents[k * rows + r] (the row it
+// continues: its slot was copied from there after the step).
+struct BeamRun {
+  std::vector<SampleResult> continuations;
+  std::vector<int32_t> parents;
+  int steps = 0;
+};
+
 class SlotDecoder {
  public:
   explicit SlotDecoder(const SlotDecoderOptions& options);
@@ -91,7 +101,14 @@ class SlotDecoder {
   // `minLeft[r]` (empty: none): the steps for which row r may not take the end id (its min_length).
   GreedyRun DecodeGreedy(std::vector<int64_t> tokens, std::vector<int64_t> positions, const std::vector<int32_t>& remaining, int endId, int maxSteps,
                          const std::vector<int32_t>& sourceLengths = {}, const std::vector<int32_t>& minLeft = {});
-  // Asks a DecodeGreedy under way (or the next one) to stop after its current step.
+  // Beam searches (each group `width` consecutive rows, generated >= 1) stepped back to back without
+  // returning: each step samples every beam's 2 x width best continuations where the logits are,
+  // chooses the next beams here (beam-run.h), moves the slots of beams that continue another and feeds
+  // the chosen tokens. Rows outside every group run along unread. Stops after the step in which a group
+  // finishes, at `maxSteps`, or at an Interrupt().
+  BeamRun DecodeBeams(std::vector<int64_t> tokens, std::vector<int64_t> positions, std::vector<BeamGroup> groups, int maxSteps,
+                      const std::vector<int32_t>& sourceLengths = {});
+  // Asks a DecodeGreedy or DecodeBeams under way (or the next one) to stop after its current step.
   void Interrupt() { interrupt_.store(true); }
   // Copies slot caches: dst[i] <- src[i], the first lengths[i] positions, reading every source before
   // writing any destination (so a permutation of rows is safe); encoder-decoders' cross-attention slots
@@ -140,6 +157,8 @@ class SlotDecoder {
   void UseDevice();
   // Adds a graph's time between events[0] and events[1] (both done) to sessionMs_.
   void AddGraphTime(void* const* events);
+  // CopySlots' copies queued (on the CPU, done) without waiting for them; the arguments checked.
+  void QueueCopies(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths, const std::vector<int32_t>& sourceLengths);
   // Moves the first lengths[i] positions of slots src[i] to dst[i] in each of `buffers` (slots of
   // `slotBytes`, each `heads` blocks `pitch` apart of `rowBytes` per position), through the scratch.
   void MoveSlots(const std::vector<void*>& buffers, size_t slotBytes, int heads, size_t pitch, size_t rowBytes, const std::vector<int32_t>& src,

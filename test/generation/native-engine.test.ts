@@ -150,10 +150,28 @@ describe('the native SlotDecoder', { skip }, () => {
     assert.throws(() => decoder.close(), /in flight/);
     assert.equal((await step).argmax.length, 1);
     await assert.rejects(decoder.decode(Int32Array.from([1]), Int32Array.from([16]), new Int32Array(0)), /past its slot's 16/);
+    // Beam runs: each group's fields are checked, naming the one at fault.
+    const group = { firstRow: 0, width: 2, outputLength: 8, generated: 1, minLength: 0, endId: -1, earlyStopping: 0, improvable: true, temperature: 1, lenPenalty: 1, diversityRate: 0, scores: Float64Array.from([0, -1]), finished: new Float64Array(0) };
+    const beams = (groups: Array<typeof group>, positions = [4, 4]): Promise<unknown> => decoder.decodeBeams(Int32Array.from([5, 6]), Int32Array.from(positions), groups, 2);
+    await assert.rejects(beams([{ ...group, width: 11 }]), /width must be 1..10, not 11/);
+    await assert.rejects(beams([{ ...group, firstRow: 1 }]), /rows 1..2 are outside the step's 2/);
+    await assert.rejects(beams([{ ...group, generated: 0 }]), /generated must be 1..outputLength - 1/);
+    await assert.rejects(beams([{ ...group, scores: Float64Array.from([0]) }]), /scores must hold one score per beam/);
+    await assert.rejects(beams([group], [4, 5]), /at different positions/);
+    await assert.rejects(beams([group, { ...group, width: 1, scores: Float64Array.from([0]) }]), /overlap at row 0/);
+    assert.throws(() => beams([{ ...group, scores: [0, 1] as unknown as Float64Array }]), /groups\[0\].scores must be a Float64Array/);
     decoder.close();
     assert.throws(() => decoder.decode(Int32Array.from([1]), Int32Array.from([3]), new Int32Array(0)), /not loaded/);
   });
 });
+
+/** Beam searches only: the native engine steps them in runs inside the addon. */
+const beamMix: Mix = [
+  { prompt: [5, 6, 7], params: { beam_width: 4, request_output_len: 20 } },
+  { prompt: [9, 10], params: { beam_width: 2, request_output_len: 14, len_penalty: 0.6, is_return_log_probs: true, num_return_sequences: 2 } },
+  { prompt: [3, 4, 5, 6], params: { beam_width: 3, request_output_len: 18, early_stopping: true, min_length: 8, beam_search_diversity_rate: 0.5 } },
+  { prompt: [11], params: { beam_width: 2, request_output_len: 16, early_stopping: 'never', temperature: 0.7, len_penalty: 1.5 } },
+];
 
 describe('NativeEngine (CPU)', { skip }, () => {
   const engines: Engine[] = [];
@@ -248,6 +266,28 @@ describe('NativeEngine (CPU)', { skip }, () => {
     assert.ok(stats.steps < stats.decodeSteps, `${stats.steps} calls for ${stats.decodeSteps} decode steps`);
   });
 
+  test('batches of beam searches run steps back to back in the addon and give the TypeScript engine\'s beams', async () => {
+    // Widths, length penalties, early stopping, min_length, diversity and temperature vary; requests
+    // join and leave the runs.
+    for (const name of ['qwen2', 'gpt2'] as const) {
+      const native = await open(dirs[name], true, 16);
+      await assertMixAsReference(native, await open(dirs[name], false, 16), beamMix, 2);
+      const stats = native.stats();
+      assert.ok(stats.steps < stats.decodeSteps, `${name}: ${stats.steps} calls for ${stats.decodeSteps} decode steps`);
+    }
+    // stories260K's beams reach its end id: hypotheses finish inside the runs and end the searches.
+    const params: SamplingParams[] = [
+      { beam_width: 3, request_output_len: 300, is_return_log_probs: true, num_return_sequences: 3 },
+      { beam_width: 4, request_output_len: 300, len_penalty: 0.5, early_stopping: true },
+      { beam_width: 2, request_output_len: 300, len_penalty: 2, early_stopping: 'never', min_length: 20 },
+    ];
+    const stories: Mix = params.map((p) => ({ prompt: [1], params: p }));
+    const native = await open(dirs.stories, true);
+    await assertMixAsReference(native, await open(dirs.stories, false), stories);
+    const stats = native.stats();
+    assert.ok(stats.steps * 4 < stats.decodeSteps, `${stats.steps} calls for ${stats.decodeSteps} decode steps`);
+  });
+
   test('stories260K: greedy from BOS stops at the end id as the TypeScript engine does', async () => {
     const native = await open(dirs.stories, true);
     const reference = await open(dirs.stories, false);
@@ -326,6 +366,15 @@ describe('NativeEngine, encoder-decoders (CPU)', { skip }, () => {
     for (const [i, p] of prompts.entries()) alone.push((await run(engine, p, paramsOf(i))).map((e) => e.token));
     const together = await Promise.all(prompts.map((p, i) => new Promise<void>((resolve) => setTimeout(resolve, i * 3)).then(() => run(engine, p, paramsOf(i)))));
     assert.deepEqual(together.map((events) => events.map((e) => e.token)), alone);
+  });
+
+  test('batches of beam searches run steps back to back in the addon and give the TypeScript engine\'s beams', async () => {
+    for (const arch of ['t5', 'bart'] as const) {
+      const native = await open(arch, true, 16);
+      await assertMixAsReference(native, await open(arch, false, 16), beamMix, 2);
+      const stats = native.stats();
+      assert.ok(stats.steps < stats.decodeSteps, `${arch}: ${stats.steps} calls for ${stats.decodeSteps} decode steps`);
+    }
   });
 
   test('a cancelled stream leaves its slot and the others go on unchanged', async () => {

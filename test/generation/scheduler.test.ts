@@ -13,6 +13,7 @@ test('schedule() admits in arrival order within the batch size and the cache bud
   s.enqueue(c);
   assert.deepEqual(s.schedule().admitted, [a, b]);
   assert.deepEqual(s.schedule().admitted, []); // batch full
+  assert.equal(s.nextFits(), false);
   b.finished = true;
   const next = s.schedule();
   assert.deepEqual([next.left, next.admitted], [[b], [c]]);
@@ -25,6 +26,7 @@ test('the cache budget holds back a sequence that would not fit beside the runni
   s.enqueue(a);
   s.enqueue(b);
   assert.deepEqual(s.schedule().admitted, [a]);
+  assert.equal(s.nextFits(), false); // 60 + 50 tokens
   a.cancelled = true;
   assert.deepEqual(s.schedule(), { admitted: [b], left: [a] });
 });
