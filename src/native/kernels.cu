@@ -68,14 +68,17 @@ __global__ void ArgmaxRowsKernel(const T* logits, int vocab, int32_t* out, const
   }
 }
 
-// One block per (copy, head); 16-byte words when every offset allows them, else bytes.
-__global__ void CopySlotBlocksKernel(char* dst, const char* src, const int32_t* dstIndex, const int32_t* srcIndex, const int32_t* lengths, size_t slotBytes,
-                                     size_t pitch, size_t rowBytes, bool wide) {
+// One block per (copy, head, buffer); 16-byte words when every offset allows them, else bytes.
+__global__ void MoveSlotsKernel(void* const* table, char* scratch, const int32_t* slotIndex, const int32_t* lengths, const int32_t* starts, size_t slotBytes,
+                                size_t pitch, size_t rowBytes, size_t stride, bool toScratch, bool wide) {
   const int i = blockIdx.x;
-  const size_t offset = static_cast<size_t>(blockIdx.y) * pitch;
-  const char* from = src + static_cast<size_t>(srcIndex[i]) * slotBytes + offset;
-  char* to = dst + static_cast<size_t>(dstIndex[i]) * slotBytes + offset;
+  const int head = blockIdx.y;
+  const int b = blockIdx.z;
   const size_t bytes = static_cast<size_t>(lengths[i]) * rowBytes;
+  char* slot = static_cast<char*>(table[b]) + static_cast<size_t>(slotIndex[i]) * slotBytes + static_cast<size_t>(head) * pitch;
+  char* staged = scratch + b * stride + static_cast<size_t>(starts[i]) * gridDim.y * rowBytes + head * bytes;
+  const char* from = toScratch ? slot : staged;
+  char* to = toScratch ? staged : slot;
   if (wide) {
     for (size_t at = threadIdx.x * 16; at < bytes; at += blockDim.x * 16) *reinterpret_cast<uint4*>(to + at) = *reinterpret_cast<const uint4*>(from + at);
   } else {
@@ -85,12 +88,13 @@ __global__ void CopySlotBlocksKernel(char* dst, const char* src, const int32_t* 
 
 }  // namespace
 
-void CopySlotBlocksDevice(void* dst, const void* src, const int32_t* dstIndex, const int32_t* srcIndex, const int32_t* lengths, int count, int heads,
-                          size_t slotBytes, size_t pitch, size_t rowBytes, void* stream) {
-  if (count == 0 || heads == 0) return;
-  const bool wide = (reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | slotBytes | pitch | rowBytes) % 16 == 0;
-  CopySlotBlocksKernel<<<dim3(count, heads), 256, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<char*>(dst), static_cast<const char*>(src), dstIndex, srcIndex,
-                                                                                       lengths, slotBytes, pitch, rowBytes, wide);
+void MoveSlotsThroughDevice(void* const* table, int buffers, void* scratch, const int32_t* slotIndex, const int32_t* lengths, const int32_t* starts, int count,
+                            int heads, size_t slotBytes, size_t pitch, size_t rowBytes, size_t stride, bool toScratch, void* stream) {
+  if (count == 0 || heads == 0 || buffers == 0) return;
+  // Cache buffers come from cudaMalloc (256-byte aligned); the scratch too.
+  const bool wide = (reinterpret_cast<uintptr_t>(scratch) | slotBytes | pitch | rowBytes | stride) % 16 == 0;
+  MoveSlotsKernel<<<dim3(count, heads, buffers), 256, 0, static_cast<cudaStream_t>(stream)>>>(table, static_cast<char*>(scratch), slotIndex, lengths, starts,
+                                                                                             slotBytes, pitch, rowBytes, stride, toScratch, wide);
 }
 
 namespace {

@@ -43,11 +43,13 @@ struct GreedyAdvance {
 // Device: ArgmaxRowsDevice, then each row's next inputs written as `advance` says, in the same launch.
 void ArgmaxAdvanceDevice(const void* logits, FloatType type, int rows, int vocab, int32_t* out, const GreedyAdvance& advance, void* stream);
 
-// Device: `count` copies of slot blocks in one launch. Copy i takes, from the slot src + srcIndex[i] *
-// slotBytes, each of `heads` rows of `pitch` bytes apart its first lengths[i] * rowBytes bytes, to the
-// same places of dst + dstIndex[i] * slotBytes. The index and length arrays are device memory.
-void CopySlotBlocksDevice(void* dst, const void* src, const int32_t* dstIndex, const int32_t* srcIndex, const int32_t* lengths, int count, int heads,
-                          size_t slotBytes, size_t pitch, size_t rowBytes, void* stream);
+// Device: slot blocks moved between `buffers` cache buffers (their addresses in the device array
+// `table`) and a scratch, in one launch. Copy i of buffer b: each of `heads` blocks (`pitch` bytes apart)
+// of the slot slotIndex[i] (slots `slotBytes` apart), its first lengths[i] * rowBytes bytes, to (with
+// toScratch; else from) scratch + b * stride + (starts[i] * heads + head * lengths[i]) * rowBytes. The
+// index arrays are device memory.
+void MoveSlotsThroughDevice(void* const* table, int buffers, void* scratch, const int32_t* slotIndex, const int32_t* lengths, const int32_t* starts, int count,
+                            int heads, size_t slotBytes, size_t pitch, size_t rowBytes, size_t stride, bool toScratch, void* stream);
 #endif
 
 }  // namespace chorus

@@ -19,6 +19,11 @@ struct HostBlock {
   void ForEach(int n, F f) {
     for (int i = 0; i < n; i++) f(i);
   }
+  // w[i] = f(i, w[i]) for each i < n.
+  template <class F>
+  void Update(int n, float* w, F f) {
+    for (int i = 0; i < n; i++) w[i] = f(i, w[i]);
+  }
   template <class T, class Map, class Combine>
   T Reduce(int n, T init, Map map, Combine combine) {
     T acc = init;
@@ -46,6 +51,14 @@ struct HostBlock {
       m++;
     }
     return CompactRow{values, indices, m};
+  }
+  // The k first elements (k <= kMaxTopLogProbs) in the order of values, largest first, then of indices,
+  // into out; returns how many (min(k, n)).
+  template <class Value>
+  int TopK(int n, Value valueOf, int k, Best* out) {
+    int count = 0;
+    for (int i = 0; i < n; i++) OfferTop(out, count, k, valueOf(i), i);
+    return count;
   }
   // The first index whose running sum of weights passes `target` (exceeds it when strict, reaches it
   // otherwise); -1 when none does.

@@ -10,6 +10,8 @@ namespace chorus {
 namespace {
 
 constexpr int kSampleThreads = 512;
+// Elements a thread reads ahead in a pass over a row.
+constexpr int kUnroll = 8;
 constexpr int kCompactIds = 2048;
 // Shared memory per block: one reduction slot of up to 32 bytes per thread, a histogram of 256 counts,
 // and the gathered ids with their values.
@@ -31,11 +33,38 @@ struct DeviceBlock {
     __syncthreads();
   }
 
+  // Each thread combines its strided share in index order; the values of kUnroll elements are taken
+  // before they are combined, so that their loads are in flight together.
   template <class T, class Map, class Combine>
   __device__ T Reduce(int n, T init, Map map, Combine combine) {
     T acc = init;
-    for (int v = threadIdx.x; v < n; v += blockDim.x) acc = combine(acc, map(v));
+    const int stride = blockDim.x;
+    int v = threadIdx.x;
+    for (; v + (kUnroll - 1) * stride < n; v += kUnroll * stride) {
+      T part[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++) part[u] = map(v + u * stride);
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++) acc = combine(acc, part[u]);
+    }
+    for (; v < n; v += stride) acc = combine(acc, map(v));
     return Combined(acc, combine);
+  }
+
+  // w[i] = f(i, w[i]) for each i < n, kUnroll elements read before any is written.
+  template <class F>
+  __device__ void Update(int n, float* w, F f) {
+    const int stride = blockDim.x;
+    int v = threadIdx.x;
+    for (; v + (kUnroll - 1) * stride < n; v += kUnroll * stride) {
+      float x[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++) x[u] = w[v + u * stride];
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++) w[v + u * stride] = f(v + u * stride, x[u]);
+    }
+    for (; v < n; v += stride) w[v] = f(v, w[v]);
+    __syncthreads();
   }
 
   // Every thread's `value` combined, in a fixed tree order; every thread gets the result.
@@ -120,6 +149,49 @@ struct DeviceBlock {
     return CompactRow{values, indices, min(total, kCompact)};
   }
 
+  // The k first elements (k <= kMaxTopLogProbs) in the order of values, largest first, then of indices,
+  // into out (every thread's copy); returns how many (min(k, n)). Each thread keeps the top k of its
+  // strided share in registers; then k rounds each take the best of the threads' heads.
+  template <class Value>
+  __device__ int TopK(int n, Value valueOf, int k, Best* out) {
+    Best held[kMaxTopLogProbs];
+    int count = 0;
+    const int stride = blockDim.x;
+    int v = threadIdx.x;
+    for (; v + (kUnroll - 1) * stride < n; v += kUnroll * stride) {
+      float x[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++) x[u] = valueOf(v + u * stride);
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++) OfferTop(held, count, k, x[u], v + u * stride);
+    }
+    for (; v < n; v += stride) OfferTop(held, count, k, valueOf(v), v);
+    Best* winners = reinterpret_cast<Best*>(shared);
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int warps = (blockDim.x + 31) >> 5;
+    int head = 0;
+    int found = 0;
+    for (int j = 0; j < k; j++) {
+      Best mine = head < count ? held[head] : Best{-INFINITY, n};
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        const Best other{__shfl_down_sync(0xffffffffu, mine.value, offset), __shfl_down_sync(0xffffffffu, mine.index, offset)};
+        mine = CombineBest(mine, other);
+      }
+      __syncthreads();
+      if (lane == 0) winners[warp] = mine;
+      __syncthreads();
+      Best best = winners[0];
+      for (int w = 1; w < warps; w++) best = CombineBest(best, winners[w]);
+      if (best.index >= n) break;
+      out[j] = best;
+      found = j + 1;
+      if (head < count && held[head].index == best.index) head++;
+    }
+    __syncthreads();
+    return found;
+  }
+
   // Each thread sums a contiguous chunk, the chunks' sums are scanned, and the thread whose chunk holds
   // the crossing walks it; the first crossing wins.
   template <class Weight>
@@ -151,7 +223,20 @@ __global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(const T* logi
                     reinterpret_cast<int*>(shared + kReduceBytes + 256 * sizeof(int) + kCompactIds * sizeof(float))};
   const T* row = logits + static_cast<size_t>(rows[blockIdx.x]) * vocab;
   float* w = work + static_cast<size_t>(blockIdx.x) * vocab;
-  block.ForEach(vocab, [&](int v) { w[v] = Load(row + v); });
+  // Widened kUnroll at a time per thread, loads ahead of stores.
+  {
+    const int stride = blockDim.x;
+    int v = threadIdx.x;
+    for (; v + (kUnroll - 1) * stride < vocab; v += kUnroll * stride) {
+      float x[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++) x[u] = Load(row + v + u * stride);
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++) w[v + u * stride] = x[u];
+    }
+    for (; v < vocab; v += stride) w[v] = Load(row + v);
+    __syncthreads();
+  }
   const SampleResult result = SampleRow(block, w, vocab, params[blockIdx.x], seen, bans);
   if (threadIdx.x == 0) out[blockIdx.x] = result;
 }

@@ -246,17 +246,6 @@ CHORUS_HD double LogNorm(Block& b, int n, Value valueOf) {
   return max + log(sum);
 }
 
-// The element that follows `previous` in the order of values, largest first, then of indices; its
-// index is n when none does. Start from Best{INFINITY, -1}.
-template <class Block, class Value>
-CHORUS_HD Best NextInOrder(Block& b, int n, Value valueOf, const Best& previous) {
-  return b.Reduce(n, Best{-INFINITY, n}, [&](int i) {
-    const float x = valueOf(i);
-    const bool after = x < previous.value || (x == previous.value && i > previous.index);
-    return after ? Best{x, i} : Best{-INFINITY, n};
-  }, [](const Best& x, const Best& y) { return CombineBest(x, y); });
-}
-
 // The choice over a processed row: its argmax (temperature 0) or the draw's id, walking the softmax in
 // id order; and log(softmax) there.
 template <class Block, class Row>
@@ -281,14 +270,14 @@ CHORUS_HD SampleResult Choose(Block& b, const Row& row, const SampleParams& p) {
   result.logProb = row.value(at) - norm;
   // The most likely ids in order (value, then id), as many as asked, impossible ones left out.
   result.topCount = 0;
-  Best previous{INFINITY, -1};
-  for (int j = 0; j < p.topLogProbs; j++) {
-    const Best next = NextInOrder(b, row.n, [&](int i) { return row.value(i); }, previous);
-    if (next.index >= row.n || next.value == -INFINITY) break;
-    result.topTokens[j] = row.index(next.index);
-    result.topLogProbs[j] = next.value - norm;
-    result.topCount = j + 1;
-    previous = next;
+  if (p.topLogProbs > 0) {
+    Best top[kMaxTopLogProbs];
+    const int found = b.TopK(row.n, [&](int i) { return row.value(i); }, p.topLogProbs < row.n ? p.topLogProbs : row.n, top);
+    for (int j = 0; j < found && top[j].value != -INFINITY; j++) {
+      result.topTokens[j] = row.index(top[j].index);
+      result.topLogProbs[j] = top[j].value - norm;
+      result.topCount = j + 1;
+    }
   }
   b.Sync();
   return result;
@@ -311,27 +300,37 @@ CHORUS_HD void PenalizeAndBan(Block& b, float* w, const SampleParams& p, const i
   b.ForEach(p.banEnd - p.banBegin, [&](int i) { w[bans[p.banBegin + i]] = -INFINITY; });
 }
 
+// A thread's running top k (k <= kMaxTopLogProbs) of the elements it has seen, in the order of values,
+// largest first, then of indices: `x` at index `i`, offered in ascending index order, joins when it beats
+// the last held (an equal value came earlier, so the held one stays ahead).
+CHORUS_HD inline void OfferTop(Best* held, int& count, int k, float x, int i) {
+  if (count == k && !(x > held[k - 1].value)) return;
+  int at = count < k ? count++ : k - 1;
+  while (at > 0 && x > held[at - 1].value) {
+    held[at] = held[at - 1];
+    at--;
+  }
+  held[at] = Best{x, i};
+}
+
 // One beam of a beam search, as src/generation/beam-search.ts steps it: temperature, log-softmax (in
 // float32), then the penalties and bans on the log-probabilities; each id's accumulated score is
 // float32(log-prob + the beam's score), and the beamKeep best by that score (then by id) come back as
 // (id, log-prob) in order. `w` ends with the processed log-probabilities.
 template <class Block>
 CHORUS_HD SampleResult BeamRow(Block& b, float* w, int vocab, const SampleParams& p, const int32_t* seen, const int32_t* bans) {
-  if (p.temperature != 0 && p.temperature != 1) b.ForEach(vocab, [&](int v) { w[v] = static_cast<float>(w[v] / p.temperature); });
+  if (p.temperature != 0 && p.temperature != 1) b.Update(vocab, w, [&](int, float x) { return static_cast<float>(x / p.temperature); });
   const double norm = LogNorm(b, vocab, [&](int v) { return w[v]; });
   // All -inf stays all -inf (no NaN from -inf - -inf).
-  b.ForEach(vocab, [&](int v) { w[v] = norm == -INFINITY ? -INFINITY : static_cast<float>(w[v] - norm); });
+  b.Update(vocab, w, [&](int, float x) { return norm == -INFINITY ? -INFINITY : static_cast<float>(x - norm); });
   PenalizeAndBan(b, w, p, seen, bans);
   auto accumulated = [&](int v) { return static_cast<float>(w[v] + p.beamScore); };
   SampleResult result;
-  result.topCount = 0;
-  Best previous{INFINITY, -1};
-  for (int j = 0; j < p.beamKeep && j < vocab; j++) {
-    const Best next = NextInOrder(b, vocab, accumulated, previous);
-    result.topTokens[j] = next.index;
-    result.topLogProbs[j] = w[next.index];
-    result.topCount = j + 1;
-    previous = next;
+  Best best[kMaxTopLogProbs];
+  result.topCount = b.TopK(vocab, accumulated, p.beamKeep < vocab ? p.beamKeep : vocab, best);
+  for (int j = 0; j < result.topCount; j++) {
+    result.topTokens[j] = best[j].index;
+    result.topLogProbs[j] = w[best[j].index];
   }
   result.token = result.topTokens[0];
   result.logProb = result.topLogProbs[0];
@@ -347,7 +346,7 @@ template <class Block>
 CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SampleParams& p, const int32_t* seen, const int32_t* bans) {
   if (p.beamKeep > 0) return BeamRow(b, w, vocab, p, seen, bans);
   PenalizeAndBan(b, w, p, seen, bans);
-  if (p.temperature != 0 && p.temperature != 1) b.ForEach(vocab, [&](int v) { w[v] = static_cast<float>(w[v] / p.temperature); });
+  if (p.temperature != 0 && p.temperature != 1) b.Update(vocab, w, [&](int, float x) { return static_cast<float>(x / p.temperature); });
 
   const FullRow full{w, vocab};
   // Ids below `floor` (a key) are impossible from here on; `possible` of them are at or above it.
@@ -357,9 +356,7 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
   if (p.topK > 0 && p.topK < vocab) {
     floor = KthLargestKey(b, full, p.topK, possible);
     const uint32_t kth = floor;
-    b.ForEach(vocab, [&](int v) {
-      if (FloatKey(w[v]) < kth) w[v] = -INFINITY;
-    });
+    b.Update(vocab, w, [&](int, float x) { return FloatKey(x) < kth ? -INFINITY : x; });
   }
   double max = 0;
   double total = 0;
@@ -374,9 +371,7 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
       if (held >= p.topP && atOrAbove <= Block::kCompact) {
         floor = key;
         possible = atOrAbove;
-        b.ForEach(vocab, [&](int v) {
-          if (FloatKey(w[v]) < key) w[v] = -INFINITY;
-        });
+        b.Update(vocab, w, [&](int, float x) { return FloatKey(x) < key ? -INFINITY : x; });
       }
     }
   }

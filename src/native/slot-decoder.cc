@@ -113,6 +113,15 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
   cacheBytes_ = (layerBytes + (seq2seq() ? crossSlotBytes_ * options.slots : 0)) * 2 * options.layers;
   logits_ = Allocate(static_cast<size_t>(options.slots) * options.vocab * elementBytes_);
 #ifdef CHORUS_WITH_CUDA
+  if (options.cuda) {
+    // Every cache buffer's address, for the slot moves' kernels: each layer's key and value, then the
+    // cross-attention's.
+    std::vector<void*> table;
+    for (int l = 0; l < options.layers; l++) table.insert(table.end(), {keys_[l], values_[l]});
+    for (int l = 0; l < options.layers && seq2seq(); l++) table.insert(table.end(), {crossKeys_[l], crossValues_[l]});
+    bufferTable_ = static_cast<void**>(Allocate(sizeof(void*) * table.size()));
+    Check(cudaMemcpy(bufferTable_, table.data(), sizeof(void*) * table.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
   if (options.cuda) argmaxDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
   if (options.cuda) bannedDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
   if (options.cuda && options.cudaGraph) {
@@ -146,6 +155,7 @@ SlotDecoder::~SlotDecoder() {
   Free(logits_);
   Free(scratch_);
   Free(copyIndex_);
+  Free(bufferTable_);
   Free(argmaxDevice_);
   Free(bannedDevice_);
   Free(sampleWork_);
@@ -196,6 +206,10 @@ void SlotDecoder::Free(void* p) {
 
 void SlotDecoder::Reserve(void*& buffer, size_t& capacity, size_t need, size_t grow) {
   if (capacity >= need) return;
+#ifdef CHORUS_WITH_CUDA
+  // Kernels queued on the stream may still read the old buffer.
+  if (options_.cuda && buffer != nullptr) Check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+#endif
   Free(buffer);
   buffer = nullptr;
   capacity = 0;
@@ -452,8 +466,10 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
     if (!banned.empty()) Check(cudaMemcpyAsync(bannedDevice_, banned.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
     ArgmaxRowsDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, stream_, banned.empty() ? nullptr : bannedDevice_);
     Check(cudaGetLastError(), "argmax kernel");
-    ToHost(result.argmax.data(), argmaxDevice_, sizeof(int32_t) * rows);
+    // Every kernel is queued before the first copy to (pageable) host memory waits for them.
     Sample(sample, result);
+    ToHost(result.argmax.data(), argmaxDevice_, sizeof(int32_t) * rows);
+    if (!sample.rows.empty()) ToHost(result.sampled.data(), sampledDevice_, sizeof(SampleResult) * sample.rows.size());
     std::vector<char> staged(rowBytes * logitRows.size());
     for (size_t i = 0; i < logitRows.size(); i++) ToHost(staged.data() + i * rowBytes, static_cast<char*>(logits_) + logitRows[i] * rowBytes, rowBytes);
     Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
@@ -658,7 +674,6 @@ void SlotDecoder::Sample(const SampleBatch& sample, StepResult& result) {
     SampleRowsDevice(logits_, options_.floatType, options_.vocab, sample, sampleHostStaging_.data(), sampleStaging_, sampleWork_, sampledDevice_,
                      stream_);
     Check(cudaGetLastError(), "sampling kernel");
-    ToHost(result.sampled.data(), sampledDevice_, sizeof(SampleResult) * sample.rows.size());
     return;
   }
 #endif
@@ -688,54 +703,71 @@ void SlotDecoder::QueueCopies(const std::vector<int32_t>& src, const std::vector
     if (!sourceLengths.empty() && (sourceLengths[i] < 0 || sourceLengths[i] > options_.sourceLength)) throw std::out_of_range("a source length outside 0.." + std::to_string(options_.sourceLength));
   }
   const bool cross = std::any_of(sourceLengths.begin(), sourceLengths.end(), [](int32_t n) { return n > 0; });
-  Reserve(scratch_, scratchBytes_, count * std::max(slotBytes_, cross ? crossSlotBytes_ : 0), count * std::max(slotBytes_, crossSlotBytes_));
-  int32_t* index = nullptr;
+  const size_t crossWidth = static_cast<size_t>(options_.kvHeads) * options_.headDim * elementBytes_;
 #ifdef CHORUS_WITH_CUDA
   if (options_.cuda) {
-    // The index arrays go over once: sources, destinations, lengths, 0..n-1, source lengths.
-    if (copyIndex_ == nullptr) copyIndex_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * 5 * options_.slots));
-    std::vector<int32_t> staged(5 * count, 0);
+    // The index arrays go over once: sources, destinations, then for the decoder's cache and the
+    // cross-attention cache each copy's length and where it starts in the scratch (in positions).
+    if (copyIndex_ == nullptr) copyIndex_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * 6 * options_.slots));
+    std::vector<int32_t> staged(6 * count, 0);
+    size_t positions = 0;
+    size_t crossPositions = 0;
     for (size_t i = 0; i < count; i++) {
       staged[i] = src[i];
       staged[count + i] = dst[i];
       staged[2 * count + i] = lengths[i];
-      staged[3 * count + i] = static_cast<int32_t>(i);
-      if (cross) staged[4 * count + i] = sourceLengths[i];
+      staged[3 * count + i] = static_cast<int32_t>(positions);
+      positions += lengths[i];
+      if (cross) {
+        staged[4 * count + i] = sourceLengths[i];
+        staged[5 * count + i] = static_cast<int32_t>(crossPositions);
+        crossPositions += sourceLengths[i];
+      }
     }
     Check(cudaMemcpyAsync(copyIndex_, staged.data(), sizeof(int32_t) * staged.size(), cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)), "cudaMemcpyAsync");
-    index = copyIndex_;
-  }
-#endif
-  std::vector<void*> buffers;
-  for (int l = 0; l < options_.layers; l++) buffers.insert(buffers.end(), {keys_[l], values_[l]});
-  MoveSlots(buffers, slotBytes_, copyHeads_, copyPitch_, copyRowBytes_, src, dst, lengths, index == nullptr ? nullptr : index + 2 * count);
-  if (cross) {
-    buffers.clear();
-    for (int l = 0; l < options_.layers; l++) buffers.insert(buffers.end(), {crossKeys_[l], crossValues_[l]});
-    const size_t width = static_cast<size_t>(options_.kvHeads) * options_.headDim * elementBytes_;
-    MoveSlots(buffers, crossSlotBytes_, 1, crossSlotBytes_, width, src, dst, sourceLengths, index == nullptr ? nullptr : index + 4 * count);
-  }
-#ifdef CHORUS_WITH_CUDA
-  if (options_.cuda) Check(cudaGetLastError(), "slot copy kernel");
-#endif
-}
-
-void SlotDecoder::MoveSlots(const std::vector<void*>& buffers, size_t slotBytes, int heads, size_t pitch, size_t rowBytes, const std::vector<int32_t>& src,
-                            const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths, const int32_t* deviceLengths) {
-  const size_t count = src.size();
-#ifdef CHORUS_WITH_CUDA
-  if (options_.cuda) {
-    // Two launches per buffer (into the scratch, then out of it) instead of a copy per slot and head.
-    const int32_t* srcIndex = copyIndex_;
-    const int32_t* dstIndex = copyIndex_ + count;
-    const int32_t* identity = copyIndex_ + 3 * count;
-    for (void* base : buffers) {
-      CopySlotBlocksDevice(scratch_, base, identity, srcIndex, deviceLengths, static_cast<int>(count), heads, slotBytes, pitch, rowBytes, stream_);
-      CopySlotBlocksDevice(base, scratch_, dstIndex, identity, deviceLengths, static_cast<int>(count), heads, slotBytes, pitch, rowBytes, stream_);
-    }
+    const int buffers = 2 * options_.layers;
+    MoveSlotsDevice(bufferTable_, buffers, slotBytes_, copyHeads_, copyPitch_, copyRowBytes_, static_cast<int>(count), 2, positions);
+    if (cross) MoveSlotsDevice(bufferTable_ + buffers, buffers, crossSlotBytes_, 1, crossSlotBytes_, crossWidth, static_cast<int>(count), 4, crossPositions);
+    Check(cudaGetLastError(), "slot copy kernel");
     return;
   }
 #endif
+  Reserve(scratch_, scratchBytes_, count * std::max(slotBytes_, cross ? crossSlotBytes_ : 0), count * std::max(slotBytes_, crossSlotBytes_));
+  std::vector<void*> buffers;
+  for (int l = 0; l < options_.layers; l++) buffers.insert(buffers.end(), {keys_[l], values_[l]});
+  MoveSlots(buffers, slotBytes_, copyHeads_, copyPitch_, copyRowBytes_, src, dst, lengths);
+  if (cross) {
+    buffers.clear();
+    for (int l = 0; l < options_.layers; l++) buffers.insert(buffers.end(), {crossKeys_[l], crossValues_[l]});
+    MoveSlots(buffers, crossSlotBytes_, 1, crossSlotBytes_, crossWidth, src, dst, sourceLengths);
+  }
+}
+
+#ifdef CHORUS_WITH_CUDA
+void SlotDecoder::MoveSlotsDevice(void* const* table, int buffers, size_t slotBytes, int heads, size_t pitch, size_t rowBytes, int count, int lengthsAt,
+                                  size_t positions) {
+  // Each buffer's copies side by side in the scratch: as many buffers per launch as kMoveScratchBytes holds.
+  const size_t stride = positions * heads * rowBytes;
+  if (stride == 0) return;
+  constexpr size_t kMoveScratchBytes = size_t{256} << 20;
+  const int per = static_cast<int>(std::max<size_t>(1, std::min<size_t>(buffers, kMoveScratchBytes / stride)));
+  // Grown with room to spare: a beam run's moves grow by a position every step.
+  Reserve(scratch_, scratchBytes_, per * stride, std::max(per * stride, std::min(2 * per * stride + (size_t{1} << 20), kMoveScratchBytes)));
+  const int32_t* lengths = copyIndex_ + lengthsAt * count;
+  const int32_t* starts = lengths + count;
+  for (int b = 0; b < buffers; b += per) {
+    const int n = std::min(per, buffers - b);
+    MoveSlotsThroughDevice(table + b, n, scratch_, copyIndex_, lengths, starts, count, heads, slotBytes, pitch, rowBytes, stride, true, stream_);
+    MoveSlotsThroughDevice(table + b, n, scratch_, copyIndex_ + count, lengths, starts, count, heads, slotBytes, pitch, rowBytes, stride, false, stream_);
+  }
+}
+#else
+void SlotDecoder::MoveSlotsDevice(void* const*, int, size_t, int, size_t, size_t, int, int, size_t) {}
+#endif
+
+void SlotDecoder::MoveSlots(const std::vector<void*>& buffers, size_t slotBytes, int heads, size_t pitch, size_t rowBytes, const std::vector<int32_t>& src,
+                            const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths) {
+  const size_t count = src.size();
   for (void* base : buffers) {
     for (size_t i = 0; i < count; i++) {
       CopyStrided(static_cast<char*>(scratch_) + i * slotBytes, pitch, static_cast<char*>(base) + src[i] * slotBytes, pitch, lengths[i] * rowBytes, heads);

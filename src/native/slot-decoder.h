@@ -162,7 +162,13 @@ class SlotDecoder {
   // Moves the first lengths[i] positions of slots src[i] to dst[i] in each of `buffers` (slots of
   // `slotBytes`, each `heads` blocks `pitch` apart of `rowBytes` per position), through the scratch.
   void MoveSlots(const std::vector<void*>& buffers, size_t slotBytes, int heads, size_t pitch, size_t rowBytes, const std::vector<int32_t>& src,
-                 const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths, const int32_t* deviceIndex);
+                 const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths);
+  // CUDA: the same for the `buffers` buffers of the device `table`, the copies' sources, destinations,
+  // lengths and scratch starts staged in copyIndex_ (lengths and starts from copyIndex_ + lengthsAt *
+  // count), `positions` in all: two launches for all the buffers the scratch holds at once.
+  void MoveSlotsDevice(void* const* table, int buffers, size_t slotBytes, int heads, size_t pitch, size_t rowBytes, int count, int lengthsAt, size_t positions);
+  // The sampler on the step's logits: on the host, its results in result.sampled; with CUDA, queued
+  // (the results left in sampledDevice_ for the caller to fetch).
   void Sample(const SampleBatch& sample, StepResult& result);
   void* Allocate(size_t bytes);
   void Free(void* p);
@@ -199,7 +205,8 @@ class SlotDecoder {
   void* logits_ = nullptr;  // [slots, vocab]
   void* scratch_ = nullptr;  // CopySlots' staging, grown as needed
   size_t scratchBytes_ = 0;
-  int32_t* copyIndex_ = nullptr;  // CUDA: CopySlots' sources, destinations, lengths and 0..n-1 on the device
+  int32_t* copyIndex_ = nullptr;  // CUDA: CopySlots' sources, destinations, lengths and scratch starts on the device
+  void** bufferTable_ = nullptr;  // CUDA: every cache buffer's address (keys and values per layer, then cross-attention's)
   int32_t* argmaxDevice_ = nullptr;
   int32_t* bannedDevice_ = nullptr;
   // The sampler's buffers, allocated when first needed: processed logits (slots x vocab floats), the

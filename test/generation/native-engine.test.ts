@@ -5,7 +5,7 @@ import { after, before, describe, test } from 'node:test';
 import { lastValueFrom, toArray } from 'rxjs';
 import { NativeEngine, nativeUnavailable, OrtEngine, greedy, Seq2SeqEngine, type Engine, type NativeEngineOptions, type SamplingParams, type TokenEvent } from '../../src/generation/index.ts';
 import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
-import { loadNative } from '../../src/native/index.ts';
+import { loadNative, type NativeBeamGroup } from '../../src/native/index.ts';
 import { uniformStream } from '../../src/util/random.ts';
 import { STORIES } from '../helpers/paths.ts';
 import { scratchDir } from '../helpers/scratch.ts';
@@ -151,15 +151,15 @@ describe('the native SlotDecoder', { skip }, () => {
     assert.equal((await step).argmax.length, 1);
     await assert.rejects(decoder.decode(Int32Array.from([1]), Int32Array.from([16]), new Int32Array(0)), /past its slot's 16/);
     // Beam runs: each group's fields are checked, naming the one at fault.
-    const group = { firstRow: 0, width: 2, outputLength: 8, generated: 1, minLength: 0, endId: -1, earlyStopping: 0, improvable: true, temperature: 1, lenPenalty: 1, diversityRate: 0, scores: Float64Array.from([0, -1]), finished: new Float64Array(0) };
-    const beams = (groups: Array<typeof group>, positions = [4, 4]): Promise<unknown> => decoder.decodeBeams(Int32Array.from([5, 6]), Int32Array.from(positions), groups, 2);
+    const group: NativeBeamGroup = { firstRow: 0, width: 2, outputLength: 8, generated: 1, minLength: 0, endId: -1, earlyStopping: 0, improvable: true, temperature: 1, lenPenalty: 1, diversityRate: 0, scores: Float64Array.from([0, -1]), finished: new Float64Array(0) };
+    const beams = (groups: NativeBeamGroup[], positions = [4, 4]): Promise<unknown> => decoder.decodeBeams(Int32Array.from([5, 6]), Int32Array.from(positions), groups, 2);
     await assert.rejects(beams([{ ...group, width: 11 }]), /width must be 1..10, not 11/);
     await assert.rejects(beams([{ ...group, firstRow: 1 }]), /rows 1..2 are outside the step's 2/);
     await assert.rejects(beams([{ ...group, generated: 0 }]), /generated must be 1..outputLength - 1/);
     await assert.rejects(beams([{ ...group, scores: Float64Array.from([0]) }]), /scores must hold one score per beam/);
     await assert.rejects(beams([group], [4, 5]), /at different positions/);
     await assert.rejects(beams([group, { ...group, width: 1, scores: Float64Array.from([0]) }]), /overlap at row 0/);
-    assert.throws(() => beams([{ ...group, scores: [0, 1] as unknown as Float64Array }]), /groups\[0\].scores must be a Float64Array/);
+    assert.throws(() => beams([{ ...group, scores: [0, 1] as unknown as NativeBeamGroup['scores'] }]), /groups\[0\].scores must be a Float64Array/);
     decoder.close();
     assert.throws(() => decoder.decode(Int32Array.from([1]), Int32Array.from([3]), new Int32Array(0)), /not loaded/);
   });
