@@ -33,37 +33,34 @@ struct DeviceBlock {
     __syncthreads();
   }
 
-  // Each thread combines its strided share in index order; the values of kUnroll elements are taken
-  // before they are combined, so that their loads are in flight together.
+  // This thread's strided share of n elements in index order: use(i, read(i)) for each, the reads of
+  // kUnroll elements taken before any is used, so that their loads are in flight together.
+  template <class T, class Read, class Use>
+  __device__ void Strided(int n, Read read, Use use) {
+    const int stride = blockDim.x;
+    int v = threadIdx.x;
+    for (; v + (kUnroll - 1) * stride < n; v += kUnroll * stride) {
+      T x[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++) x[u] = read(v + u * stride);
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++) use(v + u * stride, x[u]);
+    }
+    for (; v < n; v += stride) use(v, read(v));
+  }
+
+  // Each thread combines its strided share in index order, then the threads' results are combined.
   template <class T, class Map, class Combine>
   __device__ T Reduce(int n, T init, Map map, Combine combine) {
     T acc = init;
-    const int stride = blockDim.x;
-    int v = threadIdx.x;
-    for (; v + (kUnroll - 1) * stride < n; v += kUnroll * stride) {
-      T part[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; u++) part[u] = map(v + u * stride);
-#pragma unroll
-      for (int u = 0; u < kUnroll; u++) acc = combine(acc, part[u]);
-    }
-    for (; v < n; v += stride) acc = combine(acc, map(v));
+    Strided<T>(n, map, [&](int, T x) { acc = combine(acc, x); });
     return Combined(acc, combine);
   }
 
-  // w[i] = f(i, w[i]) for each i < n, kUnroll elements read before any is written.
+  // w[i] = f(i, w[i]) for each i < n.
   template <class F>
   __device__ void Update(int n, float* w, F f) {
-    const int stride = blockDim.x;
-    int v = threadIdx.x;
-    for (; v + (kUnroll - 1) * stride < n; v += kUnroll * stride) {
-      float x[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; u++) x[u] = w[v + u * stride];
-#pragma unroll
-      for (int u = 0; u < kUnroll; u++) w[v + u * stride] = f(v + u * stride, x[u]);
-    }
-    for (; v < n; v += stride) w[v] = f(v, w[v]);
+    Strided<float>(n, [&](int i) { return w[i]; }, [&](int i, float x) { w[i] = f(i, x); });
     __syncthreads();
   }
 
@@ -156,16 +153,7 @@ struct DeviceBlock {
   __device__ int TopK(int n, Value valueOf, int k, Best* out) {
     Best held[kMaxTopLogProbs];
     int count = 0;
-    const int stride = blockDim.x;
-    int v = threadIdx.x;
-    for (; v + (kUnroll - 1) * stride < n; v += kUnroll * stride) {
-      float x[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; u++) x[u] = valueOf(v + u * stride);
-#pragma unroll
-      for (int u = 0; u < kUnroll; u++) OfferTop(held, count, k, x[u], v + u * stride);
-    }
-    for (; v < n; v += stride) OfferTop(held, count, k, valueOf(v), v);
+    Strided<float>(n, valueOf, [&](int i, float x) { OfferTop(held, count, k, x, i); });
     Best* winners = reinterpret_cast<Best*>(shared);
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
@@ -223,20 +211,8 @@ __global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(const T* logi
                     reinterpret_cast<int*>(shared + kReduceBytes + 256 * sizeof(int) + kCompactIds * sizeof(float))};
   const T* row = logits + static_cast<size_t>(rows[blockIdx.x]) * vocab;
   float* w = work + static_cast<size_t>(blockIdx.x) * vocab;
-  // Widened kUnroll at a time per thread, loads ahead of stores.
-  {
-    const int stride = blockDim.x;
-    int v = threadIdx.x;
-    for (; v + (kUnroll - 1) * stride < vocab; v += kUnroll * stride) {
-      float x[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; u++) x[u] = Load(row + v + u * stride);
-#pragma unroll
-      for (int u = 0; u < kUnroll; u++) w[v + u * stride] = x[u];
-    }
-    for (; v < vocab; v += stride) w[v] = Load(row + v);
-    __syncthreads();
-  }
+  block.Strided<float>(vocab, [&](int v) { return Load(row + v); }, [&](int v, float x) { w[v] = x; });
+  __syncthreads();
   const SampleResult result = SampleRow(block, w, vocab, params[blockIdx.x], seen, bans);
   if (threadIdx.x == 0) out[blockIdx.x] = result;
 }

@@ -38,6 +38,35 @@ __device__ float BlockReduce(float value, float* scratch) {
   return value;
 }
 
+// Where block (head blockIdx.x, row blockIdx.y) works: the keys already in the row's slot (`past`), the
+// head's first position in the slot and its place in the row's inputs and output.
+struct SlotPlace {
+  int past;
+  size_t slot;
+  size_t in;
+};
+
+__device__ inline SlotPlace PlaceOf(const int32_t* lengths, bool self, size_t width, int dim, int capacity) {
+  const int r = blockIdx.y;
+  const size_t head = static_cast<size_t>(blockIdx.x) * dim;
+  return SlotPlace{min(max(lengths[r], 0), capacity - (self ? 1 : 0)), static_cast<size_t>(r) * capacity * width + head, static_cast<size_t>(r) * width + head};
+}
+
+// The softmax's numerators in place of the n scores (each exp(score - max)); returns their sum. Its
+// block reductions' syncs also publish the numerators.
+__device__ inline float Exponentiate(float* scores, int n, float* scratch) {
+  float highest = -FLT_MAX;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) highest = fmaxf(highest, scores[j]);
+  highest = BlockReduce<false>(highest, scratch);
+  float total = 0;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    const float e = __expf(scores[j] - highest);
+    scores[j] = e;
+    total += e;
+  }
+  return BlockReduce<true>(total, scratch);
+}
+
 template <typename T>
 __global__ void SlotAttentionKernel(const T* query, const T* key, const T* value, T* cacheKey, T* cacheValue, const int32_t* lengths, const float* bias,
                                     int biasSpan, T* output, int heads, int dim, int capacity, float scale) {
@@ -46,12 +75,12 @@ __global__ void SlotAttentionKernel(const T* query, const T* key, const T* value
   float* scores = shared + dim;  // capacity
   __shared__ float scratch[kThreads / 32];
   const int h = blockIdx.x;
-  const int r = blockIdx.y;
   const bool self = key != nullptr;
   const size_t width = static_cast<size_t>(heads) * dim;
-  const int past = min(max(lengths[r], 0), capacity - (self ? 1 : 0));
-  const size_t slot = static_cast<size_t>(r) * capacity * width + static_cast<size_t>(h) * dim;
-  const size_t in = static_cast<size_t>(r) * width + static_cast<size_t>(h) * dim;
+  const SlotPlace at = PlaceOf(lengths, self, width, dim, capacity);
+  const int past = at.past;
+  const size_t slot = at.slot;
+  const size_t in = at.in;
   for (int d = threadIdx.x; d < dim; d += blockDim.x) {
     q[d] = Load(query + in + d);
     if (self) {
@@ -71,16 +100,7 @@ __global__ void SlotAttentionKernel(const T* query, const T* key, const T* value
     if (lane == 0) scores[j] = dot * scale + (bias != nullptr ? bias[static_cast<size_t>(h) * biasSpan + min(past - j, biasSpan - 1)] : 0.0f);
   }
   __syncthreads();
-  float highest = -FLT_MAX;
-  for (int j = threadIdx.x; j < n; j += blockDim.x) highest = fmaxf(highest, scores[j]);
-  highest = BlockReduce<false>(highest, scratch);
-  float total = 0;
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
-    const float e = __expf(scores[j] - highest);
-    scores[j] = e;
-    total += e;
-  }
-  total = BlockReduce<true>(total, scratch);  // its syncs also publish the exponentials
+  const float total = Exponentiate(scores, n, scratch);
   // Groups of `dim` threads each sum every groups-th position, then one sum over the groups; a head
   // wider than the block is summed by each thread over all positions.
   if (dim <= blockDim.x) {
@@ -132,12 +152,12 @@ __global__ void __launch_bounds__(kWideThreads) SlotAttentionWideKernel(const __
   float* scores = shared + dim;  // capacity
   __shared__ float scratch[kWideThreads / 32];
   const int h = blockIdx.x;
-  const int r = blockIdx.y;
   const bool self = key != nullptr;
   const size_t width = static_cast<size_t>(heads) * dim;
-  const int past = min(max(lengths[r], 0), capacity - (self ? 1 : 0));
-  const size_t slot = static_cast<size_t>(r) * capacity * width + static_cast<size_t>(h) * dim;
-  const size_t in = static_cast<size_t>(r) * width + static_cast<size_t>(h) * dim;
+  const SlotPlace at = PlaceOf(lengths, self, width, dim, capacity);
+  const int past = at.past;
+  const size_t slot = at.slot;
+  const size_t in = at.in;
   const int vectors = dim / 8;  // 16-byte vectors per position
   for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
     float x[8];
@@ -169,16 +189,7 @@ __global__ void __launch_bounds__(kWideThreads) SlotAttentionWideKernel(const __
     if (j < n && lane == 0) scores[j] = dot * scale + (bias != nullptr ? bias[static_cast<size_t>(h) * biasSpan + min(past - j, biasSpan - 1)] : 0.0f);
   }
   __syncthreads();
-  float highest = -FLT_MAX;
-  for (int j = threadIdx.x; j < n; j += blockDim.x) highest = fmaxf(highest, scores[j]);
-  highest = BlockReduce<false>(highest, scratch);
-  float total = 0;
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
-    const float e = __expf(scores[j] - highest);
-    scores[j] = e;
-    total += e;
-  }
-  total = BlockReduce<true>(total, scratch);  // its syncs also publish the exponentials
+  const float total = Exponentiate(scores, n, scratch);
   // The weighted sum: thread t takes vector t % vectors of every groups-th position from t / vectors.
   const int groups = blockDim.x / vectors;
   float* partial = scores + capacity;  // groups x dim
