@@ -205,14 +205,14 @@ export class BeamSearch {
   /**
    * Whether the native engine's beam runs can step this search (src/native/beam-run.h): past its first
    * step, with processors its sampler's beam mode applies alone (temperature, min_length's ban of the
-   * end id; no penalties, bad words or stop words), and at most 10 beams.
+   * end id; no penalties, bad words or stop words). (The engine bounds the beams: 2 x beam_width
+   * continuations per beam must fit the sampler's result.)
    */
   get runnable(): boolean {
     const p = this.params;
     return (
       !this.done &&
       this.generated > 0 &&
-      2 * this.width <= 20 &&
       p.repetition_penalty === 1 &&
       p.presence_penalty === 0 &&
       p.frequency_penalty === 0 &&

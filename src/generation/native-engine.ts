@@ -439,7 +439,7 @@ export class NativeEngine implements Engine {
    */
   private beamRun(): number {
     if (this.greedySteps === 1 || this.scheduler.nextFits()) return 0;
-    if (!this.members.every((s) => s instanceof BeamSequence)) return 0;
+    if (!this.members.every((s) => s instanceof BeamSequence && 2 * s.width <= MAX_TOP_LOGPROBS)) return 0;
     return Math.min(this.greedySteps, ...this.lengths.map((n) => this.slotLength - n), ...(this.members as BeamSequence[]).map((s) => s.runnableSteps()));
   }
 
