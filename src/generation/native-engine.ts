@@ -404,7 +404,7 @@ export class NativeEngine implements Engine {
     // So do beam searches whose processors the addon's sampler applies alone.
     const beams = this.beamRun();
     if (beams > 1) {
-      await this.decodeBeams(tokens, lengths, sourceLengths, beams);
+      await this.decodeBeams(tokens, bases, lengths, sourceLengths, beams);
       return;
     }
     const step = new StepPlan();
@@ -444,18 +444,12 @@ export class NativeEngine implements Engine {
   }
 
   /**
-   * Beam-search steps back to back in the addon, which chooses each step's beams and moves their slots;
-   * each search then replays the steps' continuations here (the hypotheses are kept here), and the
+   * Beam-search steps back to back in the addon (member i's beams from row bases[i]), which chooses
+   * each step's beams and moves their slots; each search then replays the steps' continuations here (the hypotheses are kept here), and the
    * beams it chooses must be the addon's.
    */
-  private async decodeBeams(tokens: number[], lengths: number[], sourceLengths: number[] | undefined, maxSteps: number): Promise<void> {
+  private async decodeBeams(tokens: number[], bases: readonly number[], lengths: number[], sourceLengths: number[] | undefined, maxSteps: number): Promise<void> {
     const members = this.members as BeamSequence[];
-    let row = 0;
-    const bases = members.map((s) => {
-      const base = row;
-      row += s.rows;
-      return base;
-    });
     const groups = members.map((s, i) => s.runGroup(bases[i]!));
     const rows = tokens.length;
     padRows(this.fixedRows, tokens, lengths, sourceLengths);

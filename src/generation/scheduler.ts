@@ -73,7 +73,7 @@ export class Scheduler<S extends Schedulable> {
     let rows = this.rows();
     while (this.waiting.length > 0) {
       const next = this.waiting[0]!;
-      if (rows + (next.width ?? 1) > this.limits.maxBatchSize || reserved + next.reservedTokens > this.limits.kvTokenBudget) break;
+      if (!this.fits(next, rows, reserved)) break;
       this.waiting.shift();
       admitted.push(next);
       reserved += next.reservedTokens;
@@ -86,7 +86,12 @@ export class Scheduler<S extends Schedulable> {
   /** Whether the first waiting sequence fits beside the running ones now (false when none waits). */
   nextFits(): boolean {
     const next = this.waiting[0];
-    return next !== undefined && this.rows() + (next.width ?? 1) <= this.limits.maxBatchSize && this.reserved() + next.reservedTokens <= this.limits.kvTokenBudget;
+    return next !== undefined && this.fits(next, this.rows(), this.reserved());
+  }
+
+  /** Whether `next` fits beside running sequences of `rows` rows reserving `reserved` tokens. */
+  private fits(next: S, rows: number, reserved: number): boolean {
+    return rows + (next.width ?? 1) <= this.limits.maxBatchSize && reserved + next.reservedTokens <= this.limits.kvTokenBudget;
   }
 
   /** Batch rows taken by running sequences. */

@@ -314,12 +314,17 @@ StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::ve
   Timed timed(callMs_);
   UseDevice();
   CheckRows(tokens, positions, sourceLengths, 1);
-  const int rows = static_cast<int>(tokens.size());
+  if (!banned.empty() && banned.size() != tokens.size()) throw std::invalid_argument("decode takes a banned id (-1: none) for each row, or none");
+  return Step(tokens, positions, logitRows, sample, sourceLengths, banned, true);
+}
+
+StepResult SlotDecoder::Step(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows,
+                             const SampleBatch& sample, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& banned, bool argmax) {
   std::vector<int32_t> seqlens(positions.begin(), positions.end());
   // With graphs, LaunchGraph sizes the step to the whole slot instead.
   const int total = *std::max_element(seqlens.begin(), seqlens.end()) + 1;
-  if (!banned.empty() && banned.size() != tokens.size()) throw std::invalid_argument("decode takes a banned id (-1: none) for each row, or none");
-  return Run(0, rows, 1, tokens, positions, seqlens, total, logitRows, sample, options_.cuda && options_.cudaGraph, sourceLengths, banned);
+  return Run(0, static_cast<int>(tokens.size()), 1, tokens, positions, seqlens, total, logitRows, sample, options_.cuda && options_.cudaGraph, sourceLengths,
+             banned, argmax);
 }
 
 GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int64_t> positions, const std::vector<int32_t>& remaining, int endId, int maxSteps,
@@ -378,11 +383,9 @@ BeamRun SlotDecoder::DecodeBeams(std::vector<int64_t> tokens, std::vector<int64_
     }
     if (g.endId >= options_.vocab) throw std::out_of_range("beam group end id " + std::to_string(g.endId) + " is outside the vocabulary");
   }
-  const bool graph = options_.cuda && options_.cudaGraph;
   BeamRun run;
   std::vector<int32_t> parents(rows);
   std::vector<int32_t> next(rows);
-  std::vector<int32_t> seqlens(rows);
   for (int step = 0; step < maxSteps; step++) {
     SampleBatch sample;
     for (const BeamGroup& g : groups) {
@@ -391,9 +394,8 @@ BeamRun SlotDecoder::DecodeBeams(std::vector<int64_t> tokens, std::vector<int64_
         sample.params.push_back(BeamSampleParams(g, b, sample.bans));
       }
     }
-    for (int r = 0; r < rows; r++) seqlens[r] = static_cast<int32_t>(positions[r]);
-    const int total = *std::max_element(seqlens.begin(), seqlens.end()) + 1;
-    StepResult result = Run(0, rows, 1, tokens, positions, seqlens, total, {}, sample, graph, sourceLengths);
+    // Each beam's continuations are all the step needs: no argmax.
+    StepResult result = Step(tokens, positions, {}, sample, sourceLengths, {}, false);
     run.continuations.resize(run.continuations.size() + rows, SampleResult{});
     SampleResult* continuations = run.continuations.data() + static_cast<size_t>(step) * rows;
     for (size_t i = 0; i < sample.rows.size(); i++) continuations[sample.rows[i]] = result.sampled[i];
@@ -435,7 +437,7 @@ BeamRun SlotDecoder::DecodeBeams(std::vector<int64_t> tokens, std::vector<int64_
 
 StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
                             const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, const SampleBatch& sample, bool graph,
-                            const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& banned) {
+                            const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& banned, bool argmax) {
   for (int32_t r : logitRows) {
     if (r < 0 || r >= rows) throw std::out_of_range("logits of row " + std::to_string(r) + " asked of a step of " + std::to_string(rows));
   }
@@ -458,17 +460,19 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
 
   const size_t rowBytes = static_cast<size_t>(options_.vocab) * elementBytes_;
   StepResult result;
-  result.argmax.resize(rows);
+  result.argmax.resize(argmax ? rows : 0);
   result.logits.resize(logitRows.size() * options_.vocab);
 #ifdef CHORUS_WITH_CUDA
   if (options_.cuda) {
     auto stream = static_cast<cudaStream_t>(stream_);
-    if (!banned.empty()) Check(cudaMemcpyAsync(bannedDevice_, banned.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-    ArgmaxRowsDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, stream_, banned.empty() ? nullptr : bannedDevice_);
-    Check(cudaGetLastError(), "argmax kernel");
+    if (argmax) {
+      if (!banned.empty()) Check(cudaMemcpyAsync(bannedDevice_, banned.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+      ArgmaxRowsDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, stream_, banned.empty() ? nullptr : bannedDevice_);
+      Check(cudaGetLastError(), "argmax kernel");
+    }
     // Every kernel is queued before the first copy to (pageable) host memory waits for them.
     Sample(sample, result);
-    ToHost(result.argmax.data(), argmaxDevice_, sizeof(int32_t) * rows);
+    if (argmax) ToHost(result.argmax.data(), argmaxDevice_, sizeof(int32_t) * rows);
     if (!sample.rows.empty()) ToHost(result.sampled.data(), sampledDevice_, sizeof(SampleResult) * sample.rows.size());
     std::vector<char> staged(rowBytes * logitRows.size());
     for (size_t i = 0; i < logitRows.size(); i++) ToHost(staged.data() + i * rowBytes, static_cast<char*>(logits_) + logitRows[i] * rowBytes, rowBytes);
@@ -478,7 +482,7 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
     return result;
   }
 #endif
-  ArgmaxRowsHost(logits_, options_.floatType, rows, options_.vocab, result.argmax.data(), banned.empty() ? nullptr : banned.data());
+  if (argmax) ArgmaxRowsHost(logits_, options_.floatType, rows, options_.vocab, result.argmax.data(), banned.empty() ? nullptr : banned.data());
   Sample(sample, result);
   WidenRowsHost(logits_, options_.floatType, options_.vocab, logitRows.data(), static_cast<int>(logitRows.size()), result.logits.data());
   return result;

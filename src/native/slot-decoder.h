@@ -127,10 +127,15 @@ class SlotDecoder {
  private:
   // A step of `rows` rows from `firstSlot`: a session run bound at the host's inputs, or with `graph`
   // (a decode step, from slot 0) the inputs staged and the captured graph launched, sized to the whole
-  // slot (`total` unused); then each row's argmax, the logits asked for and the sampled rows' choices.
+  // slot (`total` unused); then each row's argmax (unless `argmax` is false), the logits asked for and
+  // the sampled rows' choices.
   StepResult Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
                  const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, const SampleBatch& sample, bool graph,
-                 const std::vector<int32_t>& sourceLengths = {}, const std::vector<int32_t>& banned = {});
+                 const std::vector<int32_t>& sourceLengths = {}, const std::vector<int32_t>& banned = {}, bool argmax = true);
+  // A checked decode step of one token per row (Decode's, and each of DecodeBeams' steps): Run from slot
+  // 0, with the decoder's graphs when it has them.
+  StepResult Step(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows, const SampleBatch& sample,
+                  const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& banned, bool argmax);
   // Where a step's inputs are: host vectors' data, or the graphs' device buffers.
   struct StepInputs {
     const int64_t* ids;
