@@ -45,6 +45,12 @@ export interface BuildOptions {
    * onnx/encoder_model_slots.onnx, which writes the cross-attention keys and values. Default: false.
    */
   slotDecoder?: boolean;
+  /**
+   * The attention of a decoder-only slot decoder without rotary embeddings: the native addon's
+   * DecoderSlotAttention (`addon`, the default: one kernel a layer per step, the q, k and v bias
+   * inside) or ONNX Runtime's GroupQueryAttention (kept to compare with; rotary models always use it).
+   */
+  slotAttention?: 'addon' | 'GroupQueryAttention';
   /** llama2.c sources: the tokenizer.bin. Default: tokenizer.bin, else the one tok*.bin, beside the model. */
   tokenizer?: string;
   /** Called as the build moves through its stages. */
@@ -116,7 +122,7 @@ export function buildModel(options: BuildOptions): BuildResult {
     }
     if (slotDecoder) {
       if (flavor !== 'cuda') throw new ChorusError('CHORUS_UNSUPPORTED', 'the slot decoder is built with the cuda flavor (its fused operators); add --flavor cuda', { param: 'slotDecoder' });
-      graphs.push([SLOT_DECODER_MODEL, () => buildSlotDecoderGraph(decoderSpec, weights, floatType)]);
+      graphs.push([SLOT_DECODER_MODEL, () => buildSlotDecoderGraph(decoderSpec, weights, floatType, options.slotAttention ?? 'addon')]);
     }
   } else {
     if (slotDecoder && task !== 'generate') throw new ChorusError('CHORUS_UNSUPPORTED', 'the slot decoder generates; task encode has no decoder', { param: 'slotDecoder' });

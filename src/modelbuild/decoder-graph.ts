@@ -25,10 +25,13 @@ interface GraphContext {
   /**
    * The slot decoder: one projection for q, k and v (their weights concatenated in the graph, which
    * ONNX Runtime folds into one initializer when the session loads, so the data file stays shared) into
+   * the native addon's DecoderSlotAttention (its bias added there), or, for rotary models,
    * GroupQueryAttention, which also applies the rotary embedding. Not for rotary heads whose size is not
    * a multiple of 16 (those keep RotaryEmbedding and separate projections).
    */
   fused: boolean;
+  /** The slot decoder's attention for models without rotary embeddings. */
+  slotAttention: 'addon' | 'GroupQueryAttention';
 }
 
 /** Rotary embeddings: cos/sin per position (portable), or the caches RotaryEmbedding reads (cuda). */
@@ -70,15 +73,16 @@ export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, fl
 /**
  * The decoder the native engine runs over a cache of slots that stays on the device: each layer's
  * past key and value is one preallocated [slots, kv_heads, max_length, head_dim] buffer, bound as both
- * the past input and the present output, and GroupQueryAttention writes each row's new keys in place
- * at its own length. In: int64 `input_ids` and `position_ids` [batch, seq], int32 `seqlens_k` [batch]
- * (each row's length after this run, minus one) and `total_sequence_length` (a scalar, the longest of
- * them), and `past_key_values.{i}.key|value`. Out: the last position's `logits` [batch, 1, vocab] and
+ * the past input and the present output, and the attention (the addon's DecoderSlotAttention, or
+ * GroupQueryAttention for rotary models) writes each row's new keys in place at its own length. In:
+ * int64 `input_ids` and `position_ids` [batch, seq], int32 `seqlens_k` [batch] (each row's length
+ * after this run, minus one) and `total_sequence_length` (a scalar, the longest of them; read by
+ * GroupQueryAttention only), and `past_key_values.{i}.key|value`. Out: the last position's `logits` [batch, 1, vocab] and
  * `present.{i}.key|value` (the same buffers). No attention mask: rows are never padded, each has its
  * own length. Always the fused contrib operators (the weights match the cuda flavor's, in its order,
  * so both models can share one external data file).
  */
-export function buildSlotDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: 'float32' | 'float16'): GraphBuilder {
+export function buildSlotDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: 'float32' | 'float16', attention: 'addon' | 'GroupQueryAttention' = 'addon'): GraphBuilder {
   // The cuda flavor's graph: fused operators and PyTorch's rounding points only where they cost nothing.
   const g = new GraphBuilder(floatType, { pytorchRounding: false });
   const { numLayers, numKvHeads, headDim, vocabSize } = spec;
@@ -90,7 +94,7 @@ export function buildSlotDecoderGraph(spec: DecoderSpec, weights: DecoderWeights
     key: g.input(`past_key_values.${i}.key`, floatType, ['batch_size', numKvHeads, 'max_length', headDim]),
     value: g.input(`past_key_values.${i}.value`, floatType, ['batch_size', numKvHeads, 'max_length', headDim]),
   }));
-  const { logits, present } = decoderBody(g, spec, weights, 'cuda', { inputIds, attentionMask: '', positionIds, past }, true, { seqlensK, total });
+  const { logits, present } = decoderBody(g, spec, weights, 'cuda', { inputIds, attentionMask: '', positionIds, past }, true, { seqlensK, total, attention });
   present.forEach((p, i) => {
     g.output(`present.${i}.key`, p.key, floatType, ['batch_size', numKvHeads, 'max_length', headDim]);
     g.output(`present.${i}.value`, p.value, floatType, ['batch_size', numKvHeads, 'max_length', headDim]);
@@ -164,7 +168,7 @@ function decoderBody(
   flavor: Flavor,
   inputs: DecoderInputs,
   lastOnly: boolean,
-  slotLengths?: { seqlensK: string; total: string },
+  slotLengths?: { seqlensK: string; total: string; attention: 'addon' | 'GroupQueryAttention' },
 ): { logits: string; present: Array<{ key: string; value: string }> } {
   const { numLayers, vocabSize } = spec;
   const { inputIds, attentionMask, positionIds, past } = inputs;
@@ -184,6 +188,7 @@ function decoderBody(
     cacheLengths: slotLengths ?? (flavor === 'cuda' && spec.numKvHeads !== spec.numHeads ? cacheLengths(g, inputIds, attentionMask) : undefined),
     // GroupQueryAttention rotates heads whose size is a multiple of 16 only.
     fused: slotLengths !== undefined && (spec.positions.kind !== 'rotary' || spec.headDim % 16 === 0),
+    slotAttention: slotLengths?.attention ?? 'GroupQueryAttention',
   };
 
   // The residual stream: each block adds to x, and the norm that follows is taken of the sum (fused
@@ -302,8 +307,19 @@ function attend(
   const scale = float(1 / Math.sqrt(headDim));
   if (c.flavor === 'cuda') {
     // One projection for q, k and v (which also leaves ONNX Runtime nothing to pack into GroupQueryAttention itself).
-    const qkv = packedQkv(g, w, h, name, (numHeads + 2 * numKvHeads) * headDim);
+    const packed = packedQkv(g, w, name);
     const project = (output: string): string => linear(g, w.o, output, `${name}.o`);
+    if (c.fused && c.rotary === undefined && c.slotAttention === 'addon') {
+      // The addon's operator: the bias added, the new keys written and attended in one kernel a step.
+      const [output, presentKey, presentValue] = g.opMany(
+        'DecoderSlotAttention',
+        [g.op('MatMul', [h, packed.weight]), past.key, past.value, c.cacheLengths!.seqlensK, ...(packed.bias === undefined ? [] : [packed.bias])],
+        { num_heads: numHeads, kv_num_heads: numKvHeads, scale },
+        { domain: 'chorus', outputs: 3 },
+      );
+      return { output: project(output!), presentKey: presentKey!, presentValue: presentValue! };
+    }
+    const qkv = affine(g, h, packed.weight, packed.bias, (numHeads + 2 * numKvHeads) * headDim);
     if (c.fused) {
       const rotary = c.rotary === undefined ? [] : [c.rotary.cos, c.rotary.sin];
       const [output, presentKey, presentValue] = g.opMany(
@@ -360,11 +376,11 @@ function attend(
 }
 
 /**
- * q, k and v of `h` by one MatMul over their concatenated weights (ONNX Runtime folds the concatenation
- * when the session loads). The weights register in the order the other graphs use, q, k, v, each weight
+ * The weight (and bias) of q, k and v concatenated, for one projection (ONNX Runtime folds the
+ * concatenations when the session loads). The weights register in the order the other graphs use, q, k, v, each weight
  * then bias, so that all models of a build share one data file.
  */
-function packedQkv(g: GraphBuilder, w: DecoderLayerWeights, h: string, name: string, width: number): string {
+function packedQkv(g: GraphBuilder, w: DecoderLayerWeights, name: string): { weight: string; bias: string | undefined } {
   const parts = (['q', 'k', 'v'] as const).map((part) => ({
     weight: g.weight(`${name}.${part}.weight`, w[part].weight),
     bias: w[part].bias === undefined ? undefined : g.weight(`${name}.${part}.bias`, w[part].bias),
@@ -374,7 +390,7 @@ function packedQkv(g: GraphBuilder, w: DecoderLayerWeights, h: string, name: str
   }
   const weight = g.op('Concat', parts.map((p) => p.weight), { axis: 1 }, { name: `${name}.qkv.weight` });
   const bias = parts[0]!.bias === undefined ? undefined : g.op('Concat', parts.map((p) => p.bias!), { axis: 0 }, { name: `${name}.qkv.bias` });
-  return affine(g, h, weight, bias, width);
+  return { weight, bias };
 }
 
 /** The MLP of one block on the normed input `m`. */

@@ -27,57 +27,70 @@ void Put(void* p, FloatType type, size_t i, float value) {
   }
 }
 
-void CopyElement(void* dst, const void* src, FloatType type, size_t to, size_t from) {
-  if (type == FloatType::kFloat16) {
-    static_cast<uint16_t*>(dst)[to] = static_cast<const uint16_t*>(src)[from];
-  } else {
-    static_cast<float*>(dst)[to] = static_cast<const float*>(src)[from];
-  }
+// x[i] (+ bias[j]), rounded to the float type as an Add of the two would round it.
+float Biased(const void* x, const void* bias, FloatType type, size_t i, size_t j) {
+  const float value = ElementAt(x, type, i);
+  if (bias == nullptr) return value;
+  const float sum = value + ElementAt(bias, type, j);
+  return type == FloatType::kFloat16 ? HalfToFloat(FloatToHalf(sum)) : sum;
 }
 
 }  // namespace
 
 void SlotAttentionHost(const SlotAttentionArgs& a) {
-  const size_t width = static_cast<size_t>(a.heads) * a.dim;
-  const bool self = a.key != nullptr;
   std::vector<float> scores(a.capacity);
   std::vector<float> sum(a.dim);
+  std::vector<float> query(a.dim);
+  const int group = a.heads / a.kvHeads;
   for (int r = 0; r < a.rows; r++) {
-    const int past = a.lengths[r];
-    if (past < 0 || past + (self ? 1 : 0) > a.capacity || (!self && past == 0)) {
-      throw std::out_of_range("SlotAttention: row " + std::to_string(r) + " has length " + std::to_string(past) + " in a slot of " + std::to_string(a.capacity));
+    const int past = a.lengths[r] + (a.causal ? a.lengthsOffset : 0);
+    if (past < 0 || past + (a.causal ? a.tokens : 0) > a.capacity || (!a.causal && past == 0)) {
+      throw std::out_of_range("row " + std::to_string(r) + " has " + std::to_string(past) + " keys before its " + std::to_string(a.causal ? a.tokens : 0) +
+                              " new ones in a slot of " + std::to_string(a.capacity));
     }
-    const size_t slot = static_cast<size_t>(r) * a.capacity * width;
-    if (self) {
-      for (size_t i = 0; i < width; i++) {
-        CopyElement(a.cacheKey, a.key, a.type, slot + past * width + i, r * width + i);
-        CopyElement(a.cacheValue, a.value, a.type, slot + past * width + i, r * width + i);
+    const size_t slot = static_cast<size_t>(r) * a.rowStride;
+    for (int s = 0; s < a.tokens && a.key != nullptr; s++) {
+      const size_t y = static_cast<size_t>(r) * a.tokens + s;
+      for (int k = 0; k < a.kvHeads; k++) {
+        const size_t to = slot + k * a.headStride + (past + s) * a.positionStride;
+        for (int d = 0; d < a.dim; d++) {
+          const size_t from = y * a.newStride + static_cast<size_t>(k) * a.dim + d;
+          Put(a.cacheKey, a.type, to + d, Biased(a.key, a.keyBias, a.type, from, static_cast<size_t>(k) * a.dim + d));
+          Put(a.cacheValue, a.type, to + d, Biased(a.value, a.valueBias, a.type, from, static_cast<size_t>(k) * a.dim + d));
+        }
       }
     }
-    const int n = past + (self ? 1 : 0);
-    for (int h = 0; h < a.heads; h++) {
-      const size_t q = r * width + static_cast<size_t>(h) * a.dim;
-      float highest = -INFINITY;
-      for (int j = 0; j < n; j++) {
-        const size_t k = slot + j * width + static_cast<size_t>(h) * a.dim;
-        float dot = 0;
-        for (int d = 0; d < a.dim; d++) dot += ElementAt(a.query, a.type, q + d) * ElementAt(a.cacheKey, a.type, k + d);
-        float score = dot * a.scale;
-        if (a.bias != nullptr) score += a.bias[static_cast<size_t>(h) * a.biasSpan + std::min(past - j, a.biasSpan - 1)];
-        scores[j] = score;
-        highest = std::max(highest, score);
+    for (int s = 0; s < a.tokens; s++) {
+      const size_t y = static_cast<size_t>(r) * a.tokens + s;
+      const int position = past + s;
+      const int n = a.causal ? position + 1 : past;
+      for (int h = 0; h < a.heads; h++) {
+        const size_t q = y * a.queryStride + static_cast<size_t>(h) * a.dim;
+        const size_t head = slot + static_cast<size_t>(h / group) * a.headStride;
+        for (int d = 0; d < a.dim; d++) query[d] = Biased(a.query, a.queryBias, a.type, q + d, static_cast<size_t>(h) * a.dim + d);
+        float highest = -INFINITY;
+        for (int j = 0; j < n; j++) {
+          const size_t k = head + j * a.positionStride;
+          float dot = 0;
+          for (int d = 0; d < a.dim; d++) dot += query[d] * ElementAt(a.cacheKey, a.type, k + d);
+          float score = dot * a.scale;
+          if (a.bias != nullptr) score += a.bias[static_cast<size_t>(h) * a.biasSpan + std::min(position - j, a.biasSpan - 1)];
+          scores[j] = score;
+          highest = std::max(highest, score);
+        }
+        float total = 0;
+        for (int j = 0; j < n; j++) {
+          scores[j] = std::exp(scores[j] - highest);
+          total += scores[j];
+        }
+        std::fill(sum.begin(), sum.end(), 0.0f);
+        for (int j = 0; j < n; j++) {
+          const size_t v = head + j * a.positionStride;
+          for (int d = 0; d < a.dim; d++) sum[d] += scores[j] * ElementAt(a.cacheValue, a.type, v + d);
+        }
+        const size_t out = (y * a.heads + h) * a.dim;
+        for (int d = 0; d < a.dim; d++) Put(a.output, a.type, out + d, sum[d] / total);
       }
-      float total = 0;
-      for (int j = 0; j < n; j++) {
-        scores[j] = std::exp(scores[j] - highest);
-        total += scores[j];
-      }
-      std::fill(sum.begin(), sum.end(), 0.0f);
-      for (int j = 0; j < n; j++) {
-        const size_t v = slot + j * width + static_cast<size_t>(h) * a.dim;
-        for (int d = 0; d < a.dim; d++) sum[d] += scores[j] * ElementAt(a.cacheValue, a.type, v + d);
-      }
-      for (int d = 0; d < a.dim; d++) Put(a.output, a.type, q + d, sum[d] / total);
     }
   }
 }
@@ -90,22 +103,74 @@ ONNXTensorElementDataType ElementOf(FloatType type) {
 
 std::vector<int64_t> ShapeOf(const Ort::ConstValue& value) { return value.GetTensorTypeAndShapeInfo().GetShape(); }
 
-OrtStatusPtr Failure(const std::string& message) { return Ort::GetApi().CreateStatus(ORT_INVALID_ARGUMENT, ("SlotAttention: " + message).c_str()); }
+OrtStatusPtr Failure(const char* op, const std::string& message) { return Ort::GetApi().CreateStatus(ORT_INVALID_ARGUMENT, (std::string(op) + ": " + message).c_str()); }
 
-struct SlotAttentionKernel {
-  SlotAttentionKernel(const OrtKernelInfo* info, bool cuda, FloatType type) : cuda_(cuda), type_(type) {
+// `work`, its exception returned as operator `op`'s failure.
+template <typename Work>
+OrtStatusPtr Guarded(const char* op, Work&& work) {
+  try {
+    work();
+    return nullptr;
+  } catch (const std::exception& e) {
+    return Failure(op, e.what());
+  }
+}
+
+// What both operators' kernels share: the float type, the provider, and the cache written in place.
+struct SlotKernelBase {
+  SlotKernelBase(bool cuda, FloatType type) : cuda_(cuda), type_(type) {}
+
+  // Output `index`, the cache `past` after this run: bound to the past's buffer, it is written in
+  // place; elsewhere, it starts as a copy.
+  void* Present(Ort::KernelContext& ctx, size_t index, const Ort::ConstValue& past, const std::vector<int64_t>& shape) const {
+    void* present = ctx.GetOutput(index, shape).GetTensorMutableRawData();
+    const void* from = past.GetTensorRawData();
+    if (present == from) return present;
+    size_t bytes = type_ == FloatType::kFloat16 ? 2 : 4;
+    for (int64_t d : shape) bytes *= static_cast<size_t>(d);
+#ifdef CHORUS_WITH_CUDA
+    if (cuda_) {
+      cudaMemcpyAsync(present, from, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(ctx.GetGPUComputeStream()));
+      return present;
+    }
+#endif
+    std::memcpy(present, from, bytes);
+    return present;
+  }
+
+  // The attention of `args` where the session runs (new keys written first when given).
+  void Attend(Ort::KernelContext& ctx, SlotAttentionArgs args) const {
+#ifdef CHORUS_WITH_CUDA
+    if (cuda_) {
+      if (args.capacity > kSlotAttentionMaxCapacity) throw std::invalid_argument("a slot of " + std::to_string(args.capacity) + " positions; at most " + std::to_string(kSlotAttentionMaxCapacity));
+      void* stream = ctx.GetGPUComputeStream();
+      if (args.key != nullptr && args.tokens > 1) {
+        // Several new tokens a row: all are written before any attends.
+        SlotAppendDevice(args, stream);
+        args.key = args.value = args.keyBias = args.valueBias = nullptr;
+      }
+      SlotAttentionDevice(args, stream);
+      const cudaError_t status = cudaGetLastError();
+      if (status != cudaSuccess) throw std::runtime_error(std::string("kernel: ") + cudaGetErrorString(status));
+      return;
+    }
+#endif
+    SlotAttentionHost(args);
+  }
+
+  bool cuda_;
+  FloatType type_;
+};
+
+struct SlotAttentionKernel : SlotKernelBase {
+  SlotAttentionKernel(const OrtKernelInfo* info, bool cuda, FloatType type) : SlotKernelBase(cuda, type) {
     Ort::ConstKernelInfo kernel(info);
     heads_ = static_cast<int>(kernel.GetAttribute<int64_t>("num_heads"));
     scale_ = kernel.GetAttribute<float>("scale");
   }
 
   OrtStatusPtr ComputeV2(OrtKernelContext* context) {
-    try {
-      Compute(context);
-      return nullptr;
-    } catch (const std::exception& e) {
-      return Failure(e.what());
-    }
+    return Guarded("SlotAttention", [&] { Compute(context); });
   }
 
   void Compute(OrtKernelContext* context) {
@@ -127,15 +192,21 @@ struct SlotAttentionKernel {
     }
     const Ort::ConstValue lengths = ctx.GetInput(5);
     if (ShapeOf(lengths) != std::vector<int64_t>{queryShape[0]}) throw std::invalid_argument("lengths must be [rows]");
+    const size_t width = static_cast<size_t>(queryShape[2]);
     SlotAttentionArgs args{};
     args.rows = static_cast<int>(queryShape[0]);
-    args.heads = heads_;
+    args.tokens = 1;
+    args.heads = args.kvHeads = heads_;
     args.dim = static_cast<int>(queryShape[2] / heads_);
     args.capacity = static_cast<int>(cacheShape[1]);
     args.scale = scale_;
     args.type = type_;
     args.query = query.GetTensorRawData();
+    args.queryStride = args.newStride = args.positionStride = width;
+    args.rowStride = static_cast<size_t>(args.capacity) * width;
+    args.headStride = static_cast<size_t>(args.dim);
     args.lengths = lengths.GetTensorData<int32_t>();
+    args.causal = self;
     if (ctx.GetInputCount() > 6) {
       const Ort::ConstValue bias = ctx.GetInput(6);
       if (static_cast<const OrtValue*>(bias) != nullptr) {
@@ -146,70 +217,111 @@ struct SlotAttentionKernel {
       }
     }
     args.output = ctx.GetOutput(0, queryShape).GetTensorMutableRawData();
-    const size_t cacheBytes = static_cast<size_t>(cacheShape[0]) * cacheShape[1] * cacheShape[2] * (type_ == FloatType::kFloat16 ? 2 : 4);
     if (self) {
       if (ShapeOf(key) != queryShape || ShapeOf(value) != queryShape) throw std::invalid_argument("key and value must be shaped as the query");
       if (ctx.GetOutputCount() < 3) throw std::invalid_argument("self-attention writes present_key and present_value");
       args.key = key.GetTensorRawData();
       args.value = value.GetTensorRawData();
-      void* present[2] = {ctx.GetOutput(1, cacheShape).GetTensorMutableRawData(), ctx.GetOutput(2, cacheShape).GetTensorMutableRawData()};
-      const void* past[2] = {pastKey.GetTensorRawData(), pastValue.GetTensorRawData()};
-      // Bound to the past's buffers, the present is written in place; elsewhere, it starts as a copy.
-      for (int i = 0; i < 2; i++) {
-        if (present[i] == past[i]) continue;
-#ifdef CHORUS_WITH_CUDA
-        if (cuda_) {
-          cudaMemcpyAsync(present[i], past[i], cacheBytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(ctx.GetGPUComputeStream()));
-          continue;
-        }
-#endif
-        std::memcpy(present[i], past[i], cacheBytes);
-      }
-      args.cacheKey = present[0];
-      args.cacheValue = present[1];
+      args.cacheKey = Present(ctx, 1, pastKey, cacheShape);
+      args.cacheValue = Present(ctx, 2, pastValue, cacheShape);
     } else {
       args.cacheKey = const_cast<void*>(pastKey.GetTensorRawData());
       args.cacheValue = const_cast<void*>(pastValue.GetTensorRawData());
     }
-#ifdef CHORUS_WITH_CUDA
-    if (cuda_) {
-      if (args.capacity > kSlotAttentionMaxCapacity) throw std::invalid_argument("a slot of " + std::to_string(args.capacity) + " positions; at most " + std::to_string(kSlotAttentionMaxCapacity));
-      SlotAttentionDevice(args, ctx.GetGPUComputeStream());
-      const cudaError_t status = cudaGetLastError();
-      if (status != cudaSuccess) throw std::runtime_error(std::string("kernel: ") + cudaGetErrorString(status));
-      return;
-    }
-#endif
-    SlotAttentionHost(args);
+    Attend(ctx, args);
   }
 
-  bool cuda_;
-  FloatType type_;
   int heads_ = 0;
   float scale_ = 1;
 };
 
-struct SlotAttentionOp : Ort::CustomOpBase<SlotAttentionOp, SlotAttentionKernel, true> {
-  SlotAttentionOp(bool cuda, FloatType type) : cuda_(cuda), type_(type) {}
-
-  OrtStatusPtr CreateKernelV2(const OrtApi& /*api*/, const OrtKernelInfo* info, void** kernel) const {
-    try {
-      *kernel = new SlotAttentionKernel(info, cuda_, type_);
-      return nullptr;
-    } catch (const std::exception& e) {
-      return Failure(e.what());
+struct DecoderSlotAttentionKernel : SlotKernelBase {
+  DecoderSlotAttentionKernel(const OrtKernelInfo* info, bool cuda, FloatType type) : SlotKernelBase(cuda, type) {
+    Ort::ConstKernelInfo kernel(info);
+    heads_ = static_cast<int>(kernel.GetAttribute<int64_t>("num_heads"));
+    kvHeads_ = static_cast<int>(kernel.GetAttribute<int64_t>("kv_num_heads"));
+    scale_ = kernel.GetAttribute<float>("scale");
+    if (heads_ <= 0 || kvHeads_ <= 0 || heads_ % kvHeads_ != 0) {
+      throw std::invalid_argument("num_heads (" + std::to_string(heads_) + ") must be a positive multiple of kv_num_heads (" + std::to_string(kvHeads_) + ")");
     }
   }
-  const char* GetName() const { return "SlotAttention"; }
-  const char* GetExecutionProviderType() const { return cuda_ ? "CUDAExecutionProvider" : "CPUExecutionProvider"; }
-  size_t GetInputTypeCount() const { return 7; }
-  ONNXTensorElementDataType GetInputType(size_t index) const {
-    if (index == 5) return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
-    if (index == 6) return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
-    return ElementOf(type_);
+
+  OrtStatusPtr ComputeV2(OrtKernelContext* context) {
+    return Guarded("DecoderSlotAttention", [&] { Compute(context); });
   }
+
+  void Compute(OrtKernelContext* context) {
+    Ort::KernelContext ctx(context);
+    const Ort::ConstValue qkv = ctx.GetInput(0);
+    const std::vector<int64_t> qkvShape = ShapeOf(qkv);
+    const int64_t heads = heads_ + 2 * kvHeads_;
+    if (qkvShape.size() != 3 || qkvShape[1] < 1 || qkvShape[2] % heads != 0) throw std::invalid_argument("qkv must be [rows, tokens, (num_heads + 2 * kv_num_heads) * head_dim]");
+    const int64_t dim = qkvShape[2] / heads;
+    const Ort::ConstValue pastKey = ctx.GetInput(1);
+    const Ort::ConstValue pastValue = ctx.GetInput(2);
+    const std::vector<int64_t> cacheShape = ShapeOf(pastKey);
+    if (cacheShape.size() != 4 || cacheShape[0] != qkvShape[0] || cacheShape[1] != kvHeads_ || cacheShape[3] != dim || ShapeOf(pastValue) != cacheShape) {
+      throw std::invalid_argument("past_key and past_value must be [rows, kv_num_heads, capacity, head_dim] of qkv's rows and head_dim");
+    }
+    const Ort::ConstValue seqlens = ctx.GetInput(3);
+    if (ShapeOf(seqlens) != std::vector<int64_t>{qkvShape[0]}) throw std::invalid_argument("seqlens_k must be [rows]");
+    SlotAttentionArgs args{};
+    args.rows = static_cast<int>(qkvShape[0]);
+    args.tokens = static_cast<int>(qkvShape[1]);
+    args.heads = heads_;
+    args.kvHeads = kvHeads_;
+    args.dim = static_cast<int>(dim);
+    args.capacity = static_cast<int>(cacheShape[2]);
+    args.scale = scale_;
+    args.type = type_;
+    const size_t elementBytes = type_ == FloatType::kFloat16 ? 2 : 4;
+    const auto at = [&](const void* base, int64_t head) { return base == nullptr ? nullptr : static_cast<const char*>(base) + head * dim * elementBytes; };
+    args.query = qkv.GetTensorRawData();
+    args.key = at(args.query, heads_);
+    args.value = at(args.query, heads_ + kvHeads_);
+    args.queryStride = args.newStride = static_cast<size_t>(qkvShape[2]);
+    if (ctx.GetInputCount() > 4) {
+      const Ort::ConstValue bias = ctx.GetInput(4);
+      if (static_cast<const OrtValue*>(bias) != nullptr) {
+        if (ShapeOf(bias) != std::vector<int64_t>{qkvShape[2]}) throw std::invalid_argument("qkv_bias must be [(num_heads + 2 * kv_num_heads) * head_dim]");
+        args.queryBias = bias.GetTensorRawData();
+        args.keyBias = at(args.queryBias, heads_);
+        args.valueBias = at(args.queryBias, heads_ + kvHeads_);
+      }
+    }
+    args.positionStride = static_cast<size_t>(dim);
+    args.headStride = static_cast<size_t>(args.capacity) * dim;
+    args.rowStride = static_cast<size_t>(kvHeads_) * args.headStride;
+    args.lengths = seqlens.GetTensorData<int32_t>();
+    args.lengthsOffset = 1 - args.tokens;
+    args.causal = true;
+    args.output = ctx.GetOutput(0, {qkvShape[0], qkvShape[1], heads_ * dim}).GetTensorMutableRawData();
+    args.cacheKey = Present(ctx, 1, pastKey, cacheShape);
+    args.cacheValue = Present(ctx, 2, pastValue, cacheShape);
+    Attend(ctx, args);
+  }
+
+  int heads_ = 0;
+  int kvHeads_ = 0;
+  float scale_ = 1;
+};
+
+// An operator of `Kernel`, named `name`; `inputs` its input types, `optional` which of them may be left out.
+template <typename Kernel>
+struct SlotOp : Ort::CustomOpBase<SlotOp<Kernel>, Kernel, true> {
+  SlotOp(const char* name, bool cuda, FloatType type, std::vector<ONNXTensorElementDataType> inputs, std::vector<size_t> optional)
+      : name_(name), cuda_(cuda), type_(type), inputs_(std::move(inputs)), optional_(std::move(optional)) {}
+
+  OrtStatusPtr CreateKernelV2(const OrtApi& /*api*/, const OrtKernelInfo* info, void** kernel) const {
+    return Guarded(name_, [&] { *kernel = new Kernel(info, cuda_, type_); });
+  }
+  const char* GetName() const { return name_; }
+  const char* GetExecutionProviderType() const { return cuda_ ? "CUDAExecutionProvider" : "CPUExecutionProvider"; }
+  size_t GetInputTypeCount() const { return inputs_.size(); }
+  ONNXTensorElementDataType GetInputType(size_t index) const { return inputs_[index]; }
   OrtCustomOpInputOutputCharacteristic GetInputCharacteristic(size_t index) const {
-    return index == 1 || index == 2 || index == 6 ? OrtCustomOpInputOutputCharacteristic::INPUT_OUTPUT_OPTIONAL : OrtCustomOpInputOutputCharacteristic::INPUT_OUTPUT_REQUIRED;
+    return std::find(optional_.begin(), optional_.end(), index) != optional_.end() ? OrtCustomOpInputOutputCharacteristic::INPUT_OUTPUT_OPTIONAL
+                                                                                   : OrtCustomOpInputOutputCharacteristic::INPUT_OUTPUT_REQUIRED;
   }
   size_t GetOutputTypeCount() const { return 3; }
   ONNXTensorElementDataType GetOutputType(size_t /*index*/) const { return ElementOf(type_); }
@@ -217,14 +329,18 @@ struct SlotAttentionOp : Ort::CustomOpBase<SlotAttentionOp, SlotAttentionKernel,
     return index == 0 ? OrtCustomOpInputOutputCharacteristic::INPUT_OUTPUT_REQUIRED : OrtCustomOpInputOutputCharacteristic::INPUT_OUTPUT_OPTIONAL;
   }
 
+  const char* name_;
   bool cuda_;
   FloatType type_;
+  std::vector<ONNXTensorElementDataType> inputs_;
+  std::vector<size_t> optional_;
 };
 
-// One operator and domain per provider and float type, kept for the life of the process (sessions
-// refer to them).
+// The operators and their domain per provider and float type, kept for the life of the process
+// (sessions refer to them).
 struct Registered {
-  std::unique_ptr<SlotAttentionOp> op;
+  std::unique_ptr<SlotOp<SlotAttentionKernel>> slot;
+  std::unique_ptr<SlotOp<DecoderSlotAttentionKernel>> decoder;
   std::unique_ptr<Ort::CustomOpDomain> domain;
 };
 
@@ -236,9 +352,17 @@ void AddSlotAttention(Ort::SessionOptions& options, bool cuda, FloatType type) {
   std::lock_guard<std::mutex> lock(mutex);
   Registered& entry = registered[{cuda, type}];
   if (!entry.domain) {
-    entry.op = std::make_unique<SlotAttentionOp>(cuda, type);
+    const ONNXTensorElementDataType t = ElementOf(type);
+    const ONNXTensorElementDataType i32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
+    // SlotAttention: query, key, value, past_key, past_value, lengths, position_bias.
+    entry.slot = std::make_unique<SlotOp<SlotAttentionKernel>>("SlotAttention", cuda, type, std::vector<ONNXTensorElementDataType>{t, t, t, t, t, i32, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT},
+                                                               std::vector<size_t>{1, 2, 6});
+    // DecoderSlotAttention: qkv, past_key, past_value, seqlens_k, qkv_bias.
+    entry.decoder = std::make_unique<SlotOp<DecoderSlotAttentionKernel>>("DecoderSlotAttention", cuda, type, std::vector<ONNXTensorElementDataType>{t, t, t, i32, t},
+                                                                         std::vector<size_t>{4});
     entry.domain = std::make_unique<Ort::CustomOpDomain>("chorus");
-    entry.domain->Add(entry.op.get());
+    entry.domain->Add(entry.slot.get());
+    entry.domain->Add(entry.decoder.get());
   }
   options.Add(*entry.domain);
 }

@@ -1,10 +1,11 @@
-// SlotAttention's CUDA kernel (slot-attention.h): one block per (head, row). The block writes the row's
-// new key and value (self-attention), then each warp scores positions (lanes split the head's
-// dimensions), the block takes the softmax, and groups of head_dim threads sum the values of every
-// group-th position.
+// The slot attention's CUDA kernels (slot-attention.h): one block per (token row, query head). The block
+// writes the token's new key and value (when given), then each warp scores positions (lanes split the
+// head's dimensions), the block takes the softmax, and groups of head_dim threads sum the values of
+// every group-th position.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cfloat>
 
 #include "device.cuh"
@@ -38,19 +39,50 @@ __device__ float BlockReduce(float value, float* scratch) {
   return value;
 }
 
-// Where block (head blockIdx.x, row blockIdx.y) works: the keys already in the row's slot (`past`), the
-// head's first position in the slot and its place in the row's inputs and output.
+// Where block (token row blockIdx.x, query head blockIdx.y) works: the query's position and how many
+// keys it attends over, the key head's first position in the slot, the query's place in the query and
+// output, and the new token's key in `key` (write mode).
 struct SlotPlace {
-  int past;
+  int head;
+  int position;
+  int n;
   size_t slot;
-  size_t in;
+  size_t query;
+  size_t output;
+  size_t fresh;
+  size_t kvHead;  // the key head's offset in keyBias and valueBias
 };
 
-__device__ inline SlotPlace PlaceOf(const int32_t* lengths, bool self, size_t width, int dim, int capacity) {
-  const int r = blockIdx.y;
-  const size_t head = static_cast<size_t>(blockIdx.x) * dim;
-  return SlotPlace{min(max(lengths[r], 0), capacity - (self ? 1 : 0)), static_cast<size_t>(r) * capacity * width + head, static_cast<size_t>(r) * width + head};
+__device__ inline SlotPlace PlaceOf(const SlotAttentionArgs& a) {
+  const int h = blockIdx.y;
+  const int y = blockIdx.x;
+  const int r = y / a.tokens;
+  const int s = y % a.tokens;
+  const int kv = h / (a.heads / a.kvHeads);
+  SlotPlace at;
+  at.head = h;
+  if (a.causal) {
+    at.position = min(max(a.lengths[r] + a.lengthsOffset, 0), a.capacity - a.tokens) + s;
+    at.n = at.position + 1;
+  } else {
+    at.n = min(max(a.lengths[r], 0), a.capacity);
+    at.position = at.n;
+  }
+  at.slot = static_cast<size_t>(r) * a.rowStride + static_cast<size_t>(kv) * a.headStride;
+  at.query = static_cast<size_t>(y) * a.queryStride + static_cast<size_t>(h) * a.dim;
+  at.output = (static_cast<size_t>(y) * a.heads + h) * a.dim;
+  at.kvHead = static_cast<size_t>(kv) * a.dim;
+  at.fresh = static_cast<size_t>(y) * a.newStride + at.kvHead;
+  return at;
 }
+
+// x[i] + bias[j] (bias null: x[i]) in the float type, rounded as an Add of the two rounds.
+template <typename T>
+__device__ inline T Biased(const T* x, const T* bias, size_t i, size_t j);
+template <>
+__device__ inline float Biased<float>(const float* x, const float* bias, size_t i, size_t j) { return bias == nullptr ? x[i] : x[i] + bias[j]; }
+template <>
+__device__ inline __half Biased<__half>(const __half* x, const __half* bias, size_t i, size_t j) { return bias == nullptr ? x[i] : __hadd(x[i], bias[j]); }
 
 // The softmax's numerators in place of the n scores (each exp(score - max)); returns their sum. Its
 // block reductions' syncs also publish the numerators.
@@ -68,62 +100,64 @@ __device__ inline float Exponentiate(float* scores, int n, float* scratch) {
 }
 
 template <typename T>
-__global__ void SlotAttentionKernel(const T* query, const T* key, const T* value, T* cacheKey, T* cacheValue, const int32_t* lengths, const float* bias,
-                                    int biasSpan, T* output, int heads, int dim, int capacity, float scale) {
+__global__ void SlotAttentionKernel(SlotAttentionArgs a) {
   extern __shared__ float shared[];
-  float* q = shared;           // dim
+  const int dim = a.dim;
+  float* q = shared;             // dim
   float* scores = shared + dim;  // capacity
   __shared__ float scratch[kThreads / 32];
-  const int h = blockIdx.x;
-  const bool self = key != nullptr;
-  const size_t width = static_cast<size_t>(heads) * dim;
-  const SlotPlace at = PlaceOf(lengths, self, width, dim, capacity);
-  const int past = at.past;
+  const T* query = static_cast<const T*>(a.query);
+  const T* queryBias = static_cast<const T*>(a.queryBias);
+  T* cacheKey = static_cast<T*>(a.cacheKey);
+  T* cacheValue = static_cast<T*>(a.cacheValue);
+  const SlotPlace at = PlaceOf(a);
+  const int n = at.n;
   const size_t slot = at.slot;
-  const size_t in = at.in;
+  const size_t step = a.positionStride;
   for (int d = threadIdx.x; d < dim; d += blockDim.x) {
-    q[d] = Load(query + in + d);
-    if (self) {
-      cacheKey[slot + past * width + d] = key[in + d];
-      cacheValue[slot + past * width + d] = value[in + d];
+    const T x = Biased(query, queryBias, at.query + d, static_cast<size_t>(at.head) * dim + d);
+    q[d] = Load(&x);
+    if (a.key != nullptr) {
+      cacheKey[slot + at.position * step + d] = Biased(static_cast<const T*>(a.key), static_cast<const T*>(a.keyBias), at.fresh + d, at.kvHead + d);
+      cacheValue[slot + at.position * step + d] = Biased(static_cast<const T*>(a.value), static_cast<const T*>(a.valueBias), at.fresh + d, at.kvHead + d);
     }
   }
   __syncthreads();
-  const int n = past + (self ? 1 : 0);
   const int lane = threadIdx.x % 32;
   const int warps = blockDim.x / 32;
   for (int j = threadIdx.x / 32; j < n; j += warps) {
-    const T* k = cacheKey + slot + j * width;
+    const T* k = cacheKey + slot + j * step;
     float dot = 0;
     for (int d = lane; d < dim; d += 32) dot += q[d] * Load(k + d);
     for (int offset = 16; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-    if (lane == 0) scores[j] = dot * scale + (bias != nullptr ? bias[static_cast<size_t>(h) * biasSpan + min(past - j, biasSpan - 1)] : 0.0f);
+    if (lane == 0) scores[j] = dot * a.scale + (a.bias != nullptr ? a.bias[static_cast<size_t>(at.head) * a.biasSpan + min(at.position - j, a.biasSpan - 1)] : 0.0f);
   }
   __syncthreads();
   const float total = Exponentiate(scores, n, scratch);
+  T* output = static_cast<T*>(a.output) + at.output;
   // Groups of `dim` threads each sum every groups-th position, then one sum over the groups; a head
   // wider than the block is summed by each thread over all positions.
   if (dim <= blockDim.x) {
     const int groups = blockDim.x / dim;
-    float* partial = scores + capacity;  // groups x dim
+    float* partial = scores + a.capacity;  // groups x dim
     const int group = threadIdx.x / dim;
     if (group < groups) {
       const int d = threadIdx.x % dim;
       float acc = 0;
-      for (int j = group; j < n; j += groups) acc += scores[j] * Load(cacheValue + slot + j * width + d);
+      for (int j = group; j < n; j += groups) acc += scores[j] * Load(cacheValue + slot + j * step + d);
       partial[group * dim + d] = acc;
     }
     __syncthreads();
     for (int d = threadIdx.x; d < dim; d += blockDim.x) {
       float acc = 0;
       for (int g = 0; g < groups; g++) acc += partial[g * dim + d];
-      Store(output + in + d, acc / total);
+      Store(output + d, acc / total);
     }
   } else {
     for (int d = threadIdx.x; d < dim; d += blockDim.x) {
       float acc = 0;
-      for (int j = 0; j < n; j++) acc += scores[j] * Load(cacheValue + slot + j * width + d);
-      Store(output + in + d, acc / total);
+      for (int j = 0; j < n; j++) acc += scores[j] * Load(cacheValue + slot + j * step + d);
+      Store(output + d, acc / total);
     }
   }
 }
@@ -144,32 +178,45 @@ __device__ inline void Widen8(const uint4& bits, float* out) {
   }
 }
 
-__global__ void __launch_bounds__(kWideThreads) SlotAttentionWideKernel(const __half* query, const __half* key, const __half* value, __half* cacheKey,
-                                                                         __half* cacheValue, const int32_t* lengths, const float* bias, int biasSpan, __half* output,
-                                                                         int heads, int dim, int capacity, float scale) {
+// Vector v (8 halves) of x, plus vector v of bias when there is one (rounded as half additions).
+__device__ inline uint4 BiasedVector(const __half* x, const __half* bias, int v) {
+  uint4 bits = reinterpret_cast<const uint4*>(x)[v];
+  if (bias != nullptr) {
+    const uint4 add = reinterpret_cast<const uint4*>(bias)[v];
+    __half2* h = reinterpret_cast<__half2*>(&bits);
+    const __half2* b = reinterpret_cast<const __half2*>(&add);
+#pragma unroll
+    for (int i = 0; i < 4; i++) h[i] = __hadd2(h[i], b[i]);
+  }
+  return bits;
+}
+
+__global__ void __launch_bounds__(kWideThreads) SlotAttentionWideKernel(SlotAttentionArgs a) {
   extern __shared__ float shared[];
+  const int dim = a.dim;
   float* q = shared;             // dim
   float* scores = shared + dim;  // capacity
   __shared__ float scratch[kWideThreads / 32];
-  const int h = blockIdx.x;
-  const bool self = key != nullptr;
-  const size_t width = static_cast<size_t>(heads) * dim;
-  const SlotPlace at = PlaceOf(lengths, self, width, dim, capacity);
-  const int past = at.past;
+  __half* cacheKey = static_cast<__half*>(a.cacheKey);
+  __half* cacheValue = static_cast<__half*>(a.cacheValue);
+  const SlotPlace at = PlaceOf(a);
+  const int n = at.n;
   const size_t slot = at.slot;
-  const size_t in = at.in;
+  const size_t step = a.positionStride;
   const int vectors = dim / 8;  // 16-byte vectors per position
+  const __half* queryBias = a.queryBias == nullptr ? nullptr : static_cast<const __half*>(a.queryBias) + static_cast<size_t>(at.head) * dim;
   for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
     float x[8];
-    Widen8(reinterpret_cast<const uint4*>(query + in)[v], x);
+    Widen8(BiasedVector(static_cast<const __half*>(a.query) + at.query, queryBias, v), x);
     for (int i = 0; i < 8; i++) q[8 * v + i] = x[i];
-    if (self) {
-      reinterpret_cast<uint4*>(cacheKey + slot + past * width)[v] = reinterpret_cast<const uint4*>(key + in)[v];
-      reinterpret_cast<uint4*>(cacheValue + slot + past * width)[v] = reinterpret_cast<const uint4*>(value + in)[v];
+    if (a.key != nullptr) {
+      const __half* keyBias = a.keyBias == nullptr ? nullptr : static_cast<const __half*>(a.keyBias) + at.kvHead;
+      const __half* valueBias = a.valueBias == nullptr ? nullptr : static_cast<const __half*>(a.valueBias) + at.kvHead;
+      reinterpret_cast<uint4*>(cacheKey + slot + at.position * step)[v] = BiasedVector(static_cast<const __half*>(a.key) + at.fresh, keyBias, v);
+      reinterpret_cast<uint4*>(cacheValue + slot + at.position * step)[v] = BiasedVector(static_cast<const __half*>(a.value) + at.fresh, valueBias, v);
     }
   }
   __syncthreads();
-  const int n = past + (self ? 1 : 0);
   // Scores: lanes of `span` (a power of two >= vectors, up to 32) per position.
   int span = 1;
   while (span < vectors) span <<= 1;
@@ -180,26 +227,26 @@ __global__ void __launch_bounds__(kWideThreads) SlotAttentionWideKernel(const __
     if (j < n) {
       for (int v = lane; v < vectors; v += span) {
         float k[8];
-        Widen8(reinterpret_cast<const uint4*>(cacheKey + slot + static_cast<size_t>(j) * width)[v], k);
+        Widen8(reinterpret_cast<const uint4*>(cacheKey + slot + static_cast<size_t>(j) * step)[v], k);
 #pragma unroll
         for (int i = 0; i < 8; i++) dot += q[8 * v + i] * k[i];
       }
     }
     for (int offset = span / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-    if (j < n && lane == 0) scores[j] = dot * scale + (bias != nullptr ? bias[static_cast<size_t>(h) * biasSpan + min(past - j, biasSpan - 1)] : 0.0f);
+    if (j < n && lane == 0) scores[j] = dot * a.scale + (a.bias != nullptr ? a.bias[static_cast<size_t>(at.head) * a.biasSpan + min(at.position - j, a.biasSpan - 1)] : 0.0f);
   }
   __syncthreads();
   const float total = Exponentiate(scores, n, scratch);
   // The weighted sum: thread t takes vector t % vectors of every groups-th position from t / vectors.
   const int groups = blockDim.x / vectors;
-  float* partial = scores + capacity;  // groups x dim
+  float* partial = scores + a.capacity;  // groups x dim
   const int group = threadIdx.x / vectors;
   if (group < groups) {
     const int v = threadIdx.x % vectors;
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int j = group; j < n; j += groups) {
       float x[8];
-      Widen8(reinterpret_cast<const uint4*>(cacheValue + slot + static_cast<size_t>(j) * width)[v], x);
+      Widen8(reinterpret_cast<const uint4*>(cacheValue + slot + static_cast<size_t>(j) * step)[v], x);
       const float p = scores[j];
 #pragma unroll
       for (int i = 0; i < 8; i++) acc[i] += p * x[i];
@@ -208,10 +255,27 @@ __global__ void __launch_bounds__(kWideThreads) SlotAttentionWideKernel(const __
     for (int i = 0; i < 8; i++) partial[group * dim + 8 * v + i] = acc[i];
   }
   __syncthreads();
+  __half* output = static_cast<__half*>(a.output) + at.output;
   for (int d = threadIdx.x; d < dim; d += blockDim.x) {
     float acc = 0;
     for (int g = 0; g < groups; g++) acc += partial[g * dim + d];
-    Store(output + in + d, acc / total);
+    Store(output + d, acc / total);
+  }
+}
+
+// Every new token's key and value into its row's slot: block (token row, key head), threads over dim.
+template <typename T>
+__global__ void SlotAppendKernel(SlotAttentionArgs a) {
+  const int y = blockIdx.x;
+  const int r = y / a.tokens;
+  const int kv = blockIdx.y;
+  const int position = min(max(a.lengths[r] + a.lengthsOffset, 0), a.capacity - a.tokens) + y % a.tokens;
+  const size_t to = static_cast<size_t>(r) * a.rowStride + static_cast<size_t>(kv) * a.headStride + static_cast<size_t>(position) * a.positionStride;
+  const size_t from = static_cast<size_t>(y) * a.newStride + static_cast<size_t>(kv) * a.dim;
+  for (int d = threadIdx.x; d < a.dim; d += blockDim.x) {
+    const size_t b = static_cast<size_t>(kv) * a.dim + d;
+    static_cast<T*>(a.cacheKey)[to + d] = Biased(static_cast<const T*>(a.key), static_cast<const T*>(a.keyBias), from + d, b);
+    static_cast<T*>(a.cacheValue)[to + d] = Biased(static_cast<const T*>(a.value), static_cast<const T*>(a.valueBias), from + d, b);
   }
 }
 
@@ -219,30 +283,37 @@ __global__ void __launch_bounds__(kWideThreads) SlotAttentionWideKernel(const __
 
 void SlotAttentionDevice(const SlotAttentionArgs& a, void* stream) {
   if (a.rows == 0) return;
-  const bool aligned = (reinterpret_cast<uintptr_t>(a.query) | reinterpret_cast<uintptr_t>(a.key) | reinterpret_cast<uintptr_t>(a.value) |
-                        reinterpret_cast<uintptr_t>(a.cacheKey) | reinterpret_cast<uintptr_t>(a.cacheValue)) % 16 == 0;
-  if (a.type == FloatType::kFloat16 && a.dim % 8 == 0 && a.dim / 8 <= 32 && aligned) {
-    const int vectors = a.dim / 8;
-    const size_t partialFloats = static_cast<size_t>(kWideThreads / vectors) * a.dim;
+  auto s = static_cast<cudaStream_t>(stream);
+  const dim3 grid(a.rows * a.tokens, a.heads);
+  uintptr_t bits = reinterpret_cast<uintptr_t>(a.query) | reinterpret_cast<uintptr_t>(a.queryBias) | reinterpret_cast<uintptr_t>(a.key) |
+                   reinterpret_cast<uintptr_t>(a.value) | reinterpret_cast<uintptr_t>(a.keyBias) | reinterpret_cast<uintptr_t>(a.valueBias) |
+                   reinterpret_cast<uintptr_t>(a.cacheKey) | reinterpret_cast<uintptr_t>(a.cacheValue) | reinterpret_cast<uintptr_t>(a.output);
+  // In halves: every stride a whole number of 16-byte vectors.
+  bits |= 2 * (a.queryStride | a.newStride | a.rowStride | a.headStride | a.positionStride);
+  if (a.type == FloatType::kFloat16 && a.dim % 8 == 0 && a.dim / 8 <= 32 && bits % 16 == 0) {
+    const size_t partialFloats = static_cast<size_t>(kWideThreads / (a.dim / 8)) * a.dim;
     const size_t sharedBytes = sizeof(float) * (a.dim + a.capacity + partialFloats);
-    SlotAttentionWideKernel<<<dim3(a.heads, a.rows), kWideThreads, sharedBytes, static_cast<cudaStream_t>(stream)>>>(
-        static_cast<const __half*>(a.query), static_cast<const __half*>(a.key), static_cast<const __half*>(a.value), static_cast<__half*>(a.cacheKey),
-        static_cast<__half*>(a.cacheValue), a.lengths, a.bias, a.biasSpan, static_cast<__half*>(a.output), a.heads, a.dim, a.capacity, a.scale);
+    SlotAttentionWideKernel<<<grid, kWideThreads, sharedBytes, s>>>(a);
     return;
   }
   const size_t partialFloats = a.dim <= kThreads ? kThreads / a.dim * a.dim : 0;
   const size_t sharedBytes = sizeof(float) * (a.dim + a.capacity + partialFloats);
-  const dim3 grid(a.heads, a.rows);
+  if (a.type == FloatType::kFloat16) {
+    SlotAttentionKernel<__half><<<grid, kThreads, sharedBytes, s>>>(a);
+  } else {
+    SlotAttentionKernel<float><<<grid, kThreads, sharedBytes, s>>>(a);
+  }
+}
+
+void SlotAppendDevice(const SlotAttentionArgs& a, void* stream) {
+  if (a.rows == 0) return;
+  const dim3 grid(a.rows * a.tokens, a.kvHeads);
+  const int threads = std::min(a.dim, 256);
   auto s = static_cast<cudaStream_t>(stream);
   if (a.type == FloatType::kFloat16) {
-    SlotAttentionKernel<__half><<<grid, kThreads, sharedBytes, s>>>(
-        static_cast<const __half*>(a.query), static_cast<const __half*>(a.key), static_cast<const __half*>(a.value), static_cast<__half*>(a.cacheKey),
-        static_cast<__half*>(a.cacheValue), a.lengths, a.bias, a.biasSpan, static_cast<__half*>(a.output), a.heads, a.dim, a.capacity, a.scale);
+    SlotAppendKernel<__half><<<grid, threads, 0, s>>>(a);
   } else {
-    SlotAttentionKernel<float><<<grid, kThreads, sharedBytes, s>>>(static_cast<const float*>(a.query), static_cast<const float*>(a.key),
-                                                                   static_cast<const float*>(a.value), static_cast<float*>(a.cacheKey),
-                                                                   static_cast<float*>(a.cacheValue), a.lengths, a.bias, a.biasSpan,
-                                                                   static_cast<float*>(a.output), a.heads, a.dim, a.capacity, a.scale);
+    SlotAppendKernel<float><<<grid, threads, 0, s>>>(a);
   }
 }
 

@@ -1,6 +1,8 @@
-// SlotAttention (operator domain `chorus`): the encoder-decoder slot decoder's attention, one new query
-// token per row over that row's slot of a cache that stays where the session runs.
+// The slot decoders' attention operators (domain `chorus`): each new query token of a row attends over
+// that row's slot of a cache that stays where the session runs, and self-attention writes the row's
+// new keys and values into the slot first. Scores, softmax and the weighted sum run in float32.
 //
+// SlotAttention, the encoder-decoder slot decoder's (one new token per row):
 //   inputs   query [rows, 1, heads * dim]
 //            key, value [rows, 1, heads * dim]      optional: given, the self-attention mode
 //            past_key, past_value [rows, capacity, heads * dim]
@@ -12,11 +14,21 @@
 //                                                    and value were written at position lengths[r]
 //                                                    (bind them to the past's buffers to write in place)
 //   attributes  num_heads (int), scale (float, multiplies the scores)
-//
 // Self-attention (key and value given) writes the row's new key and value at its length and attends
 // over lengths[r] + 1 keys; cross-attention (no key) attends over the first lengths[r] keys of a cache
-// written once (the encoder's keys and values). Scores, softmax and the weighted sum run in float32.
-// The slot layout is position-major, so a row's first n positions are one contiguous block.
+// written once (the encoder's keys and values). The slot layout is position-major, so a row's first n
+// positions are one contiguous block.
+//
+// DecoderSlotAttention, the decoder-only slot decoder's (GroupQueryAttention's cache layout and
+// lengths, without rotary embeddings):
+//   inputs   qkv [rows, tokens, (heads + 2 * kv_heads) * dim]   the queries, keys and values packed
+//            past_key, past_value [rows, kv_heads, capacity, dim]
+//            seqlens_k int32 [rows]                  each row's length after this run, minus one
+//            qkv_bias [(heads + 2 * kv_heads) * dim] optional: added to qkv (rounded as an Add would)
+//   outputs  output [rows, tokens, heads * dim], present_key, present_value (as SlotAttention's)
+//   attributes  num_heads, kv_num_heads (int), scale (float)
+// Token s of row r sits at position seqlens_k[r] + 1 - tokens + s and attends over the keys up to it;
+// query head h reads key head h / (num_heads / kv_num_heads).
 #pragma once
 
 #include <onnxruntime_cxx_api.h>
@@ -27,35 +39,57 @@
 
 namespace chorus {
 
+// Where one launch of either operator reads and writes. Token rows: y = r * tokens + s. Query head h
+// of token row y is query[y * queryStride + h * dim ...] (+ queryBias[h * dim ...]); its output
+// output[(y * heads + h) * dim ...]. Key head k of the row's slot: position j at cacheKey[r * rowStride
+// + k * headStride + j * positionStride ...]; a new token's key key[y * newStride + k * dim ...] (+
+// keyBias[k * dim ...]), written at position past + s, where past = lengths[r] + lengthsOffset.
 struct SlotAttentionArgs {
   const void* query;
-  const void* key;  // null: cross-attention
+  size_t queryStride;
+  const void* queryBias;  // null: none
+  const void* key;        // null: nothing new to write (cross-attention, or written by SlotAppend)
   const void* value;
+  size_t newStride;
+  const void* keyBias;  // null: none (then valueBias too)
+  const void* valueBias;
   void* cacheKey;
   void* cacheValue;
+  size_t rowStride;
+  size_t headStride;
+  size_t positionStride;
   const int32_t* lengths;
+  int lengthsOffset;
+  // true: token s attends over past + s + 1 keys; false (cross-attention): over lengths[r].
+  bool causal;
   const float* bias;  // null: none
   int biasSpan;
   void* output;
   int rows;
+  int tokens;
   int heads;
+  int kvHeads;
   int dim;
   int capacity;
   float scale;
   FloatType type;
 };
 
-// Host: the operator on host memory.
+// Host: the attention on host memory; new keys and values (key given) are written first.
 void SlotAttentionHost(const SlotAttentionArgs& args);
 
 #ifdef CHORUS_WITH_CUDA
 // The most positions a slot may hold for the device kernel (its scores live in shared memory).
 constexpr int kSlotAttentionMaxCapacity = 8192;
-// Device: the operator on device memory, on `stream`.
+// Device: the attention on device memory, on `stream`; with key given, tokens must be 1 (each block
+// writes its own token's key before it attends).
 void SlotAttentionDevice(const SlotAttentionArgs& args, void* stream);
+// Device: writes every new token's key and value (key given) into the slots, for the attention after it.
+void SlotAppendDevice(const SlotAttentionArgs& args, void* stream);
 #endif
 
-// Adds the `chorus` domain with SlotAttention for the session's provider and float type.
+// Adds the `chorus` domain with SlotAttention and DecoderSlotAttention for the session's provider and
+// float type.
 void AddSlotAttention(Ort::SessionOptions& options, bool cuda, FloatType type);
 
 }  // namespace chorus

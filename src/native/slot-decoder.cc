@@ -74,9 +74,9 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
     memory_ = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault);
   }
   const size_t width = static_cast<size_t>(options.kvHeads) * options.headDim * elementBytes_;
+  AddSlotAttention(sessionOptions, options.cuda, options.floatType);
   if (seq2seq()) {
     if (options.sourceLength <= 0) throw std::invalid_argument("an encoder-decoder needs a positive sourceLength");
-    AddSlotAttention(sessionOptions, options.cuda, options.floatType);
     encoder_ = std::make_unique<Ort::Session>(env_, options.encoderModel.c_str(), sessionOptions);
     // Position-major slots: a row's first n positions are one block.
     copyHeads_ = 1;

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import onnxProto from 'onnx-proto';
 import { cpSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -80,6 +81,25 @@ describe('chorus build --slot-decoder', () => {
     assert.ok(existsSync(join(out, 'onnx', 'decoder_model_merged.onnx_data')));
     assert.equal(existsSync(join(out, 'onnx', 'decoder_model_slots.onnx_data')), false);
     assert.equal((JSON.parse(readFileSync(join(out, 'chorus_build.json'), 'utf8')) as { slotDecoder?: boolean }).slotDecoder, true);
+  });
+
+  test("attends through the addon's DecoderSlotAttention (q, k and v in one projection, the bias inside), rotary models through GroupQueryAttention", () => {
+    const nodesOf = (dir: string): onnxProto.onnx.INodeProto[] => onnxProto.onnx.ModelProto.decode(readFileSync(join(dir, 'onnx', 'decoder_model_slots.onnx'))).graph!.node!;
+    const opsOf = (dir: string): string[] => nodesOf(dir).map((n) => `${n.domain ?? ''}.${n.opType}`);
+    const layersOf = (dir: string): number => (JSON.parse(readFileSync(join(dir, 'chorus_build.json'), 'utf8')) as { spec: { numLayers: number } }).spec.numLayers;
+    const gpt2 = opsOf(join(root, 'gpt2-build'));
+    assert.equal(gpt2.filter((op) => op === 'chorus.DecoderSlotAttention').length, layersOf(join(root, 'gpt2-build')));
+    // GPT-2's q, k and v biases go into the operator (its fifth input), fed by the packed projection's MatMul.
+    for (const node of nodesOf(join(root, 'gpt2-build')).filter((n) => n.opType === 'DecoderSlotAttention')) {
+      assert.equal(node.input!.length, 5);
+      assert.equal(nodesOf(join(root, 'gpt2-build')).find((n) => n.output!.includes(node.input![0]!))?.opType, 'MatMul');
+    }
+    assert.equal(gpt2.filter((op) => op.endsWith('GroupQueryAttention')).length, 0);
+    makeCheckpoint({ arch: 'qwen2', size: 'tiny', seed: 9, out: join(root, 'qwen2-build-ckpt') });
+    buildModel({ source: join(root, 'qwen2-build-ckpt'), out: join(root, 'qwen2-build'), flavor: 'cuda', slotDecoder: true });
+    const qwen2 = opsOf(join(root, 'qwen2-build'));
+    assert.equal(qwen2.filter((op) => op === 'com.microsoft.GroupQueryAttention').length, layersOf(join(root, 'qwen2-build')));
+    assert.equal(qwen2.filter((op) => op.endsWith('DecoderSlotAttention')).length, 0);
   });
 
   test('needs the cuda flavor for a decoder-only model and a decoder to generate with, naming the option', () => {

@@ -46,7 +46,7 @@ const inRun = timeSessionRuns();
 
 const rows: Array<Record<string, unknown>> = [];
 const save = (): void => writeFileSync(join(work, 'chorus.json'), JSON.stringify({ rows, checkpoint, prompt: PROMPT, new_tokens: NEW, provider: PROVIDER, dtype: DTYPE, decode: DECODE, sampling: SAMPLING }, null, 2));
-const paths = (process.env.SPEED_PATHS ?? 'loop,greedy,native,native-graph').split(',') as Array<'loop' | 'greedy' | 'native' | 'native-graph' | 'native-graph-invariant' | 'native-graph-one-step'>;
+const paths = (process.env.SPEED_PATHS ?? 'loop,greedy,native,native-graph').split(',') as Array<'loop' | 'greedy' | 'native' | 'native-graph' | 'native-graph-invariant' | 'native-graph-one-step' | 'native-graph-gqa'>;
 for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') as Array<'portable' | 'cuda'>) {
   const dir = join(work, `gpt2-${DTYPE}-${flavor}`);
   buildModel({ source: checkpoint, out: dir, dtype: DTYPE, flavor, greedySearch: true, slotDecoder: flavor === 'cuda' });
@@ -57,7 +57,10 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
   for (const path of paths.filter((p) => p.startsWith('native'))) {
     if (flavor !== 'cuda') continue;
     try {
-      natives.set(path, await NativeEngine.open(dir, { provider: PROVIDER, maxBatchSize: 64, slotLength: PROMPT + NEW, cudaGraph: path.startsWith('native-graph'), batchInvariant: path === 'native-graph-invariant', greedySteps: path === 'native-graph-one-step' ? 1 : 16, onRequestDone }));
+      // native-graph-gqa: the slot decoder on ONNX Runtime's GroupQueryAttention instead of the addon's attention.
+      const gqa = join(work, `gpt2-${DTYPE}-cuda-gqa`);
+      if (path === 'native-graph-gqa') buildModel({ source: checkpoint, out: gqa, dtype: DTYPE, flavor, slotDecoder: true, slotAttention: 'GroupQueryAttention' });
+      natives.set(path, await NativeEngine.open(path === 'native-graph-gqa' ? gqa : dir, { provider: PROVIDER, maxBatchSize: 64, slotLength: PROMPT + NEW, cudaGraph: path.startsWith('native-graph'), batchInvariant: path === 'native-graph-invariant', greedySteps: path === 'native-graph-one-step' ? 1 : 16, onRequestDone }));
     } catch (error) {
       rows.push({ flavor, path, error: String(error) });
       console.log(`${flavor} ${path}: ${String(error)}`);
@@ -119,10 +122,12 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
       const reference = loopIds.get(batch);
       // The loop runs to min_length; the others may end a row at the end id: compare what they made.
       const same = (rows: number[][] | undefined): number | undefined => rows && ids.filter((row, i) => row.join() === rows[i]!.slice(0, row.length).join()).length;
-      if (path === 'native' && !concurrent) nativeIds.set(batch, ids);
+      // The first native path's ids, to check the others (graphs, runs, attention) change nothing.
+      const firstNative = path.startsWith('native') && !concurrent && !nativeIds.has(batch);
+      if (firstNative) nativeIds.set(batch, ids);
       const sameAsLoop = {
         ...(!loop && reference !== undefined ? { rows_identical_to_loop: same(reference) } : {}),
-        ...(path.startsWith('native-graph') && !concurrent && nativeIds.has(batch) ? { rows_identical_to_native: same(nativeIds.get(batch)) } : {}),
+        ...(path.startsWith('native') && !concurrent && !firstNative && nativeIds.has(batch) ? { rows_identical_to_native: same(nativeIds.get(batch)) } : {}),
       };
       const row = {
         flavor,
