@@ -13,4 +13,24 @@ __device__ inline float Load<float>(const float* p) { return *p; }
 template <>
 __device__ inline float Load<__half>(const __half* p) { return __half2float(*p); }
 
+// Elements a thread reads ahead in a pass over a row.
+constexpr int kUnroll = 8;
+
+// This thread's strided share of n elements (threadIdx.x, + blockDim.x, ...) in index order:
+// use(i, read(i)) for each, the reads of Ahead elements taken before any is used, so that their loads
+// are in flight together.
+template <class T, int Ahead, class Read, class Use>
+__device__ inline void StridedShare(int n, Read read, Use use) {
+  const int stride = blockDim.x;
+  int v = threadIdx.x;
+  for (; v + (Ahead - 1) * stride < n; v += Ahead * stride) {
+    T x[Ahead];
+#pragma unroll
+    for (int u = 0; u < Ahead; u++) x[u] = read(v + u * stride);
+#pragma unroll
+    for (int u = 0; u < Ahead; u++) use(v + u * stride, x[u]);
+  }
+  for (; v < n; v += stride) use(v, read(v));
+}
+
 }  // namespace chorus

@@ -29,9 +29,9 @@ __global__ void ArgmaxRowsKernel(const T* logits, int vocab, int32_t* out, const
   if (advance.minLeft != nullptr && advance.minLeft[r] > 0) ban = advance.endId;
   float value = -FLT_MAX;
   int index = vocab;
-  for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
-    if (v != ban) Better(value, index, Load(row + v), v);
-  }
+  StridedShare<float, kUnroll>(vocab, [&](int v) { return Load(row + v); }, [&](int v, float x) {
+    if (v != ban) Better(value, index, x, v);
+  });
   // Within a warp, then across warps.
   for (int offset = 16; offset > 0; offset >>= 1) {
     const float otherValue = __shfl_down_sync(0xffffffffu, value, offset);

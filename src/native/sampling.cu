@@ -10,8 +10,6 @@ namespace chorus {
 namespace {
 
 constexpr int kSampleThreads = 512;
-// Elements a thread reads ahead in a pass over a row.
-constexpr int kUnroll = 8;
 constexpr int kCompactIds = 2048;
 // Shared memory per block: one reduction slot of up to 32 bytes per thread, a histogram of 256 counts,
 // and the gathered ids with their values.
@@ -33,20 +31,10 @@ struct DeviceBlock {
     __syncthreads();
   }
 
-  // This thread's strided share of n elements in index order: use(i, read(i)) for each, the reads of
-  // kUnroll elements taken before any is used, so that their loads are in flight together.
+  // This thread's strided share of n elements in index order, read ahead (device.cuh).
   template <class T, class Read, class Use>
   __device__ void Strided(int n, Read read, Use use) {
-    const int stride = blockDim.x;
-    int v = threadIdx.x;
-    for (; v + (kUnroll - 1) * stride < n; v += kUnroll * stride) {
-      T x[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; u++) x[u] = read(v + u * stride);
-#pragma unroll
-      for (int u = 0; u < kUnroll; u++) use(v + u * stride, x[u]);
-    }
-    for (; v < n; v += stride) use(v, read(v));
+    StridedShare<T, kUnroll>(n, read, use);
   }
 
   // Each thread combines its strided share in index order, then the threads' results are combined.

@@ -162,13 +162,15 @@ __global__ void SlotAttentionKernel(SlotAttentionArgs a) {
   }
 }
 
-// The float16 kernel for heads of a multiple of 8 dimensions (up to kWideThreads): 16-byte loads of 8
-// halves. Scoring: kVector lanes per position (dim / 8), a warp scoring 32 / kVector positions at a
-// time; the weighted sum: each thread sums 8 dimensions over every groups-th position, the groups'
-// partial sums then added per dimension.
+// The float16 kernel for heads of a multiple of 8 dimensions (up to 256): 16-byte loads of 8 halves.
+// Scoring: dim / 8 lanes per position, a warp scoring several positions at a time; the weighted sum:
+// each thread sums 8 dimensions over every groups-th position, the groups' partial sums then added
+// per dimension.
 constexpr int kWideThreads = 256;
+// Positions whose keys (values) a thread reads before it uses any.
+constexpr int kAhead = 4;
 
-__device__ inline void Widen8(const uint4& bits, float* out) {
+__device__ inline void Widen8(uint4 bits, float* out) {
   const __half2* h = reinterpret_cast<const __half2*>(&bits);
 #pragma unroll
   for (int i = 0; i < 4; i++) {
@@ -197,6 +199,7 @@ __global__ void __launch_bounds__(kWideThreads) SlotAttentionWideKernel(SlotAtte
   float* q = shared;             // dim
   float* scores = shared + dim;  // capacity
   __shared__ float scratch[kWideThreads / 32];
+  __shared__ uint4 fresh[2 * 32];  // the new token's key and value vectors (write mode)
   __half* cacheKey = static_cast<__half*>(a.cacheKey);
   __half* cacheValue = static_cast<__half*>(a.cacheValue);
   const SlotPlace at = PlaceOf(a);
@@ -204,52 +207,77 @@ __global__ void __launch_bounds__(kWideThreads) SlotAttentionWideKernel(SlotAtte
   const size_t slot = at.slot;
   const size_t step = a.positionStride;
   const int vectors = dim / 8;  // 16-byte vectors per position
-  const __half* queryBias = a.queryBias == nullptr ? nullptr : static_cast<const __half*>(a.queryBias) + static_cast<size_t>(at.head) * dim;
-  for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
-    float x[8];
-    Widen8(BiasedVector(static_cast<const __half*>(a.query) + at.query, queryBias, v), x);
-    for (int i = 0; i < 8; i++) q[8 * v + i] = x[i];
-    if (a.key != nullptr) {
-      const __half* keyBias = a.keyBias == nullptr ? nullptr : static_cast<const __half*>(a.keyBias) + at.kvHead;
-      const __half* valueBias = a.valueBias == nullptr ? nullptr : static_cast<const __half*>(a.valueBias) + at.kvHead;
-      reinterpret_cast<uint4*>(cacheKey + slot + at.position * step)[v] = BiasedVector(static_cast<const __half*>(a.key) + at.fresh, keyBias, v);
-      reinterpret_cast<uint4*>(cacheValue + slot + at.position * step)[v] = BiasedVector(static_cast<const __half*>(a.value) + at.fresh, valueBias, v);
-    }
-  }
-  __syncthreads();
-  // Scores: lanes of `span` (a power of two >= vectors, up to 32) per position.
+  const bool writes = a.key != nullptr;
+  // Scoring: lanes of `span` (a power of two >= vectors, up to 32) per position, lane l holding the
+  // query's vector l. The weighted sum: thread t takes vector t % vectors of every groups-th position
+  // from t / vectors. Each reads kAhead positions before it uses any, so that their loads are in
+  // flight together.
   int span = 1;
   while (span < vectors) span <<= 1;
   const int perPass = blockDim.x / span;
   const int lane = threadIdx.x % span;
-  for (int j = threadIdx.x / span; j - static_cast<int>(threadIdx.x / span) < n; j += perPass) {
-    float dot = 0;
-    if (j < n) {
-      for (int v = lane; v < vectors; v += span) {
-        float k[8];
-        Widen8(reinterpret_cast<const uint4*>(cacheKey + slot + static_cast<size_t>(j) * step)[v], k);
-#pragma unroll
-        for (int i = 0; i < 8; i++) dot += q[8 * v + i] * k[i];
-      }
+  const int first = threadIdx.x / span;
+  const bool holds = lane < vectors;
+  const int groups = blockDim.x / vectors;
+  const int group = threadIdx.x / vectors;
+  const int v = threadIdx.x % vectors;
+  const bool sums = group < groups;
+  const auto keyAt = [&](int j) { return holds && j < n ? reinterpret_cast<const uint4*>(cacheKey + slot + static_cast<size_t>(j) * step)[lane] : make_uint4(0, 0, 0, 0); };
+  const auto valueAt = [&](int j) { return sums && j < n ? reinterpret_cast<const uint4*>(cacheValue + slot + static_cast<size_t>(j) * step)[v] : make_uint4(0, 0, 0, 0); };
+  // The query, and the new key and value (written to the slot, and kept here for this block, whose
+  // reads of the slot at that position may not see the write).
+  const __half* queryBias = a.queryBias == nullptr ? nullptr : static_cast<const __half*>(a.queryBias) + static_cast<size_t>(at.head) * dim;
+  for (int i = threadIdx.x; i < vectors; i += blockDim.x) {
+    float x[8];
+    Widen8(BiasedVector(static_cast<const __half*>(a.query) + at.query, queryBias, i), x);
+    for (int e = 0; e < 8; e++) q[8 * i + e] = x[e];
+    if (writes) {
+      const __half* keyBias = a.keyBias == nullptr ? nullptr : static_cast<const __half*>(a.keyBias) + at.kvHead;
+      const __half* valueBias = a.valueBias == nullptr ? nullptr : static_cast<const __half*>(a.valueBias) + at.kvHead;
+      fresh[i] = BiasedVector(static_cast<const __half*>(a.key) + at.fresh, keyBias, i);
+      fresh[32 + i] = BiasedVector(static_cast<const __half*>(a.value) + at.fresh, valueBias, i);
+      reinterpret_cast<uint4*>(cacheKey + slot + at.position * step)[i] = fresh[i];
+      reinterpret_cast<uint4*>(cacheValue + slot + at.position * step)[i] = fresh[32 + i];
     }
-    for (int offset = span / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-    if (j < n && lane == 0) scores[j] = dot * a.scale + (a.bias != nullptr ? a.bias[static_cast<size_t>(at.head) * a.biasSpan + min(at.position - j, a.biasSpan - 1)] : 0.0f);
+  }
+  __syncthreads();
+  float query[8];
+#pragma unroll
+  for (int i = 0; i < 8; i++) query[i] = holds ? q[8 * lane + i] : 0.0f;
+  for (int base = 0; base < n; base += kAhead * perPass) {
+    uint4 keys[kAhead];
+#pragma unroll
+    for (int b = 0; b < kAhead; b++) keys[b] = keyAt(base + b * perPass + first);
+#pragma unroll
+    for (int b = 0; b < kAhead; b++) {
+      const int j = base + b * perPass + first;
+      float k[8];
+      Widen8(writes && holds && j == at.position ? fresh[lane] : keys[b], k);
+      float dot = 0;
+#pragma unroll
+      for (int i = 0; i < 8; i++) dot += query[i] * k[i];
+      for (int offset = span / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+      if (j < n && lane == 0) scores[j] = dot * a.scale + (a.bias != nullptr ? a.bias[static_cast<size_t>(at.head) * a.biasSpan + min(at.position - j, a.biasSpan - 1)] : 0.0f);
+    }
   }
   __syncthreads();
   const float total = Exponentiate(scores, n, scratch);
-  // The weighted sum: thread t takes vector t % vectors of every groups-th position from t / vectors.
-  const int groups = blockDim.x / vectors;
   float* partial = scores + a.capacity;  // groups x dim
-  const int group = threadIdx.x / vectors;
-  if (group < groups) {
-    const int v = threadIdx.x % vectors;
+  if (sums) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int j = group; j < n; j += groups) {
-      float x[8];
-      Widen8(reinterpret_cast<const uint4*>(cacheValue + slot + static_cast<size_t>(j) * step)[v], x);
-      const float p = scores[j];
+    for (int base = group; base < n; base += kAhead * groups) {
+      uint4 values[kAhead];
 #pragma unroll
-      for (int i = 0; i < 8; i++) acc[i] += p * x[i];
+      for (int b = 0; b < kAhead; b++) values[b] = valueAt(base + b * groups);
+#pragma unroll
+      for (int b = 0; b < kAhead; b++) {
+        const int j = base + b * groups;
+        float x[8];
+        Widen8(writes && j == at.position ? fresh[32 + v] : values[b], x);
+        const float p = j < n ? scores[j] : 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[i] += p * x[i];
+      }
     }
 #pragma unroll
     for (int i = 0; i < 8; i++) partial[group * dim + 8 * v + i] = acc[i];
