@@ -116,9 +116,15 @@ OrtStatusPtr Guarded(const char* op, Work&& work) {
   }
 }
 
-// What both operators' kernels share: the float type, the provider, and the cache written in place.
+// What both operators' kernels share: the float type, the provider, the cache written in place, and
+// ComputeV2 (Kernel::Compute, its exception returned as the operator's failure).
+template <class Kernel>
 struct SlotKernelBase {
   SlotKernelBase(bool cuda, FloatType type) : cuda_(cuda), type_(type) {}
+
+  OrtStatusPtr ComputeV2(OrtKernelContext* context) {
+    return Guarded(Kernel::kName, [&] { static_cast<Kernel*>(this)->Compute(context); });
+  }
 
   // Output `index`, the cache `past` after this run: bound to the past's buffer, it is written in
   // place; elsewhere, it starts as a copy.
@@ -162,15 +168,13 @@ struct SlotKernelBase {
   FloatType type_;
 };
 
-struct SlotAttentionKernel : SlotKernelBase {
+struct SlotAttentionKernel : SlotKernelBase<SlotAttentionKernel> {
+  static constexpr const char* kName = "SlotAttention";
+
   SlotAttentionKernel(const OrtKernelInfo* info, bool cuda, FloatType type) : SlotKernelBase(cuda, type) {
     Ort::ConstKernelInfo kernel(info);
     heads_ = static_cast<int>(kernel.GetAttribute<int64_t>("num_heads"));
     scale_ = kernel.GetAttribute<float>("scale");
-  }
-
-  OrtStatusPtr ComputeV2(OrtKernelContext* context) {
-    return Guarded("SlotAttention", [&] { Compute(context); });
   }
 
   void Compute(OrtKernelContext* context) {
@@ -235,7 +239,9 @@ struct SlotAttentionKernel : SlotKernelBase {
   float scale_ = 1;
 };
 
-struct DecoderSlotAttentionKernel : SlotKernelBase {
+struct DecoderSlotAttentionKernel : SlotKernelBase<DecoderSlotAttentionKernel> {
+  static constexpr const char* kName = "DecoderSlotAttention";
+
   DecoderSlotAttentionKernel(const OrtKernelInfo* info, bool cuda, FloatType type) : SlotKernelBase(cuda, type) {
     Ort::ConstKernelInfo kernel(info);
     heads_ = static_cast<int>(kernel.GetAttribute<int64_t>("num_heads"));
@@ -244,10 +250,6 @@ struct DecoderSlotAttentionKernel : SlotKernelBase {
     if (heads_ <= 0 || kvHeads_ <= 0 || heads_ % kvHeads_ != 0) {
       throw std::invalid_argument("num_heads (" + std::to_string(heads_) + ") must be a positive multiple of kv_num_heads (" + std::to_string(kvHeads_) + ")");
     }
-  }
-
-  OrtStatusPtr ComputeV2(OrtKernelContext* context) {
-    return Guarded("DecoderSlotAttention", [&] { Compute(context); });
   }
 
   void Compute(OrtKernelContext* context) {
@@ -309,8 +311,8 @@ struct DecoderSlotAttentionKernel : SlotKernelBase {
 // An operator of `Kernel`, named `name`; `inputs` its input types, `optional` which of them may be left out.
 template <typename Kernel>
 struct SlotOp : Ort::CustomOpBase<SlotOp<Kernel>, Kernel, true> {
-  SlotOp(const char* name, bool cuda, FloatType type, std::vector<ONNXTensorElementDataType> inputs, std::vector<size_t> optional)
-      : name_(name), cuda_(cuda), type_(type), inputs_(std::move(inputs)), optional_(std::move(optional)) {}
+  SlotOp(bool cuda, FloatType type, std::vector<ONNXTensorElementDataType> inputs, std::vector<size_t> optional)
+      : name_(Kernel::kName), cuda_(cuda), type_(type), inputs_(std::move(inputs)), optional_(std::move(optional)) {}
 
   OrtStatusPtr CreateKernelV2(const OrtApi& /*api*/, const OrtKernelInfo* info, void** kernel) const {
     return Guarded(name_, [&] { *kernel = new Kernel(info, cuda_, type_); });
@@ -355,10 +357,10 @@ void AddSlotAttention(Ort::SessionOptions& options, bool cuda, FloatType type) {
     const ONNXTensorElementDataType t = ElementOf(type);
     const ONNXTensorElementDataType i32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
     // SlotAttention: query, key, value, past_key, past_value, lengths, position_bias.
-    entry.slot = std::make_unique<SlotOp<SlotAttentionKernel>>("SlotAttention", cuda, type, std::vector<ONNXTensorElementDataType>{t, t, t, t, t, i32, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT},
+    entry.slot = std::make_unique<SlotOp<SlotAttentionKernel>>(cuda, type, std::vector<ONNXTensorElementDataType>{t, t, t, t, t, i32, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT},
                                                                std::vector<size_t>{1, 2, 6});
     // DecoderSlotAttention: qkv, past_key, past_value, seqlens_k, qkv_bias.
-    entry.decoder = std::make_unique<SlotOp<DecoderSlotAttentionKernel>>("DecoderSlotAttention", cuda, type, std::vector<ONNXTensorElementDataType>{t, t, t, i32, t},
+    entry.decoder = std::make_unique<SlotOp<DecoderSlotAttentionKernel>>(cuda, type, std::vector<ONNXTensorElementDataType>{t, t, t, i32, t},
                                                                          std::vector<size_t>{4});
     entry.domain = std::make_unique<Ort::CustomOpDomain>("chorus");
     entry.domain->Add(entry.slot.get());
