@@ -77,8 +77,8 @@ export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, fl
  * GroupQueryAttention for rotary models) writes each row's new keys in place at its own length. In:
  * int64 `input_ids` and `position_ids` [batch, seq], int32 `seqlens_k` [batch] (each row's length
  * after this run, minus one) and `total_sequence_length` (a scalar, the longest of them; read by
- * GroupQueryAttention only), and `past_key_values.{i}.key|value`. Out: the last position's `logits` [batch, 1, vocab] and
- * `present.{i}.key|value` (the same buffers). No attention mask: rows are never padded, each has its
+ * GroupQueryAttention only), and `past_key_values.{i}.key|value`. Out: the last position's `logits`
+ * [batch, 1, vocab] and `present.{i}.key|value` (the same buffers). No attention mask: rows are never padded, each has its
  * own length. Always the fused contrib operators (the weights match the cuda flavor's, in its order,
  * so both models can share one external data file).
  */
