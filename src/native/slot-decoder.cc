@@ -111,16 +111,16 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
     }
   }
   cacheBytes_ = (layerBytes + (seq2seq() ? crossSlotBytes_ * options.slots : 0)) * 2 * options.layers;
+  // Every cache buffer's address, for the slot moves: each layer's key and value, then the
+  // cross-attention's.
+  for (int l = 0; l < options.layers; l++) cacheBuffers_.insert(cacheBuffers_.end(), {keys_[l], values_[l]});
+  for (int l = 0; l < options.layers && seq2seq(); l++) cacheBuffers_.insert(cacheBuffers_.end(), {crossKeys_[l], crossValues_[l]});
   logits_ = Allocate(static_cast<size_t>(options.slots) * options.vocab * elementBytes_);
 #ifdef CHORUS_WITH_CUDA
   if (options.cuda) {
-    // Every cache buffer's address, for the slot moves' kernels: each layer's key and value, then the
-    // cross-attention's.
-    std::vector<void*> table;
-    for (int l = 0; l < options.layers; l++) table.insert(table.end(), {keys_[l], values_[l]});
-    for (int l = 0; l < options.layers && seq2seq(); l++) table.insert(table.end(), {crossKeys_[l], crossValues_[l]});
-    bufferTable_ = static_cast<void**>(Allocate(sizeof(void*) * table.size()));
-    Check(cudaMemcpy(bufferTable_, table.data(), sizeof(void*) * table.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+    // The same addresses on the device, for the slot moves' kernels.
+    bufferTable_ = static_cast<void**>(Allocate(sizeof(void*) * cacheBuffers_.size()));
+    Check(cudaMemcpy(bufferTable_, cacheBuffers_.data(), sizeof(void*) * cacheBuffers_.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
   }
   if (options.cuda) argmaxDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
   if (options.cuda) bannedDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
@@ -708,6 +708,8 @@ void SlotDecoder::QueueCopies(const std::vector<int32_t>& src, const std::vector
   }
   const bool cross = std::any_of(sourceLengths.begin(), sourceLengths.end(), [](int32_t n) { return n > 0; });
   const size_t crossWidth = static_cast<size_t>(options_.kvHeads) * options_.headDim * elementBytes_;
+  // The decoder's cache buffers, then as many of the cross-attention's (cacheBuffers_).
+  const int buffers = 2 * options_.layers;
 #ifdef CHORUS_WITH_CUDA
   if (options_.cuda) {
     // The index arrays go over once: sources, destinations, then for the decoder's cache and the
@@ -729,7 +731,6 @@ void SlotDecoder::QueueCopies(const std::vector<int32_t>& src, const std::vector
       }
     }
     Check(cudaMemcpyAsync(copyIndex_, staged.data(), sizeof(int32_t) * staged.size(), cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)), "cudaMemcpyAsync");
-    const int buffers = 2 * options_.layers;
     MoveSlotsDevice(bufferTable_, buffers, slotBytes_, copyHeads_, copyPitch_, copyRowBytes_, static_cast<int>(count), 2, positions);
     if (cross) MoveSlotsDevice(bufferTable_ + buffers, buffers, crossSlotBytes_, 1, crossSlotBytes_, crossWidth, static_cast<int>(count), 4, crossPositions);
     Check(cudaGetLastError(), "slot copy kernel");
@@ -737,14 +738,8 @@ void SlotDecoder::QueueCopies(const std::vector<int32_t>& src, const std::vector
   }
 #endif
   Reserve(scratch_, scratchBytes_, count * std::max(slotBytes_, cross ? crossSlotBytes_ : 0), count * std::max(slotBytes_, crossSlotBytes_));
-  std::vector<void*> buffers;
-  for (int l = 0; l < options_.layers; l++) buffers.insert(buffers.end(), {keys_[l], values_[l]});
-  MoveSlots(buffers, slotBytes_, copyHeads_, copyPitch_, copyRowBytes_, src, dst, lengths);
-  if (cross) {
-    buffers.clear();
-    for (int l = 0; l < options_.layers; l++) buffers.insert(buffers.end(), {crossKeys_[l], crossValues_[l]});
-    MoveSlots(buffers, crossSlotBytes_, 1, crossSlotBytes_, crossWidth, src, dst, sourceLengths);
-  }
+  MoveSlots(cacheBuffers_.data(), buffers, slotBytes_, copyHeads_, copyPitch_, copyRowBytes_, src, dst, lengths);
+  if (cross) MoveSlots(cacheBuffers_.data() + buffers, buffers, crossSlotBytes_, 1, crossSlotBytes_, crossWidth, src, dst, sourceLengths);
 }
 
 #ifdef CHORUS_WITH_CUDA
@@ -769,10 +764,11 @@ void SlotDecoder::MoveSlotsDevice(void* const* table, int buffers, size_t slotBy
 void SlotDecoder::MoveSlotsDevice(void* const*, int, size_t, int, size_t, size_t, int, int, size_t) {}
 #endif
 
-void SlotDecoder::MoveSlots(const std::vector<void*>& buffers, size_t slotBytes, int heads, size_t pitch, size_t rowBytes, const std::vector<int32_t>& src,
+void SlotDecoder::MoveSlots(void* const* buffers, int bufferCount, size_t slotBytes, int heads, size_t pitch, size_t rowBytes, const std::vector<int32_t>& src,
                             const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths) {
   const size_t count = src.size();
-  for (void* base : buffers) {
+  for (int b = 0; b < bufferCount; b++) {
+    void* base = buffers[b];
     for (size_t i = 0; i < count; i++) {
       CopyStrided(static_cast<char*>(scratch_) + i * slotBytes, pitch, static_cast<char*>(base) + src[i] * slotBytes, pitch, lengths[i] * rowBytes, heads);
     }

@@ -164,9 +164,10 @@ class SlotDecoder {
   void AddGraphTime(void* const* events);
   // CopySlots' copies queued (on the CPU, done) without waiting for them; the arguments checked.
   void QueueCopies(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths, const std::vector<int32_t>& sourceLengths);
-  // Moves the first lengths[i] positions of slots src[i] to dst[i] in each of `buffers` (slots of
-  // `slotBytes`, each `heads` blocks `pitch` apart of `rowBytes` per position), through the scratch.
-  void MoveSlots(const std::vector<void*>& buffers, size_t slotBytes, int heads, size_t pitch, size_t rowBytes, const std::vector<int32_t>& src,
+  // Moves the first lengths[i] positions of slots src[i] to dst[i] in each of the `bufferCount` buffers from
+  // `buffers` (slots of `slotBytes`, each `heads` blocks `pitch` apart of `rowBytes` per position),
+  // through the scratch.
+  void MoveSlots(void* const* buffers, int bufferCount, size_t slotBytes, int heads, size_t pitch, size_t rowBytes, const std::vector<int32_t>& src,
                  const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths);
   // CUDA: the same for the `buffers` buffers of the device `table`, the copies' sources, destinations,
   // lengths and scratch starts staged in copyIndex_ (lengths and starts from copyIndex_ + lengthsAt *
@@ -211,7 +212,8 @@ class SlotDecoder {
   void* scratch_ = nullptr;  // CopySlots' staging, grown as needed
   size_t scratchBytes_ = 0;
   int32_t* copyIndex_ = nullptr;  // CUDA: CopySlots' sources, destinations, lengths and scratch starts on the device
-  void** bufferTable_ = nullptr;  // CUDA: every cache buffer's address (keys and values per layer, then cross-attention's)
+  std::vector<void*> cacheBuffers_;  // every cache buffer: keys and values per layer, then cross-attention's
+  void** bufferTable_ = nullptr;     // CUDA: cacheBuffers_ on the device
   int32_t* argmaxDevice_ = nullptr;
   int32_t* bannedDevice_ = nullptr;
   // The sampler's buffers, allocated when first needed: processed logits (slots x vocab floats), the
