@@ -445,8 +445,8 @@ export class NativeEngine implements Engine {
 
   /**
    * Beam-search steps back to back in the addon (member i's beams from row bases[i]), which chooses
-   * each step's beams and moves their slots; each search then replays the steps' continuations here (the hypotheses are kept here), and the
-   * beams it chooses must be the addon's.
+   * each step's beams and moves their slots; each search then replays the steps' continuations here
+   * (the hypotheses are kept here), and the beams it chooses must be the addon's.
    */
   private async decodeBeams(tokens: number[], bases: readonly number[], lengths: number[], sourceLengths: number[] | undefined, maxSteps: number): Promise<void> {
     const members = this.members as BeamSequence[];
