@@ -132,8 +132,9 @@ export class BeamSearch {
    */
   continuations(b: number, rawLogits: Float32Array, forced?: number): BeamContinuation[] {
     const beam = this.beams[b]!;
+    if (forced !== undefined) return forcedContinuations(forced, 2 * this.width, rawLogits.length);
     const logits = this.temperature ? this.temperature(rawLogits, this.state(beam)) : rawLogits;
-    const logProbs = forced === undefined ? processLogits(this.processors, logSoftmax(logits), this.state(beam)) : only(logits.length, forced);
+    const logProbs = processLogits(this.processors, logSoftmax(logits), this.state(beam));
     const accumulated = new Float32Array(logProbs.length);
     for (let v = 0; v < logProbs.length; v++) accumulated[v] = f32(logProbs[v]! + beam.score);
     return topIndices(accumulated, 2 * this.width).map((token) => ({ token, logProb: logProbs[token]! }));
@@ -273,9 +274,13 @@ export class BeamSearch {
   }
 }
 
-/** Logits that allow only `token`. */
-export function only(vocabSize: number, token: number): Float32Array {
-  const logits = new Float32Array(vocabSize).fill(-Infinity);
-  logits[token] = 0;
-  return logits;
+/**
+ * The continuations of a beam whose next token is forced, as `continuations` finds them in a row that
+ * allows only `forced` (log-prob 0, the rest -inf; ties by id), without a row of the vocabulary's size:
+ * `forced`, then the lowest other ids.
+ */
+function forcedContinuations(forced: number, keep: number, vocabSize: number): BeamContinuation[] {
+  const out: BeamContinuation[] = [{ token: forced, logProb: 0 }];
+  for (let token = 0; out.length < Math.min(keep, vocabSize); token++) if (token !== forced) out.push({ token, logProb: -Infinity });
+  return out;
 }

@@ -7,7 +7,6 @@
 import type { Subscriber } from 'rxjs';
 import { logSumExp, topIndices } from '../util/argmax.ts';
 import { uniformStream } from '../util/random.ts';
-import { only } from './beam-search.ts';
 import type { FinishReason, RequestMetrics, TokenEvent } from './engine.ts';
 import { bannedAfter, logitsProcessors, nextTopP, processLogits, type LogitsProcessor } from './processors/index.ts';
 import { greedy, sample, type SamplerRow } from './sampler.ts';
@@ -255,9 +254,17 @@ export class Sequence extends ActiveRequest {
 
   /** Chooses, records and emits the next token from this row's logits. */
   advance(logits: Float32Array): void {
-    const state = { promptIds: this.contextIds, outputIds: this.outputIds, outputCounts: this.outputCounts, topP: this.topP };
     const forced = this.forcedToken(this.outputIds.length);
-    const processed = forced === undefined ? processLogits(this.processors, logits, state) : only(logits.length, forced);
+    if (forced !== undefined) {
+      // The one token allowed, log-prob 0 (a sampled request still draws its number, keeping its stream
+      // where the processors' forced row would leave it), without a row of the vocabulary's size.
+      if (this.params.temperature !== 0) this.random();
+      const choice = { token: forced, logProb: 0 };
+      this.accept(choice, undefined, this.params.top_logprobs > 0 ? [choice] : undefined);
+      return;
+    }
+    const state = { promptIds: this.contextIds, outputIds: this.outputIds, outputCounts: this.outputCounts, topP: this.topP };
+    const processed = processLogits(this.processors, logits, state);
     const choice = this.params.temperature === 0 ? greedy(processed) : sample(processed, this.random());
     this.accept(choice, processed);
   }
