@@ -8,10 +8,27 @@ import { ChorusError } from '../errors.ts';
 import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Norm } from './decoder-spec.ts';
 import { float, GraphBuilder } from './graph.ts';
 import { GREEDY_PAD_ID } from './greedy-layout.ts';
-import { additiveMask, affine, FLOAT32_MIN, geluTanh, linear, maskedSoftmax, norm, required, silu } from './layers.ts';
+import {
+  additiveMask,
+  addonLinear,
+  affine,
+  defaultSlotLinear,
+  FLOAT32_MIN,
+  geluTanh,
+  linear,
+  linearWith,
+  maskedSoftmax,
+  MS,
+  norm,
+  type Projected,
+  projectForNorm,
+  required,
+  silu,
+  skipNorm,
+  type SlotLinear,
+} from './layers.ts';
 
 /** ONNX Runtime's contrib operator domain. */
-const MS = 'com.microsoft';
 const FLOAT16_MIN = -65504;
 
 /** What every block of one graph shares. */
@@ -82,9 +99,15 @@ export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, fl
  * own length. Always the fused contrib operators (the weights match the cuda flavor's, in its order,
  * so both models can share one external data file).
  */
-export function buildSlotDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: 'float32' | 'float16', attention: 'addon' | 'GroupQueryAttention' = 'addon'): GraphBuilder {
+export function buildSlotDecoderGraph(
+  spec: DecoderSpec,
+  weights: DecoderWeights,
+  floatType: 'float32' | 'float16',
+  attention: 'addon' | 'GroupQueryAttention' = 'addon',
+  projections: SlotLinear = defaultSlotLinear(floatType),
+): GraphBuilder {
   // The cuda flavor's graph: fused operators and PyTorch's rounding points only where they cost nothing.
-  const g = new GraphBuilder(floatType, { pytorchRounding: false });
+  const g = new GraphBuilder(floatType, { pytorchRounding: false, addonLinear: projections === 'addon' });
   const { numLayers, numKvHeads, headDim, vocabSize } = spec;
   const inputIds = g.input('input_ids', 'int64', ['batch_size', 'sequence_length']);
   const positionIds = g.input('position_ids', 'int64', ['batch_size', 'sequence_length']);
@@ -209,6 +232,8 @@ function decoderBody(
   if (lastOnly) h = g.op('Slice', [h, g.int64([-1]), g.int64([Number.MAX_SAFE_INTEGER]), g.int64([1])]);
   // The head as Gemm with transB, so a tied head reads the embedding initializer instead of a copy.
   const head = weights.lmHead === undefined ? embedTokens : g.weight('lm_head.weight', weights.lmHead);
+  // Linear takes the head's [vocab, hidden] as it is, and keeps h's leading axes.
+  if (g.addonLinear) return { logits: addonLinear(g, h, head, undefined, { transposed: true }), present };
   const flat = g.op('Reshape', [h, g.int64([-1, spec.hiddenSize])]);
   const logits2d = g.op('Gemm', [flat, head], { transB: 1 }, { name: 'lm_head' });
   // The last position's [batch, vocab] only needs an axis back; no shape arithmetic, which ONNX Runtime
@@ -301,19 +326,20 @@ function attend(
   index: number,
   h: string,
   past: { key: string; value: string },
-): { output: string; presentKey: string; presentValue: string } {
+): { output: Projected; presentKey: string; presentValue: string } {
   const { numHeads, numKvHeads, headDim } = c.spec;
   const name = `layers.${index}`;
   const scale = float(1 / Math.sqrt(headDim));
   if (c.flavor === 'cuda') {
     // One projection for q, k and v (which also leaves ONNX Runtime nothing to pack into GroupQueryAttention itself).
     const packed = packedQkv(g, w, name);
-    const project = (output: string): string => linear(g, w.o, output, `${name}.o`);
+    const project = (output: string): Projected => projectForNorm(g, w.o, output, `${name}.o`);
     if (c.fused && c.rotary === undefined && c.slotAttention === 'addon') {
       // The addon's operator: the bias added, the new keys written and attended in one kernel a step.
+      const qkv = g.addonLinear ? addonLinear(g, h, packed.weight, undefined) : g.op('MatMul', [h, packed.weight]);
       const [output, presentKey, presentValue] = g.opMany(
         'DecoderSlotAttention',
-        [g.op('MatMul', [h, packed.weight]), past.key, past.value, c.cacheLengths!.seqlensK, ...(packed.bias === undefined ? [] : [packed.bias])],
+        [qkv, past.key, past.value, c.cacheLengths!.seqlensK, ...(packed.bias === undefined ? [] : [packed.bias])],
         { num_heads: numHeads, kv_num_heads: numKvHeads, scale },
         { domain: 'chorus', outputs: 3 },
       );
@@ -372,7 +398,7 @@ function attend(
   const probs = maskedSoftmax(g, scores, 1 / Math.sqrt(headDim), c.bias);
   const context = g.op('MatMul', [probs, v5]);
   const merged = g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [context, g.int64([0, numHeads, -1, headDim])])], { perm: [0, 2, 1, 3] }), g.int64([0, 0, numHeads * headDim])]);
-  return { output: linear(g, w.o, merged, `${name}.o`), presentKey, presentValue };
+  return { output: { value: linear(g, w.o, merged, `${name}.o`) }, presentKey, presentValue };
 }
 
 /**
@@ -394,12 +420,16 @@ function packedQkv(g: GraphBuilder, w: DecoderLayerWeights, name: string): { wei
 }
 
 /** The MLP of one block on the normed input `m`. */
-function mlp(g: GraphBuilder, c: GraphContext, w: DecoderLayerWeights, index: number, m: string): string {
+function mlp(g: GraphBuilder, c: GraphContext, w: DecoderLayerWeights, index: number, m: string): Projected {
   const name = `layers.${index}`;
   let inner: string;
   if (c.spec.mlp === 'silu_gated') {
-    const gate = linear(g, required(w.gate, `layer ${index} gate projection`), m, `${name}.gate`);
-    inner = g.op('Mul', [silu(g, gate), linear(g, w.up, m, `${name}.up`)]);
+    const gateWeights = required(w.gate, `layer ${index} gate projection`);
+    // Through Linear, SiLU is taken inside the gate's projection.
+    const gate = g.addonLinear ? linearWith(g, gateWeights, m, `${name}.gate`, 'silu') : silu(g, linear(g, gateWeights, m, `${name}.gate`));
+    inner = g.op('Mul', [gate, linear(g, w.up, m, `${name}.up`)]);
+  } else if (g.addonLinear) {
+    inner = linearWith(g, w.up, m, `${name}.up`, 'gelu_tanh');
   } else if (c.flavor === 'cuda') {
     const up = g.op('MatMul', [m, g.weight(`${name}.up.weight`, w.up.weight)]);
     const bias = w.up.bias === undefined ? [] : [g.weight(`${name}.up.bias`, w.up.bias)];
@@ -407,20 +437,15 @@ function mlp(g: GraphBuilder, c: GraphContext, w: DecoderLayerWeights, index: nu
   } else {
     inner = geluTanh(g, linear(g, w.up, m, `${name}.up`));
   }
-  return linear(g, w.down, inner, `${name}.down`);
+  return projectForNorm(g, w.down, inner, `${name}.down`);
 }
 
 /** `sum = x + delta` and the norm of it: Add then norm (portable), or one fused Skip*Normalization (cuda). */
-function residualNorm(g: GraphBuilder, c: GraphContext, w: Norm, x: string, delta: string, name: string): { normed: string; sum: string } {
+function residualNorm(g: GraphBuilder, c: GraphContext, w: Norm, x: string, delta: Projected, name: string): { normed: string; sum: string } {
   if (c.flavor === 'cuda') {
-    const epsilon = float(c.spec.normEps);
-    const scale = g.weight(`${name}.weight`, w.weight);
-    const [normed, , , sum] =
-      c.spec.norm === 'rmsnorm'
-        ? g.opMany('SkipSimplifiedLayerNormalization', [delta, x, scale], { epsilon }, { domain: MS, outputs: 4 })
-        : g.opMany('SkipLayerNormalization', [delta, x, scale, g.weight(`${name}.bias`, required(w.bias, `${name} bias`))], { epsilon }, { domain: MS, outputs: 4 });
-    return { normed: normed!, sum: sum! };
+    const [normed, sum] = skipNorm(g, c.spec, w, x, delta, name);
+    return { normed, sum };
   }
-  const sum = g.op('Add', [x, delta]);
+  const sum = g.op('Add', [x, delta.bias === undefined ? delta.value : g.op('Add', [delta.value, delta.bias])]);
   return { normed: norm(g, c.spec, w, sum, name), sum };
 }

@@ -74,15 +74,20 @@ export class GraphBuilder {
   /** In float16: round where PyTorch does (biases inside the products, SiLU in float32), at some cost in speed. */
   readonly pytorchRounding: boolean;
 
+  /** Projections through the native addon's Linear operator (the slot models, which only the addon runs). */
+  readonly addonLinear: boolean;
+
   /**
    * @param floatType the element type of weights and activations
    * @param options.pytorchRounding default true; the fused graphs, made for speed, turn it off
+   * @param options.addonLinear default false: projections as MatMul (and Add)
    */
   constructor(
     readonly floatType: 'float32' | 'float16',
-    options: { pytorchRounding?: boolean } = {},
+    options: { pytorchRounding?: boolean; addonLinear?: boolean } = {},
   ) {
     this.pytorchRounding = options.pytorchRounding ?? true;
+    this.addonLinear = options.addonLinear ?? false;
   }
 
   /** Declares a graph input. */

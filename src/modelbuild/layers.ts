@@ -36,6 +36,47 @@ export function linear(g: GraphBuilder, w: Linear, x: string, name: string): str
   return affine(g, x, weight, w.bias === undefined ? undefined : g.weight(`${name}.bias`, w.bias), w.weight.dims[1]!);
 }
 
+/** ONNX Runtime's contrib operators' domain. */
+export const MS = 'com.microsoft';
+
+/** A projection's output whose bias the fused residual norm after it adds (none: added already, or no bias). */
+export interface Projected {
+  value: string;
+  bias?: string;
+}
+
+/**
+ * `x @ weight (+ bias)` for the residual norm after it: through the addon's Linear, the bias goes to
+ * the norm's fused operator (so a large batch's projection is one cuBLAS GEMM with no pass of its own
+ * for the bias); otherwise it is added here. The weights are named as `linear` names them.
+ */
+export function projectForNorm(g: GraphBuilder, w: Linear, x: string, name: string): Projected {
+  if (!g.addonLinear) return { value: linear(g, w, x, name) };
+  const weight = g.weight(`${name}.weight`, w.weight);
+  return { value: addonLinear(g, x, weight, undefined), ...(w.bias === undefined ? {} : { bias: g.weight(`${name}.bias`, w.bias) }) };
+}
+
+/**
+ * `sum = x + delta` (plus delta's bias) and the norm of the sum in one of ONNX Runtime's fused operators
+ * (SkipLayerNormalization, SkipSimplifiedLayerNormalization): [normed, sum].
+ */
+export function skipNorm(g: GraphBuilder, spec: NormKind, w: Norm, x: string, delta: Projected, name: string): [string, string] {
+  const epsilon = float(spec.normEps);
+  const scale = g.weight(`${name}.weight`, w.weight);
+  const bias = delta.bias === undefined ? [] : [delta.bias];
+  const [normed, , , sum] =
+    spec.norm === 'rmsnorm'
+      ? g.opMany('SkipSimplifiedLayerNormalization', [delta.value, x, scale, ...bias], { epsilon }, { domain: MS, outputs: 4 })
+      : g.opMany('SkipLayerNormalization', [delta.value, x, scale, g.weight(`${name}.bias`, required(w.bias, `${name} bias`)), ...bias], { epsilon }, { domain: MS, outputs: 4 });
+  return [normed!, sum!];
+}
+
+/** `activation(x @ weight + bias)` through the addon's Linear; the weights named as `linear` names them. */
+export function linearWith(g: GraphBuilder, w: Linear, x: string, name: string, activation: LinearActivation): string {
+  const weight = g.weight(`${name}.weight`, w.weight);
+  return addonLinear(g, x, weight, w.bias === undefined ? undefined : g.weight(`${name}.bias`, w.bias), { activation });
+}
+
 /** Lanes of ones a float16 projection with a bias adds to its input; the weight gains the bias row and zero rows (the width stays a multiple of 8). */
 const BIAS_LANES = 8;
 
@@ -48,12 +89,38 @@ const BIAS_LANES = 8;
  * takes the place of the Add, so the step has as many kernels as before.
  */
 export function affine(g: GraphBuilder, x: string, weight: string, bias: string | undefined, outputs: number): string {
+  if (g.addonLinear) return addonLinear(g, x, weight, bias);
   if (bias === undefined) return g.op('MatMul', [x, weight]);
   if (g.floatType !== 'float16' || !g.pytorchRounding) return g.op('Add', [g.op('MatMul', [x, weight]), bias]);
   const lanes = g.op('Pad', [x, g.int64([0, 0, 0, 0, 0, BIAS_LANES]), g.floatConstant([1], [])]);
   // Concat and Unsqueeze of initializers only (ONNX Runtime has no float16 Pad on the CPU to fold with).
   const zeros = g.floatConstant(new Array<number>((BIAS_LANES - 1) * outputs).fill(0), [BIAS_LANES - 1, outputs]);
   return g.op('MatMul', [lanes, g.op('Concat', [weight, g.op('Unsqueeze', [bias, g.int64([0])]), zeros], { axis: 0 })]);
+}
+
+/**
+ * The slot models' projections: the addon's Linear (bias and activation inside; a kernel of its own for
+ * the few rows of a decode step) or MatMul. Linear by default in float16, the type the slot models run
+ * on CUDA in; float32 slot models also run on the CPU, where ONNX Runtime's MatMul is the faster.
+ */
+export type SlotLinear = 'addon' | 'MatMul';
+
+export function defaultSlotLinear(floatType: 'float32' | 'float16'): SlotLinear {
+  return floatType === 'float16' ? 'addon' : 'MatMul';
+}
+
+/** The activations the addon's Linear applies to its output. */
+export type LinearActivation = 'relu' | 'gelu' | 'gelu_tanh' | 'silu';
+
+/**
+ * `activation(x @ weight + bias)` as one of the native addon's Linear operators (domain `chorus`): the
+ * sum rounded once with its bias, the activation taken of it in float32. Linear takes nn.Linear's
+ * [out, in] weight: a `weight` in MatMul's [in, out] layout (which the other graphs share) goes through
+ * a Transpose that ONNX Runtime folds when the session loads; `transposed` says it is [out, in] already.
+ */
+export function addonLinear(g: GraphBuilder, x: string, weight: string, bias: string | undefined, options: { activation?: LinearActivation; transposed?: boolean } = {}): string {
+  const rows = options.transposed === true ? weight : g.op('Transpose', [weight], { perm: [1, 0] });
+  return g.op('Linear', [x, rows, ...(bias === undefined ? [] : [bias])], options.activation === undefined ? {} : { activation: options.activation }, { domain: 'chorus' });
 }
 
 /** `f` of `x` computed in float32 and rounded to float16 once, as PyTorch computes half-precision activations. */

@@ -11,7 +11,25 @@
  * models already met transformers' fp16 greedy tokens without it.
  */
 import { type Dim, float, GraphBuilder } from './graph.ts';
-import { additiveMask, affine, geluErf, geluTanh, linear, maskedSoftmax, norm, required, silu } from './layers.ts';
+import {
+  additiveMask,
+  addonLinear,
+  affine,
+  defaultSlotLinear,
+  geluErf,
+  geluTanh,
+  linear,
+  linearWith,
+  maskedSoftmax,
+  MS,
+  norm,
+  type Projected,
+  projectForNorm,
+  required,
+  silu,
+  skipNorm,
+  type SlotLinear,
+} from './layers.ts';
 import { relativeBucketTable } from './relative-position.ts';
 import type { AttentionWeights, DecoderLayer, FeedForwardWeights, Seq2SeqSpec, Seq2SeqWeights, StackWeights } from './seq2seq-spec.ts';
 import type { Norm } from './decoder-spec.ts';
@@ -56,8 +74,8 @@ function encoderStack(g: GraphBuilder, spec: Seq2SeqSpec, weights: Seq2SeqWeight
  * source] in, and straight out every decoder layer's cross-attention keys and values, `cross.{i}.key|value`
  * [batch, source, heads * head_dim] (position-major: the engine copies each row into its slot whole).
  */
-export function buildSeq2SeqSlotEncoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: 'float32' | 'float16'): GraphBuilder {
-  const g = new GraphBuilder(floatType, { pytorchRounding: false });
+export function buildSeq2SeqSlotEncoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: 'float32' | 'float16', projections: SlotLinear = defaultSlotLinear(floatType)): GraphBuilder {
+  const g = new GraphBuilder(floatType, { pytorchRounding: false, addonLinear: projections === 'addon' });
   const x = encoderStack(g, spec, weights, false);
   const width = spec.numHeads * spec.headDim;
   weights.decoder.layers.forEach((layer, i) => {
@@ -78,8 +96,8 @@ export function buildSeq2SeqSlotEncoderGraph(spec: Seq2SeqSpec, weights: Seq2Seq
  * T5's relative position bias goes in as one [heads, max_distance + 1] table by distance (the bucket
  * stops changing there), folded from the weights when the session loads.
  */
-export function buildSeq2SeqSlotDecoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: 'float32' | 'float16'): GraphBuilder {
-  const g = new GraphBuilder(floatType, { pytorchRounding: false });
+export function buildSeq2SeqSlotDecoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: 'float32' | 'float16', projections: SlotLinear = defaultSlotLinear(floatType)): GraphBuilder {
+  const g = new GraphBuilder(floatType, { pytorchRounding: false, addonLinear: projections === 'addon' });
   const width = spec.numHeads * spec.headDim;
   const inputIds = g.input('input_ids', 'int64', ['batch_size', 1]);
   const lengths = g.input('lengths', 'int32', ['batch_size']);
@@ -105,22 +123,22 @@ export function buildSeq2SeqSlotDecoderGraph(spec: Seq2SeqSpec, weights: Seq2Seq
   }
   const slotAttention = (inputs: string[], outputs: number, name: string): string[] =>
     g.opMany('SlotAttention', inputs, { num_heads: spec.numHeads, scale: float(spec.attentionScale) }, { domain: 'chorus', outputs, name });
-  const selfAttention = (layer: DecoderLayer, i: number, h: string): string => {
+  const selfAttention = (layer: DecoderLayer, i: number, h: string): Projected => {
     const name = `decoder.layers.${i}`;
     const [q, k, v] = projectQkv(g, layer.self, h, width, `${name}.self`) as [string, string, string];
     const [output, key, value] = slotAttention([q, k, v, past[i]!.key, past[i]!.value, lengths, bias], 3, `${name}.self.attention`);
     g.output(`present.${i}.decoder.key`, key!, floatType, ['batch_size', 'max_length', width]);
     g.output(`present.${i}.decoder.value`, value!, floatType, ['batch_size', 'max_length', width]);
-    return linear(g, layer.self.o, output!, `${name}.self.o`);
+    return projectForNorm(g, layer.self.o, output!, `${name}.self.o`);
   };
-  const crossAttention = (layer: DecoderLayer, i: number, h: string): string => {
+  const crossAttention = (layer: DecoderLayer, i: number, h: string): Projected => {
     const name = `decoder.layers.${i}`;
     const q = linear(g, layer.cross.q, h, `${name}.cross.q`);
     const [output] = slotAttention([q, '', '', past[i]!.crossKey, past[i]!.crossValue, encoderLengths], 1, `${name}.cross.attention`);
-    return linear(g, layer.cross.o, output!, `${name}.cross.o`);
+    return projectForNorm(g, layer.cross.o, output!, `${name}.cross.o`);
   };
-  const ffn = (layer: DecoderLayer, i: number, h: string): string => fusedFeedForward(g, spec, layer.ffn, h, `decoder.layers.${i}.ffn`);
-  const sublayers: Array<[(layer: DecoderLayer) => Norm, (layer: DecoderLayer, i: number, h: string) => string]> = [
+  const ffn = (layer: DecoderLayer, i: number, h: string): Projected => slotFeedForward(g, spec, layer.ffn, h, `decoder.layers.${i}.ffn`);
+  const sublayers: Array<[(layer: DecoderLayer) => Norm, (layer: DecoderLayer, i: number, h: string) => Projected]> = [
     [(layer) => layer.selfNorm, selfAttention],
     [(layer) => layer.crossNorm, crossAttention],
     [(layer) => layer.ffnNorm, ffn],
@@ -136,7 +154,7 @@ export function buildSeq2SeqSlotDecoderGraph(spec: Seq2SeqSpec, weights: Seq2Seq
         const delta = f(layer, i, h);
         const nextNorm = j < 2 ? sublayers[j + 1]![0](layer) : i + 1 < layers.length ? layers[i + 1]!.selfNorm : spec.finalNorm ? required(stack.finalNorm, 'decoder final norm') : undefined;
         if (nextNorm === undefined) {
-          h = g.op('Add', [x, delta]);
+          h = g.op('Add', [x, delta.bias === undefined ? delta.value : g.op('Add', [delta.value, delta.bias])]);
           return;
         }
         const names = ['cross_norm', 'ffn_norm'];
@@ -230,6 +248,12 @@ function lmHead(g: GraphBuilder, spec: Seq2SeqSpec, weights: Seq2SeqWeights, hid
   if (spec.finalNorm && finalNorm) x = norm(g, spec, required(weights.decoder.finalNorm, 'decoder final norm'), x, 'decoder.final_norm');
   if (spec.headScale !== 1) x = g.op('Mul', [x, g.floatConstant([spec.headScale], [])]);
   const head = weights.lmHead === undefined ? 'shared.weight' : g.weight('lm_head.weight', weights.lmHead);
+  // Linear takes the head's [vocab, d_model] as it is (the logits' bias inside), and keeps x's leading axes.
+  if (g.addonLinear) {
+    // BART's final_logits_bias is [1, vocab]: flat as Linear takes a bias (a Reshape folded at load).
+    const bias = weights.logitsBias === undefined ? undefined : g.op('Reshape', [g.weight('final_logits_bias', weights.logitsBias), g.int64([-1])]);
+    return addonLinear(g, x, head, bias, { transposed: true });
+  }
   let logits = g.op('Gemm', [g.op('Reshape', [x, g.int64([-1, spec.dModel])]), head], { transB: 1 }, { name: 'lm_head' });
   if (weights.logitsBias !== undefined) logits = g.op('Add', [logits, g.weight('final_logits_bias', weights.logitsBias)]);
   const outShape = g.op('Concat', [g.op('Slice', [g.op('Shape', [inputIds]), g.int64([0]), g.int64([2])]), g.int64([spec.vocabSize])], { axis: 0 });
@@ -273,18 +297,6 @@ function attention(g: GraphBuilder, spec: Seq2SeqSpec, w: AttentionWeights, h: s
 }
 
 /** ONNX Runtime's contrib operators. */
-const MS = 'com.microsoft';
-
-/** `x + delta` and its norm in one fused operator: [normed, sum]. */
-function skipNorm(g: GraphBuilder, spec: Seq2SeqSpec, w: Norm, x: string, delta: string, name: string): [string, string] {
-  const epsilon = float(spec.normEps);
-  const scale = g.weight(`${name}.weight`, w.weight);
-  const [normed, , , sum] =
-    spec.norm === 'rmsnorm'
-      ? g.opMany('SkipSimplifiedLayerNormalization', [delta, x, scale], { epsilon }, { domain: MS, outputs: 4 })
-      : g.opMany('SkipLayerNormalization', [delta, x, scale, g.weight(`${name}.bias`, required(w.bias, `${name} bias`))], { epsilon }, { domain: MS, outputs: 4 });
-  return [normed!, sum!];
-}
 
 /** q, k and v of `h` by one MatMul over their concatenated weights (folded when the session loads), split. */
 function projectQkv(g: GraphBuilder, w: AttentionWeights, h: string, width: number, name: string): string[] {
@@ -293,6 +305,23 @@ function projectQkv(g: GraphBuilder, w: AttentionWeights, h: string, width: numb
   const bias = w.q.bias === undefined ? undefined : g.op('Concat', parts.map(([part, l]) => g.weight(`${name}.${part}.bias`, required(l.bias, `${name}.${part} bias`))), { axis: 0 });
   const qkv = affine(g, h, weight, bias, 3 * width);
   return g.opMany('Split', [qkv, g.int64([width, width, width])], { axis: -1 }, { outputs: 3 });
+}
+
+/**
+ * The slot decoder's feed-forward block: through the addon's Linear, each activation inside the
+ * projection before it and the down projection's bias left to the residual norm after it.
+ */
+function slotFeedForward(g: GraphBuilder, spec: Seq2SeqSpec, w: FeedForwardWeights, h: string, name: string): Projected {
+  if (!g.addonLinear) return { value: fusedFeedForward(g, spec, w, h, name) };
+  return projectForNorm(g, w.down, linearInner(g, spec, w, h, name), `${name}.down`);
+}
+
+/** The feed-forward block's inner activations through the addon's Linear (each activation inside its projection). */
+function linearInner(g: GraphBuilder, spec: Seq2SeqSpec, w: FeedForwardWeights, h: string, name: string): string {
+  if (spec.ffn === 'relu' || spec.ffn === 'gelu') return linearWith(g, w.up, h, `${name}.up`, spec.ffn);
+  const up = linear(g, w.up, h, `${name}.up`);
+  const gate = linearWith(g, required(w.gate, `${name} gate`), h, `${name}.gate`, spec.ffn === 'gated_gelu_new' ? 'gelu_tanh' : 'silu');
+  return g.op('Mul', [gate, up]);
 }
 
 /** The feed-forward block with ONNX Runtime's fused activations (FastGelu for gelu_new, Gelu for the erf form). */
@@ -305,7 +334,9 @@ function fusedFeedForward(g: GraphBuilder, spec: Seq2SeqSpec, w: FeedForwardWeig
   return feedForward(g, spec, w, h, name);
 }
 
+/** The feed-forward block; through the addon's Linear, each activation inside the projection before it. */
 function feedForward(g: GraphBuilder, spec: Seq2SeqSpec, w: FeedForwardWeights, h: string, name: string): string {
+  if (g.addonLinear) return linear(g, w.down, linearInner(g, spec, w, h, name), `${name}.down`);
   const up = linear(g, w.up, h, `${name}.up`);
   let inner: string;
   if (spec.ffn === 'relu') inner = g.op('Relu', [up]);

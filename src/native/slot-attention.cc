@@ -1,11 +1,11 @@
 #include "slot-attention.h"
 
+#include "custom-op.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -97,34 +97,12 @@ void SlotAttentionHost(const SlotAttentionArgs& a) {
 
 namespace {
 
-ONNXTensorElementDataType ElementOf(FloatType type) {
-  return type == FloatType::kFloat16 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
-}
-
-std::vector<int64_t> ShapeOf(const Ort::ConstValue& value) { return value.GetTensorTypeAndShapeInfo().GetShape(); }
-
-OrtStatusPtr Failure(const char* op, const std::string& message) { return Ort::GetApi().CreateStatus(ORT_INVALID_ARGUMENT, (std::string(op) + ": " + message).c_str()); }
-
-// `work`, its exception returned as operator `op`'s failure.
-template <typename Work>
-OrtStatusPtr Guarded(const char* op, Work&& work) {
-  try {
-    work();
-    return nullptr;
-  } catch (const std::exception& e) {
-    return Failure(op, e.what());
-  }
-}
-
-// What both operators' kernels share: the float type, the provider, the cache written in place, and
-// ComputeV2 (Kernel::Compute, its exception returned as the operator's failure).
+// What both operators' kernels share: the cache written in place and the attention's launch.
 template <class Kernel>
-struct SlotKernelBase {
-  SlotKernelBase(bool cuda, FloatType type) : cuda_(cuda), type_(type) {}
-
-  OrtStatusPtr ComputeV2(OrtKernelContext* context) {
-    return Guarded(Kernel::kName, [&] { static_cast<Kernel*>(this)->Compute(context); });
-  }
+struct SlotKernelBase : KernelBase<Kernel> {
+  using KernelBase<Kernel>::KernelBase;
+  using KernelBase<Kernel>::cuda_;
+  using KernelBase<Kernel>::type_;
 
   // Output `index`, the cache `past` after this run: bound to the past's buffer, it is written in
   // place; elsewhere, it starts as a copy.
@@ -163,9 +141,6 @@ struct SlotKernelBase {
 #endif
     SlotAttentionHost(args);
   }
-
-  bool cuda_;
-  FloatType type_;
 };
 
 struct SlotAttentionKernel : SlotKernelBase<SlotAttentionKernel> {
@@ -308,65 +283,17 @@ struct DecoderSlotAttentionKernel : SlotKernelBase<DecoderSlotAttentionKernel> {
   float scale_ = 1;
 };
 
-// An operator of `Kernel`, named `name`; `inputs` its input types, `optional` which of them may be left out.
-template <typename Kernel>
-struct SlotOp : Ort::CustomOpBase<SlotOp<Kernel>, Kernel, true> {
-  SlotOp(bool cuda, FloatType type, std::vector<ONNXTensorElementDataType> inputs, std::vector<size_t> optional)
-      : name_(Kernel::kName), cuda_(cuda), type_(type), inputs_(std::move(inputs)), optional_(std::move(optional)) {}
-
-  OrtStatusPtr CreateKernelV2(const OrtApi& /*api*/, const OrtKernelInfo* info, void** kernel) const {
-    return Guarded(name_, [&] { *kernel = new Kernel(info, cuda_, type_); });
-  }
-  const char* GetName() const { return name_; }
-  const char* GetExecutionProviderType() const { return cuda_ ? "CUDAExecutionProvider" : "CPUExecutionProvider"; }
-  size_t GetInputTypeCount() const { return inputs_.size(); }
-  ONNXTensorElementDataType GetInputType(size_t index) const { return inputs_[index]; }
-  OrtCustomOpInputOutputCharacteristic GetInputCharacteristic(size_t index) const {
-    return std::find(optional_.begin(), optional_.end(), index) != optional_.end() ? OrtCustomOpInputOutputCharacteristic::INPUT_OUTPUT_OPTIONAL
-                                                                                   : OrtCustomOpInputOutputCharacteristic::INPUT_OUTPUT_REQUIRED;
-  }
-  size_t GetOutputTypeCount() const { return 3; }
-  ONNXTensorElementDataType GetOutputType(size_t /*index*/) const { return ElementOf(type_); }
-  OrtCustomOpInputOutputCharacteristic GetOutputCharacteristic(size_t index) const {
-    return index == 0 ? OrtCustomOpInputOutputCharacteristic::INPUT_OUTPUT_REQUIRED : OrtCustomOpInputOutputCharacteristic::INPUT_OUTPUT_OPTIONAL;
-  }
-
-  const char* name_;
-  bool cuda_;
-  FloatType type_;
-  std::vector<ONNXTensorElementDataType> inputs_;
-  std::vector<size_t> optional_;
-};
-
-// The operators and their domain per provider and float type, kept for the life of the process
-// (sessions refer to them).
-struct Registered {
-  std::unique_ptr<SlotOp<SlotAttentionKernel>> slot;
-  std::unique_ptr<SlotOp<DecoderSlotAttentionKernel>> decoder;
-  std::unique_ptr<Ort::CustomOpDomain> domain;
-};
-
 }  // namespace
 
-void AddSlotAttention(Ort::SessionOptions& options, bool cuda, FloatType type) {
-  static std::mutex mutex;
-  static std::map<std::pair<bool, FloatType>, Registered> registered;
-  std::lock_guard<std::mutex> lock(mutex);
-  Registered& entry = registered[{cuda, type}];
-  if (!entry.domain) {
-    const ONNXTensorElementDataType t = ElementOf(type);
-    const ONNXTensorElementDataType i32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
-    // SlotAttention: query, key, value, past_key, past_value, lengths, position_bias.
-    entry.slot = std::make_unique<SlotOp<SlotAttentionKernel>>(cuda, type, std::vector<ONNXTensorElementDataType>{t, t, t, t, t, i32, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT},
-                                                               std::vector<size_t>{1, 2, 6});
-    // DecoderSlotAttention: qkv, past_key, past_value, seqlens_k, qkv_bias.
-    entry.decoder = std::make_unique<SlotOp<DecoderSlotAttentionKernel>>(cuda, type, std::vector<ONNXTensorElementDataType>{t, t, t, i32, t},
-                                                                         std::vector<size_t>{4});
-    entry.domain = std::make_unique<Ort::CustomOpDomain>("chorus");
-    entry.domain->Add(entry.slot.get());
-    entry.domain->Add(entry.decoder.get());
-  }
-  options.Add(*entry.domain);
+OpList SlotAttentionOps(bool cuda, FloatType type) {
+  const ONNXTensorElementDataType t = ElementOf(type);
+  const ONNXTensorElementDataType i32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
+  return {
+      // SlotAttention: query, key, value, past_key, past_value, lengths, position_bias.
+      MakeOp<SlotAttentionKernel>(cuda, type, {t, t, t, t, t, i32, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT}, {1, 2, 6}, 3),
+      // DecoderSlotAttention: qkv, past_key, past_value, seqlens_k, qkv_bias.
+      MakeOp<DecoderSlotAttentionKernel>(cuda, type, {t, t, t, i32, t}, {4}, 3),
+  };
 }
 
 }  // namespace chorus

@@ -88,8 +88,4 @@ void SlotAttentionDevice(const SlotAttentionArgs& args, void* stream);
 void SlotAppendDevice(const SlotAttentionArgs& args, void* stream);
 #endif
 
-// Adds the `chorus` domain with SlotAttention and DecoderSlotAttention for the session's provider and
-// float type.
-void AddSlotAttention(Ort::SessionOptions& options, bool cuda, FloatType type);
-
 }  // namespace chorus

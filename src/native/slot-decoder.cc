@@ -1,6 +1,6 @@
 #include "slot-decoder.h"
 
-#include "slot-attention.h"
+#include "custom-op.h"
 
 #include <onnxruntime_run_options_config_keys.h>
 
@@ -74,7 +74,7 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
     memory_ = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault);
   }
   const size_t width = static_cast<size_t>(options.kvHeads) * options.headDim * elementBytes_;
-  AddSlotAttention(sessionOptions, options.cuda, options.floatType);
+  AddChorusOps(sessionOptions, options.cuda, options.floatType);
   if (seq2seq()) {
     if (options.sourceLength <= 0) throw std::invalid_argument("an encoder-decoder needs a positive sourceLength");
     encoder_ = std::make_unique<Ort::Session>(env_, options.encoderModel.c_str(), sessionOptions);

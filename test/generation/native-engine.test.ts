@@ -102,6 +102,36 @@ describe('chorus build --slot-decoder', () => {
     assert.equal(qwen2.filter((op) => op.endsWith('DecoderSlotAttention')).length, 0);
   });
 
+  test("projects through the addon's Linear in float16 (gelu_new inside, the head's weight as it is), MatMul in float32", () => {
+    const out = join(root, 'gpt2-build-fp16');
+    buildModel({ source: join(root, 'gpt2-build-ckpt'), out, flavor: 'cuda', dtype: 'fp16', slotDecoder: true });
+    const nodes = onnxProto.onnx.ModelProto.decode(readFileSync(join(out, 'onnx', 'decoder_model_slots.onnx'))).graph!.node!;
+    const layers = (JSON.parse(readFileSync(join(out, 'chorus_build.json'), 'utf8')) as { spec: { numLayers: number } }).spec.numLayers;
+    const linears = nodes.filter((n) => n.domain === 'chorus' && n.opType === 'Linear');
+    // q, k and v in one, the output projection, the MLP's two (gelu_new inside the first), the head.
+    assert.equal(linears.length, 4 * layers + 1);
+    const activation = (n: onnxProto.onnx.INodeProto): string => Buffer.from(n.attribute?.find((a) => a.name === 'activation')?.s ?? new Uint8Array()).toString();
+    assert.equal(linears.filter((n) => activation(n) === 'gelu_tanh').length, layers);
+    assert.deepEqual(
+      nodes.filter((n) => ['MatMul', 'Gemm', 'FastGelu'].includes(n.opType!)).map((n) => n.opType),
+      [],
+    );
+    // Biases go where they cost no pass of their own for a GEMM (more rows than the Linear kernel takes):
+    // q, k and v's into the attention, the output and down projections' into the fused residual norms.
+    for (const node of nodes.filter((n) => n.opType === 'DecoderSlotAttention')) {
+      assert.equal(node.input!.length, 5);
+      assert.equal(nodes.find((n) => n.output!.includes(node.input![0]!))?.opType, 'Linear');
+    }
+    assert.equal(nodes.filter((n) => n.opType === 'SkipLayerNormalization' && n.input!.length === 5 && n.input![4]!.endsWith('.bias')).length, 2 * layers);
+    assert.equal(linears.filter((n) => n.input!.length === 3).length, layers);
+    // The head reads the tied embedding as it is; every other weight goes through a Transpose folded at load.
+    const head = linears.find((n) => n.output!.includes(nodes.find((m) => m.output!.includes('logits'))!.input![0]!))!;
+    assert.equal(head.input![1], 'embed_tokens.weight');
+    assert.equal(linears.filter((n) => nodes.find((m) => m.output!.includes(n.input![1]!))?.opType === 'Transpose').length, 4 * layers);
+    const fp32 = onnxProto.onnx.ModelProto.decode(readFileSync(join(root, 'gpt2-build', 'onnx', 'decoder_model_slots.onnx'))).graph!.node!;
+    assert.equal(fp32.filter((n) => n.opType === 'Linear').length, 0);
+  });
+
   test('needs the cuda flavor for a decoder-only model and a decoder to generate with, naming the option', () => {
     const refused = (error: Error & { code?: string; param?: string }): boolean => error.code === 'CHORUS_UNSUPPORTED' && error.param === 'slotDecoder';
     assert.throws(() => buildModel({ source: join(root, 'gpt2-build-ckpt'), out: join(root, 'x'), slotDecoder: true }), refused);
@@ -232,6 +262,15 @@ describe('NativeEngine (CPU)', { skip }, () => {
       assert.ok(native.stats().decodeSteps > 0);
     });
   }
+
+  test("through the addon's Linear (gelu_new and SiLU inside the projections), a mixed batch gives the TypeScript engine's tokens", async () => {
+    for (const arch of ['gpt2', 'llama'] as const) {
+      const dir = join(root, `${arch}-linear`);
+      buildModel({ source: join(root, `${arch}-ckpt`), out: dir, flavor: 'cuda', slotDecoder: true, slotLinear: 'addon' });
+      // Several tokens a row (the prefills) and one a row (the steps), up to 7 rows.
+      await assertMixAsReference(await open(dir, true), await open(dirs[arch], false), mix);
+    }
+  });
 
   test('requests that join a running batch and outlive the ones before them get the tokens they get alone, seeded draws included', async () => {
     const engine = await open(dirs.qwen2, true, 4);
@@ -373,6 +412,16 @@ describe('NativeEngine, encoder-decoders (CPU)', { skip }, () => {
       await assertMixAsReference(await open(arch, true), await open(arch, false), mix);
     });
   }
+
+  test("through the addon's Linear (ReLU, gated gelu_new and GELU inside the projections), a mixed batch gives the TypeScript engine's tokens", async () => {
+    for (const arch of archs) {
+      const dir = join(root, `${arch}-s2s-linear`);
+      buildModel({ source: join(root, `${arch}-s2s-ckpt`), out: dir, slotDecoder: true, slotLinear: 'addon' });
+      const native = await NativeEngine.open(dir, { maxBatchSize: 8, slotLength: 48, sourceLength: 24 });
+      engines.push(native);
+      await assertMixAsReference(native, await open(arch, false), mix);
+    }
+  });
 
   test('requests that join a running batch, beams among them, get the tokens they get alone', async () => {
     // Three slots for six requests: rows leave, the ones behind move down with their sources, and a

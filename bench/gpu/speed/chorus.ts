@@ -12,6 +12,8 @@
  *   native-graph-invariant - the same, batch-invariant: every step runs all 64 slots (one graph).
  *   native-graph-one-step - native-graph with one decode step per call into the addon (greedySteps 1;
  *            native-graph runs up to 16 greedy steps back to back inside the addon).
+ *   native-graph-gqa, native-graph-matmul - native-graph on a slot decoder built with GroupQueryAttention
+ *            instead of the addon's attention, or with MatMul projections instead of the addon's Linear.
  * Reports ms per decode step, tokens/s and time to first token; profile: the share of the time inside
  * session.run (the rest is host copies of the cache and JavaScript).
  * Usage: node --import tsx bench/gpu/speed/chorus.ts <work-dir>  -> <work-dir>/chorus.json
@@ -26,7 +28,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { lastValueFrom, toArray } from 'rxjs';
 import { NativeEngine, OrtEngine, type Engine, type RequestMetrics } from '../../../src/generation/index.ts';
-import { buildModel, makeCheckpoint } from '../../../src/modelbuild/index.ts';
+import { buildModel, makeCheckpoint, type BuildOptions } from '../../../src/modelbuild/index.ts';
 import { seededRows, timeSessionRuns } from './common.ts';
 
 const work = process.argv[2] ?? '/tmp/speed';
@@ -46,7 +48,9 @@ const inRun = timeSessionRuns();
 
 const rows: Array<Record<string, unknown>> = [];
 const save = (): void => writeFileSync(join(work, 'chorus.json'), JSON.stringify({ rows, checkpoint, prompt: PROMPT, new_tokens: NEW, provider: PROVIDER, dtype: DTYPE, decode: DECODE, sampling: SAMPLING }, null, 2));
-const paths = (process.env.SPEED_PATHS ?? 'loop,greedy,native,native-graph').split(',') as Array<'loop' | 'greedy' | 'native' | 'native-graph' | 'native-graph-invariant' | 'native-graph-one-step' | 'native-graph-gqa'>;
+const paths = (process.env.SPEED_PATHS ?? 'loop,greedy,native,native-graph').split(',') as Array<'loop' | 'greedy' | 'native' | 'native-graph' | 'native-graph-invariant' | 'native-graph-one-step' | 'native-graph-gqa' | 'native-graph-matmul'>;
+// The slot decoders other paths compare with: each built with one option changed.
+const variants: Record<string, Partial<BuildOptions>> = { 'native-graph-gqa': { slotAttention: 'GroupQueryAttention' }, 'native-graph-matmul': { slotLinear: 'MatMul' } };
 for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') as Array<'portable' | 'cuda'>) {
   const dir = join(work, `gpt2-${DTYPE}-${flavor}`);
   buildModel({ source: checkpoint, out: dir, dtype: DTYPE, flavor, greedySearch: true, slotDecoder: flavor === 'cuda' });
@@ -57,10 +61,10 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
   for (const path of paths.filter((p) => p.startsWith('native'))) {
     if (flavor !== 'cuda') continue;
     try {
-      // native-graph-gqa: the slot decoder on ONNX Runtime's GroupQueryAttention instead of the addon's attention.
-      const gqa = join(work, `gpt2-${DTYPE}-cuda-gqa`);
-      if (path === 'native-graph-gqa') buildModel({ source: checkpoint, out: gqa, dtype: DTYPE, flavor, slotDecoder: true, slotAttention: 'GroupQueryAttention' });
-      natives.set(path, await NativeEngine.open(path === 'native-graph-gqa' ? gqa : dir, { provider: PROVIDER, maxBatchSize: 64, slotLength: PROMPT + NEW, cudaGraph: path.startsWith('native-graph'), batchInvariant: path === 'native-graph-invariant', greedySteps: path === 'native-graph-one-step' ? 1 : 16, onRequestDone }));
+      const variant = variants[path];
+      const at = variant === undefined ? dir : join(work, `gpt2-${DTYPE}-${path}`);
+      if (variant !== undefined) buildModel({ source: checkpoint, out: at, dtype: DTYPE, flavor, slotDecoder: true, ...variant });
+      natives.set(path, await NativeEngine.open(at, { provider: PROVIDER, maxBatchSize: 64, slotLength: PROMPT + NEW, cudaGraph: path.startsWith('native-graph'), batchInvariant: path === 'native-graph-invariant', greedySteps: path === 'native-graph-one-step' ? 1 : 16, onRequestDone }));
     } catch (error) {
       rows.push({ flavor, path, error: String(error) });
       console.log(`${flavor} ${path}: ${String(error)}`);

@@ -5,7 +5,8 @@
  * greedy and beam 4, on each engine of SEQ2SEQ_ENGINES (comma-separated; default
  * native-graph,native,ts): the native engine (src/native, the caches on the GPU; with CUDA graphs or
  * without; native-graph-one-step: one decode step per call, where native-graph runs greedy batches up
- * to 16 steps back to back inside the addon) and the TypeScript engine (Seq2SeqEngine over onnxruntime-node, batches of SEQ2SEQ_TS_BATCHES,
+ * to 16 steps back to back inside the addon; native-graph-matmul: native-graph on slot models built with
+ * MatMul projections instead of the addon's Linear) and the TypeScript engine (Seq2SeqEngine over onnxruntime-node, batches of SEQ2SEQ_TS_BATCHES,
  * default 1,32). Reports tokens/s (returned sequences' tokens), ms per decode step and time to first
  * token; profile: the share of the time inside the session's runs (and for the native engine inside
  * the addon's calls in all).
@@ -46,6 +47,10 @@ for (const name of names) {
   checkpoints[name] = checkpoint;
   const dir = join(work, `${name}-fp16`);
   if (!existsSync(join(dir, 'onnx', 'decoder_model_slots.onnx'))) buildModel({ source: checkpoint, out: dir, dtype: 'fp16', slotDecoder: true });
+  const matmulDir = join(work, `${name}-fp16-matmul`);
+  if (engineNames.includes('native-graph-matmul') && !existsSync(join(matmulDir, 'onnx', 'decoder_model_slots.onnx'))) {
+    buildModel({ source: checkpoint, out: matmulDir, dtype: 'fp16', slotDecoder: true, slotLinear: 'MatMul' });
+  }
   const eos = Number((JSON.parse(readFileSync(join(checkpoint, 'config.json'), 'utf8')) as { eos_token_id: number }).eos_token_id);
   for (const engineName of engineNames) {
     const metrics: RequestMetrics[] = [];
@@ -57,7 +62,7 @@ for (const name of names) {
       engine = await Seq2SeqEngine.open(dir, { executionProviders: ['cuda'], maxBatchSize: 128, onRequestDone });
       sessionMs = () => inRun.ms;
     } else {
-      const native = await NativeEngine.open(dir, { provider: 'cuda', maxBatchSize: 128, slotLength: NEW + 1, sourceLength: SOURCE, cudaGraph: engineName.startsWith('native-graph'), greedySteps: engineName === 'native-graph-one-step' ? 1 : 16, onRequestDone });
+      const native = await NativeEngine.open(engineName === 'native-graph-matmul' ? matmulDir : dir, { provider: 'cuda', maxBatchSize: 128, slotLength: NEW + 1, sourceLength: SOURCE, cudaGraph: engineName.startsWith('native-graph'), greedySteps: engineName === 'native-graph-one-step' ? 1 : 16, onRequestDone });
       engine = native;
       sessionMs = () => native.profile().sessionMs;
       nativeMs = () => native.profile().nativeMs;

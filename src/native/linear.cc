@@ -1,0 +1,140 @@
+#include "linear.h"
+
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "custom-op.h"
+
+#ifdef CHORUS_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace chorus {
+
+Activation ActivationNamed(const std::string& name) {
+  if (name.empty() || name == "none") return Activation::kNone;
+  if (name == "relu") return Activation::kRelu;
+  if (name == "gelu") return Activation::kGelu;
+  if (name == "gelu_tanh") return Activation::kGeluTanh;
+  if (name == "silu") return Activation::kSilu;
+  throw std::invalid_argument("activation must be one of \"\", relu, gelu, gelu_tanh, silu; not \"" + name + "\"");
+}
+
+namespace {
+
+// n elements of float32 or float16 data from `data`, as float.
+void Widen(const void* data, FloatType type, size_t from, size_t n, float* out) {
+  for (size_t i = 0; i < n; i++) out[i] = ElementAt(data, type, from + i);
+}
+
+float Round(float v, FloatType type) { return type == FloatType::kFloat16 ? HalfToFloat(FloatToHalf(v)) : v; }
+
+}  // namespace
+
+void LinearHost(const LinearArgs& a) {
+  const size_t in = static_cast<size_t>(a.in);
+  std::vector<float> x(static_cast<size_t>(a.rows) * in);
+  Widen(a.x, a.type, 0, x.size(), x.data());
+  std::vector<float> w(in);
+  for (int o = 0; o < a.out; o++) {
+    Widen(a.weight, a.type, static_cast<size_t>(o) * in, in, w.data());
+    const float bias = a.bias == nullptr ? 0.0f : ElementAt(a.bias, a.type, o);
+    for (int r = 0; r < a.rows; r++) {
+      const float* row = x.data() + static_cast<size_t>(r) * in;
+      float sum = 0;
+      for (size_t k = 0; k < in; k++) sum += row[k] * w[k];
+      float v = Round(sum + bias, a.type);
+      if (a.activation != Activation::kNone) v = Round(Activate(v, a.activation), a.type);
+      const size_t at = static_cast<size_t>(r) * a.out + o;
+      if (a.type == FloatType::kFloat16) {
+        static_cast<uint16_t*>(a.y)[at] = FloatToHalf(v);
+      } else {
+        static_cast<float*>(a.y)[at] = v;
+      }
+    }
+  }
+}
+
+namespace {
+
+// ONNX Runtime's CUDA provider hands kernels its cuBLAS handle as a resource (cuda_resource.h:
+// version 3, id cuda_resource_offset + 2).
+constexpr int kCudaResourceVersion = 3;
+constexpr int kCublasHandleResource = 10002;
+
+struct LinearKernel : KernelBase<LinearKernel> {
+  static constexpr const char* kName = "Linear";
+
+  LinearKernel(const OrtKernelInfo* info, bool cuda, FloatType type) : KernelBase(cuda, type) {
+    Ort::ConstKernelInfo kernel(info);
+    std::string name;
+    try {
+      name = kernel.GetAttribute<std::string>("activation");
+    } catch (const Ort::Exception&) {
+      // No attribute: no activation.
+    }
+    activation_ = ActivationNamed(name);
+  }
+
+  void Compute(OrtKernelContext* context) {
+    Ort::KernelContext ctx(context);
+    const Ort::ConstValue x = ctx.GetInput(0);
+    const Ort::ConstValue weight = ctx.GetInput(1);
+    std::vector<int64_t> shape = ShapeOf(x);
+    const std::vector<int64_t> weightShape = ShapeOf(weight);
+    if (shape.empty()) throw std::invalid_argument("x must be [..., in], not a scalar");
+    if (weightShape.size() != 2 || weightShape[1] != shape.back()) {
+      throw std::invalid_argument("weight must be [out, in] with in = x's last axis (" + std::to_string(shape.back()) + ")");
+    }
+    LinearArgs args{};
+    args.in = static_cast<int>(shape.back());
+    args.out = static_cast<int>(weightShape[0]);
+    args.activation = activation_;
+    args.type = type_;
+    args.x = x.GetTensorRawData();
+    args.weight = weight.GetTensorRawData();
+    if (Given(ctx, 2)) {
+      const Ort::ConstValue bias = ctx.GetInput(2);
+      if (ShapeOf(bias) != std::vector<int64_t>{weightShape[0]}) throw std::invalid_argument("bias must be [out] (" + std::to_string(weightShape[0]) + ")");
+      args.bias = bias.GetTensorRawData();
+    }
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < shape.size(); d++) rows *= shape[d];
+    if (rows > std::numeric_limits<int>::max()) throw std::invalid_argument("x has more rows than an int counts");
+    args.rows = static_cast<int>(rows);
+    shape.back() = weightShape[0];
+    args.y = ctx.GetOutput(0, shape).GetTensorMutableRawData();
+    if (args.rows == 0 || args.out == 0) return;
+#ifdef CHORUS_WITH_CUDA
+    if (cuda_) {
+      void* stream = ctx.GetGPUComputeStream();
+      if (args.rows <= kLinearKernelRows) {
+        LinearRowsDevice(args, stream);
+      } else {
+        void* handle = nullptr;
+        Ort::ThrowOnError(Ort::GetApi().KernelContext_GetResource(context, kCudaResourceVersion, kCublasHandleResource, &handle));
+        LinearGemmDevice(args, handle);
+        if (args.bias != nullptr || args.activation != Activation::kNone) BiasActivateDevice(args, stream);
+      }
+      const cudaError_t status = cudaGetLastError();
+      if (status != cudaSuccess) throw std::runtime_error(std::string("kernel: ") + cudaGetErrorString(status));
+      return;
+    }
+#endif
+    LinearHost(args);
+  }
+
+  Activation activation_ = Activation::kNone;
+};
+
+}  // namespace
+
+OpList LinearOps(bool cuda, FloatType type) {
+  const ONNXTensorElementDataType t = ElementOf(type);
+  // Linear: x, weight, bias.
+  return {MakeOp<LinearKernel>(cuda, type, {t, t, t}, {2}, 1)};
+}
+
+}  // namespace chorus

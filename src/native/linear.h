@@ -1,0 +1,78 @@
+// Linear (domain `chorus`): the slot decoders' projections, bias and activation included.
+//   inputs   x [..., in]
+//            weight [out, in]          (nn.Linear's layout: each output's weights are one row)
+//            bias [out]                optional
+//   outputs  y [..., out] = activation(x @ weight^T + bias)
+//   attributes  activation (string): "" (none), "relu", "gelu" (erf), "gelu_tanh" (gelu_new, FastGelu),
+//               "silu"
+// The sum is taken in float32 and rounded to the float type once with its bias, as PyTorch's addmm
+// rounds it; the activation is taken of that rounded value in float32 and rounded again.
+// On CUDA a step of a few rows (the decode steps of small batches) runs as one kernel of our own that
+// reads each weight row once for all of them, bias and activation in its epilogue; more rows (prefills,
+// large batches) run as a cuBLAS GEMM on ONNX Runtime's own cuBLAS handle, then bias and activation in
+// one pass (the GEMM's output rounded first).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "kernels.h"
+
+#ifdef __CUDACC__
+#define CHORUS_HOST_DEVICE __host__ __device__
+#else
+#define CHORUS_HOST_DEVICE
+#endif
+
+namespace chorus {
+
+enum class Activation { kNone, kRelu, kGelu, kGeluTanh, kSilu };
+
+// The activation of v, in float32 (one definition for the host and the device).
+CHORUS_HOST_DEVICE inline float Activate(float v, Activation a) {
+  switch (a) {
+    case Activation::kRelu:
+      return v > 0 ? v : 0;
+    case Activation::kGelu:
+      return 0.5f * v * (1 + erff(v * 0.70710678118654752f));
+    case Activation::kGeluTanh:
+      return 0.5f * v * (1 + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+    case Activation::kSilu:
+      return v / (1 + expf(-v));
+    default:
+      return v;
+  }
+}
+
+// The activation an attribute value names; throws for any other.
+Activation ActivationNamed(const std::string& name);
+
+struct LinearArgs {
+  const void* x;
+  const void* weight;
+  const void* bias;  // null: none
+  void* y;
+  int rows;
+  int in;
+  int out;
+  Activation activation;
+  FloatType type;
+};
+
+// Host: y of x, on host memory.
+void LinearHost(const LinearArgs& args);
+
+#ifdef CHORUS_WITH_CUDA
+// The most rows the device's own kernel takes; more go to cuBLAS.
+constexpr int kLinearKernelRows = 8;
+// Device: y of x on `stream`, for at most kLinearKernelRows rows.
+void LinearRowsDevice(const LinearArgs& args, void* stream);
+// Device: y += bias, then the activation, in place (after a GEMM wrote y), on `stream`.
+void BiasActivateDevice(const LinearArgs& args, void* stream);
+// Device: y = x @ weight^T by cuBLAS on `handle` (a cublasHandle_t bound to the stream), without
+// bias and activation. cuBLAS is ONNX Runtime's CUDA provider's, found among the loaded libraries.
+void LinearGemmDevice(const LinearArgs& args, void* handle);
+#endif
+
+}  // namespace chorus
