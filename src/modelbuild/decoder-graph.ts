@@ -21,7 +21,7 @@ import {
   MS,
   norm,
   type Projected,
-  projectForNorm,
+  projectBiasAfter,
   required,
   silu,
   skipNorm,
@@ -333,7 +333,7 @@ function attend(
   if (c.flavor === 'cuda') {
     // One projection for q, k and v (which also leaves ONNX Runtime nothing to pack into GroupQueryAttention itself).
     const packed = packedQkv(g, w, name);
-    const project = (output: string): Projected => projectForNorm(g, w.o, output, `${name}.o`);
+    const project = (output: string): Projected => projectBiasAfter(g, w.o, output, `${name}.o`);
     if (c.fused && c.rotary === undefined && c.slotAttention === 'addon') {
       // The addon's operator: the bias added, the new keys written and attended in one kernel a step.
       const qkv = g.addonLinear ? addonLinear(g, h, packed.weight, undefined) : g.op('MatMul', [h, packed.weight]);
@@ -437,7 +437,7 @@ function mlp(g: GraphBuilder, c: GraphContext, w: DecoderLayerWeights, index: nu
   } else {
     inner = geluTanh(g, linear(g, w.up, m, `${name}.up`));
   }
-  return projectForNorm(g, w.down, inner, `${name}.down`);
+  return projectBiasAfter(g, w.down, inner, `${name}.down`);
 }
 
 /** `sum = x + delta` and the norm of it: Add then norm (portable), or one fused Skip*Normalization (cuda). */

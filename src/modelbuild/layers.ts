@@ -39,18 +39,19 @@ export function linear(g: GraphBuilder, w: Linear, x: string, name: string): str
 /** ONNX Runtime's contrib operators' domain. */
 export const MS = 'com.microsoft';
 
-/** A projection's output whose bias the fused residual norm after it adds (none: added already, or no bias). */
+/** A projection's output whose bias the operator after it adds (none: added already, or no bias). */
 export interface Projected {
   value: string;
   bias?: string;
 }
 
 /**
- * `x @ weight (+ bias)` for the residual norm after it: through the addon's Linear, the bias goes to
- * the norm's fused operator (so a large batch's projection is one cuBLAS GEMM with no pass of its own
- * for the bias); otherwise it is added here. The weights are named as `linear` names them.
+ * `x @ weight (+ bias)` for an operator that can add the bias itself (a fused residual norm, the slot
+ * attention): through the addon's Linear, the bias is left to it (so a large batch's projection is one
+ * cuBLAS GEMM with no pass of its own for the bias); otherwise it is added here. The weights are named
+ * as `linear` names them.
  */
-export function projectForNorm(g: GraphBuilder, w: Linear, x: string, name: string): Projected {
+export function projectBiasAfter(g: GraphBuilder, w: Linear, x: string, name: string): Projected {
   if (!g.addonLinear) return { value: linear(g, w, x, name) };
   const weight = g.weight(`${name}.weight`, w.weight);
   return { value: addonLinear(g, x, weight, undefined), ...(w.bias === undefined ? {} : { bias: g.weight(`${name}.bias`, w.bias) }) };

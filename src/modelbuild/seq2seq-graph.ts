@@ -24,7 +24,7 @@ import {
   MS,
   norm,
   type Projected,
-  projectForNorm,
+  projectBiasAfter,
   required,
   silu,
   skipNorm,
@@ -121,21 +121,37 @@ export function buildSeq2SeqSlotDecoderGraph(spec: Seq2SeqSpec, weights: Seq2Seq
     bias = g.op('Transpose', [values], { perm: [1, 0] });
     if (floatType === 'float16') bias = g.op('Cast', [bias], { to: 1 });
   }
-  const slotAttention = (inputs: string[], outputs: number, name: string): string[] =>
-    g.opMany('SlotAttention', inputs, { num_heads: spec.numHeads, scale: float(spec.attentionScale) }, { domain: 'chorus', outputs, name });
+  const slotAttention = (inputs: string[], outputs: number, name: string, packed = false): string[] =>
+    g.opMany('SlotAttention', inputs, { num_heads: spec.numHeads, scale: float(spec.attentionScale), ...(packed ? { qkv_packed: 1 } : {}) }, { domain: 'chorus', outputs, name });
   const selfAttention = (layer: DecoderLayer, i: number, h: string): Projected => {
     const name = `decoder.layers.${i}`;
-    const [q, k, v] = projectQkv(g, layer.self, h, width, `${name}.self`) as [string, string, string];
-    const [output, key, value] = slotAttention([q, k, v, past[i]!.key, past[i]!.value, lengths, bias], 3, `${name}.self.attention`);
+    let attended: string[];
+    if (g.addonLinear) {
+      // One projection into the attention, which adds the biases and splits q, k and v itself.
+      const packed = packedQkv(g, layer.self, `${name}.self`);
+      const qkvBias = packed.bias === undefined ? [] : [packed.bias];
+      attended = slotAttention([addonLinear(g, h, packed.weight, undefined), '', '', past[i]!.key, past[i]!.value, lengths, bias, ...qkvBias], 3, `${name}.self.attention`, true);
+    } else {
+      const [q, k, v] = projectQkv(g, layer.self, h, width, `${name}.self`) as [string, string, string];
+      attended = slotAttention([q, k, v, past[i]!.key, past[i]!.value, lengths, bias], 3, `${name}.self.attention`);
+    }
+    const [output, key, value] = attended;
     g.output(`present.${i}.decoder.key`, key!, floatType, ['batch_size', 'max_length', width]);
     g.output(`present.${i}.decoder.value`, value!, floatType, ['batch_size', 'max_length', width]);
-    return projectForNorm(g, layer.self.o, output!, `${name}.self.o`);
+    return projectBiasAfter(g, layer.self.o, output!, `${name}.self.o`);
   };
   const crossAttention = (layer: DecoderLayer, i: number, h: string): Projected => {
     const name = `decoder.layers.${i}`;
-    const q = linear(g, layer.cross.q, h, `${name}.cross.q`);
-    const [output] = slotAttention([q, '', '', past[i]!.crossKey, past[i]!.crossValue, encoderLengths], 1, `${name}.cross.attention`);
-    return projectForNorm(g, layer.cross.o, output!, `${name}.cross.o`);
+    let output: string | undefined;
+    if (g.addonLinear) {
+      // The query's bias added by the attention.
+      const { value, bias: queryBias } = projectBiasAfter(g, layer.cross.q, h, `${name}.cross.q`);
+      [output] = slotAttention([value, '', '', past[i]!.crossKey, past[i]!.crossValue, encoderLengths, '', ...(queryBias === undefined ? [] : [queryBias])], 1, `${name}.cross.attention`);
+    } else {
+      const q = linear(g, layer.cross.q, h, `${name}.cross.q`);
+      [output] = slotAttention([q, '', '', past[i]!.crossKey, past[i]!.crossValue, encoderLengths], 1, `${name}.cross.attention`);
+    }
+    return projectBiasAfter(g, layer.cross.o, output!, `${name}.cross.o`);
   };
   const ffn = (layer: DecoderLayer, i: number, h: string): Projected => slotFeedForward(g, spec, layer.ffn, h, `decoder.layers.${i}.ffn`);
   const sublayers: Array<[(layer: DecoderLayer) => Norm, (layer: DecoderLayer, i: number, h: string) => Projected]> = [
@@ -298,11 +314,17 @@ function attention(g: GraphBuilder, spec: Seq2SeqSpec, w: AttentionWeights, h: s
 
 /** ONNX Runtime's contrib operators. */
 
-/** q, k and v of `h` by one MatMul over their concatenated weights (folded when the session loads), split. */
-function projectQkv(g: GraphBuilder, w: AttentionWeights, h: string, width: number, name: string): string[] {
+/** The weights (and biases) of q, k and v concatenated, for one projection (folded when the session loads). */
+function packedQkv(g: GraphBuilder, w: AttentionWeights, name: string): { weight: string; bias: string | undefined } {
   const parts = [['q', w.q], ['k', w.k], ['v', w.v]] as const;
   const weight = g.op('Concat', parts.map(([part, l]) => g.weight(`${name}.${part}.weight`, l.weight)), { axis: 1 });
   const bias = w.q.bias === undefined ? undefined : g.op('Concat', parts.map(([part, l]) => g.weight(`${name}.${part}.bias`, required(l.bias, `${name}.${part} bias`))), { axis: 0 });
+  return { weight, bias };
+}
+
+/** q, k and v of `h` by one MatMul over their concatenated weights, split. */
+function projectQkv(g: GraphBuilder, w: AttentionWeights, h: string, width: number, name: string): string[] {
+  const { weight, bias } = packedQkv(g, w, name);
   const qkv = affine(g, h, weight, bias, 3 * width);
   return g.opMany('Split', [qkv, g.int64([width, width, width])], { axis: -1 }, { outputs: 3 });
 }
@@ -313,7 +335,7 @@ function projectQkv(g: GraphBuilder, w: AttentionWeights, h: string, width: numb
  */
 function slotFeedForward(g: GraphBuilder, spec: Seq2SeqSpec, w: FeedForwardWeights, h: string, name: string): Projected {
   if (!g.addonLinear) return { value: fusedFeedForward(g, spec, w, h, name) };
-  return projectForNorm(g, w.down, linearInner(g, spec, w, h, name), `${name}.down`);
+  return projectBiasAfter(g, w.down, linearInner(g, spec, w, h, name), `${name}.down`);
 }
 
 /** The feed-forward block's inner activations through the addon's Linear (each activation inside its projection). */

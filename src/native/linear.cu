@@ -20,27 +20,44 @@ constexpr int kWarps = kThreads / 32;
 // 16-byte reads a lane keeps in flight along a weight row.
 constexpr int kAhead = 4;
 
-// The sum of the products of two 16-byte vectors of T, in float32.
+// 16 bytes of T widened to float32: 8 halves or 4 floats.
 template <typename T>
-__device__ inline float Dot16(const uint4& a, const uint4& b);
+struct Wide {
+  static constexpr int kCount = 16 / sizeof(T);
+  float v[kCount];
+};
+
+template <typename T>
+__device__ inline Wide<T> Widen16(const uint4& a);
 template <>
-__device__ inline float Dot16<__half>(const uint4& a, const uint4& b) {
+__device__ inline Wide<__half> Widen16<__half>(const uint4& a) {
   const __half2* x = reinterpret_cast<const __half2*>(&a);
-  const __half2* y = reinterpret_cast<const __half2*>(&b);
-  float sum = 0;
+  Wide<__half> out;
 #pragma unroll
   for (int i = 0; i < 4; i++) {
-    const float2 u = __half22float2(x[i]);
-    const float2 v = __half22float2(y[i]);
-    sum += u.x * v.x + u.y * v.y;
+    const float2 f = __half22float2(x[i]);
+    out.v[2 * i] = f.x;
+    out.v[2 * i + 1] = f.y;
   }
-  return sum;
+  return out;
 }
 template <>
-__device__ inline float Dot16<float>(const uint4& a, const uint4& b) {
+__device__ inline Wide<float> Widen16<float>(const uint4& a) {
+  Wide<float> out;
   const float* x = reinterpret_cast<const float*>(&a);
-  const float* y = reinterpret_cast<const float*>(&b);
-  return x[0] * y[0] + x[1] * y[1] + x[2] * y[2] + x[3] * y[3];
+#pragma unroll
+  for (int i = 0; i < 4; i++) out.v[i] = x[i];
+  return out;
+}
+
+// The sum of the products of widened weights and 16 bytes of x, in float32.
+template <typename T>
+__device__ inline float Dot16(const Wide<T>& w, const uint4& x) {
+  const Wide<T> u = Widen16<T>(x);
+  float sum = 0;
+#pragma unroll
+  for (int i = 0; i < Wide<T>::kCount; i++) sum += w.v[i] * u.v[i];
+  return sum;
 }
 
 template <typename T>
@@ -83,9 +100,11 @@ __global__ void __launch_bounds__(kThreads) LinearRowsKernel(LinearArgs a) {
     const int n = a.in / kPer;
     const uint4* wv = reinterpret_cast<const uint4*>(w);
     const uint4* xv = reinterpret_cast<const uint4*>(x);
+    // Each weight vector is widened once for all the rows.
     auto use = [&](int c, const uint4& weights) {
+      const Wide<T> wide = Widen16<T>(weights);
 #pragma unroll
-      for (int r = 0; r < R; r++) acc[r] += Dot16<T>(weights, __ldg(xv + static_cast<size_t>(r) * n + c));
+      for (int r = 0; r < R; r++) acc[r] += Dot16<T>(wide, __ldg(xv + static_cast<size_t>(r) * n + c));
     };
     int c = lane;
     for (; c + (kAhead - 1) * 32 < n; c += kAhead * 32) {

@@ -150,19 +150,27 @@ struct SlotAttentionKernel : SlotKernelBase<SlotAttentionKernel> {
     Ort::ConstKernelInfo kernel(info);
     heads_ = static_cast<int>(kernel.GetAttribute<int64_t>("num_heads"));
     scale_ = kernel.GetAttribute<float>("scale");
+    try {
+      packed_ = kernel.GetAttribute<int64_t>("qkv_packed") != 0;
+    } catch (const Ort::Exception&) {
+      // No attribute: q, k and v apart.
+    }
   }
 
   void Compute(OrtKernelContext* context) {
     Ort::KernelContext ctx(context);
     const Ort::ConstValue query = ctx.GetInput(0);
-    const std::vector<int64_t> queryShape = ShapeOf(query);
-    if (queryShape.size() != 3 || queryShape[1] != 1 || heads_ <= 0 || queryShape[2] % heads_ != 0) {
-      throw std::invalid_argument("query must be [rows, 1, num_heads * head_dim]");
+    std::vector<int64_t> queryShape = ShapeOf(query);
+    const int parts = packed_ ? 3 : 1;
+    if (queryShape.size() != 3 || queryShape[1] != 1 || heads_ <= 0 || queryShape[2] % (parts * heads_) != 0) {
+      throw std::invalid_argument(packed_ ? "query must be [rows, 1, 3 * num_heads * head_dim] (qkv_packed)" : "query must be [rows, 1, num_heads * head_dim]");
     }
-    const Ort::ConstValue key = ctx.GetInput(1);
-    const Ort::ConstValue value = ctx.GetInput(2);
-    const bool self = static_cast<const OrtValue*>(key) != nullptr;
-    if (self != (static_cast<const OrtValue*>(value) != nullptr)) throw std::invalid_argument("key and value come together");
+    const size_t stride = static_cast<size_t>(queryShape[2]);
+    queryShape[2] /= parts;
+    const size_t width = static_cast<size_t>(queryShape[2]);
+    const bool self = packed_ || Given(ctx, 1);
+    if (packed_ && (Given(ctx, 1) || Given(ctx, 2))) throw std::invalid_argument("with qkv_packed, key and value come inside the query");
+    if (!packed_ && Given(ctx, 1) != Given(ctx, 2)) throw std::invalid_argument("key and value come together");
     const Ort::ConstValue pastKey = ctx.GetInput(3);
     const Ort::ConstValue pastValue = ctx.GetInput(4);
     const std::vector<int64_t> cacheShape = ShapeOf(pastKey);
@@ -171,36 +179,55 @@ struct SlotAttentionKernel : SlotKernelBase<SlotAttentionKernel> {
     }
     const Ort::ConstValue lengths = ctx.GetInput(5);
     if (ShapeOf(lengths) != std::vector<int64_t>{queryShape[0]}) throw std::invalid_argument("lengths must be [rows]");
-    const size_t width = static_cast<size_t>(queryShape[2]);
     SlotAttentionArgs args{};
     args.rows = static_cast<int>(queryShape[0]);
     args.tokens = 1;
     args.heads = args.kvHeads = heads_;
-    args.dim = static_cast<int>(queryShape[2] / heads_);
+    args.dim = static_cast<int>(width / heads_);
     args.capacity = static_cast<int>(cacheShape[1]);
     args.scale = scale_;
     args.type = type_;
     args.query = query.GetTensorRawData();
-    args.queryStride = args.newStride = args.positionStride = width;
+    args.queryStride = args.newStride = stride;
+    args.positionStride = width;
     args.rowStride = static_cast<size_t>(args.capacity) * width;
     args.headStride = static_cast<size_t>(args.dim);
     args.lengths = lengths.GetTensorData<int32_t>();
     args.causal = self;
-    if (ctx.GetInputCount() > 6) {
+    if (Given(ctx, 6)) {
       const Ort::ConstValue bias = ctx.GetInput(6);
-      if (static_cast<const OrtValue*>(bias) != nullptr) {
-        const std::vector<int64_t> biasShape = ShapeOf(bias);
-        if (biasShape.size() != 2 || biasShape[0] != heads_ || biasShape[1] < 1) throw std::invalid_argument("position_bias must be [num_heads, span]");
-        args.bias = bias.GetTensorData<float>();
-        args.biasSpan = static_cast<int>(biasShape[1]);
+      const std::vector<int64_t> biasShape = ShapeOf(bias);
+      if (biasShape.size() != 2 || biasShape[0] != heads_ || biasShape[1] < 1) throw std::invalid_argument("position_bias must be [num_heads, span]");
+      args.bias = bias.GetTensorData<float>();
+      args.biasSpan = static_cast<int>(biasShape[1]);
+    }
+    const size_t elementBytes = type_ == FloatType::kFloat16 ? 2 : 4;
+    if (Given(ctx, 7)) {
+      const Ort::ConstValue bias = ctx.GetInput(7);
+      if (ShapeOf(bias) != std::vector<int64_t>{static_cast<int64_t>(stride)}) {
+        throw std::invalid_argument(packed_ ? "qkv_bias must be [3 * num_heads * head_dim] (qkv_packed)" : "qkv_bias must be [num_heads * head_dim] (the query's)");
       }
+      args.queryBias = bias.GetTensorRawData();
     }
     args.output = ctx.GetOutput(0, queryShape).GetTensorMutableRawData();
     if (self) {
-      if (ShapeOf(key) != queryShape || ShapeOf(value) != queryShape) throw std::invalid_argument("key and value must be shaped as the query");
       if (ctx.GetOutputCount() < 3) throw std::invalid_argument("self-attention writes present_key and present_value");
-      args.key = key.GetTensorRawData();
-      args.value = value.GetTensorRawData();
+      if (packed_) {
+        const char* base = static_cast<const char*>(args.query);
+        args.key = base + width * elementBytes;
+        args.value = base + 2 * width * elementBytes;
+        if (args.queryBias != nullptr) {
+          args.keyBias = static_cast<const char*>(args.queryBias) + width * elementBytes;
+          args.valueBias = static_cast<const char*>(args.queryBias) + 2 * width * elementBytes;
+        }
+      } else {
+        const Ort::ConstValue key = ctx.GetInput(1);
+        const Ort::ConstValue value = ctx.GetInput(2);
+        if (ShapeOf(key) != queryShape || ShapeOf(value) != queryShape) throw std::invalid_argument("key and value must be shaped as the query");
+        args.key = key.GetTensorRawData();
+        args.value = value.GetTensorRawData();
+        if (args.queryBias != nullptr) throw std::invalid_argument("qkv_bias applies to a packed qkv or a cross-attention's query");
+      }
       args.cacheKey = Present(ctx, 1, pastKey, cacheShape);
       args.cacheValue = Present(ctx, 2, pastValue, cacheShape);
     } else {
@@ -212,6 +239,7 @@ struct SlotAttentionKernel : SlotKernelBase<SlotAttentionKernel> {
 
   int heads_ = 0;
   float scale_ = 1;
+  bool packed_ = false;
 };
 
 struct DecoderSlotAttentionKernel : SlotKernelBase<DecoderSlotAttentionKernel> {
@@ -289,8 +317,8 @@ OpList SlotAttentionOps(bool cuda, FloatType type) {
   const ONNXTensorElementDataType t = ElementOf(type);
   const ONNXTensorElementDataType i32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
   return {
-      // SlotAttention: query, key, value, past_key, past_value, lengths, position_bias.
-      MakeOp<SlotAttentionKernel>(cuda, type, {t, t, t, t, t, i32, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT}, {1, 2, 6}, 3),
+      // SlotAttention: query, key, value, past_key, past_value, lengths, position_bias, qkv_bias.
+      MakeOp<SlotAttentionKernel>(cuda, type, {t, t, t, t, t, i32, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, t}, {1, 2, 6, 7}, 3),
       // DecoderSlotAttention: qkv, past_key, past_value, seqlens_k, qkv_bias.
       MakeOp<DecoderSlotAttentionKernel>(cuda, type, {t, t, t, i32, t}, {4}, 3),
   };

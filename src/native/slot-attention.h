@@ -9,11 +9,16 @@
 //            lengths int32 [rows]                    keys already in each row's slot
 //            position_bias float [heads, span]       optional: added to the score of key j of a row
 //                                                    of length n at bias[h, min(n - j, span - 1)]
+//            qkv_bias [width] or [3 * width]         optional: the query's bias (cross-attention), or
+//                                                    q, k and v's (qkv_packed); added rounded as an
+//                                                    Add would round it
 //   outputs  output [rows, 1, heads * dim]
 //            present_key, present_value              self-attention mode: the cache after the new key
 //                                                    and value were written at position lengths[r]
 //                                                    (bind them to the past's buffers to write in place)
-//   attributes  num_heads (int), scale (float, multiplies the scores)
+//   attributes  num_heads (int), scale (float, multiplies the scores), qkv_packed (int, default 0):
+//               1 when query holds q, k and v packed [rows, 1, 3 * heads * dim] (self-attention, key
+//               and value left out)
 // Self-attention (key and value given) writes the row's new key and value at its length and attends
 // over lengths[r] + 1 keys; cross-attention (no key) attends over the first lengths[r] keys of a cache
 // written once (the encoder's keys and values). The slot layout is position-major, so a row's first n

@@ -139,6 +139,26 @@ describe('chorus build --slot-decoder', () => {
     assert.throws(() => buildModel({ source: join(root, 't5-ckpt'), out: join(root, 'y'), slotDecoder: true, task: 'encode' }), refused);
   });
 
+  test("an encoder-decoder's float16 slot decoder projects through Linear into SlotAttention, which adds the biases (q, k and v packed)", () => {
+    makeCheckpoint({ arch: 'bart', size: 'tiny', seed: 1, out: join(root, 'bart-build-ckpt') });
+    const out = join(root, 'bart-build-fp16');
+    buildModel({ source: join(root, 'bart-build-ckpt'), out, dtype: 'fp16', slotDecoder: true });
+    const nodes = onnxProto.onnx.ModelProto.decode(readFileSync(join(out, 'onnx', 'decoder_model_slots.onnx'))).graph!.node!;
+    const layers = (JSON.parse(readFileSync(join(out, 'chorus_build.json'), 'utf8')) as { spec: { decoderLayers: number } }).spec.decoderLayers;
+    const attentions = nodes.filter((n) => n.opType === 'SlotAttention');
+    const packed = attentions.filter((n) => n.attribute?.some((a) => a.name === 'qkv_packed' && Number(a.i) === 1));
+    assert.equal(packed.length, layers);
+    for (const node of attentions) {
+      // Self-attention: the packed qkv, then its bias last; cross-attention: the query, then its bias.
+      assert.equal(nodes.find((n) => n.output!.includes(node.input![0]!))?.opType, 'Linear');
+      assert.equal(node.input!.length, 8);
+    }
+    assert.deepEqual(
+      nodes.filter((n) => ['MatMul', 'Gemm', 'Split', 'Gelu'].includes(n.opType!)).map((n) => n.opType),
+      [],
+    );
+  });
+
   test("writes an encoder-decoder's slot encoder and decoder beside its models", () => {
     const out = join(root, 't5-build');
     buildModel({ source: join(root, 't5-ckpt'), out, slotDecoder: true });
