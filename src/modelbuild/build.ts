@@ -54,7 +54,7 @@ export interface BuildOptions {
   slotAttention?: 'addon' | 'GroupQueryAttention';
   /**
    * The slot models' projections: the native addon's Linear (bias and activation inside it, a kernel of
-   * its own for decode steps of up to 8 rows) or MatMul. Default: Linear in fp16, MatMul in fp32 (which
+   * its own for decode steps of up to 4 rows) or MatMul. Default: Linear in fp16, MatMul in fp32 (which
    * also runs on the CPU, where ONNX Runtime's MatMul is the faster).
    */
   slotLinear?: SlotLinear;

@@ -153,10 +153,6 @@ void LaunchRows(const LinearArgs& a, cudaStream_t stream) {
     case 2: LinearRowsKernel<T, 2><<<grid, kThreads, 0, stream>>>(a); break;
     case 3: LinearRowsKernel<T, 3><<<grid, kThreads, 0, stream>>>(a); break;
     case 4: LinearRowsKernel<T, 4><<<grid, kThreads, 0, stream>>>(a); break;
-    case 5: LinearRowsKernel<T, 5><<<grid, kThreads, 0, stream>>>(a); break;
-    case 6: LinearRowsKernel<T, 6><<<grid, kThreads, 0, stream>>>(a); break;
-    case 7: LinearRowsKernel<T, 7><<<grid, kThreads, 0, stream>>>(a); break;
-    case 8: LinearRowsKernel<T, 8><<<grid, kThreads, 0, stream>>>(a); break;
     default: throw std::invalid_argument("the Linear kernel takes 1.." + std::to_string(kLinearKernelRows) + " rows, not " + std::to_string(a.rows));
   }
 }
