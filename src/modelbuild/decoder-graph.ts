@@ -28,7 +28,7 @@ import {
   type SlotLinear,
 } from './layers.ts';
 
-/** ONNX Runtime's contrib operator domain. */
+/** float16's lowest value: the cuda flavor's attention bias where a position may not be attended. */
 const FLOAT16_MIN = -65504;
 
 /** What every block of one graph shares. */
