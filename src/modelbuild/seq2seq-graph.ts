@@ -312,8 +312,6 @@ function attention(g: GraphBuilder, spec: Seq2SeqSpec, w: AttentionWeights, h: s
   return { output: linear(g, w.o, merged, `${name}.o`), probs };
 }
 
-/** ONNX Runtime's contrib operators. */
-
 /** The weights (and biases) of q, k and v concatenated, for one projection (folded when the session loads). */
 function packedQkv(g: GraphBuilder, w: AttentionWeights, name: string): { weight: string; bias: string | undefined } {
   const parts = [['q', w.q], ['k', w.k], ['v', w.v]] as const;
