@@ -14,7 +14,7 @@ import { GREEDY_MODEL, SLOT_DECODER_MODEL, SLOT_ENCODER_MODEL } from './greedy-l
 import type { DecoderSpec } from './decoder-spec.ts';
 import type { GraphBuilder } from './graph.ts';
 import { buildEncoderGraph, buildSeq2SeqDecoderGraph, buildSeq2SeqSlotDecoderGraph, buildSeq2SeqSlotEncoderGraph } from './seq2seq-graph.ts';
-import { defaultSlotLinear, type SlotLinear } from './layers.ts';
+import type { SlotLinear } from './layers.ts';
 import type { Seq2SeqSpec } from './seq2seq-spec.ts';
 import { readLlama2cCheckpoint } from './llama2c-checkpoint.ts';
 
@@ -129,7 +129,7 @@ export function buildModel(options: BuildOptions): BuildResult {
     }
     if (slotDecoder) {
       if (flavor !== 'cuda') throw new ChorusError('CHORUS_UNSUPPORTED', 'the slot decoder is built with the cuda flavor (its fused operators); add --flavor cuda', { param: 'slotDecoder' });
-      graphs.push([SLOT_DECODER_MODEL, () => buildSlotDecoderGraph(decoderSpec, weights, floatType, options.slotAttention ?? 'addon', options.slotLinear ?? defaultSlotLinear(floatType))]);
+      graphs.push([SLOT_DECODER_MODEL, () => buildSlotDecoderGraph(decoderSpec, weights, floatType, options.slotAttention, options.slotLinear)]);
     }
   } else {
     if (slotDecoder && task !== 'generate') throw new ChorusError('CHORUS_UNSUPPORTED', 'the slot decoder generates; task encode has no decoder', { param: 'slotDecoder' });
@@ -141,8 +141,8 @@ export function buildModel(options: BuildOptions): BuildResult {
     graphs = [['encoder_model.onnx', () => buildEncoderGraph(seq2seqSpec, weights, floatType, options.outputAttentions ?? false)]];
     if (task === 'generate') graphs.push(['decoder_model_merged.onnx', () => buildSeq2SeqDecoderGraph(seq2seqSpec, weights, floatType)]);
     if (slotDecoder) {
-      graphs.push([SLOT_ENCODER_MODEL, () => buildSeq2SeqSlotEncoderGraph(seq2seqSpec, weights, floatType, options.slotLinear ?? defaultSlotLinear(floatType))]);
-      graphs.push([SLOT_DECODER_MODEL, () => buildSeq2SeqSlotDecoderGraph(seq2seqSpec, weights, floatType, options.slotLinear ?? defaultSlotLinear(floatType))]);
+      graphs.push([SLOT_ENCODER_MODEL, () => buildSeq2SeqSlotEncoderGraph(seq2seqSpec, weights, floatType, options.slotLinear)]);
+      graphs.push([SLOT_DECODER_MODEL, () => buildSeq2SeqSlotDecoderGraph(seq2seqSpec, weights, floatType, options.slotLinear)]);
     }
   }
   checkpoint.finish();

@@ -26,6 +26,7 @@ import {
   silu,
   skipNorm,
   type SlotLinear,
+  withBias,
 } from './layers.ts';
 
 /** float16's lowest value: the cuda flavor's attention bias where a position may not be attended. */
@@ -230,10 +231,10 @@ function decoderBody(
   });
   // Only the last position's hidden state goes through the head when that is all the caller reads.
   if (lastOnly) h = g.op('Slice', [h, g.int64([-1]), g.int64([Number.MAX_SAFE_INTEGER]), g.int64([1])]);
-  // The head as Gemm with transB, so a tied head reads the embedding initializer instead of a copy.
   const head = weights.lmHead === undefined ? embedTokens : g.weight('lm_head.weight', weights.lmHead);
   // Linear takes the head's [vocab, hidden] as it is, and keeps h's leading axes.
   if (g.addonLinear) return { logits: addonLinear(g, h, head, undefined, { transposed: true }), present };
+  // The head as Gemm with transB, so a tied head reads the embedding initializer instead of a copy.
   const flat = g.op('Reshape', [h, g.int64([-1, spec.hiddenSize])]);
   const logits2d = g.op('Gemm', [flat, head], { transB: 1 }, { name: 'lm_head' });
   // The last position's [batch, vocab] only needs an axis back; no shape arithmetic, which ONNX Runtime
@@ -446,6 +447,6 @@ function residualNorm(g: GraphBuilder, c: GraphContext, w: Norm, x: string, delt
     const [normed, sum] = skipNorm(g, c.spec, w, x, delta, name);
     return { normed, sum };
   }
-  const sum = g.op('Add', [x, delta.bias === undefined ? delta.value : g.op('Add', [delta.value, delta.bias])]);
+  const sum = g.op('Add', [x, withBias(g, delta)]);
   return { normed: norm(g, c.spec, w, sum, name), sum };
 }

@@ -32,8 +32,13 @@ export interface NormKind {
 
 /** `x @ weight (+ bias)`; the weights are named `<name>.weight` and `<name>.bias`. */
 export function linear(g: GraphBuilder, w: Linear, x: string, name: string): string {
-  const weight = g.weight(`${name}.weight`, w.weight);
-  return affine(g, x, weight, w.bias === undefined ? undefined : g.weight(`${name}.bias`, w.bias), w.weight.dims[1]!);
+  const { weight, bias } = linearWeights(g, w, name);
+  return affine(g, x, weight, bias, w.weight.dims[1]!);
+}
+
+/** A linear layer's weight and bias registered as `<name>.weight` and `<name>.bias`, in that order. */
+function linearWeights(g: GraphBuilder, w: Linear, name: string): { weight: string; bias: string | undefined } {
+  return { weight: g.weight(`${name}.weight`, w.weight), bias: w.bias === undefined ? undefined : g.weight(`${name}.bias`, w.bias) };
 }
 
 /** ONNX Runtime's contrib operators' domain. */
@@ -53,8 +58,13 @@ export interface Projected {
  */
 export function projectBiasAfter(g: GraphBuilder, w: Linear, x: string, name: string): Projected {
   if (!g.addonLinear) return { value: linear(g, w, x, name) };
-  const weight = g.weight(`${name}.weight`, w.weight);
-  return { value: addonLinear(g, x, weight, undefined), ...(w.bias === undefined ? {} : { bias: g.weight(`${name}.bias`, w.bias) }) };
+  const { weight, bias } = linearWeights(g, w, name);
+  return { value: addonLinear(g, x, weight, undefined), ...(bias === undefined ? {} : { bias }) };
+}
+
+/** The projection's output with its bias added (an Add where one is left). */
+export function withBias(g: GraphBuilder, p: Projected): string {
+  return p.bias === undefined ? p.value : g.op('Add', [p.value, p.bias]);
 }
 
 /**
@@ -74,8 +84,8 @@ export function skipNorm(g: GraphBuilder, spec: NormKind, w: Norm, x: string, de
 
 /** `activation(x @ weight + bias)` through the addon's Linear; the weights named as `linear` names them. */
 export function linearWith(g: GraphBuilder, w: Linear, x: string, name: string, activation: LinearActivation): string {
-  const weight = g.weight(`${name}.weight`, w.weight);
-  return addonLinear(g, x, weight, w.bias === undefined ? undefined : g.weight(`${name}.bias`, w.bias), { activation });
+  const { weight, bias } = linearWeights(g, w, name);
+  return addonLinear(g, x, weight, bias, { activation });
 }
 
 /** Lanes of ones a float16 projection with a bias adds to its input; the weight gains the bias row and zero rows (the width stays a multiple of 8). */

@@ -29,6 +29,7 @@ import {
   silu,
   skipNorm,
   type SlotLinear,
+  withBias,
 } from './layers.ts';
 import { relativeBucketTable } from './relative-position.ts';
 import type { AttentionWeights, DecoderLayer, FeedForwardWeights, Seq2SeqSpec, Seq2SeqWeights, StackWeights } from './seq2seq-spec.ts';
@@ -142,15 +143,9 @@ export function buildSeq2SeqSlotDecoderGraph(spec: Seq2SeqSpec, weights: Seq2Seq
   };
   const crossAttention = (layer: DecoderLayer, i: number, h: string): Projected => {
     const name = `decoder.layers.${i}`;
-    let output: string | undefined;
-    if (g.addonLinear) {
-      // The query's bias added by the attention.
-      const { value, bias: queryBias } = projectBiasAfter(g, layer.cross.q, h, `${name}.cross.q`);
-      [output] = slotAttention([value, '', '', past[i]!.crossKey, past[i]!.crossValue, encoderLengths, '', ...(queryBias === undefined ? [] : [queryBias])], 1, `${name}.cross.attention`);
-    } else {
-      const q = linear(g, layer.cross.q, h, `${name}.cross.q`);
-      [output] = slotAttention([q, '', '', past[i]!.crossKey, past[i]!.crossValue, encoderLengths], 1, `${name}.cross.attention`);
-    }
+    // Through Linear the query's bias is added by the attention.
+    const q = projectBiasAfter(g, layer.cross.q, h, `${name}.cross.q`);
+    const [output] = slotAttention([q.value, '', '', past[i]!.crossKey, past[i]!.crossValue, encoderLengths, ...(q.bias === undefined ? [] : ['', q.bias])], 1, `${name}.cross.attention`);
     return projectBiasAfter(g, layer.cross.o, output!, `${name}.cross.o`);
   };
   const ffn = (layer: DecoderLayer, i: number, h: string): Projected => slotFeedForward(g, spec, layer.ffn, h, `decoder.layers.${i}.ffn`);
@@ -170,7 +165,7 @@ export function buildSeq2SeqSlotDecoderGraph(spec: Seq2SeqSpec, weights: Seq2Seq
         const delta = f(layer, i, h);
         const nextNorm = j < 2 ? sublayers[j + 1]![0](layer) : i + 1 < layers.length ? layers[i + 1]!.selfNorm : spec.finalNorm ? required(stack.finalNorm, 'decoder final norm') : undefined;
         if (nextNorm === undefined) {
-          h = g.op('Add', [x, delta.bias === undefined ? delta.value : g.op('Add', [delta.value, delta.bias])]);
+          h = g.op('Add', [x, withBias(g, delta)]);
           return;
         }
         const names = ['cross_norm', 'ffn_norm'];
