@@ -122,6 +122,19 @@ struct SlotKernelBase : KernelBase<Kernel> {
     return present;
   }
 
+  // Keys and values packed after the queries in one tensor (and their biases after the queries' bias,
+  // when given): args.key, value, keyBias and valueBias from args.query and queryBias.
+  void PointPacked(SlotAttentionArgs& args) const {
+    const size_t elementBytes = type_ == FloatType::kFloat16 ? 2 : 4;
+    const size_t keyAt = static_cast<size_t>(args.heads) * args.dim * elementBytes;
+    const size_t valueAt = keyAt + static_cast<size_t>(args.kvHeads) * args.dim * elementBytes;
+    const auto at = [](const void* base, size_t offset) { return base == nullptr ? nullptr : static_cast<const char*>(base) + offset; };
+    args.key = at(args.query, keyAt);
+    args.value = at(args.query, valueAt);
+    args.keyBias = at(args.queryBias, keyAt);
+    args.valueBias = at(args.queryBias, valueAt);
+  }
+
   // The attention of `args` where the session runs (new keys written first when given).
   void Attend(Ort::KernelContext& ctx, SlotAttentionArgs args) const {
 #ifdef CHORUS_WITH_CUDA
@@ -201,7 +214,6 @@ struct SlotAttentionKernel : SlotKernelBase<SlotAttentionKernel> {
       args.bias = bias.GetTensorData<float>();
       args.biasSpan = static_cast<int>(biasShape[1]);
     }
-    const size_t elementBytes = type_ == FloatType::kFloat16 ? 2 : 4;
     if (Given(ctx, 7)) {
       const Ort::ConstValue bias = ctx.GetInput(7);
       if (ShapeOf(bias) != std::vector<int64_t>{static_cast<int64_t>(stride)}) {
@@ -213,13 +225,7 @@ struct SlotAttentionKernel : SlotKernelBase<SlotAttentionKernel> {
     if (self) {
       if (ctx.GetOutputCount() < 3) throw std::invalid_argument("self-attention writes present_key and present_value");
       if (packed_) {
-        const char* base = static_cast<const char*>(args.query);
-        args.key = base + width * elementBytes;
-        args.value = base + 2 * width * elementBytes;
-        if (args.queryBias != nullptr) {
-          args.keyBias = static_cast<const char*>(args.queryBias) + width * elementBytes;
-          args.valueBias = static_cast<const char*>(args.queryBias) + 2 * width * elementBytes;
-        }
+        PointPacked(args);
       } else {
         const Ort::ConstValue key = ctx.GetInput(1);
         const Ort::ConstValue value = ctx.GetInput(2);
@@ -279,21 +285,14 @@ struct DecoderSlotAttentionKernel : SlotKernelBase<DecoderSlotAttentionKernel> {
     args.capacity = static_cast<int>(cacheShape[2]);
     args.scale = scale_;
     args.type = type_;
-    const size_t elementBytes = type_ == FloatType::kFloat16 ? 2 : 4;
-    const auto at = [&](const void* base, int64_t head) { return base == nullptr ? nullptr : static_cast<const char*>(base) + head * dim * elementBytes; };
     args.query = qkv.GetTensorRawData();
-    args.key = at(args.query, heads_);
-    args.value = at(args.query, heads_ + kvHeads_);
     args.queryStride = args.newStride = static_cast<size_t>(qkvShape[2]);
-    if (ctx.GetInputCount() > 4) {
+    if (Given(ctx, 4)) {
       const Ort::ConstValue bias = ctx.GetInput(4);
-      if (static_cast<const OrtValue*>(bias) != nullptr) {
-        if (ShapeOf(bias) != std::vector<int64_t>{qkvShape[2]}) throw std::invalid_argument("qkv_bias must be [(num_heads + 2 * kv_num_heads) * head_dim]");
-        args.queryBias = bias.GetTensorRawData();
-        args.keyBias = at(args.queryBias, heads_);
-        args.valueBias = at(args.queryBias, heads_ + kvHeads_);
-      }
+      if (ShapeOf(bias) != std::vector<int64_t>{qkvShape[2]}) throw std::invalid_argument("qkv_bias must be [(num_heads + 2 * kv_num_heads) * head_dim]");
+      args.queryBias = bias.GetTensorRawData();
     }
+    PointPacked(args);
     args.positionStride = static_cast<size_t>(dim);
     args.headStride = static_cast<size_t>(args.capacity) * dim;
     args.rowStride = static_cast<size_t>(kvHeads_) * args.headStride;
