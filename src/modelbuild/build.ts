@@ -13,7 +13,7 @@ import { buildDecoderGraph, buildGreedySearchGraph, buildSlotDecoderGraph } from
 import { GREEDY_MODEL, SLOT_DECODER_MODEL, SLOT_ENCODER_MODEL } from './greedy-layout.ts';
 import type { DecoderSpec } from './decoder-spec.ts';
 import type { GraphBuilder } from './graph.ts';
-import { buildEncoderGraph, buildSeq2SeqDecoderGraph, buildSeq2SeqSlotDecoderGraph, buildSeq2SeqSlotEncoderGraph } from './seq2seq-graph.ts';
+import { buildEncoderGraph, buildSeq2SeqDecoderGraph, buildSeq2SeqSlotDecoderGraph, buildSeq2SeqSlotEncoderGraph, type EncoderAttention } from './seq2seq-graph.ts';
 import type { SlotLinear } from './layers.ts';
 import type { Seq2SeqSpec } from './seq2seq-spec.ts';
 import { readLlama2cCheckpoint } from './llama2c-checkpoint.ts';
@@ -58,6 +58,11 @@ export interface BuildOptions {
    * also runs on the CPU, where ONNX Runtime's MatMul is the faster).
    */
   slotLinear?: SlotLinear;
+  /**
+   * The slot encoder's self-attention: ONNX Runtime's fused MultiHeadAttention (the default for fp16
+   * models without T5's relative position bias, which it cannot take) or MatMul and Softmax.
+   */
+  encoderAttention?: EncoderAttention;
   /** llama2.c sources: the tokenizer.bin. Default: tokenizer.bin, else the one tok*.bin, beside the model. */
   tokenizer?: string;
   /** Called as the build moves through its stages. */
@@ -141,7 +146,7 @@ export function buildModel(options: BuildOptions): BuildResult {
     graphs = [['encoder_model.onnx', () => buildEncoderGraph(seq2seqSpec, weights, floatType, options.outputAttentions ?? false)]];
     if (task === 'generate') graphs.push(['decoder_model_merged.onnx', () => buildSeq2SeqDecoderGraph(seq2seqSpec, weights, floatType)]);
     if (slotDecoder) {
-      graphs.push([SLOT_ENCODER_MODEL, () => buildSeq2SeqSlotEncoderGraph(seq2seqSpec, weights, floatType, options.slotLinear)]);
+      graphs.push([SLOT_ENCODER_MODEL, () => buildSeq2SeqSlotEncoderGraph(seq2seqSpec, weights, floatType, options.slotLinear, options.encoderAttention)]);
       graphs.push([SLOT_DECODER_MODEL, () => buildSeq2SeqSlotDecoderGraph(seq2seqSpec, weights, floatType, options.slotLinear)]);
     }
   }

@@ -45,7 +45,7 @@ export function buildEncoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, fl
 }
 
 /** The encoder's inputs (input_ids, attention_mask) and layers: its last hidden state. */
-function encoderStack(g: GraphBuilder, spec: Seq2SeqSpec, weights: Seq2SeqWeights, outputAttentions: boolean): string {
+function encoderStack(g: GraphBuilder, spec: Seq2SeqSpec, weights: Seq2SeqWeights, outputAttentions: boolean, fused = false): string {
   const inputIds = g.input('input_ids', 'int64', ['batch_size', 'encoder_sequence_length']);
   const attentionMask = g.input('attention_mask', 'int64', ['batch_size', 'encoder_sequence_length']);
   const length = g.op('Squeeze', [g.op('Slice', [g.op('Shape', [inputIds]), g.int64([1]), g.int64([2])])]);
@@ -56,9 +56,12 @@ function encoderStack(g: GraphBuilder, spec: Seq2SeqSpec, weights: Seq2SeqWeight
   if (spec.positions.kind === 'relative') {
     bias = g.op('Add', [relativeBias(g, spec.positions, required(stack.relativeBias, 'encoder relative bias'), positions, positions, true, 'encoder'), bias]);
   }
+  // ONNX Runtime's MultiHeadAttention takes the padding as each row's source length.
+  const keyLengths = fused ? g.op('Cast', [g.op('ReduceSum', [attentionMask, g.int64([1])], { keepdims: 0 })], { to: 6 }) : '';
   stack.layers.forEach((layer, i) => {
     const name = `encoder.layers.${i}`;
     x = sublayer(g, spec, layer.selfNorm, x, `${name}.self_norm`, (h) => {
+      if (fused) return fusedAttention(g, spec, layer.self, h, keyLengths, `${name}.self`);
       const [k, v] = [heads(g, spec, linear(g, layer.self.k, h, `${name}.self.k`)), heads(g, spec, linear(g, layer.self.v, h, `${name}.self.v`))];
       const { output, probs } = attention(g, spec, layer.self, h, k, v, bias, `${name}.self`);
       if (outputAttentions) g.output(`attentions.${i}`, probs, g.floatType, ['batch_size', spec.numHeads, 'encoder_sequence_length', 'encoder_sequence_length']);
@@ -75,9 +78,16 @@ function encoderStack(g: GraphBuilder, spec: Seq2SeqSpec, weights: Seq2SeqWeight
  * source] in, and straight out every decoder layer's cross-attention keys and values, `cross.{i}.key|value`
  * [batch, source, heads * head_dim] (position-major: the engine copies each row into its slot whole).
  */
-export function buildSeq2SeqSlotEncoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: 'float32' | 'float16', projections: SlotLinear = defaultSlotLinear(floatType)): GraphBuilder {
+export function buildSeq2SeqSlotEncoderGraph(
+  spec: Seq2SeqSpec,
+  weights: Seq2SeqWeights,
+  floatType: 'float32' | 'float16',
+  projections: SlotLinear = defaultSlotLinear(floatType),
+  selfAttention: EncoderAttention = defaultEncoderAttention(spec, floatType),
+): GraphBuilder {
+  if (selfAttention === 'MultiHeadAttention' && spec.positions.kind === 'relative') throw new Error('encoderAttention: MultiHeadAttention takes no relative position bias (T5); use MatMul');
   const g = new GraphBuilder(floatType, { pytorchRounding: false, addonLinear: projections === 'addon' });
-  const x = encoderStack(g, spec, weights, false);
+  const x = encoderStack(g, spec, weights, false, selfAttention === 'MultiHeadAttention');
   const width = spec.numHeads * spec.headDim;
   weights.decoder.layers.forEach((layer, i) => {
     g.output(`cross.${i}.key`, linear(g, layer.cross.k, x, `decoder.layers.${i}.cross.k`), floatType, ['batch_size', 'encoder_sequence_length', width]);
@@ -305,6 +315,31 @@ function attention(g: GraphBuilder, spec: Seq2SeqSpec, w: AttentionWeights, h: s
   const context = g.op('MatMul', [probs, value]);
   const merged = g.op('Reshape', [g.op('Transpose', [context], { perm: [0, 2, 1, 3] }), g.int64([0, 0, spec.numHeads * spec.headDim])]);
   return { output: linear(g, w.o, merged, `${name}.o`), probs };
+}
+
+/**
+ * The slot encoder's self-attention: ONNX Runtime's MultiHeadAttention (fused kernels, the padding as
+ * each row's source length) or MatMul and Softmax (scores in float32, as the other graphs).
+ */
+export type EncoderAttention = 'MultiHeadAttention' | 'MatMul';
+
+/** MultiHeadAttention for float16 models without a relative position bias; MatMul otherwise. */
+export function defaultEncoderAttention(spec: Seq2SeqSpec, floatType: 'float32' | 'float16'): EncoderAttention {
+  return floatType === 'float16' && spec.positions.kind !== 'relative' ? 'MultiHeadAttention' : 'MatMul';
+}
+
+/**
+ * Self-attention of `h` through ONNX Runtime's MultiHeadAttention: q, k and v in one projection, their
+ * biases added by the attention, keys past each row's length (`keyLengths`, int32 [batch]) masked;
+ * then the output projection.
+ */
+function fusedAttention(g: GraphBuilder, spec: Seq2SeqSpec, w: AttentionWeights, h: string, keyLengths: string, name: string): string {
+  const width = spec.numHeads * spec.headDim;
+  const packed = packedQkv(g, w, name);
+  const projected = g.addonLinear ? addonLinear(g, h, packed.weight, undefined) : g.op('MatMul', [h, packed.weight]);
+  const [q, k, v] = g.opMany('Split', [projected, g.int64([width, width, width])], { axis: -1 }, { outputs: 3 }) as [string, string, string];
+  const context = g.op('MultiHeadAttention', [q, k, v, packed.bias ?? '', keyLengths], { num_heads: spec.numHeads, scale: float(spec.attentionScale) }, { domain: MS });
+  return linear(g, w.o, context, `${name}.o`);
 }
 
 /** The weights (and biases) of q, k and v concatenated, for one projection (folded when the session loads). */

@@ -4,6 +4,10 @@
 #include <library_types.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <type_traits>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -165,24 +169,191 @@ constexpr int kOpT = 1;
 constexpr int kComputeFloat32 = 68;  // CUBLAS_COMPUTE_32F
 constexpr int kGemmDefault = -1;     // CUBLAS_GEMM_DEFAULT
 
+// The first of `names` that is loaded already (ONNX Runtime's CUDA provider's), else the first that loads.
+void* OpenLibrary(const char* const* names, size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    if (void* library = dlopen(names[i], RTLD_NOW | RTLD_NOLOAD)) return library;
+  }
+  for (size_t i = 0; i < count; i++) {
+    if (void* library = dlopen(names[i], RTLD_NOW | RTLD_LOCAL)) return library;
+  }
+  return nullptr;
+}
+
 // The cuBLAS that ONNX Runtime's CUDA provider loaded (its handle is that library's), else one loaded here.
 GemmEx FindGemmEx() {
   static const GemmEx found = [] {
     const char* names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
-    void* library = nullptr;
-    for (const char* name : names) {
-      if ((library = dlopen(name, RTLD_NOW | RTLD_NOLOAD)) != nullptr) break;
-    }
-    for (const char* name : names) {
-      if (library == nullptr) library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    }
+    void* library = OpenLibrary(names, 3);
     return library == nullptr ? nullptr : reinterpret_cast<GemmEx>(dlsym(library, "cublasGemmEx"));
   }();
   if (found == nullptr) throw std::runtime_error("cuBLAS (libcublas.so.13 or .12, as ONNX Runtime's CUDA provider loads it) was not found or has no cublasGemmEx");
   return found;
 }
 
+// cuBLASLt (cublasLt.h), for GEMMs that add the bias in their epilogue: its entry points, and its
+// enums and structs as they are declared there.
+struct LtAlgo {
+  uint64_t data[8];
+};
+struct LtHeuristic {
+  LtAlgo algo;
+  size_t workspaceSize;
+  int state;
+  float wavesCount;
+  int reserved[4];
+};
+constexpr int kLtTransA = 3;             // CUBLASLT_MATMUL_DESC_TRANSA
+constexpr int kLtTransB = 4;             // CUBLASLT_MATMUL_DESC_TRANSB
+constexpr int kLtEpilogue = 7;           // CUBLASLT_MATMUL_DESC_EPILOGUE
+constexpr int kLtBiasPointer = 8;        // CUBLASLT_MATMUL_DESC_BIAS_POINTER
+constexpr int kLtEpilogueDefault = 1;    // CUBLASLT_EPILOGUE_DEFAULT
+constexpr int kLtEpilogueRelu = 2;       // CUBLASLT_EPILOGUE_RELU
+constexpr int kLtEpilogueBias = 4;       // CUBLASLT_EPILOGUE_BIAS
+constexpr int kLtEpilogueReluBias = 6;   // CUBLASLT_EPILOGUE_RELU_BIAS
+constexpr int kLtMaxWorkspace = 1;       // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
+
+struct Lt {
+  int (*create)(void** handle);
+  int (*descCreate)(void** desc, int computeType, int scaleType);
+  int (*descDestroy)(void* desc);
+  int (*descSet)(void* desc, int attribute, const void* value, size_t bytes);
+  int (*layoutCreate)(void** layout, int type, uint64_t rows, uint64_t cols, int64_t ld);
+  int (*layoutDestroy)(void* layout);
+  int (*preferenceCreate)(void** preference);
+  int (*preferenceDestroy)(void* preference);
+  int (*preferenceSet)(void* preference, int attribute, const void* value, size_t bytes);
+  int (*heuristic)(void* handle, void* desc, void* a, void* b, void* c, void* d, void* preference, int requested, LtHeuristic* results, int* returned);
+  int (*matmul)(void* handle, void* desc, const void* alpha, const void* a, void* aLayout, const void* b, void* bLayout, const void* beta, const void* c, void* cLayout, void* d,
+                void* dLayout, const LtAlgo* algo, void* workspace, size_t workspaceBytes, cudaStream_t stream);
+};
+
+// cuBLASLt, or null where it does not load (then GEMMs go through cublasGemmEx and a bias pass).
+const Lt* FindLt() {
+  static const Lt* found = []() -> const Lt* {
+    const char* names[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"};
+    void* library = OpenLibrary(names, 3);
+    if (library == nullptr) return nullptr;
+    static Lt lt;
+    bool all = true;
+    auto bind = [&](auto& entry, const char* name) {
+      entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(dlsym(library, name));
+      all = all && entry != nullptr;
+    };
+    bind(lt.create, "cublasLtCreate");
+    bind(lt.descCreate, "cublasLtMatmulDescCreate");
+    bind(lt.descDestroy, "cublasLtMatmulDescDestroy");
+    bind(lt.descSet, "cublasLtMatmulDescSetAttribute");
+    bind(lt.layoutCreate, "cublasLtMatrixLayoutCreate");
+    bind(lt.layoutDestroy, "cublasLtMatrixLayoutDestroy");
+    bind(lt.preferenceCreate, "cublasLtMatmulPreferenceCreate");
+    bind(lt.preferenceDestroy, "cublasLtMatmulPreferenceDestroy");
+    bind(lt.preferenceSet, "cublasLtMatmulPreferenceSetAttribute");
+    bind(lt.heuristic, "cublasLtMatmulAlgoGetHeuristic");
+    bind(lt.matmul, "cublasLtMatmul");
+    return all ? &lt : nullptr;
+  }();
+  return found;
+}
+
+void LtCheck(int status, const char* what) {
+  if (status != 0) throw std::runtime_error(std::string(what) + " failed with cuBLAS status " + std::to_string(status));
+}
+
+// A cuBLASLt handle per device, made on first use.
+void* LtHandle(const Lt& lt) {
+  static std::mutex lock;
+  static std::map<int, void*> handles;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) throw std::runtime_error("cudaGetDevice failed");
+  std::lock_guard<std::mutex> held(lock);
+  void*& handle = handles[device];
+  if (handle == nullptr) LtCheck(lt.create(&handle), "cublasLtCreate");
+  return handle;
+}
+
+// The algorithm cuBLASLt's heuristic picks for a product's shape, type and epilogue, asked once per device.
+struct LtKey {
+  int device, type, epilogue, rows, in, count, ldy, align;
+  bool operator<(const LtKey& o) const {
+    return std::tie(device, type, epilogue, rows, in, count, ldy, align) < std::tie(o.device, o.type, o.epilogue, o.rows, o.in, o.count, o.ldy, o.align);
+  }
+};
+
+// The descriptors of one product, destroyed with it.
+struct LtProduct {
+  const Lt& lt;
+  void* desc = nullptr;
+  void* layouts[3] = {nullptr, nullptr, nullptr};
+  ~LtProduct() {
+    for (void* layout : layouts) {
+      if (layout != nullptr) lt.layoutDestroy(layout);
+    }
+    if (desc != nullptr) lt.descDestroy(desc);
+  }
+};
+
 }  // namespace
+
+bool LinearLtAvailable() { return FindLt() != nullptr; }
+
+void LinearLtDevice(const LinearArgs& a, int first, int count, void* y, int ldy, bool withBias, void* workspace, size_t workspaceBytes, void* stream) {
+  const Lt* lt = FindLt();
+  if (lt == nullptr) throw std::logic_error("cuBLASLt did not load");
+  const int type = a.type == FloatType::kFloat16 ? CUDA_R_16F : CUDA_R_32F;
+  const size_t element = a.type == FloatType::kFloat16 ? 2 : 4;
+  const bool relu = a.activation == Activation::kRelu;
+  const int epilogue = withBias ? (relu ? kLtEpilogueReluBias : kLtEpilogueBias) : (relu ? kLtEpilogueRelu : kLtEpilogueDefault);
+  // Column-major, as in LinearGemmDevice: D [count x rows] = W^T^T [count x in] . x^T [in x rows].
+  LtProduct product{*lt};
+  LtCheck(lt->descCreate(&product.desc, kComputeFloat32, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const int32_t transA = kOpT;
+  const int32_t transB = kOpN;
+  LtCheck(lt->descSet(product.desc, kLtTransA, &transA, sizeof(transA)), "cublasLtMatmulDescSetAttribute");
+  LtCheck(lt->descSet(product.desc, kLtTransB, &transB, sizeof(transB)), "cublasLtMatmulDescSetAttribute");
+  LtCheck(lt->descSet(product.desc, kLtEpilogue, &epilogue, sizeof(epilogue)), "cublasLtMatmulDescSetAttribute");
+  if (withBias) {
+    const void* bias = static_cast<const char*>(a.bias) + static_cast<size_t>(first) * element;
+    LtCheck(lt->descSet(product.desc, kLtBiasPointer, &bias, sizeof(bias)), "cublasLtMatmulDescSetAttribute");
+  }
+  LtCheck(lt->layoutCreate(&product.layouts[0], type, a.in, count, a.in), "cublasLtMatrixLayoutCreate");
+  LtCheck(lt->layoutCreate(&product.layouts[1], type, a.in, a.rows, a.in), "cublasLtMatrixLayoutCreate");
+  LtCheck(lt->layoutCreate(&product.layouts[2], type, count, a.rows, ldy), "cublasLtMatrixLayoutCreate");
+  void* handle = LtHandle(*lt);
+  int device = 0;
+  cudaGetDevice(&device);
+  static std::mutex lock;
+  static std::map<LtKey, LtHeuristic> chosen;
+  const void* weight = static_cast<const char*>(a.weight) + static_cast<size_t>(first) * a.in * element;
+  // The heuristic reads the pointers' alignment (up to 256 bytes): an algorithm is reused where it is the same.
+  uintptr_t addresses = reinterpret_cast<uintptr_t>(weight) | reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(y) | 256;
+  if (withBias) addresses |= reinterpret_cast<uintptr_t>(a.bias) + static_cast<size_t>(first) * element;
+  const LtKey key{device, type, epilogue, a.rows, a.in, count, ldy, static_cast<int>(addresses & (~addresses + 1))};
+  LtHeuristic pick{};
+  {
+    std::lock_guard<std::mutex> held(lock);
+    auto found = chosen.find(key);
+    if (found == chosen.end()) {
+      void* preference = nullptr;
+      LtCheck(lt->preferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+      const uint64_t most = workspaceBytes;
+      int returned = 0;
+      int status = lt->preferenceSet(preference, kLtMaxWorkspace, &most, sizeof(most));
+      if (status == 0) status = lt->heuristic(handle, product.desc, product.layouts[0], product.layouts[1], product.layouts[2], product.layouts[2], preference, 1, &pick, &returned);
+      lt->preferenceDestroy(preference);
+      LtCheck(status, "cublasLtMatmulAlgoGetHeuristic");
+      if (returned == 0) throw std::runtime_error("cuBLASLt has no algorithm for a " + std::to_string(a.rows) + " x " + std::to_string(a.in) + " x " + std::to_string(count) + " product");
+      found = chosen.emplace(key, pick).first;
+    }
+    pick = found->second;
+  }
+  const float one = 1;
+  const float zero = 0;
+  LtCheck(lt->matmul(handle, product.desc, &one, weight, product.layouts[0], a.x, product.layouts[1], &zero, y, product.layouts[2], y, product.layouts[2], &pick.algo, workspace,
+                     workspaceBytes, static_cast<cudaStream_t>(stream)),
+          "cublasLtMatmul");
+}
+
 
 void LinearRowsDevice(const LinearArgs& a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
@@ -204,15 +375,17 @@ void BiasActivateDevice(const LinearArgs& a, void* stream) {
   }
 }
 
-void LinearGemmDevice(const LinearArgs& a, void* handle) {
+void LinearGemmDevice(const LinearArgs& a, void* handle, int first, int count, void* y, int ldy) {
   // Column-major, as cuBLAS sees it: y^T [out x rows] = weight^T^T [out x in] . x^T [in x rows], where
   // the row-major weight [out, in] is the column-major [in x out] matrix (taken transposed) and the
-  // row-major x [rows, in] is the column-major [in x rows] one.
+  // row-major x [rows, in] is the column-major [in x rows] one. Outputs first..first + count - 1 only:
+  // weight rows from `first`, written from y on with rows ldy elements apart.
   const float one = 1;
   const float zero = 0;
   const int type = a.type == FloatType::kFloat16 ? CUDA_R_16F : CUDA_R_32F;
-  const int status = FindGemmEx()(handle, kOpT, kOpN, a.out, a.rows, a.in, &one, a.weight, type, a.in, a.x, type, a.in, &zero, a.y, type, a.out, kComputeFloat32,
-                                  kGemmDefault);
+  const size_t element = a.type == FloatType::kFloat16 ? 2 : 4;
+  const void* weight = static_cast<const char*>(a.weight) + static_cast<size_t>(first) * a.in * element;
+  const int status = FindGemmEx()(handle, kOpT, kOpN, count, a.rows, a.in, &one, weight, type, a.in, a.x, type, a.in, &zero, y, type, ldy, kComputeFloat32, kGemmDefault);
   if (status != 0) throw std::runtime_error("cublasGemmEx failed with status " + std::to_string(status));
 }
 

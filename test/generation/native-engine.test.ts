@@ -443,6 +443,19 @@ describe('NativeEngine, encoder-decoders (CPU)', { skip }, () => {
     }
   });
 
+  test("BART's slot encoder through ONNX Runtime's MultiHeadAttention (sources of mixed lengths, padding as each row's length) gives the TypeScript engine's tokens", async () => {
+    const dir = join(root, 'bart-s2s-mha');
+    buildModel({ source: join(root, 'bart-s2s-ckpt'), out: dir, slotDecoder: true, slotLinear: 'addon', encoderAttention: 'MultiHeadAttention' });
+    const encoder = onnxProto.onnx.ModelProto.decode(readFileSync(join(dir, 'onnx', 'encoder_model_slots.onnx'))).graph!.node!;
+    const attention = encoder.filter((n) => n.opType === 'MultiHeadAttention');
+    assert.equal(attention.length, 2, 'a MultiHeadAttention per encoder layer');
+    assert.equal(attention[0]!.input!.length, 5, 'q, k, v, their bias and the key lengths');
+    assert.equal(encoder.filter((n) => n.opType === 'Softmax').length, 0);
+    const native = await NativeEngine.open(dir, { maxBatchSize: 8, slotLength: 48, sourceLength: 24 });
+    engines.push(native);
+    await assertMixAsReference(native, await open('bart', false), mix);
+  });
+
   test('requests that join a running batch, beams among them, get the tokens they get alone', async () => {
     // Three slots for six requests: rows leave, the ones behind move down with their sources, and a
     // beam search spreads over slots that held other requests' sources.

@@ -33,46 +33,68 @@ for (let i = from + 1; i < spans.length; i++) {
 }
 const window = spans.slice(from, to);
 if (window.length === 0) throw new Error(`${tracePath} has no records`);
-const begin = window[0]!.start;
-const finish = Math.max(...window.map((s) => s.end));
 // Busy time: the union of the intervals, credited to the first kind that covers each stretch.
-let busyGraph = 0;
-let busyOther = 0;
-let busyCopy = 0;
-let reach = begin;
-for (const s of window) {
-  const start = Math.max(s.start, reach);
-  if (s.end > start) {
-    const ns = s.end - start;
-    if (s.copy) busyCopy += ns;
-    else if (s.graph) busyGraph += ns;
-    else busyOther += ns;
-    reach = s.end;
+function busy(spans: Span[]): { ns: number; graph: number; other: number; copy: number; idle: number } {
+  if (spans.length === 0) return { ns: 0, graph: 0, other: 0, copy: 0, idle: 0 };
+  const begin = spans[0]!.start;
+  const finish = Math.max(...spans.map((s) => s.end));
+  const sums = { graph: 0, other: 0, copy: 0 };
+  let reach = begin;
+  for (const s of spans) {
+    const start = Math.max(s.start, reach);
+    if (s.end > start) {
+      sums[s.copy ? 'copy' : s.graph ? 'graph' : 'other'] += s.end - start;
+      reach = s.end;
+    }
   }
+  const ns = finish - begin;
+  return { ns, ...sums, idle: ns - sums.graph - sums.other - sums.copy };
 }
-const span = finish - begin;
-const idle = span - busyGraph - busyOther - busyCopy;
 const perStep = (ns: number): number => ns / 1e6 / run.steps;
-const byName = new Map<string, { ns: number; count: number; graph: number }>();
-for (const s of window) {
-  if (s.copy) continue;
-  const name = names.get(s.name) ?? String(s.name);
-  const entry = byName.get(name) ?? { ns: 0, count: 0, graph: 0 };
-  entry.ns += s.end - s.start;
-  entry.count++;
-  if (s.graph) entry.graph++;
-  byName.set(name, entry);
+/** The kernels of `spans` by their total time, `per` (ns to a reported figure) applied to each. */
+function byKernel(spans: Span[], per: (ns: number) => number, count: (n: number) => number) {
+  const byName = new Map<string, { ns: number; count: number; graph: number }>();
+  for (const s of spans) {
+    if (s.copy) continue;
+    const name = names.get(s.name) ?? String(s.name);
+    const entry = byName.get(name) ?? { ns: 0, count: 0, graph: 0 };
+    entry.ns += s.end - s.start;
+    entry.count++;
+    if (s.graph) entry.graph++;
+    byName.set(name, entry);
+  }
+  return [...byName.entries()]
+    .sort((x, y) => y[1].ns - x[1].ns)
+    .map(([name, e]) => ({ name, ms: per(e.ns), calls: count(e.count), meanUs: e.ns / e.count / 1e3, inGraph: e.graph / e.count }));
 }
-const kernels = [...byName.entries()]
-  .sort((x, y) => y[1].ns - x[1].ns)
-  .map(([name, e]) => ({ name, msPerStep: perStep(e.ns), perStep: e.count / run.steps, meanUs: e.ns / e.count / 1e3, inGraph: e.graph / e.count }));
+const all = busy(window);
+const kernels = byKernel(window, perStep, (n) => n / run.steps).map(({ ms, calls, ...k }) => ({ ...k, msPerStep: ms, perStep: calls }));
 const kernelCount = window.filter((s) => !s.copy).length;
+// The first token's stretch (prefill or encoder, up to the first kernel of a captured step graph) and
+// the steps after it, each split the same way.
+const firstGraph = window.findIndex((s) => s.graph);
+const phases =
+  firstGraph <= 0
+    ? undefined
+    : Object.fromEntries(
+        (
+          [
+            ['first', window.slice(0, firstGraph)],
+            ['steps', window.slice(firstGraph)],
+          ] as const
+        ).map(([phase, spans]) => {
+          const b = busy(spans);
+          const ms = (ns: number): number => ns / 1e6;
+          return [phase, { ms: ms(b.ns), graphKernels: ms(b.graph), otherKernels: ms(b.other), copies: ms(b.copy), idle: ms(b.idle), kernels: byKernel(spans, ms, (n) => n).slice(0, 15) }];
+        }),
+      );
 const summary = {
   ...run,
-  windowMs: span / 1e6,
-  perStepMs: { window: perStep(span), graphKernels: perStep(busyGraph), otherKernels: perStep(busyOther), copies: perStep(busyCopy), idle: perStep(idle) },
+  windowMs: all.ns / 1e6,
+  perStepMs: { window: perStep(all.ns), graphKernels: perStep(all.graph), otherKernels: perStep(all.other), copies: perStep(all.copy), idle: perStep(all.idle) },
   kernelsPerStep: kernelCount / run.steps,
   kernels: kernels.slice(0, 25),
+  ...(phases === undefined ? {} : { phases }),
 };
 writeFileSync(outPath, JSON.stringify(summary, null, 2));
 const f = (ms: number): string => ms.toFixed(3);
@@ -80,3 +102,9 @@ console.log(`\n${run.model} batch ${run.batch} ${run.flags.join(' ')}: ${run.ste
 console.log(`  kernels in graphs ${f(summary.perStepMs.graphKernels)} + other kernels ${f(summary.perStepMs.otherKernels)} + copies ${f(summary.perStepMs.copies)} + idle ${f(summary.perStepMs.idle)}; ${summary.kernelsPerStep.toFixed(1)} kernels per step`);
 console.log('  | kernel | ms/step | per step | mean us | in graph |');
 for (const k of kernels.slice(0, 15)) console.log(`  | ${k.name.slice(0, 90)} | ${f(k.msPerStep)} | ${k.perStep.toFixed(1)} | ${k.meanUs.toFixed(1)} | ${(k.inGraph * 100).toFixed(0)}% |`);
+if (phases !== undefined) {
+  for (const [phase, p] of Object.entries(phases)) {
+    console.log(`  ${phase}: ${f(p.ms)} ms = kernels in graphs ${f(p.graphKernels)} + other kernels ${f(p.otherKernels)} + copies ${f(p.copies)} + idle ${f(p.idle)}`);
+    for (const k of p.kernels.slice(0, 10)) console.log(`    | ${k.name.slice(0, 80)} | ${f(k.ms)} ms | ${k.calls} calls | ${k.meanUs.toFixed(1)} us |`);
+  }
+}

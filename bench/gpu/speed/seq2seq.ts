@@ -6,7 +6,8 @@
  * native-graph,native,ts): the native engine (src/native, the caches on the GPU; with CUDA graphs or
  * without; native-graph-one-step: one decode step per call, where native-graph runs greedy batches up
  * to 16 steps back to back inside the addon; native-graph-matmul: native-graph on slot models built with
- * MatMul projections instead of the addon's Linear) and the TypeScript engine (Seq2SeqEngine over onnxruntime-node, batches of SEQ2SEQ_TS_BATCHES,
+ * MatMul projections instead of the addon's Linear and the encoder's attention as MatMul and Softmax;
+ * native-graph-encoder-matmul: only the encoder's attention so) and the TypeScript engine (Seq2SeqEngine over onnxruntime-node, batches of SEQ2SEQ_TS_BATCHES,
  * default 1,32). Reports tokens/s (returned sequences' tokens), ms per decode step and time to first
  * token; profile: the share of the time inside the session's runs (and for the native engine inside
  * the addon's calls in all).
@@ -18,7 +19,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { lastValueFrom, toArray } from 'rxjs';
 import { NativeEngine, Seq2SeqEngine, type Engine, type RequestMetrics, type SamplingParams } from '../../../src/generation/index.ts';
-import { buildModel, makeCheckpoint } from '../../../src/modelbuild/index.ts';
+import { buildModel, makeCheckpoint, type BuildOptions } from '../../../src/modelbuild/index.ts';
 import { SEQ2SEQ_MODELS, seededRows, timeSessionRuns } from './common.ts';
 
 const SOURCE = 256;
@@ -29,6 +30,12 @@ const names = process.argv.slice(3).length > 0 ? process.argv.slice(3) : Object.
 
 /** The same pseudo-random sources seq2seq_hf.py makes (ids below 30000, then the end id). */
 const sources = (count: number, eos: number): number[][] => seededRows(count, SOURCE - 1, 30000).map((row) => [...row, eos]);
+
+/** Engines on slot models built otherwise than by default, with the build options that make them. */
+const VARIANTS: Record<string, Partial<BuildOptions>> = {
+  'native-graph-matmul': { slotLinear: 'MatMul', encoderAttention: 'MatMul' },
+  'native-graph-encoder-matmul': { encoderAttention: 'MatMul' },
+};
 
 const inRun = timeSessionRuns();
 const engineNames = (process.env.SEQ2SEQ_ENGINES ?? 'native-graph,native,ts').split(',');
@@ -47,10 +54,14 @@ for (const name of names) {
   checkpoints[name] = checkpoint;
   const dir = join(work, `${name}-fp16`);
   if (!existsSync(join(dir, 'onnx', 'decoder_model_slots.onnx'))) buildModel({ source: checkpoint, out: dir, dtype: 'fp16', slotDecoder: true });
-  const matmulDir = join(work, `${name}-fp16-matmul`);
-  if (engineNames.includes('native-graph-matmul') && !existsSync(join(matmulDir, 'onnx', 'decoder_model_slots.onnx'))) {
-    buildModel({ source: checkpoint, out: matmulDir, dtype: 'fp16', slotDecoder: true, slotLinear: 'MatMul' });
-  }
+  /** The model directory an engine runs: the default build, or a variant's (built once). */
+  const dirFor = (engineName: string): string => {
+    const variant = VARIANTS[engineName];
+    if (variant === undefined) return dir;
+    const out = join(work, `${name}-fp16-${engineName.replace(/^native-graph-/, '')}`);
+    if (!existsSync(join(out, 'onnx', 'decoder_model_slots.onnx'))) buildModel({ source: checkpoint, out, dtype: 'fp16', slotDecoder: true, ...variant });
+    return out;
+  };
   const eos = Number((JSON.parse(readFileSync(join(checkpoint, 'config.json'), 'utf8')) as { eos_token_id: number }).eos_token_id);
   for (const engineName of engineNames) {
     const metrics: RequestMetrics[] = [];
@@ -62,7 +73,7 @@ for (const name of names) {
       engine = await Seq2SeqEngine.open(dir, { executionProviders: ['cuda'], maxBatchSize: 128, onRequestDone });
       sessionMs = () => inRun.ms;
     } else {
-      const native = await NativeEngine.open(engineName === 'native-graph-matmul' ? matmulDir : dir, { provider: 'cuda', maxBatchSize: 128, slotLength: NEW + 1, sourceLength: SOURCE, cudaGraph: engineName.startsWith('native-graph'), greedySteps: engineName === 'native-graph-one-step' ? 1 : 16, onRequestDone });
+      const native = await NativeEngine.open(dirFor(engineName), { provider: 'cuda', maxBatchSize: 128, slotLength: NEW + 1, sourceLength: SOURCE, cudaGraph: engineName.startsWith('native-graph'), greedySteps: engineName === 'native-graph-one-step' ? 1 : 16, onRequestDone });
       engine = native;
       sessionMs = () => native.profile().sessionMs;
       nativeMs = () => native.profile().nativeMs;
