@@ -296,6 +296,8 @@ function embed(g: GraphBuilder, spec: Seq2SeqSpec, weights: Seq2SeqWeights, stac
 /** A residual sublayer: x + f(norm(x)) (pre-norm), or norm(x + f(x)) (post-norm). */
 function sublayer(g: GraphBuilder, spec: Seq2SeqSpec, w: Norm, x: string, name: string, f: (h: string) => string): string {
   if (spec.preNorm) return g.op('Add', [x, f(norm(g, spec, w, x, name))]);
+  // Through the addon (the slot encoder): the residual sum and its norm in one SkipLayerNormalization.
+  if (g.addonLinear) return skipNorm(g, spec, w, x, { value: f(x) }, name)[0];
   return norm(g, spec, w, g.op('Add', [x, f(x)]), name);
 }
 
