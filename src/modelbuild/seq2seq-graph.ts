@@ -56,8 +56,7 @@ function encoderStack(g: GraphBuilder, spec: Seq2SeqSpec, weights: Seq2SeqWeight
   if (spec.positions.kind === 'relative') {
     bias = g.op('Add', [relativeBias(g, spec.positions, required(stack.relativeBias, 'encoder relative bias'), positions, positions, true, 'encoder'), bias]);
   }
-  // ONNX Runtime's MultiHeadAttention takes the padding as each row's source length.
-  const keyLengths = fused ? g.op('Cast', [g.op('ReduceSum', [attentionMask, g.int64([1])], { keepdims: 0 })], { to: 6 }) : '';
+  const keyLengths = fused ? paddingLengths(g, attentionMask) : '';
   stack.layers.forEach((layer, i) => {
     const name = `encoder.layers.${i}`;
     x = sublayer(g, spec, layer.selfNorm, x, `${name}.self_norm`, (h) => {
@@ -332,7 +331,7 @@ export function defaultEncoderAttention(spec: Seq2SeqSpec, floatType: 'float32' 
 
 /**
  * Self-attention of `h` through ONNX Runtime's MultiHeadAttention: q, k and v in one projection, their
- * biases added by the attention, keys past each row's length (`keyLengths`, int32 [batch]) masked;
+ * biases added by the attention, keys past each row's length masked (`keyLengths`: paddingLengths);
  * then the output projection.
  */
 function fusedAttention(g: GraphBuilder, spec: Seq2SeqSpec, w: AttentionWeights, h: string, keyLengths: string, name: string): string {
@@ -398,6 +397,19 @@ function feedForward(g: GraphBuilder, spec: Seq2SeqSpec, w: FeedForwardWeights, 
     inner = g.op('Mul', [silu(g, gate), up]);
   } else inner = geluErf(g, up);
   return linear(g, w.down, inner, `${name}.down`);
+}
+
+/**
+ * MultiHeadAttention's padding for right-padded rows of `mask` [b, t] (int32 [3b + 2]): each row's
+ * length, then where each row's queries and keys start in the batch (b t for row b) and where the last
+ * ends, the form its memory-efficient (cutlass) kernel takes.
+ */
+function paddingLengths(g: GraphBuilder, mask: string): string {
+  const lengths = g.op('Cast', [g.op('ReduceSum', [mask, g.int64([1])], { keepdims: 0 })], { to: 6 });
+  const dims = g.op('Cast', [g.op('Shape', [mask])], { to: 6 });
+  const [rows, width] = [0, 1].map((i) => g.op('Gather', [dims, g.constantOf('int32', [i], [])], { axis: 0 }));
+  const starts = g.op('Range', [g.constantOf('int32', [0], []), g.op('Mul', [g.op('Add', [rows!, g.constantOf('int32', [1], [])]), width!]), width!]);
+  return g.op('Concat', [lengths, starts, starts], { axis: 0 });
 }
 
 /** [b, 1, 1, t] float32: 0 for real tokens, float32's minimum for padding. */
