@@ -133,43 +133,53 @@ struct LinearKernel : KernelBase<LinearKernel> {
 
 #ifdef CHORUS_WITH_CUDA
   // More rows: one GEMM by cuBLASLt, the bias (and a ReLU) in its epilogue, or by cublasGemmEx where
-  // cuBLASLt did not load; what is left of bias and activation in one pass after it.
+  // cuBLASLt did not load or has no algorithm for it; what is left of bias and activation in one pass.
   // cuBLAS's fast kernels want outputs in multiples of 16 bytes: a product of 50,265 outputs (a
   // vocabulary) got a kernel twice as slow as one of 50,272 (82 us against 43 for bart-large's head at 32
   // rows). Such a product runs as the multiple's outputs and the few left, into rows padded to 16 bytes in
   // scratch memory, then one strided copy into y.
   static void Gemm(const Ort::KernelContext& ctx, const OrtMemoryInfo* memory, const LinearArgs& args, void* handle, void* stream) {
-    const bool lt = LinearLtAvailable();
     Ort::Allocator allocator = ctx.GetAllocator(*memory);
-    std::optional<Ort::MemoryAllocation> workspace;
-    if (lt) workspace.emplace(allocator.GetAllocation(kLtWorkspaceBytes));
-    const bool withBias = lt && args.bias != nullptr;
-    auto product = [&](int first, int count, void* y, int ldy) {
-      if (lt) {
-        LinearLtDevice(args, first, count, y, ldy, withBias, workspace->get(), kLtWorkspaceBytes, stream);
-      } else {
-        LinearGemmDevice(args, handle, first, count, y, ldy);
-      }
-    };
     const size_t element = args.type == FloatType::kFloat16 ? 2 : 4;
     const int per = static_cast<int>(16 / element);
     const int aligned = args.out / per * per;
+    // The products: all outputs into y, or the aligned ones and the rest into padded scratch rows.
+    struct Part {
+      int first, count;
+      void* y;
+      int ldy;
+    };
+    std::vector<Part> parts;
+    std::optional<Ort::MemoryAllocation> scratch;
+    const int padded = aligned + per;
     if (aligned == args.out || aligned == 0) {
-      product(0, args.out, args.y, args.out);
+      parts.push_back({0, args.out, args.y, args.out});
     } else {
-      const int padded = aligned + per;
-      Ort::MemoryAllocation scratch = allocator.GetAllocation(static_cast<size_t>(padded) * element * static_cast<size_t>(args.rows));
-      char* rows = static_cast<char*>(scratch.get());
-      product(0, aligned, rows, padded);
-      product(aligned, args.out - aligned, rows + static_cast<size_t>(aligned) * element, padded);
+      scratch.emplace(allocator.GetAllocation(static_cast<size_t>(padded) * element * static_cast<size_t>(args.rows)));
+      char* rows = static_cast<char*>(scratch->get());
+      parts.push_back({0, aligned, rows, padded});
+      parts.push_back({aligned, args.out - aligned, rows + static_cast<size_t>(aligned) * element, padded});
+    }
+    const bool withBias = args.bias != nullptr;
+    bool lt = true;
+    for (const Part& p : parts) lt = lt && LinearLtDevice(args, p.first, p.count, p.y, p.ldy, withBias, nullptr, kLtWorkspaceBytes, stream);
+    if (lt) {
+      Ort::MemoryAllocation workspace = allocator.GetAllocation(kLtWorkspaceBytes);
+      for (const Part& p : parts) LinearLtDevice(args, p.first, p.count, p.y, p.ldy, withBias, workspace.get(), kLtWorkspaceBytes, stream);
+    } else {
+      for (const Part& p : parts) LinearGemmDevice(args, handle, p.first, p.count, p.y, p.ldy);
+    }
+    if (scratch.has_value()) {
       const size_t rowBytes = static_cast<size_t>(args.out) * element;
-      const cudaError_t copied = cudaMemcpy2DAsync(args.y, rowBytes, rows, static_cast<size_t>(padded) * element, rowBytes, static_cast<size_t>(args.rows), cudaMemcpyDeviceToDevice,
-                                                   static_cast<cudaStream_t>(stream));
+      const cudaError_t copied = cudaMemcpy2DAsync(args.y, rowBytes, scratch->get(), static_cast<size_t>(padded) * element, rowBytes, static_cast<size_t>(args.rows),
+                                                   cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream));
       if (copied != cudaSuccess) throw std::runtime_error(std::string("cudaMemcpy2DAsync: ") + cudaGetErrorString(copied));
     }
     LinearArgs rest = args;
-    if (withBias) rest.bias = nullptr;
-    if (lt && rest.activation == Activation::kRelu) rest.activation = Activation::kNone;
+    if (lt) {
+      rest.bias = nullptr;
+      if (rest.activation == Activation::kRelu) rest.activation = Activation::kNone;
+    }
     if (rest.bias != nullptr || rest.activation != Activation::kNone) BiasActivateDevice(rest, stream);
   }
 #endif

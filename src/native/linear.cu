@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <cstdint>
@@ -230,6 +231,7 @@ constexpr int kLtEpilogueRelu = 2;       // CUBLASLT_EPILOGUE_RELU
 constexpr int kLtEpilogueBias = 4;       // CUBLASLT_EPILOGUE_BIAS
 constexpr int kLtEpilogueReluBias = 6;   // CUBLASLT_EPILOGUE_RELU_BIAS
 constexpr int kLtMaxWorkspace = 1;       // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
+constexpr int kCublasNotSupported = 15;  // CUBLAS_STATUS_NOT_SUPPORTED
 
 struct Lt {
   int (*create)(void** handle);
@@ -313,45 +315,44 @@ struct LtProduct {
 
 }  // namespace
 
-bool LinearLtAvailable() { return FindLt() != nullptr; }
-
-void LinearLtDevice(const LinearArgs& a, int first, int count, void* y, int ldy, bool withBias, void* workspace, size_t workspaceBytes, void* stream) {
+bool LinearLtDevice(const LinearArgs& a, int first, int count, void* y, int ldy, bool withBias, void* workspace, size_t workspaceBytes, void* stream) {
   const Lt* lt = FindLt();
-  if (lt == nullptr) throw std::logic_error("cuBLASLt did not load");
+  if (lt == nullptr) return false;
   const int type = a.type == FloatType::kFloat16 ? CUDA_R_16F : CUDA_R_32F;
   const size_t element = a.type == FloatType::kFloat16 ? 2 : 4;
   const bool relu = a.activation == Activation::kRelu;
   const int epilogue = withBias ? (relu ? kLtEpilogueReluBias : kLtEpilogueBias) : (relu ? kLtEpilogueRelu : kLtEpilogueDefault);
-  // Column-major, as in LinearGemmDevice: D [count x rows] = W^T^T [count x in] . x^T [in x rows].
-  LtProduct product{*lt};
-  LtCheck(lt->descCreate(&product.desc, kComputeFloat32, CUDA_R_32F), "cublasLtMatmulDescCreate");
-  const int32_t transA = kOpT;
-  const int32_t transB = kOpN;
-  LtCheck(lt->descSet(product.desc, kLtTransA, &transA, sizeof(transA)), "cublasLtMatmulDescSetAttribute");
-  LtCheck(lt->descSet(product.desc, kLtTransB, &transB, sizeof(transB)), "cublasLtMatmulDescSetAttribute");
-  LtCheck(lt->descSet(product.desc, kLtEpilogue, &epilogue, sizeof(epilogue)), "cublasLtMatmulDescSetAttribute");
-  if (withBias) {
-    const void* bias = static_cast<const char*>(a.bias) + static_cast<size_t>(first) * element;
-    LtCheck(lt->descSet(product.desc, kLtBiasPointer, &bias, sizeof(bias)), "cublasLtMatmulDescSetAttribute");
-  }
-  LtCheck(lt->layoutCreate(&product.layouts[0], type, a.in, count, a.in), "cublasLtMatrixLayoutCreate");
-  LtCheck(lt->layoutCreate(&product.layouts[1], type, a.in, a.rows, a.in), "cublasLtMatrixLayoutCreate");
-  LtCheck(lt->layoutCreate(&product.layouts[2], type, count, a.rows, ldy), "cublasLtMatrixLayoutCreate");
-  void* handle = LtHandle(*lt);
-  int device = 0;
-  cudaGetDevice(&device);
-  static std::mutex lock;
-  static std::map<LtKey, LtHeuristic> chosen;
   const void* weight = static_cast<const char*>(a.weight) + static_cast<size_t>(first) * a.in * element;
+  const void* bias = withBias ? static_cast<const char*>(a.bias) + static_cast<size_t>(first) * element : nullptr;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) throw std::runtime_error("cudaGetDevice failed");
   // The heuristic reads the pointers' alignment (up to 256 bytes): an algorithm is reused where it is the same.
-  uintptr_t addresses = reinterpret_cast<uintptr_t>(weight) | reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(y) | 256;
-  if (withBias) addresses |= reinterpret_cast<uintptr_t>(a.bias) + static_cast<size_t>(first) * element;
+  const uintptr_t addresses = reinterpret_cast<uintptr_t>(weight) | reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(y) | reinterpret_cast<uintptr_t>(bias) | 256;
   const LtKey key{device, type, epilogue, a.rows, a.in, count, ldy, static_cast<int>(addresses & (~addresses + 1))};
+  // Column-major, as in LinearGemmDevice: D [count x rows] = W^T^T [count x in] . x^T [in x rows].
+  // The descriptors are made only when the heuristic is asked or the product runs.
+  LtProduct product{*lt};
+  auto describe = [&] {
+    LtCheck(lt->descCreate(&product.desc, kComputeFloat32, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    const int32_t transA = kOpT;
+    const int32_t transB = kOpN;
+    LtCheck(lt->descSet(product.desc, kLtTransA, &transA, sizeof(transA)), "cublasLtMatmulDescSetAttribute");
+    LtCheck(lt->descSet(product.desc, kLtTransB, &transB, sizeof(transB)), "cublasLtMatmulDescSetAttribute");
+    LtCheck(lt->descSet(product.desc, kLtEpilogue, &epilogue, sizeof(epilogue)), "cublasLtMatmulDescSetAttribute");
+    if (withBias) LtCheck(lt->descSet(product.desc, kLtBiasPointer, &bias, sizeof(bias)), "cublasLtMatmulDescSetAttribute");
+    LtCheck(lt->layoutCreate(&product.layouts[0], type, a.in, count, a.in), "cublasLtMatrixLayoutCreate");
+    LtCheck(lt->layoutCreate(&product.layouts[1], type, a.in, a.rows, a.in), "cublasLtMatrixLayoutCreate");
+    LtCheck(lt->layoutCreate(&product.layouts[2], type, count, a.rows, ldy), "cublasLtMatrixLayoutCreate");
+  };
+  void* handle = LtHandle(*lt);
+  static std::mutex lock;
+  static std::map<LtKey, std::optional<LtHeuristic>> chosen;  // none: cuBLASLt has no algorithm for it
   LtHeuristic pick{};
   {
     std::lock_guard<std::mutex> held(lock);
     auto found = chosen.find(key);
     if (found == chosen.end()) {
+      describe();
       void* preference = nullptr;
       LtCheck(lt->preferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
       const uint64_t most = workspaceBytes;
@@ -359,19 +360,22 @@ void LinearLtDevice(const LinearArgs& a, int first, int count, void* y, int ldy,
       int status = lt->preferenceSet(preference, kLtMaxWorkspace, &most, sizeof(most));
       if (status == 0) status = lt->heuristic(handle, product.desc, product.layouts[0], product.layouts[1], product.layouts[2], product.layouts[2], preference, 1, &pick, &returned);
       lt->preferenceDestroy(preference);
-      LtCheck(status, "cublasLtMatmulAlgoGetHeuristic");
-      if (returned == 0) throw std::runtime_error("cuBLASLt has no algorithm for a " + std::to_string(a.rows) + " x " + std::to_string(a.in) + " x " + std::to_string(count) + " product");
-      found = chosen.emplace(key, pick).first;
+      // A product the heuristic turns down (CUBLAS_STATUS_NOT_SUPPORTED, or no algorithm) goes to cuBLAS.
+      if (status != 0 && status != kCublasNotSupported) LtCheck(status, "cublasLtMatmulAlgoGetHeuristic");
+      found = chosen.emplace(key, status == 0 && returned > 0 ? std::optional<LtHeuristic>(pick) : std::nullopt).first;
     }
-    pick = found->second;
+    if (!found->second.has_value()) return false;
+    pick = *found->second;
   }
+  if (workspace == nullptr && workspaceBytes > 0) return true;
+  if (product.desc == nullptr) describe();
   const float one = 1;
   const float zero = 0;
   LtCheck(lt->matmul(handle, product.desc, &one, weight, product.layouts[0], a.x, product.layouts[1], &zero, y, product.layouts[2], y, product.layouts[2], &pick.algo, workspace,
                      workspaceBytes, static_cast<cudaStream_t>(stream)),
           "cublasLtMatmul");
+  return true;
 }
-
 
 void LinearRowsDevice(const LinearArgs& a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);

@@ -10,8 +10,8 @@
 // On CUDA a step of up to 4 rows (the decode steps of small batches) runs as one kernel of our own that
 // reads each weight row once for all of them, bias and activation in its epilogue; more rows (prefills,
 // large batches) run as a cuBLASLt GEMM with the bias (and a ReLU) in its epilogue, then any other
-// activation in one pass; where cuBLASLt does not load, as a GEMM on ONNX Runtime's own cuBLAS handle,
-// then bias and activation in one pass (the GEMM's output rounded first).
+// activation in one pass; where cuBLASLt does not load or has no algorithm for the product, as a GEMM on
+// ONNX Runtime's own cuBLAS handle, then bias and activation in one pass (the GEMM's output rounded first).
 #pragma once
 
 #include <cmath>
@@ -76,12 +76,12 @@ void BiasActivateDevice(const LinearArgs& args, void* stream);
 // bound to the stream), without bias and activation, into `y`, whose rows are `ldy` elements apart.
 // cuBLAS is ONNX Runtime's CUDA provider's, found among the loaded libraries.
 void LinearGemmDevice(const LinearArgs& args, void* handle, int first, int count, void* y, int ldy);
-// Whether cuBLASLt loaded (found as cuBLAS is).
-bool LinearLtAvailable();
 // Device: outputs first..first + count - 1 of x @ weight^T by cuBLASLt, with the bias (withBias) and a
 // ReLU in its epilogue (the sum and bias rounded once), into `y` (rows `ldy` elements apart), on
 // `stream`, using up to workspaceBytes of `workspace`. Other activations are left to BiasActivateDevice.
-void LinearLtDevice(const LinearArgs& args, int first, int count, void* y, int ldy, bool withBias, void* workspace, size_t workspaceBytes, void* stream);
+// Returns false, running nothing, where cuBLASLt has no algorithm for the product (or did not load);
+// with a null workspace (and workspaceBytes > 0) it only says whether it has one.
+bool LinearLtDevice(const LinearArgs& args, int first, int count, void* y, int ldy, bool withBias, void* workspace, size_t workspaceBytes, void* stream);
 #endif
 
 }  // namespace chorus
