@@ -330,16 +330,14 @@ export function defaultEncoderAttention(spec: Seq2SeqSpec, floatType: 'float32' 
 }
 
 /**
- * Self-attention of `h` through ONNX Runtime's MultiHeadAttention: q, k and v in one projection, their
- * biases added by the attention, keys past each row's length masked (`keyLengths`: paddingLengths);
- * then the output projection.
+ * Self-attention of `h` through ONNX Runtime's MultiHeadAttention, keys past each row's length masked
+ * (`keyLengths`: paddingLengths); then the output projection.
  */
 function fusedAttention(g: GraphBuilder, spec: Seq2SeqSpec, w: AttentionWeights, h: string, keyLengths: string, name: string): string {
-  const width = spec.numHeads * spec.headDim;
-  const packed = packedQkv(g, w, name);
-  const projected = g.addonLinear ? addonLinear(g, h, packed.weight, undefined) : g.op('MatMul', [h, packed.weight]);
-  const [q, k, v] = g.opMany('Split', [projected, g.int64([width, width, width])], { axis: -1 }, { outputs: 3 }) as [string, string, string];
-  const context = g.op('MultiHeadAttention', [q, k, v, packed.bias ?? '', keyLengths], { num_heads: spec.numHeads, scale: float(spec.attentionScale) }, { domain: MS });
+  // q, k and v each in their own projection, biases inside: MultiHeadAttention then reads them where
+  // they are (one packed projection needed a Split, and the attention's own bias pass a transpose).
+  const [q, k, v] = (['q', 'k', 'v'] as const).map((part) => linear(g, w[part], h, `${name}.${part}`));
+  const context = g.op('MultiHeadAttention', [q!, k!, v!, '', keyLengths], { num_heads: spec.numHeads, scale: float(spec.attentionScale) }, { domain: MS });
   return linear(g, w.o, context, `${name}.o`);
 }
 

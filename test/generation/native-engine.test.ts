@@ -449,7 +449,9 @@ describe('NativeEngine, encoder-decoders (CPU)', { skip }, () => {
     const encoder = onnxProto.onnx.ModelProto.decode(readFileSync(join(dir, 'onnx', 'encoder_model_slots.onnx'))).graph!.node!;
     const attention = encoder.filter((n) => n.opType === 'MultiHeadAttention');
     assert.equal(attention.length, 2, 'a MultiHeadAttention per encoder layer');
-    assert.equal(attention[0]!.input!.length, 5, 'q, k, v, their bias and the key lengths');
+    assert.deepEqual(attention[0]!.input!.slice(3, 4), [''], 'no bias input: q, k and v come with their biases from their projections');
+    assert.equal(attention[0]!.input!.length, 5, 'q, k, v, no bias and the padding');
+    assert.equal(encoder.filter((n) => n.opType === 'Split').length, 0);
     assert.equal(encoder.filter((n) => n.opType === 'Softmax').length, 0);
     const native = await NativeEngine.open(dir, { maxBatchSize: 8, slotLength: 48, sourceLength: 24 });
     engines.push(native);
