@@ -4,7 +4,6 @@
  * Keys and values are [batch, kv_heads, length, head_dim]; a past of length 0 is the prefill.
  * Standard ONNX operators only (opset 17), so any execution provider runs it.
  */
-import { ChorusError } from '../errors.ts';
 import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Norm } from './decoder-spec.ts';
 import { float, GraphBuilder } from './graph.ts';
 import { GREEDY_PAD_ID } from './greedy-layout.ts';
@@ -20,6 +19,7 @@ import {
   maskedSoftmax,
   MS,
   norm,
+  packedQkv,
   type Projected,
   projectBiasAfter,
   required,
@@ -400,24 +400,6 @@ function attend(
   const context = g.op('MatMul', [probs, v5]);
   const merged = g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [context, g.int64([0, numHeads, -1, headDim])])], { perm: [0, 2, 1, 3] }), g.int64([0, 0, numHeads * headDim])]);
   return { output: { value: linear(g, w.o, merged, `${name}.o`) }, presentKey, presentValue };
-}
-
-/**
- * The weight (and bias) of q, k and v concatenated, for one projection (ONNX Runtime folds the
- * concatenations when the session loads). The weights register in the order the other graphs use, q, k, v, each weight
- * then bias, so that all models of a build share one data file.
- */
-function packedQkv(g: GraphBuilder, w: DecoderLayerWeights, name: string): { weight: string; bias: string | undefined } {
-  const parts = (['q', 'k', 'v'] as const).map((part) => ({
-    weight: g.weight(`${name}.${part}.weight`, w[part].weight),
-    bias: w[part].bias === undefined ? undefined : g.weight(`${name}.${part}.bias`, w[part].bias),
-  }));
-  if (parts.some((p) => p.bias === undefined) && parts.some((p) => p.bias !== undefined)) {
-    throw new ChorusError('CHORUS_UNSUPPORTED', `${name}: q, k and v must all have biases or none`);
-  }
-  const weight = g.op('Concat', parts.map((p) => p.weight), { axis: 1 }, { name: `${name}.qkv.weight` });
-  const bias = parts[0]!.bias === undefined ? undefined : g.op('Concat', parts.map((p) => p.bias!), { axis: 0 }, { name: `${name}.qkv.bias` });
-  return { weight, bias };
 }
 
 /** The MLP of one block on the normed input `m`. */

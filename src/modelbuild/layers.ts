@@ -41,6 +41,21 @@ function linearWeights(g: GraphBuilder, w: Linear, name: string): { weight: stri
   return { weight: g.weight(`${name}.weight`, w.weight), bias: w.bias === undefined ? undefined : g.weight(`${name}.bias`, w.bias) };
 }
 
+/**
+ * The weight (and bias) of q, k and v concatenated, for one projection (ONNX Runtime folds the
+ * concatenations when the session loads). They register as `linear` registers them, q, k, v, each
+ * weight then its bias, so that a decoder's models share one data file. q, k and v have biases or none.
+ */
+export function packedQkv(g: GraphBuilder, w: { q: Linear; k: Linear; v: Linear }, name: string): { weight: string; bias: string | undefined } {
+  const parts = (['q', 'k', 'v'] as const).map((part) => linearWeights(g, w[part], `${name}.${part}`));
+  if (parts.some((p) => p.bias === undefined) && parts.some((p) => p.bias !== undefined)) {
+    throw new ChorusError('CHORUS_UNSUPPORTED', `${name}: q, k and v must all have biases or none`);
+  }
+  const weight = g.op('Concat', parts.map((p) => p.weight), { axis: 1 }, { name: `${name}.qkv.weight` });
+  const bias = parts[0]!.bias === undefined ? undefined : g.op('Concat', parts.map((p) => p.bias!), { axis: 0 }, { name: `${name}.qkv.bias` });
+  return { weight, bias };
+}
+
 /** ONNX Runtime's contrib operators' domain. */
 export const MS = 'com.microsoft';
 

@@ -23,6 +23,7 @@ import {
   maskedSoftmax,
   MS,
   norm,
+  packedQkv,
   type Projected,
   projectBiasAfter,
   required,
@@ -339,14 +340,6 @@ function fusedAttention(g: GraphBuilder, spec: Seq2SeqSpec, w: AttentionWeights,
   const [q, k, v] = (['q', 'k', 'v'] as const).map((part) => linear(g, w[part], h, `${name}.${part}`));
   const context = g.op('MultiHeadAttention', [q!, k!, v!, '', keyLengths], { num_heads: spec.numHeads, scale: float(spec.attentionScale) }, { domain: MS });
   return linear(g, w.o, context, `${name}.o`);
-}
-
-/** The weights (and biases) of q, k and v concatenated, for one projection (folded when the session loads). */
-function packedQkv(g: GraphBuilder, w: AttentionWeights, name: string): { weight: string; bias: string | undefined } {
-  const parts = [['q', w.q], ['k', w.k], ['v', w.v]] as const;
-  const weight = g.op('Concat', parts.map(([part, l]) => g.weight(`${name}.${part}.weight`, l.weight)), { axis: 1 });
-  const bias = w.q.bias === undefined ? undefined : g.op('Concat', parts.map(([part, l]) => g.weight(`${name}.${part}.bias`, required(l.bias, `${name}.${part} bias`))), { axis: 0 });
-  return { weight, bias };
 }
 
 /** q, k and v of `h` by one MatMul over their concatenated weights, split. */
