@@ -29,9 +29,22 @@ __global__ void ArgmaxRowsKernel(const T* logits, int vocab, int32_t* out, const
   if (advance.minLeft != nullptr && advance.minLeft[r] > 0) ban = advance.endId;
   float value = -FLT_MAX;
   int index = vocab;
-  StridedShare<float, kUnroll>(vocab, [&](int v) { return Load(row + v); }, [&](int v, float x) {
+  const auto consider = [&](int v, float x) {
     if (v != ban) Better(value, index, x, v);
+  };
+  // 16 bytes at a time from the row's first 16-byte boundary (a row of an odd vocabulary starts
+  // anywhere), the elements before it and after the last whole vector one by one.
+  constexpr int kPer = 16 / sizeof(T);
+  const int lead = min(vocab, static_cast<int>((16 - reinterpret_cast<uintptr_t>(row) % 16) % 16 / sizeof(T)));
+  const int vectors = (vocab - lead) / kPer;
+  for (int v = threadIdx.x; v < lead; v += blockDim.x) consider(v, Load(row + v));
+  const uint4* body = reinterpret_cast<const uint4*>(row + lead);
+  StridedShare<uint4, 4>(vectors, [&](int i) { return body[i]; }, [&](int i, const uint4& bits) {
+    const T* e = reinterpret_cast<const T*>(&bits);
+#pragma unroll
+    for (int k = 0; k < kPer; k++) consider(lead + i * kPer + k, Load(e + k));
   });
+  for (int v = lead + vectors * kPer + threadIdx.x; v < vocab; v += blockDim.x) consider(v, Load(row + v));
   // Within a warp, then across warps.
   for (int offset = 16; offset > 0; offset >>= 1) {
     const float otherValue = __shfl_down_sync(0xffffffffu, value, offset);
