@@ -53,17 +53,23 @@ function encoderStack(g: GraphBuilder, spec: Seq2SeqSpec, weights: Seq2SeqWeight
   const positions = g.op('Range', [g.int64([0], []), length, g.int64([1], [])]);
   const stack = weights.encoder;
   let x = embed(g, spec, weights, stack, inputIds, positions, 'encoder');
-  let bias = paddingBias(g, attentionMask);
-  if (spec.positions.kind === 'relative') {
-    bias = g.op('Add', [relativeBias(g, spec.positions, required(stack.relativeBias, 'encoder relative bias'), positions, positions, true, 'encoder'), bias]);
+  // The padding in the form the attention takes: MultiHeadAttention's lengths, or an additive bias
+  // (with T5's relative position bias added in).
+  let padding: string;
+  if (fused) {
+    padding = paddingLengths(g, attentionMask);
+  } else {
+    padding = paddingBias(g, attentionMask);
+    if (spec.positions.kind === 'relative') {
+      padding = g.op('Add', [relativeBias(g, spec.positions, required(stack.relativeBias, 'encoder relative bias'), positions, positions, true, 'encoder'), padding]);
+    }
   }
-  const keyLengths = fused ? paddingLengths(g, attentionMask) : '';
   stack.layers.forEach((layer, i) => {
     const name = `encoder.layers.${i}`;
     x = sublayer(g, spec, layer.selfNorm, x, `${name}.self_norm`, (h) => {
-      if (fused) return fusedAttention(g, spec, layer.self, h, keyLengths, `${name}.self`);
+      if (fused) return fusedAttention(g, spec, layer.self, h, padding, `${name}.self`);
       const [k, v] = [heads(g, spec, linear(g, layer.self.k, h, `${name}.self.k`)), heads(g, spec, linear(g, layer.self.v, h, `${name}.self.v`))];
-      const { output, probs } = attention(g, spec, layer.self, h, k, v, bias, `${name}.self`);
+      const { output, probs } = attention(g, spec, layer.self, h, k, v, padding, `${name}.self`);
       if (outputAttentions) g.output(`attentions.${i}`, probs, g.floatType, ['batch_size', spec.numHeads, 'encoder_sequence_length', 'encoder_sequence_length']);
       return output;
     });
