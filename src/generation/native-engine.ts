@@ -66,9 +66,11 @@ export interface NativeEngineOptions extends Partial<SchedulerLimits> {
    */
   batchInvariant?: boolean;
   /**
-   * Steps that greedy batches (every row the raw argmax) and batches of beam searches run back to back
-   * inside the addon per call: their tokens reach the event loop together, a new request or a
-   * cancellation stops the run after the step under way. Default: 16; 1: a call per step.
+   * The most steps that greedy batches (every row the raw argmax) and batches of beam searches run back
+   * to back inside the addon per call. A greedy step's tokens reach their streams as the step ends; a
+   * beam search's come when it finishes. A new request, a cancellation or a greedy row that stops while
+   * others go on ends the run after the step under way. Default: 1024 (as far as the slots have room);
+   * 1: a call per step.
    */
   greedySteps?: number;
   intraOpThreads?: number;
@@ -184,7 +186,7 @@ export class NativeEngine implements Engine {
       cudaGraph: options.cudaGraph ?? false,
     });
     await decoder.load();
-    const greedySteps = bound(options.greedySteps ?? 16, 'greedySteps', 1, 1024);
+    const greedySteps = bound(options.greedySteps ?? 1024, 'greedySteps', 1, 1024);
     return new NativeEngine(decoder, limits, model, options.onRequestDone, sourceLimit, slotLength, options.batchInvariant === true ? slots : undefined, greedySteps);
   }
 
@@ -422,12 +424,11 @@ export class NativeEngine implements Engine {
 
   /**
    * How many greedy steps to run back to back (0 or 1: one step): up to greedySteps while no request
-   * waits to join, as far as every row's slot has room. A request yet to take its first token (an
-   * encoder-decoder's, just encoded) takes it in a step of its own, so that it is not held for a run.
+   * waits to join, as far as every row's slot has room. (Each step's tokens reach their streams as the
+   * step ends, a request's first token among them.)
    */
   private greedyRun(): number {
     if (this.greedySteps === 1 || this.scheduler.waiting.length > 0) return 0;
-    if ((this.members as Sequence[]).some((s) => s.tokensGenerated === 0)) return 0;
     return Math.min(this.greedySteps, ...this.lengths.map((n) => this.slotLength - n));
   }
 
@@ -482,6 +483,26 @@ export class NativeEngine implements Engine {
     const minLeft = members.map((s) => Math.max(0, s.params.min_length - s.tokensGenerated));
     padRows(this.fixedRows, tokens, lengths, sourceLengths, remaining, minLeft);
     const width = tokens.length;
+    // Each step's tokens are taken as the step ends (the addon's onStep), so that streams flow while the
+    // run goes on; what has not come that way when the run returns is taken from its result. A row that
+    // stopped runs along to the end of the run (its slot past what it took is written over next), so a
+    // row stopping while others go on ends the run, and the next one goes on without it.
+    const taken = members.map(() => 0);
+    let delivered = 0;
+    let ended = false;
+    const take = (ids: Int32Array): void => {
+      let stopped = false;
+      let going = false;
+      members.forEach((s, r) => {
+        if (taken[r]! >= remaining[r]! || s.finished) return;
+        s.accept({ token: ids[r]!, logProb: 0 });
+        taken[r]!++;
+        if (s.finished || taken[r]! >= remaining[r]!) stopped = true;
+        else going = true;
+      });
+      delivered++;
+      if (stopped && going && !ended && delivered < maxSteps) this.decoder.interrupt();
+    };
     const out = await this.decoder.decodeGreedy(
       Int32Array.from(tokens),
       Int32Array.from(lengths),
@@ -490,15 +511,15 @@ export class NativeEngine implements Engine {
       maxSteps,
       sourceLengths && Int32Array.from(sourceLengths),
       minLeft.some((n) => n > 0) ? Int32Array.from(minLeft) : undefined,
+      (step, ids) => {
+        if (!ended && step === delivered) take(ids);
+      },
     );
+    ended = true;
+    for (let k = delivered; k < out.steps; k++) take(out.tokens.subarray(k * width, (k + 1) * width));
     this.ledger.counters.decodeSteps += out.steps;
     this.ledger.counters.decodedRows += rows * out.steps;
-    // A row that stopped ran along to the end of the run; its slot past what it took is written over next.
-    members.forEach((s, r) => {
-      let taken = 0;
-      for (let k = 0; k < out.steps && taken < remaining[r]! && !s.finished; k++, taken++) s.accept({ token: out.tokens[k * width + r]!, logProb: 0 });
-      this.lengths[r]! += taken;
-    });
+    members.forEach((_, r) => (this.lengths[r]! += taken[r]!));
   }
 }
 

@@ -328,10 +328,36 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     const int maxSteps = info[4].As<Napi::Number>().Int32Value();
     auto sourceLengths = info[5].IsUndefined() ? std::vector<int32_t>{} : Int32s(info[5], "sourceLengths");
     auto minLeft = info[6].IsUndefined() ? std::vector<int32_t>{} : Int32s(info[6], "minLeft");
+    if (!info[7].IsUndefined() && !info[7].IsFunction()) throw Napi::TypeError::New(info.Env(), "decodeGreedy's onStep must be a function (step, ids)");
+    // onStep(step, ids) on the main thread as each step's ids reach the host, while the run goes on.
+    std::shared_ptr<Napi::ThreadSafeFunction> steps;
+    if (info[7].IsFunction()) steps = std::make_shared<Napi::ThreadSafeFunction>(Napi::ThreadSafeFunction::New(info.Env(), info[7].As<Napi::Function>(), "chorus greedy steps", 0, 1));
     auto run = std::make_shared<GreedyRun>();
     return Queue(
         info.Env(),
-        [&decoder, run, tokens, positions, remaining, endId, maxSteps, sourceLengths, minLeft]() { *run = decoder.DecodeGreedy(tokens, positions, remaining, endId, maxSteps, sourceLengths, minLeft); },
+        [&decoder, run, tokens, positions, remaining, endId, maxSteps, sourceLengths, minLeft, steps]() {
+          struct Released {
+            std::shared_ptr<Napi::ThreadSafeFunction> f;
+            ~Released() {
+              if (f) f->Release();
+            }
+          } released{steps};
+          StepIds onStep = nullptr;
+          if (steps) {
+            onStep = [&steps](int step, const int32_t* ids, int rows) {
+              auto* copy = new std::pair<int, std::vector<int32_t>>(step, std::vector<int32_t>(ids, ids + rows));
+              const napi_status status = steps->NonBlockingCall(copy, [](Napi::Env e, Napi::Function f, std::pair<int, std::vector<int32_t>>* d) {
+                auto array = Napi::Int32Array::New(e, d->second.size());
+                std::copy(d->second.begin(), d->second.end(), array.Data());
+                const int index = d->first;
+                delete d;
+                f.Call({Napi::Number::New(e, index), array});
+              });
+              if (status != napi_ok) delete copy;
+            };
+          }
+          *run = decoder.DecodeGreedy(tokens, positions, remaining, endId, maxSteps, sourceLengths, minLeft, onStep);
+        },
         [run](Napi::Env e) {
           Napi::Object out = Napi::Object::New(e);
           auto tokens = Napi::Int32Array::New(e, run->tokens.size());

@@ -115,7 +115,9 @@ export interface NativeSlotDecoder {
   /**
    * Greedy steps back to back in the addon's thread, each row's argmax its next input, until every row
    * has stopped (its end id, or remaining[r] tokens; rows of 0 run along unread), maxSteps, or
-   * interrupt(). tokens[k * rows + r] is row r's token of step k.
+   * interrupt(). tokens[k * rows + r] is row r's token of step k. onStep(k, ids) gets step k's ids (a
+   * row each) on the event loop while the run goes on; calls may still come after the promise resolves
+   * (its result holds every step's tokens).
    */
   decodeGreedy(
     tokens: Int32Array,
@@ -126,6 +128,7 @@ export interface NativeSlotDecoder {
     sourceLengths?: Int32Array,
     /** Each row's steps under its min_length, when its argmax passes over the end id. */
     minLeft?: Int32Array,
+    onStep?: (step: number, ids: Int32Array) => void,
   ): Promise<{ tokens: Int32Array; steps: number }>;
   /**
    * Beam searches (each group `width` consecutive rows, past its first step) stepped back to back in the

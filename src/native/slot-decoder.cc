@@ -332,7 +332,7 @@ StepResult SlotDecoder::Step(const std::vector<int64_t>& tokens, const std::vect
 }
 
 GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int64_t> positions, const std::vector<int32_t>& remaining, int endId, int maxSteps,
-                                    const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft) {
+                                    const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft, const StepIds& onStep) {
   const size_t rows = tokens.size();
   if (remaining.size() != rows) throw std::invalid_argument("decodeGreedy takes each row's remaining tokens");
   if (!minLeft.empty() && minLeft.size() != rows) throw std::invalid_argument("decodeGreedy takes each row's steps under min_length, or none");
@@ -341,7 +341,7 @@ GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int
     Timed timed(callMs_);
     UseDevice();
     CheckRows(tokens, positions, sourceLengths, maxSteps);
-    return DecodeGreedyOnDevice(tokens, positions, remaining, endId, maxSteps, sourceLengths, minLeft);
+    return DecodeGreedyOnDevice(tokens, positions, remaining, endId, maxSteps, sourceLengths, minLeft, onStep);
   }
   std::vector<int32_t> left(remaining);
   GreedyRun run;
@@ -353,6 +353,7 @@ GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int
     for (size_t r = 0; r < minLeft.size(); r++) banned[r] = step < minLeft[r] ? endId : -1;
     StepResult result = Decode(tokens, positions, {}, none, sourceLengths, banned);
     run.tokens.insert(run.tokens.end(), result.argmax.begin(), result.argmax.end());
+    if (onStep) onStep(run.steps, result.argmax.data(), static_cast<int>(rows));
     run.steps++;
     bool going = false;
     for (size_t r = 0; r < rows; r++) {
@@ -608,7 +609,8 @@ void SlotDecoder::AddGraphTime(void* const* events) {
 }
 
 GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& remaining,
-                                            int endId, int maxSteps, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft) {
+                                            int endId, int maxSteps, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft,
+                                            const StepIds& onStep) {
   const int rows = static_cast<int>(tokens.size());
   auto stream = static_cast<cudaStream_t>(stream_);
   std::vector<int32_t> seqlens(positions.begin(), positions.end());
@@ -647,6 +649,7 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
     AddGraphTime(events);
     const int32_t* ids = hostIds_ + (step % 2) * options_.slots;
     run.tokens.insert(run.tokens.end(), ids, ids + rows);
+    if (onStep) onStep(run.steps, ids, rows);
     run.steps++;
     bool going = false;
     for (int r = 0; r < rows; r++) {
@@ -664,7 +667,7 @@ void SlotDecoder::StageInputs(const std::vector<int64_t>&, const std::vector<int
 void SlotDecoder::LaunchGraph(int, void* const*) {}
 void SlotDecoder::AddGraphTime(void* const*) {}
 GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int32_t>&, int, int,
-                                            const std::vector<int32_t>&, const std::vector<int32_t>&) {
+                                            const std::vector<int32_t>&, const std::vector<int32_t>&, const StepIds&) {
   throw std::logic_error("CUDA graphs need a build with CUDA");
 }
 #endif

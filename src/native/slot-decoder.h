@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -60,6 +61,9 @@ struct StepResult {
   std::vector<SampleResult> sampled;
 };
 
+// A greedy run's step as it ends: its index and each row's id.
+using StepIds = std::function<void(int step, const int32_t* ids, int rows)>;
+
 // Greedy steps run back to back: tokens[k * rows + r] is row r's token of step k.
 struct GreedyRun {
   std::vector<int32_t> tokens;
@@ -99,8 +103,10 @@ class SlotDecoder {
   // Interrupt() (from any thread; the run stops after the step under way, or with CUDA graphs after the
   // one queued behind it). Rows keep their places.
   // `minLeft[r]` (empty: none): the steps for which row r may not take the end id (its min_length).
+  // `onStep` (when given) gets each step's ids (a row each) as soon as the host has them, while the
+  // run goes on; the result still holds every step's.
   GreedyRun DecodeGreedy(std::vector<int64_t> tokens, std::vector<int64_t> positions, const std::vector<int32_t>& remaining, int endId, int maxSteps,
-                         const std::vector<int32_t>& sourceLengths = {}, const std::vector<int32_t>& minLeft = {});
+                         const std::vector<int32_t>& sourceLengths = {}, const std::vector<int32_t>& minLeft = {}, const StepIds& onStep = nullptr);
   // Beam searches (each group `width` consecutive rows, generated >= 1) stepped back to back without
   // returning: each step samples every beam's 2 x width best continuations where the logits are,
   // chooses the next beams here (beam-run.h), moves the slots of beams that continue another and feeds
@@ -155,7 +161,7 @@ class SlotDecoder {
   void LaunchGraph(int rows, void* const* events);
   // The greedy run of the graphs: see DecodeGreedy.
   GreedyRun DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& remaining, int endId,
-                                 int maxSteps, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft);
+                                 int maxSteps, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft, const StepIds& onStep);
   // Checks a decode of tokens.size() rows for `steps` steps from `positions`.
   void CheckRows(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& sourceLengths, int steps) const;
   // CUDA: makes this decoder's device the calling thread's (steps come on any worker thread).

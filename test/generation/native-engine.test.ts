@@ -67,9 +67,14 @@ async function cancelledStreamLeavesItsSlot(engine: Engine, length: number): Pro
   assert.deepEqual((await third).map((e) => e.token), alone);
   assert.equal(seen.length, 5);
   assert.equal(engine.stats().requestsCancelled, 1);
-  // The step after the last token lets the finished requests go.
-  for (let turn = 0; turn < 5 && engine.stats().running > 0; turn++) await new Promise((resolve) => setImmediate(resolve));
+  // The finished requests go when the run that took their last tokens returns.
+  await settled(() => engine.stats().running + engine.stats().waiting === 0);
   assert.equal(engine.stats().running + engine.stats().waiting, 0);
+}
+
+/** Waits (up to 2 s) until `done()` holds: the engine's loop lets requests go after the run under way. */
+async function settled(done: () => boolean): Promise<void> {
+  for (let turn = 0; turn < 400 && !done(); turn++) await new Promise((resolve) => setTimeout(resolve, 5));
 }
 
 describe('chorus build --slot-decoder', () => {
@@ -235,6 +240,31 @@ describe('the native SlotDecoder', { skip }, () => {
   });
 });
 
+describe('the native SlotDecoder\'s greedy runs', { skip }, () => {
+  test('hand each step\'s ids to onStep as the run goes, the same ids the run returns', async () => {
+    const dir = join(root, 'gpt2-build');
+    const spec = (JSON.parse(readFileSync(join(dir, 'chorus_build.json'), 'utf8')) as { spec: { numLayers: number; numKvHeads: number; headDim: number; vocabSize: number } }).spec;
+    const decoder = new addon!.SlotDecoder({ model: join(dir, 'onnx', 'decoder_model_slots.onnx'), provider: 'cpu', slots: 2, maxLength: 32, layers: spec.numLayers, kvHeads: spec.numKvHeads, headDim: spec.headDim, vocab: spec.vocabSize, dtype: 'fp32' });
+    await decoder.load();
+    const first = await decoder.prefill(0, Int32Array.from([5, 6, 7, 9, 10, 11]), new Int32Array(0), undefined, 2);
+    assert.throws(() => decoder.decodeGreedy(first.argmax, Int32Array.from([3, 3]), Int32Array.from([9, 4]), -1, 12, undefined, undefined, 'steps' as unknown as () => void), /onStep must be a function/);
+    const seen: Array<[number, number[]]> = [];
+    const run = await decoder.decodeGreedy(first.argmax, Int32Array.from([3, 3]), Int32Array.from([9, 4]), -1, 12, undefined, undefined, (step, ids) => seen.push([step, [...ids]]));
+    // The run stops when its longest row is done; calls still queued come on later turns of the loop.
+    assert.equal(run.steps, 9);
+    for (let turn = 0; turn < 100 && seen.length < run.steps; turn++) await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(
+      seen,
+      Array.from({ length: run.steps }, (_, k) => [k, [...run.tokens.subarray(2 * k, 2 * k + 2)]]),
+    );
+    // Row 0 alone from the same start gives the same tokens: the run's ids are each row's greedy path.
+    await decoder.prefill(0, Int32Array.from([5, 6, 7]), new Int32Array(0));
+    const alone = await decoder.decodeGreedy(first.argmax.subarray(0, 1), Int32Array.from([3]), Int32Array.from([9]), -1, 12);
+    assert.deepEqual([...alone.tokens], seen.map(([, ids]) => ids[0]));
+    decoder.close();
+  });
+});
+
 /** Beam searches only: the native engine steps them in runs inside the addon. */
 const beamMix: Mix = [
   { prompt: [5, 6, 7], params: { beam_width: 4, request_output_len: 20 } },
@@ -331,19 +361,21 @@ describe('NativeEngine (CPU)', { skip }, () => {
     await assertMixAsReference(await open(dirs.qwen2, true, 8, { batchInvariant: true }), await open(dirs.qwen2, false), mix, 2);
   });
 
-  test('greedy batches run steps back to back in the addon: staggered requests of mixed lengths get the TypeScript engine\'s tokens', async () => {
-    const native = await open(dirs.gpt2, true, 4, { greedySteps: 8 });
-    const reference = await open(dirs.gpt2, false, 4);
-    const prompts = [[3, 4, 5], [6], [7, 8, 9, 10, 11, 12], [13, 14], [15, 16, 17], [18, 19, 20, 21]];
-    const lengths = [30, 5, 22, 9, 40, 3];
-    const greedy = (i: number): SamplingParams => ({ temperature: 0, request_output_len: lengths[i]! });
-    // Six requests in four slots: arrivals and departures cut runs short; the rest run 8 steps a call.
-    const got = await Promise.all(prompts.map((p, i) => new Promise<void>((resolve) => setTimeout(resolve, i * 3)).then(() => run(native, p, greedy(i)))));
-    const want = await Promise.all(prompts.map((p, i) => run(reference, p, greedy(i))));
-    assert.deepEqual(got.map((events) => events.map((e) => [e.token, e.finishReason])), want.map((events) => events.map((e) => [e.token, e.finishReason])));
-    const stats = native.stats();
-    assert.ok(stats.steps < stats.decodeSteps, `${stats.steps} calls for ${stats.decodeSteps} decode steps`);
-  });
+  for (const greedySteps of [8, undefined]) {
+    test(`greedy batches run steps back to back in the addon (greedySteps ${greedySteps ?? 'default'}): staggered requests of mixed lengths get the TypeScript engine's tokens`, async () => {
+      const native = await open(dirs.gpt2, true, 4, greedySteps === undefined ? {} : { greedySteps });
+      const reference = await open(dirs.gpt2, false, 4);
+      const prompts = [[3, 4, 5], [6], [7, 8, 9, 10, 11, 12], [13, 14], [15, 16, 17], [18, 19, 20, 21]];
+      const lengths = [30, 5, 22, 9, 40, 3];
+      const greedy = (i: number): SamplingParams => ({ temperature: 0, request_output_len: lengths[i]! });
+      // Six requests in four slots: arrivals, departures and rows that stop cut runs short; the rest run on.
+      const got = await Promise.all(prompts.map((p, i) => new Promise<void>((resolve) => setTimeout(resolve, i * 3)).then(() => run(native, p, greedy(i)))));
+      const want = await Promise.all(prompts.map((p, i) => run(reference, p, greedy(i))));
+      assert.deepEqual(got.map((events) => events.map((e) => [e.token, e.finishReason])), want.map((events) => events.map((e) => [e.token, e.finishReason])));
+      const stats = native.stats();
+      assert.ok(stats.steps < stats.decodeSteps, `${stats.steps} calls for ${stats.decodeSteps} decode steps`);
+    });
+  }
 
   test('batches of beam searches run steps back to back in the addon and give the TypeScript engine\'s beams', async () => {
     // Widths, length penalties, early stopping, min_length, diversity and temperature vary; requests
@@ -386,6 +418,7 @@ describe('NativeEngine (CPU)', { skip }, () => {
   test('a cancelled stream leaves its slot and the others go on unchanged', async () => {
     const engine = await open(dirs.gpt2, true, 2);
     await cancelledStreamLeavesItsSlot(engine, 60);
+    await settled(() => engine.stats().cacheTokens === 0);
     assert.equal(engine.stats().cacheTokens, 0);
   });
 

@@ -11,7 +11,9 @@
  *   native-graph - the same with each batch size's decode step captured as a CUDA graph.
  *   native-graph-invariant - the same, batch-invariant: every step runs all 64 slots (one graph).
  *   native-graph-one-step - native-graph with one decode step per call into the addon (greedySteps 1;
- *            native-graph runs up to 16 greedy steps back to back inside the addon).
+ *            native-graph runs greedy steps back to back inside the addon, each step's tokens sent on
+ *            as it ends, until a row stops or a request arrives).
+ *   native-graph-runs16 - native-graph with at most 16 greedy steps per call (greedySteps 16).
  *   native-graph-gqa, native-graph-matmul - native-graph on a slot decoder built with GroupQueryAttention
  *            instead of the addon's attention, or with MatMul projections instead of the addon's Linear.
  * Reports ms per decode step, tokens/s and time to first token; profile: the share of the time inside
@@ -28,6 +30,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { lastValueFrom, toArray } from 'rxjs';
 import { NativeEngine, OrtEngine, type Engine, type RequestMetrics } from '../../../src/generation/index.ts';
+import { GREEDY_STEPS } from './common.ts';
 import { buildModel, makeCheckpoint, type BuildOptions } from '../../../src/modelbuild/index.ts';
 import { seededRows, timeSessionRuns } from './common.ts';
 
@@ -64,7 +67,7 @@ for (const flavor of (process.env.SPEED_FLAVORS ?? 'portable,cuda').split(',') a
       const variant = variants[path];
       const at = variant === undefined ? dir : join(work, `gpt2-${DTYPE}-${path}`);
       if (variant !== undefined) buildModel({ source: checkpoint, out: at, dtype: DTYPE, flavor, slotDecoder: true, ...variant });
-      natives.set(path, await NativeEngine.open(at, { provider: PROVIDER, maxBatchSize: 64, slotLength: PROMPT + NEW, cudaGraph: path.startsWith('native-graph'), batchInvariant: path === 'native-graph-invariant', greedySteps: path === 'native-graph-one-step' ? 1 : 16, onRequestDone }));
+      natives.set(path, await NativeEngine.open(at, { provider: PROVIDER, maxBatchSize: 64, slotLength: PROMPT + NEW, cudaGraph: path.startsWith('native-graph'), batchInvariant: path === 'native-graph-invariant', greedySteps: GREEDY_STEPS[path], onRequestDone }));
     } catch (error) {
       rows.push({ flavor, path, error: String(error) });
       console.log(`${flavor} ${path}: ${String(error)}`);

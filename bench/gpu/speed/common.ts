@@ -33,3 +33,6 @@ export function timeSessionRuns(): { ms: number } {
   } as typeof original;
   return timer;
 }
+
+/** The native engine's greedySteps for the speed runs' engine paths that set it (others: the engine's default). */
+export const GREEDY_STEPS: Record<string, number> = { 'native-graph-one-step': 1, 'native-graph-runs16': 16 };

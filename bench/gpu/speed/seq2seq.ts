@@ -4,8 +4,9 @@
  * tokens (min_length = 64: no early stop), batch 1 and 32 (that many requests submitted together),
  * greedy and beam 4, on each engine of SEQ2SEQ_ENGINES (comma-separated; default
  * native-graph,native,ts): the native engine (src/native, the caches on the GPU; with CUDA graphs or
- * without; native-graph-one-step: one decode step per call, where native-graph runs greedy batches up
- * to 16 steps back to back inside the addon; native-graph-matmul: native-graph on slot models built with
+ * without; native-graph-one-step: one decode step per call, where native-graph runs greedy batches
+ * back to back inside the addon until a row stops; native-graph-runs16: at most 16 steps a call;
+ * native-graph-matmul: native-graph on slot models built with
  * MatMul projections instead of the addon's Linear and the encoder's attention as MatMul and Softmax;
  * native-graph-encoder-matmul: only the encoder's attention so) and the TypeScript engine (Seq2SeqEngine over onnxruntime-node, batches of SEQ2SEQ_TS_BATCHES,
  * default 1,32). Reports tokens/s (returned sequences' tokens), ms per decode step and time to first
@@ -20,7 +21,7 @@ import { join } from 'node:path';
 import { lastValueFrom, toArray } from 'rxjs';
 import { NativeEngine, Seq2SeqEngine, type Engine, type RequestMetrics, type SamplingParams } from '../../../src/generation/index.ts';
 import { buildModel, makeCheckpoint, type BuildOptions } from '../../../src/modelbuild/index.ts';
-import { SEQ2SEQ_MODELS, seededRows, timeSessionRuns } from './common.ts';
+import { GREEDY_STEPS, SEQ2SEQ_MODELS, seededRows, timeSessionRuns } from './common.ts';
 
 const SOURCE = 256;
 const NEW = 64;
@@ -73,7 +74,7 @@ for (const name of names) {
       engine = await Seq2SeqEngine.open(dir, { executionProviders: ['cuda'], maxBatchSize: 128, onRequestDone });
       sessionMs = () => inRun.ms;
     } else {
-      const native = await NativeEngine.open(dirFor(engineName), { provider: 'cuda', maxBatchSize: 128, slotLength: NEW + 1, sourceLength: SOURCE, cudaGraph: engineName.startsWith('native-graph'), greedySteps: engineName === 'native-graph-one-step' ? 1 : 16, onRequestDone });
+      const native = await NativeEngine.open(dirFor(engineName), { provider: 'cuda', maxBatchSize: 128, slotLength: NEW + 1, sourceLength: SOURCE, cudaGraph: engineName.startsWith('native-graph'), greedySteps: GREEDY_STEPS[engineName], onRequestDone });
       engine = native;
       sessionMs = () => native.profile().sessionMs;
       nativeMs = () => native.profile().nativeMs;
