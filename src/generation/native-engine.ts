@@ -490,6 +490,7 @@ export class NativeEngine implements Engine {
     const taken = members.map(() => 0);
     let delivered = 0;
     let ended = false;
+    let failure: { error: unknown } | undefined;
     const take = (ids: Int32Array): void => {
       let stopped = false;
       let going = false;
@@ -512,10 +513,19 @@ export class NativeEngine implements Engine {
       sourceLengths && Int32Array.from(sourceLengths),
       minLeft.some((n) => n > 0) ? Int32Array.from(minLeft) : undefined,
       (step, ids) => {
-        if (!ended && step === delivered) take(ids);
+        if (ended || step !== delivered) return;
+        // Called from the addon's thread-safe function, outside this method's awaits: a failure ends
+        // the run and is thrown below, where the engine's loop fails the batch's requests.
+        try {
+          take(ids);
+        } catch (error) {
+          failure ??= { error };
+          this.decoder.interrupt();
+        }
       },
     );
     ended = true;
+    if (failure !== undefined) throw failure.error;
     for (let k = delivered; k < out.steps; k++) take(out.tokens.subarray(k * width, (k + 1) * width));
     this.ledger.counters.decodeSteps += out.steps;
     this.ledger.counters.decodedRows += rows * out.steps;
