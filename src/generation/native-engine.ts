@@ -504,7 +504,7 @@ export class NativeEngine implements Engine {
       delivered++;
       if (stopped && going && !ended && delivered < maxSteps) this.decoder.interrupt();
     };
-    const out = await this.decoder.decodeGreedy(
+    const running = this.decoder.decodeGreedy(
       Int32Array.from(tokens),
       Int32Array.from(lengths),
       Int32Array.from(remaining),
@@ -524,7 +524,8 @@ export class NativeEngine implements Engine {
         }
       },
     );
-    ended = true;
+    // Calls still queued when the run returns (or fails) are not taken.
+    const out = await running.finally(() => (ended = true));
     if (failure !== undefined) throw failure.error;
     for (let k = delivered; k < out.steps; k++) take(out.tokens.subarray(k * width, (k + 1) * width));
     this.ledger.counters.decodeSteps += out.steps;
