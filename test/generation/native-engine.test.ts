@@ -198,11 +198,17 @@ describe('the native addon', { skip }, () => {
   });
 });
 
+/** The slot decoder built in gpt2-build (fp32, on the CPU): its spec, and options of 2 slots of `maxLength` positions. */
+function gpt2SlotDecoder(maxLength: number) {
+  const dir = join(root, 'gpt2-build');
+  const spec = (JSON.parse(readFileSync(join(dir, 'chorus_build.json'), 'utf8')) as { spec: { numLayers: number; numKvHeads: number; headDim: number; vocabSize: number } }).spec;
+  const options = { model: join(dir, 'onnx', 'decoder_model_slots.onnx'), provider: 'cpu' as const, slots: 2, maxLength, layers: spec.numLayers, kvHeads: spec.numKvHeads, headDim: spec.headDim, vocab: spec.vocabSize, dtype: 'fp32' as const };
+  return { spec, options };
+}
+
 describe('the native SlotDecoder', { skip }, () => {
   test('checks its options and its slots, and will not close under a step in flight', async () => {
-    const dir = join(root, 'gpt2-build');
-    const spec = (JSON.parse(readFileSync(join(dir, 'chorus_build.json'), 'utf8')) as { spec: { numLayers: number; numKvHeads: number; headDim: number; vocabSize: number } }).spec;
-    const options = { model: join(dir, 'onnx', 'decoder_model_slots.onnx'), provider: 'cpu' as const, slots: 2, maxLength: 16, layers: spec.numLayers, kvHeads: spec.numKvHeads, headDim: spec.headDim, vocab: spec.vocabSize, dtype: 'fp32' as const };
+    const { spec, options } = gpt2SlotDecoder(16);
     assert.throws(() => new addon!.SlotDecoder({ ...options, provider: 'tpu' as 'cpu' }), /provider must be cpu or cuda/);
     assert.throws(() => new addon!.SlotDecoder({ ...options, slots: undefined as unknown as number }), /options.slots is required/);
     const decoder = new addon!.SlotDecoder(options);
@@ -238,13 +244,9 @@ describe('the native SlotDecoder', { skip }, () => {
     decoder.close();
     assert.throws(() => decoder.decode(Int32Array.from([1]), Int32Array.from([3]), new Int32Array(0)), /not loaded/);
   });
-});
 
-describe('the native SlotDecoder\'s greedy runs', { skip }, () => {
-  test('hand each step\'s ids to onStep as the run goes, the same ids the run returns', async () => {
-    const dir = join(root, 'gpt2-build');
-    const spec = (JSON.parse(readFileSync(join(dir, 'chorus_build.json'), 'utf8')) as { spec: { numLayers: number; numKvHeads: number; headDim: number; vocabSize: number } }).spec;
-    const decoder = new addon!.SlotDecoder({ model: join(dir, 'onnx', 'decoder_model_slots.onnx'), provider: 'cpu', slots: 2, maxLength: 32, layers: spec.numLayers, kvHeads: spec.numKvHeads, headDim: spec.headDim, vocab: spec.vocabSize, dtype: 'fp32' });
+  test('hands each greedy step\'s ids to onStep as the run goes, the same ids the run returns', async () => {
+    const decoder = new addon!.SlotDecoder(gpt2SlotDecoder(32).options);
     await decoder.load();
     const first = await decoder.prefill(0, Int32Array.from([5, 6, 7, 9, 10, 11]), new Int32Array(0), undefined, 2);
     assert.throws(() => decoder.decodeGreedy(first.argmax, Int32Array.from([3, 3]), Int32Array.from([9, 4]), -1, 12, undefined, undefined, 'steps' as unknown as () => void), /onStep must be a function/);
@@ -252,7 +254,7 @@ describe('the native SlotDecoder\'s greedy runs', { skip }, () => {
     const run = await decoder.decodeGreedy(first.argmax, Int32Array.from([3, 3]), Int32Array.from([9, 4]), -1, 12, undefined, undefined, (step, ids) => seen.push([step, [...ids]]));
     // The run stops when its longest row is done; calls still queued come on later turns of the loop.
     assert.equal(run.steps, 9);
-    for (let turn = 0; turn < 100 && seen.length < run.steps; turn++) await new Promise((resolve) => setImmediate(resolve));
+    await settled(() => seen.length >= run.steps);
     assert.deepEqual(
       seen,
       Array.from({ length: run.steps }, (_, k) => [k, [...run.tokens.subarray(2 * k, 2 * k + 2)]]),

@@ -30,9 +30,8 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { lastValueFrom, toArray } from 'rxjs';
 import { NativeEngine, OrtEngine, type Engine, type RequestMetrics } from '../../../src/generation/index.ts';
-import { GREEDY_STEPS } from './common.ts';
 import { buildModel, makeCheckpoint, type BuildOptions } from '../../../src/modelbuild/index.ts';
-import { seededRows, timeSessionRuns } from './common.ts';
+import { GREEDY_STEPS, seededRows, timeSessionRuns } from './common.ts';
 
 const work = process.argv[2] ?? '/tmp/speed';
 const PROMPT = Number(process.env.SPEED_PROMPT ?? 128);
