@@ -1,6 +1,11 @@
-/** What the GPU speed scripts share: seeded prompt ids (hf.py and seq2seq_hf.py make the same) and a timer of session runs. */
+/**
+ * What the GPU speed scripts share: seeded prompt ids (hf.py and seq2seq_hf.py make the same), the
+ * encoder-decoders' checkpoints and builds, and a timer of session runs.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import ort from 'onnxruntime-node';
-import type { CheckpointArch, CheckpointSize } from '../../../src/modelbuild/index.ts';
+import { buildModel, makeCheckpoint, type CheckpointArch, type CheckpointSize } from '../../../src/modelbuild/index.ts';
 
 /** The encoder-decoder shapes of the speed runs (seeded weights; seq2seq_hf.py loads the same checkpoints). */
 export const SEQ2SEQ_MODELS: Record<string, { arch: CheckpointArch; size: CheckpointSize }> = {
@@ -13,6 +18,26 @@ export const SEQ2SEQ_MODELS: Record<string, { arch: CheckpointArch; size: Checkp
 export function seededRows(count: number, length: number, modulo: number): number[][] {
   let state = 777;
   return Array.from({ length: count }, () => Array.from({ length }, () => ((state = (Math.imul(state, 1103515245) + 12345) >>> 0) >>> 8) % modulo));
+}
+
+/**
+ * Encoder-decoder `name` of SEQ2SEQ_MODELS under `work`: its seeded checkpoint (`<name>-ckpt`) and its
+ * fp16 build with the slot models (`<name>-fp16`), each made once, and its end id.
+ */
+export function seq2seqModel(work: string, name: string): { checkpoint: string; dir: string; eos: number } {
+  const spec = SEQ2SEQ_MODELS[name];
+  if (spec === undefined) throw new Error(`unknown model ${name}; known: ${Object.keys(SEQ2SEQ_MODELS).join(', ')}`);
+  const checkpoint = join(work, `${name}-ckpt`);
+  if (!existsSync(join(checkpoint, 'config.json'))) makeCheckpoint({ ...spec, seed: 1, out: checkpoint });
+  const dir = join(work, `${name}-fp16`);
+  if (!existsSync(join(dir, 'onnx', 'decoder_model_slots.onnx'))) buildModel({ source: checkpoint, out: dir, dtype: 'fp16', slotDecoder: true });
+  const eos = Number((JSON.parse(readFileSync(join(checkpoint, 'config.json'), 'utf8')) as { eos_token_id: number }).eos_token_id);
+  return { checkpoint, dir, eos };
+}
+
+/** The sources seq2seq_hf.py makes: `count` rows of `length - 1` seeded ids below 30000, then the end id. */
+export function seq2seqSources(count: number, length: number, eos: number): number[][] {
+  return seededRows(count, length - 1, 30000).map((row) => [...row, eos]);
 }
 
 /**

@@ -6,12 +6,11 @@
  * Usage: node --import tsx bench/gpu/speed/lanes.ts <work-dir> [model]  -> <work-dir>/lanes.json
  *   model: t5-small, t5-base or bart-large (default); LANES=1,2,3,4,1 (default)
  */
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { lastValueFrom, toArray } from 'rxjs';
 import { NativeEngine } from '../../../src/generation/index.ts';
-import { buildModel, makeCheckpoint } from '../../../src/modelbuild/index.ts';
-import { SEQ2SEQ_MODELS, seededRows } from './common.ts';
+import { seq2seqModel, seq2seqSources } from './common.ts';
 
 const SOURCE = 256;
 const NEW = 64;
@@ -20,14 +19,8 @@ const BATCH = 32;
 const work = process.argv[2] ?? '/tmp/speed';
 const name = process.argv[3] ?? 'bart-large';
 const lanesList = (process.env.LANES ?? '1,2,3,4,1').split(',').map(Number);
-const spec = SEQ2SEQ_MODELS[name];
-if (spec === undefined) throw new Error(`unknown model ${name}; known: ${Object.keys(SEQ2SEQ_MODELS).join(', ')}`);
-const checkpoint = join(work, `${name}-ckpt`);
-if (!existsSync(join(checkpoint, 'config.json'))) makeCheckpoint({ ...spec, seed: 1, out: checkpoint });
-const dir = join(work, `${name}-fp16`);
-if (!existsSync(join(dir, 'onnx', 'decoder_model_slots.onnx'))) buildModel({ source: checkpoint, out: dir, dtype: 'fp16', slotDecoder: true });
-const eos = Number((JSON.parse(readFileSync(join(checkpoint, 'config.json'), 'utf8')) as { eos_token_id: number }).eos_token_id);
-const sources = seededRows(BATCH, SOURCE - 1, 30000).map((row) => [...row, eos]);
+const { dir, eos } = seq2seqModel(work, name);
+const sources = seq2seqSources(BATCH, SOURCE, eos);
 
 const runOn = (engine: NativeEngine, batch: number[][]): Promise<number[][]> =>
   Promise.all(

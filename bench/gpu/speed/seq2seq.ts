@@ -20,17 +20,14 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { lastValueFrom, toArray } from 'rxjs';
 import { NativeEngine, Seq2SeqEngine, type Engine, type RequestMetrics, type SamplingParams } from '../../../src/generation/index.ts';
-import { buildModel, makeCheckpoint, type BuildOptions } from '../../../src/modelbuild/index.ts';
-import { GREEDY_STEPS, SEQ2SEQ_MODELS, seededRows, timeSessionRuns } from './common.ts';
+import { buildModel, type BuildOptions } from '../../../src/modelbuild/index.ts';
+import { GREEDY_STEPS, SEQ2SEQ_MODELS, seq2seqModel, seq2seqSources, timeSessionRuns } from './common.ts';
 
 const SOURCE = 256;
 const NEW = 64;
 
 const work = process.argv[2] ?? '/tmp/speed';
 const names = process.argv.slice(3).length > 0 ? process.argv.slice(3) : Object.keys(SEQ2SEQ_MODELS);
-
-/** The same pseudo-random sources seq2seq_hf.py makes (ids below 30000, then the end id). */
-const sources = (count: number, eos: number): number[][] => seededRows(count, SOURCE - 1, 30000).map((row) => [...row, eos]);
 
 /** Engines on slot models built otherwise than by default, with the build options that make them. */
 const VARIANTS: Record<string, Partial<BuildOptions>> = {
@@ -48,13 +45,8 @@ const saved = existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as { ro
 const rows = saved.rows.filter((row) => !names.includes(String(row.model)));
 const checkpoints = saved.checkpoints;
 for (const name of names) {
-  const spec = SEQ2SEQ_MODELS[name];
-  if (spec === undefined) throw new Error(`unknown model ${name}; known: ${Object.keys(SEQ2SEQ_MODELS).join(', ')}`);
-  const checkpoint = join(work, `${name}-ckpt`);
-  if (!existsSync(join(checkpoint, 'config.json'))) makeCheckpoint({ ...spec, seed: 1, out: checkpoint });
+  const { checkpoint, dir, eos } = seq2seqModel(work, name);
   checkpoints[name] = checkpoint;
-  const dir = join(work, `${name}-fp16`);
-  if (!existsSync(join(dir, 'onnx', 'decoder_model_slots.onnx'))) buildModel({ source: checkpoint, out: dir, dtype: 'fp16', slotDecoder: true });
   /** The model directory an engine runs: the default build, or a variant's (built once). */
   const dirFor = (engineName: string): string => {
     const variant = VARIANTS[engineName];
@@ -63,7 +55,6 @@ for (const name of names) {
     if (!existsSync(join(out, 'onnx', 'decoder_model_slots.onnx'))) buildModel({ source: checkpoint, out, dtype: 'fp16', slotDecoder: true, ...variant });
     return out;
   };
-  const eos = Number((JSON.parse(readFileSync(join(checkpoint, 'config.json'), 'utf8')) as { eos_token_id: number }).eos_token_id);
   for (const engineName of engineNames) {
     const metrics: RequestMetrics[] = [];
     const onRequestDone = (m: RequestMetrics): void => void metrics.push(m);
@@ -86,7 +77,7 @@ for (const name of names) {
       if (!searches.includes(search)) continue;
       for (const batch of engineName === 'ts' ? tsBatches : [1, 32]) {
         const run = (count: number) =>
-          Promise.all(sources(count, eos).map((s) => lastValueFrom(engine.submit({ inputIds: s, params: { ...params, request_output_len: NEW, min_length: NEW }, stream: false }).pipe(toArray()))));
+          Promise.all(seq2seqSources(count, SOURCE, eos).map((s) => lastValueFrom(engine.submit({ inputIds: s, params: { ...params, request_output_len: NEW, min_length: NEW }, stream: false }).pipe(toArray()))));
         // Warm-up (the native engine's captured graphs, one per batch size, and ONNX Runtime's arena: twice).
         await run(engineName === 'ts' ? 1 : batch);
         if (engineName !== 'ts') await run(batch);
