@@ -69,24 +69,25 @@ double Compare(const Case& c, std::mt19937& rng) {
   std::vector<int32_t> lengths(c.rows);
   for (auto& n : lengths) n = c.self ? static_cast<int>(rng() % (c.capacity - 1)) : 1 + static_cast<int>(rng() % c.capacity);
 
-  std::vector<void*> buffers = {Upload(key), Upload(value), Upload(query), Upload(newKey), Upload(newValue), Upload(queryBias), Upload(bias), Upload(lengths), Upload(query)};
+  void* output = nullptr;
+  Check(cudaMalloc(&output, query.size() * 2), "cudaMalloc");
   SlotAttentionArgs a{};
-  a.query = buffers[2];
+  a.query = Upload(query);
   a.queryStride = width;
-  a.queryBias = c.queryBias ? buffers[5] : nullptr;
-  a.key = c.self ? buffers[3] : nullptr;
-  a.value = c.self ? buffers[4] : nullptr;
+  a.queryBias = c.queryBias ? Upload(queryBias) : nullptr;
+  a.key = c.self ? Upload(newKey) : nullptr;
+  a.value = c.self ? Upload(newValue) : nullptr;
   a.newStride = kvWidth;
-  a.cacheKey = buffers[0];
-  a.cacheValue = buffers[1];
+  a.cacheKey = Upload(key);
+  a.cacheValue = Upload(value);
   a.rowStride = rowStride;
   a.headStride = c.dim;
   a.positionStride = kvWidth;
-  a.lengths = static_cast<const int32_t*>(buffers[7]);
+  a.lengths = static_cast<const int32_t*>(Upload(lengths));
   a.causal = c.self;
-  a.bias = c.positionBias ? static_cast<const float*>(buffers[6]) : nullptr;
+  a.bias = c.positionBias ? static_cast<const float*>(Upload(bias)) : nullptr;
   a.biasSpan = span;
-  a.output = buffers[8];
+  a.output = output;
   a.rows = c.rows;
   a.tokens = 1;
   a.heads = c.heads;
@@ -101,7 +102,10 @@ double Compare(const Case& c, std::mt19937& rng) {
   std::vector<__half> written(key.size());
   Check(cudaMemcpy(out.data(), a.output, out.size() * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
   Check(cudaMemcpy(written.data(), a.cacheKey, written.size() * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  for (void* p : buffers) cudaFree(p);
+  const std::vector<const void*> owned = {a.query, a.queryBias, a.key, a.value, a.cacheKey, a.cacheValue, a.lengths, a.bias, a.output};
+  for (const void* p : owned) {
+    if (p != nullptr) cudaFree(const_cast<void*>(p));
+  }
 
   double worst = 0;
   for (int r = 0; r < c.rows; r++) {
