@@ -168,11 +168,11 @@ def main():
 
         def ties_followed(ids):
             """Tokens of `ids` identical to a greedy decoding of transformers that takes ids' member of each
-            exact tie of its top logits (greedy()), and how many ties it took so."""
+            exact tie of its top logits (greedy()), how many ties it took so, and where ids then part from it."""
             if pairs(ids, hf_greedy) == sum(len(x) for x in ids):
-                return pairs(ids, hf_greedy), 0
-            theirs, _, taken = greedy_of(model, spec["prompts"], spec["greedySteps"], device, ids)
-            return pairs(ids, theirs), sum(len(t) for t in taken)
+                return pairs(ids, hf_greedy), 0, []
+            theirs, their_gaps, taken = greedy_of(model, spec["prompts"], spec["greedySteps"], device, ids)
+            return pairs(ids, theirs), sum(len(t) for t in taken), first_divergences(ids, theirs, their_gaps)
         if spec["dtype"] == "fp16":
             # How far transformers' own fp16 greedy strays from its fp32 greedy: the noise floor.
             if spec["kind"] == "seq2seq":
@@ -189,7 +189,9 @@ def main():
             native_ties, engine_ties = ties_followed(spec["greedyNative"]), ties_followed(spec["greedyEngine"])
             extra.update({"native_greedy_vs_hf_identical": pairs(spec["greedyNative"], hf_greedy),
                           "native_greedy_vs_hf_ties_followed": native_ties[0], "native_hf_ties_taken": native_ties[1],
+                          "native_divergences_ties_followed": native_ties[2],
                           "ts_engine_greedy_vs_hf_ties_followed": engine_ties[0], "ts_engine_hf_ties_taken": engine_ties[1],
+                          "ts_engine_divergences_ties_followed": engine_ties[2],
                           "native_vs_ts_engine_greedy_identical": pairs(spec["greedyNative"], spec["greedyEngine"]),
                           "ts_engine_greedy_vs_hf_identical": pairs(spec["greedyEngine"], hf_greedy),
                           "native_vs_ts_engine_beam4_identical": pairs(spec["beamNative"], spec["beamEngine"]),
@@ -198,7 +200,7 @@ def main():
                           "native_batch_invariant_64_mixed_streams_as_alone": sum(a == b for a, b in zip(spec["streamsAloneInvariant"], spec["streamsTogetherInvariant"]))})
         same = pairs(spec["greedy"], hf_greedy)
         total = max(1, sum(len(x) for x in hf_greedy))
-        same_ties, ties_taken = ties_followed(spec["greedy"]) if hf_greedy else (total, 0)
+        same_ties, ties_taken, divergences_ties = ties_followed(spec["greedy"]) if hf_greedy else (total, 0, [])
         if not hf_greedy:
             same = total
         bound = BOUNDS[spec["dtype"]]
@@ -208,7 +210,7 @@ def main():
         failed |= not ok
         results.append({"model": name, "dtype": spec["dtype"], "chorus_device": spec["device"], "hf_device": device, "logit_rows": int(hf_rows.shape[0]) if hf_rows.ndim == 2 else 0,
                         "vocab": int(hf_rows.shape[1]) if hf_rows.ndim == 2 else 0, "compared": "encoder hidden states" if spec.get("task") == "encode" else "logits", "max_abs_diff": diff, "greedy_identical": same, "greedy_total": total,
-                        "greedy_identical_ties_followed": same_ties, "hf_ties_taken": ties_taken,
+                        "greedy_identical_ties_followed": same_ties, "hf_ties_taken": ties_taken, "first_divergences_ties_followed": divergences_ties,
                         "bound_logits": bound["logits"], "bound_greedy": bound["greedy"], "ok": ok, "seconds": round(time.time() - started, 1),
                         "teacher_forced_argmax_identical": argmax_same, "first_divergences": first_divergences(spec["greedy"], hf_greedy, hf_gaps), **extra})
         if spec["golden"]:
@@ -232,7 +234,8 @@ def main():
               f"{r['greedy_identical']:5}/{r['greedy_total']:<6} {r['teacher_forced_argmax_identical']:5}/{r['logit_rows']:<6} {'yes' if r['ok'] else 'NO':>3}")
         if r["first_divergences"]:
             print(f"    diverging sequences (step, transformers' top-2 gap there): {[(d['step'], d['hf_top2_gap']) for d in r['first_divergences']]}")
-            print(f"    against transformers' greedy taking Chorus's id at its exact ties: {r['greedy_identical_ties_followed']}/{r['greedy_total']} ({r['hf_ties_taken']} ties taken)")
+            print(f"    against transformers' greedy taking Chorus's id at its exact ties: {r['greedy_identical_ties_followed']}/{r['greedy_total']} ({r['hf_ties_taken']} ties taken); "
+                  f"diverging there: {[(d['step'], d['hf_top2_gap']) for d in r['first_divergences_ties_followed']]}")
         if "hf_fp16_vs_hf_fp32_greedy_identical" in r:
             print(f"    transformers fp16 vs its own fp32 greedy: {r['hf_fp16_vs_hf_fp32_greedy_identical']}/{r['greedy_total']}; "
                   f"Chorus fp16 vs transformers fp32: {r['chorus_vs_hf_fp32_greedy_identical']}/{r['greedy_total']}")
@@ -240,7 +243,9 @@ def main():
             print(f"    engines on CUDA, greedy: native vs transformers {r['native_greedy_vs_hf_identical']}/{r['greedy_total']} "
                   f"({r['native_greedy_vs_hf_ties_followed']} with its exact ties taken Chorus's way), native vs TypeScript engine "
                   f"{r['native_vs_ts_engine_greedy_identical']}/{r['greedy_total']}, TypeScript engine vs transformers {r['ts_engine_greedy_vs_hf_identical']}/{r['greedy_total']} "
-                  f"({r['ts_engine_greedy_vs_hf_ties_followed']} with its ties taken); "
+                  f"({r['ts_engine_greedy_vs_hf_ties_followed']} with its ties taken); diverging with ties taken (step, gap): native "
+                  f"{[(d['step'], d['hf_top2_gap']) for d in r['native_divergences_ties_followed']]}, TypeScript engine "
+                  f"{[(d['step'], d['hf_top2_gap']) for d in r['ts_engine_divergences_ties_followed']]}; "
                   f"beam 4: native vs TypeScript engine {r['native_vs_ts_engine_beam4_identical']}/{r['beam4_total']}; "
                   f"64 mixed streams (greedy and seeded sampling, 32 slots) as each alone: {r['native_64_mixed_streams_as_alone']}/64, "
                   f"batch-invariant {r['native_batch_invariant_64_mixed_streams_as_alone']}/64")
