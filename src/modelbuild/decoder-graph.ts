@@ -68,7 +68,9 @@ interface DecoderInputs {
 
 /** Builds the decoder graph of `spec` with `weights`. */
 export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: 'float32' | 'float16', flavor: Flavor = 'portable'): GraphBuilder {
-  const g = new GraphBuilder(floatType, { pytorchRounding: flavor === 'portable' });
+  // Both flavors round as PyTorch does. In the cuda flavor that touches only the biased projections left
+  // as MatMul (q, k and v: the others' biases go into FastGelu and the fused residual norms) and SiLU.
+  const g = new GraphBuilder(floatType);
   const { numLayers, numKvHeads, headDim, vocabSize } = spec;
   const inputs: DecoderInputs = {
     inputIds: g.input('input_ids', 'int64', ['batch_size', 'sequence_length']),
@@ -145,7 +147,7 @@ export interface GreedySearchIds {
  * outer graph, in the same order as the decoder model's, so both can share one external data file.
  */
 export function buildGreedySearchGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: 'float32' | 'float16', flavor: Flavor, ids: GreedySearchIds): GraphBuilder {
-  const inner = new GraphBuilder(floatType, { pytorchRounding: flavor === 'portable' });
+  const inner = new GraphBuilder(floatType);
   const { numLayers, numKvHeads, headDim, vocabSize } = spec;
   // Declared in the order the operator checks: input_ids, position_ids, attention_mask, past_0...
   const ids32 = inner.input('input_ids', 'int32', ['batch_size', 'sequence_length']);

@@ -108,7 +108,7 @@ const BIAS_LANES = 8;
 
 /**
  * `x @ weight + bias` for `x` [batch, seq, in] and `weight` [in, out]. In float16 graphs that round as
- * PyTorch does (`pytorchRounding`: the decoder-only portable flavor) the bias goes inside the product,
+ * PyTorch does (`pytorchRounding`: the decoder models of both flavors) the bias goes inside the product,
  * so the sum is rounded to float16 once, as PyTorch's addmm does (a MatMul then an Add would round
  * twice, a last-bit difference on a large share of the outputs): `x` gains lanes of ones and the
  * weight the rows [bias; 0; ...], a concatenation ONNX Runtime folds when the session loads. The Pad

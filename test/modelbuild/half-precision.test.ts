@@ -98,3 +98,27 @@ test('float16 builds share one data file between their models and agree with the
     }
   }
 });
+
+test("the cuda flavor's float16 decoder rounds as PyTorch does where it projects with MatMul: q, k and v's bias inside the product, SiLU in float32", () => {
+  const root = scratchDir('chorus-half-cuda-');
+  const checkpoint = join(root, 'qwen2-ckpt');
+  makeCheckpoint({ arch: 'qwen2', size: 'tiny', seed: 3, out: checkpoint });
+  const dir = join(root, 'qwen2-fp16-cuda');
+  buildModel({ source: checkpoint, out: dir, flavor: 'cuda', dtype: 'fp16' });
+  const graph = onnxProto.onnx.ModelProto.decode(readFileSync(join(dir, 'onnx', 'decoder_model_merged.onnx'))).graph!;
+  const layers = (JSON.parse(readFileSync(join(dir, 'chorus_build.json'), 'utf8')) as { spec: { numLayers: number } }).spec.numLayers;
+  const producer = (name: string): onnxProto.onnx.INodeProto | undefined => graph.node!.find((n) => n.output!.includes(name));
+  const consumers = (name: string): onnxProto.onnx.INodeProto[] => graph.node!.filter((n) => n.input!.includes(name));
+  // Each layer's packed projection reads its input with a lane of ones, against the bias as a weight row; no Add after it.
+  const qkv = graph.node!.filter((n) => n.opType === 'MatMul' && producer(n.input![0]!)?.opType === 'Pad');
+  assert.equal(qkv.length, layers);
+  for (const node of qkv) assert.deepEqual(consumers(node.output![0]!).map((n) => n.opType), ['Split']);
+  // SiLU's Sigmoid reads a float32 copy of the gate, and its product is cast back once.
+  const sigmoids = graph.node!.filter((n) => n.opType === 'Sigmoid');
+  assert.equal(sigmoids.length, layers);
+  for (const node of sigmoids) {
+    const cast = producer(node.input![0]!);
+    assert.equal(cast?.opType, 'Cast');
+    assert.equal(Number(cast!.attribute!.find((a) => a.name === 'to')?.i), 1);
+  }
+});

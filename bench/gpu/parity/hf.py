@@ -25,41 +25,63 @@ BOUNDS = {"fp32": {"logits": 1e-4, "greedy": 1.0}, "fp16": {"logits": 2e-2, "gre
 
 
 def greedy(first, advance, steps, follow=None):
-    """transformers' greedy ids from the prefill's output `first`, each step's top-2 logit gap, and the steps
-    where it took `follow`'s id over its own.
+    """transformers' greedy ids for each row of the prefill's output `first`, each step's top-2 logit gap,
+    and the steps where it took `follow`'s id over its own: one list per row.
 
     argmax over exactly tied logits is a set: transformers returns the lowest id of it, and every member is
-    as much its greedy choice. Given `follow` (another decoder's ids for the same prompt), a step whose top
-    logits tie exactly, in transformers' own precision, with follow's id among them takes follow's id. At the
-    first step where follow's id is not among transformers' maxima it stops following and decodes on its own.
+    as much its greedy choice. Given `follow` (another decoder's ids for the same prompts), a row's step whose
+    top logits tie exactly, in transformers' own precision, with follow's id among them takes follow's id.
+    At the first step where follow's id is not among its maxima, that row stops following and decodes on its own.
     """
-    ids, gaps, taken = [], [], []
-    out, following = first, follow is not None
+    rows = first.logits.shape[0]
+    ids, gaps, taken = [[] for _ in range(rows)], [[] for _ in range(rows)], [[] for _ in range(rows)]
+    out, following = first, [follow is not None] * rows
     for i in range(steps):
-        logits = out.logits[0, -1].float()
+        logits = out.logits[:, -1].float()
         top = logits.topk(2)
-        token = int(top.indices[0])
-        if following and i < len(follow) and follow[i] != token:
-            if bool(logits[follow[i]] == top.values[0]):
-                token = follow[i]
-                taken.append(i)
-            else:
-                following = False
-        ids.append(token)
-        gaps.append(float(top.values[0] - top.values[1]))
+        tokens = []
+        for r in range(rows):
+            token = int(top.indices[r, 0])
+            if following[r] and i < len(follow[r]) and follow[r][i] != token:
+                if bool(logits[r, follow[r][i]] == top.values[r, 0]):
+                    token = follow[r][i]
+                    taken[r].append(i)
+                else:
+                    following[r] = False
+            ids[r].append(token)
+            gaps[r].append(float(top.values[r, 0] - top.values[r, 1]))
+            tokens.append(token)
         if i + 1 < steps:
-            out = advance(out, token)
+            out = advance(out, tokens)
     return ids, gaps, taken
 
 
 def causal_greedy(model, prompts, steps, device, follow=None):
-    """greedy() for each prompt of a decoder-only model: ids, gaps and the tied steps taken, one list each."""
-    def advance(out, token):
-        return model(torch.tensor([[token]], device=device), past_key_values=out.past_key_values, use_cache=True)
+    """greedy() for each prompt of a decoder-only model alone: ids, gaps and the tied steps taken, one list each."""
+    def advance(out, tokens):
+        return model(torch.tensor([tokens], device=device), past_key_values=out.past_key_values, use_cache=True)
     with torch.no_grad():
-        runs = [greedy(model(torch.tensor([prompt], device=device), use_cache=True), advance, steps, follow[n] if follow else None)
+        runs = [greedy(model(torch.tensor([prompt], device=device), use_cache=True), advance, steps, [follow[n]] if follow else None)
                 for n, prompt in enumerate(prompts)]
-    return [r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs]
+    return [r[0][0] for r in runs], [r[1][0] for r in runs], [r[2][0] for r in runs]
+
+
+def causal_greedy_padded(model, prompts, steps, device, follow=None):
+    """greedy() for all prompts of a decoder-only model in one left-padded batch, as Chorus's TypeScript
+    engine runs them (padding masked out, positions counted from the mask, padding at position 1)."""
+    length = max(len(p) for p in prompts)
+    mask = torch.tensor([[0] * (length - len(p)) + [1] * len(p) for p in prompts], device=device)
+    ids = torch.tensor([[0] * (length - len(p)) + p for p in prompts], device=device)
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    state = {"mask": mask, "next": positions[:, -1:] + 1}
+
+    def advance(out, tokens):
+        state["mask"] = torch.cat([state["mask"], torch.ones_like(state["mask"][:, :1])], dim=1)
+        position, state["next"] = state["next"], state["next"] + 1
+        return model(torch.tensor(tokens, device=device)[:, None], attention_mask=state["mask"], position_ids=position,
+                     past_key_values=out.past_key_values, use_cache=True)
+    with torch.no_grad():
+        return greedy(model(ids, attention_mask=mask, position_ids=positions, use_cache=True), advance, steps, follow)
 
 
 def seq2seq_greedy(model, prompts, steps, device, follow=None):
@@ -70,11 +92,11 @@ def seq2seq_greedy(model, prompts, steps, device, follow=None):
         for n, prompt in enumerate(prompts):
             encoded = model.get_encoder()(input_ids=torch.tensor([prompt], device=device))
 
-            def advance(out, token, encoded=encoded):
-                return model(encoder_outputs=encoded, decoder_input_ids=torch.tensor([[token]], device=device), past_key_values=out.past_key_values, use_cache=True)
+            def advance(out, tokens, encoded=encoded):
+                return model(encoder_outputs=encoded, decoder_input_ids=torch.tensor([tokens], device=device), past_key_values=out.past_key_values, use_cache=True)
             first = model(encoder_outputs=encoded, decoder_input_ids=torch.tensor([[start]], device=device), use_cache=True)
-            runs.append(greedy(first, advance, steps, follow[n] if follow else None))
-    return [r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs]
+            runs.append(greedy(first, advance, steps, [follow[n]] if follow else None))
+    return [r[0][0] for r in runs], [r[1][0] for r in runs], [r[2][0] for r in runs]
 
 
 def run(model, prompts, forced, greedy_steps, device):
@@ -202,6 +224,18 @@ def main():
                           "beam4_total": sum(len(x) for x in spec["beamEngine"]),
                           "native_64_mixed_streams_as_alone": sum(a == b for a, b in zip(spec["streamsAlone"], spec["streamsTogether"])),
                           "native_batch_invariant_64_mixed_streams_as_alone": sum(a == b for a, b in zip(spec["streamsAloneInvariant"], spec["streamsTogetherInvariant"]))})
+            if spec["kind"] == "decoder":
+                # The TypeScript engine decodes the prompts as one left-padded batch: against transformers run
+                # the same way, and how far transformers' own padded batch strays from its prompts run alone.
+                padded = causal_greedy_padded(model, spec["prompts"], spec["greedySteps"], device)[0]
+                engine = spec["greedyEngine"]
+                theirs, their_gaps, taken = (padded, None, []) if pairs(engine, padded) == sum(len(x) for x in engine) else \
+                    causal_greedy_padded(model, spec["prompts"], spec["greedySteps"], device, engine)
+                extra.update({"hf_padded_batch_vs_hf_greedy_identical": pairs(padded, hf_greedy),
+                              "ts_engine_greedy_vs_hf_padded_batch_identical": pairs(engine, padded),
+                              "ts_engine_greedy_vs_hf_padded_batch_ties_followed": pairs(engine, theirs),
+                              "ts_engine_hf_padded_batch_ties_taken": sum(len(t) for t in taken),
+                              "ts_engine_divergences_vs_hf_padded_batch": first_divergences(engine, theirs, their_gaps) if their_gaps else []})
         same = pairs(spec["greedy"], hf_greedy)
         total = max(1, sum(len(x) for x in hf_greedy))
         same_ties, ties_taken, divergences_ties = ties_followed(spec["greedy"]) if hf_greedy else (total, 0, [])
@@ -253,6 +287,11 @@ def main():
                   f"beam 4: native vs TypeScript engine {r['native_vs_ts_engine_beam4_identical']}/{r['beam4_total']}; "
                   f"64 mixed streams (greedy and seeded sampling, 32 slots) as each alone: {r['native_64_mixed_streams_as_alone']}/64, "
                   f"batch-invariant {r['native_batch_invariant_64_mixed_streams_as_alone']}/64")
+        if "hf_padded_batch_vs_hf_greedy_identical" in r:
+            print(f"    all prompts in one left-padded batch: transformers padded vs alone {r['hf_padded_batch_vs_hf_greedy_identical']}/{r['greedy_total']}, "
+                  f"TypeScript engine vs transformers padded {r['ts_engine_greedy_vs_hf_padded_batch_identical']}/{r['greedy_total']} "
+                  f"({r['ts_engine_greedy_vs_hf_padded_batch_ties_followed']} with its ties taken, {r['ts_engine_hf_padded_batch_ties_taken']} taken); "
+                  f"diverging there (step, gap): {[(d['step'], d['hf_top2_gap']) for d in r['ts_engine_divergences_vs_hf_padded_batch']]}")
     sys.exit(1 if failed else 0)
 
 
