@@ -38,6 +38,7 @@ import { packSamplerRows, sampledChoice } from './native-sampler.ts';
 import type { SamplerRow } from './sampler.ts';
 import { argmaxEligible, bannedArgmaxEligible, Sequence, type ActiveRequest, type ModelIds } from './sequence.ts';
 import { seq2seqModel } from './seq2seq-engine.ts';
+import { TurnLoop } from './turn-loop.ts';
 
 /** Options of `NativeEngine.open`. */
 export interface NativeEngineOptions extends Partial<SchedulerLimits> {
@@ -124,7 +125,11 @@ export class NativeEngine implements Engine {
   /** Encoder-decoders: each row's source tokens, and the request whose source each slot's cross-attention cache holds. */
   private sourceLengths: number[] = [];
   private crossOwners: Array<ActiveRequest | undefined> = [];
-  private loop: Promise<void> | undefined;
+  /** The step loop: prefills and decode steps until no request runs or waits. */
+  private readonly loop = new TurnLoop(
+    () => this.run(),
+    () => this.scheduler.waiting.length + this.scheduler.running.length > 0,
+  );
 
   private constructor(
     private readonly decoder: NativeSlotDecoder,
@@ -209,7 +214,7 @@ export class NativeEngine implements Engine {
         if (this.sourceLimit !== undefined) this.checkSeq2Seq(sequence);
         this.scheduler.enqueue(sequence);
         this.decoder.interrupt();
-        this.startLoop();
+        this.loop.start();
       },
       () => this.decoder.interrupt(),
     );
@@ -240,18 +245,8 @@ export class NativeEngine implements Engine {
     this.ledger.close();
     for (const s of [...this.scheduler.waiting, ...this.scheduler.running]) s.cancelled = true;
     this.decoder.interrupt();
-    await this.loop;
+    await this.loop.idle();
     this.decoder.close();
-  }
-
-  /** Starts the step loop unless it runs (a turn later, so requests submitted together start together). */
-  private startLoop(): void {
-    this.loop ??= new Promise<void>((resolve) => setImmediate(resolve))
-      .then(() => this.run())
-      .finally(() => {
-        this.loop = undefined;
-        if (this.scheduler.waiting.length + this.scheduler.running.length > 0) this.startLoop();
-      });
   }
 
   private async run(): Promise<void> {

@@ -22,6 +22,7 @@ import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent }
 import { RequestLedger } from './request-ledger.ts';
 import { Scheduler, type SchedulerLimits } from './scheduler.ts';
 import { deviceGreedyEligible, type ActiveRequest, type ModelIds, type Sequence } from './sequence.ts';
+import { TurnLoop } from './turn-loop.ts';
 
 /** Options of `OrtEngine.open`. */
 export interface OrtEngineOptions extends Partial<SchedulerLimits> {
@@ -38,11 +39,19 @@ export class OrtEngine implements Engine {
   /** The requests in the batched cache, in row order (each takes `rows` rows); the scheduler's running ones after a step. */
   private members: ActiveRequest[] = [];
   private cache: BatchCache | undefined;
-  private loop: Promise<void> | undefined;
+  /** The step loop: prefills and decode steps until no request runs or waits. */
+  private readonly loop = new TurnLoop(
+    () => this.run(),
+    () => this.scheduler.waiting.length + this.scheduler.running.length > 0,
+  );
   private readonly ledger: RequestLedger;
   /** The fast path's own queue and batch (its batches run one at a time, each to its end). */
   private readonly greedyScheduler: Scheduler<Sequence>;
-  private greedyLoop: Promise<void> | undefined;
+  /** Runs the fast path's batches until its queue is empty. */
+  private readonly greedyLoop = new TurnLoop(
+    () => this.runGreedy(),
+    () => this.greedyScheduler.waiting.length > 0,
+  );
 
   private constructor(
     private readonly session: DecoderSession,
@@ -85,35 +94,12 @@ export class OrtEngine implements Engine {
     return this.ledger.submit(request, this.model, (sequence) => {
       if (this.greedySession !== undefined && request.stream === false && deviceGreedyEligible(sequence, this.model)) {
         this.greedyScheduler.enqueue(sequence);
-        this.startGreedyLoop();
+        this.greedyLoop.start();
       } else {
         this.scheduler.enqueue(sequence);
-        this.startLoop();
+        this.loop.start();
       }
     });
-  }
-
-  /**
-   * Starts the step loop unless it runs: a turn later, so requests submitted together are prefilled
-   * together. A request that arrives as the loop ends starts it again.
-   */
-  private startLoop(): void {
-    this.loop ??= new Promise<void>((resolve) => setImmediate(resolve))
-      .then(() => this.run())
-      .finally(() => {
-        this.loop = undefined;
-        if (this.scheduler.waiting.length + this.scheduler.running.length > 0) this.startLoop();
-      });
-  }
-
-  /** Runs the fast path's batches until its queue is empty: a turn later, so requests submitted together run together. */
-  private startGreedyLoop(): void {
-    this.greedyLoop ??= new Promise<void>((resolve) => setImmediate(resolve))
-      .then(() => this.runGreedy())
-      .finally(() => {
-        this.greedyLoop = undefined;
-        if (this.greedyScheduler.waiting.length > 0) this.startGreedyLoop();
-      });
   }
 
   private async runGreedy(): Promise<void> {
@@ -165,7 +151,7 @@ export class OrtEngine implements Engine {
     this.ledger.close();
     for (const s of [...this.scheduler.waiting, ...this.scheduler.running, ...this.greedyScheduler.waiting]) s.cancelled = true;
     for (const s of this.greedyScheduler.waiting) this.ledger.report(s);
-    await Promise.all([this.loop, this.greedyLoop]);
+    await Promise.all([this.loop.idle(), this.greedyLoop.idle()]);
     await this.session.close();
     await this.greedySession?.close();
   }
