@@ -5,8 +5,9 @@ off, or float16), feed the same prompts and teacher-forced steps with the cache,
 lengths, and compare with Chorus's logits and ids. Where transformers' top logits tie exactly, each of
 the tied ids is its greedy choice: the greedy bound counts Chorus's ids against the decoding that takes
 Chorus's id at such ties (greedy()), and the count against transformers' lowest-id decoding is reported
-beside it. Prints a table, writes parity.json, and for tiny models the golden fixtures the CPU test
-checks. Exits 1 when a bound is not met.
+beside it. The TypeScript engine's ids, which it decodes as one left-padded batch, are also counted
+against transformers run that way (causal_greedy_padded()). Prints a table, writes parity.json, and for
+tiny models the golden fixtures the CPU test checks. Exits 1 when a bound is not met.
 Usage: python3 bench/gpu/parity/hf.py <work-dir> <out-dir>
 """
 import json
