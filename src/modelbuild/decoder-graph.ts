@@ -109,7 +109,8 @@ export function buildSlotDecoderGraph(
   attention: 'addon' | 'GroupQueryAttention' = 'addon',
   projections: SlotLinear = defaultSlotLinear(floatType),
 ): GraphBuilder {
-  // The cuda flavor's graph: fused operators and PyTorch's rounding points only where they cost nothing.
+  // Fused operators; the addon's Linear rounds each product with its bias (and activation) once itself,
+  // so no padded products here (with MatMul projections, the bias is added after).
   const g = new GraphBuilder(floatType, { pytorchRounding: false, addonLinear: projections === 'addon' });
   const { numLayers, numKvHeads, headDim, vocabSize } = spec;
   const inputIds = g.input('input_ids', 'int64', ['batch_size', 'sequence_length']);

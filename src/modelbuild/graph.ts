@@ -79,7 +79,8 @@ export class GraphBuilder {
 
   /**
    * @param floatType the element type of weights and activations
-   * @param options.pytorchRounding default true; the fused graphs, made for speed, turn it off
+   * @param options.pytorchRounding default true (the decoder models of both flavors); the slot models and
+   *   the encoder-decoders' graphs turn it off
    * @param options.addonLinear default false: projections as MatMul (and Add)
    */
   constructor(

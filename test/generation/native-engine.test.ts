@@ -9,6 +9,7 @@ import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
 import { loadNative, type NativeBeamGroup } from '../../src/native/index.ts';
 import { uniformStream } from '../../src/util/random.ts';
 import { STORIES } from '../helpers/paths.ts';
+import { buildSpec } from '../helpers/build-info.ts';
 import { scratchDir } from '../helpers/scratch.ts';
 
 const { addon, reason } = loadNative();
@@ -91,7 +92,7 @@ describe('chorus build --slot-decoder', () => {
   test("attends through the addon's DecoderSlotAttention (q, k and v in one projection, the bias inside), rotary models through GroupQueryAttention", () => {
     const nodesOf = (dir: string): onnxProto.onnx.INodeProto[] => onnxProto.onnx.ModelProto.decode(readFileSync(join(dir, 'onnx', 'decoder_model_slots.onnx'))).graph!.node!;
     const opsOf = (dir: string): string[] => nodesOf(dir).map((n) => `${n.domain ?? ''}.${n.opType}`);
-    const layersOf = (dir: string): number => (JSON.parse(readFileSync(join(dir, 'chorus_build.json'), 'utf8')) as { spec: { numLayers: number } }).spec.numLayers;
+    const layersOf = (dir: string): number => buildSpec<{ numLayers: number }>(dir).numLayers;
     const gpt2 = opsOf(join(root, 'gpt2-build'));
     assert.equal(gpt2.filter((op) => op === 'chorus.DecoderSlotAttention').length, layersOf(join(root, 'gpt2-build')));
     // GPT-2's q, k and v biases go into the operator (its fifth input), fed by the packed projection's MatMul.
@@ -111,7 +112,7 @@ describe('chorus build --slot-decoder', () => {
     const out = join(root, 'gpt2-build-fp16');
     buildModel({ source: join(root, 'gpt2-build-ckpt'), out, flavor: 'cuda', dtype: 'fp16', slotDecoder: true });
     const nodes = onnxProto.onnx.ModelProto.decode(readFileSync(join(out, 'onnx', 'decoder_model_slots.onnx'))).graph!.node!;
-    const layers = (JSON.parse(readFileSync(join(out, 'chorus_build.json'), 'utf8')) as { spec: { numLayers: number } }).spec.numLayers;
+    const layers = buildSpec<{ numLayers: number }>(out).numLayers;
     const linears = nodes.filter((n) => n.domain === 'chorus' && n.opType === 'Linear');
     // q, k and v in one, the output projection, the MLP's two (gelu_new inside the first), the head.
     assert.equal(linears.length, 4 * layers + 1);
@@ -149,7 +150,7 @@ describe('chorus build --slot-decoder', () => {
     const out = join(root, 'bart-build-fp16');
     buildModel({ source: join(root, 'bart-build-ckpt'), out, dtype: 'fp16', slotDecoder: true });
     const nodes = onnxProto.onnx.ModelProto.decode(readFileSync(join(out, 'onnx', 'decoder_model_slots.onnx'))).graph!.node!;
-    const layers = (JSON.parse(readFileSync(join(out, 'chorus_build.json'), 'utf8')) as { spec: { decoderLayers: number } }).spec.decoderLayers;
+    const layers = buildSpec<{ decoderLayers: number }>(out).decoderLayers;
     const attentions = nodes.filter((n) => n.opType === 'SlotAttention');
     const packed = attentions.filter((n) => n.attribute?.some((a) => a.name === 'qkv_packed' && Number(a.i) === 1));
     assert.equal(packed.length, layers);
@@ -201,7 +202,7 @@ describe('the native addon', { skip }, () => {
 /** The slot decoder built in gpt2-build (fp32, on the CPU): its spec, and options of 2 slots of `maxLength` positions. */
 function gpt2SlotDecoder(maxLength: number) {
   const dir = join(root, 'gpt2-build');
-  const spec = (JSON.parse(readFileSync(join(dir, 'chorus_build.json'), 'utf8')) as { spec: { numLayers: number; numKvHeads: number; headDim: number; vocabSize: number } }).spec;
+  const spec = buildSpec<{ numLayers: number; numKvHeads: number; headDim: number; vocabSize: number }>(dir);
   const options = { model: join(dir, 'onnx', 'decoder_model_slots.onnx'), provider: 'cpu' as const, slots: 2, maxLength, layers: spec.numLayers, kvHeads: spec.numKvHeads, headDim: spec.headDim, vocab: spec.vocabSize, dtype: 'fp32' as const };
   return { spec, options };
 }

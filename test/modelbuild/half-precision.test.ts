@@ -9,6 +9,7 @@ import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
 import { affine, geluTanh, silu } from '../../src/modelbuild/layers.ts';
 import { DecoderSession } from '../../src/runtime/index.ts';
 import { fromHalfBits, toHalfBits } from '../../src/util/half.ts';
+import { buildSpec } from '../helpers/build-info.ts';
 import { scratchDir } from '../helpers/scratch.ts';
 
 const half = (value: number): number => fromHalfBits(toHalfBits(value));
@@ -106,7 +107,7 @@ test("the cuda flavor's float16 decoder rounds as PyTorch does where it projects
   const dir = join(root, 'qwen2-fp16-cuda');
   buildModel({ source: checkpoint, out: dir, flavor: 'cuda', dtype: 'fp16' });
   const graph = onnxProto.onnx.ModelProto.decode(readFileSync(join(dir, 'onnx', 'decoder_model_merged.onnx'))).graph!;
-  const layers = (JSON.parse(readFileSync(join(dir, 'chorus_build.json'), 'utf8')) as { spec: { numLayers: number } }).spec.numLayers;
+  const layers = buildSpec<{ numLayers: number }>(dir).numLayers;
   const producer = (name: string): onnxProto.onnx.INodeProto | undefined => graph.node!.find((n) => n.output!.includes(name));
   const consumers = (name: string): onnxProto.onnx.INodeProto[] => graph.node!.filter((n) => n.input!.includes(name));
   // Each layer's packed projection reads its input with a lane of ones, against the bias as a weight row; no Add after it.

@@ -57,6 +57,11 @@ def greedy(first, advance, steps, follow=None):
     return ids, gaps, taken
 
 
+def one_row_each(runs):
+    """greedy()'s answers for one-row batches (a prompt each) as one list of ids, gaps and tied steps taken."""
+    return tuple([run[part][0] for run in runs] for part in range(3))
+
+
 def causal_greedy(model, prompts, steps, device, follow=None):
     """greedy() for each prompt of a decoder-only model alone: ids, gaps and the tied steps taken, one list each."""
     def advance(out, tokens):
@@ -64,7 +69,7 @@ def causal_greedy(model, prompts, steps, device, follow=None):
     with torch.no_grad():
         runs = [greedy(model(torch.tensor([prompt], device=device), use_cache=True), advance, steps, [follow[n]] if follow else None)
                 for n, prompt in enumerate(prompts)]
-    return [r[0][0] for r in runs], [r[1][0] for r in runs], [r[2][0] for r in runs]
+    return one_row_each(runs)
 
 
 def causal_greedy_padded(model, prompts, steps, device, follow=None):
@@ -97,7 +102,7 @@ def seq2seq_greedy(model, prompts, steps, device, follow=None):
                 return model(encoder_outputs=encoded, decoder_input_ids=torch.tensor([tokens], device=device), past_key_values=out.past_key_values, use_cache=True)
             first = model(encoder_outputs=encoded, decoder_input_ids=torch.tensor([[start]], device=device), use_cache=True)
             runs.append(greedy(first, advance, steps, [follow[n]] if follow else None))
-    return [r[0][0] for r in runs], [r[1][0] for r in runs], [r[2][0] for r in runs]
+    return one_row_each(runs)
 
 
 def run(model, prompts, forced, greedy_steps, device):
@@ -189,16 +194,18 @@ def main():
         pairs = lambda xs, ys: sum(a == b for x, y in zip(xs, ys) for a, b in zip(x, y))
         greedy_of = seq2seq_greedy if spec["kind"] == "seq2seq" else causal_greedy
 
-        followed = {}  # ids (as JSON) -> ties_followed's answer: the runtime and the engines often give the same ids
+        followed = {}  # (decoding, ids as JSON) -> ties_followed's answer: the runtime and the engines often give the same ids
 
-        def ties_followed(ids):
-            """Tokens of `ids` identical to a greedy decoding of transformers that takes ids' member of each
-            exact tie of its top logits (greedy()), how many ties it took so, and where ids then part from it."""
-            if pairs(ids, hf_greedy) == sum(len(x) for x in ids):
-                return pairs(ids, hf_greedy), 0, []
-            key = json.dumps(ids)
+        def ties_followed(ids, reference=None, decode=greedy_of):
+            """Tokens of `ids` identical to a greedy decoding of transformers (`decode`, whose own ids are
+            `reference`: by default its prompts run alone) that takes ids' member of each exact tie of its top
+            logits (greedy()), how many ties it took so, and where ids then part from it."""
+            reference = hf_greedy if reference is None else reference
+            if pairs(ids, reference) == sum(len(x) for x in ids):
+                return pairs(ids, reference), 0, []
+            key = (decode.__name__, json.dumps(ids))
             if key not in followed:
-                theirs, their_gaps, taken = greedy_of(model, spec["prompts"], spec["greedySteps"], device, ids)
+                theirs, their_gaps, taken = decode(model, spec["prompts"], spec["greedySteps"], device, ids)
                 followed[key] = (pairs(ids, theirs), sum(len(t) for t in taken), first_divergences(ids, theirs, their_gaps))
             return followed[key]
         if spec["dtype"] == "fp16":
@@ -229,14 +236,12 @@ def main():
                 # The TypeScript engine decodes the prompts as one left-padded batch: against transformers run
                 # the same way, and how far transformers' own padded batch strays from its prompts run alone.
                 padded = causal_greedy_padded(model, spec["prompts"], spec["greedySteps"], device)[0]
-                engine = spec["greedyEngine"]
-                theirs, their_gaps, taken = (padded, None, []) if pairs(engine, padded) == sum(len(x) for x in engine) else \
-                    causal_greedy_padded(model, spec["prompts"], spec["greedySteps"], device, engine)
+                padded_ties = ties_followed(spec["greedyEngine"], padded, causal_greedy_padded)
                 extra.update({"hf_padded_batch_vs_hf_greedy_identical": pairs(padded, hf_greedy),
-                              "ts_engine_greedy_vs_hf_padded_batch_identical": pairs(engine, padded),
-                              "ts_engine_greedy_vs_hf_padded_batch_ties_followed": pairs(engine, theirs),
-                              "ts_engine_hf_padded_batch_ties_taken": sum(len(t) for t in taken),
-                              "ts_engine_divergences_vs_hf_padded_batch": first_divergences(engine, theirs, their_gaps) if their_gaps else []})
+                              "ts_engine_greedy_vs_hf_padded_batch_identical": pairs(spec["greedyEngine"], padded),
+                              "ts_engine_greedy_vs_hf_padded_batch_ties_followed": padded_ties[0],
+                              "ts_engine_hf_padded_batch_ties_taken": padded_ties[1],
+                              "ts_engine_divergences_vs_hf_padded_batch": padded_ties[2]})
         same = pairs(spec["greedy"], hf_greedy)
         total = max(1, sum(len(x) for x in hf_greedy))
         same_ties, ties_taken, divergences_ties = ties_followed(spec["greedy"]) if hf_greedy else (total, 0, [])
