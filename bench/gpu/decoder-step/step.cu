@@ -3,13 +3,17 @@
 // layer's q/k/v product, self-attention, output product, cross-attention query, cross-attention, its
 // output product, fc1 with GELU, fc2, then the head and the argmax) are separated by a barrier over the
 // grid. Each block's share of the next product's weights is copied into shared memory (bulk copies) while
-// the current phase runs, so a product waits only on its activations. Products run on tensor cores
-// (mma.m16n8k16, float32 sums), with the layouts packed for that at load time.
+// the current phase runs, so a product waits only on its activations, which every block copies in whole.
+// Products run on tensor cores (mma.m16n8k16, float32 sums), with the weights packed for that at load.
 //
 // It checks itself against a reference made of one plain kernel per operation, with the same rounding
 // points (each product rounded once after its bias, residual sums rounded before the norm, attention's
-// softmax in float32), on random weights of bart-large's shapes: the hidden states and logits of the first
-// step, then the tokens of every step. Then it times steps, one launch each and many in one launch.
+// softmax in float32), on random weights of bart-large's shapes: the hidden states of the first step,
+// then the tokens of 8 steps. Then it times a barrier alone, and steps (one launch each, and 64 in one
+// launch) in four variants: every block norming all rows before its product; the norm taken once a row
+// (32 blocks, then a barrier); that with the next-but-one product's weights pulled into L2; that with the
+// layer's cross caches pulled into L2 during self-attention. For each it prints block 0's clock at marks
+// inside layer 6, and for the first the time between barriers by phase.
 //   bash bench/gpu/decoder-step/build.sh, then on the GPU host: ./build/decoder-step [out.json]
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -155,7 +159,7 @@ struct Step {
   unsigned* fc2Arrived; // [32]
   unsigned long long* best;  // [blocks][32]: each block's best logit (ordered bits) and token (inverted) a row
   unsigned* barrier;
-  unsigned long long* trace;  // when block 0 leaves each barrier of the first step (null: none)
+  unsigned long long* trace;  // [240]: block 0's clock leaving each barrier of a step, and at marks inside layer 6 from [200] (null: none)
 };
 
 // Where a block's shared memory goes.
@@ -497,6 +501,14 @@ __device__ inline void SelfAttention(const Step& st, const Layer& L, const Share
   ProxyFence();
 }
 
+// Starts pulling this block's tiles of a later product into L2 (no shared memory).
+__device__ inline void PrefetchL2(const uint4* tiles, Share s) {
+  if (threadIdx.x != 0 || s.count == 0) return;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<const unsigned char*>(tiles) + static_cast<size_t>(s.first) * kTileBytes),
+               "r"(s.count * kTileBytes)
+               : "memory");
+}
+
 // Starts pulling this block's cross-attention keys and values into L2.
 __device__ inline void PrefetchCross(const Step& st, const Layer& L) {
   if (threadIdx.x != 0) return;
@@ -750,7 +762,7 @@ __device__ inline void TakeTokens(const Step& st, int* tokens, int blocks, int s
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict__ step_, int steps, unsigned barrierBase, int prefetchCross, int normOnce) {
+__global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict__ step_, int steps, unsigned barrierBase, int prefetchCross, int normOnce, int weightsL2) {
   const Step& st = *step_;
   extern __shared__ __align__(128) unsigned char shared[];
   __shared__ __align__(8) uint64_t bars[17];
@@ -798,7 +810,7 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
     if (st.trace != nullptr && markLayer == 6 && blockIdx.x == 0 && threadIdx.x == 0 && marks < 32) {
       unsigned long long now;
       asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
-      st.trace[128 + marks++] = now;
+      st.trace[200 + marks++] = now;
     }
   };
   const auto rowOf = [](const __half* base) { return [base](int r) { return base + static_cast<size_t>(r) * kD; }; };
@@ -833,16 +845,19 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
         sync();
         StageX(sm.x, rowOf(st.residual[cur ^ 1]), rows, &bars[16]);
         Prefetch(L.out, square, sm.buffer[1], &bars[1]);
+        if (weightsL2) PrefetchL2(L.crossQuery, square);
         WaitX(&bars[16], &xParity);
       } else if (l == 0) {
         StageX(sm.x, [&](int r) { return st.embed + static_cast<size_t>(tokens[r]) * kD; }, rows, &bars[16]);
         Prefetch(L.out, square, sm.buffer[1], &bars[1]);
+        if (weightsL2) PrefetchL2(L.crossQuery, square);
         NormX(sm.x, [&](int r) { return st.positions + static_cast<size_t>(st.lengths[r] + step + 2) * kD; }, st.embedNormGain, st.embedNormBias,
               st.residual[cur ^ 1], rows, &bars[16], &xParity);
       } else {
         const Layer& P = st.layers[l - 1];
         StageX(sm.x, rowOf(st.projected), rows, &bars[16]);
         Prefetch(L.out, square, sm.buffer[1], &bars[1]);
+        if (weightsL2) PrefetchL2(L.crossQuery, square);
         NormX(sm.x, rowOf(st.residual[cur]), P.norm3Gain, P.norm3Bias, st.residual[cur ^ 1], rows, &bars[16], &xParity);
       }
       cur ^= 1;
@@ -860,6 +875,7 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
       // The output product.
       StageX(sm.x, rowOf(st.attention), rows, &bars[16]);
       Prefetch(L.crossQuery, square, sm.buffer[0], &bars[0]);
+      if (weightsL2) PrefetchL2(L.crossOut, square);
       WaitX(&bars[16], &xParity);
       mark();  // 5: X ready
       Product<Epilogue::kBias>(sm, square, &bars[1], parity[1], rows, L.outBias, st.projected, kD, nullptr, plainColumn(square), sm.buffer[1]);
@@ -873,10 +889,12 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
         sync();
         StageX(sm.x, rowOf(st.residual[cur ^ 1]), rows, &bars[16]);
         Prefetch(L.crossOut, square, sm.buffer[1], &bars[1]);
+        if (weightsL2) PrefetchL2(L.fc1, fc1);
         WaitX(&bars[16], &xParity);
       } else {
         StageX(sm.x, rowOf(st.projected), rows, &bars[16]);
         Prefetch(L.crossOut, square, sm.buffer[1], &bars[1]);
+        if (weightsL2) PrefetchL2(L.fc1, fc1);
         NormX(sm.x, rowOf(st.residual[cur]), L.norm1Gain, L.norm1Bias, st.residual[cur ^ 1], rows, &bars[16], &xParity);
       }
       cur ^= 1;
@@ -893,6 +911,7 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
       // The cross-attention's output product.
       StageX(sm.x, rowOf(st.attention), rows, &bars[16]);
       Prefetch(L.fc1, fc1, sm.buffer[0], &bars[0]);
+      if (weightsL2) PrefetchL2(L.fc2, fc2);
       WaitX(&bars[16], &xParity);
       mark();  // 13: X ready
       Product<Epilogue::kBias>(sm, square, &bars[1], parity[1], rows, L.crossOutBias, st.projected, kD, nullptr, plainColumn(square), sm.buffer[1]);
@@ -906,10 +925,12 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
         sync();
         StageX(sm.x, rowOf(st.residual[cur ^ 1]), rows, &bars[16]);
         Prefetch(L.fc2, fc2, sm.buffer[1], &bars[1]);
+        if (weightsL2 && l + 1 < kLayers) PrefetchL2(st.layers[l + 1].qkv, wide);
         WaitX(&bars[16], &xParity);
       } else {
         StageX(sm.x, rowOf(st.projected), rows, &bars[16]);
         Prefetch(L.fc2, fc2, sm.buffer[1], &bars[1]);
+        if (weightsL2 && l + 1 < kLayers) PrefetchL2(st.layers[l + 1].qkv, wide);
         NormX(sm.x, rowOf(st.residual[cur]), L.norm2Gain, L.norm2Bias, st.residual[cur ^ 1], rows, &bars[16], &xParity);
       }
       cur ^= 1;
@@ -922,6 +943,7 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
       // fc2: a quarter of the inputs a block; the last of a column group's four blocks adds them.
       if (fc2.count > 0) StageX(sm.x, [&](int r) { return st.hidden + static_cast<size_t>(r) * kF + fc2.k0; }, rows, &bars[16]);
       if (l + 1 < kLayers) Prefetch(st.layers[l + 1].qkv, wide, sm.buffer[0], &bars[0]);
+      if (weightsL2 && l + 1 < kLayers) PrefetchL2(st.layers[l + 1].out, square);
       if (fc2.count > 0) {
         WaitX(&bars[16], &xParity);
         mark();  // 19: X ready
@@ -1299,8 +1321,9 @@ int main(int argc, char** argv) {
   Check(cudaMemcpy(device, &st, sizeof(Step), cudaMemcpyHostToDevice), "step");
   int prefetchCross = 0;
   int normOnce = 0;
+  int weightsL2 = 0;
   const auto launch = [&](int steps, cudaStream_t stream) {
-    void* args[] = {&device, &steps, &barrierBase, &prefetchCross, &normOnce};
+    void* args[] = {&device, &steps, &barrierBase, &prefetchCross, &normOnce, &weightsL2};
     Check(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(StepKernel), dim3(blocks), dim3(kThreads), args, kSharedBytes, stream), "launch");
     // Barriers a step: 8 a layer, the head's and the token's.
     barrierBase += steps * ((normOnce ? 11 : 8) * kLayers + (normOnce ? 2 : 1));
@@ -1398,9 +1421,12 @@ int main(int argc, char** argv) {
   cudaEventCreate(&begin);
   cudaEventCreate(&end);
   const int timedSteps = 64;
-  for (int variant = 0; variant < 3; variant++) {
+  // Variants: each row normed by every block; normed once a row; that with the next-but-one product's
+  // weights pulled into L2; that with the layer's cross caches pulled into L2 during self-attention.
+  for (int variant = 0; variant < 4; variant++) {
     normOnce = variant > 0 ? 1 : 0;
-    prefetchCross = variant == 2 ? 1 : 0;
+    weightsL2 = variant == 2 ? 1 : 0;
+    prefetchCross = variant == 3 ? 1 : 0;
     std::vector<double> perStep, perStepOne;
     for (int round = 0; round < 5; round++) {
       reset(false);
@@ -1422,8 +1448,8 @@ int main(int argc, char** argv) {
       perStepOne.push_back(ms / timedSteps);
     }
     // Where a step's time goes: block 0's clock as it leaves each barrier, in the second step of a run.
-    unsigned long long* trace = Alloc<unsigned long long>(160);
-    std::vector<unsigned long long> t(160);
+    unsigned long long* trace = Alloc<unsigned long long>(240);
+    std::vector<unsigned long long> t(240);
     double sub[32] = {0};
     double phase[8] = {0}, head = 0, token = 0, total = 0;
     const char* names[8] = {"q/k/v (with the norm before it)", "self-attention", "output product", "cross query (with norm)", "cross-attention",
@@ -1447,21 +1473,22 @@ int main(int argc, char** argv) {
         head += (t[8 * kLayers + 1] - t[8 * kLayers]) / 1000.0 / rounds;
       }
       total += (t[per * kLayers + (normOnce ? 2 : 1)] - t[0]) / 1000.0 / rounds;
-      for (int k = 1; k < 22; k++) sub[k] += (static_cast<double>(t[128 + k]) - static_cast<double>(t[128 + k - 1])) / 1000.0 / rounds;
+      for (int k = 1; k < 22; k++) sub[k] += (static_cast<double>(t[200 + k]) - static_cast<double>(t[200 + k - 1])) / 1000.0 / rounds;
     }
     std::sort(perStep.begin(), perStep.end());
     std::sort(perStepOne.begin(), perStepOne.end());
-    std::printf("\nnorm once a row: %s; cross caches into L2 ahead: %s\n| phase (block 0, barrier to barrier) | us a layer | us a step |\n| --- | --- | --- |\n",
-                normOnce ? "yes" : "no", prefetchCross ? "yes" : "no");
-    json += std::string(variant ? "," : "") + "{\"normOnce\":" + std::to_string(normOnce) + ",\"prefetchCross\":" + std::to_string(prefetchCross) +
+    std::printf("\nnorm once a row: %s; weights two products ahead into L2: %s; cross caches into L2 ahead: %s\n| phase (block 0, barrier to barrier) | us a layer | us a step |\n| --- | --- | --- |\n",
+                normOnce ? "yes" : "no", weightsL2 ? "yes" : "no", prefetchCross ? "yes" : "no");
+    json += std::string(variant ? "," : "") + "{\"normOnce\":" + std::to_string(normOnce) + ",\"weightsL2\":" + std::to_string(weightsL2) + ",\"prefetchCross\":" + std::to_string(prefetchCross) +
             ",\"marksUs\":[";
     for (int k = 1; k < 22; k++) json += std::string(k > 1 ? "," : "") + std::to_string(sub[k]);
     json += "],\"phasesUsPerLayer\":{";
     for (int p = 0; p < 8; p++) {
-      std::printf("| %s | %.2f | %.1f |\n", names[p], phase[p] / kLayers, phase[p]);
+      if (!normOnce) std::printf("| %s | %.2f | %.1f |\n", names[p], phase[p] / kLayers, phase[p]);
       json += std::string(p ? "," : "") + "\"" + names[p] + "\":" + std::to_string(phase[p] / kLayers);
     }
-    std::printf("| head (with norm) | | %.1f |\n| step (block 0's clock) | | %.1f |\n", head, total);
+    if (!normOnce) std::printf("| head (with norm) | | %.1f |\n", head);
+    std::printf("| step (block 0's clock) | | %.1f |\n", total);
     std::printf("marks in layer 6 (us from the mark before):");
     for (int k = 1; k < 22; k++) std::printf(" %d:%.2f", k, sub[k]);
     std::printf("\n");
