@@ -632,7 +632,7 @@ __device__ inline void CrossAttention(const Step& st, const Layer& L, const Shar
 }
 
 // The head: warp w of the block takes the block's tiles w, w + 8, ... through its own 16 KB slot, then
-// each row's best (logit, token) over the block's tiles goes to bestValue / bestToken.
+// each row's best (logit, token) over the block's tiles goes to `best` as one ordered key.
 __device__ inline void Head(const Step& st, const Shared& sm, unsigned* slotParity) {
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -1325,7 +1325,8 @@ int main(int argc, char** argv) {
   const auto launch = [&](int steps, cudaStream_t stream) {
     void* args[] = {&device, &steps, &barrierBase, &prefetchCross, &normOnce, &weightsL2};
     Check(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(StepKernel), dim3(blocks), dim3(kThreads), args, kSharedBytes, stream), "launch");
-    // Barriers a step: 8 a layer, the head's and the token's.
+    // Barriers a step: 8 a layer (11 with a norm phase before each of the 3 products that take one), the
+    // head's (and its norm's).
     barrierBase += steps * ((normOnce ? 11 : 8) * kLayers + (normOnce ? 2 : 1));
   };
   // The check, for one setting: step 1's hidden state and tokens, then checkSteps steps in one launch.
