@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -816,7 +817,36 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
   const auto rowOf = [](const __half* base) { return [base](int r) { return base + static_cast<size_t>(r) * kD; }; };
   __shared__ int tokens[kMaxRows];
   int cur = 0;  // residual[cur] holds the stream
-  // Products in order, 6 a layer: product w uses buffer w % 2.
+  // A product's input X: the norm of a + b (rows from rowA and rowB), which also becomes the stream,
+  // either taken by every block for all rows in X, or once a row (NormRows) and copied in after a
+  // barrier. `ahead` queues the copies of later products' weights behind X's.
+  const auto normedInput = [&](auto rowA, auto rowB, const __half* gain, const __half* bias, auto ahead) {
+    if (normOnce) {
+      NormRows(rowA, rowB, gain, bias, st.residual[cur ^ 1], rows, sm.scratch);
+      sync();
+      StageX(sm.x, rowOf(st.residual[cur ^ 1]), rows, &bars[16]);
+      ahead();
+      WaitX(&bars[16], &xParity);
+    } else {
+      StageX(sm.x, rowA, rows, &bars[16]);
+      ahead();
+      NormX(sm.x, rowB, gain, bias, st.residual[cur ^ 1], rows, &bars[16], &xParity);
+    }
+    cur ^= 1;
+  };
+  const auto plainInput = [&](auto row, auto ahead) {
+    StageX(sm.x, row, rows, &bars[16]);
+    ahead();
+    WaitX(&bars[16], &xParity);
+  };
+  // Product w of a step takes buffer w % 2; `which` is that buffer.
+  const auto product = [&](auto epilogue, int which, Share share, const __half* bias, __half* out, int pitch, float* partial, auto column) {
+    Product<decltype(epilogue)::value>(sm, share, &bars[which], parity[which], rows, bias, out, pitch, partial, column, sm.buffer[which]);
+    if (share.count > 0) parity[which] ^= 1;
+  };
+  using Bias = std::integral_constant<Epilogue, Epilogue::kBias>;
+  using BiasGelu = std::integral_constant<Epilogue, Epilogue::kBiasGelu>;
+  using Partial = std::integral_constant<Epilogue, Epilogue::kPartial>;
   Prefetch(st.layers[0].qkv, wide, sm.buffer[0], &bars[0]);
   for (int step = 0; step < steps; step++) {
     // Each row's token: at the first step the given one, then the best of the blocks' candidates from the
@@ -829,41 +859,24 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
     __syncthreads();
     for (int l = 0; l < kLayers; l++) {
       const Layer& L = st.layers[l];
+      const Layer* next = l + 1 < kLayers ? &st.layers[l + 1] : nullptr;
       markLayer = l;
       marks = 0;
       // q/k/v. Input: layer 0, the embedded token and position, normed; then the last layer's fc2 plus
       // its residual, normed.
-      if (normOnce) {
-        if (l == 0) {
-          NormRows([&](int r) { return st.embed + static_cast<size_t>(tokens[r]) * kD; },
-                   [&](int r) { return st.positions + static_cast<size_t>(st.lengths[r] + step + 2) * kD; }, st.embedNormGain, st.embedNormBias,
-                   st.residual[cur ^ 1], rows, sm.scratch);
-        } else {
-          const Layer& P = st.layers[l - 1];
-          NormRows(rowOf(st.projected), rowOf(st.residual[cur]), P.norm3Gain, P.norm3Bias, st.residual[cur ^ 1], rows, sm.scratch);
-        }
-        sync();
-        StageX(sm.x, rowOf(st.residual[cur ^ 1]), rows, &bars[16]);
+      const auto qkvAhead = [&]() {
         Prefetch(L.out, square, sm.buffer[1], &bars[1]);
         if (weightsL2) PrefetchL2(L.crossQuery, square);
-        WaitX(&bars[16], &xParity);
-      } else if (l == 0) {
-        StageX(sm.x, [&](int r) { return st.embed + static_cast<size_t>(tokens[r]) * kD; }, rows, &bars[16]);
-        Prefetch(L.out, square, sm.buffer[1], &bars[1]);
-        if (weightsL2) PrefetchL2(L.crossQuery, square);
-        NormX(sm.x, [&](int r) { return st.positions + static_cast<size_t>(st.lengths[r] + step + 2) * kD; }, st.embedNormGain, st.embedNormBias,
-              st.residual[cur ^ 1], rows, &bars[16], &xParity);
+      };
+      if (l == 0) {
+        normedInput([&](int r) { return st.embed + static_cast<size_t>(tokens[r]) * kD; },
+                    [&](int r) { return st.positions + static_cast<size_t>(st.lengths[r] + step + 2) * kD; }, st.embedNormGain, st.embedNormBias, qkvAhead);
       } else {
         const Layer& P = st.layers[l - 1];
-        StageX(sm.x, rowOf(st.projected), rows, &bars[16]);
-        Prefetch(L.out, square, sm.buffer[1], &bars[1]);
-        if (weightsL2) PrefetchL2(L.crossQuery, square);
-        NormX(sm.x, rowOf(st.residual[cur]), P.norm3Gain, P.norm3Bias, st.residual[cur ^ 1], rows, &bars[16], &xParity);
+        normedInput(rowOf(st.projected), rowOf(st.residual[cur]), P.norm3Gain, P.norm3Bias, qkvAhead);
       }
-      cur ^= 1;
       mark();  // 0: X ready
-      Product<Epilogue::kBias>(sm, wide, &bars[0], parity[0], rows, L.qkvBias, st.qkv, 3 * kD, nullptr, plainColumn(wide), sm.buffer[0]);
-      if (wide.count > 0) parity[0] ^= 1;
+      product(Bias{}, 0, wide, L.qkvBias, st.qkv, 3 * kD, nullptr, plainColumn(wide));
       mark();  // 1: product done
       sync();
       mark();  // 2
@@ -873,34 +886,22 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
       sync();
       mark();  // 4
       // The output product.
-      StageX(sm.x, rowOf(st.attention), rows, &bars[16]);
-      Prefetch(L.crossQuery, square, sm.buffer[0], &bars[0]);
-      if (weightsL2) PrefetchL2(L.crossOut, square);
-      WaitX(&bars[16], &xParity);
+      plainInput(rowOf(st.attention), [&]() {
+        Prefetch(L.crossQuery, square, sm.buffer[0], &bars[0]);
+        if (weightsL2) PrefetchL2(L.crossOut, square);
+      });
       mark();  // 5: X ready
-      Product<Epilogue::kBias>(sm, square, &bars[1], parity[1], rows, L.outBias, st.projected, kD, nullptr, plainColumn(square), sm.buffer[1]);
-      if (square.count > 0) parity[1] ^= 1;
+      product(Bias{}, 1, square, L.outBias, st.projected, kD, nullptr, plainColumn(square));
       mark();  // 6: product done
       sync();
       mark();  // 7
       // The cross-attention query, from the normed residual sum.
-      if (normOnce) {
-        NormRows(rowOf(st.projected), rowOf(st.residual[cur]), L.norm1Gain, L.norm1Bias, st.residual[cur ^ 1], rows, sm.scratch);
-        sync();
-        StageX(sm.x, rowOf(st.residual[cur ^ 1]), rows, &bars[16]);
+      normedInput(rowOf(st.projected), rowOf(st.residual[cur]), L.norm1Gain, L.norm1Bias, [&]() {
         Prefetch(L.crossOut, square, sm.buffer[1], &bars[1]);
         if (weightsL2) PrefetchL2(L.fc1, fc1);
-        WaitX(&bars[16], &xParity);
-      } else {
-        StageX(sm.x, rowOf(st.projected), rows, &bars[16]);
-        Prefetch(L.crossOut, square, sm.buffer[1], &bars[1]);
-        if (weightsL2) PrefetchL2(L.fc1, fc1);
-        NormX(sm.x, rowOf(st.residual[cur]), L.norm1Gain, L.norm1Bias, st.residual[cur ^ 1], rows, &bars[16], &xParity);
-      }
-      cur ^= 1;
+      });
       mark();  // 8: X ready
-      Product<Epilogue::kBias>(sm, square, &bars[0], parity[0], rows, L.crossQueryBias, st.query, kD, nullptr, plainColumn(square), sm.buffer[0]);
-      if (square.count > 0) parity[0] ^= 1;
+      product(Bias{}, 0, square, L.crossQueryBias, st.query, kD, nullptr, plainColumn(square));
       mark();  // 9: product done
       sync();
       mark();  // 10
@@ -909,46 +910,35 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
       sync();
       mark();  // 12
       // The cross-attention's output product.
-      StageX(sm.x, rowOf(st.attention), rows, &bars[16]);
-      Prefetch(L.fc1, fc1, sm.buffer[0], &bars[0]);
-      if (weightsL2) PrefetchL2(L.fc2, fc2);
-      WaitX(&bars[16], &xParity);
+      plainInput(rowOf(st.attention), [&]() {
+        Prefetch(L.fc1, fc1, sm.buffer[0], &bars[0]);
+        if (weightsL2) PrefetchL2(L.fc2, fc2);
+      });
       mark();  // 13: X ready
-      Product<Epilogue::kBias>(sm, square, &bars[1], parity[1], rows, L.crossOutBias, st.projected, kD, nullptr, plainColumn(square), sm.buffer[1]);
-      if (square.count > 0) parity[1] ^= 1;
+      product(Bias{}, 1, square, L.crossOutBias, st.projected, kD, nullptr, plainColumn(square));
       mark();  // 14: product done
       sync();
       mark();  // 15
       // fc1 and GELU.
-      if (normOnce) {
-        NormRows(rowOf(st.projected), rowOf(st.residual[cur]), L.norm2Gain, L.norm2Bias, st.residual[cur ^ 1], rows, sm.scratch);
-        sync();
-        StageX(sm.x, rowOf(st.residual[cur ^ 1]), rows, &bars[16]);
+      normedInput(rowOf(st.projected), rowOf(st.residual[cur]), L.norm2Gain, L.norm2Bias, [&]() {
         Prefetch(L.fc2, fc2, sm.buffer[1], &bars[1]);
-        if (weightsL2 && l + 1 < kLayers) PrefetchL2(st.layers[l + 1].qkv, wide);
-        WaitX(&bars[16], &xParity);
-      } else {
-        StageX(sm.x, rowOf(st.projected), rows, &bars[16]);
-        Prefetch(L.fc2, fc2, sm.buffer[1], &bars[1]);
-        if (weightsL2 && l + 1 < kLayers) PrefetchL2(st.layers[l + 1].qkv, wide);
-        NormX(sm.x, rowOf(st.residual[cur]), L.norm2Gain, L.norm2Bias, st.residual[cur ^ 1], rows, &bars[16], &xParity);
-      }
-      cur ^= 1;
+        if (weightsL2 && next != nullptr) PrefetchL2(next->qkv, wide);
+      });
       mark();  // 16: X ready
-      Product<Epilogue::kBiasGelu>(sm, fc1, &bars[0], parity[0], rows, L.fc1Bias, st.hidden, kF, nullptr, plainColumn(fc1), sm.buffer[0]);
-      if (fc1.count > 0) parity[0] ^= 1;
+      product(BiasGelu{}, 0, fc1, L.fc1Bias, st.hidden, kF, nullptr, plainColumn(fc1));
       mark();  // 17: product done
       sync();
       mark();  // 18
       // fc2: a quarter of the inputs a block; the last of a column group's four blocks adds them.
-      if (fc2.count > 0) StageX(sm.x, [&](int r) { return st.hidden + static_cast<size_t>(r) * kF + fc2.k0; }, rows, &bars[16]);
-      if (l + 1 < kLayers) Prefetch(st.layers[l + 1].qkv, wide, sm.buffer[0], &bars[0]);
-      if (weightsL2 && l + 1 < kLayers) PrefetchL2(st.layers[l + 1].out, square);
+      const auto fc2Ahead = [&]() {
+        if (next == nullptr) return;
+        Prefetch(next->qkv, wide, sm.buffer[0], &bars[0]);
+        if (weightsL2) PrefetchL2(next->out, square);
+      };
       if (fc2.count > 0) {
-        WaitX(&bars[16], &xParity);
+        plainInput([&](int r) { return st.hidden + static_cast<size_t>(r) * kF + fc2.k0; }, fc2Ahead);
         mark();  // 19: X ready
-        float* partial = st.fc2Partial + static_cast<size_t>(blockIdx.x % 4) * rows * kD;
-        Product<Epilogue::kPartial>(sm, fc2, &bars[1], parity[1], rows, nullptr, nullptr, 0, partial, fc2Column, sm.buffer[1]);
+        product(Partial{}, 1, fc2, nullptr, nullptr, 0, st.fc2Partial + static_cast<size_t>(blockIdx.x % 4) * rows * kD, fc2Column);
         mark();  // 20: product done
         __shared__ unsigned last;
         __threadfence();
@@ -968,28 +958,18 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
           }
         }
         mark();  // 21: sums added
-        parity[1] ^= 1;
+      } else {
+        fc2Ahead();
       }
       sync();
     }
     markLayer = -1;
     // The head over the last layer's normed output; each block's best candidates.
-    {
-      const Layer& P = st.layers[kLayers - 1];
-      if (normOnce) {
-        NormRows(rowOf(st.projected), rowOf(st.residual[cur]), P.norm3Gain, P.norm3Bias, st.residual[cur ^ 1], rows, sm.scratch);
-        sync();
-        StageX(sm.x, rowOf(st.residual[cur ^ 1]), rows, &bars[16]);
-        WaitX(&bars[16], &xParity);
-      } else {
-        StageX(sm.x, rowOf(st.projected), rows, &bars[16]);
-        NormX(sm.x, rowOf(st.residual[cur]), P.norm3Gain, P.norm3Bias, st.residual[cur ^ 1], rows, &bars[16], &xParity);
-      }
-      cur ^= 1;
-      Head(st, sm, &headParity);
-      sync();
-      Prefetch(st.layers[0].qkv, wide, sm.buffer[0], &bars[0]);
-    }
+    const Layer& P = st.layers[kLayers - 1];
+    normedInput(rowOf(st.projected), rowOf(st.residual[cur]), P.norm3Gain, P.norm3Bias, []() {});
+    Head(st, sm, &headParity);
+    sync();
+    Prefetch(st.layers[0].qkv, wide, sm.buffer[0], &bars[0]);
   }
   if (blockIdx.x == 0) {
     TakeTokens(st, tokens, blocks, steps - 1);
