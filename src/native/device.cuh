@@ -13,6 +13,17 @@ __device__ inline float Load<float>(const float* p) { return *p; }
 template <>
 __device__ inline float Load<__half>(const __half* p) { return __half2float(*p); }
 
+// The 8 halves of a 16-byte vector as floats.
+__device__ inline void Widen8(uint4 bits, float* out) {
+  const __half2* h = reinterpret_cast<const __half2*>(&bits);
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const float2 f = __half22float2(h[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
 // Elements a thread reads ahead in a pass over a row.
 constexpr int kUnroll = 8;
 

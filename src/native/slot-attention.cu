@@ -170,16 +170,6 @@ constexpr int kWideThreads = 256;
 // Positions whose keys (values) a thread reads before it uses any.
 constexpr int kAhead = 4;
 
-__device__ inline void Widen8(uint4 bits, float* out) {
-  const __half2* h = reinterpret_cast<const __half2*>(&bits);
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const float2 f = __half22float2(h[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
-
 // Vector v (8 halves) of x, plus vector v of bias when there is one (rounded as half additions).
 __device__ inline uint4 BiasedVector(const __half* x, const __half* bias, int v) {
   uint4 bits = reinterpret_cast<const uint4*>(x)[v];

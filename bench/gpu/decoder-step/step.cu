@@ -27,7 +27,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "../../../src/native/device.cuh"
+
 namespace {
+
+using chorus::Widen8;
 
 constexpr int kD = 1024;       // model width
 constexpr int kHeads = 16;     // heads
@@ -107,8 +111,55 @@ __device__ inline void LoadMatrix(unsigned* a, const __half* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3]) : "r"(SharedAddress(p)));
 }
 
+// One packed weight vector `w` (two k16 steps of an n8 tile, this lane's B fragments) against X's
+// inputs k.. k + 32 for the first mTiles m16 tiles of rows, summed into acc[m].
+__device__ inline void MmaPair(float (*acc)[4], const __half* x, int k, uint4 w, int mTiles, int lane) {
+#pragma unroll
+  for (int m = 0; m < 2; m++) {
+    if (m >= mTiles) break;
+    unsigned a[4];
+    const __half* row = x + (m * 16 + lane % 16) * kXPitch + k + (lane / 16) * 8;
+    LoadMatrix(a, row);
+    Mma(acc[m], a, w.x, w.y);
+    LoadMatrix(a, row + 16);
+    Mma(acc[m], a, w.z, w.w);
+  }
+}
+
 __device__ inline float Round(float x) { return __half2float(__float2half_rn(x)); }
 __device__ inline float Gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+
+__device__ inline unsigned long long Clock() {
+  unsigned long long now;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
+  return now;
+}
+
+// A residual sum as PyTorch rounds it (a half addition), and one element of its LayerNorm (float32,
+// rounded once).
+__device__ inline float RoundedSum(__half a, __half b) { return Round(__half2float(a) + __half2float(b)); }
+__device__ inline __half Normed(float h, float mean, float scale, __half gain, __half bias) {
+  return __float2half_rn((h - mean) * scale * __half2float(gain) + __half2float(bias));
+}
+
+// A (logit, token) candidate as one key: the largest key is the largest logit, the lowest token among
+// equal logits (-0 counted as +0).
+__device__ inline unsigned long long RankKey(float logit, int token) {
+  unsigned bits = __float_as_uint(logit + 0.0f);
+  bits = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+  return (static_cast<unsigned long long>(bits) << 32) | static_cast<unsigned>(~token);
+}
+__device__ inline int TokenOf(unsigned long long key) { return static_cast<int>(~static_cast<unsigned>(key)); }
+
+// The dot product of a lane's 8 query values with the 8 halves of a key vector.
+__device__ inline float Dot8(const float* q, uint4 bits) {
+  float k[8];
+  Widen8(bits, k);
+  float dot = 0;
+#pragma unroll
+  for (int e = 0; e < 4; e++) dot += q[2 * e] * k[2 * e] + q[2 * e + 1] * k[2 * e + 1];
+  return dot;
+}
 
 // ---------------------------------------------------------------------------------------------------
 // The model as the step kernel sees it.
@@ -158,7 +209,7 @@ struct Step {
   __half* hidden;       // [rows][4096]
   float* fc2Partial;    // [4][rows][1024]
   unsigned* fc2Arrived; // [32]
-  unsigned long long* best;  // [blocks][32]: each block's best logit (ordered bits) and token (inverted) a row
+  unsigned long long* best;  // [blocks][32]: each block's best candidate a row (RankKey)
   unsigned* barrier;
   unsigned long long* trace;  // [240]: block 0's clock leaving each barrier of a step, and at marks inside layer 6 from [200] (null: none)
 };
@@ -255,15 +306,13 @@ __device__ inline void NormX(__half* x, RowB rowB, const __half* gain, const __h
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       const uint4 av = *reinterpret_cast<const uint4*>(to + 8 * (lane + 32 * i));
-      const __half2* ah = reinterpret_cast<const __half2*>(&av);
-      const __half2* bh = reinterpret_cast<const __half2*>(&bv[k][i]);
+      const __half* a = reinterpret_cast<const __half*>(&av);
+      const __half* b = reinterpret_cast<const __half*>(&bv[k][i]);
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const float2 fa = __half22float2(ah[e]);
-        const float2 fb = __half22float2(bh[e]);
-        h[8 * i + 2 * e] = Round(fa.x + fb.x);
-        h[8 * i + 2 * e + 1] = Round(fa.y + fb.y);
-        sum += h[8 * i + 2 * e] + h[8 * i + 2 * e + 1];
+      for (int e = 0; e < 8; e += 2) {
+        h[8 * i + e] = RoundedSum(a[e], b[e]);
+        h[8 * i + e + 1] = RoundedSum(a[e + 1], b[e + 1]);
+        sum += h[8 * i + e] + h[8 * i + e + 1];
       }
     }
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -284,7 +333,7 @@ __device__ inline void NormX(__half* x, RowB rowB, const __half* gain, const __h
       uint4 result;
       __half* y = reinterpret_cast<__half*>(&result);
 #pragma unroll
-      for (int e = 0; e < 8; e++) y[e] = __float2half_rn((h[8 * i + e] - mean) * scale * __half2float(g[e]) + __half2float(c[e]));
+      for (int e = 0; e < 8; e++) y[e] = Normed(h[8 * i + e], mean, scale, g[e], c[e]);
       *reinterpret_cast<uint4*>(to + 8 * v) = result;
       if (writes) reinterpret_cast<uint4*>(out + static_cast<size_t>(r) * kD)[v] = result;
     }
@@ -311,7 +360,7 @@ __device__ inline void NormRows(RowA rowA, RowB rowB, const __half* gain, const 
   float sum = 0;
 #pragma unroll
   for (int e = 0; e < 4; e++) {
-    h[e] = Round(__half2float(a[e]) + __half2float(b[e]));
+    h[e] = RoundedSum(a[e], b[e]);
     sum += h[e];
   }
   const int warp = t / 32;
@@ -336,7 +385,7 @@ __device__ inline void NormRows(RowA rowA, RowB rowB, const __half* gain, const 
   uint2 result;
   __half* y = reinterpret_cast<__half*>(&result);
 #pragma unroll
-  for (int e = 0; e < 4; e++) y[e] = __float2half_rn((h[e] - mean) * scale * __half2float(g[e]) + __half2float(c[e]));
+  for (int e = 0; e < 4; e++) y[e] = Normed(h[e], mean, scale, g[e], c[e]);
   reinterpret_cast<uint2*>(out + static_cast<size_t>(r) * kD)[t] = result;
 }
 
@@ -361,19 +410,7 @@ __device__ inline void Product(const Shared& sm, Share s, uint64_t* bar, unsigne
 #pragma unroll
     for (int p = 0; p < 4; p++) w[p] = packed[p * 32 + lane];
 #pragma unroll
-    for (int p = 0; p < 4; p++) {
-      const int k = warp * 128 + p * 32;
-#pragma unroll
-      for (int m = 0; m < 2; m++) {
-        if (m >= mTiles) break;
-        unsigned a[4];
-        const __half* row = sm.x + (m * 16 + lane % 16) * kXPitch + k + (lane / 16) * 8;
-        LoadMatrix(a, row);
-        Mma(acc[m], a, w[p].x, w[p].y);
-        LoadMatrix(a, row + 16);
-        Mma(acc[m], a, w[p].z, w[p].w);
-      }
-    }
+    for (int p = 0; p < 4; p++) MmaPair(acc, sm.x, warp * 128 + p * 32, w[p], mTiles, lane);
     __syncwarp();
     // Sums over the warp's own part of the tile: [row 0..31][col 0..7] float.
     float* sums = reinterpret_cast<float*>(tile + warp * 2048);
@@ -446,32 +483,14 @@ __device__ inline void SelfAttention(const Step& st, const Layer& L, const Share
   const int part = lane % 8;
   const int group = lane / 8;
   float qf[8];
-  {
-    const uint4 bits = reinterpret_cast<const uint4*>(q)[part];
-    const __half2* hv = reinterpret_cast<const __half2*>(&bits);
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-      const float2 f = __half22float2(hv[e]);
-      qf[2 * e] = f.x;
-      qf[2 * e + 1] = f.y;
-    }
-  }
+  Widen8(reinterpret_cast<const uint4*>(q)[part], qf);
   MbarWait(bar, *parity);
   *parity ^= 1;
   __syncwarp();
   float highest = -INFINITY;
   for (int j0 = 0; j0 < n; j0 += 4) {
     const int j = j0 + group;
-    float dot = 0;
-    if (j < n) {
-      const uint4 bits = reinterpret_cast<const uint4*>(keys + j * kHeadDim)[part];
-      const __half2* hv = reinterpret_cast<const __half2*>(&bits);
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const float2 f = __half22float2(hv[e]);
-        dot += qf[2 * e] * f.x + qf[2 * e + 1] * f.y;
-      }
-    }
+    float dot = j < n ? Dot8(qf, reinterpret_cast<const uint4*>(keys + j * kHeadDim)[part]) : 0.0f;
     dot += __shfl_xor_sync(0xffffffffu, dot, 1);
     dot += __shfl_xor_sync(0xffffffffu, dot, 2);
     dot += __shfl_xor_sync(0xffffffffu, dot, 4);
@@ -552,30 +571,14 @@ __device__ inline void CrossAttention(const Step& st, const Layer& L, const Shar
     const int part = lane % 8;
     const int group = lane / 8;
     float qf[8];
-    {
-      const uint4 bits = reinterpret_cast<const uint4*>(st.query + static_cast<size_t>(r) * kD + h * kHeadDim)[part];
-      const __half2* hv = reinterpret_cast<const __half2*>(&bits);
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const float2 f = __half22float2(hv[e]);
-        qf[2 * e] = f.x;
-        qf[2 * e + 1] = f.y;
-      }
-    }
+    Widen8(reinterpret_cast<const uint4*>(st.query + static_cast<size_t>(r) * kD + h * kHeadDim)[part], qf);
     float* scores = sm.scratch;  // S floats
     float* reduce = sm.scratch + 512;  // warps x 64 floats, then maxima and sums
     // Warp w scores positions w, w + 8, ... four at a time.
     float highest = -INFINITY;
     for (int j0 = warp * 4; j0 < S; j0 += kWarps * 4) {
       const int j = j0 + group;
-      const uint4 bits = reinterpret_cast<const uint4*>(keys + j * kHeadDim)[part];
-      const __half2* hv = reinterpret_cast<const __half2*>(&bits);
-      float dot = 0;
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const float2 f = __half22float2(hv[e]);
-        dot += qf[2 * e] * f.x + qf[2 * e + 1] * f.y;
-      }
+      float dot = Dot8(qf, reinterpret_cast<const uint4*>(keys + j * kHeadDim)[part]);
       dot += __shfl_xor_sync(0xffffffffu, dot, 1);
       dot += __shfl_xor_sync(0xffffffffu, dot, 2);
       dot += __shfl_xor_sync(0xffffffffu, dot, 4);
@@ -596,14 +599,10 @@ __device__ inline void CrossAttention(const Step& st, const Layer& L, const Shar
     for (int j = warp * per + group; j < (warp + 1) * per; j += 4) {
       const float p = __expf(scores[j] - highest);
       total += p;
-      const uint4 bits = reinterpret_cast<const uint4*>(values + j * kHeadDim)[part];
-      const __half2* hv = reinterpret_cast<const __half2*>(&bits);
+      float v[8];
+      Widen8(reinterpret_cast<const uint4*>(values + j * kHeadDim)[part], v);
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const float2 f = __half22float2(hv[e]);
-        acc[2 * e] += p * f.x;
-        acc[2 * e + 1] += p * f.y;
-      }
+      for (int e = 0; e < 8; e++) acc[e] += p * v[e];
     }
 #pragma unroll
     for (int e = 0; e < 8; e++) {
@@ -642,13 +641,8 @@ __device__ inline void Head(const Step& st, const Shared& sm, unsigned* slotPari
   unsigned char* slot = (warp < 4 ? sm.buffer[0] : sm.buffer[1]) + (warp % 4) * kTileBytes;
   uint64_t* bar = sm.bars + 2 + warp;
   const int mTiles = st.rows > 16 ? 2 : 1;
-  float best[4];
-  int bestId[4];
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-    best[i] = -INFINITY;
-    bestId[i] = 0x7fffffff;
-  }
+  // This lane's best candidate (RankKey) for each of its four rows.
+  unsigned long long best[4] = {0, 0, 0, 0};
   const auto issue = [&](int t) {
     if (lane == 0) {
       MbarExpect(bar, kTileBytes);
@@ -661,19 +655,7 @@ __device__ inline void Head(const Step& st, const Shared& sm, unsigned* slotPari
     const uint4* packed = reinterpret_cast<const uint4*>(slot);
     float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
 #pragma unroll 4
-    for (int p = 0; p < 32; p++) {
-      const uint4 w = packed[p * 32 + lane];
-#pragma unroll
-      for (int m = 0; m < 2; m++) {
-        if (m >= mTiles) break;
-        unsigned a[4];
-        const __half* row = sm.x + (m * 16 + lane % 16) * kXPitch + p * 32 + (lane / 16) * 8;
-        LoadMatrix(a, row);
-        Mma(acc[m], a, w.x, w.y);
-        LoadMatrix(a, row + 16);
-        Mma(acc[m], a, w.z, w.w);
-      }
-    }
+    for (int p = 0; p < 32; p++) MmaPair(acc, sm.x, p * 32, packed[p * 32 + lane], mTiles, lane);
     ProxyFence();
     __syncwarp();
     *slotParity ^= 1;
@@ -687,51 +669,25 @@ __device__ inline void Head(const Step& st, const Shared& sm, unsigned* slotPari
         if (n >= kVocab) continue;
         const float logit = Round(Round(acc[m][i]) + __half2float(st.logitsBias[n]));
         const int k = m * 2 + i / 2;
-        if (logit > best[k] || (logit == best[k] && n < bestId[k])) {
-          best[k] = logit;
-          bestId[k] = n;
-        }
+        best[k] = max(best[k], RankKey(logit, n));
       }
     }
   }
   // The four lanes of a row, then the warps.
 #pragma unroll
   for (int k = 0; k < 4; k++) {
-    for (int o = 1; o < 4; o <<= 1) {
-      const float v = __shfl_xor_sync(0xffffffffu, best[k], o);
-      const int id = __shfl_xor_sync(0xffffffffu, bestId[k], o);
-      if (v > best[k] || (v == best[k] && id < bestId[k])) {
-        best[k] = v;
-        bestId[k] = id;
-      }
-    }
+    for (int o = 1; o < 4; o <<= 1) best[k] = max(best[k], __shfl_xor_sync(0xffffffffu, best[k], o));
   }
-  float* values = sm.scratch;                            // [warps][32]
-  int* ids = reinterpret_cast<int*>(sm.scratch + kWarps * 32);  // [warps][32]
+  unsigned long long* keys = reinterpret_cast<unsigned long long*>(sm.scratch);  // [warps][32]
   if (lane % 4 == 0) {
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-      const int r = (k / 2) * 16 + (k % 2) * 8 + lane / 4;
-      values[warp * 32 + r] = best[k];
-      ids[warp * 32 + r] = bestId[k];
-    }
+    for (int k = 0; k < 4; k++) keys[warp * 32 + (k / 2) * 16 + (k % 2) * 8 + lane / 4] = best[k];
   }
   __syncthreads();
   if (threadIdx.x < st.rows) {
-    float v = -INFINITY;
-    int id = 0x7fffffff;
-    for (int w = 0; w < kWarps; w++) {
-      const float x = values[w * 32 + threadIdx.x];
-      const int i = ids[w * 32 + threadIdx.x];
-      if (x > v || (x == v && i < id)) {
-        v = x;
-        id = i;
-      }
-    }
-    // Ordered so that the largest key is the largest logit, the lowest token among equals.
-    unsigned bits = __float_as_uint(v);
-    bits = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-    st.best[blockIdx.x * kMaxRows + threadIdx.x] = (static_cast<unsigned long long>(bits) << 32) | static_cast<unsigned>(~id);
+    unsigned long long key = 0;
+    for (int w = 0; w < kWarps; w++) key = max(key, keys[w * 32 + threadIdx.x]);
+    st.best[blockIdx.x * kMaxRows + threadIdx.x] = key;
   }
 }
 
@@ -754,7 +710,7 @@ __device__ inline void TakeTokens(const Step& st, int* tokens, int blocks, int s
   }
   for (int o = 1; o < 8; o <<= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
   if (r < st.rows && part == 0) {
-    const int id = static_cast<int>(~static_cast<unsigned>(best));
+    const int id = TokenOf(best);
     tokens[r] = id;
     if (blockIdx.x == 0) {
       st.tokens[r] = id;
@@ -786,17 +742,9 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
   int traced = 0;
   const auto sync = [&]() {
     GridBarrier(st.barrier, (++barriers) * blocks);
-    if (st.trace != nullptr && blockIdx.x == 0 && threadIdx.x == 0 && traced < 11 * kLayers + 4) {
-      unsigned long long now;
-      asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
-      st.trace[traced++] = now;
-    }
+    if (st.trace != nullptr && blockIdx.x == 0 && threadIdx.x == 0 && traced < 11 * kLayers + 4) st.trace[traced++] = Clock();
   };
-  if (st.trace != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
-    unsigned long long now;
-    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
-    st.trace[traced++] = now;
-  }
+  if (st.trace != nullptr && blockIdx.x == 0 && threadIdx.x == 0) st.trace[traced++] = Clock();
   const int rows = st.rows;
   const Share wide = ShareOf(384, blocks);
   const Share square = ShareOf(128, blocks);
@@ -808,11 +756,7 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
   int marks = 0;
   int markLayer = -1;
   const auto mark = [&]() {
-    if (st.trace != nullptr && markLayer == 6 && blockIdx.x == 0 && threadIdx.x == 0 && marks < 32) {
-      unsigned long long now;
-      asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
-      st.trace[200 + marks++] = now;
-    }
+    if (st.trace != nullptr && markLayer == 6 && blockIdx.x == 0 && threadIdx.x == 0 && marks < 32) st.trace[200 + marks++] = Clock();
   };
   const auto rowOf = [](const __half* base) { return [base](int r) { return base + static_cast<size_t>(r) * kD; }; };
   __shared__ int tokens[kMaxRows];
