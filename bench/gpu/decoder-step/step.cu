@@ -113,12 +113,13 @@ __device__ inline void LoadMatrix(unsigned* a, const __half* p) {
 
 // One packed weight vector `w` (two k16 steps of an n8 tile, this lane's B fragments) against X's
 // inputs k.. k + 32 for the first mTiles m16 tiles of rows, summed into acc[m].
-__device__ inline void MmaPair(float (*acc)[4], const __half* x, int k, uint4 w, int mTiles, int lane) {
+// `pitch`: halves a row of X.
+__device__ inline void MmaPair(float (*acc)[4], const __half* x, int k, uint4 w, int mTiles, int lane, int pitch = kXPitch) {
 #pragma unroll
   for (int m = 0; m < 2; m++) {
     if (m >= mTiles) break;
     unsigned a[4];
-    const __half* row = x + (m * 16 + lane % 16) * kXPitch + k + (lane / 16) * 8;
+    const __half* row = x + (m * 16 + lane % 16) * pitch + k + (lane / 16) * 8;
     LoadMatrix(a, row);
     Mma(acc[m], a, w.x, w.y);
     LoadMatrix(a, row + 16);
@@ -185,6 +186,13 @@ struct Layer {
   const __half* norm3Bias;
   __half* selfKey;  // [rows][heads][capacity][64]
   __half* selfValue;
+  // The same weights packed for the clustered step: block b's share of a product contiguous, at b x its bytes.
+  const uint4* qkvChunks;
+  const uint4* outChunks;
+  const uint4* crossQueryChunks;
+  const uint4* crossOutChunks;
+  const uint4* fc1Chunks;
+  const uint4* fc2Chunks;
   const __half* crossKey;  // [rows][heads][source][64]
   const __half* crossValue;
 };
@@ -209,6 +217,8 @@ struct Step {
   __half* hidden;       // [rows][4096]
   float* fc2Partial;    // [4][rows][1024]
   unsigned* fc2Arrived; // [32]
+  __half* sum;          // [rows][1024] a split product's sums with the residual: the next norm's input (clustered step)
+  float* partials;      // [16 clusters][8 blocks][32 rows][64] (clustered step)
   unsigned long long* best;  // [blocks][32]: each block's best candidate a row (RankKey)
   unsigned* barrier;
   unsigned long long* trace;  // [240]: block 0's clock leaving each barrier of a step, and at marks inside layer 6 from [200] (null: none)
@@ -445,15 +455,15 @@ __device__ inline void Product(const Shared& sm, Share s, uint64_t* bar, unsigne
   }
 }
 
-// Self-attention: warp w < 4 of block b takes (row, head) pair b + w x blocks. Its slot's keys and values
+// Self-attention: warp w < 4 takes (row, head) pair first + w x stride (pair = row x heads + head). Its slot's keys and values
 // before the row's position are bulk-copied into a 32 KB region of its own (the free weight buffer, then
 // X); the new key and value go to the slot and to the region from q/k/v. Then 8 lanes a position score
 // (16 bytes a lane), softmax in float32, and each lane sums two dimensions of the values.
 __device__ inline void SelfAttention(const Step& st, const Layer& L, const Shared& sm, unsigned char* region0, unsigned char* region1,
-                                     unsigned* parity, int step) {
+                                     unsigned* parity, int step, int first, int stride) {
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int pair = blockIdx.x + warp * gridDim.x;
+  const int pair = first + warp * stride;
   if (warp >= 4 || pair >= st.rows * kHeads) return;
   float* scores = sm.scratch + warp * 256;
   uint64_t* bar = sm.bars + 12 + warp;
@@ -472,8 +482,8 @@ __device__ inline void SelfAttention(const Step& st, const Layer& L, const Share
     }
   }
   const __half* q = st.qkv + static_cast<size_t>(r) * 3 * kD + h * kHeadDim;
-  const __half2 kNew = reinterpret_cast<const __half2*>(q + kD)[lane];
-  const __half2 vNew = reinterpret_cast<const __half2*>(q + 2 * kD)[lane];
+  const __half2 kNew = __ldcg(reinterpret_cast<const __half2*>(q + kD) + lane);
+  const __half2 vNew = __ldcg(reinterpret_cast<const __half2*>(q + 2 * kD) + lane);
   reinterpret_cast<__half2*>(L.selfKey + base + static_cast<size_t>(position) * kHeadDim)[lane] = kNew;
   reinterpret_cast<__half2*>(L.selfValue + base + static_cast<size_t>(position) * kHeadDim)[lane] = vNew;
   reinterpret_cast<__half2*>(keys + position * kHeadDim)[lane] = kNew;
@@ -483,7 +493,7 @@ __device__ inline void SelfAttention(const Step& st, const Layer& L, const Share
   const int part = lane % 8;
   const int group = lane / 8;
   float qf[8];
-  Widen8(reinterpret_cast<const uint4*>(q)[part], qf);
+  Widen8(__ldcg(reinterpret_cast<const uint4*>(q) + part), qf);
   MbarWait(bar, *parity);
   *parity ^= 1;
   __syncwarp();
@@ -540,12 +550,12 @@ __device__ inline void PrefetchCross(const Step& st, const Layer& L) {
   }
 }
 
-// Cross-attention: this block's (row, head) pairs, each pair's keys and values (32 KB each, head-major)
+// Cross-attention: `count` (row, head) pairs from `first`, `stride` apart, each pair's keys and values (32 KB each, head-major)
 // copied into shared memory in two stages while the block works on the stage before.
-__device__ inline void CrossAttention(const Step& st, const Layer& L, const Shared& sm, unsigned char* stage0, unsigned char* stage1, unsigned* parity) {
+__device__ inline void CrossAttention(const Step& st, const Layer& L, const Shared& sm, unsigned char* stage0, unsigned char* stage1, unsigned* parity,
+                               int first, int stride, int count) {
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int pairs = st.rows * kHeads;
   const int S = st.source;
   const unsigned pairBytes = S * kHeadDim * 2;
   unsigned char* stages[2] = {stage0, stage1};
@@ -557,10 +567,10 @@ __device__ inline void CrossAttention(const Step& st, const Layer& L, const Shar
     BulkCopy(stages[which], L.crossKey + offset, pairBytes, &bars[which]);
     BulkCopy(stages[which] + pairBytes, L.crossValue + offset, pairBytes, &bars[which]);
   };
-  int round = 0;
-  for (int pair = blockIdx.x; pair < pairs; pair += gridDim.x, round++) {
+  for (int round = 0; round < count; round++) {
+    const int pair = first + round * stride;
     if (round == 0) issue(pair, 0);
-    if (pair + gridDim.x < pairs) issue(pair + gridDim.x, (round + 1) % 2);
+    if (round + 1 < count) issue(pair + stride, (round + 1) % 2);
     const int which = round % 2;
     MbarWait(&bars[which], parity[which]);
     parity[which] ^= 1;
@@ -571,7 +581,7 @@ __device__ inline void CrossAttention(const Step& st, const Layer& L, const Shar
     const int part = lane % 8;
     const int group = lane / 8;
     float qf[8];
-    Widen8(reinterpret_cast<const uint4*>(st.query + static_cast<size_t>(r) * kD + h * kHeadDim)[part], qf);
+    Widen8(__ldcg(reinterpret_cast<const uint4*>(st.query + static_cast<size_t>(r) * kD + h * kHeadDim) + part), qf);
     float* scores = sm.scratch;  // S floats
     float* reduce = sm.scratch + 512;  // warps x 64 floats, then maxima and sums
     // Warp w scores positions w, w + 8, ... four at a time.
@@ -824,7 +834,7 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
       mark();  // 1: product done
       sync();
       mark();  // 2
-      SelfAttention(st, L, sm, sm.buffer[0], reinterpret_cast<unsigned char*>(sm.x), &selfParity, step);
+      SelfAttention(st, L, sm, sm.buffer[0], reinterpret_cast<unsigned char*>(sm.x), &selfParity, step, blockIdx.x, gridDim.x);
       if (prefetchCross) PrefetchCross(st, L);
       mark();  // 3: self-attention done
       sync();
@@ -849,7 +859,8 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
       mark();  // 9: product done
       sync();
       mark();  // 10
-      CrossAttention(st, L, sm, sm.buffer[0], reinterpret_cast<unsigned char*>(sm.x), crossParity);
+      CrossAttention(st, L, sm, sm.buffer[0], reinterpret_cast<unsigned char*>(sm.x), crossParity, blockIdx.x, gridDim.x,
+                     (rows * kHeads - static_cast<int>(blockIdx.x) + gridDim.x - 1) / gridDim.x);
       mark();  // 11: cross-attention done
       sync();
       mark();  // 12
@@ -921,6 +932,355 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
   }
   // The last prefetch was for a step that does not come: let it land before the block ends.
   if (wide.count > 0) MbarWait(&bars[0], parity[0]);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The clustered step: 128 blocks in clusters of 8, cluster c taking head c, with 6 barriers over the grid
+// a layer instead of 11. A layer's phases, with the barriers between them:
+//   q/k/v of head c (three n8 tiles a block), a cluster barrier, self-attention of head c for rows 4j..
+//   (block j of the cluster) | out: the cluster's 64 output columns, block j over inputs 128j.. (heads 2j,
+//   2j + 1), its partial sums added in order by the cluster after a cluster barrier, with the bias and the
+//   residual | every block copies the sums in (multicast within the cluster: block j copies rows 4j..) and
+//   takes the norm itself; the cross query of head c (a tile a block), a cluster barrier, cross-attention
+//   of head c for rows 4j.. | cross out, as out | the norm, fc1 with GELU (the cluster's 256 columns) |
+//   fc2: the cluster's 64 output columns, block j over inputs 512j.., added as out's | the norm.
+// Each block keeps columns 8b.. 8b + 8 of each norm's output: the residual that the block's share of the
+// next split product's sums adds.
+
+constexpr int kCluster = 8;
+constexpr int kClusterBlocks = kHeads * kCluster;
+constexpr int kSplitPitch = 128 + 8;  // halves a row of out's inputs in shared memory
+constexpr int kFc2Pitch = 512 + 8;    // halves a row of fc2's inputs
+
+__device__ inline unsigned ClusterRank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+__device__ inline unsigned ClusterId() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+  return r;
+}
+
+// Every thread of every block of the cluster; writes before it are seen after it across the cluster.
+__device__ inline void ClusterBarrier() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// Generic writes to global memory before it are seen by bulk copies after the next synchronization.
+__device__ inline void GlobalProxyFence() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+
+// A bulk copy into the same offset of every cluster block's shared memory; each block's `bar` takes the bytes.
+__device__ inline void MulticastCopy(void* to, const void* from, unsigned bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;" ::"r"(SharedAddress(to)),
+               "l"(from), "r"(bytes), "r"(SharedAddress(bar)), "h"(static_cast<unsigned short>((1u << kCluster) - 1))
+               : "memory");
+}
+
+// All 32 rows (rowOf(r), 2 KB each) into `to`, `pitch` halves a row, in every block of the cluster: block j
+// copies rows 4j.. 4j + 3 to all of them, and each block's `bar` expects all 32.
+template <class RowOf>
+__device__ inline void MulticastRows(__half* to, int pitch, RowOf rowOf, uint64_t* bar) {
+  if (threadIdx.x >= kMaxRows / kCluster) return;
+  if (threadIdx.x == 0) MbarExpect(bar, kMaxRows * kD * 2);
+  const int r = static_cast<int>(ClusterRank()) * (kMaxRows / kCluster) + threadIdx.x;
+  GlobalProxyFence();
+  MulticastCopy(to + r * pitch, rowOf(r), kD * 2, bar);
+}
+
+// `bytes` of each of the 32 rows (rowOf(r)) into `to`, `pitch` halves a row, in this block only.
+template <class RowOf>
+__device__ inline void StageRows(__half* to, int pitch, RowOf rowOf, unsigned bytes, uint64_t* bar) {
+  if (threadIdx.x >= 32) return;
+  if (threadIdx.x == 0) MbarExpect(bar, kMaxRows * bytes);
+  __syncwarp();
+  GlobalProxyFence();
+  BulkCopy(to + threadIdx.x * pitch, rowOf(threadIdx.x), bytes, bar);
+}
+
+// X = LayerNorm(X) (or of X + other, rounded to half first), in every block: warp w takes rows w, w + 8,
+// ...; float32, rounded once. Columns 8b.. 8b + 8 of the result go to `keep` ([row][8]).
+__device__ inline void NormLocal(__half* x, const __half* other, int otherPitch, const __half* gain, const __half* bias, __half* keep) {
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  uint4 gv[4], cv[4];
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    gv[i] = reinterpret_cast<const uint4*>(gain)[lane + 32 * i];
+    cv[i] = reinterpret_cast<const uint4*>(bias)[lane + 32 * i];
+  }
+#pragma unroll 1
+  for (int r = warp; r < kMaxRows; r += kWarps) {
+    __half* row = x + r * kXPitch;
+    float h[32];
+    float sum = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const uint4 av = *reinterpret_cast<const uint4*>(row + 8 * (lane + 32 * i));
+      const __half* a = reinterpret_cast<const __half*>(&av);
+      if (other != nullptr) {
+        const uint4 bv = *reinterpret_cast<const uint4*>(other + r * otherPitch + 8 * (lane + 32 * i));
+        const __half* b = reinterpret_cast<const __half*>(&bv);
+#pragma unroll
+        for (int e = 0; e < 8; e++) h[8 * i + e] = RoundedSum(a[e], b[e]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) h[8 * i + e] = __half2float(a[e]);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; e++) sum += h[8 * i + e];
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const float mean = sum / kD;
+    float squares = 0;
+#pragma unroll
+    for (int i = 0; i < 32; i++) squares += (h[i] - mean) * (h[i] - mean);
+    for (int o = 16; o > 0; o >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, o);
+    const float scale = rsqrtf(squares / kD + 1e-5f);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const __half* g = reinterpret_cast<const __half*>(&gv[i]);
+      const __half* c = reinterpret_cast<const __half*>(&cv[i]);
+      uint4 result;
+      __half* y = reinterpret_cast<__half*>(&result);
+#pragma unroll
+      for (int e = 0; e < 8; e++) y[e] = Normed(h[8 * i + e], mean, scale, g[e], c[e]);
+      *reinterpret_cast<uint4*>(row + 8 * (lane + 32 * i)) = result;
+    }
+  }
+  __syncthreads();
+  keep[threadIdx.x] = x[(threadIdx.x / 8) * kXPitch + 8 * blockIdx.x + threadIdx.x % 8];
+  ProxyFence();
+  __syncthreads();
+}
+
+// A product of the clustered step: this block's `count` n8 tiles of `pairs` k32 pairs each (packed
+// [tile][pair][lane]) in `buffer`, times X (`pitch` halves a row; the tiles' inputs from its column 0).
+// Items of four pairs of one tile go round the warps; an item's sums overwrite its own weights, then the
+// block adds each tile's items in order and hands (tile, row, column in the tile, sum) to `out`.
+template <class Out>
+__device__ inline void ChunkProduct(unsigned char* buffer, uint64_t* bar, unsigned parity, int count, int pairs, const __half* x, int pitch, Out out) {
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int quads = pairs / 4;
+  MbarWait(bar, parity);
+  for (int item = warp; item < count * quads; item += kWarps) {
+    const int t = item / quads;
+    const int s = item % quads;
+    unsigned char* at = buffer + (static_cast<size_t>(t) * pairs + 4 * s) * 512;
+    const uint4* packed = reinterpret_cast<const uint4*>(at);
+    uint4 w[4];
+#pragma unroll
+    for (int p = 0; p < 4; p++) w[p] = packed[p * 32 + lane];
+    float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+    for (int p = 0; p < 4; p++) MmaPair(acc, x, (4 * s + p) * 32, w[p], 2, lane, pitch);
+    __syncwarp();
+    float* sums = reinterpret_cast<float*>(at);
+#pragma unroll
+    for (int m = 0; m < 2; m++) {
+      const int r = m * 16 + lane / 4;
+      const int c = (lane % 4) * 2;
+      sums[r * 8 + c] = acc[m][0];
+      sums[r * 8 + c + 1] = acc[m][1];
+      sums[(r + 8) * 8 + c] = acc[m][2];
+      sums[(r + 8) * 8 + c + 1] = acc[m][3];
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < count * kMaxRows * 8; i += kThreads) {
+    const int t = i / (kMaxRows * 8);
+    const int r = (i / 8) % kMaxRows;
+    const int c = i % 8;
+    float v = 0;
+    for (int s = 0; s < quads; s++) v += reinterpret_cast<const float*>(buffer + (static_cast<size_t>(t) * pairs + 4 * s) * 512)[r * 8 + c];
+    out(t, r, c, v);
+  }
+  ProxyFence();
+  __syncthreads();
+}
+
+// Bytes a block's share of each product takes.
+constexpr unsigned kQkvChunk = 3 * 32 * 512;
+constexpr unsigned kSplitChunk = 8 * 4 * 512;
+constexpr unsigned kQueryChunk = 32 * 512;
+constexpr unsigned kFc1Chunk = 4 * 32 * 512;
+constexpr unsigned kFc2Chunk = 8 * 16 * 512;
+
+__global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __restrict__ step_, int steps, unsigned barrierBase) {
+  const Step& st = *step_;
+  extern __shared__ __align__(128) unsigned char shared[];
+  __shared__ __align__(8) uint64_t bars[18];
+  __shared__ __half keep[kMaxRows * 8];
+  __shared__ int tokens[kMaxRows];
+  Shared sm;
+  sm.buffer[0] = shared;
+  sm.buffer[1] = shared + kBufferBytes;
+  sm.x = reinterpret_cast<__half*>(shared + 2 * kBufferBytes);
+  sm.scratch = reinterpret_cast<float*>(shared + 2 * kBufferBytes + kXBytes);
+  sm.bars = bars;
+  if (threadIdx.x < 18) MbarInit(&bars[threadIdx.x]);
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  __syncthreads();
+  ClusterBarrier();  // every block's barriers are ready before any block multicasts into it
+  const int c = static_cast<int>(ClusterId());
+  const int j = static_cast<int>(ClusterRank());
+  unsigned parity[2] = {0, 0};
+  unsigned crossParity[2] = {0, 0};
+  unsigned headParity = 0, selfParity = 0, xParity = 0, positionParity = 0;
+  unsigned barriers = barrierBase;
+  const unsigned blocks = gridDim.x;
+  int traced = 0;
+  const auto sync = [&]() {
+    GlobalProxyFence();
+    GridBarrier(st.barrier, (++barriers) * blocks);
+    if (st.trace != nullptr && blockIdx.x == 0 && threadIdx.x == 0 && traced < 6 * kLayers + 2) st.trace[traced++] = Clock();
+  };
+  if (st.trace != nullptr && blockIdx.x == 0 && threadIdx.x == 0) st.trace[traced++] = Clock();
+  int marks = 0;
+  int markLayer = -1;
+  const auto mark = [&]() {
+    if (st.trace != nullptr && markLayer == 6 && blockIdx.x == 0 && threadIdx.x == 0 && marks < 32) st.trace[200 + marks++] = Clock();
+  };
+  const auto rowOf = [](const __half* base) { return [base](int r) { return base + static_cast<size_t>(r) * kD; }; };
+  const auto prefetch = [&](const uint4* chunks, unsigned bytes, int which) {
+    if (threadIdx.x != 0) return;
+    MbarExpect(&bars[which], bytes);
+    BulkCopy(sm.buffer[which], reinterpret_cast<const unsigned char*>(chunks) + static_cast<size_t>(blockIdx.x) * bytes, bytes, &bars[which]);
+  };
+  const auto product = [&](int which, int count, int pairs, const __half* x, int pitch, auto out) {
+    ChunkProduct(sm.buffer[which], &bars[which], parity[which], count, pairs, x, pitch, out);
+    parity[which] ^= 1;
+  };
+  const auto waitX = [&]() {
+    MbarWait(&bars[16], xParity);
+    xParity ^= 1;
+    __syncthreads();
+  };
+  // A split product's sums: each block's partials ([cluster][block][row][64]), then block j adds the
+  // cluster's eight in order for columns 64c + 8j.., rounds with the bias, and adds the residual it kept.
+  const auto partial = [&](int t, int r, int cc, float v) { st.partials[((c * kCluster + j) * kMaxRows + r) * 64 + 8 * t + cc] = v; };
+  const auto splitSums = [&](const __half* bias) {
+    __threadfence();
+    ClusterBarrier();
+    const int r = threadIdx.x / 8;
+    const int cc = threadIdx.x % 8;
+    const int n = 64 * c + 8 * j + cc;
+    float v = 0;
+#pragma unroll
+    for (int q = 0; q < kCluster; q++) v += __ldcg(&st.partials[((c * kCluster + q) * kMaxRows + r) * 64 + 8 * j + cc]);
+    const float y = Round(v + __half2float(bias[n]));
+    st.sum[r * kD + n] = __float2half_rn(y + __half2float(keep[r * 8 + cc]));
+  };
+  const auto normSum = [&](const __half* gain, const __half* bias) {
+    MulticastRows(sm.x, kXPitch, rowOf(st.sum), &bars[16]);
+    waitX();
+    NormLocal(sm.x, nullptr, 0, gain, bias, keep);
+  };
+  prefetch(st.layers[0].qkvChunks, kQkvChunk, 0);
+  for (int step = 0; step < steps; step++) {
+    if (step == 0) {
+      if (threadIdx.x < kMaxRows) tokens[threadIdx.x] = st.tokens[threadIdx.x];
+    } else {
+      TakeTokens(st, tokens, blocks, step - 1);
+    }
+    __syncthreads();
+    // The embedded tokens into X and their positions into buffer 1, then the embedding's norm.
+    MulticastRows(sm.x, kXPitch, [&](int r) { return st.embed + static_cast<size_t>(tokens[r]) * kD; }, &bars[16]);
+    MulticastRows(reinterpret_cast<__half*>(sm.buffer[1]), kD, [&](int r) { return st.positions + static_cast<size_t>(st.lengths[r] + step + 2) * kD; },
+                  &bars[17]);
+    MbarWait(&bars[17], positionParity);
+    positionParity ^= 1;
+    waitX();
+    NormLocal(sm.x, reinterpret_cast<const __half*>(sm.buffer[1]), kD, st.embedNormGain, st.embedNormBias, keep);
+    for (int l = 0; l < kLayers; l++) {
+      const Layer& L = st.layers[l];
+      const Layer* next = l + 1 < kLayers ? &st.layers[l + 1] : nullptr;
+      markLayer = l;
+      marks = 0;
+      mark();  // 0: X holds the layer's input
+      prefetch(L.outChunks, kSplitChunk, 1);
+      product(0, 3, 32, sm.x, kXPitch, [&](int t, int r, int cc, float v) {
+        const int g = 3 * j + t;
+        const int n = (g / 8) * kD + 64 * c + 8 * (g % 8) + cc;
+        st.qkv[r * 3 * kD + n] = __float2half_rn(Round(v + __half2float(L.qkvBias[n])));
+      });
+      __threadfence();
+      ClusterBarrier();
+      mark();  // 1: q/k/v
+      SelfAttention(st, L, sm, sm.buffer[0], reinterpret_cast<unsigned char*>(sm.x), &selfParity, step, 64 * j + c, kHeads);
+      mark();  // 2: self-attention
+      sync();
+      mark();  // 3
+      prefetch(L.crossQueryChunks, kQueryChunk, 0);
+      StageRows(sm.x, kSplitPitch, [&](int r) { return st.attention + static_cast<size_t>(r) * kD + 128 * j; }, 256, &bars[16]);
+      waitX();
+      product(1, 8, 4, sm.x, kSplitPitch, partial);
+      splitSums(L.outBias);
+      mark();  // 4: out
+      sync();
+      mark();  // 5
+      prefetch(L.crossOutChunks, kSplitChunk, 1);
+      normSum(L.norm1Gain, L.norm1Bias);
+      mark();  // 6: norm
+      product(0, 1, 32, sm.x, kXPitch, [&](int, int r, int cc, float v) {
+        const int n = 64 * c + 8 * j + cc;
+        st.query[r * kD + n] = __float2half_rn(Round(v + __half2float(L.crossQueryBias[n])));
+      });
+      __threadfence();
+      ClusterBarrier();
+      mark();  // 7: cross query
+      CrossAttention(st, L, sm, sm.buffer[0], reinterpret_cast<unsigned char*>(sm.x), crossParity, 64 * j + c, kHeads, kMaxRows / kCluster);
+      mark();  // 8: cross-attention
+      sync();
+      mark();  // 9
+      prefetch(L.fc1Chunks, kFc1Chunk, 0);
+      StageRows(sm.x, kSplitPitch, [&](int r) { return st.attention + static_cast<size_t>(r) * kD + 128 * j; }, 256, &bars[16]);
+      waitX();
+      product(1, 8, 4, sm.x, kSplitPitch, partial);
+      splitSums(L.crossOutBias);
+      mark();  // 10: cross out
+      sync();
+      mark();  // 11
+      prefetch(L.fc2Chunks, kFc2Chunk, 1);
+      normSum(L.norm2Gain, L.norm2Bias);
+      mark();  // 12: norm
+      product(0, 4, 32, sm.x, kXPitch, [&](int t, int r, int cc, float v) {
+        const int n = 256 * c + 32 * j + 8 * t + cc;
+        st.hidden[r * kF + n] = __float2half_rn(Gelu(Round(v + __half2float(L.fc1Bias[n]))));
+      });
+      mark();  // 13: fc1
+      sync();
+      mark();  // 14
+      if (next != nullptr) prefetch(next->qkvChunks, kQkvChunk, 0);
+      StageRows(sm.x, kFc2Pitch, [&](int r) { return st.hidden + static_cast<size_t>(r) * kF + 512 * j; }, 1024, &bars[16]);
+      waitX();
+      product(1, 8, 16, sm.x, kFc2Pitch, partial);
+      splitSums(L.fc2Bias);
+      mark();  // 15: fc2
+      sync();
+      mark();  // 16
+      normSum(L.norm3Gain, L.norm3Bias);
+      mark();  // 17: norm
+    }
+    markLayer = -1;
+    // The head over the last layer's normed output (block 0 also writes it out, for the check).
+    if (blockIdx.x == 0) {
+      for (int i = threadIdx.x; i < kMaxRows * kD / 8; i += kThreads)
+        reinterpret_cast<uint4*>(st.residual[0])[i] = *reinterpret_cast<const uint4*>(sm.x + (i / (kD / 8)) * kXPitch + 8 * (i % (kD / 8)));
+    }
+    Head(st, sm, &headParity);
+    sync();
+    prefetch(st.layers[0].qkvChunks, kQkvChunk, 0);
+  }
+  if (blockIdx.x == 0) {
+    TakeTokens(st, tokens, blocks, steps - 1);
+    if (threadIdx.x < kMaxRows) st.lengths[threadIdx.x] += steps;
+  }
+  MbarWait(&bars[0], parity[0]);
+  ClusterBarrier();  // no block leaves while a peer may still multicast into it
 }
 
 // Only barriers: what one costs over the grid.
@@ -1077,6 +1437,41 @@ __global__ void PackTiles(const __half* w, int N, int K, uint4* packed, int tile
   }
 }
 
+// Packs w [N][K] for the clustered step: block b's `count` n8 tiles of kLen inputs each, contiguous
+// ([b][tile][pair][lane], pairs of 16-wide input steps as PackTiles). `mode` says which outputs and inputs
+// block b = 8c + j's tile t takes: 0 q/k/v (tile 3j + t of head c's 24: q's 8, k's, v's), 1 a split product
+// (columns 64c + 8t.., inputs kLen j..), 2 the cross query (columns 64c + 8j..), 3 fc1 (columns 256c + 32j + 8t..).
+__global__ void PackChunks(const __half* w, int K, uint4* packed, int count, int kLen, int mode) {
+  const int b = blockIdx.x;
+  const int t = blockIdx.y;
+  const int c = b / kCluster;
+  const int j = b % kCluster;
+  int n0 = 0, k0 = 0;
+  if (mode == 0) {
+    const int g = 3 * j + t;
+    n0 = (g / 8) * kD + 64 * c + 8 * (g % 8);
+  } else if (mode == 1) {
+    n0 = 64 * c + 8 * t;
+    k0 = j * kLen;
+  } else if (mode == 2) {
+    n0 = 64 * c + 8 * j;
+  } else {
+    n0 = 256 * c + 32 * j + 8 * t;
+  }
+  const int pairs = kLen / 32;
+  uint4* out = packed + (static_cast<size_t>(b) * count + t) * pairs * 32;
+  for (int i = threadIdx.x; i < pairs * 32; i += blockDim.x) {
+    const int p = i / 32;
+    const int lane = i % 32;
+    const int n = n0 + lane / 4;
+    const int k = k0 + p * 32 + (lane % 4) * 2;
+    __half v[8];
+    const int ks[8] = {k, k + 1, k + 8, k + 9, k + 16, k + 17, k + 24, k + 25};
+    for (int e = 0; e < 8; e++) v[e] = w[static_cast<size_t>(n) * K + ks[e]];
+    out[i] = *reinterpret_cast<uint4*>(v);
+  }
+}
+
 template <typename T>
 T* Alloc(size_t n) {
   T* p = nullptr;
@@ -1094,6 +1489,12 @@ __half* RandomHalves(size_t n, float center, float spread) {
 uint4* Pack(const __half* w, int N, int K, int tiles, int mode) {
   uint4* p = Alloc<uint4>(static_cast<size_t>(tiles) * 1024);
   PackTiles<<<tiles, 256>>>(w, N, K, p, tiles, mode);
+  return p;
+}
+
+uint4* PackChunked(const __half* w, int K, int count, int kLen, int mode) {
+  uint4* p = Alloc<uint4>(static_cast<size_t>(kClusterBlocks) * count * kLen);
+  PackChunks<<<dim3(kClusterBlocks, count), 256>>>(w, K, p, count, kLen, mode);
   return p;
 }
 
@@ -1136,6 +1537,12 @@ int main(int argc, char** argv) {
     L.crossOut = Pack(N.crossOut, kD, kD, 128, 0);
     L.fc1 = Pack(N.fc1, kF, kD, 512, 0);
     L.fc2 = Pack(N.fc2, kD, kF, 512, 1);
+    L.qkvChunks = PackChunked(N.qkv, kD, 3, 1024, 0);
+    L.outChunks = PackChunked(N.out, kD, 8, 128, 1);
+    L.crossQueryChunks = PackChunked(N.crossQuery, kD, 1, 1024, 2);
+    L.crossOutChunks = PackChunked(N.crossOut, kD, 8, 128, 1);
+    L.fc1Chunks = PackChunked(N.fc1, kD, 4, 1024, 3);
+    L.fc2Chunks = PackChunked(N.fc2, kF, 8, 512, 1);
     L.qkvBias = RandomHalves(3 * kD, 0, 0.05f);
     L.outBias = RandomHalves(kD, 0, 0.05f);
     L.crossQueryBias = RandomHalves(kD, 0, 0.05f);
@@ -1179,6 +1586,8 @@ int main(int argc, char** argv) {
   st.query = Alloc<__half>(rows * kD);
   st.hidden = Alloc<__half>(rows * kF);
   st.fc2Partial = Alloc<float>(4 * rows * kD);
+  st.sum = Alloc<__half>(rows * kD);
+  st.partials = Alloc<float>(static_cast<size_t>(kClusterBlocks) * kMaxRows * 64);
   st.fc2Arrived = Alloc<unsigned>(32);
   st.best = Alloc<unsigned long long>(blocks * kMaxRows);
   st.barrier = Alloc<unsigned>(1);
@@ -1246,7 +1655,41 @@ int main(int argc, char** argv) {
   int prefetchCross = 0;
   int normOnce = 0;
   int weightsL2 = 0;
+  int clustered = 0;
+  // The clustered step: 16 clusters of 8 blocks, launched cooperatively when the driver takes both.
+  Check(cudaFuncSetAttribute(ClusterStepKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes), "shared");
+  cudaLaunchAttribute clusterAttributes[2];
+  clusterAttributes[0].id = cudaLaunchAttributeClusterDimension;
+  clusterAttributes[0].val.clusterDim.x = kCluster;
+  clusterAttributes[0].val.clusterDim.y = 1;
+  clusterAttributes[0].val.clusterDim.z = 1;
+  clusterAttributes[1].id = cudaLaunchAttributeCooperative;
+  clusterAttributes[1].val.cooperative = 1;
+  cudaLaunchConfig_t clusterConfig = {};
+  clusterConfig.gridDim = dim3(kClusterBlocks);
+  clusterConfig.blockDim = dim3(kThreads);
+  clusterConfig.dynamicSmemBytes = kSharedBytes;
+  clusterConfig.attrs = clusterAttributes;
+  clusterConfig.numAttrs = 1;
+  int activeClusters = 0;
+  Check(cudaOccupancyMaxActiveClusters(&activeClusters, ClusterStepKernel, &clusterConfig), "active clusters");
+  std::printf("clusters of %d that fit at once: %d (the clustered step needs %d)\n", kCluster, activeClusters, kHeads);
+  clusterConfig.numAttrs = 2;
   const auto launch = [&](int steps, cudaStream_t stream) {
+    if (clustered) {
+      clusterConfig.stream = stream;
+      cudaError_t status = cudaLaunchKernelEx(&clusterConfig, ClusterStepKernel, const_cast<const Step*>(device), steps, barrierBase);
+      if (status != cudaSuccess && clusterConfig.numAttrs == 2) {
+        cudaGetLastError();
+        std::printf("cooperative launch with clusters refused (%s); launching without the cooperative flag (all %d blocks fit at once)\n",
+                    cudaGetErrorString(status), kClusterBlocks);
+        clusterConfig.numAttrs = 1;
+        status = cudaLaunchKernelEx(&clusterConfig, ClusterStepKernel, const_cast<const Step*>(device), steps, barrierBase);
+      }
+      Check(status, "cluster launch");
+      barrierBase += steps * (6 * kLayers + 1);
+      return;
+    }
     void* args[] = {&device, &steps, &barrierBase, &prefetchCross, &normOnce, &weightsL2};
     Check(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(StepKernel), dim3(blocks), dim3(kThreads), args, kSharedBytes, stream), "launch");
     // Barriers a step: 8 a layer (11 with a norm phase before each of the 3 products that take one), the
@@ -1264,7 +1707,7 @@ int main(int argc, char** argv) {
     // The head's input is the stream's last write; residual[cur] flips at every norm from 0: the
     // embedding's, two a layer, layers 1.. once more, the head's.
     std::vector<__half> hidden(rows * kD);
-    const int last = (1 + 2 * kLayers + (kLayers - 1) + 1) % 2;
+    const int last = clustered ? 0 : (1 + 2 * kLayers + (kLayers - 1) + 1) % 2;
     Check(cudaMemcpy(hidden.data(), st.residual[last], rows * kD * 2, cudaMemcpyDeviceToHost), "hidden");
     hiddenDiff = 0;
     for (int i = 0; i < rows * kD; i++) {
@@ -1289,15 +1732,18 @@ int main(int argc, char** argv) {
       sameUntil += s;
       for (int k = 0; k < checkSteps; k++) same += tokens[k * rows + r] == refTokens[k * rows + r];
     }
-    std::printf("check (norm once a row: %d): hidden max |diff| %.3g (max |h| %.3g); step 1 tokens %d/%d; %d steps: %d/%d tokens, %d/%d before a row's "
+    std::printf("check (%s): hidden max |diff| %.3g (max |h| %.3g); step 1 tokens %d/%d; %d steps: %d/%d tokens, %d/%d before a row's "
                 "first difference\n",
-                normOnce, hiddenDiff, hiddenMax, firstSame, rows, checkSteps, same, checkSteps * rows, sameUntil, checkSteps * rows);
+                clustered ? "clustered" : normOnce ? "norm once a row" : "norm in every block", hiddenDiff, hiddenMax, firstSame, rows, checkSteps, same, checkSteps * rows, sameUntil, checkSteps * rows);
     return firstSame == rows && hiddenDiff < 0.05;
   };
   bool ok = check();
   normOnce = 1;
   ok = check() && ok;
   normOnce = 0;
+  clustered = 1;
+  ok = check() && ok;
+  clustered = 0;
   // Logit gap of the reference's top two at step 1, to read the check by.
   double minGap = 1e9;
   for (int r = 0; r < rows; r++) {
@@ -1347,9 +1793,11 @@ int main(int argc, char** argv) {
   cudaEventCreate(&end);
   const int timedSteps = 64;
   // Variants: each row normed by every block; normed once a row; that with the next-but-one product's
-  // weights pulled into L2; that with the layer's cross caches pulled into L2 during self-attention.
-  for (int variant = 0; variant < 4; variant++) {
-    normOnce = variant > 0 ? 1 : 0;
+  // weights pulled into L2; that with the layer's cross caches pulled into L2 during self-attention; the
+  // clustered step.
+  for (int variant = 0; variant < 5; variant++) {
+    clustered = variant == 4 ? 1 : 0;
+    normOnce = variant > 0 && !clustered ? 1 : 0;
     weightsL2 = variant == 2 ? 1 : 0;
     prefetchCross = variant == 3 ? 1 : 0;
     std::vector<double> perStep, perStepOne;
@@ -1377,8 +1825,15 @@ int main(int argc, char** argv) {
     std::vector<unsigned long long> t(240);
     double sub[32] = {0};
     double phase[8] = {0}, head = 0, token = 0, total = 0;
-    const char* names[8] = {"q/k/v (with the norm before it)", "self-attention", "output product", "cross query (with norm)", "cross-attention",
-                            "cross output product", "fc1 + GELU (with norm)", "fc2"};
+    const char* plainNames[8] = {"q/k/v (with the norm before it)", "self-attention", "output product", "cross query (with norm)", "cross-attention",
+                                 "cross output product", "fc1 + GELU (with norm)", "fc2"};
+    const char* clusteredNames[6] = {"norm, q/k/v, self-attention", "output product", "norm, cross query, cross-attention", "cross output product",
+                                     "norm, fc1 + GELU", "fc2"};
+    const char* const* names = clustered ? clusteredNames : plainNames;
+    const int per = clustered ? 6 : normOnce ? 11 : 8;  // barriers a layer
+    const int phases = clustered ? 6 : 8;
+    const int markCount = clustered ? 18 : 22;
+    const bool byPhase = clustered || !normOnce;
     const int rounds = 5;
     for (int round = 0; round < rounds; round++) {
       reset(false);
@@ -1391,31 +1846,30 @@ int main(int argc, char** argv) {
       st.trace = nullptr;
       Check(cudaMemcpy(device, &st, sizeof(Step), cudaMemcpyHostToDevice), "step");
       Check(cudaMemcpy(t.data(), trace, t.size() * 8, cudaMemcpyDeviceToHost), "trace");
-      const int per = normOnce ? 11 : 8;
-      if (!normOnce) {
+      if (byPhase) {
         for (int l = 0; l < kLayers; l++)
-          for (int p = 0; p < 8; p++) phase[p] += (t[l * 8 + p + 1] - t[l * 8 + p]) / 1000.0 / rounds;
-        head += (t[8 * kLayers + 1] - t[8 * kLayers]) / 1000.0 / rounds;
+          for (int p = 0; p < per; p++) phase[p] += (t[l * per + p + 1] - t[l * per + p]) / 1000.0 / rounds;
+        head += (t[per * kLayers + 1] - t[per * kLayers]) / 1000.0 / rounds;
       }
       total += (t[per * kLayers + (normOnce ? 2 : 1)] - t[0]) / 1000.0 / rounds;
-      for (int k = 1; k < 22; k++) sub[k] += (static_cast<double>(t[200 + k]) - static_cast<double>(t[200 + k - 1])) / 1000.0 / rounds;
+      for (int k = 1; k < markCount; k++) sub[k] += (static_cast<double>(t[200 + k]) - static_cast<double>(t[200 + k - 1])) / 1000.0 / rounds;
     }
     std::sort(perStep.begin(), perStep.end());
     std::sort(perStepOne.begin(), perStepOne.end());
-    std::printf("\nnorm once a row: %s; weights two products ahead into L2: %s; cross caches into L2 ahead: %s\n| phase (block 0, barrier to barrier) | us a layer | us a step |\n| --- | --- | --- |\n",
-                normOnce ? "yes" : "no", weightsL2 ? "yes" : "no", prefetchCross ? "yes" : "no");
-    json += std::string(variant ? "," : "") + "{\"normOnce\":" + std::to_string(normOnce) + ",\"weightsL2\":" + std::to_string(weightsL2) + ",\"prefetchCross\":" + std::to_string(prefetchCross) +
+    std::printf("\n%s; norm once a row: %s; weights two products ahead into L2: %s; cross caches into L2 ahead: %s\n| phase (block 0, barrier to barrier) | us a layer | us a step |\n| --- | --- | --- |\n",
+                clustered ? "clustered step" : "one block an SM", normOnce ? "yes" : "no", weightsL2 ? "yes" : "no", prefetchCross ? "yes" : "no");
+    json += std::string(variant ? "," : "") + "{\"clustered\":" + std::to_string(clustered) + ",\"normOnce\":" + std::to_string(normOnce) + ",\"weightsL2\":" + std::to_string(weightsL2) + ",\"prefetchCross\":" + std::to_string(prefetchCross) +
             ",\"marksUs\":[";
-    for (int k = 1; k < 22; k++) json += std::string(k > 1 ? "," : "") + std::to_string(sub[k]);
+    for (int k = 1; k < markCount; k++) json += std::string(k > 1 ? "," : "") + std::to_string(sub[k]);
     json += "],\"phasesUsPerLayer\":{";
-    for (int p = 0; p < 8; p++) {
-      if (!normOnce) std::printf("| %s | %.2f | %.1f |\n", names[p], phase[p] / kLayers, phase[p]);
+    for (int p = 0; p < phases; p++) {
+      if (byPhase) std::printf("| %s | %.2f | %.1f |\n", names[p], phase[p] / kLayers, phase[p]);
       json += std::string(p ? "," : "") + "\"" + names[p] + "\":" + std::to_string(phase[p] / kLayers);
     }
-    if (!normOnce) std::printf("| head (with norm) | | %.1f |\n", head);
+    if (byPhase) std::printf("| head (with norm) | | %.1f |\n", head);
     std::printf("| step (block 0's clock) | | %.1f |\n", total);
     std::printf("marks in layer 6 (us from the mark before):");
-    for (int k = 1; k < 22; k++) std::printf(" %d:%.2f", k, sub[k]);
+    for (int k = 1; k < markCount; k++) std::printf(" %d:%.2f", k, sub[k]);
     std::printf("\n");
     std::printf("\n| steps at batch %d (bart-large shapes, source %d, from %d positions) | median ms a step | best |\n| --- | --- | --- |\n", rows, source,
                 startLength);
