@@ -72,14 +72,36 @@ __device__ inline void BulkCopy(void* to, const void* from, unsigned bytes, uint
                : "memory");
 }
 
+// A watchdog for the waits below: a block that waits for more than two seconds records where (stuck[block]:
+// 1 << 24 | the mbarrier's shared address, or 2 << 24 | the grid barrier's target) and exits, so that a hang
+// ends the kernel with a record instead of holding the GPU.
+__device__ unsigned stuck[256];
+
+__device__ inline unsigned long long WatchClock() {
+  unsigned long long now;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
+  return now;
+}
+
+__device__ inline void GiveUp(unsigned where) {
+  stuck[blockIdx.x] = where;
+  __threadfence();
+  asm volatile("exit;");
+}
+
 __device__ inline void MbarWait(uint64_t* bar, unsigned parity) {
   unsigned done = 0;
-  while (!done) {
+  unsigned long long since = 0;
+  for (unsigned spins = 0; !done; spins++) {
     asm volatile(
         "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
         : "=r"(done)
         : "r"(SharedAddress(bar)), "r"(parity)
         : "memory");
+    if ((spins & 1023) == 1023) {
+      if (since == 0) since = WatchClock();
+      else if (WatchClock() - since > 2000000000ull) GiveUp(1u << 24 | SharedAddress(bar));
+    }
   }
 }
 
@@ -93,9 +115,15 @@ __device__ inline void GridBarrier(unsigned* counter, unsigned target) {
     __threadfence();
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
     unsigned seen = 0;
-    do {
+    unsigned long long since = 0;
+    for (unsigned spins = 0;; spins++) {
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-    } while (seen < target);
+      if (seen >= target) break;
+      if ((spins & 1023) == 1023) {
+        if (since == 0) since = WatchClock();
+        else if (WatchClock() - since > 2000000000ull) GiveUp(2u << 24 | (target & 0xffffff));
+      }
+    }
     __threadfence();
   }
   __syncthreads();
@@ -221,6 +249,7 @@ struct Step {
   float* partials;      // [16 clusters][8 blocks][32 rows][64] (clustered step)
   unsigned long long* best;  // [blocks][32]: each block's best candidate a row (RankKey)
   unsigned* barrier;
+  unsigned* groupBarrier;  // [16] the clustered step's groups
   unsigned long long* trace;  // [240]: block 0's clock leaving each barrier of a step, and at marks inside layer 6 from [200] (null: none)
 };
 
@@ -935,19 +964,23 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
 }
 
 // ---------------------------------------------------------------------------------------------------
-// The clustered step: 128 blocks in clusters of 8, cluster c taking head c, with 6 barriers over the grid
-// a layer instead of 11. A layer's phases, with the barriers between them:
-//   q/k/v of head c (three n8 tiles a block), a cluster barrier, self-attention of head c for rows 4j..
-//   (block j of the cluster) | out: the cluster's 64 output columns, block j over inputs 128j.. (heads 2j,
-//   2j + 1), its partial sums added in order by the cluster after a cluster barrier, with the bias and the
-//   residual | every block copies the sums in (multicast within the cluster: block j copies rows 4j..) and
-//   takes the norm itself; the cross query of head c (a tile a block), a cluster barrier, cross-attention
-//   of head c for rows 4j.. | cross out, as out | the norm, fc1 with GELU (the cluster's 256 columns) |
-//   fc2: the cluster's 64 output columns, block j over inputs 512j.., added as out's | the norm.
+// The clustered step: 128 blocks in groups of 8, group c (blocks 8c.. 8c + 7) taking head c, with 6
+// barriers over the grid a layer instead of 11. A layer's phases, with the barriers between them:
+//   q/k/v of head c (three n8 tiles a block), a group barrier, self-attention of head c for rows 4j..
+//   (block j of the group) | out: the group's 64 output columns, block j over inputs 128j.. (heads 2j,
+//   2j + 1), its partial sums added in order by the group after a group barrier, with the bias and the
+//   residual | every block copies the sums in and takes the norm itself; the cross query of head c (a
+//   tile a block), a group barrier, cross-attention of head c for rows 4j.. | cross out, as out | the
+//   norm, fc1 with GELU (the group's 256 columns) | fc2: the group's 64 output columns, block j over
+//   inputs 512j.., added as out's | the norm.
+// The rows that every block copies in come by multicast within thread-block clusters (of 4 or 2 blocks,
+// as many as 128 blocks of fit at once: an H100 holds only 15 clusters of 8): each block of a cluster
+// copies its share of the rows into all of them. A group's barrier is a counter of its own in global
+// memory, as the grid's.
 // Each block keeps columns 8b.. 8b + 8 of each norm's output: the residual that the block's share of the
 // next split product's sums adds.
 
-constexpr int kCluster = 8;
+constexpr int kCluster = 8;  // blocks a group (a head)
 constexpr int kClusterBlocks = kHeads * kCluster;
 constexpr int kSplitPitch = 128 + 8;  // halves a row of out's inputs in shared memory
 constexpr int kFc2Pitch = 512 + 8;    // halves a row of fc2's inputs
@@ -955,12 +988,6 @@ constexpr int kFc2Pitch = 512 + 8;    // halves a row of fc2's inputs
 __device__ inline unsigned ClusterRank() {
   unsigned r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-
-__device__ inline unsigned ClusterId() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
   return r;
 }
 
@@ -972,22 +999,30 @@ __device__ inline void ClusterBarrier() {
 // Generic writes to global memory before it are seen by bulk copies after the next synchronization.
 __device__ inline void GlobalProxyFence() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
-// A bulk copy into the same offset of every cluster block's shared memory; each block's `bar` takes the bytes.
+// A bulk copy into the same offset of the shared memory of every block of a cluster of `size`; each block's
+// `bar` takes the bytes.
+template <int size>
 __device__ inline void MulticastCopy(void* to, const void* from, unsigned bytes, uint64_t* bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;" ::"r"(SharedAddress(to)),
-               "l"(from), "r"(bytes), "r"(SharedAddress(bar)), "h"(static_cast<unsigned short>((1u << kCluster) - 1))
+               "l"(from), "r"(bytes), "r"(SharedAddress(bar)), "h"(static_cast<unsigned short>((1u << size) - 1))
                : "memory");
 }
 
-// All 32 rows (rowOf(r), 2 KB each) into `to`, `pitch` halves a row, in every block of the cluster: block j
-// copies rows 4j.. 4j + 3 to all of them, and each block's `bar` expects all 32.
-template <class RowOf>
+// All 32 rows (rowOf(r), 2 KB each) into `to`, `pitch` halves a row, in every block of a cluster of `size`:
+// block k of the cluster copies rows 32k/size.. to all of them, and each block's `bar` expects all 32.
+template <int size, class RowOf>
 __device__ inline void MulticastRows(__half* to, int pitch, RowOf rowOf, uint64_t* bar) {
-  if (threadIdx.x >= kMaxRows / kCluster) return;
+  if (threadIdx.x >= kMaxRows / size) return;
   if (threadIdx.x == 0) MbarExpect(bar, kMaxRows * kD * 2);
-  const int r = static_cast<int>(ClusterRank()) * (kMaxRows / kCluster) + threadIdx.x;
+  const int r = static_cast<int>(ClusterRank()) * (kMaxRows / size) + threadIdx.x;
   GlobalProxyFence();
-  MulticastCopy(to + r * pitch, rowOf(r), kD * 2, bar);
+  MulticastCopy<size>(to + r * pitch, rowOf(r), kD * 2, bar);
+}
+
+// A barrier over the 8 blocks of this block's group: a counter of its own that only grows.
+__device__ inline void GroupBarrier(unsigned* counter, unsigned target) {
+  __threadfence();
+  GridBarrier(counter, target);
 }
 
 // `bytes` of each of the 32 rows (rowOf(r)) into `to`, `pitch` halves a row, in this block only.
@@ -1015,7 +1050,7 @@ __device__ inline void NormLocal(__half* x, const __half* other, int otherPitch,
   for (int r = warp; r < kMaxRows; r += kWarps) {
     __half* row = x + r * kXPitch;
     float h[32];
-    float sum = 0;
+    float sums[4] = {0, 0, 0, 0};  // four chains, one a 16-byte vector
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       const uint4 av = *reinterpret_cast<const uint4*>(row + 8 * (lane + 32 * i));
@@ -1030,13 +1065,15 @@ __device__ inline void NormLocal(__half* x, const __half* other, int otherPitch,
         for (int e = 0; e < 8; e++) h[8 * i + e] = __half2float(a[e]);
       }
 #pragma unroll
-      for (int e = 0; e < 8; e++) sum += h[8 * i + e];
+      for (int e = 0; e < 8; e++) sums[i] += h[8 * i + e];
     }
+    float sum = (sums[0] + sums[1]) + (sums[2] + sums[3]);
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     const float mean = sum / kD;
-    float squares = 0;
+    float squareSums[4] = {0, 0, 0, 0};
 #pragma unroll
-    for (int i = 0; i < 32; i++) squares += (h[i] - mean) * (h[i] - mean);
+    for (int i = 0; i < 32; i++) squareSums[i / 8] += (h[i] - mean) * (h[i] - mean);
+    float squares = (squareSums[0] + squareSums[1]) + (squareSums[2] + squareSums[3]);
     for (int o = 16; o > 0; o >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, o);
     const float scale = rsqrtf(squares / kD + 1e-5f);
 #pragma unroll
@@ -1109,7 +1146,21 @@ constexpr unsigned kQueryChunk = 32 * 512;
 constexpr unsigned kFc1Chunk = 4 * 32 * 512;
 constexpr unsigned kFc2Chunk = 8 * 16 * 512;
 
-__global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __restrict__ step_, int steps, unsigned barrierBase) {
+// The keys and values of `count` (row, head) pairs from `first`, `stride` apart, pulled into L2 by every
+// thread's prefetch instructions (not the bulk copies, which would queue ahead of the block's next copies).
+__device__ inline void PrefetchCrossLines(const Step& st, const Layer& L, int first, int stride, int count) {
+  const int lines = st.source * kHeadDim * 2 / 128;
+  for (int i = threadIdx.x; i < 2 * count * lines; i += kThreads) {
+    const int k = i / (2 * lines);
+    const int line = i % (2 * lines);
+    const __half* base = (line < lines ? L.crossKey : L.crossValue) + static_cast<size_t>(first + k * stride) * st.source * kHeadDim;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const unsigned char*>(base) + (line % lines) * 128));
+  }
+}
+
+template <int kClusterSize>
+__global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __restrict__ step_, int steps, unsigned barrierBase, unsigned groupBase,
+                                                                 int crossL2) {
   const Step& st = *step_;
   extern __shared__ __align__(128) unsigned char shared[];
   __shared__ __align__(8) uint64_t bars[18];
@@ -1125,8 +1176,10 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   __syncthreads();
   ClusterBarrier();  // every block's barriers are ready before any block multicasts into it
-  const int c = static_cast<int>(ClusterId());
-  const int j = static_cast<int>(ClusterRank());
+  const int c = blockIdx.x / kCluster;  // the group, and its head
+  const int j = blockIdx.x % kCluster;
+  unsigned groupBarriers = groupBase;
+  const auto groupSync = [&]() { GroupBarrier(&st.groupBarrier[c], (++groupBarriers) * kCluster); };
   unsigned parity[2] = {0, 0};
   unsigned crossParity[2] = {0, 0};
   unsigned headParity = 0, selfParity = 0, xParity = 0, positionParity = 0;
@@ -1163,8 +1216,7 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
   // cluster's eight in order for columns 64c + 8j.., rounds with the bias, and adds the residual it kept.
   const auto partial = [&](int t, int r, int cc, float v) { st.partials[((c * kCluster + j) * kMaxRows + r) * 64 + 8 * t + cc] = v; };
   const auto splitSums = [&](const __half* bias) {
-    __threadfence();
-    ClusterBarrier();
+    groupSync();
     const int r = threadIdx.x / 8;
     const int cc = threadIdx.x % 8;
     const int n = 64 * c + 8 * j + cc;
@@ -1174,8 +1226,10 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
     const float y = Round(v + __half2float(bias[n]));
     st.sum[r * kD + n] = __float2half_rn(y + __half2float(keep[r * 8 + cc]));
   };
-  const auto normSum = [&](const __half* gain, const __half* bias) {
-    MulticastRows(sm.x, kXPitch, rowOf(st.sum), &bars[16]);
+  // The sums into X (multicast), then `ahead` (weights' copies, queued behind X's), then the norm.
+  const auto normSum = [&](const __half* gain, const __half* bias, auto ahead) {
+    MulticastRows<kClusterSize>(sm.x, kXPitch, rowOf(st.sum), &bars[16]);
+    ahead();
     waitX();
     NormLocal(sm.x, nullptr, 0, gain, bias, keep);
   };
@@ -1188,8 +1242,8 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
     }
     __syncthreads();
     // The embedded tokens into X and their positions into buffer 1, then the embedding's norm.
-    MulticastRows(sm.x, kXPitch, [&](int r) { return st.embed + static_cast<size_t>(tokens[r]) * kD; }, &bars[16]);
-    MulticastRows(reinterpret_cast<__half*>(sm.buffer[1]), kD, [&](int r) { return st.positions + static_cast<size_t>(st.lengths[r] + step + 2) * kD; },
+    MulticastRows<kClusterSize>(sm.x, kXPitch, [&](int r) { return st.embed + static_cast<size_t>(tokens[r]) * kD; }, &bars[16]);
+    MulticastRows<kClusterSize>(reinterpret_cast<__half*>(sm.buffer[1]), kD, [&](int r) { return st.positions + static_cast<size_t>(st.lengths[r] + step + 2) * kD; },
                   &bars[17]);
     MbarWait(&bars[17], positionParity);
     positionParity ^= 1;
@@ -1207,45 +1261,42 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
         const int n = (g / 8) * kD + 64 * c + 8 * (g % 8) + cc;
         st.qkv[r * 3 * kD + n] = __float2half_rn(Round(v + __half2float(L.qkvBias[n])));
       });
-      __threadfence();
-      ClusterBarrier();
+      groupSync();
+      if (crossL2) PrefetchCrossLines(st, L, 64 * j + c, kHeads, kMaxRows / kCluster);
       mark();  // 1: q/k/v
       SelfAttention(st, L, sm, sm.buffer[0], reinterpret_cast<unsigned char*>(sm.x), &selfParity, step, 64 * j + c, kHeads);
       mark();  // 2: self-attention
       sync();
       mark();  // 3
-      prefetch(L.crossQueryChunks, kQueryChunk, 0);
       StageRows(sm.x, kSplitPitch, [&](int r) { return st.attention + static_cast<size_t>(r) * kD + 128 * j; }, 256, &bars[16]);
+      prefetch(L.crossQueryChunks, kQueryChunk, 0);
       waitX();
       product(1, 8, 4, sm.x, kSplitPitch, partial);
       splitSums(L.outBias);
       mark();  // 4: out
       sync();
       mark();  // 5
-      prefetch(L.crossOutChunks, kSplitChunk, 1);
-      normSum(L.norm1Gain, L.norm1Bias);
+      normSum(L.norm1Gain, L.norm1Bias, [&]() { prefetch(L.crossOutChunks, kSplitChunk, 1); });
       mark();  // 6: norm
       product(0, 1, 32, sm.x, kXPitch, [&](int, int r, int cc, float v) {
         const int n = 64 * c + 8 * j + cc;
         st.query[r * kD + n] = __float2half_rn(Round(v + __half2float(L.crossQueryBias[n])));
       });
-      __threadfence();
-      ClusterBarrier();
+      groupSync();
       mark();  // 7: cross query
       CrossAttention(st, L, sm, sm.buffer[0], reinterpret_cast<unsigned char*>(sm.x), crossParity, 64 * j + c, kHeads, kMaxRows / kCluster);
       mark();  // 8: cross-attention
       sync();
       mark();  // 9
-      prefetch(L.fc1Chunks, kFc1Chunk, 0);
       StageRows(sm.x, kSplitPitch, [&](int r) { return st.attention + static_cast<size_t>(r) * kD + 128 * j; }, 256, &bars[16]);
+      prefetch(L.fc1Chunks, kFc1Chunk, 0);
       waitX();
       product(1, 8, 4, sm.x, kSplitPitch, partial);
       splitSums(L.crossOutBias);
       mark();  // 10: cross out
       sync();
       mark();  // 11
-      prefetch(L.fc2Chunks, kFc2Chunk, 1);
-      normSum(L.norm2Gain, L.norm2Bias);
+      normSum(L.norm2Gain, L.norm2Bias, [&]() { prefetch(L.fc2Chunks, kFc2Chunk, 1); });
       mark();  // 12: norm
       product(0, 4, 32, sm.x, kXPitch, [&](int t, int r, int cc, float v) {
         const int n = 256 * c + 32 * j + 8 * t + cc;
@@ -1254,15 +1305,15 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
       mark();  // 13: fc1
       sync();
       mark();  // 14
-      if (next != nullptr) prefetch(next->qkvChunks, kQkvChunk, 0);
       StageRows(sm.x, kFc2Pitch, [&](int r) { return st.hidden + static_cast<size_t>(r) * kF + 512 * j; }, 1024, &bars[16]);
+      if (next != nullptr) prefetch(next->qkvChunks, kQkvChunk, 0);
       waitX();
       product(1, 8, 16, sm.x, kFc2Pitch, partial);
       splitSums(L.fc2Bias);
       mark();  // 15: fc2
       sync();
       mark();  // 16
-      normSum(L.norm3Gain, L.norm3Bias);
+      normSum(L.norm3Gain, L.norm3Bias, []() {});
       mark();  // 17: norm
     }
     markLayer = -1;
@@ -1286,6 +1337,11 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
 // Only barriers: what one costs over the grid.
 __global__ void BarrierKernel(unsigned* counter, int n) {
   for (int i = 1; i <= n; i++) GridBarrier(counter, i * gridDim.x);
+}
+
+// Only group barriers: 8 blocks a counter, as the clustered step's groups.
+__global__ void GroupBarrierKernel(unsigned* counters, int n) {
+  for (int i = 1; i <= n; i++) GroupBarrier(&counters[blockIdx.x / kCluster], i * kCluster);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -1505,6 +1561,7 @@ struct NaturalLayer {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);
   const char* jsonPath = argc > 1 ? argv[1] : nullptr;
   const int rows = 32;
   const int source = 256;
@@ -1591,6 +1648,7 @@ int main(int argc, char** argv) {
   st.fc2Arrived = Alloc<unsigned>(32);
   st.best = Alloc<unsigned long long>(blocks * kMaxRows);
   st.barrier = Alloc<unsigned>(1);
+  st.groupBarrier = Alloc<unsigned>(kHeads);
   Check(cudaDeviceSynchronize(), "setup");
 
   std::vector<int> firstTokens(rows), firstLengths(rows, startLength);
@@ -1604,6 +1662,7 @@ int main(int argc, char** argv) {
     Check(cudaMemcpy(st.lengths, firstLengths.data(), rows * 4, cudaMemcpyHostToDevice), "lengths");
     Check(cudaMemset(st.fc2Arrived, 0, 32 * 4), "arrived");
     Check(cudaMemset(st.barrier, 0, 4), "barrier");
+    Check(cudaMemset(st.groupBarrier, 0, kHeads * 4), "group barriers");
   };
 
   // --- The reference, checkSteps steps.
@@ -1656,11 +1715,10 @@ int main(int argc, char** argv) {
   int normOnce = 0;
   int weightsL2 = 0;
   int clustered = 0;
-  // The clustered step: 16 clusters of 8 blocks, launched cooperatively when the driver takes both.
-  Check(cudaFuncSetAttribute(ClusterStepKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes), "shared");
+  // The clustered step: 128 blocks, in hardware clusters of the largest size (4 or 2) of which 128 blocks
+  // fit at once, launched cooperatively when the driver takes both.
   cudaLaunchAttribute clusterAttributes[2];
   clusterAttributes[0].id = cudaLaunchAttributeClusterDimension;
-  clusterAttributes[0].val.clusterDim.x = kCluster;
   clusterAttributes[0].val.clusterDim.y = 1;
   clusterAttributes[0].val.clusterDim.z = 1;
   clusterAttributes[1].id = cudaLaunchAttributeCooperative;
@@ -1671,23 +1729,52 @@ int main(int argc, char** argv) {
   clusterConfig.dynamicSmemBytes = kSharedBytes;
   clusterConfig.attrs = clusterAttributes;
   clusterConfig.numAttrs = 1;
-  int activeClusters = 0;
-  Check(cudaOccupancyMaxActiveClusters(&activeClusters, ClusterStepKernel, &clusterConfig), "active clusters");
-  std::printf("clusters of %d that fit at once: %d (the clustered step needs %d)\n", kCluster, activeClusters, kHeads);
+  int clusterSize = 0;
+  void (*clusterKernel)(const Step*, int, unsigned, unsigned, int) = nullptr;
+  const auto fits = [&](auto kernel, int size) {
+    Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes), "shared");
+    clusterAttributes[0].val.clusterDim.x = size;
+    int active = 0;
+    Check(cudaOccupancyMaxActiveClusters(&active, kernel, &clusterConfig), "active clusters");
+    std::printf("clusters of %d that fit at once: %d (%d blocks; the clustered step needs %d)\n", size, active, active * size, kClusterBlocks);
+    if (clusterKernel == nullptr && active * size >= kClusterBlocks) {
+      clusterKernel = kernel;
+      clusterSize = size;
+    }
+  };
+  fits(ClusterStepKernel<4>, 4);
+  fits(ClusterStepKernel<2>, 2);
+  clusterAttributes[0].val.clusterDim.x = clusterSize;
+  unsigned groupBase = 0;
   clusterConfig.numAttrs = 2;
+  // Where any block gave up waiting (the watchdog in MbarWait and GridBarrier), after a run.
+  const auto reportStuck = [&](const char* what) {
+    std::vector<unsigned> where(256);
+    Check(cudaMemcpyFromSymbol(where.data(), stuck, 256 * 4), "stuck");
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+      if (where[b] == 0) continue;
+      if (n++ < 12) std::printf("%s: block %d stuck at %s 0x%x\n", what, b, where[b] >> 24 == 1 ? "mbarrier" : "grid barrier", where[b] & 0xffffff);
+    }
+    if (n > 0) {
+      std::printf("%s: %d blocks stuck\n", what, n);
+      std::exit(3);
+    }
+  };
   const auto launch = [&](int steps, cudaStream_t stream) {
     if (clustered) {
       clusterConfig.stream = stream;
-      cudaError_t status = cudaLaunchKernelEx(&clusterConfig, ClusterStepKernel, const_cast<const Step*>(device), steps, barrierBase);
+      cudaError_t status = cudaLaunchKernelEx(&clusterConfig, clusterKernel, const_cast<const Step*>(device), steps, barrierBase, groupBase, prefetchCross);
       if (status != cudaSuccess && clusterConfig.numAttrs == 2) {
         cudaGetLastError();
         std::printf("cooperative launch with clusters refused (%s); launching without the cooperative flag (all %d blocks fit at once)\n",
                     cudaGetErrorString(status), kClusterBlocks);
         clusterConfig.numAttrs = 1;
-        status = cudaLaunchKernelEx(&clusterConfig, ClusterStepKernel, const_cast<const Step*>(device), steps, barrierBase);
+        status = cudaLaunchKernelEx(&clusterConfig, clusterKernel, const_cast<const Step*>(device), steps, barrierBase, groupBase, prefetchCross);
       }
       Check(status, "cluster launch");
       barrierBase += steps * (6 * kLayers + 1);
+      groupBase += steps * 5 * kLayers;
       return;
     }
     void* args[] = {&device, &steps, &barrierBase, &prefetchCross, &normOnce, &weightsL2};
@@ -1698,12 +1785,15 @@ int main(int argc, char** argv) {
   };
   // The check, for one setting: step 1's hidden state and tokens, then checkSteps steps in one launch.
   double hiddenDiff = 0, hiddenMax = 0;
+  std::string checksJson;
   int firstSame = 0, same = 0, sameUntil = 0;
   const auto check = [&]() {
     reset(false);
     barrierBase = 0;
+    groupBase = 0;
     launch(1, 0);
     Check(cudaDeviceSynchronize(), "step");
+    reportStuck("step");
     // The head's input is the stream's last write; residual[cur] flips at every norm from 0: the
     // embedding's, two a layer, layers 1.. once more, the head's.
     std::vector<__half> hidden(rows * kD);
@@ -1720,8 +1810,10 @@ int main(int argc, char** argv) {
     for (int r = 0; r < rows; r++) firstSame += stepTokens[r] == refTokens[r];
     reset(false);
     barrierBase = 0;
+    groupBase = 0;
     launch(checkSteps, 0);
     Check(cudaDeviceSynchronize(), "steps");
+    reportStuck("steps");
     std::vector<int> tokens(checkSteps * rows);
     Check(cudaMemcpy(tokens.data(), st.emitted, tokens.size() * 4, cudaMemcpyDeviceToHost), "tokens");
     same = 0;
@@ -1735,15 +1827,22 @@ int main(int argc, char** argv) {
     std::printf("check (%s): hidden max |diff| %.3g (max |h| %.3g); step 1 tokens %d/%d; %d steps: %d/%d tokens, %d/%d before a row's "
                 "first difference\n",
                 clustered ? "clustered" : normOnce ? "norm once a row" : "norm in every block", hiddenDiff, hiddenMax, firstSame, rows, checkSteps, same, checkSteps * rows, sameUntil, checkSteps * rows);
+    checksJson += std::string(checksJson.empty() ? "" : ",") + "{\"design\":\"" + (clustered ? "clustered" : normOnce ? "norm once a row" : "norm in every block") +
+                  "\",\"hiddenMaxDiff\":" + std::to_string(hiddenDiff) + ",\"step1TokensSame\":" + std::to_string(firstSame) +
+                  ",\"tokensSame\":" + std::to_string(same) + "}";
     return firstSame == rows && hiddenDiff < 0.05;
   };
+  const bool clusteredFits = clusterKernel != nullptr;
   bool ok = check();
   normOnce = 1;
   ok = check() && ok;
   normOnce = 0;
-  clustered = 1;
-  ok = check() && ok;
-  clustered = 0;
+  if (clusteredFits) {
+    clustered = 1;
+    ok = check() && ok;
+    reportStuck("clustered check");
+    clustered = 0;
+  }
   // Logit gap of the reference's top two at step 1, to read the check by.
   double minGap = 1e9;
   for (int r = 0; r < rows; r++) {
@@ -1762,7 +1861,7 @@ int main(int argc, char** argv) {
   std::printf("smallest top-2 logit gap of the reference at step 1: %.3g\n", minGap);
 
   // --- Barriers alone.
-  double barrierUs = 0;
+  double barrierUs = 0, groupBarrierUs = 0;
   {
     cudaEvent_t begin, end;
     cudaEventCreate(&begin);
@@ -1781,29 +1880,44 @@ int main(int argc, char** argv) {
       barrierUs = ms * 1000 / n;
     }
     std::printf("a grid barrier over %d blocks: %.2f us\n", blocks, barrierUs);
+    unsigned* groups = Alloc<unsigned>(kHeads);
+    for (int round = 0; round < 2; round++) {
+      Check(cudaMemset(groups, 0, kHeads * 4), "groups");
+      void* args[] = {&groups, &n};
+      cudaEventRecord(begin);
+      Check(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(GroupBarrierKernel), dim3(kClusterBlocks), dim3(kThreads), args, 0, 0), "group barriers");
+      cudaEventRecord(end);
+      Check(cudaEventSynchronize(end), "group barriers");
+      float ms = 0;
+      cudaEventElapsedTime(&ms, begin, end);
+      groupBarrierUs = ms * 1000 / n;
+    }
+    std::printf("a barrier over a group of %d blocks (16 groups at once): %.2f us\n", kCluster, groupBarrierUs);
   }
 
   // --- Timing and where the time goes, without and with the cross caches pulled into L2 ahead.
   std::string json = "{\"device\":\"" + std::string(prop.name) + "\",\"rows\":" + std::to_string(rows) + ",\"source\":" + std::to_string(source) +
-                     ",\"startLength\":" + std::to_string(startLength) + ",\"hiddenMaxDiff\":" + std::to_string(hiddenDiff) +
-                     ",\"step1TokensSame\":" + std::to_string(firstSame) + ",\"checkSteps\":" + std::to_string(checkSteps) +
-                     ",\"tokensSame\":" + std::to_string(same) + ",\"barrierUs\":" + std::to_string(barrierUs) + ",\"variants\":[";
+                     ",\"startLength\":" + std::to_string(startLength) + ",\"checkSteps\":" + std::to_string(checkSteps) +
+                     ",\"checks\":[" + checksJson + "],\"barrierUs\":" + std::to_string(barrierUs) + ",\"groupBarrierUs\":" + std::to_string(groupBarrierUs) +
+                     ",\"clusterSize\":" + std::to_string(clusterSize) + ",\"variants\":[";
   cudaEvent_t begin, end;
   cudaEventCreate(&begin);
   cudaEventCreate(&end);
   const int timedSteps = 64;
   // Variants: each row normed by every block; normed once a row; that with the next-but-one product's
   // weights pulled into L2; that with the layer's cross caches pulled into L2 during self-attention; the
-  // clustered step.
-  for (int variant = 0; variant < 5; variant++) {
-    clustered = variant == 4 ? 1 : 0;
+  // clustered step; that with the layer's cross caches pulled into L2 after its q/k/v product.
+  for (int variant = 0; variant < 6; variant++) {
+    clustered = variant >= 4 ? 1 : 0;
+    if (clustered && !clusteredFits) continue;
     normOnce = variant > 0 && !clustered ? 1 : 0;
     weightsL2 = variant == 2 ? 1 : 0;
-    prefetchCross = variant == 3 ? 1 : 0;
+    prefetchCross = variant == 3 || variant == 5 ? 1 : 0;
     std::vector<double> perStep, perStepOne;
     for (int round = 0; round < 5; round++) {
       reset(false);
       barrierBase = 0;
+      groupBase = 0;
       cudaEventRecord(begin);
       for (int s = 0; s < timedSteps; s++) launch(1, 0);
       cudaEventRecord(end);
@@ -1813,6 +1927,7 @@ int main(int argc, char** argv) {
       perStep.push_back(ms / timedSteps);
       reset(false);
       barrierBase = 0;
+      groupBase = 0;
       cudaEventRecord(begin);
       launch(timedSteps, 0);
       cudaEventRecord(end);
@@ -1838,6 +1953,7 @@ int main(int argc, char** argv) {
     for (int round = 0; round < rounds; round++) {
       reset(false);
       barrierBase = 0;
+      groupBase = 0;
       launch(1, 0);
       st.trace = trace;
       Check(cudaMemcpy(device, &st, sizeof(Step), cudaMemcpyHostToDevice), "step");
