@@ -14,6 +14,8 @@
 // (32 blocks, then a barrier); that with the next-but-one product's weights pulled into L2; that with the
 // layer's cross caches pulled into L2 during self-attention. For each it prints block 0's clock at marks
 // inside layer 6, and for the first the time between barriers by phase.
+// A second design, the clustered step (ClusterStepKernel below), takes each head in a group of 8 blocks, so
+// that a layer needs 6 barriers over the grid instead of 11; it is checked and timed the same way.
 //   bash bench/gpu/decoder-step/build.sh, then on the GPU host: ./build/decoder-step [out.json]
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
