@@ -430,6 +430,29 @@ __device__ inline void NormRows(RowA rowA, RowB rowB, const __half* gain, const 
   reinterpret_cast<uint2*>(out + static_cast<size_t>(r) * kD)[t] = result;
 }
 
+// A warp's part of a product: four packed weight vectors (two k16 steps each, at packed[p x 32 + lane])
+// against X's inputs k0.. k0 + 128, for the first mTiles m16 tiles of rows; then the sums ([row 0..31][col
+// 0..7] float) over the 2 KB the warp read them from.
+__device__ inline void WarpQuad(unsigned char* packed, const __half* x, int pitch, int k0, int mTiles, int lane) {
+  uint4 w[4];
+#pragma unroll
+  for (int p = 0; p < 4; p++) w[p] = reinterpret_cast<const uint4*>(packed)[p * 32 + lane];
+  float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+  for (int p = 0; p < 4; p++) MmaPair(acc, x, k0 + p * 32, w[p], mTiles, lane, pitch);
+  __syncwarp();
+  float* sums = reinterpret_cast<float*>(packed);
+#pragma unroll
+  for (int m = 0; m < 2; m++) {
+    const int r = m * 16 + lane / 4;
+    const int c = (lane % 4) * 2;
+    sums[r * 8 + c] = acc[m][0];
+    sums[r * 8 + c + 1] = acc[m][1];
+    sums[(r + 8) * 8 + c] = acc[m][2];
+    sums[(r + 8) * 8 + c + 1] = acc[m][3];
+  }
+}
+
 enum class Epilogue { kBias, kBiasGelu, kPartial };
 
 // One product phase: this block's n8 tiles (in `buffer`, arrived on `bar`) times X. Each warp sums an
@@ -444,26 +467,7 @@ __device__ inline void Product(const Shared& sm, Share s, uint64_t* bar, unsigne
   const int mTiles = rows > 16 ? 2 : 1;
   MbarWait(bar, parity);
   for (int t = 0; t < s.count; t++) {
-    unsigned char* tile = buffer + t * kTileBytes;
-    const uint4* packed = reinterpret_cast<const uint4*>(tile + warp * 2048);
-    float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-    uint4 w[4];
-#pragma unroll
-    for (int p = 0; p < 4; p++) w[p] = packed[p * 32 + lane];
-#pragma unroll
-    for (int p = 0; p < 4; p++) MmaPair(acc, sm.x, warp * 128 + p * 32, w[p], mTiles, lane);
-    __syncwarp();
-    // Sums over the warp's own part of the tile: [row 0..31][col 0..7] float.
-    float* sums = reinterpret_cast<float*>(tile + warp * 2048);
-#pragma unroll
-    for (int m = 0; m < 2; m++) {
-      const int r = m * 16 + lane / 4;
-      const int c = (lane % 4) * 2;
-      sums[r * 8 + c] = acc[m][0];
-      sums[r * 8 + c + 1] = acc[m][1];
-      sums[(r + 8) * 8 + c] = acc[m][2];
-      sums[(r + 8) * 8 + c + 1] = acc[m][3];
-    }
+    WarpQuad(buffer + t * kTileBytes + warp * 2048, sm.x, kXPitch, warp * 128, mTiles, lane);
   }
   __syncthreads();
   for (int i = threadIdx.x; i < s.count * kMaxRows * 8; i += kThreads) {
@@ -760,19 +764,36 @@ __device__ inline void TakeTokens(const Step& st, int* tokens, int blocks, int s
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict__ step_, int steps, unsigned barrierBase, int prefetchCross, int normOnce, int weightsL2) {
-  const Step& st = *step_;
-  extern __shared__ __align__(128) unsigned char shared[];
-  __shared__ __align__(8) uint64_t bars[17];
+// Each row's token for step `step`: at the first step the given one, then the best of the blocks'
+// candidates from the last step's head (every block takes them; block 0 records them).
+__device__ inline void StepTokens(const Step& st, int* tokens, int blocks, int step) {
+  if (step == 0) {
+    if (threadIdx.x < st.rows) tokens[threadIdx.x] = st.tokens[threadIdx.x];
+  } else {
+    TakeTokens(st, tokens, blocks, step - 1);
+  }
+  __syncthreads();
+}
+
+// The block's dynamic shared memory laid out as Shared, with its `count` mbarriers initialized.
+__device__ inline Shared LayOut(unsigned char* shared, uint64_t* bars, int count) {
   Shared sm;
   sm.buffer[0] = shared;
   sm.buffer[1] = shared + kBufferBytes;
   sm.x = reinterpret_cast<__half*>(shared + 2 * kBufferBytes);
   sm.scratch = reinterpret_cast<float*>(shared + 2 * kBufferBytes + kXBytes);
   sm.bars = bars;
-  if (threadIdx.x < 17) MbarInit(&bars[threadIdx.x]);
+  if (threadIdx.x < count) MbarInit(&bars[threadIdx.x]);
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   __syncthreads();
+  return sm;
+}
+
+__global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict__ step_, int steps, unsigned barrierBase, int prefetchCross, int normOnce, int weightsL2) {
+  const Step& st = *step_;
+  extern __shared__ __align__(128) unsigned char shared[];
+  __shared__ __align__(8) uint64_t bars[17];
+  const Shared sm = LayOut(shared, bars, 17);
   unsigned parity[2] = {0, 0};  // buffer arrivals
   unsigned crossParity[2] = {0, 0};
   unsigned headParity = 0;
@@ -834,14 +855,7 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
   using Partial = std::integral_constant<Epilogue, Epilogue::kPartial>;
   Prefetch(st.layers[0].qkv, wide, sm.buffer[0], &bars[0]);
   for (int step = 0; step < steps; step++) {
-    // Each row's token: at the first step the given one, then the best of the blocks' candidates from the
-    // last step's head (every block takes them; block 0 records them).
-    if (step == 0) {
-      if (threadIdx.x < rows) tokens[threadIdx.x] = st.tokens[threadIdx.x];
-    } else {
-      TakeTokens(st, tokens, blocks, step - 1);
-    }
-    __syncthreads();
+    StepTokens(st, tokens, blocks, step);
     for (int l = 0; l < kLayers; l++) {
       const Layer& L = st.layers[l];
       const Layer* next = l + 1 < kLayers ? &st.layers[l + 1] : nullptr;
@@ -1108,25 +1122,7 @@ __device__ inline void ChunkProduct(unsigned char* buffer, uint64_t* bar, unsign
   for (int item = warp; item < count * quads; item += kWarps) {
     const int t = item / quads;
     const int s = item % quads;
-    unsigned char* at = buffer + (static_cast<size_t>(t) * pairs + 4 * s) * 512;
-    const uint4* packed = reinterpret_cast<const uint4*>(at);
-    uint4 w[4];
-#pragma unroll
-    for (int p = 0; p < 4; p++) w[p] = packed[p * 32 + lane];
-    float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-#pragma unroll
-    for (int p = 0; p < 4; p++) MmaPair(acc, x, (4 * s + p) * 32, w[p], 2, lane, pitch);
-    __syncwarp();
-    float* sums = reinterpret_cast<float*>(at);
-#pragma unroll
-    for (int m = 0; m < 2; m++) {
-      const int r = m * 16 + lane / 4;
-      const int c = (lane % 4) * 2;
-      sums[r * 8 + c] = acc[m][0];
-      sums[r * 8 + c + 1] = acc[m][1];
-      sums[(r + 8) * 8 + c] = acc[m][2];
-      sums[(r + 8) * 8 + c + 1] = acc[m][3];
-    }
+    WarpQuad(buffer + (static_cast<size_t>(t) * pairs + 4 * s) * 512, x, pitch, 4 * s * 32, 2, lane);
   }
   __syncthreads();
   for (int i = threadIdx.x; i < count * kMaxRows * 8; i += kThreads) {
@@ -1168,15 +1164,7 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
   __shared__ __align__(8) uint64_t bars[18];
   __shared__ __half keep[kMaxRows * 8];
   __shared__ int tokens[kMaxRows];
-  Shared sm;
-  sm.buffer[0] = shared;
-  sm.buffer[1] = shared + kBufferBytes;
-  sm.x = reinterpret_cast<__half*>(shared + 2 * kBufferBytes);
-  sm.scratch = reinterpret_cast<float*>(shared + 2 * kBufferBytes + kXBytes);
-  sm.bars = bars;
-  if (threadIdx.x < 18) MbarInit(&bars[threadIdx.x]);
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  __syncthreads();
+  const Shared sm = LayOut(shared, bars, 18);
   ClusterBarrier();  // every block's barriers are ready before any block multicasts into it
   const int c = blockIdx.x / kCluster;  // the group, and its head
   const int j = blockIdx.x % kCluster;
@@ -1228,6 +1216,16 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
     const float y = Round(v + __half2float(bias[n]));
     st.sum[r * kD + n] = __float2half_rn(y + __half2float(keep[r * 8 + cc]));
   };
+  // A split product (in buffer 1): this block's inputs (`bytes` of each row from `from`, rows `rowPitch`
+  // apart) into X at `pitch`, then `ahead` (weights' copies, queued behind them), the product of its
+  // `pairs` k32 pairs a tile, and the group's sums.
+  const auto splitProduct = [&](const __half* from, int rowPitch, unsigned bytes, int pitch, int pairs, auto ahead, const __half* bias) {
+    StageRows(sm.x, pitch, [&](int r) { return from + static_cast<size_t>(r) * rowPitch; }, bytes, &bars[16]);
+    ahead();
+    waitX();
+    product(1, 8, pairs, sm.x, pitch, partial);
+    splitSums(bias);
+  };
   // The sums into X (multicast), then `ahead` (weights' copies, queued behind X's), then the norm.
   const auto normSum = [&](const __half* gain, const __half* bias, auto ahead) {
     MulticastRows<kClusterSize>(sm.x, kXPitch, rowOf(st.sum), &bars[16]);
@@ -1237,12 +1235,7 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
   };
   prefetch(st.layers[0].qkvChunks, kQkvChunk, 0);
   for (int step = 0; step < steps; step++) {
-    if (step == 0) {
-      if (threadIdx.x < kMaxRows) tokens[threadIdx.x] = st.tokens[threadIdx.x];
-    } else {
-      TakeTokens(st, tokens, blocks, step - 1);
-    }
-    __syncthreads();
+    StepTokens(st, tokens, blocks, step);
     // The embedded tokens into X and their positions into buffer 1, then the embedding's norm.
     MulticastRows<kClusterSize>(sm.x, kXPitch, [&](int r) { return st.embed + static_cast<size_t>(tokens[r]) * kD; }, &bars[16]);
     MulticastRows<kClusterSize>(reinterpret_cast<__half*>(sm.buffer[1]), kD, [&](int r) { return st.positions + static_cast<size_t>(st.lengths[r] + step + 2) * kD; },
@@ -1270,11 +1263,7 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
       mark();  // 2: self-attention
       sync();
       mark();  // 3
-      StageRows(sm.x, kSplitPitch, [&](int r) { return st.attention + static_cast<size_t>(r) * kD + 128 * j; }, 256, &bars[16]);
-      prefetch(L.crossQueryChunks, kQueryChunk, 0);
-      waitX();
-      product(1, 8, 4, sm.x, kSplitPitch, partial);
-      splitSums(L.outBias);
+      splitProduct(st.attention + 128 * j, kD, 256, kSplitPitch, 4, [&]() { prefetch(L.crossQueryChunks, kQueryChunk, 0); }, L.outBias);
       mark();  // 4: out
       sync();
       mark();  // 5
@@ -1290,11 +1279,7 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
       mark();  // 8: cross-attention
       sync();
       mark();  // 9
-      StageRows(sm.x, kSplitPitch, [&](int r) { return st.attention + static_cast<size_t>(r) * kD + 128 * j; }, 256, &bars[16]);
-      prefetch(L.fc1Chunks, kFc1Chunk, 0);
-      waitX();
-      product(1, 8, 4, sm.x, kSplitPitch, partial);
-      splitSums(L.crossOutBias);
+      splitProduct(st.attention + 128 * j, kD, 256, kSplitPitch, 4, [&]() { prefetch(L.fc1Chunks, kFc1Chunk, 0); }, L.crossOutBias);
       mark();  // 10: cross out
       sync();
       mark();  // 11
@@ -1307,11 +1292,9 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
       mark();  // 13: fc1
       sync();
       mark();  // 14
-      StageRows(sm.x, kFc2Pitch, [&](int r) { return st.hidden + static_cast<size_t>(r) * kF + 512 * j; }, 1024, &bars[16]);
-      if (next != nullptr) prefetch(next->qkvChunks, kQkvChunk, 0);
-      waitX();
-      product(1, 8, 16, sm.x, kFc2Pitch, partial);
-      splitSums(L.fc2Bias);
+      splitProduct(st.hidden + 512 * j, kF, 1024, kFc2Pitch, 16, [&]() {
+        if (next != nullptr) prefetch(next->qkvChunks, kQkvChunk, 0);
+      }, L.fc2Bias);
       mark();  // 15: fc2
       sync();
       mark();  // 16
@@ -1469,6 +1452,19 @@ __global__ void FillRandom(__half* p, size_t n, uint32_t seed, float center, flo
   }
 }
 
+// Vector i (pair i / 32, lane i % 32) of the n8 tile of w [N][K] at output row n0 and input k0: the lane's
+// 8 halves are its two m16n8k16 B fragments for that pair of 16-wide input steps (zeros past row N).
+__device__ inline uint4 PackedVector(const __half* w, int N, int K, int n0, int k0, int i) {
+  const int p = i / 32;
+  const int lane = i % 32;
+  const int n = n0 + lane / 4;
+  const int k = k0 + p * 32 + (lane % 4) * 2;
+  __half v[8];
+  const int ks[8] = {k, k + 1, k + 8, k + 9, k + 16, k + 17, k + 24, k + 25};
+  for (int e = 0; e < 8; e++) v[e] = n < N ? w[static_cast<size_t>(n) * K + ks[e]] : __float2half(0.0f);
+  return *reinterpret_cast<uint4*>(v);
+}
+
 // Packs w [N][K] (columns k0.. k0 + 1024 of output rows n0.. n0 + 8) as tile `tile`: for each pair of
 // 16-wide input steps, lane l's 8 halves are its two m16n8k16 B fragments.
 __global__ void PackTiles(const __half* w, int N, int K, uint4* packed, int tiles, int mode) {
@@ -1483,23 +1479,14 @@ __global__ void PackTiles(const __half* w, int N, int K, uint4* packed, int tile
     n0 = g * 32 + s * 8;
     k0 = q * 1024;
   }
-  for (int i = threadIdx.x; i < 32 * 32; i += blockDim.x) {
-    const int p = i / 32;
-    const int lane = i % 32;
-    const int n = n0 + lane / 4;
-    const int k = k0 + p * 32 + (lane % 4) * 2;
-    __half v[8];
-    const int ks[8] = {k, k + 1, k + 8, k + 9, k + 16, k + 17, k + 24, k + 25};
-    for (int e = 0; e < 8; e++) v[e] = n < N ? w[static_cast<size_t>(n) * K + ks[e]] : __float2half(0.0f);
-    packed[static_cast<size_t>(t) * 1024 + i] = *reinterpret_cast<uint4*>(v);
-  }
+  for (int i = threadIdx.x; i < 32 * 32; i += blockDim.x) packed[static_cast<size_t>(t) * 1024 + i] = PackedVector(w, N, K, n0, k0, i);
 }
 
 // Packs w [N][K] for the clustered step: block b's `count` n8 tiles of kLen inputs each, contiguous
 // ([b][tile][pair][lane], pairs of 16-wide input steps as PackTiles). `mode` says which outputs and inputs
 // block b = 8c + j's tile t takes: 0 q/k/v (tile 3j + t of head c's 24: q's 8, k's, v's), 1 a split product
 // (columns 64c + 8t.., inputs kLen j..), 2 the cross query (columns 64c + 8j..), 3 fc1 (columns 256c + 32j + 8t..).
-__global__ void PackChunks(const __half* w, int K, uint4* packed, int count, int kLen, int mode) {
+__global__ void PackChunks(const __half* w, int N, int K, uint4* packed, int count, int kLen, int mode) {
   const int b = blockIdx.x;
   const int t = blockIdx.y;
   const int c = b / kCluster;
@@ -1518,16 +1505,7 @@ __global__ void PackChunks(const __half* w, int K, uint4* packed, int count, int
   }
   const int pairs = kLen / 32;
   uint4* out = packed + (static_cast<size_t>(b) * count + t) * pairs * 32;
-  for (int i = threadIdx.x; i < pairs * 32; i += blockDim.x) {
-    const int p = i / 32;
-    const int lane = i % 32;
-    const int n = n0 + lane / 4;
-    const int k = k0 + p * 32 + (lane % 4) * 2;
-    __half v[8];
-    const int ks[8] = {k, k + 1, k + 8, k + 9, k + 16, k + 17, k + 24, k + 25};
-    for (int e = 0; e < 8; e++) v[e] = w[static_cast<size_t>(n) * K + ks[e]];
-    out[i] = *reinterpret_cast<uint4*>(v);
-  }
+  for (int i = threadIdx.x; i < pairs * 32; i += blockDim.x) out[i] = PackedVector(w, N, K, n0, k0, i);
 }
 
 template <typename T>
@@ -1550,9 +1528,9 @@ uint4* Pack(const __half* w, int N, int K, int tiles, int mode) {
   return p;
 }
 
-uint4* PackChunked(const __half* w, int K, int count, int kLen, int mode) {
+uint4* PackChunked(const __half* w, int N, int K, int count, int kLen, int mode) {
   uint4* p = Alloc<uint4>(static_cast<size_t>(kClusterBlocks) * count * kLen);
-  PackChunks<<<dim3(kClusterBlocks, count), 256>>>(w, K, p, count, kLen, mode);
+  PackChunks<<<dim3(kClusterBlocks, count), 256>>>(w, N, K, p, count, kLen, mode);
   return p;
 }
 
@@ -1596,12 +1574,12 @@ int main(int argc, char** argv) {
     L.crossOut = Pack(N.crossOut, kD, kD, 128, 0);
     L.fc1 = Pack(N.fc1, kF, kD, 512, 0);
     L.fc2 = Pack(N.fc2, kD, kF, 512, 1);
-    L.qkvChunks = PackChunked(N.qkv, kD, 3, 1024, 0);
-    L.outChunks = PackChunked(N.out, kD, 8, 128, 1);
-    L.crossQueryChunks = PackChunked(N.crossQuery, kD, 1, 1024, 2);
-    L.crossOutChunks = PackChunked(N.crossOut, kD, 8, 128, 1);
-    L.fc1Chunks = PackChunked(N.fc1, kD, 4, 1024, 3);
-    L.fc2Chunks = PackChunked(N.fc2, kF, 8, 512, 1);
+    L.qkvChunks = PackChunked(N.qkv, 3 * kD, kD, 3, 1024, 0);
+    L.outChunks = PackChunked(N.out, kD, kD, 8, 128, 1);
+    L.crossQueryChunks = PackChunked(N.crossQuery, kD, kD, 1, 1024, 2);
+    L.crossOutChunks = PackChunked(N.crossOut, kD, kD, 8, 128, 1);
+    L.fc1Chunks = PackChunked(N.fc1, kF, kD, 4, 1024, 3);
+    L.fc2Chunks = PackChunked(N.fc2, kD, kF, 8, 512, 1);
     L.qkvBias = RandomHalves(3 * kD, 0, 0.05f);
     L.outBias = RandomHalves(kD, 0, 0.05f);
     L.crossQueryBias = RandomHalves(kD, 0, 0.05f);
@@ -1868,32 +1846,25 @@ int main(int argc, char** argv) {
     cudaEvent_t begin, end;
     cudaEventCreate(&begin);
     cudaEventCreate(&end);
-    unsigned* counter = Alloc<unsigned>(1);
     int n = 2000;
-    for (int round = 0; round < 2; round++) {
-      Check(cudaMemset(counter, 0, 4), "counter");
-      void* args[] = {&counter, &n};
-      cudaEventRecord(begin);
-      Check(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(BarrierKernel), dim3(blocks), dim3(kThreads), args, 0, 0), "barriers");
-      cudaEventRecord(end);
-      Check(cudaEventSynchronize(end), "barriers");
+    // us a barrier: n of them in one cooperative launch of `grid` blocks, counters zeroed first; the second round.
+    const auto time = [&](void* kernel, int grid, int counters) {
+      unsigned* counter = Alloc<unsigned>(counters);
       float ms = 0;
-      cudaEventElapsedTime(&ms, begin, end);
-      barrierUs = ms * 1000 / n;
-    }
+      for (int round = 0; round < 2; round++) {
+        Check(cudaMemset(counter, 0, counters * 4), "counters");
+        void* args[] = {&counter, &n};
+        cudaEventRecord(begin);
+        Check(cudaLaunchCooperativeKernel(kernel, dim3(grid), dim3(kThreads), args, 0, 0), "barriers");
+        cudaEventRecord(end);
+        Check(cudaEventSynchronize(end), "barriers");
+        cudaEventElapsedTime(&ms, begin, end);
+      }
+      return ms * 1000 / n;
+    };
+    barrierUs = time(reinterpret_cast<void*>(BarrierKernel), blocks, 1);
     std::printf("a grid barrier over %d blocks: %.2f us\n", blocks, barrierUs);
-    unsigned* groups = Alloc<unsigned>(kHeads);
-    for (int round = 0; round < 2; round++) {
-      Check(cudaMemset(groups, 0, kHeads * 4), "groups");
-      void* args[] = {&groups, &n};
-      cudaEventRecord(begin);
-      Check(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(GroupBarrierKernel), dim3(kClusterBlocks), dim3(kThreads), args, 0, 0), "group barriers");
-      cudaEventRecord(end);
-      Check(cudaEventSynchronize(end), "group barriers");
-      float ms = 0;
-      cudaEventElapsedTime(&ms, begin, end);
-      groupBarrierUs = ms * 1000 / n;
-    }
+    groupBarrierUs = time(reinterpret_cast<void*>(GroupBarrierKernel), kClusterBlocks, kHeads);
     std::printf("a barrier over a group of %d blocks (16 groups at once): %.2f us\n", kCluster, groupBarrierUs);
   }
 
