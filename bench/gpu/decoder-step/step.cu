@@ -79,31 +79,40 @@ __device__ inline void BulkCopy(void* to, const void* from, unsigned bytes, uint
 // ends the kernel with a record instead of holding the GPU.
 __device__ unsigned stuck[256];
 
-__device__ inline unsigned long long WatchClock() {
+__device__ inline unsigned long long Clock() {
   unsigned long long now;
   asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
   return now;
 }
 
-__device__ inline void GiveUp(unsigned where) {
-  stuck[blockIdx.x] = where;
-  __threadfence();
-  asm volatile("exit;");
-}
+// Called on every spin of a wait: every 1,024th reads the clock, and past two seconds from the first
+// reading records `where` and exits.
+struct Watchdog {
+  unsigned spins = 0;
+  unsigned long long since = 0;
+  __device__ void Tick(unsigned where) {
+    if ((++spins & 1023) != 0) return;
+    if (since == 0) {
+      since = Clock();
+    } else if (Clock() - since > 2000000000ull) {
+      stuck[blockIdx.x] = where;
+      __threadfence();
+      asm volatile("exit;");
+    }
+  }
+};
 
 __device__ inline void MbarWait(uint64_t* bar, unsigned parity) {
   unsigned done = 0;
-  unsigned long long since = 0;
-  for (unsigned spins = 0; !done; spins++) {
+  Watchdog watchdog;
+  for (;;) {
     asm volatile(
         "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
         : "=r"(done)
         : "r"(SharedAddress(bar)), "r"(parity)
         : "memory");
-    if ((spins & 1023) == 1023) {
-      if (since == 0) since = WatchClock();
-      else if (WatchClock() - since > 2000000000ull) GiveUp(1u << 24 | SharedAddress(bar));
-    }
+    if (done) break;
+    watchdog.Tick(1u << 24 | SharedAddress(bar));
   }
 }
 
@@ -117,14 +126,11 @@ __device__ inline void GridBarrier(unsigned* counter, unsigned target) {
     __threadfence();
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
     unsigned seen = 0;
-    unsigned long long since = 0;
-    for (unsigned spins = 0;; spins++) {
+    Watchdog watchdog;
+    for (;;) {
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
       if (seen >= target) break;
-      if ((spins & 1023) == 1023) {
-        if (since == 0) since = WatchClock();
-        else if (WatchClock() - since > 2000000000ull) GiveUp(2u << 24 | (target & 0xffffff));
-      }
+      watchdog.Tick(2u << 24 | (target & 0xffffff));
     }
     __threadfence();
   }
@@ -159,12 +165,6 @@ __device__ inline void MmaPair(float (*acc)[4], const __half* x, int k, uint4 w,
 
 __device__ inline float Round(float x) { return __half2float(__float2half_rn(x)); }
 __device__ inline float Gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-
-__device__ inline unsigned long long Clock() {
-  unsigned long long now;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
-  return now;
-}
 
 // A residual sum as PyTorch rounds it (a half addition), and one element of its LayerNorm (float32,
 // rounded once).
@@ -248,7 +248,7 @@ struct Step {
   float* fc2Partial;    // [4][rows][1024]
   unsigned* fc2Arrived; // [32]
   __half* sum;          // [rows][1024] a split product's sums with the residual: the next norm's input (clustered step)
-  float* partials;      // [16 clusters][8 blocks][32 rows][64] (clustered step)
+  float* partials;      // [16 groups][8 blocks][32 rows][64] (clustered step)
   unsigned long long* best;  // [blocks][32]: each block's best candidate a row (RankKey)
   unsigned* barrier;
   unsigned* groupBarrier;  // [16] the clustered step's groups
@@ -996,8 +996,8 @@ __global__ void __launch_bounds__(kThreads, 1) StepKernel(const Step* __restrict
 // Each block keeps columns 8b.. 8b + 8 of each norm's output: the residual that the block's share of the
 // next split product's sums adds.
 
-constexpr int kCluster = 8;  // blocks a group (a head)
-constexpr int kClusterBlocks = kHeads * kCluster;
+constexpr int kGroup = 8;  // blocks a group (a head)
+constexpr int kGroupedBlocks = kHeads * kGroup;
 constexpr int kSplitPitch = 128 + 8;  // halves a row of out's inputs in shared memory
 constexpr int kFc2Pitch = 512 + 8;    // halves a row of fc2's inputs
 
@@ -1035,11 +1035,6 @@ __device__ inline void MulticastRows(__half* to, int pitch, RowOf rowOf, uint64_
   MulticastCopy<size>(to + r * pitch, rowOf(r), kD * 2, bar);
 }
 
-// A barrier over the 8 blocks of this block's group: a counter of its own that only grows.
-__device__ inline void GroupBarrier(unsigned* counter, unsigned target) {
-  __threadfence();
-  GridBarrier(counter, target);
-}
 
 // `bytes` of each of the 32 rows (rowOf(r)) into `to`, `pitch` halves a row, in this block only.
 template <class RowOf>
@@ -1104,6 +1099,7 @@ __device__ inline void NormLocal(__half* x, const __half* other, int otherPitch,
     }
   }
   __syncthreads();
+  static_assert(kThreads == kMaxRows * 8, "a thread an element of keep");
   keep[threadIdx.x] = x[(threadIdx.x / 8) * kXPitch + 8 * blockIdx.x + threadIdx.x % 8];
   ProxyFence();
   __syncthreads();
@@ -1156,7 +1152,7 @@ __device__ inline void PrefetchCrossLines(const Step& st, const Layer& L, int fi
   }
 }
 
-template <int kClusterSize>
+template <int kGroupSize>
 __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __restrict__ step_, int steps, unsigned barrierBase, unsigned groupBase,
                                                                  int crossL2) {
   const Step& st = *step_;
@@ -1166,10 +1162,11 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
   __shared__ int tokens[kMaxRows];
   const Shared sm = LayOut(shared, bars, 18);
   ClusterBarrier();  // every block's barriers are ready before any block multicasts into it
-  const int c = blockIdx.x / kCluster;  // the group, and its head
-  const int j = blockIdx.x % kCluster;
+  const int c = blockIdx.x / kGroup;  // the group, and its head
+  const int j = blockIdx.x % kGroup;
   unsigned groupBarriers = groupBase;
-  const auto groupSync = [&]() { GroupBarrier(&st.groupBarrier[c], (++groupBarriers) * kCluster); };
+  // A barrier over the group's 8 blocks: GridBarrier on the group's own counter.
+  const auto groupSync = [&]() { GridBarrier(&st.groupBarrier[c], (++groupBarriers) * kGroup); };
   unsigned parity[2] = {0, 0};
   unsigned crossParity[2] = {0, 0};
   unsigned headParity = 0, selfParity = 0, xParity = 0, positionParity = 0;
@@ -1202,9 +1199,9 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
     xParity ^= 1;
     __syncthreads();
   };
-  // A split product's sums: each block's partials ([cluster][block][row][64]), then block j adds the
-  // cluster's eight in order for columns 64c + 8j.., rounds with the bias, and adds the residual it kept.
-  const auto partial = [&](int t, int r, int cc, float v) { st.partials[((c * kCluster + j) * kMaxRows + r) * 64 + 8 * t + cc] = v; };
+  // A split product's sums: each block's partials ([group][block][row][64]), then block j adds the
+  // group's eight in order for columns 64c + 8j.., rounds with the bias, and adds the residual it kept.
+  const auto partial = [&](int t, int r, int cc, float v) { st.partials[((c * kGroup + j) * kMaxRows + r) * 64 + 8 * t + cc] = v; };
   const auto splitSums = [&](const __half* bias) {
     groupSync();
     const int r = threadIdx.x / 8;
@@ -1212,7 +1209,7 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
     const int n = 64 * c + 8 * j + cc;
     float v = 0;
 #pragma unroll
-    for (int q = 0; q < kCluster; q++) v += __ldcg(&st.partials[((c * kCluster + q) * kMaxRows + r) * 64 + 8 * j + cc]);
+    for (int q = 0; q < kGroup; q++) v += __ldcg(&st.partials[((c * kGroup + q) * kMaxRows + r) * 64 + 8 * j + cc]);
     const float y = Round(v + __half2float(bias[n]));
     st.sum[r * kD + n] = __float2half_rn(y + __half2float(keep[r * 8 + cc]));
   };
@@ -1228,7 +1225,7 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
   };
   // The sums into X (multicast), then `ahead` (weights' copies, queued behind X's), then the norm.
   const auto normSum = [&](const __half* gain, const __half* bias, auto ahead) {
-    MulticastRows<kClusterSize>(sm.x, kXPitch, rowOf(st.sum), &bars[16]);
+    MulticastRows<kGroupSize>(sm.x, kXPitch, rowOf(st.sum), &bars[16]);
     ahead();
     waitX();
     NormLocal(sm.x, nullptr, 0, gain, bias, keep);
@@ -1237,8 +1234,8 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
   for (int step = 0; step < steps; step++) {
     StepTokens(st, tokens, blocks, step);
     // The embedded tokens into X and their positions into buffer 1, then the embedding's norm.
-    MulticastRows<kClusterSize>(sm.x, kXPitch, [&](int r) { return st.embed + static_cast<size_t>(tokens[r]) * kD; }, &bars[16]);
-    MulticastRows<kClusterSize>(reinterpret_cast<__half*>(sm.buffer[1]), kD, [&](int r) { return st.positions + static_cast<size_t>(st.lengths[r] + step + 2) * kD; },
+    MulticastRows<kGroupSize>(sm.x, kXPitch, [&](int r) { return st.embed + static_cast<size_t>(tokens[r]) * kD; }, &bars[16]);
+    MulticastRows<kGroupSize>(reinterpret_cast<__half*>(sm.buffer[1]), kD, [&](int r) { return st.positions + static_cast<size_t>(st.lengths[r] + step + 2) * kD; },
                   &bars[17]);
     MbarWait(&bars[17], positionParity);
     positionParity ^= 1;
@@ -1257,7 +1254,7 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
         st.qkv[r * 3 * kD + n] = __float2half_rn(Round(v + __half2float(L.qkvBias[n])));
       });
       groupSync();
-      if (crossL2) PrefetchCrossLines(st, L, 64 * j + c, kHeads, kMaxRows / kCluster);
+      if (crossL2) PrefetchCrossLines(st, L, 64 * j + c, kHeads, kMaxRows / kGroup);
       mark();  // 1: q/k/v
       SelfAttention(st, L, sm, sm.buffer[0], reinterpret_cast<unsigned char*>(sm.x), &selfParity, step, 64 * j + c, kHeads);
       mark();  // 2: self-attention
@@ -1275,7 +1272,7 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
       });
       groupSync();
       mark();  // 7: cross query
-      CrossAttention(st, L, sm, sm.buffer[0], reinterpret_cast<unsigned char*>(sm.x), crossParity, 64 * j + c, kHeads, kMaxRows / kCluster);
+      CrossAttention(st, L, sm, sm.buffer[0], reinterpret_cast<unsigned char*>(sm.x), crossParity, 64 * j + c, kHeads, kMaxRows / kGroup);
       mark();  // 8: cross-attention
       sync();
       mark();  // 9
@@ -1302,8 +1299,8 @@ __global__ void __launch_bounds__(kThreads, 1) ClusterStepKernel(const Step* __r
       mark();  // 17: norm
     }
     markLayer = -1;
-    // The head over the last layer's normed output (block 0 also writes it out, for the check).
-    if (blockIdx.x == 0) {
+    // The head over the last layer's normed output (block 0 also writes the first step's out, for the check).
+    if (blockIdx.x == 0 && step == 0) {
       for (int i = threadIdx.x; i < kMaxRows * kD / 8; i += kThreads)
         reinterpret_cast<uint4*>(st.residual[0])[i] = *reinterpret_cast<const uint4*>(sm.x + (i / (kD / 8)) * kXPitch + 8 * (i % (kD / 8)));
     }
@@ -1326,7 +1323,7 @@ __global__ void BarrierKernel(unsigned* counter, int n) {
 
 // Only group barriers: 8 blocks a counter, as the clustered step's groups.
 __global__ void GroupBarrierKernel(unsigned* counters, int n) {
-  for (int i = 1; i <= n; i++) GroupBarrier(&counters[blockIdx.x / kCluster], i * kCluster);
+  for (int i = 1; i <= n; i++) GridBarrier(&counters[blockIdx.x / kGroup], i * kGroup);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -1489,8 +1486,8 @@ __global__ void PackTiles(const __half* w, int N, int K, uint4* packed, int tile
 __global__ void PackChunks(const __half* w, int N, int K, uint4* packed, int count, int kLen, int mode) {
   const int b = blockIdx.x;
   const int t = blockIdx.y;
-  const int c = b / kCluster;
-  const int j = b % kCluster;
+  const int c = b / kGroup;
+  const int j = b % kGroup;
   int n0 = 0, k0 = 0;
   if (mode == 0) {
     const int g = 3 * j + t;
@@ -1529,8 +1526,8 @@ uint4* Pack(const __half* w, int N, int K, int tiles, int mode) {
 }
 
 uint4* PackChunked(const __half* w, int N, int K, int count, int kLen, int mode) {
-  uint4* p = Alloc<uint4>(static_cast<size_t>(kClusterBlocks) * count * kLen);
-  PackChunks<<<dim3(kClusterBlocks, count), 256>>>(w, N, K, p, count, kLen, mode);
+  uint4* p = Alloc<uint4>(static_cast<size_t>(kGroupedBlocks) * count * kLen);
+  PackChunks<<<dim3(kGroupedBlocks, count), 256>>>(w, N, K, p, count, kLen, mode);
   return p;
 }
 
@@ -1624,7 +1621,7 @@ int main(int argc, char** argv) {
   st.hidden = Alloc<__half>(rows * kF);
   st.fc2Partial = Alloc<float>(4 * rows * kD);
   st.sum = Alloc<__half>(rows * kD);
-  st.partials = Alloc<float>(static_cast<size_t>(kClusterBlocks) * kMaxRows * 64);
+  st.partials = Alloc<float>(static_cast<size_t>(kGroupedBlocks) * kMaxRows * 64);
   st.fc2Arrived = Alloc<unsigned>(32);
   st.best = Alloc<unsigned long long>(blocks * kMaxRows);
   st.barrier = Alloc<unsigned>(1);
@@ -1704,7 +1701,7 @@ int main(int argc, char** argv) {
   clusterAttributes[1].id = cudaLaunchAttributeCooperative;
   clusterAttributes[1].val.cooperative = 1;
   cudaLaunchConfig_t clusterConfig = {};
-  clusterConfig.gridDim = dim3(kClusterBlocks);
+  clusterConfig.gridDim = dim3(kGroupedBlocks);
   clusterConfig.blockDim = dim3(kThreads);
   clusterConfig.dynamicSmemBytes = kSharedBytes;
   clusterConfig.attrs = clusterAttributes;
@@ -1716,8 +1713,8 @@ int main(int argc, char** argv) {
     clusterAttributes[0].val.clusterDim.x = size;
     int active = 0;
     Check(cudaOccupancyMaxActiveClusters(&active, kernel, &clusterConfig), "active clusters");
-    std::printf("clusters of %d that fit at once: %d (%d blocks; the clustered step needs %d)\n", size, active, active * size, kClusterBlocks);
-    if (clusterKernel == nullptr && active * size >= kClusterBlocks) {
+    std::printf("clusters of %d that fit at once: %d (%d blocks; the clustered step needs %d)\n", size, active, active * size, kGroupedBlocks);
+    if (clusterKernel == nullptr && active * size >= kGroupedBlocks) {
       clusterKernel = kernel;
       clusterSize = size;
     }
@@ -1748,7 +1745,7 @@ int main(int argc, char** argv) {
       if (status != cudaSuccess && clusterConfig.numAttrs == 2) {
         cudaGetLastError();
         std::printf("cooperative launch with clusters refused (%s); launching without the cooperative flag (all %d blocks fit at once)\n",
-                    cudaGetErrorString(status), kClusterBlocks);
+                    cudaGetErrorString(status), kGroupedBlocks);
         clusterConfig.numAttrs = 1;
         status = cudaLaunchKernelEx(&clusterConfig, clusterKernel, const_cast<const Step*>(device), steps, barrierBase, groupBase, prefetchCross);
       }
@@ -1804,10 +1801,11 @@ int main(int argc, char** argv) {
       sameUntil += s;
       for (int k = 0; k < checkSteps; k++) same += tokens[k * rows + r] == refTokens[k * rows + r];
     }
+    const char* design = clustered ? "clustered" : normOnce ? "norm once a row" : "norm in every block";
     std::printf("check (%s): hidden max |diff| %.3g (max |h| %.3g); step 1 tokens %d/%d; %d steps: %d/%d tokens, %d/%d before a row's "
                 "first difference\n",
-                clustered ? "clustered" : normOnce ? "norm once a row" : "norm in every block", hiddenDiff, hiddenMax, firstSame, rows, checkSteps, same, checkSteps * rows, sameUntil, checkSteps * rows);
-    checksJson += std::string(checksJson.empty() ? "" : ",") + "{\"design\":\"" + (clustered ? "clustered" : normOnce ? "norm once a row" : "norm in every block") +
+                design, hiddenDiff, hiddenMax, firstSame, rows, checkSteps, same, checkSteps * rows, sameUntil, checkSteps * rows);
+    checksJson += std::string(checksJson.empty() ? "" : ",") + "{\"design\":\"" + design +
                   "\",\"hiddenMaxDiff\":" + std::to_string(hiddenDiff) + ",\"step1TokensSame\":" + std::to_string(firstSame) +
                   ",\"tokensSame\":" + std::to_string(same) + "}";
     return firstSame == rows && hiddenDiff < 0.05;
@@ -1864,8 +1862,8 @@ int main(int argc, char** argv) {
     };
     barrierUs = time(reinterpret_cast<void*>(BarrierKernel), blocks, 1);
     std::printf("a grid barrier over %d blocks: %.2f us\n", blocks, barrierUs);
-    groupBarrierUs = time(reinterpret_cast<void*>(GroupBarrierKernel), kClusterBlocks, kHeads);
-    std::printf("a barrier over a group of %d blocks (16 groups at once): %.2f us\n", kCluster, groupBarrierUs);
+    groupBarrierUs = time(reinterpret_cast<void*>(GroupBarrierKernel), kGroupedBlocks, kHeads);
+    std::printf("a barrier over a group of %d blocks (16 groups at once): %.2f us\n", kGroup, groupBarrierUs);
   }
 
   // --- Timing and where the time goes, without and with the cross caches pulled into L2 ahead.
@@ -1919,7 +1917,6 @@ int main(int argc, char** argv) {
                                      "norm, fc1 + GELU", "fc2"};
     const char* const* names = clustered ? clusteredNames : plainNames;
     const int per = clustered ? 6 : normOnce ? 11 : 8;  // barriers a layer
-    const int phases = clustered ? 6 : 8;
     const int markCount = clustered ? 18 : 22;
     const bool byPhase = clustered || !normOnce;
     const int rounds = 5;
@@ -1951,8 +1948,8 @@ int main(int argc, char** argv) {
             ",\"marksUs\":[";
     for (int k = 1; k < markCount; k++) json += std::string(k > 1 ? "," : "") + std::to_string(sub[k]);
     json += "],\"phasesUsPerLayer\":{";
-    for (int p = 0; p < phases; p++) {
-      if (byPhase) std::printf("| %s | %.2f | %.1f |\n", names[p], phase[p] / kLayers, phase[p]);
+    for (int p = 0; byPhase && p < per; p++) {
+      std::printf("| %s | %.2f | %.1f |\n", names[p], phase[p] / kLayers, phase[p]);
       json += std::string(p ? "," : "") + "\"" + names[p] + "\":" + std::to_string(phase[p] / kLayers);
     }
     if (byPhase) std::printf("| head (with norm) | | %.1f |\n", head);
