@@ -12,7 +12,9 @@
  * default 1,32). Reports tokens/s (returned sequences' tokens), ms per decode step and time to first
  * token; profile: the share of the time inside the session's runs (and for the native engine inside
  * the addon's calls in all).
- * SEQ2SEQ_SEARCHES: 'greedy,beam 4' (default) or either.
+ * SEQ2SEQ_SEARCHES: 'greedy,beam 4' (default) or either. SEQ2SEQ_BATCHES: the native engines' batches
+ * (default 1,32). SEQ2SEQ_SOURCE: the source's length in tokens (default 256; seq2seq_hf.py takes it from
+ * the results file).
  * Usage: node --import tsx bench/gpu/speed/seq2seq.ts <work-dir> [model...]  -> <work-dir>/seq2seq-chorus.json
  *   models: t5-small t5-base bart-large (default: all)
  */
@@ -23,7 +25,15 @@ import { NativeEngine, Seq2SeqEngine, type Engine, type RequestMetrics, type Sam
 import { buildModel, type BuildOptions } from '../../../src/modelbuild/index.ts';
 import { GREEDY_STEPS, SEQ2SEQ_MODELS, seq2seqModel, seq2seqSources, timeSessionRuns } from './common.ts';
 
-const SOURCE = 256;
+/** A knob's list of positive whole numbers, or a clear error naming it. */
+function counts(name: string, fallback: string): number[] {
+  const text = process.env[name] ?? fallback;
+  const values = text.split(',').map(Number);
+  if (values.some((v) => !Number.isInteger(v) || v < 1)) throw new Error(`${name} must be positive whole numbers separated by commas, got '${text}'`);
+  return values;
+}
+
+const [SOURCE = 256] = counts('SEQ2SEQ_SOURCE', '256');
 const NEW = 64;
 
 const work = process.argv[2] ?? '/tmp/speed';
@@ -37,12 +47,14 @@ const VARIANTS: Record<string, Partial<BuildOptions>> = {
 
 const inRun = timeSessionRuns();
 const engineNames = (process.env.SEQ2SEQ_ENGINES ?? 'native-graph,native,ts').split(',');
-const tsBatches = (process.env.SEQ2SEQ_TS_BATCHES ?? '1,32').split(',').map(Number);
+const tsBatches = counts('SEQ2SEQ_TS_BATCHES', '1,32');
+const nativeBatches = counts('SEQ2SEQ_BATCHES', '1,32');
 const searches = (process.env.SEQ2SEQ_SEARCHES ?? 'greedy,beam 4').split(',');
 
 const file = join(work, 'seq2seq-chorus.json');
-const saved = existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as { rows: Array<Record<string, unknown>>; checkpoints: Record<string, string> }) : { rows: [], checkpoints: {} };
-const rows = saved.rows.filter((row) => !names.includes(String(row.model)));
+const saved = existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as { rows: Array<Record<string, unknown>>; checkpoints: Record<string, string>; source?: number }) : { rows: [], checkpoints: {} };
+// Rows of other models are kept only when they ran from sources of this length.
+const rows = (saved.source ?? 256) === SOURCE ? saved.rows.filter((row) => !names.includes(String(row.model))) : [];
 const checkpoints = saved.checkpoints;
 for (const name of names) {
   const { checkpoint, dir, eos } = seq2seqModel(work, name);
@@ -75,7 +87,7 @@ for (const name of names) {
       ['beam 4', { beam_width: 4, temperature: 1 }],
     ] as Array<[string, SamplingParams]>) {
       if (!searches.includes(search)) continue;
-      for (const batch of engineName === 'ts' ? tsBatches : [1, 32]) {
+      for (const batch of engineName === 'ts' ? tsBatches : nativeBatches) {
         const run = (count: number) =>
           Promise.all(seq2seqSources(count, SOURCE, eos).map((s) => lastValueFrom(engine.submit({ inputIds: s, params: { ...params, request_output_len: NEW, min_length: NEW }, stream: false }).pipe(toArray()))));
         // Warm-up (the native engine's captured graphs, one per batch size, and ONNX Runtime's arena: twice).
