@@ -28,12 +28,24 @@ import type { SequenceState } from './sequence-state.ts';
 const OUT = -1e9;
 const f32 = Math.fround;
 
-/** One live beam: its tokens, their log-probs, and the running sum. */
+/**
+ * One live beam: its tokens, their log-probs, and the running sum. A beam's arrays are its own: the
+ * last of a step's beams to continue a parent takes the parent's arrays over, the others copy them.
+ */
 interface Beam {
   tokens: number[];
   logProbs: number[];
-  counts: Map<number, number>;
+  /** How often each id occurs in `tokens`: made when a penalty first asks (countsOf), then kept up. */
+  counts: Map<number, number> | undefined;
   score: number;
+}
+
+function countsOf(beam: Beam): Map<number, number> {
+  if (beam.counts === undefined) {
+    beam.counts = new Map();
+    for (const id of beam.tokens) beam.counts.set(id, (beam.counts.get(id) ?? 0) + 1);
+  }
+  return beam.counts;
 }
 
 /** One finished hypothesis, best first in `BeamSearch.results()`. */
@@ -63,6 +75,12 @@ interface Candidate {
   /** The score it is chosen by (lowered by the diversity rate). */
   rank: number;
   ends: FinishReason | undefined;
+}
+
+/** Whether x comes before y among a step's candidates: higher rank, then lower parent, then lower id. */
+function ranksBefore(x: Candidate, y: Candidate): boolean {
+  if (x.rank !== y.rank) return x.rank > y.rank;
+  return x.parent !== y.parent ? x.parent < y.parent : x.token < y.token;
 }
 
 /** The processors that apply to log-probs in beam search: sampling filters do not. */
@@ -102,7 +120,7 @@ export class BeamSearch {
   ) {
     this.width = params.beam_width;
     // One real beam to start from; the others cannot be chosen until it has spread.
-    this.beams = Array.from({ length: this.width }, (_, i) => ({ tokens: [], logProbs: [], counts: new Map(), score: i === 0 ? 0 : OUT }));
+    this.beams = Array.from({ length: this.width }, (_, i) => ({ tokens: [], logProbs: [], counts: undefined, score: i === 0 ? 0 : OUT }));
     this.processors = beamProcessors(params, endId);
     this.temperature = params.temperature === 1 ? undefined : temperature(params.temperature);
   }
@@ -146,7 +164,7 @@ export class BeamSearch {
     const p = this.params;
     const seen = new Map<number, number>();
     if (p.repetition_penalty !== 1) for (const id of this.contextIds) seen.set(id, 0);
-    if (p.repetition_penalty !== 1 || p.presence_penalty !== 0 || p.frequency_penalty !== 0) for (const [id, count] of beam.counts) seen.set(id, count);
+    if (p.repetition_penalty !== 1 || p.presence_penalty !== 0 || p.frequency_penalty !== 0) for (const [id, count] of countsOf(beam)) seen.set(id, count);
     const bans = bannedAfter(p, this.endId, beam.tokens);
     return {
       temperature: p.temperature,
@@ -171,31 +189,52 @@ export class BeamSearch {
     const keep = 2 * B;
     const length = this.generated;
     const last = length + 1 >= this.params.request_output_len;
-    const candidates: Candidate[] = [];
+    // The best 2B over all beams: by rank, then by flat index (beam-major), as a stable top-k gives;
+    // each continuation goes in where it ranks among the best so far.
+    const best: Candidate[] = [];
     for (let b = 0; b < B; b++) {
       const beam = this.beams[b]!;
       // A beam out of the running cannot contribute on the first step: skip the work.
       if (length === 0 && b > 0) continue;
-      continuationsOf(b).forEach(({ token, logProb }, k) => {
+      const continuations = continuationsOf(b);
+      for (let k = 0; k < continuations.length; k++) {
+        const { token, logProb } = continuations[k]!;
         const score = f32(logProb + beam.score);
-        candidates.push({ parent: b, token, logProb, score, rank: f32(score - this.params.beam_search_diversity_rate * k), ends: undefined });
-      });
+        const c: Candidate = { parent: b, token, logProb, score, rank: f32(score - this.params.beam_search_diversity_rate * k), ends: undefined };
+        let at = best.length;
+        while (at > 0 && ranksBefore(c, best[at - 1]!)) at--;
+        if (at < keep) best.splice(at, 0, c);
+        if (best.length > keep) best.pop();
+      }
     }
-    // The best 2B over all beams: by rank, then by flat index (beam-major), as a stable top-k gives.
-    const best = candidates.sort((x, y) => y.rank - x.rank || x.parent - y.parent || x.token - y.token).slice(0, keep);
     for (const c of best) c.ends = this.ends(this.beams[c.parent]!, c.token, last);
 
     this.offerFinished(best.slice(0, B), length + 1);
-    const next = best
-      .map((c) => ({ c, order: c.ends === undefined ? c.rank : f32(c.rank + OUT), running: c.ends === undefined ? c.score : f32(c.score + OUT) }))
-      .sort((x, y) => y.order - x.order)
-      .slice(0, B);
-    const parents = next.map(({ c }) => c.parent);
-    this.beams = next.map(({ c, running }) => {
+    // The next beams: the best B by rank with those that ended taken out of the running (a stable
+    // insertion by that order, so equals keep their order in `best`).
+    const order = (c: Candidate): number => (c.ends === undefined ? c.rank : f32(c.rank + OUT));
+    const next: Candidate[] = [];
+    for (const c of best) {
+      let at = next.length;
+      while (at > 0 && order(next[at - 1]!) < order(c)) at--;
+      next.splice(at, 0, c);
+    }
+    if (next.length > B) next.length = B;
+    const parents = next.map((c) => c.parent);
+    // Children of one parent left to make: the last takes its arrays over, after the others copied them.
+    const children = new Array<number>(B).fill(0);
+    for (const p of parents) children[p]!++;
+    this.beams = next.map((c) => {
       const parent = this.beams[c.parent]!;
-      const counts = new Map(parent.counts);
-      counts.set(c.token, (counts.get(c.token) ?? 0) + 1);
-      return { tokens: [...parent.tokens, c.token], logProbs: [...parent.logProbs, c.logProb], counts, score: running };
+      const running = c.ends === undefined ? c.score : f32(c.score + OUT);
+      const beam: Beam =
+        --children[c.parent]! === 0
+          ? { tokens: parent.tokens, logProbs: parent.logProbs, counts: parent.counts, score: running }
+          : { tokens: parent.tokens.slice(), logProbs: parent.logProbs.slice(), counts: undefined, score: running };
+      beam.tokens.push(c.token);
+      beam.logProbs.push(c.logProb);
+      beam.counts?.set(c.token, (beam.counts.get(c.token) ?? 0) + 1);
+      return beam;
     });
     this.judgeImprovement(length + 1);
     const full = this.finished.length === B;
@@ -233,13 +272,15 @@ export class BeamSearch {
   }
 
   private state(beam: Beam): SequenceState {
-    return { promptIds: this.contextIds, outputIds: beam.tokens, outputCounts: beam.counts, topP: 1 };
+    return { promptIds: this.contextIds, outputIds: beam.tokens, outputCounts: countsOf(beam), topP: 1 };
   }
 
   private ends(beam: Beam, token: number, last: boolean): FinishReason | undefined {
     if (token === this.endId) return 'end_id';
-    const out = [...beam.tokens, token];
-    if (this.params.stop_words.some((phrase) => phrase.length <= out.length && phrase.every((id, i) => out[out.length - phrase.length + i] === id))) return 'stop';
+    // The beam's tokens and then `token`, read in place.
+    const n = beam.tokens.length + 1;
+    const at = (i: number): number => (i === n - 1 ? token : beam.tokens[i]!);
+    if (this.params.stop_words.some((phrase) => phrase.length <= n && phrase.every((id, i) => at(n - phrase.length + i) === id))) return 'stop';
     return last ? 'length' : undefined;
   }
 

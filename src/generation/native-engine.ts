@@ -34,7 +34,7 @@ import { BeamSequence } from './beam-sequence.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
 import { RequestLedger } from './request-ledger.ts';
 import { Scheduler, type SchedulerLimits } from './scheduler.ts';
-import { packSamplerRows, sampledChoice } from './native-sampler.ts';
+import { packSamplerRows, sampledChoice, sampledTop } from './native-sampler.ts';
 import type { SamplerRow } from './sampler.ts';
 import { argmaxEligible, bannedArgmaxEligible, Sequence, type ActiveRequest, type ModelIds } from './sequence.ts';
 import { seq2seqModel } from './seq2seq-engine.ts';
@@ -458,9 +458,9 @@ export class NativeEngine implements Engine {
         // A search that ended (or was cancelled) before the addon's run stopped takes no more steps.
         if (s.finished || s.cancelled) return;
         const base = k * width + bases[i]!;
-        const parents = s.stepContinuations((r) => sampledChoice(out, base + r).top);
-        const chosen = Array.from(out.parents.subarray(base, base + s.rows), (p) => p - bases[i]!);
-        if (parents.some((p, b) => p !== chosen[b])) {
+        const parents = s.stepContinuations((r) => sampledTop(out, base + r));
+        if (parents.some((p, b) => p !== out.parents[base + b]! - bases[i]!)) {
+          const chosen = Array.from(out.parents.subarray(base, base + s.rows), (p) => p - bases[i]!);
           throw new ChorusError('CHORUS_INTERNAL', `the native beam run chose beams [${chosen.join(', ')}] where the beam search chooses [${parents.join(', ')}]`);
         }
       });
@@ -591,7 +591,7 @@ class StepPlan {
       how.sampled.accept(choice, undefined, top);
       return undefined;
     }
-    if ('beams' in how) return how.beams.stepContinuations((r) => sampledChoice(out.sampled, how.at + r).top);
+    if ('beams' in how) return how.beams.stepContinuations((r) => sampledTop(out.sampled, how.at + r));
     return s.step((r) => {
       const i = this.logitRows.indexOf(base + r);
       return out.logits.subarray(i * vocabSize, (i + 1) * vocabSize);

@@ -36,8 +36,15 @@ export function packSamplerRows(entries: ReadonlyArray<{ row: number; sampler: S
   return { rows, params, seenOffsets, seen, banOffsets, bans };
 }
 
+/** The most likely ids of the sampler's `at`-th row, when the row asked for them (a beam's continuations). */
+export function sampledTop(sampled: NativeSampled, at: number): Array<{ token: number; logProb: number }> {
+  const count = sampled.topCounts[at]!;
+  const top = new Array<{ token: number; logProb: number }>(count);
+  for (let j = 0; j < count; j++) top[j] = { token: sampled.topTokens[at * MAX_TOP_LOGPROBS + j]!, logProb: sampled.topLogProbs[at * MAX_TOP_LOGPROBS + j]! };
+  return top;
+}
+
 /** The sampler's choice for its `at`-th row, with the most likely ids when the row asked for them. */
 export function sampledChoice(sampled: NativeSampled, at: number): { choice: { token: number; logProb: number }; top: Array<{ token: number; logProb: number }> } {
-  const top = Array.from({ length: sampled.topCounts[at]! }, (_, j) => ({ token: sampled.topTokens[at * MAX_TOP_LOGPROBS + j]!, logProb: sampled.topLogProbs[at * MAX_TOP_LOGPROBS + j]! }));
-  return { choice: { token: sampled.tokens[at]!, logProb: sampled.logProbs[at]! }, top };
+  return { choice: { token: sampled.tokens[at]!, logProb: sampled.logProbs[at]! }, top: sampledTop(sampled, at) };
 }
