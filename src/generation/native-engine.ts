@@ -28,7 +28,7 @@ import { join } from 'node:path';
 import type { Observable } from 'rxjs';
 import { ChorusError } from '../errors.ts';
 import { SLOT_DECODER_MODEL, SLOT_ENCODER_MODEL } from '../modelbuild/greedy-layout.ts';
-import { loadNative, MAX_TOP_LOGPROBS, type NativeAddon, type NativeSampleBatch, type NativeSlotDecoder, type SlotStep } from '../native/index.ts';
+import { loadNative, MAX_TOP_LOGPROBS, type NativeAddon, type NativeSampleBatch, type NativeSampled, type NativeSlotDecoder, type SlotStep } from '../native/index.ts';
 import { decoderModel, keptRows, stepMembers } from './batch-rows.ts';
 import { BeamSequence } from './beam-sequence.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
@@ -442,7 +442,9 @@ export class NativeEngine implements Engine {
   /**
    * Beam-search steps back to back in the addon (member i's beams from row bases[i]), which chooses
    * each step's beams and moves their slots; each search then replays the steps' continuations here
-   * (the hypotheses are kept here), and the beams it chooses must be the addon's.
+   * (the hypotheses are kept here), and the beams it chooses must be the addon's. Each step is
+   * replayed as the addon hands it on (onStep), while the next one runs; what has not come that way
+   * when the run returns is replayed from its result.
    */
   private async decodeBeams(tokens: number[], bases: readonly number[], lengths: number[], sourceLengths: number[] | undefined, maxSteps: number): Promise<void> {
     const members = this.members as BeamSequence[];
@@ -450,21 +452,40 @@ export class NativeEngine implements Engine {
     const rows = tokens.length;
     padRows(this.fixedRows, tokens, lengths, sourceLengths);
     const width = tokens.length;
-    const out = await this.decoder.decodeBeams(Int32Array.from(tokens), Int32Array.from(lengths), groups, maxSteps, sourceLengths && Int32Array.from(sourceLengths));
-    this.ledger.counters.decodeSteps += out.steps;
-    this.ledger.counters.decodedRows += rows * out.steps;
-    for (let k = 0; k < out.steps; k++) {
+    let delivered = 0;
+    let ended = false;
+    let failure: { error: unknown } | undefined;
+    /** Replays one step, whose row r's continuations are at offset + r of `sampled` and its parent at offset + r of `parents`. */
+    const replay = (sampled: NativeSampled, parents: Int32Array, offset: number): void => {
       members.forEach((s, i) => {
         // A search that ended (or was cancelled) before the addon's run stopped takes no more steps.
         if (s.finished || s.cancelled) return;
-        const base = k * width + bases[i]!;
-        const parents = s.stepContinuations((r) => sampledTop(out, base + r));
-        if (parents.some((p, b) => p !== out.parents[base + b]! - bases[i]!)) {
-          const chosen = Array.from(out.parents.subarray(base, base + s.rows), (p) => p - bases[i]!);
-          throw new ChorusError('CHORUS_INTERNAL', `the native beam run chose beams [${chosen.join(', ')}] where the beam search chooses [${parents.join(', ')}]`);
+        const base = offset + bases[i]!;
+        const chosen = s.stepContinuations((r) => sampledTop(sampled, base + r));
+        if (chosen.some((p, b) => p !== parents[base + b]! - bases[i]!)) {
+          const addon = Array.from(parents.subarray(base, base + s.rows), (p) => p - bases[i]!);
+          throw new ChorusError('CHORUS_INTERNAL', `the native beam run chose beams [${addon.join(', ')}] where the beam search chooses [${chosen.join(', ')}]`);
         }
       });
-    }
+      delivered++;
+    };
+    const running = this.decoder.decodeBeams(Int32Array.from(tokens), Int32Array.from(lengths), groups, maxSteps, sourceLengths && Int32Array.from(sourceLengths), (step, sampled, parents) => {
+      if (ended || failure !== undefined || step !== delivered) return;
+      // Called from the addon's thread-safe function, outside this method's awaits: a failure ends
+      // the run and is thrown below, where the engine's loop fails the batch's requests.
+      try {
+        replay(sampled, parents, 0);
+      } catch (error) {
+        failure = { error };
+        this.decoder.interrupt();
+      }
+    });
+    // Calls still queued when the run returns (or fails) are not taken.
+    const out = await running.finally(() => (ended = true));
+    if (failure !== undefined) throw failure.error;
+    for (let k = delivered; k < out.steps; k++) replay(out, out.parents, k * width);
+    this.ledger.counters.decodeSteps += out.steps;
+    this.ledger.counters.decodedRows += rows * out.steps;
     this.lengths = this.lengths.map((n) => n + out.steps);
   }
 

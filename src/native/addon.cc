@@ -181,6 +181,20 @@ Napi::Object ResultObject(Napi::Env env, const StepResult& result) {
   return out;
 }
 
+// A run's per-step callback as a thread-safe function (null when `value` is not a function).
+std::shared_ptr<Napi::ThreadSafeFunction> StepCallback(const Napi::Value& value, const char* name) {
+  if (!value.IsFunction()) return nullptr;
+  return std::make_shared<Napi::ThreadSafeFunction>(Napi::ThreadSafeFunction::New(value.Env(), value.As<Napi::Function>(), name, 0, 1));
+}
+
+// Releases a run's step callback when the run's work ends, however it ends.
+struct ReleaseAfter {
+  std::shared_ptr<Napi::ThreadSafeFunction> f;
+  ~ReleaseAfter() {
+    if (f) f->Release();
+  }
+};
+
 // Runs `work` on a worker thread; resolves with `done(env)` (undefined without one), or rejects with
 // the exception's message.
 // `busy` counts the tasks in flight on a decoder (read and written on the main thread only).
@@ -330,18 +344,12 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     auto minLeft = info[6].IsUndefined() ? std::vector<int32_t>{} : Int32s(info[6], "minLeft");
     if (!info[7].IsUndefined() && !info[7].IsFunction()) throw Napi::TypeError::New(info.Env(), "decodeGreedy's onStep must be a function (step, ids)");
     // onStep(step, ids) on the main thread as each step's ids reach the host, while the run goes on.
-    std::shared_ptr<Napi::ThreadSafeFunction> steps;
-    if (info[7].IsFunction()) steps = std::make_shared<Napi::ThreadSafeFunction>(Napi::ThreadSafeFunction::New(info.Env(), info[7].As<Napi::Function>(), "chorus greedy steps", 0, 1));
+    auto steps = StepCallback(info[7], "chorus greedy steps");
     auto run = std::make_shared<GreedyRun>();
     return Queue(
         info.Env(),
         [&decoder, run, tokens, positions, remaining, endId, maxSteps, sourceLengths, minLeft, steps]() {
-          struct Released {
-            std::shared_ptr<Napi::ThreadSafeFunction> f;
-            ~Released() {
-              if (f) f->Release();
-            }
-          } released{steps};
+          ReleaseAfter released{steps};
           StepIds onStep = nullptr;
           if (steps) {
             onStep = [&steps](int step, const int32_t* ids, int rows) {
@@ -376,9 +384,36 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     if (!info[3].IsNumber()) throw Napi::TypeError::New(info.Env(), "decodeBeams takes the most steps");
     const int maxSteps = info[3].As<Napi::Number>().Int32Value();
     auto sourceLengths = info[4].IsUndefined() ? std::vector<int32_t>{} : Int32s(info[4], "sourceLengths");
+    if (!info[5].IsUndefined() && !info[5].IsFunction()) throw Napi::TypeError::New(info.Env(), "decodeBeams' onStep must be a function (step, sampled, parents)");
+    // onStep(step, sampled, parents) on the main thread as each step's beams are chosen, while the run goes on.
+    auto steps = StepCallback(info[5], "chorus beam steps");
     auto run = std::make_shared<BeamRun>();
     return Queue(
-        info.Env(), [&decoder, run, tokens, positions, groups, maxSteps, sourceLengths]() { *run = decoder.DecodeBeams(tokens, positions, groups, maxSteps, sourceLengths); },
+        info.Env(),
+        [&decoder, run, tokens, positions, groups, maxSteps, sourceLengths, steps]() {
+          ReleaseAfter released{steps};
+          StepBeams onStep = nullptr;
+          if (steps) {
+            onStep = [&steps](int step, const SampleResult* continuations, const int32_t* parents, int rows) {
+              struct Step {
+                int index;
+                std::vector<SampleResult> continuations;
+                std::vector<int32_t> parents;
+              };
+              auto* copy = new Step{step, std::vector<SampleResult>(continuations, continuations + rows), std::vector<int32_t>(parents, parents + rows)};
+              const napi_status status = steps->NonBlockingCall(copy, [](Napi::Env e, Napi::Function f, Step* d) {
+                auto parentsArray = Napi::Int32Array::New(e, d->parents.size());
+                std::copy(d->parents.begin(), d->parents.end(), parentsArray.Data());
+                Napi::Object sampled = SampledObject(e, d->continuations);
+                const int index = d->index;
+                delete d;
+                f.Call({Napi::Number::New(e, index), sampled, parentsArray});
+              });
+              if (status != napi_ok) delete copy;
+            };
+          }
+          *run = decoder.DecodeBeams(tokens, positions, groups, maxSteps, sourceLengths, onStep);
+        },
         [run](Napi::Env e) {
           Napi::Object out = SampledObject(e, run->continuations);
           auto parents = Napi::Int32Array::New(e, run->parents.size());

@@ -136,9 +136,18 @@ export interface NativeSlotDecoder {
    * chooses the next beams as BeamSearch does, moves the slots of beams that continue another and feeds
    * the chosen tokens. Rows outside every group run along unread. Stops after the step in which a group
    * finishes, at maxSteps, or at interrupt(). Step k's row r: its continuations at k * rows + r of the
-   * top arrays, and the row it continues, parents[k * rows + r].
+   * top arrays, and the row it continues, parents[k * rows + r]. onStep(k, sampled, parents) gets step
+   * k's (row r's continuations at r of sampled's top arrays, its parent at parents[r]) on the event loop
+   * while the run goes on; calls may still come after the promise resolves (its result holds every step's).
    */
-  decodeBeams(tokens: Int32Array, positions: Int32Array, groups: NativeBeamGroup[], maxSteps: number, sourceLengths?: Int32Array): Promise<NativeBeamRun>;
+  decodeBeams(
+    tokens: Int32Array,
+    positions: Int32Array,
+    groups: NativeBeamGroup[],
+    maxSteps: number,
+    sourceLengths?: Int32Array,
+    onStep?: (step: number, sampled: NativeSampled, parents: Int32Array) => void,
+  ): Promise<NativeBeamRun>;
   /** Stops a decodeGreedy or decodeBeams under way (or the next one) after its current step. */
   interrupt(): void;
   /**

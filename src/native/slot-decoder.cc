@@ -369,7 +369,7 @@ GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int
 }
 
 BeamRun SlotDecoder::DecodeBeams(std::vector<int64_t> tokens, std::vector<int64_t> positions, std::vector<BeamGroup> groups, int maxSteps,
-                                 const std::vector<int32_t>& sourceLengths) {
+                                 const std::vector<int32_t>& sourceLengths, const StepBeams& onStep) {
   Timed timed(callMs_);
   UseDevice();
   if (maxSteps < 1) throw std::out_of_range("decodeBeams takes at least one step");
@@ -426,6 +426,8 @@ BeamRun SlotDecoder::DecodeBeams(std::vector<int64_t> tokens, std::vector<int64_
     }
     if (!src.empty()) QueueCopies(src, dst, lengths, {});
     run.parents.insert(run.parents.end(), parents.begin(), parents.end());
+    // Handed on while the next step runs (the moves are queued before it).
+    if (onStep) onStep(run.steps, continuations, parents.data(), rows);
     run.steps++;
     for (int r = 0; r < rows; r++) {
       tokens[r] = next[r];

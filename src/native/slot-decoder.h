@@ -63,6 +63,8 @@ struct StepResult {
 
 // A greedy run's step as it ends: its index and each row's id.
 using StepIds = std::function<void(int step, const int32_t* ids, int rows)>;
+// A beam run's step as it is chosen: each row's continuations and the row it continues (rows of each).
+using StepBeams = std::function<void(int step, const SampleResult* continuations, const int32_t* parents, int rows)>;
 
 // Greedy steps run back to back: tokens[k * rows + r] is row r's token of step k.
 struct GreedyRun {
@@ -111,9 +113,10 @@ class SlotDecoder {
   // returning: each step samples every beam's 2 x width best continuations where the logits are,
   // chooses the next beams here (beam-run.h), moves the slots of beams that continue another and feeds
   // the chosen tokens. Rows outside every group run along unread. Stops after the step in which a group
-  // finishes, at `maxSteps`, or at an Interrupt().
+  // finishes, at `maxSteps`, or at an Interrupt(). `onStep` (when given) gets each step's continuations
+  // and parents as soon as they are chosen, while the run goes on; the result still holds every step's.
   BeamRun DecodeBeams(std::vector<int64_t> tokens, std::vector<int64_t> positions, std::vector<BeamGroup> groups, int maxSteps,
-                      const std::vector<int32_t>& sourceLengths = {});
+                      const std::vector<int32_t>& sourceLengths = {}, const StepBeams& onStep = nullptr);
   // Asks a DecodeGreedy or DecodeBeams under way (or the next one) to stop after its current step.
   void Interrupt() { interrupt_.store(true); }
   // Copies slot caches: dst[i] <- src[i], the first lengths[i] positions, reading every source before

@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import { lastValueFrom, toArray } from 'rxjs';
 import { NativeEngine, nativeUnavailable, OrtEngine, greedy, Seq2SeqEngine, type Engine, type NativeEngineOptions, type SamplingParams, type TokenEvent } from '../../src/generation/index.ts';
 import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
-import { loadNative, type NativeBeamGroup } from '../../src/native/index.ts';
+import { loadNative, MAX_TOP_LOGPROBS, type NativeBeamGroup } from '../../src/native/index.ts';
 import { uniformStream } from '../../src/util/random.ts';
 import { STORIES } from '../helpers/paths.ts';
 import { buildSpec } from '../helpers/build-info.ts';
@@ -264,6 +264,32 @@ describe('the native SlotDecoder', { skip }, () => {
     await decoder.prefill(0, Int32Array.from([5, 6, 7]), new Int32Array(0));
     const alone = await decoder.decodeGreedy(first.argmax.subarray(0, 1), Int32Array.from([3]), Int32Array.from([9]), -1, 12);
     assert.deepEqual([...alone.tokens], seen.map(([, ids]) => ids[0]));
+    decoder.close();
+  });
+
+  test('hands each beam step\'s continuations and parents to onStep as the run goes, the same as the run returns', async () => {
+    const decoder = new addon!.SlotDecoder(gpt2SlotDecoder(32).options);
+    await decoder.load();
+    // Two beams of one search from one prompt, the second out of the running until the first spreads.
+    await decoder.prefill(0, Int32Array.from([5, 6, 7, 5, 6, 7]), new Int32Array(0), undefined, 2);
+    const group: NativeBeamGroup = { firstRow: 0, width: 2, outputLength: 12, generated: 1, minLength: 0, endId: -1, earlyStopping: 0, improvable: true, temperature: 1, lenPenalty: 1, diversityRate: 0, scores: Float64Array.from([-0.5, -1e9]), finished: new Float64Array(0) };
+    const start: [Int32Array, Int32Array, NativeBeamGroup[], number] = [Int32Array.from([9, 9]), Int32Array.from([3, 3]), [group], 8];
+    assert.throws(() => decoder.decodeBeams(...start, undefined, 'steps' as unknown as () => void), /onStep must be a function/);
+    const seen: Array<{ step: number; tops: number[][]; parents: number[] }> = [];
+    const run = await decoder.decodeBeams(...start, undefined, (step, sampled, parents) => {
+      const tops = [0, 1].map((r) => [...sampled.topTokens.subarray(r * MAX_TOP_LOGPROBS, r * MAX_TOP_LOGPROBS + sampled.topCounts[r]!)]);
+      seen.push({ step, tops, parents: [...parents] });
+    });
+    assert.equal(run.steps, 8);
+    await settled(() => seen.length >= run.steps);
+    const expected = Array.from({ length: run.steps }, (_, k) => ({
+      step: k,
+      tops: [0, 1].map((r) => [...run.topTokens.subarray((2 * k + r) * MAX_TOP_LOGPROBS, (2 * k + r) * MAX_TOP_LOGPROBS + run.topCounts[2 * k + r]!)]),
+      parents: [...run.parents.subarray(2 * k, 2 * k + 2)],
+    }));
+    assert.deepEqual(seen, expected);
+    // Each beam's continuations are 2 x width ids.
+    assert.ok(seen.every(({ tops }) => tops.every((ids) => ids.length === 4)));
     decoder.close();
   });
 });
