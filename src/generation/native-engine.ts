@@ -468,6 +468,9 @@ export class NativeEngine implements Engine {
         }
       });
       delivered++;
+      // Counted as replayed: a search's last step may end its request before the run returns.
+      this.ledger.counters.decodeSteps++;
+      this.ledger.counters.decodedRows += rows;
     };
     const running = this.decoder.decodeBeams(Int32Array.from(tokens), Int32Array.from(lengths), groups, maxSteps, sourceLengths && Int32Array.from(sourceLengths), (step, sampled, parents) => {
       if (ended || failure !== undefined || step !== delivered) return;
@@ -484,8 +487,6 @@ export class NativeEngine implements Engine {
     const out = await running.finally(() => (ended = true));
     if (failure !== undefined) throw failure.error;
     for (let k = delivered; k < out.steps; k++) replay(out, out.parents, k * width);
-    this.ledger.counters.decodeSteps += out.steps;
-    this.ledger.counters.decodedRows += rows * out.steps;
     this.lengths = this.lengths.map((n) => n + out.steps);
   }
 
@@ -518,6 +519,9 @@ export class NativeEngine implements Engine {
         else going = true;
       });
       delivered++;
+      // Counted as taken: a row's last token may end its request before the run returns.
+      this.ledger.counters.decodeSteps++;
+      this.ledger.counters.decodedRows += rows;
       if (stopped && going && !ended && delivered < maxSteps) this.decoder.interrupt();
     };
     const running = this.decoder.decodeGreedy(
@@ -544,8 +548,6 @@ export class NativeEngine implements Engine {
     const out = await running.finally(() => (ended = true));
     if (failure !== undefined) throw failure.error;
     for (let k = delivered; k < out.steps; k++) take(out.tokens.subarray(k * width, (k + 1) * width));
-    this.ledger.counters.decodeSteps += out.steps;
-    this.ledger.counters.decodedRows += rows * out.steps;
     members.forEach((_, r) => (this.lengths[r]! += taken[r]!));
   }
 }

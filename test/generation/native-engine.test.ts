@@ -433,6 +433,8 @@ describe('NativeEngine (CPU)', { skip }, () => {
     const reference = await open(dirs.stories, false);
     const params = { temperature: 0, request_output_len: 400 };
     const got = await run(native, [1], params);
+    // Its steps are counted by the time its last token arrives: one a token after the prompt's.
+    assert.equal(native.stats().decodeSteps, got.length - 1);
     assert.deepEqual(got, await run(reference, [1], params));
     assert.equal(got.at(-1)!.finishReason, 'end_id');
     assert.ok(got.length < 400);
