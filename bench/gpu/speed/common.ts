@@ -1,6 +1,6 @@
 /**
  * What the GPU speed scripts share: seeded prompt ids (hf.py and seq2seq_hf.py make the same), the
- * encoder-decoders' checkpoints and builds, and a timer of session runs.
+ * encoder-decoders' checkpoints and builds, a timer of session runs, and the knobs' lists of counts.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -13,6 +13,14 @@ export const SEQ2SEQ_MODELS: Record<string, { arch: CheckpointArch; size: Checkp
   't5-base': { arch: 't5', size: 'base' },
   'bart-large': { arch: 'bart', size: 'large' },
 };
+
+/** The environment variable `name`'s comma-separated positive whole numbers (`fallback` when unset), or an error naming it. */
+export function envCounts(name: string, fallback: string): number[] {
+  const text = process.env[name] ?? fallback;
+  const values = text.split(',').map(Number);
+  if (values.some((v) => !Number.isInteger(v) || v < 1)) throw new Error(`${name} must be positive whole numbers separated by commas, got '${text}'`);
+  return values;
+}
 
 /** `count` rows of `length` ids below `modulo`, from the linear congruential stream the Python sides use (seed 777). */
 export function seededRows(count: number, length: number, modulo: number): number[][] {

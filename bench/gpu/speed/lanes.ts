@@ -10,7 +10,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { lastValueFrom, toArray } from 'rxjs';
 import { NativeEngine } from '../../../src/generation/index.ts';
-import { seq2seqModel, seq2seqSources } from './common.ts';
+import { envCounts, seq2seqModel, seq2seqSources } from './common.ts';
 
 const SOURCE = 256;
 const NEW = 64;
@@ -18,7 +18,7 @@ const BATCH = 32;
 
 const work = process.argv[2] ?? '/tmp/speed';
 const name = process.argv[3] ?? 'bart-large';
-const lanesList = (process.env.LANES ?? '1,2,3,4,1').split(',').map(Number);
+const lanesList = envCounts('LANES', '1,2,3,4,1');
 const { dir, eos } = seq2seqModel(work, name);
 const sources = seq2seqSources(BATCH, SOURCE, eos);
 

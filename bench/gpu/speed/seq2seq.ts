@@ -23,17 +23,9 @@ import { join } from 'node:path';
 import { lastValueFrom, toArray } from 'rxjs';
 import { NativeEngine, Seq2SeqEngine, type Engine, type RequestMetrics, type SamplingParams } from '../../../src/generation/index.ts';
 import { buildModel, type BuildOptions } from '../../../src/modelbuild/index.ts';
-import { GREEDY_STEPS, SEQ2SEQ_MODELS, seq2seqModel, seq2seqSources, timeSessionRuns } from './common.ts';
+import { envCounts, GREEDY_STEPS, SEQ2SEQ_MODELS, seq2seqModel, seq2seqSources, timeSessionRuns } from './common.ts';
 
-/** A knob's list of positive whole numbers, or a clear error naming it. */
-function counts(name: string, fallback: string): number[] {
-  const text = process.env[name] ?? fallback;
-  const values = text.split(',').map(Number);
-  if (values.some((v) => !Number.isInteger(v) || v < 1)) throw new Error(`${name} must be positive whole numbers separated by commas, got '${text}'`);
-  return values;
-}
-
-const [SOURCE = 256] = counts('SEQ2SEQ_SOURCE', '256');
+const [SOURCE = 256] = envCounts('SEQ2SEQ_SOURCE', '256');
 const NEW = 64;
 
 const work = process.argv[2] ?? '/tmp/speed';
@@ -47,8 +39,8 @@ const VARIANTS: Record<string, Partial<BuildOptions>> = {
 
 const inRun = timeSessionRuns();
 const engineNames = (process.env.SEQ2SEQ_ENGINES ?? 'native-graph,native,ts').split(',');
-const tsBatches = counts('SEQ2SEQ_TS_BATCHES', '1,32');
-const nativeBatches = counts('SEQ2SEQ_BATCHES', '1,32');
+const tsBatches = envCounts('SEQ2SEQ_TS_BATCHES', '1,32');
+const nativeBatches = envCounts('SEQ2SEQ_BATCHES', '1,32');
 const searches = (process.env.SEQ2SEQ_SEARCHES ?? 'greedy,beam 4').split(',');
 
 const file = join(work, 'seq2seq-chorus.json');
