@@ -28,7 +28,7 @@ import { join } from 'node:path';
 import type { Observable } from 'rxjs';
 import { ChorusError } from '../errors.ts';
 import { SLOT_DECODER_MODEL, SLOT_ENCODER_MODEL } from '../modelbuild/greedy-layout.ts';
-import { loadNative, MAX_TOP_LOGPROBS, type NativeAddon, type NativeSampleBatch, type NativeSampled, type NativeSlotDecoder, type SlotStep } from '../native/index.ts';
+import { loadNative, MAX_TOP_LOGPROBS, type NativeAddon, type NativeBeamRun, type NativeSampleBatch, type NativeSampled, type NativeSlotDecoder, type SlotStep } from '../native/index.ts';
 import { decoderModel, keptRows, stepMembers } from './batch-rows.ts';
 import { BeamSequence } from './beam-sequence.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
@@ -443,8 +443,7 @@ export class NativeEngine implements Engine {
    * Beam-search steps back to back in the addon (member i's beams from row bases[i]), which chooses
    * each step's beams and moves their slots; each search then replays the steps' continuations here
    * (the hypotheses are kept here), and the beams it chooses must be the addon's. Each step is
-   * replayed as the addon hands it on (onStep), while the next one runs; what has not come that way
-   * when the run returns is replayed from its result.
+   * replayed as the addon hands it on, while the next one runs (stepwise).
    */
   private async decodeBeams(tokens: number[], bases: readonly number[], lengths: number[], sourceLengths: number[] | undefined, maxSteps: number): Promise<void> {
     const members = this.members as BeamSequence[];
@@ -452,41 +451,25 @@ export class NativeEngine implements Engine {
     const rows = tokens.length;
     padRows(this.fixedRows, tokens, lengths, sourceLengths);
     const width = tokens.length;
-    let delivered = 0;
-    let ended = false;
-    let failure: { error: unknown } | undefined;
-    /** Replays one step, whose row r's continuations are at offset + r of `sampled` and its parent at offset + r of `parents`. */
-    const replay = (sampled: NativeSampled, parents: Int32Array, offset: number): void => {
-      members.forEach((s, i) => {
-        // A search that ended (or was cancelled) before the addon's run stopped takes no more steps.
-        if (s.finished || s.cancelled) return;
-        const base = offset + bases[i]!;
-        const chosen = s.stepContinuations((r) => sampledTop(sampled, base + r));
-        if (chosen.some((p, b) => p !== parents[base + b]! - bases[i]!)) {
-          const addon = Array.from(parents.subarray(base, base + s.rows), (p) => p - bases[i]!);
-          throw new ChorusError('CHORUS_INTERNAL', `the native beam run chose beams [${addon.join(', ')}] where the beam search chooses [${chosen.join(', ')}]`);
-        }
-      });
-      delivered++;
-      // Counted as replayed: a search's last step may end its request before the run returns.
-      this.ledger.counters.decodeSteps++;
-      this.ledger.counters.decodedRows += rows;
-    };
-    const running = this.decoder.decodeBeams(Int32Array.from(tokens), Int32Array.from(lengths), groups, maxSteps, sourceLengths && Int32Array.from(sourceLengths), (step, sampled, parents) => {
-      if (ended || failure !== undefined || step !== delivered) return;
-      // Called from the addon's thread-safe function, outside this method's awaits: a failure ends
-      // the run and is thrown below, where the engine's loop fails the batch's requests.
-      try {
-        replay(sampled, parents, 0);
-      } catch (error) {
-        failure = { error };
-        this.decoder.interrupt();
-      }
-    });
-    // Calls still queued when the run returns (or fails) are not taken.
-    const out = await running.finally(() => (ended = true));
-    if (failure !== undefined) throw failure.error;
-    for (let k = delivered; k < out.steps; k++) replay(out, out.parents, k * width);
+    /** A step: row r's continuations at offset + r of `sampled`, its parent at offset + r of `parents`. */
+    type BeamStep = { sampled: NativeSampled; parents: Int32Array; offset: number };
+    const out = await this.stepwise<NativeBeamRun, BeamStep>(
+      rows,
+      (onStep) => this.decoder.decodeBeams(Int32Array.from(tokens), Int32Array.from(lengths), groups, maxSteps, sourceLengths && Int32Array.from(sourceLengths), (k, sampled, parents) => onStep(k, { sampled, parents, offset: 0 })),
+      (run, k) => ({ sampled: run, parents: run.parents, offset: k * width }),
+      (_, { sampled, parents, offset }) => {
+        members.forEach((s, i) => {
+          // A search that ended (or was cancelled) before the addon's run stopped takes no more steps.
+          if (s.finished || s.cancelled) return;
+          const base = offset + bases[i]!;
+          const chosen = s.stepContinuations((r) => sampledTop(sampled, base + r));
+          if (chosen.some((p, b) => p !== parents[base + b]! - bases[i]!)) {
+            const addon = Array.from(parents.subarray(base, base + s.rows), (p) => p - bases[i]!);
+            throw new ChorusError('CHORUS_INTERNAL', `the native beam run chose beams [${addon.join(', ')}] where the beam search chooses [${chosen.join(', ')}]`);
+          }
+        });
+      },
+    );
     this.lengths = this.lengths.map((n) => n + out.steps);
   }
 
@@ -500,55 +483,77 @@ export class NativeEngine implements Engine {
     const minLeft = members.map((s) => Math.max(0, s.params.min_length - s.tokensGenerated));
     padRows(this.fixedRows, tokens, lengths, sourceLengths, remaining, minLeft);
     const width = tokens.length;
-    // Each step's tokens are taken as the step ends (the addon's onStep), so that streams flow while the
-    // run goes on; what has not come that way when the run returns is taken from its result. A row that
-    // stopped runs along to the end of the run (its slot past what it took is written over next), so a
-    // row stopping while others go on ends the run, and the next one goes on without it.
+    // Each step's tokens are taken as the step ends (stepwise), so that streams flow while the run goes
+    // on. A row that stopped runs along to the end of the run (its slot past what it took is written
+    // over next), so a row stopping while others go on ends the run, and the next one goes on without it.
     const taken = members.map(() => 0);
+    await this.stepwise<{ tokens: Int32Array; steps: number }, Int32Array>(
+      rows,
+      (onStep) =>
+        this.decoder.decodeGreedy(
+          Int32Array.from(tokens),
+          Int32Array.from(lengths),
+          Int32Array.from(remaining),
+          this.model.endId ?? -1,
+          maxSteps,
+          sourceLengths && Int32Array.from(sourceLengths),
+          minLeft.some((n) => n > 0) ? Int32Array.from(minLeft) : undefined,
+          onStep,
+        ),
+      (run, k) => run.tokens.subarray(k * width, (k + 1) * width),
+      (k, ids, live) => {
+        let stopped = false;
+        let going = false;
+        members.forEach((s, r) => {
+          if (taken[r]! >= remaining[r]! || s.finished) return;
+          s.accept({ token: ids[r]!, logProb: 0 });
+          taken[r]!++;
+          if (s.finished || taken[r]! >= remaining[r]!) stopped = true;
+          else going = true;
+        });
+        if (stopped && going && live && k + 1 < maxSteps) this.decoder.interrupt();
+      },
+    );
+    members.forEach((_, r) => (this.lengths[r]! += taken[r]!));
+  }
+
+  /**
+   * An addon run whose steps also come through its onStep while it goes on (decodeGreedy,
+   * decodeBeams): `take(k, step, live)` takes each step once and in order, as it comes (live) or, for
+   * those that had not come when the run returns, from the run's result (`stepOf`); each is counted as
+   * it is taken, since a request's last step may end it before the run returns. onStep is called from
+   * the addon's thread-safe function, outside these awaits: a failure there interrupts the run and is
+   * thrown when it returns, where the engine's loop fails the batch's requests. Calls still queued when
+   * the run returns (or fails) are not taken.
+   */
+  private async stepwise<Run extends { steps: number }, Step>(
+    rows: number,
+    start: (onStep: (k: number, step: Step) => void) => Promise<Run>,
+    stepOf: (run: Run, k: number) => Step,
+    take: (k: number, step: Step, live: boolean) => void,
+  ): Promise<Run> {
     let delivered = 0;
     let ended = false;
     let failure: { error: unknown } | undefined;
-    const take = (ids: Int32Array): void => {
-      let stopped = false;
-      let going = false;
-      members.forEach((s, r) => {
-        if (taken[r]! >= remaining[r]! || s.finished) return;
-        s.accept({ token: ids[r]!, logProb: 0 });
-        taken[r]!++;
-        if (s.finished || taken[r]! >= remaining[r]!) stopped = true;
-        else going = true;
-      });
+    const taking = (step: Step, live: boolean): void => {
+      take(delivered, step, live);
       delivered++;
-      // Counted as taken: a row's last token may end its request before the run returns.
       this.ledger.counters.decodeSteps++;
       this.ledger.counters.decodedRows += rows;
-      if (stopped && going && !ended && delivered < maxSteps) this.decoder.interrupt();
     };
-    const running = this.decoder.decodeGreedy(
-      Int32Array.from(tokens),
-      Int32Array.from(lengths),
-      Int32Array.from(remaining),
-      this.model.endId ?? -1,
-      maxSteps,
-      sourceLengths && Int32Array.from(sourceLengths),
-      minLeft.some((n) => n > 0) ? Int32Array.from(minLeft) : undefined,
-      (step, ids) => {
-        if (ended || step !== delivered) return;
-        // Called from the addon's thread-safe function, outside this method's awaits: a failure ends
-        // the run and is thrown below, where the engine's loop fails the batch's requests.
-        try {
-          take(ids);
-        } catch (error) {
-          failure ??= { error };
-          this.decoder.interrupt();
-        }
-      },
-    );
-    // Calls still queued when the run returns (or fails) are not taken.
-    const out = await running.finally(() => (ended = true));
+    const running = start((k, step) => {
+      if (ended || failure !== undefined || k !== delivered) return;
+      try {
+        taking(step, true);
+      } catch (error) {
+        failure = { error };
+        this.decoder.interrupt();
+      }
+    });
+    const run = await running.finally(() => (ended = true));
     if (failure !== undefined) throw failure.error;
-    for (let k = delivered; k < out.steps; k++) take(out.tokens.subarray(k * width, (k + 1) * width));
-    members.forEach((_, r) => (this.lengths[r]! += taken[r]!));
+    for (let k = delivered; k < run.steps; k++) taking(stepOf(run, k), false);
+    return run;
   }
 }
 

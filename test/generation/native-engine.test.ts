@@ -5,6 +5,8 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { lastValueFrom, toArray } from 'rxjs';
 import { NativeEngine, nativeUnavailable, OrtEngine, greedy, Seq2SeqEngine, type Engine, type NativeEngineOptions, type SamplingParams, type TokenEvent } from '../../src/generation/index.ts';
+import { BeamSequence } from '../../src/generation/beam-sequence.ts';
+import { Sequence } from '../../src/generation/sequence.ts';
 import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
 import { loadNative, MAX_TOP_LOGPROBS, type NativeBeamGroup } from '../../src/native/index.ts';
 import { uniformStream } from '../../src/util/random.ts';
@@ -444,6 +446,33 @@ describe('NativeEngine (CPU)', { skip }, () => {
     assert.deepEqual(held, await run(reference, [1], longer));
     assert.ok(held.length >= got.length + 20 && held.slice(0, got.length + 19).every((e) => e.token !== 1));
     assert.ok(native.stats().steps < native.stats().decodeSteps);
+  });
+
+  test('a failure while a greedy or beam run\'s step is taken fails the batch\'s requests, and the engine goes on', async () => {
+    const engine = await open(dirs.gpt2, true, 4);
+    const greedyParams: SamplingParams = { temperature: 0, request_output_len: 30 };
+    const beamParams: SamplingParams = { beam_width: 2, request_output_len: 20 };
+    const want = await Promise.all([run(engine, [3, 4, 5], greedyParams), run(engine, [6, 7], beamParams)]);
+    // The tenth call inside each kind of run throws: a row's token taken, a search's step replayed.
+    for (const [proto, method, params] of [
+      [Sequence.prototype as unknown as Record<string, unknown>, 'accept', greedyParams],
+      [BeamSequence.prototype as unknown as Record<string, unknown>, 'stepContinuations', beamParams],
+    ] as const) {
+      const original = proto[method] as (...args: unknown[]) => unknown;
+      let calls = 0;
+      proto[method] = function (this: unknown, ...args: unknown[]) {
+        if (++calls === 10) throw new Error(`${method} failed`);
+        return original.apply(this, args);
+      };
+      try {
+        await assert.rejects(Promise.all([run(engine, [3, 4, 5], params), run(engine, [6, 7], params)]), new RegExp(`${method} failed`));
+      } finally {
+        proto[method] = original;
+      }
+      assert.ok(calls >= 10, `${method}: ${calls} calls`);
+    }
+    assert.deepEqual(await Promise.all([run(engine, [3, 4, 5], greedyParams), run(engine, [6, 7], beamParams)]), want);
+    await settled(() => engine.stats().cacheTokens === 0);
   });
 
   test('a cancelled stream leaves its slot and the others go on unchanged', async () => {
