@@ -139,6 +139,14 @@ std::vector<BeamGroup> ParseBeamGroups(const Napi::Value& value) {
   return groups;
 }
 
+// A typed array (Napi::Int32Array, Napi::Float32Array, ...) holding a copy of `values`.
+template <typename Array, typename T>
+Array ArrayOf(Napi::Env env, const std::vector<T>& values) {
+  auto array = Array::New(env, values.size());
+  std::copy(values.begin(), values.end(), array.Data());
+  return array;
+}
+
 Napi::Object SampledObject(Napi::Env env, const std::vector<SampleResult>& sampled, const std::vector<float>* processed = nullptr) {
   Napi::Object out = Napi::Object::New(env);
   auto tokens = Napi::Int32Array::New(env, sampled.size());
@@ -162,21 +170,15 @@ Napi::Object SampledObject(Napi::Env env, const std::vector<SampleResult>& sampl
   out.Set("topTokens", topTokens);
   out.Set("topLogProbs", topLogProbs);
   if (processed != nullptr) {
-    auto rows = Napi::Float32Array::New(env, processed->size());
-    std::copy(processed->begin(), processed->end(), rows.Data());
-    out.Set("processed", rows);
+    out.Set("processed", ArrayOf<Napi::Float32Array>(env, *processed));
   }
   return out;
 }
 
 Napi::Object ResultObject(Napi::Env env, const StepResult& result) {
   Napi::Object out = Napi::Object::New(env);
-  auto argmax = Napi::Int32Array::New(env, result.argmax.size());
-  std::copy(result.argmax.begin(), result.argmax.end(), argmax.Data());
-  auto logits = Napi::Float32Array::New(env, result.logits.size());
-  std::copy(result.logits.begin(), result.logits.end(), logits.Data());
-  out.Set("argmax", argmax);
-  out.Set("logits", logits);
+  out.Set("argmax", ArrayOf<Napi::Int32Array>(env, result.argmax));
+  out.Set("logits", ArrayOf<Napi::Float32Array>(env, result.logits));
   out.Set("sampled", SampledObject(env, result.sampled));
   return out;
 }
@@ -194,6 +196,18 @@ struct ReleaseAfter {
     if (f) f->Release();
   }
 };
+
+// Hands a run's step on to its callback from the worker thread: `data` (a copy the call owns) becomes
+// the callback's arguments on the main thread through `args(env, data)`.
+template <typename Data, typename Args>
+void HandOn(Napi::ThreadSafeFunction& f, Data* data, Args args) {
+  const napi_status status = f.NonBlockingCall(data, [args](Napi::Env e, Napi::Function callback, Data* d) {
+    std::vector<napi_value> values = args(e, *d);
+    delete d;
+    callback.Call(values);
+  });
+  if (status != napi_ok) delete data;
+}
 
 // Runs `work` on a worker thread; resolves with `done(env)` (undefined without one), or rejects with
 // the exception's message.
@@ -353,24 +367,17 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
           StepIds onStep = nullptr;
           if (steps) {
             onStep = [&steps](int step, const int32_t* ids, int rows) {
-              auto* copy = new std::pair<int, std::vector<int32_t>>(step, std::vector<int32_t>(ids, ids + rows));
-              const napi_status status = steps->NonBlockingCall(copy, [](Napi::Env e, Napi::Function f, std::pair<int, std::vector<int32_t>>* d) {
-                auto array = Napi::Int32Array::New(e, d->second.size());
-                std::copy(d->second.begin(), d->second.end(), array.Data());
-                const int index = d->first;
-                delete d;
-                f.Call({Napi::Number::New(e, index), array});
+              using Step = std::pair<int, std::vector<int32_t>>;
+              HandOn(*steps, new Step(step, std::vector<int32_t>(ids, ids + rows)), [](Napi::Env e, const Step& d) {
+                return std::vector<napi_value>{Napi::Number::New(e, d.first), ArrayOf<Napi::Int32Array>(e, d.second)};
               });
-              if (status != napi_ok) delete copy;
             };
           }
           *run = decoder.DecodeGreedy(tokens, positions, remaining, endId, maxSteps, sourceLengths, minLeft, onStep);
         },
         [run](Napi::Env e) {
           Napi::Object out = Napi::Object::New(e);
-          auto tokens = Napi::Int32Array::New(e, run->tokens.size());
-          std::copy(run->tokens.begin(), run->tokens.end(), tokens.Data());
-          out.Set("tokens", tokens);
+          out.Set("tokens", ArrayOf<Napi::Int32Array>(e, run->tokens));
           out.Set("steps", Napi::Number::New(e, run->steps));
           return out;
         });
@@ -400,25 +407,17 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
                 std::vector<SampleResult> continuations;
                 std::vector<int32_t> parents;
               };
-              auto* copy = new Step{step, std::vector<SampleResult>(continuations, continuations + rows), std::vector<int32_t>(parents, parents + rows)};
-              const napi_status status = steps->NonBlockingCall(copy, [](Napi::Env e, Napi::Function f, Step* d) {
-                auto parentsArray = Napi::Int32Array::New(e, d->parents.size());
-                std::copy(d->parents.begin(), d->parents.end(), parentsArray.Data());
-                Napi::Object sampled = SampledObject(e, d->continuations);
-                const int index = d->index;
-                delete d;
-                f.Call({Napi::Number::New(e, index), sampled, parentsArray});
-              });
-              if (status != napi_ok) delete copy;
+              HandOn(*steps, new Step{step, std::vector<SampleResult>(continuations, continuations + rows), std::vector<int32_t>(parents, parents + rows)},
+                     [](Napi::Env e, const Step& d) {
+                       return std::vector<napi_value>{Napi::Number::New(e, d.index), SampledObject(e, d.continuations), ArrayOf<Napi::Int32Array>(e, d.parents)};
+                     });
             };
           }
           *run = decoder.DecodeBeams(tokens, positions, groups, maxSteps, sourceLengths, onStep);
         },
         [run](Napi::Env e) {
           Napi::Object out = SampledObject(e, run->continuations);
-          auto parents = Napi::Int32Array::New(e, run->parents.size());
-          std::copy(run->parents.begin(), run->parents.end(), parents.Data());
-          out.Set("parents", parents);
+          out.Set("parents", ArrayOf<Napi::Int32Array>(e, run->parents));
           out.Set("steps", Napi::Number::New(e, run->steps));
           return out;
         });
