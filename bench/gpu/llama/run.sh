@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Real Llama shapes on the GPU host, Chorus and transformers in one run: make each checkpoint (random
+# weights, transformers' save_pretrained), build it with Chorus, decode at batch 1 and 64, then
+# transformers eager beside it.
+#   source /root/gpu-env/env.sh && bash bench/gpu/llama/run.sh [shape[:dtype]...]
+# Shapes: tinyllama-1.1b llama-2-7b llama-3-8b (default: tinyllama-1.1b). Results under $OUT.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+WORK=${LLAMA_DIR:-/tmp/llama}
+OUT=${OUT:-$WORK/out}
+mkdir -p "$WORK" "$OUT"
+for spec in "${@:-tinyllama-1.1b}"; do
+  shape=${spec%%:*}; dtype=fp16; [ "$spec" != "$shape" ] && dtype=${spec#*:}
+  torch_dtype=float16; [ "$dtype" = bf16 ] && torch_dtype=bfloat16
+  ckpt=$WORK/$shape-$torch_dtype
+  python3 bench/gpu/llama/make.py "$shape" "$ckpt" --dtype "$torch_dtype" ${LLAMA_SHARD_GB:+--shard-gb $LLAMA_SHARD_GB} 2>&1 | tail -1
+  ORT_LOGGING_LEVEL=3 node --import tsx bench/gpu/llama/speed.ts "$ckpt" "$WORK" "$shape" "$dtype" 2>&1 | grep --line-buffered -v onnxruntime | tee -a "$OUT/chorus-$shape-$dtype.log"
+  python3 bench/gpu/llama/hf.py "$WORK/$shape-$dtype.json" "$OUT" 2>&1 | grep -v Warning | tee -a "$OUT/hf-$shape-$dtype.log"
+  rm -rf "$WORK/$shape-$dtype-built"
+done

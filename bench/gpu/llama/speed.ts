@@ -1,0 +1,78 @@
+/**
+ * Chorus's side of the real-size comparison: one Llama-shaped checkpoint (made by make.py, the files
+ * transformers loads too) built with `chorus build`'s API for the native engine (cuda flavor, slot
+ * decoder), then greedy decoding on the GPU with CUDA graphs: prompts of 128 tokens, 128 new tokens,
+ * batch 1 and batch 64 (that many requests submitted together). Reports the build's time and peak RSS,
+ * tokens/s, ms per decode step, TTFT and the GPU memory in use.
+ * Usage: node --import tsx bench/gpu/llama/speed.ts <checkpoint-dir> <work-dir> <name> [fp16|bf16]
+ *   -> <work-dir>/<name>-<dtype>.json
+ * Knobs: LLAMA_BATCHES=1,64  LLAMA_PROMPT=128  LLAMA_NEW=128  LLAMA_SLOT_LENGTH (default prompt + new)
+ */
+import { execFileSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { lastValueFrom, toArray } from 'rxjs';
+import { NativeEngine, type RequestMetrics } from '../../../src/generation/index.ts';
+import { buildModel, type BuildOptions } from '../../../src/modelbuild/index.ts';
+import { envCounts, seededRows } from '../speed/common.ts';
+
+const [checkpoint, work, name, dtypeArg] = process.argv.slice(2);
+if (checkpoint === undefined || work === undefined || name === undefined) {
+  throw new Error('usage: speed.ts <checkpoint-dir> <work-dir> <name> [fp16|bf16]');
+}
+const dtype = (dtypeArg ?? 'fp16') as NonNullable<BuildOptions['dtype']>;
+const PROMPT = Number(process.env.LLAMA_PROMPT ?? 128);
+const NEW = Number(process.env.LLAMA_NEW ?? 128);
+const batches = envCounts('LLAMA_BATCHES', '1,64');
+
+/** GPU memory in use on device 0, in MiB, as nvidia-smi reports it. */
+function gpuMemoryMiB(): number {
+  const out = execFileSync('nvidia-smi', ['--query-gpu=memory.used', '--format=csv,noheader,nounits'], { encoding: 'utf8' });
+  return Number(out.trim().split('\n')[0]);
+}
+
+const dir = join(work, `${name}-${dtype}-built`);
+const buildStarted = performance.now();
+buildModel({ source: checkpoint, out: dir, dtype, flavor: 'cuda', slotDecoder: true });
+const build = { seconds: (performance.now() - buildStarted) / 1000, peak_rss_mib: process.resourceUsage().maxRSS / 1024 };
+console.log(`${name} ${dtype}: built in ${build.seconds.toFixed(1)} s, peak RSS ${build.peak_rss_mib.toFixed(0)} MiB`);
+
+const metrics: RequestMetrics[] = [];
+const engine = await NativeEngine.open(dir, {
+  provider: 'cuda',
+  maxBatchSize: Math.max(...batches),
+  slotLength: Number(process.env.LLAMA_SLOT_LENGTH ?? PROMPT + NEW),
+  cudaGraph: true,
+  onRequestDone: (m) => void metrics.push(m),
+});
+const rows: Array<Record<string, unknown>> = [];
+const save = (): void => writeFileSync(join(work, `${name}-${dtype}.json`), JSON.stringify({ name, dtype, checkpoint, built: dir, build, prompt: PROMPT, new_tokens: NEW, rows }, null, 2));
+for (const batch of batches) {
+  const prompts = seededRows(batch, PROMPT, 32000);
+  const run = () => Promise.all(prompts.map((p) => lastValueFrom(engine.submit({ inputIds: p, params: { temperature: 0, request_output_len: NEW }, stream: true }).pipe(toArray()))));
+  await run();
+  await run();
+  metrics.length = 0;
+  const before = engine.stats();
+  const started = performance.now();
+  const results = await run();
+  const seconds = (performance.now() - started) / 1000;
+  const steps = engine.stats().decodeSteps - before.decodeSteps;
+  const tokens = results.reduce((sum, events) => sum + events.length, 0);
+  const ttft = metrics.map((m) => m.timeToFirstTokenMs).sort((a, b) => a - b);
+  const row = {
+    setting: `batch ${batch}`,
+    batch,
+    tokens,
+    tokens_per_s: tokens / seconds,
+    ms_per_step: (seconds * 1000) / Math.max(1, steps),
+    ttft_ms_median: ttft[Math.floor(ttft.length / 2)],
+    gpu_memory_mib: gpuMemoryMiB(),
+    ids_first_row: results[0]!.slice(0, 16).map((e) => e.token),
+  };
+  rows.push(row);
+  console.log(JSON.stringify(row));
+  save();
+}
+await engine.close();
+save();
