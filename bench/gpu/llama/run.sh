@@ -4,6 +4,7 @@
 # transformers eager beside it.
 #   source /root/gpu-env/env.sh && bash bench/gpu/llama/run.sh [shape[:dtype]...]
 # Shapes: tinyllama-1.1b llama-2-7b llama-3-8b (default: tinyllama-1.1b). Results under $OUT.
+# LLAMA_SHARD_GB=N writes the checkpoints in shards; LLAMA_SERVE: see below.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 WORK=${LLAMA_DIR:-/tmp/llama}
@@ -16,5 +17,9 @@ for spec in "${@:-tinyllama-1.1b}"; do
   python3 bench/gpu/llama/make.py "$shape" "$ckpt" --dtype "$torch_dtype" ${LLAMA_SHARD_GB:+--shard-gb $LLAMA_SHARD_GB} 2>&1 | tail -1
   ORT_LOGGING_LEVEL=3 node --import tsx bench/gpu/llama/speed.ts "$ckpt" "$WORK" "$shape" "$dtype" 2>&1 | grep --line-buffered -v onnxruntime | tee -a "$OUT/chorus-$shape-$dtype.log"
   python3 bench/gpu/llama/hf.py "$WORK/$shape-$dtype.json" "$OUT" 2>&1 | grep -v Warning | tee -a "$OUT/hf-$shape-$dtype.log"
+  # LLAMA_SERVE=<tokenizer.model>:<prompts.jsonl>: also serve the build and load it over HTTP.
+  if [ -n "${LLAMA_SERVE:-}" ]; then
+    SERVE_DTYPE=$dtype bash bench/gpu/llama/serve.sh "$WORK/$shape-$dtype-built" "$shape-$dtype" "${LLAMA_SERVE%%:*}" "${LLAMA_SERVE#*:}" || true
+  fi
   rm -rf "$WORK/$shape-$dtype-built"
 done
