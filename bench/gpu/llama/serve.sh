@@ -34,7 +34,11 @@ YAML
 ORT_LOGGING_LEVEL=3 node bin/chorus.js serve --repository "$repo" --port "$port" --quiet > "$OUT/serve-$name.log" 2>&1 &
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
-for _ in $(seq 1 300); do curl -sf "localhost:$port/v2/health/ready" > /dev/null && break; sleep 1; done
+for _ in $(seq 1 300); do
+  curl -sf "localhost:$port/v2/health/ready" > /dev/null && break
+  kill -0 $server 2>/dev/null || { echo "serve: the server exited; its log:" >&2; tail -20 "$OUT/serve-$name.log" >&2; exit 1; }
+  sleep 1
+done
 node bin/chorus.js bench --url "http://127.0.0.1:$port" --pipeline "$name" --protocol openai --stream \
   --concurrency "${SERVE_CONCURRENCY:-64}" --requests "${SERVE_REQUESTS:-256}" --warmup "${SERVE_CONCURRENCY:-64}" \
   --dataset "$prompts" --prompt-tokens 100 --output-tokens 128 --temperature 0.7 ${SERVE_EXTRA:-} \
