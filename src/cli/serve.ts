@@ -46,7 +46,7 @@ export function registerServe(program: Command): void {
     .addOption(
       new Option('--load <models>', 'load these models (comma-separated; repeatable) before the port opens, so that a server that answers has them ready')
         .argParser((value: string, previous: string[]) => [...previous, ...value.split(',').map((name) => name.trim()).filter((name) => name !== '')])
-        .default([] as string[])
+        .default([] as string[], 'none: each on its first request')
         .env(SERVE_ENV.load),
     )
     .addOption(new Option('--quiet', 'no request log').env(SERVE_ENV.quiet))
