@@ -63,7 +63,6 @@ export function registerServe(program: Command): void {
       }
       const app = await buildServer({ service, metrics, apiKey: options.apiKey, corsOrigin: options.corsOrigin, logger: options.quiet ? false : { level: 'info' } });
       const address = await app.listen({ host: options.host, port });
-      process.stderr.write(`chorus: serving ${service.repository.dir} on ${address} (pipelines: ${[...service.repository.pipelines.keys()].join(', ')})\n`);
       await new Promise<void>((resolve) => {
         const stop = (signal: string): void => {
           process.stderr.write(`chorus: ${signal}: finishing in-flight requests (at most ${deadline} s)\n`);
@@ -82,6 +81,8 @@ export function registerServe(program: Command): void {
         };
         process.once('SIGTERM', () => stop('SIGTERM'));
         process.once('SIGINT', () => stop('SIGINT'));
+        // Announced once a signal is handled: whoever waits for this line may stop the server at once.
+        process.stderr.write(`chorus: serving ${service.repository.dir} on ${address} (pipelines: ${[...service.repository.pipelines.keys()].join(', ')})\n`);
       });
       process.stderr.write('chorus: stopped\n');
     });

@@ -51,9 +51,7 @@ test('CHORUS_REPOSITORY, CHORUS_HOST, CHORUS_PORT, CHORUS_LOAD and CHORUS_SHUTDO
 
 test('a flag on the command line wins over its environment variable', async () => {
   const server = await serve({ CHORUS_REPOSITORY: REPOSITORY, CHORUS_PORT: '1', CHORUS_SHUTDOWN_TIMEOUT: '7', CHORUS_QUIET: '1' }, ['--port', '0', '--shutdown-timeout', '3']);
-  const live = await fetch(`${server.url}/v2/health/live`);
   const { code, stderr } = await server.stop();
-  assert.equal(live.status, 200);
   assert.match(stderr, /at most 3 s/);
   assert.equal(code, 0);
 });
