@@ -29,7 +29,12 @@ export interface K8sObject {
 export const KUSTOMIZATIONS = ['deploy/kubernetes/overlays/cpu', 'deploy/kubernetes/overlays/gpu', 'deploy/kserve'];
 
 export function render(dir: string): K8sObject[] {
-  const text = execFileSync('kubectl', ['kustomize', join(ROOT, dir)], { encoding: 'utf8' });
+  let text: string;
+  try {
+    text = execFileSync('kubectl', ['kustomize', join(ROOT, dir)], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (error) {
+    throw new Error(`kubectl kustomize ${dir} failed (these tests need kubectl, which renders offline): ${(error as Error).message}`);
+  }
   return parseAllDocuments(text).map((doc) => doc.toJS() as K8sObject);
 }
 
