@@ -1,6 +1,7 @@
 /** `chorus serve` configured by environment variables (as in a container), the command line winning. */
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { buildProgram } from '../../src/cli/main.ts';
@@ -32,11 +33,13 @@ async function serve(env: Record<string, string>, args: string[] = []): Promise<
   };
 }
 
-test('every serve flag in SERVE_ENV reads its environment variable (the option definitions say so)', () => {
+test('every serve flag in SERVE_ENV reads its environment variable, and docs/deploy.md lists each with its flag', () => {
   const serveCommand = buildProgram().commands.find((c) => c.name() === 'serve')!;
   const envs = new Map(serveCommand.options.map((o) => [o.attributeName(), o.envVar]));
   for (const [attribute, variable] of Object.entries(SERVE_ENV)) assert.equal(envs.get(attribute), variable, `--${attribute}`);
   assert.equal(envs.get('repository'), 'CHORUS_REPOSITORY');
+  const documented = readFileSync(join(ROOT, 'docs/deploy.md'), 'utf8');
+  for (const [attribute, variable] of envs) if (variable !== undefined) assert.match(documented, new RegExp(`\\| \`${variable}\` \\| \`--${attribute.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}\``), `docs/deploy.md's table has ${variable}`);
 });
 
 test('CHORUS_REPOSITORY, CHORUS_HOST, CHORUS_PORT, CHORUS_LOAD and CHORUS_SHUTDOWN_TIMEOUT configure chorus serve', async () => {

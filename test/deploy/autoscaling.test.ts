@@ -79,6 +79,8 @@ test('the thresholds are the capacity plan\'s for each overlay, and the GPU over
     const scaled = scaledObject(render(dir));
     assert.deepEqual(scaled.triggers.map((t) => Number(t.metadata.threshold)), [p.inFlightTarget, p.queueDepthTarget], dir);
     assert.ok(scaled.minReplicaCount >= 2, `${dir}: two replicas at least, so that the disruption budget lets a node drain`);
+    const deployment = render(dir).find((o) => o.kind === 'Deployment')!;
+    assert.equal((deployment.spec as { replicas?: number }).replicas, undefined, `${dir}: the ScaledObject alone sets the replica count`);
   }
   const gpu = overlays[1]!;
   assert.ok(scaledObject(render(gpu.dir)).maxReplicaCount >= gpu.plan.replicasWithSpare, 'room for the 1,000 requests/s of docs/deploy.md');
