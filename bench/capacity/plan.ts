@@ -119,9 +119,9 @@ function find<T>(rows: readonly T[], file: string, what: string, match: (row: T)
   return row;
 }
 
-export const H100_FILE = 'speed-gpt2-fp16-step-delivery-2026-11-23-h100.json';
-export const CPU_ENGINE_FILE = 'cpu-chorus-vs-transformersjs-2026-11-22.json';
-export const CPU_HTTP_FILE = 'chorus-bench-stories-cpu-2026-11-22.json';
+const H100_FILE = 'speed-gpt2-fp16-step-delivery-2026-11-23-h100.json';
+const CPU_ENGINE_FILE = 'cpu-chorus-vs-transformersjs-2026-11-22.json';
+const CPU_HTTP_FILE = 'chorus-bench-stories-cpu-2026-11-22.json';
 
 interface SpeedRow { path: string; setting: string; batch: number; tokens_per_s: number; ttft_ms_median: number }
 interface CpuRow { model: string; setting: string; system: string; tokensPerS: number }
