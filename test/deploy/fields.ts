@@ -21,12 +21,38 @@ const TYPES: Record<string, [string, string]> = {
   'monitoring.coreos.com/v1/ServiceMonitor': ['@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor', 'IServiceMonitor'],
 };
 
-/** One message per field that an object's type lacks (objects without a type here are skipped). */
+const CONTAINER: [string, string] = ['kubernetes-models/v1/Container', 'IContainer'];
+const VOLUME: [string, string] = ['kubernetes-models/v1/Volume', 'IVolume'];
+const ENV_VAR: [string, string] = ['kubernetes-models/v1/EnvVar', 'IEnvVar'];
+const RESOURCES: [string, string] = ['kubernetes-models/v1/ResourceRequirements', 'IResourceRequirements'];
+
+interface Typed {
+  where: string;
+  value: unknown;
+  type: [string, string];
+}
+
+/** An object typed whole, or for KServe's objects, their Kubernetes parts (kserve-schemas.ts checks the rest). */
+function typedParts(object: K8sObject): Typed[] {
+  const where = `${object.kind} ${object.metadata.name}`;
+  const type = TYPES[`${object.apiVersion}/${object.kind}`];
+  if (type !== undefined) return [{ where, value: object, type }];
+  const spec = (object.spec ?? {}) as { containers?: unknown[]; volumes?: unknown[]; predictor?: { model?: { env?: unknown[]; resources?: unknown } } };
+  const model = spec.predictor?.model;
+  return [
+    ...(spec.containers ?? []).map((value) => ({ where, value, type: CONTAINER })),
+    ...(spec.volumes ?? []).map((value) => ({ where, value, type: VOLUME })),
+    ...(model?.env ?? []).map((value) => ({ where, value, type: ENV_VAR })),
+    ...(model?.resources === undefined ? [] : [{ where, value: model.resources, type: RESOURCES }]),
+  ];
+}
+
+/** One message per field that an object's type lacks (kinds without a type here are skipped). */
 export function unknownFieldErrors(objects: readonly K8sObject[]): string[] {
-  const typed = objects.map((object) => ({ object, type: TYPES[`${object.apiVersion}/${object.kind}`] })).filter((t) => t.type !== undefined);
+  const typed = objects.flatMap(typedParts);
   const file = join(ROOT, 'test/deploy/__rendered__.ts');
-  const lines = typed.map(({ type }, i) => `import type { ${type![1]} as T${i} } from '${type![0]}';`);
-  typed.forEach(({ object }, i) => lines.push(`export const o${i}: T${i} = ${JSON.stringify(object)};`));
+  const lines = typed.map(({ type }, i) => `import type { ${type[1]} as T${i} } from '${type[0]}';`);
+  typed.forEach(({ value }, i) => lines.push(`export const o${i}: T${i} = ${JSON.stringify(value)};`));
   const source = lines.join('\n');
   const options: ts.CompilerOptions = { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, strict: true, noEmit: true, skipLibCheck: true, types: [] };
   const host = ts.createCompilerHost(options);
@@ -36,7 +62,7 @@ export function unknownFieldErrors(objects: readonly K8sObject[]): string[] {
   const program = ts.createProgram([file], options, host);
   return ts.getPreEmitDiagnostics(program).map((d) => {
     const line = d.file === undefined || d.start === undefined ? -1 : d.file.getLineAndCharacterOfPosition(d.start).line;
-    const object = line >= typed.length ? typed[line - typed.length]?.object : undefined;
-    return `${object === undefined ? '' : `${object.kind} ${object.metadata.name}: `}${ts.flattenDiagnosticMessageText(d.messageText, ' ')}`;
+    const part = line >= typed.length ? typed[line - typed.length] : undefined;
+    return `${part === undefined ? '' : `${part.where}: `}${ts.flattenDiagnosticMessageText(d.messageText, ' ')}`;
   });
 }

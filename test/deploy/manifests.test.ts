@@ -62,6 +62,9 @@ test('the schema checks refuse a wrong type, an unknown protocol, a misspelled f
   const deployment = structuredClone(objects.find((o) => o.kind === 'Deployment')!);
   (deployment.spec as { template: { spec: { containers: Array<Record<string, unknown>> } } }).template.spec.containers[0]!.readinesProbe = {};
   assert.match(unknownFieldErrors([deployment]).join('\n'), /'"readinesProbe"' does not exist in type 'IContainer'/);
+  const typo = structuredClone(rendered.get('deploy/kserve')!.find((o) => o.kind === 'ServingRuntime')!);
+  (typo.spec as { containers: Array<{ startupProbe: Record<string, unknown> }> }).containers[0]!.startupProbe.failureTreshold = 3;
+  assert.match(unknownFieldErrors([typo]).join('\n'), /ServingRuntime chorus: .*'"failureTreshold"' does not exist in type 'IProbe'/);
   assert.deepEqual(schemaErrors({ apiVersion: 'example.com/v1', kind: 'Widget', metadata: { name: 'w' } }), ['Widget w: no schema for example.com/v1/Widget']);
 });
 
