@@ -1,5 +1,5 @@
 /** The options every command that opens a repository shares: --repository and --set-source. */
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import { Service } from '../pipeline/index.ts';
 import { bundledRepositoryDir, parseSourceOverride, type SourceOverride } from '../repository/index.ts';
 
@@ -10,7 +10,7 @@ export interface RepositoryOptions {
 
 /** Adds --repository and the repeatable --set-source to `command`. */
 export function withRepositoryOptions(command: Command, repository = true): Command {
-  if (repository) command.option('-r, --repository <dir>', 'the repository (default: the bundled one)');
+  if (repository) command.addOption(new Option('-r, --repository <dir>', 'the repository (default: the bundled one)').env('CHORUS_REPOSITORY'));
   return command.option(
     '--set-source <[kind:]name=source>',
     'point a model or tokenizer definition at another source (a path or hf:<org>/<name>); repeatable',

@@ -2,8 +2,10 @@
  * `chorus serve`: the HTTP server over a repository (the bundled one by default) on 127.0.0.1:8000.
  * SIGTERM or SIGINT stops it gracefully: no new connections, in-flight requests get until the deadline
  * to finish, then the rest is cancelled and the models unloaded; the process exits 0.
+ * Each flag may come from the environment instead (CHORUS_HOST, CHORUS_PORT, ...: `SERVE_ENV`), for
+ * containers; a flag on the command line wins.
  */
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import { invalidArgument } from '../errors.ts';
 import { Service } from '../pipeline/index.ts';
 import { bundledRepositoryDir } from '../repository/index.ts';
@@ -16,20 +18,38 @@ interface ServeOptions extends RepositoryOptions {
   apiKey?: string;
   corsOrigin?: string;
   shutdownTimeout: string;
+  load: string[];
   quiet?: boolean;
 }
+
+/** Flag -> the environment variable it falls back to (`--repository`'s is CHORUS_REPOSITORY). */
+export const SERVE_ENV = {
+  host: 'CHORUS_HOST',
+  port: 'CHORUS_PORT',
+  apiKey: 'CHORUS_API_KEY',
+  corsOrigin: 'CHORUS_CORS_ORIGIN',
+  shutdownTimeout: 'CHORUS_SHUTDOWN_TIMEOUT',
+  load: 'CHORUS_LOAD',
+  quiet: 'CHORUS_QUIET',
+} as const;
 
 export function registerServe(program: Command): void {
   const command = program.command('serve');
   withRepositoryOptions(command);
   command
     .description('serve the repository over HTTP: KServe v2, Triton\'s generate extension, OpenAI-compatible routes, /metrics')
-    .option('--host <host>', 'address to listen on', '127.0.0.1')
-    .option('--port <port>', 'port to listen on', '8000')
-    .option('--api-key <key>', 'require Authorization: Bearer <key> (default: $CHORUS_API_KEY, else none)')
-    .option('--cors-origin <origin>', 'allow browsers from this origin (default: no CORS)')
-    .option('--shutdown-timeout <seconds>', 'on SIGTERM, how long in-flight requests may take', '30')
-    .option('--quiet', 'no request log')
+    .addOption(new Option('--host <host>', 'address to listen on').default('127.0.0.1').env(SERVE_ENV.host))
+    .addOption(new Option('--port <port>', 'port to listen on').default('8000').env(SERVE_ENV.port))
+    .addOption(new Option('--api-key <key>', 'require Authorization: Bearer <key> (default: none)').env(SERVE_ENV.apiKey))
+    .addOption(new Option('--cors-origin <origin>', 'allow browsers from this origin (default: no CORS)').env(SERVE_ENV.corsOrigin))
+    .addOption(new Option('--shutdown-timeout <seconds>', 'on SIGTERM, how long in-flight requests may take').default('30').env(SERVE_ENV.shutdownTimeout))
+    .addOption(
+      new Option('--load <models>', 'load these models (comma-separated; repeatable) before the port opens, so that a server that answers has them ready')
+        .argParser((value: string, previous: string[]) => [...previous, ...value.split(',').map((name) => name.trim()).filter((name) => name !== '')])
+        .default([] as string[], 'none: each on its first request')
+        .env(SERVE_ENV.load),
+    )
+    .addOption(new Option('--quiet', 'no request log').env(SERVE_ENV.quiet))
     .action(async (options: ServeOptions) => {
       const port = Number(options.port);
       if (!Number.isInteger(port) || port < 0 || port > 65535) throw invalidArgument('--port', 'an integer in [0, 65535]', options.port);
@@ -37,9 +57,12 @@ export function registerServe(program: Command): void {
       if (!Number.isFinite(deadline) || deadline < 0) throw invalidArgument('--shutdown-timeout', 'a number of seconds >= 0', options.shutdownTimeout);
       const metrics = new Metrics();
       const service = Service.open(options.repository ?? bundledRepositoryDir(), { sourceOverrides: sourceOverrides(options), onRequestDone: (model, m) => metrics.generation(model, m) });
-      const app = await buildServer({ service, metrics, apiKey: options.apiKey ?? process.env.CHORUS_API_KEY, corsOrigin: options.corsOrigin, logger: options.quiet ? false : { level: 'info' } });
+      for (const model of options.load) {
+        process.stderr.write(`chorus: loading ${model}\n`);
+        await service.store.load(model);
+      }
+      const app = await buildServer({ service, metrics, apiKey: options.apiKey, corsOrigin: options.corsOrigin, logger: options.quiet ? false : { level: 'info' } });
       const address = await app.listen({ host: options.host, port });
-      process.stderr.write(`chorus: serving ${service.repository.dir} on ${address} (pipelines: ${[...service.repository.pipelines.keys()].join(', ')})\n`);
       await new Promise<void>((resolve) => {
         const stop = (signal: string): void => {
           process.stderr.write(`chorus: ${signal}: finishing in-flight requests (at most ${deadline} s)\n`);
@@ -58,6 +81,8 @@ export function registerServe(program: Command): void {
         };
         process.once('SIGTERM', () => stop('SIGTERM'));
         process.once('SIGINT', () => stop('SIGINT'));
+        // Announced once a signal is handled: whoever waits for this line may stop the server at once.
+        process.stderr.write(`chorus: serving ${service.repository.dir} on ${address} (pipelines: ${[...service.repository.pipelines.keys()].join(', ')})\n`);
       });
       process.stderr.write('chorus: stopped\n');
     });

@@ -2,7 +2,8 @@
  * `chorus setup cuda`: make ONNX Runtime's CUDA execution provider work for the installed
  * onnxruntime-node (GPU present, provider installed, CUDA libraries found, a session runs on CUDA);
  * exits 1 saying what is missing and where it looked; with --build-engine it then builds the native
- * engine (src/native). `chorus doctor`: what this machine has.
+ * engine (src/native). --install-only does what needs no GPU (a container image build). `chorus
+ * doctor`: what this machine has.
  */
 import type { Command } from 'commander';
 import { cacheDir, hubOffline, hubUrl } from '../repository/index.ts';
@@ -21,7 +22,12 @@ export function registerSetup(program: Command): void {
     .description('install and check ONNX Runtime\'s CUDA execution provider for the installed onnxruntime-node')
     .option('--from <path>', 'the provider package (.tgz) or a folder holding its .so files (default: the npm registry)')
     .option('--build-engine', 'then build the native engine (as npm run build:native): its cache stays on the GPU')
-    .action((options: { from?: string; buildEngine?: boolean }) => {
+    .option('--install-only', 'install the provider and check the CUDA libraries without a GPU (a container image build); the session on CUDA is not tried')
+    .action((options: { from?: string; buildEngine?: boolean; installOnly?: boolean }) => {
+      if (options.installOnly) {
+        installOnly(options);
+        return;
+      }
       const gpu = findGpus();
       print([gpu]);
       if (!gpu.ok) {
@@ -43,10 +49,7 @@ export function registerSetup(program: Command): void {
         return;
       }
       process.stdout.write('CUDA is ready: models with device: cuda (or cuda:N) run on the GPU.\n');
-      if (options.buildEngine) {
-        const built = buildNative({ cuda: true, log: (line) => process.stdout.write(`native engine: ${line}\n`) });
-        process.stdout.write(`The native engine is built (${built.addon}): generate models on GPUs run on it.\n`);
-      }
+      if (options.buildEngine) buildEngine();
     });
 
   program
@@ -62,4 +65,22 @@ export function registerSetup(program: Command): void {
       print([{ name: 'native engine', ok: native.addon !== undefined, detail }]);
       process.stdout.write(`cache: ${cacheDir()}\nhub: ${hubUrl()}${hubOffline() ? ' (offline: HF_HUB_OFFLINE)' : ''}\n`);
     });
+}
+
+function buildEngine(): void {
+  const built = buildNative({ cuda: true, log: (line) => process.stdout.write(`native engine: ${line}\n`) });
+  process.stdout.write(`The native engine is built (${built.addon}): generate models on GPUs run on it.\n`);
+}
+
+/** `setup cuda --install-only`: what can be done without a GPU (the provider, the libraries, the engine). */
+function installOnly(options: { from?: string; buildEngine?: boolean }): void {
+  const checks = [installProvider(options.from), ...findCudaLibraries()];
+  print(checks);
+  if (checks.some((c) => !c.ok)) {
+    process.stdout.write('The CUDA provider cannot work here yet: fix what is MISSING above and run chorus setup cuda --install-only again.\n');
+    process.exitCode = 1;
+    return;
+  }
+  process.stdout.write('The CUDA provider is installed; on a machine with a GPU, chorus setup cuda (or chorus doctor) checks that a session runs there.\n');
+  if (options.buildEngine) buildEngine();
 }
