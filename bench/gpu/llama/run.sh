@@ -12,7 +12,8 @@ OUT=${OUT:-$WORK/out}
 mkdir -p "$WORK" "$OUT"
 for spec in "${@:-tinyllama-1.1b}"; do
   shape=${spec%%:*}; dtype=fp16; [ "$spec" != "$shape" ] && dtype=${spec#*:}
-  torch_dtype=float16; [ "$dtype" = bf16 ] && torch_dtype=bfloat16
+  # One fp16 checkpoint per shape: a bf16 run builds it in bf16 (transformers loads it so too).
+  torch_dtype=float16
   ckpt=$WORK/$shape-$torch_dtype
   python3 bench/gpu/llama/make.py "$shape" "$ckpt" --dtype "$torch_dtype" ${LLAMA_SHARD_GB:+--shard-gb $LLAMA_SHARD_GB} 2>&1 | tail -1
   ORT_LOGGING_LEVEL=3 node --import tsx bench/gpu/llama/speed.ts "$ckpt" "$WORK" "$shape" "$dtype" 2>&1 | grep --line-buffered -v onnxruntime | tee -a "$OUT/chorus-$shape-$dtype.log"

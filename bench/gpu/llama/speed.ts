@@ -4,9 +4,13 @@
  * decoder), then greedy decoding on the GPU with CUDA graphs: prompts of 128 tokens, 128 new tokens,
  * batch 1 and batch 64 (that many requests submitted together). Reports the build's time and peak RSS,
  * tokens/s, ms per decode step, TTFT and the GPU memory in use.
+ * Each cache runs in turn (one engine at a time, so each plans its memory alone): `slots` (the
+ * contiguous slots, prompt + new tokens each) and `paged` (the paged cache, whatever memory is left
+ * up to gpu_memory_utilization, rows of up to LLAMA_MAX_SEQUENCE tokens).
  * Usage: node --import tsx bench/gpu/llama/speed.ts <checkpoint-dir> <work-dir> <name> [fp16|bf16]
  *   -> <work-dir>/<name>-<dtype>.json
- * Knobs: LLAMA_BATCHES=1,64  LLAMA_PROMPT=128  LLAMA_NEW=128  LLAMA_SLOT_LENGTH (default prompt + new)
+ * Knobs: LLAMA_BATCHES=1,64  LLAMA_PROMPT=128  LLAMA_NEW=128  LLAMA_CACHES=slots,paged
+ *   LLAMA_MAX_SEQUENCE=4096 (the paged rows' limit)
  */
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -38,41 +42,62 @@ const build = { seconds: (performance.now() - buildStarted) / 1000, peak_rss_mib
 console.log(`${name} ${dtype}: built in ${build.seconds.toFixed(1)} s, peak RSS ${build.peak_rss_mib.toFixed(0)} MiB`);
 
 const metrics: RequestMetrics[] = [];
-const engine = await NativeEngine.open(dir, {
-  provider: 'cuda',
-  maxBatchSize: Math.max(...batches),
-  slotLength: Number(process.env.LLAMA_SLOT_LENGTH ?? PROMPT + NEW),
-  cudaGraph: true,
-  onRequestDone: (m) => void metrics.push(m),
-});
 const rows: Array<Record<string, unknown>> = [];
-const save = (): void => writeFileSync(join(work, `${name}-${dtype}.json`), JSON.stringify({ name, dtype, checkpoint, built: dir, build, prompt: PROMPT, new_tokens: NEW, rows }, null, 2));
-for (const batch of batches) {
-  const prompts = seededRows(batch, PROMPT, 32000);
-  const run = () => Promise.all(prompts.map((p) => lastValueFrom(engine.submit({ inputIds: p, params: { temperature: 0, request_output_len: NEW }, stream: true }).pipe(toArray()))));
-  await run();
-  await run();
-  metrics.length = 0;
-  const before = engine.stats();
-  const started = performance.now();
-  const results = await run();
-  const seconds = (performance.now() - started) / 1000;
-  const steps = engine.stats().decodeSteps - before.decodeSteps;
-  const tokens = results.reduce((sum, events) => sum + events.length, 0);
-  const ttft = metrics.map((m) => m.timeToFirstTokenMs).sort((a, b) => a - b);
-  const row = {
-    setting: `batch ${batch}`,
-    batch,
-    tokens,
-    tokens_per_s: tokens / seconds,
-    ms_per_step: (seconds * 1000) / Math.max(1, steps),
-    ttft_ms_median: ttft[Math.floor(ttft.length / 2)],
-    gpu_memory_mib: gpuMemoryMiB(),
-    ids_first_row: results[0]!.slice(0, 16).map((e) => e.token),
-  };
-  rows.push(row);
-  console.log(JSON.stringify(row));
-  save();
+const loadLines: string[] = [];
+const save = (): void => writeFileSync(join(work, `${name}-${dtype}.json`), JSON.stringify({ name, dtype, checkpoint, built: dir, build, prompt: PROMPT, new_tokens: NEW, load: loadLines, rows }, null, 2));
+for (const cache of (process.env.LLAMA_CACHES ?? 'slots,paged').split(',')) {
+  if (cache !== 'slots' && cache !== 'paged') throw new Error(`LLAMA_CACHES takes slots and paged, got '${cache}'`);
+  const paged = cache === 'paged';
+  let engine: NativeEngine;
+  try {
+    engine = await NativeEngine.open(dir, {
+      provider: 'cuda',
+      maxBatchSize: Math.max(...batches),
+      slotLength: paged ? Number(process.env.LLAMA_MAX_SEQUENCE ?? 4096) : PROMPT + NEW,
+      pagedCache: paged,
+      cudaGraph: true,
+      log: (line) => void loadLines.push(`${cache}: ${line}`),
+      onRequestDone: (m) => void metrics.push(m),
+    });
+  } catch (error) {
+    rows.push({ cache, error: String(error) });
+    console.log(`${name} ${dtype} ${cache}: ${String(error)}`);
+    save();
+    continue;
+  }
+  for (const line of loadLines) console.log(line);
+  await measure(engine, cache);
+  await engine.close();
 }
-await engine.close();
 save();
+
+async function measure(engine: NativeEngine, cache: string): Promise<void> {
+  for (const batch of batches) {
+    const prompts = seededRows(batch, PROMPT, 32000);
+    const run = () => Promise.all(prompts.map((p) => lastValueFrom(engine.submit({ inputIds: p, params: { temperature: 0, request_output_len: NEW }, stream: true }).pipe(toArray()))));
+    await run();
+    await run();
+    metrics.length = 0;
+    const before = engine.stats();
+    const started = performance.now();
+    const results = await run();
+    const seconds = (performance.now() - started) / 1000;
+    const steps = engine.stats().decodeSteps - before.decodeSteps;
+    const tokens = results.reduce((sum, events) => sum + events.length, 0);
+    const ttft = metrics.map((m) => m.timeToFirstTokenMs).sort((a, b) => a - b);
+    const row = {
+      setting: `${cache} batch ${batch}`,
+      cache,
+      batch,
+      tokens,
+      tokens_per_s: tokens / seconds,
+      ms_per_step: (seconds * 1000) / Math.max(1, steps),
+      ttft_ms_median: ttft[Math.floor(ttft.length / 2)],
+      gpu_memory_mib: gpuMemoryMiB(),
+      ids_first_row: results[0]!.slice(0, 16).map((e) => e.token),
+    };
+    rows.push(row);
+    console.log(JSON.stringify(row));
+    save();
+  }
+}
