@@ -20,7 +20,7 @@ for spec in "${@:-tinyllama-1.1b}"; do
   python3 bench/gpu/llama/hf.py "$WORK/$shape-$dtype.json" "$OUT" 2>&1 | grep -v Warning | tee -a "$OUT/hf-$shape-$dtype.log"
   # LLAMA_SERVE=<tokenizer.model>:<prompts.jsonl>: also serve the build and load it over HTTP.
   if [ -n "${LLAMA_SERVE:-}" ]; then
-    SERVE_DTYPE=$dtype bash bench/gpu/llama/serve.sh "$WORK/$shape-$dtype-built" "$shape-$dtype" "${LLAMA_SERVE%%:*}" "${LLAMA_SERVE#*:}" || true
+    SERVE_DTYPE=$dtype SERVE_MAX_SEQUENCE=$(python3 -c "import json; print(min(4096, json.load(open('$ckpt/config.json'))['max_position_embeddings']))") bash bench/gpu/llama/serve.sh "$WORK/$shape-$dtype-built" "$shape-$dtype" "${LLAMA_SERVE%%:*}" "${LLAMA_SERVE#*:}" || true
   fi
   rm -rf "$WORK/$shape-$dtype-built"
 done
