@@ -42,12 +42,12 @@ export class Checkpoint {
     if (tensor === undefined) {
       throw new ChorusError('CHORUS_FILE_INVALID', `${this.source}: tensor ${name} is missing (expected shape ${shapeText(dims)})`, { param: name });
     }
+    if (tensor.dtype !== undefined && !(READABLE_DTYPES as readonly string[]).includes(tensor.dtype)) throw unreadableDtype(this.source, name, tensor.dtype);
     if (tensor.dims.length !== dims.length || tensor.dims.some((d, i) => d !== dims[i])) {
       throw new ChorusError('CHORUS_FILE_INVALID', `${this.source}: tensor ${name} has shape ${shapeText(tensor.dims)}, expected ${shapeText(dims)}`, {
         param: name,
       });
     }
-    if (tensor.dtype !== undefined && !(READABLE_DTYPES as readonly string[]).includes(tensor.dtype)) throw unreadableDtype(this.source, name, tensor.dtype);
     this.taken.add(name);
     return tensor;
   }
