@@ -372,7 +372,7 @@ function gpuOf(providers: Providers): { deviceId?: number } | undefined {
 
 /** greedy_search, defaulting to true on GPUs. */
 function greedySearchWanted(value: ModelDefinition): boolean {
-  return value.greedy_search ?? runsOnGpu(value);
+  return value.greedy_search ?? (runsOnGpu(value) && value.dtype !== 'bf16');
 }
 
 /** Whether the definition asks for the native engine: native_engine, else a GPU with the engine built. */

@@ -12,7 +12,7 @@ import { architectureFor } from './arch/index.ts';
 import { readHfCheckpoint, type Checkpoint } from './checkpoint.ts';
 import { buildDecoderGraph, buildGreedySearchGraph, buildSlotDecoderGraph } from './decoder-graph.ts';
 import { ExternalDataFile } from './external-data.ts';
-import { FLOAT_WIDTH } from './float-bits.ts';
+import { FLOAT_WIDTH, type FloatType } from './float-bits.ts';
 import { GREEDY_MODEL, SLOT_DECODER_MODEL, SLOT_ENCODER_MODEL } from './greedy-layout.ts';
 import type { DecoderSpec } from './decoder-spec.ts';
 import type { GraphBuilder } from './graph.ts';
@@ -27,8 +27,12 @@ export interface BuildOptions {
   source: string;
   /** The output directory (created). */
   out: string;
-  /** Weights and activations. Default: fp32. */
-  dtype?: 'fp32' | 'fp16';
+  /**
+   * Weights and activations. `bf16` (the type Llama 3, Qwen and Gemma are trained in) writes bfloat16
+   * weights and graph inputs and outputs where `fp16` writes float16; ONNX Runtime runs such graphs on
+   * GPUs only (the native engine). A bf16 checkpoint built in bf16 keeps its bits. Default: fp32.
+   */
+  dtype?: BuildDtype;
   /** `portable`: standard ONNX operators, any execution provider; `cuda`: ONNX Runtime's fused contrib operators. Default: portable. */
   flavor?: 'portable' | 'cuda';
   /** `generate` (the default): the decoder (and encoder); `encode`: the encoder alone, hidden states out. */
@@ -74,6 +78,10 @@ export interface BuildOptions {
   onWeights?: (done: number, total: number) => void;
 }
 
+/** The dtypes a build writes, and their ONNX element types. */
+export type BuildDtype = 'fp32' | 'fp16' | 'bf16';
+const FLOAT_TYPES: Record<BuildDtype, FloatType> = { fp32: 'float32', fp16: 'float16', bf16: 'bfloat16' };
+
 export const BUILD_STAGES = ['read checkpoint', 'map weights', 'build graph', 'serialize', 'write files'] as const;
 export type BuildStage = (typeof BUILD_STAGES)[number];
 
@@ -98,7 +106,7 @@ export interface BuildStats {
 export interface BuildInfo {
   builder: 'chorus';
   architecture: string;
-  dtype: 'fp32' | 'fp16';
+  dtype: BuildDtype;
   flavor: 'portable' | 'cuda';
   task: 'generate' | 'encode';
   spec: DecoderSpec | Seq2SeqSpec;
@@ -119,7 +127,7 @@ export function buildModel(options: BuildOptions): BuildResult {
   const started = performance.now();
   const dtype = options.dtype ?? 'fp32';
   const flavor = options.flavor ?? 'portable';
-  if (dtype !== 'fp32' && dtype !== 'fp16') throw invalidArgument('dtype', 'fp32 or fp16', dtype);
+  if (!(dtype in FLOAT_TYPES)) throw invalidArgument('dtype', 'fp32, fp16 or bf16', dtype);
   if (flavor !== 'portable' && flavor !== 'cuda') throw invalidArgument('flavor', 'portable or cuda', flavor);
   const progress = (stage: BuildStage): void => options.onProgress?.(stage, BUILD_STAGES.indexOf(stage), BUILD_STAGES.length);
   if (!existsSync(options.source)) throw new ChorusError('CHORUS_FILE_MISSING', `build source ${options.source} does not exist`, { param: 'source' });
@@ -131,7 +139,7 @@ export function buildModel(options: BuildOptions): BuildResult {
 
   const task = options.task ?? 'generate';
   if (task !== 'generate' && task !== 'encode') throw invalidArgument('task', 'generate or encode', task);
-  const floatType = dtype === 'fp16' ? 'float16' : 'float32';
+  const floatType = FLOAT_TYPES[dtype];
 
   progress('map weights');
   let spec: DecoderSpec | Seq2SeqSpec;
@@ -147,6 +155,7 @@ export function buildModel(options: BuildOptions): BuildResult {
     spec = decoderSpec;
     graphs = [['decoder_model_merged.onnx', () => buildDecoderGraph(decoderSpec, weights, floatType, flavor)]];
     if (greedySearch) {
+      if (dtype === 'bf16') throw new ChorusError('CHORUS_UNSUPPORTED', 'the GreedySearch model is built in fp32 or fp16; ONNX Runtime\'s GreedySearch has no bfloat16', { param: 'greedySearch' });
       // The end id as the engine reads it from config.json (a number; a list is no end id there either).
       const eos = checkpoint.config.eos_token_id;
       greedyEos = typeof eos === 'number' ? eos : -1;
@@ -212,7 +221,7 @@ export function buildModel(options: BuildOptions): BuildResult {
   } finally {
     for (const file of dataFiles.values()) file.close();
   }
-  const config: Record<string, unknown> = { ...checkpoint.config, ...(dtype === 'fp16' ? { torch_dtype: 'float16' } : {}) };
+  const config: Record<string, unknown> = { ...checkpoint.config, ...(dtype === 'fp32' ? {} : { torch_dtype: dtype === 'fp16' ? 'float16' : 'bfloat16' }) };
   if (external) config['transformers.js_config'] = { use_external_data_format: true };
   const stats: BuildStats = { seconds: Math.round((performance.now() - started) / 10) / 100, weightBytes: doneBytes, peakRssBytes: process.resourceUsage().maxRSS * 1024 };
   write('config.json', `${JSON.stringify(config, null, 2)}\n`);

@@ -126,6 +126,11 @@ export class GraphBuilder {
     return this.floatType !== 'float32';
   }
 
+  /** `x` cast to the build's float type (a Cast node). */
+  toFloatType(x: string): string {
+    return this.op('Cast', [x], { to: ELEMENT_TYPES[this.floatType] });
+  }
+
   /** Adds a weight as an initializer in the build's float type (its values are read when serialized); returns its name. */
   weight(name: string, tensor: Tensor): string {
     const proto: TensorProto = { name, dims: [...tensor.dims], dataType: ELEMENT_TYPES[this.floatType] };
