@@ -53,7 +53,16 @@ export function encodeFloats(values: Float32Array, type: FloatType): Uint8Array 
 
 /** Raw values in `dtype` as raw values of `type`, copied when the formats match. */
 export function convertRaw(raw: Uint8Array, dtype: ReadableDtype, type: FloatType): Uint8Array {
-  return sameFormat(dtype, type) ? raw : encodeFloats(decodeRaw(raw, dtype), type);
+  if (sameFormat(dtype, type)) return raw;
+  if (dtype === 'BF16' && type === 'float16') {
+    // The common case (a bf16 checkpoint built in fp16), without a float32 copy in between.
+    const aligned = raw.byteOffset % 2 === 0 ? raw : raw.slice();
+    const bits = new Uint16Array(aligned.buffer, aligned.byteOffset, raw.byteLength / 2);
+    const out = new Uint16Array(bits.length);
+    for (let i = 0; i < bits.length; i++) out[i] = halfBits(bits[i]! << 16);
+    return new Uint8Array(out.buffer);
+  }
+  return encodeFloats(decodeRaw(raw, dtype), type);
 }
 
 /** The transpose of a [rows, cols] matrix of `width`-byte elements, in its raw bytes. */
