@@ -10,6 +10,7 @@ import { test } from 'node:test';
 import onnxProto from 'onnx-proto';
 import { buildModel, makeCheckpoint, readSafetensors, writeSafetensors } from '../../src/modelbuild/index.ts';
 import { encodeFloats } from '../../src/modelbuild/float-bits.ts';
+import { DecoderSession } from '../../src/runtime/index.ts';
 import { buildSpec } from '../helpers/build-info.ts';
 import { scratchDir } from '../helpers/scratch.ts';
 
@@ -92,6 +93,13 @@ test('an fp32 checkpoint built in bf16 rounds each weight to nearest even once',
     const rounded = (words[i]! + 0x7fff + ((words[i]! >>> 16) & 1)) >>> 16;
     assert.equal(bits[i], rounded, `element ${i}`);
   }
+});
+
+test('the TypeScript engine\'s sessions refuse a bf16 build, saying where it runs', async () => {
+  const checkpoint = join(root, 'gpt2-ts');
+  makeCheckpoint({ arch: 'gpt2', size: 'tiny', seed: 8, out: checkpoint });
+  buildModel({ source: checkpoint, out: `${checkpoint}-onnx`, dtype: 'bf16' });
+  await assert.rejects(DecoderSession.open(`${checkpoint}-onnx`), { code: 'CHORUS_UNSUPPORTED', message: /was built in bf16, which runs on GPUs on the native engine only/ });
 });
 
 test('bf16 refuses the GreedySearch model, which ONNX Runtime has no bfloat16 for', () => {
