@@ -5,8 +5,9 @@
  * values are asked for, so a file of any size is read in the memory of its largest tensor. F32, F16
  * and BF16 are read; F32, F16 and BF16 are written, streaming.
  */
-import { closeSync, fstatSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
+import { closeSync, openSync, renameSync, writeSync } from 'node:fs';
 import { ChorusError } from '../errors.ts';
+import { fileRanges, truncated } from './file-range.ts';
 import { FLOAT_WIDTH, READABLE_DTYPES, type FloatType, type ReadableDtype } from './float-bits.ts';
 import { elementCount, encodedPieces, shapeText, storedTensor, type Tensor } from './tensor.ts';
 
@@ -19,8 +20,8 @@ interface HeaderEntry {
 /** Widths of the dtypes a file may hold, for checking its offsets (only F32, F16 and BF16 are read). */
 const WIDTHS: Record<string, number> = { F64: 8, I64: 8, U64: 8, I32: 4, U32: 4, I16: 2, U16: 2, I8: 1, U8: 1, BOOL: 1, F8_E4M3: 1, F8_E5M2: 1, F16: 2, BF16: 2, F32: 4 };
 
-/** The largest single read: positioned reads take less than 2 GiB at once. */
-const MAX_READ = 1 << 30;
+/** The largest single write. */
+const MAX_WRITE = 1 << 30;
 
 /** The error for a tensor stored in a dtype Chorus cannot read. */
 export function unreadableDtype(file: string, name: string, dtype: string): ChorusError {
@@ -35,25 +36,18 @@ export function unreadableDtype(file: string, name: string, dtype: string): Chor
  * header says is refused here, with the sizes. The file must not change while its tensors are read.
  */
 export function readSafetensors(file: string): Map<string, Tensor> {
-  const fd = openSync(file, 'r');
+  const ranges = fileRanges(file);
+  const size = ranges.size;
+  if (size < 8) throw truncated(file, 8, size, 'its 8-byte header length');
+  const headerLength = Number(Buffer.from(ranges.read(0, 8)).readBigUInt64LE(0));
+  if (headerLength > 100_000_000) throw invalid(file, `header length ${headerLength} is not plausible`);
+  const base = 8 + headerLength;
+  if (base > size) throw truncated(file, base, size, `its ${headerLength}-byte header`);
   let header: Record<string, HeaderEntry | Record<string, string>>;
-  let base: number;
-  let size: number;
-  let mtimeMs: number;
   try {
-    ({ size, mtimeMs } = fstatSync(fd));
-    if (size < 8) throw truncated(file, 8, size, 'its 8-byte header length');
-    const headerLength = Number(readExactly(fd, file, 0, 8).readBigUInt64LE(0));
-    if (headerLength > 100_000_000) throw invalid(file, `header length ${headerLength} is not plausible`);
-    base = 8 + headerLength;
-    if (base > size) throw truncated(file, base, size, `its ${headerLength}-byte header`);
-    try {
-      header = JSON.parse(readExactly(fd, file, 8, headerLength).toString('utf8')) as typeof header;
-    } catch (cause) {
-      throw invalid(file, `header is not JSON (${(cause as Error).message})`);
-    }
-  } finally {
-    closeSync(fd);
+    header = JSON.parse(Buffer.from(ranges.read(8, headerLength)).toString('utf8')) as typeof header;
+  } catch (cause) {
+    throw invalid(file, `header is not JSON (${(cause as Error).message})`);
   }
   const tensors = new Map<string, Tensor>();
   let expected = base;
@@ -71,7 +65,7 @@ export function readSafetensors(file: string): Map<string, Tensor> {
       continue;
     }
     const dtypeWidth = FLOAT_WIDTH[dtype as ReadableDtype];
-    const readRaw = (start: number, n: number): Uint8Array => readRange(file, { size, mtimeMs }, base + offsets[0] + start * dtypeWidth, n * dtypeWidth);
+    const readRaw = (start: number, n: number): Uint8Array => ranges.read(base + offsets[0] + start * dtypeWidth, n * dtypeWidth);
     tensors.set(name, storedTensor([...shape], dtype as ReadableDtype, readRaw));
   }
   if (expected > size) throw truncated(file, expected, size, 'its header');
@@ -126,34 +120,9 @@ export function writeSafetensors(file: string, tensors: ReadonlyMap<string, Tens
   renameSync(partial, file);
 }
 
-/** Reads `length` bytes at `position` of `file`, checking the file is the one whose header was read. */
-function readRange(file: string, seen: { size: number; mtimeMs: number }, position: number, length: number): Uint8Array {
-  const fd = openSync(file, 'r');
-  try {
-    const { size, mtimeMs } = fstatSync(fd);
-    if (size !== seen.size || mtimeMs !== seen.mtimeMs) {
-      throw new ChorusError('CHORUS_FILE_INVALID', `${file} changed while it was being read (${seen.size} bytes when opened, ${size} now); build again from a checkpoint that is not being written`);
-    }
-    return readExactly(fd, file, position, length);
-  } finally {
-    closeSync(fd);
-  }
-}
-
-function readExactly(fd: number, file: string, position: number, length: number): Buffer {
-  const out = Buffer.alloc(length);
-  let done = 0;
-  while (done < length) {
-    const n = readSync(fd, out, done, Math.min(MAX_READ, length - done), position + done);
-    if (n === 0) throw truncated(file, position + length, position + done, 'a tensor');
-    done += n;
-  }
-  return out;
-}
-
 function writeAll(fd: number, bytes: Uint8Array, position: number): number {
   let done = 0;
-  while (done < bytes.byteLength) done += writeSync(fd, bytes, done, Math.min(MAX_READ, bytes.byteLength - done), position + done);
+  while (done < bytes.byteLength) done += writeSync(fd, bytes, done, Math.min(MAX_WRITE, bytes.byteLength - done), position + done);
   return position + bytes.byteLength;
 }
 
@@ -166,10 +135,6 @@ function unreadable(file: string, name: string, dtype: string, shape: number[]):
       throw unreadableDtype(file, name, dtype);
     },
   };
-}
-
-function truncated(file: string, expected: number, found: number, what: string): ChorusError {
-  return new ChorusError('CHORUS_FILE_INVALID', `${file} is truncated: ${what} needs ${expected} bytes, the file has ${found}; download it again`);
 }
 
 function invalid(file: string, detail: string): ChorusError {

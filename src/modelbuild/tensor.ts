@@ -64,13 +64,13 @@ export function storedTensor(dims: number[], dtype: ReadableDtype, readRaw: (sta
 }
 
 /**
- * The transpose of a 2-D tensor. Of a stored tensor, a lazy one: computed when read, on the bytes of
+ * The transpose of a 2-D tensor. Of a lazy tensor, a lazy one: computed when read, on the bytes of
  * the output's format (a bf16 weight built in bf16 keeps its bits).
  */
 export function transpose2d(tensor: Tensor): Tensor {
   const [rows, cols] = tensor.dims as [number, number];
   const dims = [cols, rows];
-  if (tensor.read === undefined) return { dims, data: transposeFloats(tensor.data, rows, cols) };
+  if (isHeld(tensor)) return { dims, data: transposeFloats(tensor.data, rows, cols) };
   const source = tensor;
   return {
     dims,
