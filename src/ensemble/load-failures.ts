@@ -35,11 +35,11 @@ export class LoadFailures {
   /**
    * Records that loading `name` from `source` failed with `error`; the error to answer (a 503). A model
    * that does not exist, and a source not on disk (a remote one that could not be fetched: the network
-   * or the remote may come back; nothing was built) are answered as they are and not recorded.
+   * or the remote may come back; nothing was built) are not recorded (undefined: answer `error`).
    */
-  record(name: string, source: string | undefined, error: unknown): unknown {
-    if (error instanceof ChorusError && (error.code === 'CHORUS_NOT_FOUND' || error.code === 'CHORUS_SOURCE_UNAVAILABLE')) return error;
-    if (source === undefined || !existsSync(source)) return error;
+  record(name: string, source: string | undefined, error: unknown): ChorusError | undefined {
+    if (error instanceof ChorusError && (error.code === 'CHORUS_NOT_FOUND' || error.code === 'CHORUS_SOURCE_UNAVAILABLE')) return undefined;
+    if (source === undefined || !existsSync(source)) return undefined;
     const failure = loadFailure(name, error);
     this.failures.set(name, { error: failure, stamp: sourceStamp(source) });
     return failure;

@@ -83,7 +83,8 @@ export class ModelStore {
         (error: unknown) => {
           this.models.delete(name);
           const failure = this.failures.record(name, this.sourcePath(name), error);
-          if (failure !== error) this.log((failure as Error).message);
+          if (failure === undefined) throw error;
+          this.log(failure.message);
           throw failure;
         },
       );
@@ -95,9 +96,10 @@ export class ModelStore {
   /** Where a model's files are (its source, resolved; undefined when it cannot be). */
   private sourcePath(name: string): string | undefined {
     const value = this.repository.models.get(name)?.value;
-    const resolved = value === undefined ? undefined : resolveSource(value.source, this.repository.dir);
+    if (value === undefined) return undefined;
+    const resolved = resolveSource(value.source, this.repository.dir);
     if (resolved === undefined) return undefined;
-    return value!.file === undefined ? resolved.path : join(resolved.path, value!.file);
+    return value.file === undefined ? resolved.path : join(resolved.path, value.file);
   }
 
   /** The tokenizer definition `name`, opened once. */

@@ -2,7 +2,9 @@
  * `chorus build`: a checkpoint in, a model directory in the Optimum / transformers.js layout out:
  * config.json, generation_config.json, the tokenizer files, onnx/decoder_model_merged.onnx (and
  * onnx/encoder_model.onnx for encoder-decoders; `<file>_data` beside a file whose weights are large),
- * and chorus_build.json saying how it was built.
+ * and chorus_build.json saying how it was built. The checkpoint is read a tensor at a time and each
+ * weight is written to its data file as it is produced, so the build's memory is about its largest
+ * weight's, whatever the model's size.
  */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
