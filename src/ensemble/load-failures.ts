@@ -65,7 +65,8 @@ export function loadFailure(name: string, error: unknown): ChorusError {
   return new ChorusError(
     'CHORUS_MODEL_UNAVAILABLE',
     `model ${name} failed to load: ${cause}. Fix that, then load it again (POST /v2/repository/models/${name}/load) or change its source; until then it is not retried`,
-    { param: 'model', value: name, cause: error },
+    // The cause's field when it names one (a definition's cuda_options), else the model.
+    error instanceof ChorusError && error.param !== undefined ? { param: error.param, value: error.value, cause: error } : { param: 'model', value: name, cause: error },
   );
 }
 
