@@ -1,7 +1,7 @@
 /** `chorus build` and `chorus make-checkpoint`. */
 import { Option, type Command } from 'commander';
 import cliProgress from 'cli-progress';
-import { buildModel, CHECKPOINT_ARCHS, makeCheckpoint, type BuildStage, type CheckpointArch, type CheckpointSize } from '../modelbuild/index.ts';
+import { buildModel, bytesText, CHECKPOINT_ARCHS, makeCheckpoint, type BuildDtype, type BuildStage, type CheckpointArch, type CheckpointSize } from '../modelbuild/index.ts';
 import { invalidArgument } from '../errors.ts';
 
 export function registerBuild(program: Command): void {
@@ -10,19 +10,19 @@ export function registerBuild(program: Command): void {
     .description('build an ONNX model directory (Optimum / transformers.js layout) from a checkpoint')
     .argument('<source>', 'a Hugging Face checkpoint directory (config.json + safetensors) or a llama2.c .bin')
     .requiredOption('-o, --out <dir>', 'the output directory')
-    .addOption(new Option('--dtype <dtype>', 'weights and activations').choices(['fp32', 'fp16']).default('fp32'))
+    .addOption(new Option('--dtype <dtype>', 'weights and activations').choices(['fp32', 'fp16', 'bf16']).default('fp32'))
     .addOption(new Option('--flavor <flavor>', 'portable: standard ONNX operators, any execution provider').choices(['portable', 'cuda']).default('portable'))
     .addOption(new Option('--task <task>', 'generate: the decoder (and encoder); encode: an encoder alone, hidden states out').choices(['generate', 'encode']).default('generate'))
     .option('--output-attentions', 'encoders: also output each layer\'s attention probabilities (attentions.N)')
     .option('--greedy-search', 'decoder-only: also write onnx/decoder_model_greedy.onnx, the whole greedy decode loop in one ONNX Runtime GreedySearch operator')
     .option('--slot-decoder', 'also write onnx/decoder_model_slots.onnx (and an encoder-decoder\'s onnx/encoder_model_slots.onnx), the models the native engine runs over a cache kept on the device; decoder-only models need --flavor cuda')
     .option('--tokenizer <file>', 'llama2.c sources: the tokenizer.bin (default: found beside the model)')
-    .action((source: string, options: { out: string; dtype: 'fp32' | 'fp16'; flavor: 'portable' | 'cuda'; task: 'generate' | 'encode'; outputAttentions?: boolean; greedySearch?: boolean; slotDecoder?: boolean; tokenizer?: string }) => {
+    .action((source: string, options: { out: string; dtype: BuildDtype; flavor: 'portable' | 'cuda'; task: 'generate' | 'encode'; outputAttentions?: boolean; greedySearch?: boolean; slotDecoder?: boolean; tokenizer?: string }) => {
       const bar = new cliProgress.SingleBar(
-        { format: 'build [{bar}] {value}/{total} {stage}', noTTYOutput: false, stream: process.stderr, clearOnComplete: false },
+        { format: 'build [{bar}] {percentage}% {written} {stage}', noTTYOutput: false, stream: process.stderr, clearOnComplete: false },
         cliProgress.Presets.shades_classic,
       );
-      bar.start(5, 0, { stage: '' });
+      bar.start(1, 0, { stage: 'read checkpoint', written: '' });
       let result;
       try {
         result = buildModel({
@@ -35,9 +35,13 @@ export function registerBuild(program: Command): void {
           greedySearch: options.greedySearch ?? false,
           slotDecoder: options.slotDecoder ?? false,
           tokenizer: options.tokenizer,
-          onProgress: (stage: BuildStage, index: number) => bar.update(index, { stage }),
+          onProgress: (stage: BuildStage) => bar.update({ stage }),
+          onWeights: (done, total) => {
+            bar.setTotal(total);
+            bar.update(done, { written: `${bytesText(done)}/${bytesText(total)}` });
+          },
         });
-        bar.update(5, { stage: 'done' });
+        bar.update(bar.getTotal(), { stage: 'done' });
       } finally {
         bar.stop();
       }
@@ -46,7 +50,9 @@ export function registerBuild(program: Command): void {
         'hiddenSize' in spec
           ? `${spec.numLayers} layers, hidden ${spec.hiddenSize}, ${spec.numHeads} heads (${spec.numKvHeads} kv)`
           : `${spec.encoderLayers}+${spec.decoderLayers} layers, d_model ${spec.dModel}, ${spec.numHeads} heads`;
-      process.stdout.write(`built ${options.out}: ${shape}, vocab ${spec.vocabSize}, ${options.dtype}\n${result.files.map((file) => `  ${file}\n`).join('')}`);
+      const { seconds, weightBytes, peakRssBytes } = result.stats;
+      process.stdout.write(`built ${options.out}: ${shape}, vocab ${spec.vocabSize}, ${options.dtype}\n`);
+      process.stdout.write(`  ${bytesText(weightBytes)} of weights in ${seconds} s, peak RSS ${bytesText(peakRssBytes)}\n${result.files.map((file) => `  ${file}\n`).join('')}`);
     });
 
   program

@@ -105,7 +105,11 @@ export const ModelDefinition = Type.Object(
     file: Type.Optional(Type.String({ minLength: 1, description: 'A file inside `source` that is the model (a llama2.c .bin, or a checkpoint subdirectory). Default: `source` itself.' })),
     tokenizer: Type.Optional({ ...Name, description: 'The tokenizer definition that matches this model\'s vocabulary.' }),
     device: Type.Optional(Type.String({ pattern: '^(cpu|cuda(:[0-9]+)?)$', expected: 'cpu, cuda or cuda:N', description: '`cpu`, `cuda` or `cuda:N`. Default: cpu.' })),
-    dtype: Type.Optional(Enum(['fp32', 'fp16'], { description: 'Weights and activations. Default: fp32.' })),
+    dtype: Type.Optional(
+      Enum(['fp32', 'fp16', 'bf16'], {
+        description: 'Weights and activations. bf16 (what Llama 3, Qwen and Gemma are trained in; fp16 can overflow on them) runs on GPUs, on the native engine; the CPU runs fp32. Default: fp32.',
+      }),
+    ),
     flavor: Type.Optional(
       Enum(['portable', 'cuda'], {
         description: 'Decoder-only checkpoints that Chorus builds: `portable` (standard ONNX operators) or `cuda` (ONNX Runtime\'s fused contrib operators). Default: cuda when the model runs on a GPU, else portable.',

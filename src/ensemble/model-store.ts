@@ -12,6 +12,7 @@ import { ChorusError, notFound } from '../errors.ts';
 import { EnginePool, NativeEngine, nativeUnavailable, OrtEngine, Seq2SeqEngine, type Engine, type RequestMetrics } from '../generation/index.ts';
 import { loadNative } from '../native/index.ts';
 import { DynamicBatcher, type BatcherOptions } from './dynamic-batcher.ts';
+import { LoadFailures } from './load-failures.ts';
 import { fromOrt, toOrt } from './ort-tensors.ts';
 import type { TensorRecord } from './steps/step.ts';
 import { makeCheckpoint, type BuildOptions } from '../modelbuild/index.ts';
@@ -54,6 +55,7 @@ export class ModelStore {
   /** Models whose load finished, for synchronous inspection (metrics). */
   private readonly loaded = new Map<string, LoadedModel>();
   private readonly ready = new Set<string>();
+  private readonly failures = new LoadFailures();
   private readonly tokenizers = new Map<string, Promise<Tokenizer>>();
   private readonly log: (line: string) => void;
   private readonly onRequestDone: ModelStoreOptions['onRequestDone'];
@@ -66,20 +68,38 @@ export class ModelStore {
     this.onRequestDone = options.onRequestDone;
   }
 
-  /** The model, loading it on first use. */
+  /** The model, loading it on first use. A failed load answers its error until `load` or a change at the source. */
   model(name: string): Promise<LoadedModel> {
     let loading = this.models.get(name);
     if (loading === undefined) {
-      loading = this.open(name).then((model) => {
-        this.ready.add(name);
-        this.loaded.set(name, model);
-        return model;
-      });
-      // A failed load is forgotten, so the next use tries again.
-      loading.catch(() => this.models.delete(name));
+      const failed = this.failures.current(name, this.sourcePath(name));
+      if (failed !== undefined) return Promise.reject(failed);
+      loading = this.open(name).then(
+        (model) => {
+          this.ready.add(name);
+          this.loaded.set(name, model);
+          return model;
+        },
+        (error: unknown) => {
+          this.models.delete(name);
+          const failure = this.failures.record(name, this.sourcePath(name), error);
+          if (failure === undefined) throw error;
+          this.log(failure.message);
+          throw failure;
+        },
+      );
       this.models.set(name, loading);
     }
     return loading;
+  }
+
+  /** Where a model's files are (its source, resolved; undefined when it cannot be). */
+  private sourcePath(name: string): string | undefined {
+    const value = this.repository.models.get(name)?.value;
+    if (value === undefined) return undefined;
+    const resolved = resolveSource(value.source, this.repository.dir);
+    if (resolved === undefined) return undefined;
+    return value.file === undefined ? resolved.path : join(resolved.path, value.file);
   }
 
   /** The tokenizer definition `name`, opened once. */
@@ -99,8 +119,9 @@ export class ModelStore {
     return opening;
   }
 
-  /** Loads a model now (a no-op when it is loaded). */
+  /** Loads a model now (a no-op when it is loaded; a model whose load failed is tried again). */
   async load(name: string): Promise<void> {
+    this.failures.clear(name);
     await this.model(name);
   }
 
@@ -136,8 +157,11 @@ export class ModelStore {
   }
 
   /** Every model of the repository and its state. */
-  index(): Array<{ name: string; state: ModelState }> {
-    return [...this.repository.models.keys()].sort().map((name) => ({ name, state: this.ready.has(name) ? 'READY' : this.models.has(name) ? 'LOADING' : 'UNAVAILABLE' }));
+  index(): Array<{ name: string; state: ModelState; reason?: string }> {
+    return [...this.repository.models.keys()].sort().map((name) => {
+      const reason = this.failures.reason(name);
+      return { name, state: this.ready.has(name) ? 'READY' : this.models.has(name) ? 'LOADING' : 'UNAVAILABLE', ...(reason === undefined ? {} : { reason }) };
+    });
   }
 
   /** Unloads everything. */
@@ -372,7 +396,7 @@ function gpuOf(providers: Providers): { deviceId?: number } | undefined {
 
 /** greedy_search, defaulting to true on GPUs. */
 function greedySearchWanted(value: ModelDefinition): boolean {
-  return value.greedy_search ?? runsOnGpu(value);
+  return value.greedy_search ?? (runsOnGpu(value) && value.dtype !== 'bf16');
 }
 
 /** Whether the definition asks for the native engine: native_engine, else a GPU with the engine built. */

@@ -2,14 +2,19 @@
  * `chorus build`: a checkpoint in, a model directory in the Optimum / transformers.js layout out:
  * config.json, generation_config.json, the tokenizer files, onnx/decoder_model_merged.onnx (and
  * onnx/encoder_model.onnx for encoder-decoders; `<file>_data` beside a file whose weights are large),
- * and chorus_build.json saying how it was built.
+ * and chorus_build.json saying how it was built. The checkpoint is read a tensor at a time and each
+ * weight is written to its data file as it is produced, so the build's memory is about its largest
+ * weight's, whatever the model's size.
  */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { performance } from 'node:perf_hooks';
 import { basename, dirname, join } from 'node:path';
 import { ChorusError, invalidArgument } from '../errors.ts';
 import { architectureFor } from './arch/index.ts';
 import { readHfCheckpoint, type Checkpoint } from './checkpoint.ts';
 import { buildDecoderGraph, buildGreedySearchGraph, buildSlotDecoderGraph } from './decoder-graph.ts';
+import { ExternalDataFile } from './external-data.ts';
+import { FLOAT_WIDTH, type FloatType } from './float-bits.ts';
 import { GREEDY_MODEL, SLOT_DECODER_MODEL, SLOT_ENCODER_MODEL } from './greedy-layout.ts';
 import type { DecoderSpec } from './decoder-spec.ts';
 import type { GraphBuilder } from './graph.ts';
@@ -24,8 +29,12 @@ export interface BuildOptions {
   source: string;
   /** The output directory (created). */
   out: string;
-  /** Weights and activations. Default: fp32. */
-  dtype?: 'fp32' | 'fp16';
+  /**
+   * Weights and activations. `bf16` (the type Llama 3, Qwen and Gemma are trained in) writes bfloat16
+   * weights and graph inputs and outputs where `fp16` writes float16; ONNX Runtime runs such graphs on
+   * GPUs only (the native engine). A bf16 checkpoint built in bf16 keeps its bits. Default: fp32.
+   */
+  dtype?: BuildDtype;
   /** `portable`: standard ONNX operators, any execution provider; `cuda`: ONNX Runtime's fused contrib operators. Default: portable. */
   flavor?: 'portable' | 'cuda';
   /** `generate` (the default): the decoder (and encoder); `encode`: the encoder alone, hidden states out. */
@@ -67,7 +76,13 @@ export interface BuildOptions {
   tokenizer?: string;
   /** Called as the build moves through its stages. */
   onProgress?: (stage: BuildStage, index: number, total: number) => void;
+  /** Called after each weight is written, with the bytes of weights written so far and in all (about: a few small ones are computed). */
+  onWeights?: (done: number, total: number) => void;
 }
+
+/** The dtypes a build writes, and their ONNX element types. */
+export type BuildDtype = 'fp32' | 'fp16' | 'bf16';
+const FLOAT_TYPES: Record<BuildDtype, FloatType> = { fp32: 'float32', fp16: 'float16', bf16: 'bfloat16' };
 
 export const BUILD_STAGES = ['read checkpoint', 'map weights', 'build graph', 'serialize', 'write files'] as const;
 export type BuildStage = (typeof BUILD_STAGES)[number];
@@ -77,13 +92,23 @@ export interface BuildResult {
   out: string;
   spec: DecoderSpec | Seq2SeqSpec;
   files: string[];
+  stats: BuildStats;
+}
+
+/** How the build went: its time and memory. */
+export interface BuildStats {
+  seconds: number;
+  /** Bytes of weights written, in the build's float type. */
+  weightBytes: number;
+  /** The process's peak resident memory when the build ended (process.resourceUsage().maxRSS). */
+  peakRssBytes: number;
 }
 
 /** The file Chorus writes beside the model to record how it was built. */
 export interface BuildInfo {
   builder: 'chorus';
   architecture: string;
-  dtype: 'fp32' | 'fp16';
+  dtype: BuildDtype;
   flavor: 'portable' | 'cuda';
   task: 'generate' | 'encode';
   spec: DecoderSpec | Seq2SeqSpec;
@@ -91,15 +116,20 @@ export interface BuildInfo {
   greedySearch?: { eosTokenId: number };
   /** onnx/decoder_model_slots.onnx was written. */
   slotDecoder?: boolean;
+  stats?: BuildStats;
 }
+
+/** Models whose weights come to more than this keep them in external data files. */
+const EMBEDDED_LIMIT = 1024 ** 3;
 
 const HF_TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'vocab.json', 'merges.txt', 'tokenizer.model', 'spiece.model'];
 
 /** Builds the ONNX model directory for `options.source`. */
 export function buildModel(options: BuildOptions): BuildResult {
+  const started = performance.now();
   const dtype = options.dtype ?? 'fp32';
   const flavor = options.flavor ?? 'portable';
-  if (dtype !== 'fp32' && dtype !== 'fp16') throw invalidArgument('dtype', 'fp32 or fp16', dtype);
+  if (!(dtype in FLOAT_TYPES)) throw invalidArgument('dtype', 'fp32, fp16 or bf16', dtype);
   if (flavor !== 'portable' && flavor !== 'cuda') throw invalidArgument('flavor', 'portable or cuda', flavor);
   const progress = (stage: BuildStage): void => options.onProgress?.(stage, BUILD_STAGES.indexOf(stage), BUILD_STAGES.length);
   if (!existsSync(options.source)) throw new ChorusError('CHORUS_FILE_MISSING', `build source ${options.source} does not exist`, { param: 'source' });
@@ -111,7 +141,7 @@ export function buildModel(options: BuildOptions): BuildResult {
 
   const task = options.task ?? 'generate';
   if (task !== 'generate' && task !== 'encode') throw invalidArgument('task', 'generate or encode', task);
-  const floatType = dtype === 'fp16' ? 'float16' : 'float32';
+  const floatType = FLOAT_TYPES[dtype];
 
   progress('map weights');
   let spec: DecoderSpec | Seq2SeqSpec;
@@ -127,6 +157,7 @@ export function buildModel(options: BuildOptions): BuildResult {
     spec = decoderSpec;
     graphs = [['decoder_model_merged.onnx', () => buildDecoderGraph(decoderSpec, weights, floatType, flavor)]];
     if (greedySearch) {
+      if (dtype === 'bf16') throw new ChorusError('CHORUS_UNSUPPORTED', 'the GreedySearch model is built in fp32 or fp16; ONNX Runtime\'s GreedySearch has no bfloat16', { param: 'greedySearch' });
       // The end id as the engine reads it from config.json (a number; a list is no end id there either).
       const eos = checkpoint.config.eos_token_id;
       greedyEos = typeof eos === 'number' ? eos : -1;
@@ -159,32 +190,45 @@ export function buildModel(options: BuildOptions): BuildResult {
     writeFileSync(join(options.out, relative), content);
     files.push(relative);
   };
-  let external = false;
   // With the GreedySearch model or the slot decoder, all models keep their weights in the decoder's data
-  // file: the same weights in the same order give the same bytes, written once.
+  // file, each weight written once. Otherwise each model has its own, when the weights are large.
   const sharedData = architecture.kind === 'decoder' && (greedySearch || slotDecoder) ? 'decoder_model_merged.onnx_data' : undefined;
-  let written: Buffer | undefined;
-  for (const [modelName, build] of graphs) {
-    progress('build graph');
-    const graph = build();
-    progress('serialize');
-    const dataFile = sharedData ?? `${modelName}_data`;
-    const { model, externalData } = graph.serialize({ externalDataFile: dataFile, docString: `built by chorus from ${basename(options.source)}`, ...(sharedData ? { externalThreshold: 0 } : {}) });
-    progress('write files');
-    write(`onnx/${modelName}`, model);
-    if (externalData && written !== undefined) {
-      if (!written.equals(externalData)) throw new ChorusError('CHORUS_INTERNAL', `${modelName}'s weights differ from the decoder's; they must share ${dataFile}`);
-    } else if (externalData) {
-      write(`onnx/${dataFile}`, externalData);
-      if (sharedData) written = externalData;
+  const totalBytes = checkpoint.takenElements() * FLOAT_WIDTH[floatType];
+  const external = sharedData !== undefined || totalBytes > EMBEDDED_LIMIT;
+  let doneBytes = 0;
+  const weightWritten = (bytes: number): void => {
+    doneBytes += bytes;
+    options.onWeights?.(Math.min(doneBytes, totalBytes), totalBytes);
+  };
+  const dataFiles = new Map<string, ExternalDataFile>();
+  const dataFile = (name: string): ExternalDataFile => {
+    let file = dataFiles.get(name);
+    if (file === undefined) {
+      file = new ExternalDataFile(join(onnxDir, name), name, weightWritten);
+      dataFiles.set(name, file);
+      files.push(`onnx/${name}`);
     }
-    external ||= externalData !== undefined;
+    return file;
+  };
+  try {
+    for (const [modelName, build] of graphs) {
+      progress('build graph');
+      const graph = build();
+      progress('serialize');
+      const externalData = external ? dataFile(sharedData ?? `${modelName}_data`) : undefined;
+      const { model } = graph.serialize({ ...(externalData ? { externalData } : {}), docString: `built by chorus from ${basename(options.source)}`, onEmbedded: weightWritten });
+      progress('write files');
+      write(`onnx/${modelName}`, model);
+    }
+  } finally {
+    for (const file of dataFiles.values()) file.close();
   }
-  const config: Record<string, unknown> = { ...checkpoint.config, ...(dtype === 'fp16' ? { torch_dtype: 'float16' } : {}) };
+  const config: Record<string, unknown> = { ...checkpoint.config, ...(dtype === 'fp32' ? {} : { torch_dtype: dtype === 'fp16' ? 'float16' : 'bfloat16' }) };
   if (external) config['transformers.js_config'] = { use_external_data_format: true };
+  const stats: BuildStats = { seconds: Math.round((performance.now() - started) / 10) / 100, weightBytes: doneBytes, peakRssBytes: process.resourceUsage().maxRSS * 1024 };
   write('config.json', `${JSON.stringify(config, null, 2)}\n`);
   write('generation_config.json', `${JSON.stringify(generationConfig(checkpoint), null, 2)}\n`);
-  const info: BuildInfo = { builder: 'chorus', architecture: String(checkpoint.config.model_type), dtype, flavor, task, spec, ...(greedySearch ? { greedySearch: { eosTokenId: greedyEos } } : {}), ...(slotDecoder ? { slotDecoder: true } : {}) };
+  const info: BuildInfo = { builder: 'chorus', architecture: String(checkpoint.config.model_type), dtype, flavor, task, spec, ...(greedySearch ? { greedySearch: { eosTokenId: greedyEos } } : {}), ...(slotDecoder ? { slotDecoder: true } : {}), stats };
   write('chorus_build.json', `${JSON.stringify(info, null, 2)}\n`);
   const tokenizerFiles = isLlama2c ? [[llama2cTokenizer(options.source, options.tokenizer), 'tokenizer.bin'] as const] : HF_TOKENIZER_FILES.map((name) => [join(options.source, name), name] as const);
   for (const [from, to] of tokenizerFiles) {
@@ -193,7 +237,7 @@ export function buildModel(options: BuildOptions): BuildResult {
       files.push(to);
     }
   }
-  return { out: options.out, spec, files };
+  return { out: options.out, spec, files, stats };
 }
 
 function generationConfig(checkpoint: Checkpoint): Record<string, unknown> {

@@ -2,13 +2,15 @@
  * A checkpoint as the builder sees it: the model's config and its named tensors. Architecture files
  * `take` each tensor by name and expected shape; a missing or mis-shaped tensor fails with its name and
  * both shapes, and `finish()` fails on tensors nobody took. FasterTransformer's backend filled missing
- * weights with random numbers; Chorus refuses.
+ * weights with random numbers; Chorus refuses. Tensors read from safetensors files are lazy (see
+ * tensor.ts): taking one reads nothing, its values are read when the graph writes them.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { ChorusError } from '../errors.ts';
-import { readSafetensors } from './safetensors.ts';
-import { shapeText, type Tensor } from './tensor.ts';
+import { READABLE_DTYPES } from './float-bits.ts';
+import { readSafetensors, unreadableDtype } from './safetensors.ts';
+import { CHUNK_ELEMENTS, elementCount, shapeText, type Tensor } from './tensor.ts';
 
 /** A Hugging Face `config.json`, as parsed JSON. */
 export type ModelConfig = Record<string, unknown>;
@@ -40,6 +42,7 @@ export class Checkpoint {
     if (tensor === undefined) {
       throw new ChorusError('CHORUS_FILE_INVALID', `${this.source}: tensor ${name} is missing (expected shape ${shapeText(dims)})`, { param: name });
     }
+    if (tensor.dtype !== undefined && !(READABLE_DTYPES as readonly string[]).includes(tensor.dtype)) throw unreadableDtype(this.source, name, tensor.dtype);
     if (tensor.dims.length !== dims.length || tensor.dims.some((d, i) => d !== dims[i])) {
       throw new ChorusError('CHORUS_FILE_INVALID', `${this.source}: tensor ${name} has shape ${shapeText(tensor.dims)}, expected ${shapeText(dims)}`, {
         param: name,
@@ -49,14 +52,20 @@ export class Checkpoint {
     return tensor;
   }
 
+  /** The number of values of every tensor taken so far. */
+  takenElements(): number {
+    let sum = 0;
+    for (const name of this.taken) sum += elementCount(this.tensors.get(name)!.dims);
+    return sum;
+  }
+
   /**
    * For a tied head: some exporters still write the head's copy of the embeddings under `name`. It is
    * taken only if it equals `tiedTo`; a different tensor means the checkpoint is not tied after all.
    */
   takeTiedCopy(name: string, tiedTo: Tensor): void {
     if (!this.has(name)) return;
-    const copy = this.take(name, tiedTo.dims).data;
-    if (copy.some((value, i) => value !== tiedTo.data[i])) {
+    if (!sameValues(this.take(name, tiedTo.dims), tiedTo)) {
       throw new ChorusError('CHORUS_FILE_INVALID', `${this.source}: the head is tied to the embeddings, but ${name} differs from them`, { param: name });
     }
   }
@@ -76,26 +85,58 @@ export class Checkpoint {
   }
 }
 
-/** Reads a Hugging Face checkpoint directory: config.json and model.safetensors, or sharded safetensors. */
+/** Reads a Hugging Face checkpoint directory: config.json and model.safetensors, or shards listed in model.safetensors.index.json. */
 export function readHfCheckpoint(dir: string): Checkpoint {
   const configFile = join(dir, 'config.json');
   if (!existsSync(configFile)) throw new ChorusError('CHORUS_FILE_MISSING', `${dir} has no config.json`);
   const config = JSON.parse(readFileSync(configFile, 'utf8')) as ModelConfig;
   const single = join(dir, 'model.safetensors');
   const index = join(dir, 'model.safetensors.index.json');
-  let tensors: Map<string, Tensor>;
-  if (existsSync(single)) {
-    tensors = readSafetensors(single);
-  } else if (existsSync(index)) {
-    const weightMap = (JSON.parse(readFileSync(index, 'utf8')) as { weight_map: Record<string, string> }).weight_map;
-    tensors = new Map();
-    for (const shard of new Set(Object.values(weightMap))) {
-      for (const [name, tensor] of readSafetensors(join(dirname(index), shard))) tensors.set(name, tensor);
-    }
-    const missing = Object.keys(weightMap).filter((name) => !tensors.has(name));
-    if (missing.length > 0) throw new ChorusError('CHORUS_FILE_INVALID', `${index} lists ${missing[0]}, which no shard holds`);
-  } else {
-    throw new ChorusError('CHORUS_FILE_MISSING', `${dir} has neither model.safetensors nor model.safetensors.index.json`);
+  if (existsSync(single)) return new Checkpoint(dir, config, readSafetensors(single));
+  if (existsSync(index)) return new Checkpoint(dir, config, readShards(index, dir));
+  throw new ChorusError('CHORUS_FILE_MISSING', `${dir} has neither model.safetensors nor model.safetensors.index.json`);
+}
+
+/** The tensors of every shard an index lists; a missing shard is named with a tensor it should hold. */
+function readShards(index: string, dir: string): Map<string, Tensor> {
+  let weightMap: unknown;
+  try {
+    weightMap = (JSON.parse(readFileSync(index, 'utf8')) as { weight_map?: unknown }).weight_map;
+  } catch (cause) {
+    throw new ChorusError('CHORUS_FILE_INVALID', `${index} is not JSON (${(cause as Error).message})`, { cause });
   }
-  return new Checkpoint(dir, config, tensors);
+  if (typeof weightMap !== 'object' || weightMap === null || Object.values(weightMap).some((file) => typeof file !== 'string')) {
+    throw new ChorusError('CHORUS_FILE_INVALID', `${index} has no weight_map of tensor names to shard files`);
+  }
+  const byShard = new Map<string, string[]>();
+  for (const [name, shard] of Object.entries(weightMap as Record<string, string>)) byShard.set(shard, [...(byShard.get(shard) ?? []), name]);
+  const tensors = new Map<string, Tensor>();
+  for (const [shard, names] of byShard) {
+    const file = join(dir, shard);
+    if (!existsSync(file)) {
+      const more = names.length > 1 ? ` and ${names.length - 1} more` : '';
+      throw new ChorusError('CHORUS_FILE_MISSING', `${dir}: shard ${shard} is missing; model.safetensors.index.json lists ${names[0]}${more} in it. Download it again`, { param: shard });
+    }
+    const held = readSafetensors(file);
+    const absent = names.find((name) => !held.has(name));
+    if (absent !== undefined) throw new ChorusError('CHORUS_FILE_INVALID', `${index} lists ${absent} in ${shard}, which does not hold it`, { param: absent });
+    for (const [name, tensor] of held) tensors.set(name, tensor);
+  }
+  return tensors;
+}
+
+/** True when two tensors of one shape hold the same values (read a piece at a time where they can be). */
+function sameValues(a: Tensor, b: Tensor): boolean {
+  if (a.read === undefined || b.read === undefined) return sameArrays(a.data, b.data);
+  const total = elementCount(a.dims);
+  for (let start = 0; start < total; start += CHUNK_ELEMENTS) {
+    const count = Math.min(CHUNK_ELEMENTS, total - start);
+    if (!sameArrays(a.read(start, count), b.read(start, count))) return false;
+  }
+  return true;
+}
+
+function sameArrays(x: Float32Array, y: Float32Array): boolean {
+  for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return false;
+  return true;
 }

@@ -5,6 +5,7 @@
  * Standard ONNX operators only (opset 17), so any execution provider runs it.
  */
 import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Norm } from './decoder-spec.ts';
+import type { FloatType } from './float-bits.ts';
 import { float, GraphBuilder } from './graph.ts';
 import { GREEDY_PAD_ID } from './greedy-layout.ts';
 import {
@@ -29,8 +30,9 @@ import {
   withBias,
 } from './layers.ts';
 
-/** float16's lowest value: the cuda flavor's attention bias where a position may not be attended. */
+/** float16's and bfloat16's lowest values: the cuda flavor's attention bias where a position may not be attended. */
 const FLOAT16_MIN = -65504;
+const BFLOAT16_MIN = -3.3895313892515355e38;
 
 /** What every block of one graph shares. */
 interface GraphContext {
@@ -67,7 +69,7 @@ interface DecoderInputs {
 }
 
 /** Builds the decoder graph of `spec` with `weights`. */
-export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: 'float32' | 'float16', flavor: Flavor = 'portable'): GraphBuilder {
+export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: FloatType, flavor: Flavor = 'portable'): GraphBuilder {
   // Both flavors round as PyTorch does. In the cuda flavor that touches only the biased projections left
   // as MatMul (q, k and v: the others' biases go into FastGelu and the fused residual norms) and SiLU.
   const g = new GraphBuilder(floatType);
@@ -105,7 +107,7 @@ export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, fl
 export function buildSlotDecoderGraph(
   spec: DecoderSpec,
   weights: DecoderWeights,
-  floatType: 'float32' | 'float16',
+  floatType: FloatType,
   attention: 'addon' | 'GroupQueryAttention' = 'addon',
   projections: SlotLinear = defaultSlotLinear(floatType),
 ): GraphBuilder {
@@ -147,7 +149,7 @@ export interface GreedySearchIds {
  * head_dim] tensor) and computes the last position's logits only; its weights are initializers of the
  * outer graph, in the same order as the decoder model's, so both can share one external data file.
  */
-export function buildGreedySearchGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: 'float32' | 'float16', flavor: Flavor, ids: GreedySearchIds): GraphBuilder {
+export function buildGreedySearchGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: FloatType, flavor: Flavor, ids: GreedySearchIds): GraphBuilder {
   const inner = new GraphBuilder(floatType);
   const { numLayers, numKvHeads, headDim, vocabSize } = spec;
   // Declared in the order the operator checks: input_ids, position_ids, attention_mask, past_0...
@@ -267,7 +269,7 @@ function attentionBias(g: GraphBuilder, inputIds: string, attentionMask: string,
   const notPadding = g.op('Unsqueeze', [g.op('Cast', [attentionMask], { to: 9 }), g.int64([1, 2, 3])]);
   const allowed = g.op('And', [causal, notPadding]);
   if (flavor === 'cuda') {
-    const min = g.floatType === 'float16' ? FLOAT16_MIN : FLOAT32_MIN;
+    const min = g.floatType === 'float16' ? FLOAT16_MIN : g.floatType === 'bfloat16' ? BFLOAT16_MIN : FLOAT32_MIN;
     const bias = g.op('Where', [allowed, g.floatConstant([0], []), g.floatConstant([min], [])], {}, { name: 'attention_bias' });
     return g.op('Squeeze', [bias, g.int64([1])]);
   }
@@ -310,7 +312,7 @@ function rotary(g: GraphBuilder, positionIds: string, spec: DecoderSpec, flavor:
   const positions = g.op('Unsqueeze', [g.op('Cast', [positionIds], { to: 1 }), g.int64([2])]);
   const freqs = g.op('Mul', [positions, g.floatConstant(invFreq, [headDim / 2], 'float32')]);
   const angles = g.op('Unsqueeze', [g.op('Concat', [freqs, freqs], { axis: -1 }), g.int64([1])]);
-  const cast = (value: string): string => (g.floatType === 'float16' ? g.op('Cast', [value], { to: 10 }) : value);
+  const cast = (value: string): string => (g.half ? g.toFloatType(value) : value);
   return { kind: 'tables', cos: cast(g.op('Cos', [angles], {}, { name: 'rope_cos' })), sin: cast(g.op('Sin', [angles], {}, { name: 'rope_sin' })) };
 }
 

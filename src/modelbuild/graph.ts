@@ -1,10 +1,13 @@
 /**
  * A small builder of ONNX graphs: values are names, `op()` adds a node and returns its output names,
- * weights become initializers in the build's float type, and `serialize()` writes a ModelProto (with the
- * weights in a side file when they are too large for one protobuf message).
+ * weights become initializers in the build's float type, and `serialize()` writes a ModelProto. A
+ * weight is kept as the tensor it was given (a checkpoint's are lazy) until `serialize()`, which
+ * converts each in turn and embeds it or appends it to an external data file.
  */
 import onnxProto from 'onnx-proto';
-import { toHalfArray, type Tensor } from './tensor.ts';
+import type { ExternalDataFile } from './external-data.ts';
+import { encodeFloats, FLOAT_WIDTH, type FloatType } from './float-bits.ts';
+import { concatPieces, elementCount, encodedPieces, type Tensor } from './tensor.ts';
 
 const { onnx } = onnxProto;
 type NodeProto = onnxProto.onnx.INodeProto;
@@ -13,11 +16,13 @@ type ValueInfoProto = onnxProto.onnx.IValueInfoProto;
 type AttributeProto = onnxProto.onnx.IAttributeProto;
 
 /** Element types the builder uses. */
-export type ElementType = 'float32' | 'float16' | 'int64' | 'int32' | 'bool';
+export type ElementType = FloatType | 'int64' | 'int32' | 'bool';
 
-const ELEMENT_TYPES: Record<ElementType, number> = {
+/** ONNX's numbers of the element types (a Cast's `to`). */
+export const ELEMENT_TYPES: Record<ElementType, number> = {
   float32: onnx.TensorProto.DataType.FLOAT,
   float16: onnx.TensorProto.DataType.FLOAT16,
+  bfloat16: onnx.TensorProto.DataType.BFLOAT16,
   int64: onnx.TensorProto.DataType.INT64,
   int32: onnx.TensorProto.DataType.INT32,
   bool: onnx.TensorProto.DataType.BOOL,
@@ -54,12 +59,25 @@ export interface OpOptions {
   name?: string;
 }
 
-/** The serialized model, and its weights file when they are kept apart. */
+/** The serialized model. */
 export interface SerializedModel {
   model: Uint8Array;
-  /** Raw weights for `<model>.onnx_data`, when `externalDataFile` was given and weights are large. */
-  externalData: Buffer | undefined;
 }
+
+/** Options of `GraphBuilder.serialize`. */
+export interface SerializeOptions {
+  /** Where weights over 1 KiB go; without it every weight is embedded (the model must stay under 2 GiB). */
+  externalData?: ExternalDataFile;
+  docString?: string;
+  /** Called after each embedded weight with its size in bytes (external ones report through their file). */
+  onEmbedded?: (bytes: number) => void;
+}
+
+/** The tensor each weight initializer is made of, until it is serialized. */
+const sources = new WeakMap<TensorProto, Tensor>();
+
+/** Weights up to this size stay in the model file. */
+const EMBEDDED_WEIGHT_BYTES = 1024;
 
 /** Builds one ONNX graph. */
 export class GraphBuilder {
@@ -84,7 +102,7 @@ export class GraphBuilder {
    * @param options.addonLinear default false: projections as MatMul (and Add)
    */
   constructor(
-    readonly floatType: 'float32' | 'float16',
+    readonly floatType: FloatType,
     options: { pytorchRounding?: boolean; addonLinear?: boolean } = {},
   ) {
     this.pytorchRounding = options.pytorchRounding ?? true;
@@ -103,9 +121,21 @@ export class GraphBuilder {
     this.outputs.push(valueInfo(name, type, dims));
   }
 
-  /** Adds a weight as an initializer in the build's float type; returns its name. */
+  /** True for the 16-bit float types, whose graphs compute some steps in float32. */
+  get half(): boolean {
+    return this.floatType !== 'float32';
+  }
+
+  /** `x` cast to the build's float type (a Cast node). */
+  toFloatType(x: string): string {
+    return this.op('Cast', [x], { to: ELEMENT_TYPES[this.floatType] });
+  }
+
+  /** Adds a weight as an initializer in the build's float type (its values are read when serialized); returns its name. */
   weight(name: string, tensor: Tensor): string {
-    this.initializers.push(floatTensor(name, tensor, this.floatType));
+    const proto: TensorProto = { name, dims: [...tensor.dims], dataType: ELEMENT_TYPES[this.floatType] };
+    sources.set(proto, tensor);
+    this.initializers.push(proto);
     return name;
   }
 
@@ -120,7 +150,7 @@ export class GraphBuilder {
   }
 
   /** A constant of the build's float type (or float32), shared between uses. */
-  floatConstant(values: readonly number[], dims: readonly number[] = [values.length], type: 'float32' | 'float16' = this.floatType): string {
+  floatConstant(values: readonly number[], dims: readonly number[] = [values.length], type: FloatType = this.floatType): string {
     return this.constant(type, values, dims);
   }
 
@@ -173,35 +203,30 @@ export class GraphBuilder {
   }
 
   /**
-   * The ModelProto bytes. With `externalDataFile`, initializers over 1 KiB go to a side buffer when all
-   * of them together exceed `externalThreshold` bytes (protobuf messages must stay under 2 GiB).
+   * The ModelProto bytes. Each weight is read, converted to the build's float type and embedded, or,
+   * with `externalData` and over 1 KiB, appended to that file (or pointed at, if the file has it).
    */
-  serialize(options: { externalDataFile?: string; externalThreshold?: number; docString?: string } = {}): SerializedModel {
-    const threshold = options.externalThreshold ?? 1_500_000_000;
-    const total = this.initializers.reduce((sum, t) => sum + (t.rawData?.length ?? 0), 0);
-    let externalData: Buffer | undefined;
-    if (options.externalDataFile !== undefined && total > threshold) {
-      const chunks: Buffer[] = [];
-      let offset = 0;
-      // Constants stay in the model file: only weights go to the data file (which models may share).
-      const constants = new Set(this.constants.values());
-      for (const tensor of this.initializers) {
-        const raw = tensor.rawData;
-        if (!raw || raw.length <= 1024 || constants.has(tensor.name!)) continue;
-        const padding = (64 - (offset % 64)) % 64; // aligned so the runtime can map weights in place
-        if (padding > 0) chunks.push(Buffer.alloc(padding));
-        offset += padding;
-        chunks.push(Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength));
+  serialize(options: SerializeOptions = {}): SerializedModel {
+    const data = options.externalData;
+    for (const tensor of this.initializers) {
+      const source = sources.get(tensor);
+      if (source === undefined) continue;
+      const length = elementCount(source.dims) * FLOAT_WIDTH[this.floatType];
+      if (data !== undefined && length > EMBEDDED_WEIGHT_BYTES) {
+        const { offset } = data.append(source, this.floatType, length);
         tensor.dataLocation = onnx.TensorProto.DataLocation.EXTERNAL;
         tensor.externalData = [
-          { key: 'location', value: options.externalDataFile },
+          { key: 'location', value: data.location },
           { key: 'offset', value: String(offset) },
-          { key: 'length', value: String(raw.length) },
+          { key: 'length', value: String(length) },
         ];
         tensor.rawData = undefined;
-        offset += raw.length;
+      } else {
+        tensor.rawData = concatPieces([...encodedPieces(source, this.floatType)]);
+        tensor.dataLocation = undefined;
+        tensor.externalData = undefined;
+        options.onEmbedded?.(length);
       }
-      externalData = Buffer.concat(chunks);
     }
     const model = onnx.ModelProto.create({
       irVersion: 8,
@@ -210,7 +235,7 @@ export class GraphBuilder {
       opsetImport: [{ domain: '', version: 17 }, ...[...this.domains].map((domain) => ({ domain, version: 1 }))],
       graph: { name: 'main', node: this.nodes, initializer: this.initializers, input: this.inputs, output: this.outputs },
     });
-    return { model: onnx.ModelProto.encode(model).finish(), externalData };
+    return { model: onnx.ModelProto.encode(model).finish() };
   }
 
   private constant(type: ElementType, values: readonly number[], dims: readonly number[]): string {
@@ -238,13 +263,8 @@ function valueInfo(name: string, type: ElementType, dims: readonly Dim[]): Value
   };
 }
 
-function floatTensor(name: string, tensor: Tensor, type: 'float32' | 'float16'): TensorProto {
-  const raw = type === 'float32' ? tensor.data : toHalfArray(tensor.data);
-  return { name, dims: tensor.dims, dataType: ELEMENT_TYPES[type], rawData: new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength) };
-}
-
 function integerOrFloatTensor(name: string, type: ElementType, values: readonly number[], dims: readonly number[]): TensorProto {
-  if (type === 'float32' || type === 'float16') return floatTensor(name, { dims: [...dims], data: Float32Array.from(values) }, type);
+  if (type === 'float32' || type === 'float16' || type === 'bfloat16') return { name, dims: [...dims], dataType: ELEMENT_TYPES[type], rawData: encodeFloats(Float32Array.from(values), type) };
   const data =
     type === 'int64' ? BigInt64Array.from(values.map((v) => BigInt(v))) : type === 'int32' ? Int32Array.from(values) : Uint8Array.from(values.map((v) => (v ? 1 : 0)));
   return { name, dims: [...dims], dataType: ELEMENT_TYPES[type], rawData: new Uint8Array(data.buffer) };

@@ -1,6 +1,7 @@
 /** Building blocks shared by the decoder-only and encoder-decoder graphs. */
 import { ChorusError } from '../errors.ts';
 import type { Linear, Norm } from './decoder-spec.ts';
+import type { FloatType } from './float-bits.ts';
 import { float, type GraphBuilder } from './graph.ts';
 
 /** float32's lowest value: the additive bias of a position that may not be attended. */
@@ -17,11 +18,11 @@ export function additiveMask(g: GraphBuilder, allowed: string, name?: string): s
  * in the build's float type.
  */
 export function maskedSoftmax(g: GraphBuilder, scores: string, scale: number, bias: string): string {
-  const half = g.floatType === 'float16';
+  const half = g.half;
   let x = half ? g.op('Cast', [scores], { to: 1 }) : scores;
   if (scale !== 1) x = g.op('Mul', [x, g.floatConstant([scale], [], 'float32')]);
   const probs = g.op('Softmax', [g.op('Add', [x, bias])], { axis: -1 });
-  return half ? g.op('Cast', [probs], { to: 10 }) : probs;
+  return half ? g.toFloatType(probs) : probs;
 }
 
 /** Which norm, and its epsilon. */
@@ -117,7 +118,7 @@ const BIAS_LANES = 8;
 export function affine(g: GraphBuilder, x: string, weight: string, bias: string | undefined, outputs: number): string {
   if (g.addonLinear) return addonLinear(g, x, weight, bias);
   if (bias === undefined) return g.op('MatMul', [x, weight]);
-  if (g.floatType !== 'float16' || !g.pytorchRounding) return g.op('Add', [g.op('MatMul', [x, weight]), bias]);
+  if (!g.half || !g.pytorchRounding) return g.op('Add', [g.op('MatMul', [x, weight]), bias]);
   const lanes = g.op('Pad', [x, g.int64([0, 0, 0, 0, 0, BIAS_LANES]), g.floatConstant([1], [])]);
   // Concat and Unsqueeze of initializers only (ONNX Runtime has no float16 Pad on the CPU to fold with).
   const zeros = g.floatConstant(new Array<number>((BIAS_LANES - 1) * outputs).fill(0), [BIAS_LANES - 1, outputs]);
@@ -131,8 +132,8 @@ export function affine(g: GraphBuilder, x: string, weight: string, bias: string 
  */
 export type SlotLinear = 'addon' | 'MatMul';
 
-export function defaultSlotLinear(floatType: 'float32' | 'float16'): SlotLinear {
-  return floatType === 'float16' ? 'addon' : 'MatMul';
+export function defaultSlotLinear(floatType: FloatType): SlotLinear {
+  return floatType === 'float32' ? 'MatMul' : 'addon';
 }
 
 /** The activations the addon's Linear applies to its output. */
@@ -151,8 +152,8 @@ export function addonLinear(g: GraphBuilder, x: string, weight: string, bias: st
 
 /** `f` of `x` computed in float32 and rounded to float16 once, as PyTorch computes half-precision activations. */
 export function inFloat32(g: GraphBuilder, x: string, f: (x32: string) => string): string {
-  if (g.floatType !== 'float16') return f(x);
-  return g.op('Cast', [f(g.op('Cast', [x], { to: 1 }))], { to: 10 });
+  if (!g.half) return f(x);
+  return g.toFloatType(f(g.op('Cast', [x], { to: 1 })));
 }
 
 /** SiLU, x * sigmoid(x) (in float32 for float16 builds that round as PyTorch does). */
@@ -175,11 +176,11 @@ export function norm(g: GraphBuilder, spec: NormKind, w: Norm, x: string, name: 
     return g.op('LayerNormalization', [x, scale, g.weight(`${name}.bias`, required(w.bias, `${name} bias`))], { axis: -1, epsilon: float(spec.normEps) });
   }
   // RMSNorm in float32, as transformers computes it: x / sqrt(mean(x^2) + eps), then the scale.
-  const xf = g.floatType === 'float16' ? g.op('Cast', [x], { to: 1 }) : x;
+  const xf = g.half ? g.op('Cast', [x], { to: 1 }) : x;
   const meanSquare = g.op('ReduceMean', [g.op('Mul', [xf, xf])], { axes: [-1], keepdims: 1 });
   const inverse = g.op('Reciprocal', [g.op('Sqrt', [g.op('Add', [meanSquare, g.floatConstant([spec.normEps], [], 'float32')])])]);
   const normalized = g.op('Mul', [xf, inverse]);
-  return g.op('Mul', [scale, g.floatType === 'float16' ? g.op('Cast', [normalized], { to: 10 }) : normalized]);
+  return g.op('Mul', [scale, g.half ? g.toFloatType(normalized) : normalized]);
 }
 
 /**

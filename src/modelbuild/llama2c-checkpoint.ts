@@ -5,16 +5,17 @@
  * builds both. llama2.c rotates adjacent pairs of q/k dimensions; Hugging Face rotates the first half
  * against the second, so q and k rows are permuted as the Hugging Face conversion does.
  */
-import { readFileSync } from 'node:fs';
 import { ChorusError } from '../errors.ts';
 import { Checkpoint } from './checkpoint.ts';
-import type { Tensor } from './tensor.ts';
+import { fileRanges, truncated } from './file-range.ts';
+import { storedTensor, type Tensor } from './tensor.ts';
 
-/** Reads a llama2.c `.bin` as a Llama checkpoint. */
+/** Reads a llama2.c `.bin` as a Llama checkpoint, lazily: each weight is read when it is used. */
 export function readLlama2cCheckpoint(file: string): Checkpoint {
-  const bytes = readFileSync(file);
-  if (bytes.length < 28) throw new ChorusError('CHORUS_FILE_INVALID', `${file} is too short to be a llama2.c model`);
-  const header = Array.from({ length: 7 }, (_, i) => bytes.readInt32LE(i * 4));
+  const ranges = fileRanges(file);
+  if (ranges.size < 28) throw new ChorusError('CHORUS_FILE_INVALID', `${file} is too short to be a llama2.c model`);
+  const head = Buffer.from(ranges.read(0, 28));
+  const header = Array.from({ length: 7 }, (_, i) => head.readInt32LE(i * 4));
   const [dim, hiddenDim, layers, heads, kvHeads, signedVocab, seqLen] = header as [number, number, number, number, number, number, number];
   const shared = signedVocab > 0;
   const vocab = Math.abs(signedVocab);
@@ -25,12 +26,9 @@ export function readLlama2cCheckpoint(file: string): Checkpoint {
   }
   let offset = 28;
   const read = (dims: number[]): Tensor => {
-    const count = dims.reduce((a, b) => a * b, 1);
-    if (offset + count * 4 > bytes.length) throw new ChorusError('CHORUS_FILE_INVALID', `${file} ends before its weights do (header ${header.join(', ')})`);
-    const data = new Float32Array(count);
-    for (let i = 0; i < count; i++) data[i] = bytes.readFloatLE(offset + i * 4);
-    offset += count * 4;
-    return { dims, data };
+    const at = offset;
+    offset += dims.reduce((a, b) => a * b, 1) * 4;
+    return storedTensor(dims, 'F32', (start, count) => ranges.read(at + start * 4, count * 4));
   };
   const perLayer = (dims: number[]): Tensor[] => Array.from({ length: layers }, () => read(dims));
 
@@ -47,8 +45,9 @@ export function readLlama2cCheckpoint(file: string): Checkpoint {
   const finalNorm = read([dim]);
   offset += seqLen * headSize * 4; // freq_cis_real and freq_cis_imag: rotary tables, recomputed by the builder
   const classifier = shared ? undefined : read([vocab, dim]);
-  if (offset !== bytes.length) {
-    throw new ChorusError('CHORUS_FILE_INVALID', `${file} has ${bytes.length - offset} bytes after its weights; the header (${header.join(', ')}) does not describe it`);
+  if (offset > ranges.size) throw truncated(file, offset, ranges.size, `its header (${header.join(', ')})`);
+  if (offset !== ranges.size) {
+    throw new ChorusError('CHORUS_FILE_INVALID', `${file} has ${ranges.size - offset} bytes after its weights; the header (${header.join(', ')}) does not describe it`);
   }
 
   const tensors = new Map<string, Tensor>([
@@ -91,18 +90,25 @@ export function readLlama2cCheckpoint(file: string): Checkpoint {
 
 /**
  * Reorders the rows of a q or k projection ([heads * headSize, dim]) from llama2.c's interleaved rotary
- * pairs to Hugging Face's halves: within each head, row 2i goes to i and row 2i+1 to headSize/2 + i.
+ * pairs to Hugging Face's halves: within each head, row 2i goes to i and row 2i+1 to headSize/2 + i
+ * (lazy: when the values are read).
  */
 function interleavedToHalves(weight: Tensor, heads: number): Tensor {
   const [rows, cols] = weight.dims as [number, number];
   const headSize = rows / heads;
   const half = headSize / 2;
-  const out = new Float32Array(weight.data.length);
-  for (let h = 0; h < heads; h++) {
-    for (let i = 0; i < headSize; i++) {
-      const target = h * headSize + (i % 2 === 0 ? i / 2 : half + (i - 1) / 2);
-      out.set(weight.data.subarray((h * headSize + i) * cols, (h * headSize + i + 1) * cols), target * cols);
-    }
-  }
-  return { dims: [rows, cols], data: out };
+  return {
+    dims: [rows, cols],
+    get data() {
+      const source = weight.data;
+      const out = new Float32Array(source.length);
+      for (let h = 0; h < heads; h++) {
+        for (let i = 0; i < headSize; i++) {
+          const target = h * headSize + (i % 2 === 0 ? i / 2 : half + (i - 1) / 2);
+          out.set(source.subarray((h * headSize + i) * cols, (h * headSize + i + 1) * cols), target * cols);
+        }
+      }
+      return out;
+    },
+  };
 }

@@ -10,6 +10,7 @@
  * padded projection that reproduces that cost 10-35% per step on bart-large in an A/B run, and these
  * models already met transformers' fp16 greedy tokens without it.
  */
+import type { FloatType } from './float-bits.ts';
 import { type Dim, float, GraphBuilder } from './graph.ts';
 import {
   additiveMask,
@@ -38,7 +39,7 @@ import type { Norm } from './decoder-spec.ts';
 import type { Tensor } from './tensor.ts';
 
 /** The encoder graph; with `outputAttentions`, each layer's attention probabilities are outputs too. */
-export function buildEncoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: 'float32' | 'float16', outputAttentions = false): GraphBuilder {
+export function buildEncoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: FloatType, outputAttentions = false): GraphBuilder {
   const g = new GraphBuilder(floatType, { pytorchRounding: false });
   const x = encoderStack(g, spec, weights, outputAttentions);
   g.output('last_hidden_state', x, floatType, ['batch_size', 'encoder_sequence_length', spec.dModel]);
@@ -87,7 +88,7 @@ function encoderStack(g: GraphBuilder, spec: Seq2SeqSpec, weights: Seq2SeqWeight
 export function buildSeq2SeqSlotEncoderGraph(
   spec: Seq2SeqSpec,
   weights: Seq2SeqWeights,
-  floatType: 'float32' | 'float16',
+  floatType: FloatType,
   projections: SlotLinear = defaultSlotLinear(floatType),
   selfAttention: EncoderAttention = defaultEncoderAttention(spec, floatType),
 ): GraphBuilder {
@@ -113,7 +114,7 @@ export function buildSeq2SeqSlotEncoderGraph(
  * T5's relative position bias goes in as one [heads, max_distance + 1] table by distance (the bucket
  * stops changing there), folded from the weights when the session loads.
  */
-export function buildSeq2SeqSlotDecoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: 'float32' | 'float16', projections: SlotLinear = defaultSlotLinear(floatType)): GraphBuilder {
+export function buildSeq2SeqSlotDecoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: FloatType, projections: SlotLinear = defaultSlotLinear(floatType)): GraphBuilder {
   const g = new GraphBuilder(floatType, { pytorchRounding: false, addonLinear: projections === 'addon' });
   const width = spec.numHeads * spec.headDim;
   const inputIds = g.input('input_ids', 'int64', ['batch_size', 1]);
@@ -136,7 +137,7 @@ export function buildSeq2SeqSlotDecoderGraph(spec: Seq2SeqSpec, weights: Seq2Seq
     const buckets = Array.from({ length: maxDistance + 1 }, (_, d) => table[maxDistance - d]!);
     const values = g.op('Gather', [g.weight('decoder.relative_bias.weight', required(stack.relativeBias, 'decoder relative bias')), g.int64(buckets)], { axis: 0 });
     bias = g.op('Transpose', [values], { perm: [1, 0] });
-    if (floatType === 'float16') bias = g.op('Cast', [bias], { to: 1 });
+    if (floatType !== 'float32') bias = g.op('Cast', [bias], { to: 1 });
   }
   const slotAttention = (inputs: string[], outputs: number, name: string, packed = false): string[] =>
     g.opMany('SlotAttention', inputs, { num_heads: spec.numHeads, scale: float(spec.attentionScale), ...(packed ? { qkv_packed: 1 } : {}) }, { domain: 'chorus', outputs, name });
@@ -205,7 +206,7 @@ export function buildSeq2SeqSlotDecoderGraph(spec: Seq2SeqSpec, weights: Seq2Seq
 }
 
 /** The merged decoder graph. */
-export function buildSeq2SeqDecoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: 'float32' | 'float16'): GraphBuilder {
+export function buildSeq2SeqDecoderGraph(spec: Seq2SeqSpec, weights: Seq2SeqWeights, floatType: FloatType): GraphBuilder {
   const g = new GraphBuilder(floatType, { pytorchRounding: false });
   const { numHeads, headDim, dModel, vocabSize } = spec;
   const encoderMask = g.input('encoder_attention_mask', 'int64', ['batch_size', 'encoder_sequence_length']);
@@ -331,9 +332,9 @@ function attention(g: GraphBuilder, spec: Seq2SeqSpec, w: AttentionWeights, h: s
  */
 export type EncoderAttention = 'MultiHeadAttention' | 'MatMul';
 
-/** MultiHeadAttention for float16 models without a relative position bias; MatMul otherwise. */
-export function defaultEncoderAttention(spec: Seq2SeqSpec, floatType: 'float32' | 'float16'): EncoderAttention {
-  return floatType === 'float16' && spec.positions.kind !== 'relative' ? 'MultiHeadAttention' : 'MatMul';
+/** MultiHeadAttention for float16 and bfloat16 models without a relative position bias; MatMul otherwise. */
+export function defaultEncoderAttention(spec: Seq2SeqSpec, floatType: FloatType): EncoderAttention {
+  return floatType !== 'float32' && spec.positions.kind !== 'relative' ? 'MultiHeadAttention' : 'MatMul';
 }
 
 /**
@@ -430,5 +431,5 @@ function relativeBias(
   const buckets = g.op('Gather', [g.int64(relativeBucketTable(bidirectional, numBuckets, maxDistance)), g.op('Add', [clipped, g.int64([maxDistance], [])])], { axis: 0 });
   const values = g.op('Gather', [g.weight(`${name}.relative_bias.weight`, table), buckets], { axis: 0 });
   const perHead = g.op('Unsqueeze', [g.op('Transpose', [values], { perm: [2, 0, 1] }), g.int64([0])]);
-  return g.floatType === 'float16' ? g.op('Cast', [perHead], { to: 1 }) : perHead;
+  return g.half ? g.op('Cast', [perHead], { to: 1 }) : perHead;
 }

@@ -1,6 +1,6 @@
 /** Rules for model definitions beyond their schema. */
 import type { Diagnostic } from '../config/diagnostic.ts';
-import { diagnosticAt, type Repository } from './repository.ts';
+import { diagnosticAt, type Definition, type Repository } from './repository.ts';
 import { checkReference } from './references.ts';
 
 /** Diagnostics for every model definition. */
@@ -20,6 +20,7 @@ export function checkModels(repository: Repository): Diagnostic[] {
       }
     }
     const device = value.device ?? 'cpu';
+    if (value.dtype === 'bf16') out.push(...checkBf16(definition, device));
     value.instance_group?.forEach((group, index) => {
       if (group.kind === 'gpu' && device === 'cpu') {
         out.push(diagnosticAt(definition, ['instance_group', index, 'kind'], 'instance_group kind gpu needs device cuda or cuda:N, but device is cpu'));
@@ -29,5 +30,16 @@ export function checkModels(repository: Repository): Diagnostic[] {
       }
     });
   }
+  return out;
+}
+
+/** bf16 runs on GPUs through the native engine: the CPU keeps fp32, and GreedySearch has no bfloat16. */
+function checkBf16(definition: Definition<'model'>, device: string): Diagnostic[] {
+  const value = definition.value;
+  const onGpu = device !== 'cpu' || (value.instance_group ?? []).some((group) => group.kind === 'gpu');
+  const out: Diagnostic[] = [];
+  if (!onGpu) out.push(diagnosticAt(definition, ['dtype'], 'dtype bf16 runs on GPUs (device cuda or cuda:N); on the CPU models run in fp32: set dtype fp32 or device cuda'));
+  if (value.native_engine === false) out.push(diagnosticAt(definition, ['native_engine'], 'dtype bf16 runs on the native engine; native_engine false needs dtype fp16 or fp32'));
+  if (value.greedy_search === true) out.push(diagnosticAt(definition, ['greedy_search'], 'greedy_search needs dtype fp16 or fp32 (ONNX Runtime\'s GreedySearch has no bfloat16)'));
   return out;
 }

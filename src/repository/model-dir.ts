@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { ChorusError } from '../errors.ts';
-import { architectureFor, buildModel, type BuildOptions, type ModelConfig } from '../modelbuild/index.ts';
+import { architectureFor, buildModel, bytesText, percentSteps, type BuildOptions, type ModelConfig } from '../modelbuild/index.ts';
 import { cacheDir } from './source.ts';
 
 /** True when `dir` holds a built model (a merged decoder or an encoder). */
@@ -43,7 +43,8 @@ export function builtModelDirectory(path: string, options: Omit<BuildOptions, 's
   const out = join(cacheDir(), 'builds', hash.digest('hex').slice(0, 16));
   if (!isBuiltModel(out)) {
     log(`building ${path} into ${out}`);
-    buildModel({ ...options, source: path, out });
+    const { stats } = buildModel({ ...options, source: path, out, onWeights: percentSteps((percent, done, total) => log(`building: ${percent}% of the weights written (${bytesText(done)} of ${bytesText(total)})`)) });
+    log(`built in ${stats.seconds} s, peak RSS ${bytesText(stats.peakRssBytes)}`);
   }
   return out;
 }

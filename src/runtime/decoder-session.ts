@@ -9,6 +9,7 @@ import { ChorusError } from '../errors.ts';
 import { createSession, releaseSession, type ExecutionProviders } from './sessions.ts';
 import { argmax } from '../util/argmax.ts';
 import { widenHalf } from '../util/half.ts';
+import { refuseBf16 } from './bf16.ts';
 
 /** The key/value cache of every layer, as the model returned it. */
 export interface KvCache {
@@ -53,6 +54,7 @@ export class DecoderSession {
   static async open(dir: string, options: { executionProviders?: ExecutionProviders } = {}): Promise<DecoderSession> {
     const file = join(dir, 'onnx', 'decoder_model_merged.onnx');
     if (!existsSync(file)) throw new ChorusError('CHORUS_FILE_MISSING', `${dir} holds no onnx/decoder_model_merged.onnx`);
+    refuseBf16(dir);
     const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
     const session = await createSession(file, { executionProviders: options.executionProviders ?? ['cpu'] });
     const pastKeys = session.inputNames.filter((name) => /^past_key_values\.\d+\.key$/.test(name));

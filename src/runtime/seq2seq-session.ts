@@ -9,6 +9,7 @@ import { ChorusError } from '../errors.ts';
 import { createSession, releaseSession, type ExecutionProviders } from './sessions.ts';
 import { argmax } from '../util/argmax.ts';
 import { floatData } from '../util/half.ts';
+import { refuseBf16 } from './bf16.ts';
 
 /** The encoder's output for a batch: hidden states [batch, seq, dModel] and the mask they came with. */
 export interface Encoded {
@@ -48,6 +49,7 @@ export class Seq2SeqSession {
   static async open(dir: string, options: { executionProviders?: ExecutionProviders } = {}): Promise<Seq2SeqSession> {
     const encoderFile = join(dir, 'onnx', 'encoder_model.onnx');
     if (!existsSync(encoderFile)) throw new ChorusError('CHORUS_FILE_MISSING', `${dir} holds no onnx/encoder_model.onnx`);
+    refuseBf16(dir);
     const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
     const sessionOptions = { executionProviders: options.executionProviders ?? ['cpu'] };
     const encoder = await createSession(encoderFile, sessionOptions);

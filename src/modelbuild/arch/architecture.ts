@@ -1,4 +1,8 @@
-/** What an architecture file declares. */
+/**
+ * What an architecture file declares. `checkpoint.take()` hands out lazy tensors: their values are read
+ * from the file each time `data` is asked for, so an architecture keeps them lazy (transpose2d, or a
+ * `data` getter of its own for other rearrangements) and never holds a model's weights itself.
+ */
 import type { Checkpoint, ModelConfig } from '../checkpoint.ts';
 import type { DecoderSpec, DecoderWeights } from '../decoder-spec.ts';
 import type { Seq2SeqSpec, Seq2SeqWeights } from '../seq2seq-spec.ts';

@@ -74,13 +74,22 @@ export const gpt2: DecoderArchitecture = {
   },
 };
 
-/** Splits a linear layer's output columns into `parts` equal layers. */
+/** Splits a linear layer's output columns into `parts` equal layers (lazy: each part is cut when it is read). */
 function splitColumns(layer: Linear, parts: number): Linear[] {
   const [rows, cols] = layer.weight.dims as [number, number];
   const width = cols / parts;
+  const { weight: whole, bias } = layer;
   return Array.from({ length: parts }, (_, part) => {
-    const weight: Tensor = { dims: [rows, width], data: new Float32Array(rows * width) };
-    for (let r = 0; r < rows; r++) weight.data.set(layer.weight.data.subarray(r * cols + part * width, r * cols + (part + 1) * width), r * width);
-    return { weight, bias: layer.bias === undefined ? undefined : { dims: [width], data: layer.bias.data.slice(part * width, (part + 1) * width) } };
+    const weight: Tensor = {
+      dims: [rows, width],
+      get data() {
+        const source = whole.data;
+        const out = new Float32Array(rows * width);
+        for (let r = 0; r < rows; r++) out.set(source.subarray(r * cols + part * width, r * cols + (part + 1) * width), r * width);
+        return out;
+      },
+    };
+    const partBias: Tensor | undefined = bias === undefined ? undefined : { dims: [width], get data() { return bias.data.slice(part * width, (part + 1) * width); } };
+    return { weight, bias: partBias };
   });
 }

@@ -8,6 +8,25 @@ import { bool, oneOf, positiveInt, positiveNumber } from '../config-fields.ts';
 import type { DecoderSpec, DecoderWeights, Linear } from '../decoder-spec.ts';
 import { transpose2d } from '../tensor.ts';
 import type { DecoderArchitecture } from './architecture.ts';
+import type { ModelConfig } from '../checkpoint.ts';
+
+/**
+ * The rotary base: `rope_theta`, or transformers 5's `rope_parameters` (`{ rope_type, rope_theta }`).
+ * Only plain rotary embeddings are built: a scaled type (linear, dynamic, yarn, llama3) is refused.
+ */
+function ropeTheta(config: ModelConfig): number {
+  for (const key of ['rope_parameters', 'rope_scaling']) {
+    const value = config[key];
+    if (value === undefined || value === null) continue;
+    const params = value as Record<string, unknown>;
+    const type = params.rope_type ?? params.type ?? 'default';
+    if (typeof value !== 'object' || type !== 'default') {
+      throw new ChorusError('CHORUS_UNSUPPORTED', `config.json: ${key} of type ${String(type)} is not supported yet; only plain rotary embeddings (rope_type default) are`, { param: key });
+    }
+    if (params.rope_theta !== undefined) return positiveNumber(params, 'rope_theta');
+  }
+  return positiveNumber(config, 'rope_theta', 10000);
+}
 
 export const llama: DecoderArchitecture = {
   kind: 'decoder',
@@ -15,9 +34,6 @@ export const llama: DecoderArchitecture = {
 
   spec(config) {
     oneOf(config, 'hidden_act', ['silu']);
-    if (config.rope_scaling !== undefined && config.rope_scaling !== null) {
-      throw new ChorusError('CHORUS_UNSUPPORTED', 'config.json: rope_scaling is not supported yet; only plain rotary embeddings are', { param: 'rope_scaling' });
-    }
     const hiddenSize = positiveInt(config, 'hidden_size');
     const numHeads = positiveInt(config, 'num_attention_heads');
     const numKvHeads = positiveInt(config, 'num_key_value_heads', numHeads);
@@ -35,7 +51,7 @@ export const llama: DecoderArchitecture = {
       norm: 'rmsnorm',
       normEps: positiveNumber(config, 'rms_norm_eps', 1e-6),
       mlp: 'silu_gated',
-      positions: { kind: 'rotary', theta: positiveNumber(config, 'rope_theta', 10000) },
+      positions: { kind: 'rotary', theta: ropeTheta(config) },
       maxPositions: positiveInt(config, 'max_position_embeddings', 2048),
     };
   },

@@ -1,0 +1,27 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import type { BuildInfo } from '../../src/modelbuild/index.ts';
+import { ROOT } from '../helpers/paths.ts';
+import { scratchDir } from '../helpers/scratch.ts';
+
+function chorus(...args: string[]): { status: number | null; stdout: string; stderr: string } {
+  const result = spawnSync(process.execPath, [join(ROOT, 'bin/chorus.js'), ...args], { encoding: 'utf8', cwd: ROOT });
+  return { status: result.status, stdout: result.stdout, stderr: result.stderr };
+}
+
+test('chorus build --dtype bf16 reports the weights written, the time and the peak RSS, and records them', () => {
+  const dir = scratchDir('chorus-cli-build-');
+  assert.equal(chorus('make-checkpoint', '--arch', 'llama', '--size', 'tiny', '--seed', '1', '-o', join(dir, 'ckpt')).status, 0);
+  const out = chorus('build', join(dir, 'ckpt'), '-o', join(dir, 'onnx'), '--dtype', 'bf16');
+  assert.equal(out.status, 0, out.stderr);
+  const info = JSON.parse(readFileSync(join(dir, 'onnx', 'chorus_build.json'), 'utf8')) as BuildInfo;
+  assert.equal(info.dtype, 'bf16');
+  // 512 x 64 embeddings and head, 2 layers of 4 x 64 x 64 - 2 x 32 x 64 attention and 3 x 64 x 172 MLP, 5 norms, in 2 bytes.
+  assert.equal(info.stats!.weightBytes, 2 * (2 * 512 * 64 + 2 * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 64 * 172) + 5 * 64));
+  assert.ok(info.stats!.peakRssBytes > 10 * 1024 * 1024);
+  assert.match(out.stdout, /^built .*: 2 layers, hidden 64, 8 heads \(4 kv\), vocab 512, bf16\n {2}[0-9.]+ KB of weights in [0-9.]+ s, peak RSS [0-9.]+ MB\n/);
+  assert.match(chorus('build', join(dir, 'ckpt'), '-o', join(dir, 'x'), '--dtype', 'bf8').stderr, /--dtype.*bf8.*fp32, fp16, bf16/);
+});
