@@ -134,7 +134,6 @@ export const ModelDefinition = Type.Object(
       Type.Number({
         exclusiveMinimum: 0,
         maximum: 1,
-        expected: 'a number in (0, 1]',
         description:
           'The native engine on GPUs: the share of the GPU\'s memory that the model\'s weights, activations and cache may take together, as vLLM has it. The cache gets what is left after the weights and activations; decoder-only models built with the paged decoder then hold it in blocks that requests take as they grow (the load logs how many tokens of cache there are). Default: 0.9.',
       }),

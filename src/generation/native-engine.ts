@@ -247,6 +247,11 @@ export class NativeEngine implements Engine {
     return this.decoder.cacheBytes;
   }
 
+  /** The paged cache's blocks (undefined: a cache of whole slots): those no row holds, and all that rows may hold. */
+  get pagedBlocks(): { free: number; total: number } | undefined {
+    return this.paged === undefined ? undefined : { free: this.paged.freeBlocks, total: this.paged.blocks - 1 };
+  }
+
   /** Where the time went (milliseconds so far): inside ONNX Runtime's runs, and inside the addon's calls in all. */
   profile(): { sessionMs: number; nativeMs: number } {
     return { sessionMs: this.decoder.sessionMs, nativeMs: this.decoder.callMs };
