@@ -128,6 +128,7 @@ struct PagedAttentionKernel : KernelBase<PagedAttentionKernel> {
   ~PagedAttentionKernel() {
 #ifdef CHORUS_WITH_CUDA
     if (workspace_ != nullptr) cudaFree(workspace_);
+    for (float* old : retired_) cudaFree(old);
 #endif
   }
 
@@ -196,12 +197,9 @@ struct PagedAttentionKernel : KernelBase<PagedAttentionKernel> {
       const int splits = PagedAttentionSplits(args, multiprocessors_);
       const size_t floats = PagedAttentionWorkspaceFloats(args, splits);
       // Grown in a plain run: a captured run of the same shape, which follows one, finds it in place.
+      // Smaller ones are kept until the kernel goes, as graphs captured earlier still write there.
       if (floats > workspaceFloats_) {
-        if (workspace_ != nullptr) {
-          cudaStreamSynchronize(static_cast<cudaStream_t>(ctx.GetGPUComputeStream()));
-          cudaFree(workspace_);
-          workspace_ = nullptr;
-        }
+        if (workspace_ != nullptr) retired_.push_back(workspace_);
         void* made = nullptr;
         if (cudaMalloc(&made, floats * sizeof(float)) != cudaSuccess) throw std::runtime_error("cudaMalloc of the attention's workspace failed");
         workspace_ = static_cast<float*>(made);
@@ -222,6 +220,7 @@ struct PagedAttentionKernel : KernelBase<PagedAttentionKernel> {
   int multiprocessors_ = 0;
   float* workspace_ = nullptr;
   size_t workspaceFloats_ = 0;
+  std::vector<float*> retired_;
 };
 
 }  // namespace
