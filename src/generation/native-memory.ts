@@ -119,6 +119,8 @@ export function pagedPlan(
   if (options.provider === 'cuda') {
     const deviceId = options.deviceId ?? 0;
     const memory = gpuMemory(deviceId);
+    // An addon without CUDA knows no device: opening the decoder says so.
+    if (memory.total === 0) return undefined;
     const weights = weightBytes(dir, paging ? pagedModel : slotModel);
     reserve = activationReserve(shape, slots, Math.max(PAGED_PREFILL_TOKENS, slotLength));
     checkWeightsFit(weights, reserve, memory, utilization, deviceId);
