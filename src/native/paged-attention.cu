@@ -21,6 +21,8 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kMaxSplits = 16;
+// Positions whose keys and values a lane reads before it uses any.
+constexpr int kAhead = 2;
 
 // Row r's position of token s (kept inside its blocks), and where position j of key head k is.
 __device__ inline int PositionOf(const PagedAttentionArgs& a, int r, int s) {
@@ -107,41 +109,50 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionA
   }
   const T* keys = static_cast<const T*>(a.keyCache);
   const T* values = static_cast<const T*>(a.valueCache);
-  // Every lane of a group goes through each pass (the shuffles take the whole warp).
-  for (int base = start; base < end; base += groups) {
-    const int j = base + mine;
-    const bool valid = j < end;
-    uint4 kv = make_uint4(0, 0, 0, 0);
-    uint4 vv = make_uint4(0, 0, 0, 0);
-    if (valid && holds) {
-      const size_t at = CacheAt(a, r, k, j);
-      kv = reinterpret_cast<const uint4*>(keys + at)[lane];
-      vv = reinterpret_cast<const uint4*>(values + at)[lane];
-    }
-    const T* ke = reinterpret_cast<const T*>(&kv);
-    const T* ve = reinterpret_cast<const T*>(&vv);
-    float kf[kPer];
-    float vf[kPer];
+  // Every lane of a group goes through each pass (the shuffles take the whole warp); each pass reads
+  // kAhead positions' keys and values before it uses any, so that their loads are in flight together.
+  for (int base = start; base < end; base += kAhead * groups) {
+    uint4 kv[kAhead];
+    uint4 vv[kAhead];
 #pragma unroll
-    for (int i = 0; i < kPer; i++) {
-      kf[i] = Load(ke + i);
-      vf[i] = Load(ve + i);
+    for (int u = 0; u < kAhead; u++) {
+      const int j = base + u * groups + mine;
+      kv[u] = make_uint4(0, 0, 0, 0);
+      vv[u] = make_uint4(0, 0, 0, 0);
+      if (j < end && holds) {
+        const size_t at = CacheAt(a, r, k, j);
+        kv[u] = reinterpret_cast<const uint4*>(keys + at)[lane];
+        vv[u] = reinterpret_cast<const uint4*>(values + at)[lane];
+      }
     }
 #pragma unroll
-    for (int g = 0; g < G; g++) {
-      float dot = 0;
+    for (int u = 0; u < kAhead; u++) {
+      const bool valid = base + u * groups + mine < end;
+      const T* ke = reinterpret_cast<const T*>(&kv[u]);
+      const T* ve = reinterpret_cast<const T*>(&vv[u]);
+      float kf[kPer];
+      float vf[kPer];
 #pragma unroll
-      for (int i = 0; i < kPer; i++) dot += q[g][i] * kf[i];
-      for (int offset = span / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-      if (valid && g < count) {
-        const float score = dot * a.scale;
-        const float next = fmaxf(highest[g], score);
-        const float keep = __expf(highest[g] - next);
-        const float p = __expf(score - next);
-        total[g] = total[g] * keep + p;
+      for (int i = 0; i < kPer; i++) {
+        kf[i] = Load(ke + i);
+        vf[i] = Load(ve + i);
+      }
 #pragma unroll
-        for (int i = 0; i < kPer; i++) acc[g][i] = acc[g][i] * keep + p * vf[i];
-        highest[g] = next;
+      for (int g = 0; g < G; g++) {
+        float dot = 0;
+#pragma unroll
+        for (int i = 0; i < kPer; i++) dot += q[g][i] * kf[i];
+        for (int offset = span / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+        if (valid && g < count) {
+          const float score = dot * a.scale;
+          const float next = fmaxf(highest[g], score);
+          const float keep = __expf(highest[g] - next);
+          const float p = __expf(score - next);
+          total[g] = total[g] * keep + p;
+#pragma unroll
+          for (int i = 0; i < kPer; i++) acc[g][i] = acc[g][i] * keep + p * vf[i];
+          highest[g] = next;
+        }
       }
     }
   }
