@@ -145,7 +145,7 @@ export function buildSlotDecoderGraph(
  * other inputs and outputs are the slot decoder's, without `total_sequence_length`. Weights in the slot
  * decoder's order, so the two share one data file.
  */
-export function buildPagedDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: 'float32' | 'float16', projections: SlotLinear = defaultSlotLinear(floatType)): GraphBuilder {
+export function buildPagedDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: GraphBuilder['floatType'], projections: SlotLinear = defaultSlotLinear(floatType)): GraphBuilder {
   if (spec.positions.kind === 'rotary' && spec.headDim % 2 !== 0) throw new Error(`the paged decoder rotates heads of an even size, not ${spec.headDim}`);
   const g = new GraphBuilder(floatType, { pytorchRounding: false, addonLinear: projections === 'addon' });
   const { numLayers, numKvHeads, headDim, vocabSize } = spec;
