@@ -14,6 +14,7 @@ const skip = addon === undefined ? `the native addon: ${reason}` : false;
 const root = scratchDir('chorus-paged-');
 const llama = join(root, 'llama');
 const qwen2 = join(root, 'qwen2');
+const gpt2 = join(root, 'gpt2');
 
 function run(engine: Engine, inputIds: number[], params: SamplingParams): Promise<TokenEvent[]> {
   return lastValueFrom(engine.submit({ inputIds, params, stream: true }).pipe(toArray()));
@@ -28,6 +29,8 @@ describe('the paged native engine (CPU)', { skip }, () => {
     buildModel({ source: join(root, 'llama-ckpt'), out: llama, flavor: 'cuda', slotDecoder: true });
     makeCheckpoint({ arch: 'qwen2', size: 'tiny', seed: 12, out: join(root, 'qwen2-ckpt') });
     buildModel({ source: join(root, 'qwen2-ckpt'), out: qwen2, flavor: 'cuda', slotDecoder: true });
+    makeCheckpoint({ arch: 'gpt2', size: 'tiny', seed: 13, out: join(root, 'gpt2-ckpt') });
+    buildModel({ source: join(root, 'gpt2-ckpt'), out: gpt2, flavor: 'cuda', slotDecoder: true });
   });
   after(async () => {
     await Promise.all(engines.map((e) => e.close()));
@@ -55,6 +58,7 @@ describe('the paged native engine (CPU)', { skip }, () => {
   for (const [name, dir] of [
     ['a tiny Llama', llama],
     ['a tiny Qwen2 (q, k and v biases)', qwen2],
+    ['a tiny GPT-2 (learned positions, no rotary)', gpt2],
   ] as const) {
     test(`greedy requests of different lengths get the contiguous slots' ids on ${name}, run together`, async () => {
       const contiguous = await open(dir, { maxBatchSize: 4, pagedCache: false });
