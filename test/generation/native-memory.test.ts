@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
+import { loadRepository } from '../../src/repository/index.ts';
 import { activationReserve, checkUtilization, pagedPlan, tokenBytes, type MemoryShape, type PagedDecoderOptions } from '../../src/generation/native-memory.ts';
 import { scratchDir } from '../helpers/scratch.ts';
 
@@ -28,6 +29,15 @@ describe('the native engine\'s memory plan', () => {
     assert.equal(checkUtilization(1), 1);
     assert.equal(checkUtilization(0.5), 0.5);
     for (const bad of [0, -1, 1.01, Number.NaN]) assert.throws(() => checkUtilization(bad), { code: 'CHORUS_INVALID_ARGUMENT', message: /gpu_memory_utilization must be a number in \(0, 1\]/ });
+  });
+
+  test('a model definition\'s gpu_memory_utilization is checked against (0, 1]', () => {
+    const repository = scratchDir('chorus-utilization-');
+    mkdirSync(join(repository, 'models'));
+    const values = { low: '0', high: '1.5', text: 'most', fine: '0.75' };
+    for (const [name, value] of Object.entries(values)) writeFileSync(join(repository, 'models', `${name}.yaml`), `engine: generate\nsource: ./nowhere\ngpu_memory_utilization: ${value}\n`);
+    const messages = loadRepository(repository).diagnostics.filter((d) => d.message.includes('gpu_memory_utilization')).map((d) => d.message);
+    assert.deepEqual(messages.sort(), ['gpu_memory_utilization must be <= 1, got 1.5', 'gpu_memory_utilization must be > 0, got 0', 'gpu_memory_utilization must be a number, got string "most"'].sort());
   });
 
   test('weights that do not fit what the GPU has free fail with what is needed against what is free', () => {
