@@ -84,6 +84,29 @@ for (const shape of shapes) {
     if (row.cache !== undefined) console.log(`            ${row.cache}`);
   }
 }
+// The real shape's long rows (many blocks, positions split over blocks of threads) and its cache
+// at 64 sequences of 4k: paged against the slots, fp16.
+const real = shapes.find((shape) => shape.size === 'real');
+if (real !== undefined) {
+  const dir = join(work, `${real.name}-fp16`);
+  const long = Array.from({ length: 4 }, (_, p) => Array.from({ length: 700 + 150 * p }, (_, i) => (p * 37 + i * 11 + 5) % 500));
+  const longIds = async (engine: Engine): Promise<number[][]> =>
+    Promise.all(long.map(async (prompt) => (await lastValueFrom(engine.submit({ inputIds: prompt, params: { temperature: 0, request_output_len: 24, end_id: 499 } }).pipe(toArray()))).map((e) => e.token)));
+  const ids: number[][][] = [];
+  for (const paged of [false, true]) {
+    const engine = await NativeEngine.open(dir, { provider: 'cuda', maxBatchSize: 8, slotLength: 2048, cudaGraph: true, pagedCache: paged });
+    ids.push(await longIds(engine));
+    await engine.close();
+  }
+  const longRow = { model: real.name, dtype: 'fp16', prompts: long.map((p) => p.length), pagedVsSlots: same(ids[1]!, ids[0]!) };
+  rows.push(longRow);
+  console.log(`${real.name.padEnd(11)} fp16  prompts of 700-1150 tokens: paged vs slots ${longRow.pagedVsSlots}`);
+  const logs: string[] = [];
+  const wide = await NativeEngine.open(dir, { provider: 'cuda', maxBatchSize: 64, slotLength: 4096, cudaGraph: true, pagedCache: true, log: (line) => logs.push(line) });
+  await wide.close();
+  rows.push({ model: real.name, dtype: 'fp16', slots: 64, slotLength: 4096, cache: logs.join('; ') });
+  console.log(`${real.name.padEnd(11)} fp16  64 x 4096: ${logs.join('; ')}`);
+}
 const file = join(out, `paged-check-${new Date().toISOString().slice(0, 10)}.json`);
 writeFileSync(file, JSON.stringify({ prompts: prompts.length, newTokens: NEW_TOKENS, rows }, null, 2));
 console.log(`wrote ${file}`);
