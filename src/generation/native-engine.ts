@@ -172,6 +172,9 @@ export class NativeEngine implements Engine {
     const native = nativeFor(dir);
     if (native.unavailable !== undefined) throw new ChorusError('CHORUS_UNSUPPORTED', native.unavailable, { param: 'engine' });
     const { addon, info } = native;
+    if (info.dtype === 'bf16' && options.provider !== 'cuda') {
+      throw new ChorusError('CHORUS_UNSUPPORTED', `${dir} is a bf16 build, which runs on CUDA; on the CPU build the model in fp32`, { param: 'dtype' });
+    }
     const { spec } = info;
     const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
     const seq2seq = spec.decoderLayers !== undefined;

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import onnxProto from 'onnx-proto';
-import { cpSync, existsSync, readFileSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { lastValueFrom, toArray } from 'rxjs';
@@ -115,12 +115,18 @@ describe('the paged native engine (CPU)', { skip }, () => {
     await assert.rejects(run(engine, [3, 4, 5], { temperature: 0, request_output_len: 2000 }), { code: 'CHORUS_CANNOT_FIT' });
   });
 
-  test('gpuMemoryUtilization must be in (0, 1], and a paged cache needs the paged decoder', async () => {
+  test('gpuMemoryUtilization must be in (0, 1], a paged cache needs the paged decoder, and bf16 needs CUDA', async () => {
     for (const value of [0, -0.5, 1.5, Number.NaN]) {
       await assert.rejects(NativeEngine.open(llama, { gpuMemoryUtilization: value }), { code: 'CHORUS_INVALID_ARGUMENT', param: 'gpuMemoryUtilization' });
     }
     await assert.rejects(NativeEngine.open(llama, { pagedCache: true, blockSize: 0 }), { code: 'CHORUS_INVALID_ARGUMENT', param: 'blockSize' });
     await assert.rejects(NativeEngine.open(llama, { pagedCache: true, cacheBlocks: 1 }), { code: 'CHORUS_INVALID_ARGUMENT', param: 'cacheBlocks' });
+    // bf16 runs on CUDA; the CPU keeps fp32.
+    const bf16 = join(root, 'bf16');
+    cpSync(llama, bf16, { recursive: true });
+    const info = JSON.parse(readFileSync(join(bf16, 'chorus_build.json'), 'utf8')) as Record<string, unknown>;
+    writeFileSync(join(bf16, 'chorus_build.json'), JSON.stringify({ ...info, dtype: 'bf16' }));
+    await assert.rejects(NativeEngine.open(bf16, {}), { code: 'CHORUS_UNSUPPORTED', message: /bf16 build, which runs on CUDA/ });
     const unpaged = join(root, 'unpaged');
     cpSync(llama, unpaged, { recursive: true });
     rmSync(join(unpaged, 'onnx', 'decoder_model_paged.onnx'));
