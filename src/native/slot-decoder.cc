@@ -107,6 +107,10 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
     copyPitch_ = static_cast<size_t>(options.maxLength) * options.headDim * elementBytes_;
     copyRowBytes_ = static_cast<size_t>(options.headDim) * elementBytes_;
   }
+  // A paged pool planned from the GPU counts what this decoder's session takes (the weights) apart
+  // from what others hold.
+  const bool planning = options.blockSize > 0 && options.blocks == 0 && options.cuda;
+  const DeviceMemory before = planning ? DeviceMemoryOf(options.deviceId) : DeviceMemory{};
   session_ = std::make_unique<Ort::Session>(env_, options.model.c_str(), sessionOptions);
 
   const std::string stack = seq2seq() ? ".decoder" : "";
@@ -123,7 +127,7 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
   size_t layerBytes = slotBytes_ * options.slots;
   if (paged()) {
     blockBytes_ = static_cast<size_t>(options.kvHeads) * options.blockSize * options.headDim * elementBytes_;
-    if (options_.blocks == 0 && options.cuda) PlanBlocks();
+    if (planning) PlanBlocks(before);
     if (options_.blocks == 0) options_.blocks = options.slots * blocksPerRow() + 1;
     layerBytes = blockBytes_ * options_.blocks;
     blockTable_.assign(static_cast<size_t>(options.slots) * blocksPerRow(), 0);
@@ -208,14 +212,14 @@ SlotDecoder::~SlotDecoder() {
 #endif
 }
 
-void SlotDecoder::PlanBlocks() {
-  // What the process may take, less what the device holds now (the weights, ONNX Runtime's and
-  // CUDA's own, other processes) and the activations' reserve; the logits and the sampler's buffers
-  // come out of the reserve too.
+void SlotDecoder::PlanBlocks(const DeviceMemory& before) {
+  // The share of the device this model may take, less what its session took (the weights) and the
+  // activations' reserve (the logits and the sampler's buffers come out of it too), and never more
+  // than is free beside the reserve (other processes hold the rest).
   const DeviceMemory memory = DeviceMemoryOf(options_.deviceId);
   planned_ = memory;
-  const double used = memory.total - memory.free;
-  const double budget = memory.total * options_.memoryUtilization - used - options_.reserveBytes;
+  const double used = std::max(0.0, before.free - memory.free);
+  const double budget = std::min(memory.total * options_.memoryUtilization - used, memory.free) - options_.reserveBytes;
   const double perBlock = 2.0 * options_.layers * static_cast<double>(blockBytes_);
   // Every slot full, and the block the caller keeps aside for rows that hold none.
   const double most = static_cast<double>(options_.slots) * blocksPerRow() + 1;
@@ -229,7 +233,7 @@ void SlotDecoder::PlanBlocks() {
     char share[16];
     std::snprintf(share, sizeof share, "%g", options_.memoryUtilization);
     throw std::runtime_error("the GPU's memory leaves no room for the cache: gpu_memory_utilization " + std::string(share) + " allows " + gib(memory.total * options_.memoryUtilization) +
-                             " of its " + gib(memory.total) + "; " + gib(used) + " are in use with the weights loaded (" + gib(memory.free) + " free) and " +
+                             " of its " + gib(memory.total) + "; " + gib(used) + " went to the weights (" + gib(memory.free) + " are free) and " +
                              gib(options_.reserveBytes) + " are kept for activations, which leaves " + gib(std::max(budget, 0.0)) + ", and one sequence of " +
                              std::to_string(options_.maxLength) + " tokens needs " + gib(perBlock * blocksPerRow()));
   }

@@ -217,8 +217,9 @@ class SlotDecoder {
   // The sampler on the step's logits: on the host, its results in result.sampled; with CUDA, queued
   // (the results left in sampledDevice_ for the caller to fetch).
   void Sample(const SampleBatch& sample, StepResult& result);
-  // Paged on CUDA with no blocks given: the pool's blocks from the device's memory now (the weights loaded).
-  void PlanBlocks();
+  // Paged on CUDA with no blocks given: the pool's blocks from the device's memory now (the weights
+  // loaded) and `before` the session.
+  void PlanBlocks(const DeviceMemory& before);
   // Paged: the block table to the device when it changed (CUDA), before a step reads it.
   void StageBlockTable();
   void* Allocate(size_t bytes);
