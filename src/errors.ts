@@ -18,6 +18,7 @@ export const ERROR_CODES = {
   CHORUS_CLOSED: { status: 503, description: 'the engine was closed and takes no new requests' },
   CHORUS_CANNOT_FIT: { status: 400, description: 'a request needs more tokens than the model\'s context holds' },
   CHORUS_SERVER_UNAVAILABLE: { status: 502, description: 'a server that chorus bench drives failed its first request (down, wrong URL, key or pipeline)' },
+  CHORUS_DEVICE_MEMORY: { status: 503, description: 'a model does not fit the memory its device has free' },
   CHORUS_UNSUPPORTED: { status: 501, description: 'the feature or format is not supported' },
   CHORUS_INTERNAL: { status: 500, description: 'an invariant broke inside Chorus' },
 } as const satisfies Record<string, { status: number; description: string }>;

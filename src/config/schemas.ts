@@ -134,6 +134,14 @@ export const ModelDefinition = Type.Object(
           'The native engine: a request\'s tokens do not depend on what shares its steps. Every decode step runs max_batch_size rows (free slots padded) and encoder-decoders encode each source alone; in fp16 on GPUs a matrix product otherwise rounds by how many rows it has, which moves near-ties. Costs the whole batch\'s step when few requests run. Default: false.',
       }),
     ),
+    gpu_memory_utilization: Type.Optional(
+      Type.Number({
+        exclusiveMinimum: 0,
+        maximum: 1,
+        description:
+          'The native engine on GPUs: the share of the GPU\'s memory that the model\'s weights, activations and cache may take together, as vLLM has it. The cache gets what is left after the weights and activations; decoder-only models built with the paged decoder then hold it in blocks that requests take as they grow (the load logs how many tokens of cache there are). Default: 0.9.',
+      }),
+    ),
     cuda_options: Type.Optional(
       Type.Record(Type.String({ pattern: '^[a-z_]+$' }), Type.Union([Type.String(), Type.Number()]), {
         description: 'The native engine on GPUs: ONNX Runtime\'s CUDA execution provider options by their names (gpu_mem_limit, arena_extend_strategy, cudnn_conv_algo_search, ...).',

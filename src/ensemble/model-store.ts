@@ -212,6 +212,8 @@ export class ModelStore {
                 contextLength: value.max_sequence_length,
                 cudaGraph: value.cuda_graph ?? true,
                 batchInvariant: value.batch_invariant ?? false,
+                ...(value.gpu_memory_utilization === undefined ? {} : { gpuMemoryUtilization: value.gpu_memory_utilization }),
+                log: (line) => this.log(`model ${name}: ${line}`),
                 ...(value.cuda_options === undefined ? {} : { cudaOptions: value.cuda_options }),
                 onRequestDone,
               })

@@ -27,9 +27,12 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Observable } from 'rxjs';
 import { ChorusError } from '../errors.ts';
+import { PAGED_DECODER_MODEL } from '../modelbuild/decoder-graph.ts';
 import { SLOT_DECODER_MODEL, SLOT_ENCODER_MODEL } from '../modelbuild/greedy-layout.ts';
 import { loadNative, MAX_TOP_LOGPROBS, type NativeAddon, type NativeBeamRun, type NativeSampleBatch, type NativeSampled, type NativeSlotDecoder, type SlotStep } from '../native/index.ts';
 import { decoderModel, keptRows, stepMembers } from './batch-rows.ts';
+import { checkUtilization, DEFAULT_GPU_MEMORY_UTILIZATION, gib, pagedPlan, PAGED_PREFILL_TOKENS, type MemoryShape } from './native-memory.ts';
+import { PagedCache } from './paged-cache.ts';
 import { BeamSequence } from './beam-sequence.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
 import { RequestLedger } from './request-ledger.ts';
@@ -74,6 +77,21 @@ export interface NativeEngineOptions extends Partial<SchedulerLimits> {
    * 1: a call per step.
    */
   greedySteps?: number;
+  /**
+   * Decoder-only models built with onnx/decoder_model_paged.onnx: the cache as a pool of blocks that
+   * rows take as they grow (the addon's PagedAttention reads them through a block table), so that it
+   * holds the tokens requests have rather than maxBatchSize x slotLength. true, false, or 'auto' (the
+   * default): paged on CUDA when the slots would not fit the GPU beside the weights.
+   */
+  pagedCache?: boolean | 'auto';
+  /** Paged: tokens per block. Default: 16. */
+  blockSize?: number;
+  /** Paged: blocks in the pool. Default: on CUDA, what the GPU has left (gpuMemoryUtilization); on the CPU, enough for every slot. */
+  cacheBlocks?: number;
+  /** CUDA: the share of the GPU's memory that weights, activations and cache may take, in (0, 1]. Default: 0.9. */
+  gpuMemoryUtilization?: number;
+  /** Lines worth saying at load (the cache's size). */
+  log?: (line: string) => void;
   intraOpThreads?: number;
   onRequestDone?: (metrics: RequestMetrics) => void;
 }
@@ -90,7 +108,7 @@ interface BuiltSpec {
 
 /** What chorus_build.json says of a directory, as far as the native engine needs it. */
 interface BuildInfo {
-  dtype: 'fp32' | 'fp16';
+  dtype: 'fp32' | 'fp16' | 'bf16';
   spec: BuiltSpec;
   slotDecoder?: boolean;
 }
@@ -142,6 +160,8 @@ export class NativeEngine implements Engine {
     /** Batch-invariant decoding: the rows every step runs (undefined: as many as run). */
     private readonly fixedRows: number | undefined,
     private readonly greedySteps: number,
+    /** The paged cache's rows (undefined: a cache of whole slots). */
+    private readonly paged: PagedCache | undefined,
   ) {
     this.scheduler = new Scheduler(limits);
     this.ledger = new RequestLedger(onRequestDone);
@@ -152,11 +172,14 @@ export class NativeEngine implements Engine {
     const native = nativeFor(dir);
     if (native.unavailable !== undefined) throw new ChorusError('CHORUS_UNSUPPORTED', native.unavailable, { param: 'engine' });
     const { addon, info } = native;
+    if (info.dtype === 'bf16' && options.provider !== 'cuda') {
+      throw new ChorusError('CHORUS_UNSUPPORTED', `${dir} is a bf16 build, which runs on CUDA; on the CPU build the model in fp32`, { param: 'dtype' });
+    }
     const { spec } = info;
     const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
     const seq2seq = spec.decoderLayers !== undefined;
     const { model, context } = seq2seq ? seq2seqModel(dir, config, spec.vocabSize) : decoderModel(config, spec.vocabSize);
-    const slotLength = options.slotLength ?? Math.min(context, seq2seq ? 512 : 2048);
+    const slotLength = options.slotLength ?? Math.min(context, seq2seq ? 512 : options.contextLength ?? 2048);
     const bound = (value: number, name: string, least: number, most: number): number => {
       if (!Number.isInteger(value) || value < least || value > most) {
         throw new ChorusError('CHORUS_INVALID_ARGUMENT', `${name} must be an integer from ${least} to the model's ${most}, not ${value}`, { param: name });
@@ -174,8 +197,19 @@ export class NativeEngine implements Engine {
       contextLength: Math.min(options.contextLength ?? perRow, perRow),
       kvTokenBudget: Math.min(options.kvTokenBudget ?? slots * perRow, slots * perRow),
     };
+    const utilization = checkUtilization(options.gpuMemoryUtilization ?? DEFAULT_GPU_MEMORY_UTILIZATION, 'gpuMemoryUtilization');
+    const shape: MemoryShape = {
+      layers: (seq2seq ? spec.decoderLayers : spec.numLayers) ?? 0,
+      kvHeads: (seq2seq ? spec.numHeads : spec.numKvHeads) ?? 0,
+      headDim: spec.headDim,
+      heads: spec.numHeads ?? 0,
+      vocab: spec.vocabSize,
+      element: info.dtype === 'fp32' ? 4 : 2,
+    };
+    const paging = seq2seq ? undefined : pagedPlan((device) => addon.gpuMemory(device), dir, PAGED_DECODER_MODEL, SLOT_DECODER_MODEL, options, shape, slots, slotLength, utilization);
     const decoder = new addon.SlotDecoder({
-      model: join(dir, 'onnx', SLOT_DECODER_MODEL),
+      model: join(dir, 'onnx', paging === undefined ? SLOT_DECODER_MODEL : PAGED_DECODER_MODEL),
+      ...(paging ?? {}),
       provider: options.provider ?? 'cpu',
       deviceId: options.deviceId ?? 0,
       slots,
@@ -190,14 +224,35 @@ export class NativeEngine implements Engine {
       ...(sourceLimit === undefined ? {} : { encoderModel: join(dir, 'onnx', SLOT_ENCODER_MODEL), sourceLength: sourceLimit }),
       cudaGraph: options.cudaGraph ?? false,
     });
-    await decoder.load();
+    try {
+      await decoder.load();
+    } catch (error) {
+      if (paging === undefined || !/no room for the cache/.test(String((error as Error).message))) throw error;
+      throw new ChorusError('CHORUS_DEVICE_MEMORY', (error as Error).message, { param: 'gpu_memory_utilization', cause: error });
+    }
     const greedySteps = bound(options.greedySteps ?? 1024, 'greedySteps', 1, 1024);
-    return new NativeEngine(decoder, limits, model, options.onRequestDone, sourceLimit, slotLength, options.batchInvariant === true ? slots : undefined, greedySteps);
+    let paged: PagedCache | undefined;
+    if (paging !== undefined) {
+      paged = new PagedCache(decoder.cacheBlocks, paging.blockSize, slots, Math.ceil(slotLength / paging.blockSize));
+      limits.kvTokenBudget = Math.min(limits.kvTokenBudget, paged.tokenBudget());
+      decoder.setBlockTable(paged.table());
+      const memory = decoder.deviceMemory;
+      const device = memory.total > 0 ? ` (GPU: ${gib(memory.total - memory.free)} in use with the weights, of ${gib(memory.total)})` : '';
+      options.log?.(`paged cache: ${paged.tokens} tokens in ${paged.blocks - 1} blocks of ${paged.blockSize}, ${gib(decoder.cacheBytes)}${device}; ${Math.floor(paged.tokens / slotLength)} sequences of ${slotLength} tokens fit at once`);
+    } else {
+      options.log?.(`cache: ${slots} slots of ${slotLength} tokens, ${gib(decoder.cacheBytes)}`);
+    }
+    return new NativeEngine(decoder, limits, model, options.onRequestDone, sourceLimit, slotLength, options.batchInvariant === true ? slots : undefined, greedySteps, paged);
   }
 
   /** Bytes of the preallocated cache. */
   get cacheBytes(): number {
     return this.decoder.cacheBytes;
+  }
+
+  /** The paged cache's blocks (undefined: a cache of whole slots): those no row holds, and all that rows may hold. */
+  get pagedBlocks(): { free: number; total: number } | undefined {
+    return this.paged === undefined ? undefined : { free: this.paged.freeBlocks, total: this.paged.blocks - 1 };
   }
 
   /** Where the time went (milliseconds so far): inside ONNX Runtime's runs, and inside the addon's calls in all. */
@@ -279,6 +334,7 @@ export class NativeEngine implements Engine {
   }
 
   private clearRows(): void {
+    this.paged?.clear();
     this.members = [];
     this.lengths = [];
     this.sourceLengths = [];
@@ -291,6 +347,13 @@ export class NativeEngine implements Engine {
 
   /** Rows j of the next layout continue rows sources[j]: their slots move there on the device. */
   private async moveRows(sources: readonly number[]): Promise<void> {
+    if (this.paged !== undefined) {
+      // Rows take their blocks along; a row continued twice (a beam) gets a copy of them.
+      const copies = this.paged.move(sources);
+      if (copies.from.length > 0) await this.decoder.copyBlocks(Int32Array.from(copies.from), Int32Array.from(copies.to));
+      this.lengths = sources.map((source) => this.lengths[source]!);
+      return;
+    }
     const from: number[] = [];
     const to: number[] = [];
     const lengths: number[] = [];
@@ -333,6 +396,8 @@ export class NativeEngine implements Engine {
     for (let i = 0; i < admitted.length; ) {
       let count = 1;
       while (i + count < admitted.length && together(admitted[i]!, admitted[i + count]!)) count++;
+      // A paged engine keeps a prefill's activations to the reserve it planned for.
+      if (this.paged !== undefined) count = Math.max(1, Math.min(count, Math.floor(PAGED_PREFILL_TOKENS / admitted[i]!.promptIds.length)));
       // In batches of powers of two: ONNX Runtime plans each new shape it meets, and so meets few.
       const group = admitted.slice(i, i + 2 ** Math.floor(Math.log2(count)));
       i += group.length;
@@ -344,6 +409,7 @@ export class NativeEngine implements Engine {
       const plans = live.map((s, r) => step.add(s, r, this.argmaxOnly(s)));
       const ids = new Int32Array(live.length * length);
       live.forEach((s, r) => ids.set(s.promptIds, r * length));
+      this.growRows(live.map((_, r) => [slot + r, length]));
       const out = await this.decoder.prefill(slot, ids, Int32Array.from(step.logitRows), step.sample(), live.length);
       this.ledger.counters.prefillSteps++;
       for (const [r, s] of live.entries()) {
@@ -411,6 +477,7 @@ export class NativeEngine implements Engine {
     this.ledger.counters.decodedRows += tokens.length;
     // Batch-invariant: the free slots' rows pad the step to its fixed size (their outputs unread).
     padRows(this.fixedRows, tokens, lengths, sourceLengths);
+    this.growRows(this.lengths.map((n, r) => [r, n + 1]));
     const out = await this.decoder.decode(Int32Array.from(tokens), Int32Array.from(lengths), Int32Array.from(step.logitRows), step.sample(), sourceLengths && Int32Array.from(sourceLengths));
     this.lengths = this.lengths.map((n) => n + 1);
     const sources = stepMembers(this.members, (s, base) => step.finish(s, plan.get(s)!, base, out, this.model.vocabSize));
@@ -434,7 +501,8 @@ export class NativeEngine implements Engine {
    * finish, which is when a waiting one may fit.)
    */
   private beamRun(): number {
-    if (this.greedySteps === 1 || this.scheduler.nextFits()) return 0;
+    // A paged cache moves beams through its block table, between steps here.
+    if (this.greedySteps === 1 || this.scheduler.nextFits() || this.paged !== undefined) return 0;
     if (!this.members.every((s) => s instanceof BeamSequence && 2 * s.width <= MAX_TOP_LOGPROBS)) return 0;
     return Math.min(this.greedySteps, ...this.lengths.map((n) => this.slotLength - n), ...(this.members as BeamSequence[]).map((s) => s.runnableSteps()));
   }
@@ -474,12 +542,16 @@ export class NativeEngine implements Engine {
   }
 
   /** Greedy steps back to back in the addon; each row takes its tokens until it finishes. */
-  private async decodeGreedy(tokens: number[], lengths: number[], sourceLengths: number[] | undefined, maxSteps: number): Promise<void> {
+  private async decodeGreedy(tokens: number[], lengths: number[], sourceLengths: number[] | undefined, steps: number): Promise<void> {
     const members = this.members as Sequence[];
     const rows = tokens.length;
     // Up to the last token, or to the one before it when the model forces its last (forced_eos).
     const last = (s: Sequence): number => s.params.request_output_len - (this.model.forcedEos === undefined ? 0 : 1);
     const remaining = members.map((s) => last(s) - s.tokensGenerated);
+    // Paged: every row runs every step of the run, so no further than the nearest end (the blocks a
+    // row may take are its own request's), with the blocks for those steps taken before it.
+    const maxSteps = this.paged === undefined ? steps : Math.max(1, Math.min(steps, ...remaining));
+    this.growRows(this.lengths.map((n, r) => [r, n + maxSteps]));
     const minLeft = members.map((s) => Math.max(0, s.params.min_length - s.tokensGenerated));
     padRows(this.fixedRows, tokens, lengths, sourceLengths, remaining, minLeft);
     const width = tokens.length;
@@ -515,6 +587,14 @@ export class NativeEngine implements Engine {
       },
     );
     members.forEach((_, r) => (this.lengths[r]! += taken[r]!));
+  }
+
+  /** Paged: rows [row, tokens] hold blocks for their tokens, and the addon has the table. */
+  private growRows(rows: ReadonlyArray<readonly [number, number]>): void {
+    const paged = this.paged;
+    if (paged === undefined) return;
+    for (const [row, tokens] of rows) paged.grow(row, tokens);
+    if (paged.changed) this.decoder.setBlockTable(paged.table());
   }
 
   /**

@@ -12,7 +12,7 @@ import { basename, dirname, join } from 'node:path';
 import { ChorusError, invalidArgument } from '../errors.ts';
 import { architectureFor } from './arch/index.ts';
 import { readHfCheckpoint, type Checkpoint } from './checkpoint.ts';
-import { buildDecoderGraph, buildGreedySearchGraph, buildSlotDecoderGraph } from './decoder-graph.ts';
+import { buildDecoderGraph, buildGreedySearchGraph, buildPagedDecoderGraph, buildSlotDecoderGraph, PAGED_DECODER_MODEL } from './decoder-graph.ts';
 import { ExternalDataFile } from './external-data.ts';
 import { FLOAT_WIDTH, type FloatType } from './float-bits.ts';
 import { GREEDY_MODEL, SLOT_DECODER_MODEL, SLOT_ENCODER_MODEL } from './greedy-layout.ts';
@@ -50,7 +50,8 @@ export interface BuildOptions {
   /**
    * Also write onnx/decoder_model_slots.onnx, the decoder the native engine runs, whose cache is a
    * preallocated buffer of slots on the device updated in place: for decoder-only models (cuda flavor)
-   * through GroupQueryAttention, weights shared with the decoder as for greedySearch; for
+   * through GroupQueryAttention, weights shared with the decoder as for greedySearch, and beside it
+   * onnx/decoder_model_paged.onnx, the same over a paged cache (the addon's PagedAttention); for
    * encoder-decoders (either flavor) through the addon's SlotAttention, with
    * onnx/encoder_model_slots.onnx, which writes the cross-attention keys and values. Default: false.
    */
@@ -166,6 +167,7 @@ export function buildModel(options: BuildOptions): BuildResult {
     if (slotDecoder) {
       if (flavor !== 'cuda') throw new ChorusError('CHORUS_UNSUPPORTED', 'the slot decoder is built with the cuda flavor (its fused operators); add --flavor cuda', { param: 'slotDecoder' });
       graphs.push([SLOT_DECODER_MODEL, () => buildSlotDecoderGraph(decoderSpec, weights, floatType, options.slotAttention, options.slotLinear)]);
+      graphs.push([PAGED_DECODER_MODEL, () => buildPagedDecoderGraph(decoderSpec, weights, floatType, options.slotLinear)]);
     }
   } else {
     if (slotDecoder && task !== 'generate') throw new ChorusError('CHORUS_UNSUPPORTED', 'the slot decoder generates; task encode has no decoder', { param: 'slotDecoder' });

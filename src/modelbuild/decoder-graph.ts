@@ -41,7 +41,7 @@ interface GraphContext {
   positionIds: string;
   bias: string;
   rotary: Rotary | undefined;
-  cacheLengths: { seqlensK: string; total: string } | undefined;
+  cacheLengths: { seqlensK: string; total: string; blockTable?: string } | undefined;
   /**
    * The slot decoder: one projection for q, k and v (their weights concatenated in the graph, which
    * ONNX Runtime folds into one initializer when the session loads, so the data file stays shared) into
@@ -50,9 +50,15 @@ interface GraphContext {
    * a multiple of 16 (those keep RotaryEmbedding and separate projections).
    */
   fused: boolean;
-  /** The slot decoder's attention for models without rotary embeddings. */
-  slotAttention: 'addon' | 'GroupQueryAttention';
+  /** The slot decoder's attention for models without rotary embeddings (paged: for every model). */
+  slotAttention: SlotAttentionKind;
 }
+
+/** The slot decoder's attention: the addon's DecoderSlotAttention, GroupQueryAttention, or the addon's PagedAttention. */
+type SlotAttentionKind = 'addon' | 'GroupQueryAttention' | 'paged';
+
+/** The paged decoder's file, beside the slot decoder (its weights in the same data file). */
+export const PAGED_DECODER_MODEL = 'decoder_model_paged.onnx';
 
 /** Rotary embeddings: cos/sin per position (portable), or the caches RotaryEmbedding reads (cuda). */
 type Rotary = { kind: 'tables'; cos: string; sin: string } | { kind: 'caches'; cos: string; sin: string };
@@ -132,6 +138,37 @@ export function buildSlotDecoderGraph(
   return g;
 }
 
+/**
+ * The slot decoder over a paged cache (the native engine's, when a cache of whole slots would not fit
+ * the device): each layer's past key and value is one pool of blocks [blocks, kv_heads, block_size,
+ * head_dim], bound as both past and present, and the addon's PagedAttention applies the rotary
+ * embedding, writes each row's new keys into its blocks and attends over them through `block_table`
+ * (int32 [batch, max_blocks]: row r's position j lives in block block_table[r, j / block_size]). The
+ * other inputs and outputs are the slot decoder's, without `total_sequence_length`. Weights in the slot
+ * decoder's order, so the two share one data file.
+ */
+export function buildPagedDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: GraphBuilder['floatType'], projections: SlotLinear = defaultSlotLinear(floatType)): GraphBuilder {
+  if (spec.positions.kind === 'rotary' && spec.headDim % 2 !== 0) throw new Error(`the paged decoder rotates heads of an even size, not ${spec.headDim}`);
+  const g = new GraphBuilder(floatType, { pytorchRounding: false, addonLinear: projections === 'addon' });
+  const { numLayers, numKvHeads, headDim, vocabSize } = spec;
+  const inputIds = g.input('input_ids', 'int64', ['batch_size', 'sequence_length']);
+  const positionIds = g.input('position_ids', 'int64', ['batch_size', 'sequence_length']);
+  const seqlensK = g.input('seqlens_k', 'int32', ['batch_size']);
+  const blockTable = g.input('block_table', 'int32', ['batch_size', 'max_blocks']);
+  const past = Array.from({ length: numLayers }, (_, i) => ({
+    key: g.input(`past_key_values.${i}.key`, floatType, ['blocks', numKvHeads, 'block_size', headDim]),
+    value: g.input(`past_key_values.${i}.value`, floatType, ['blocks', numKvHeads, 'block_size', headDim]),
+  }));
+  const lengths = { seqlensK, total: '', blockTable, attention: 'paged' as const };
+  const { logits, present } = decoderBody(g, spec, weights, 'cuda', { inputIds, attentionMask: '', positionIds, past }, true, lengths);
+  present.forEach((p, i) => {
+    g.output(`present.${i}.key`, p.key, floatType, ['blocks', numKvHeads, 'block_size', headDim]);
+    g.output(`present.${i}.value`, p.value, floatType, ['blocks', numKvHeads, 'block_size', headDim]);
+  });
+  g.output('logits', logits, floatType, ['batch_size', 1, vocabSize]);
+  return g;
+}
+
 /** Ids of the GreedySearch model: where generation ends, and what pads a prompt or a finished row. */
 export interface GreedySearchIds {
   /** The model's end id; -1 when it has none. */
@@ -197,7 +234,7 @@ function decoderBody(
   flavor: Flavor,
   inputs: DecoderInputs,
   lastOnly: boolean,
-  slotLengths?: { seqlensK: string; total: string; attention: 'addon' | 'GroupQueryAttention' },
+  slotLengths?: { seqlensK: string; total: string; blockTable?: string; attention: SlotAttentionKind },
 ): { logits: string; present: Array<{ key: string; value: string }> } {
   const { numLayers, vocabSize } = spec;
   const { inputIds, attentionMask, positionIds, past } = inputs;
@@ -216,7 +253,7 @@ function decoderBody(
     rotary: spec.positions.kind === 'rotary' ? rotary(g, positionIds, spec, flavor) : undefined,
     cacheLengths: slotLengths ?? (flavor === 'cuda' && spec.numKvHeads !== spec.numHeads ? cacheLengths(g, inputIds, attentionMask) : undefined),
     // GroupQueryAttention rotates heads whose size is a multiple of 16 only.
-    fused: slotLengths !== undefined && (spec.positions.kind !== 'rotary' || spec.headDim % 16 === 0),
+    fused: slotLengths !== undefined && (spec.positions.kind !== 'rotary' || spec.headDim % 16 === 0 || slotLengths.attention === 'paged'),
     slotAttention: slotLengths?.attention ?? 'GroupQueryAttention',
   };
 
@@ -340,6 +377,19 @@ function attend(
     // One projection for q, k and v (which also leaves ONNX Runtime nothing to pack into GroupQueryAttention itself).
     const packed = packedQkv(g, w, name);
     const project = (output: string): Projected => projectBiasAfter(g, w.o, output, `${name}.o`);
+    if (c.slotAttention === 'paged') {
+      // The addon's operator: the bias added, q and k rotated, the new keys written into the row's blocks and attended.
+      const qkv = g.addonLinear ? addonLinear(g, h, packed.weight, undefined) : g.op('MatMul', [h, packed.weight]);
+      const optional = [...(c.rotary === undefined ? ['', ''] : [c.rotary.cos, c.rotary.sin]), packed.bias ?? ''];
+      while (optional.at(-1) === '') optional.pop();
+      const [output, presentKey, presentValue] = g.opMany(
+        'PagedAttention',
+        [qkv, past.key, past.value, c.cacheLengths!.seqlensK, c.cacheLengths!.blockTable!, ...optional],
+        { num_heads: numHeads, kv_num_heads: numKvHeads, scale },
+        { domain: 'chorus', outputs: 3 },
+      );
+      return { output: project(output!), presentKey: presentKey!, presentValue: presentValue! };
+    }
     if (c.fused && c.rotary === undefined && c.slotAttention === 'addon') {
       // The addon's operator: the bias added, the new keys written and attended in one kernel a step.
       const qkv = g.addonLinear ? addonLinear(g, h, packed.weight, undefined) : g.op('MatMul', [h, packed.weight]);

@@ -252,6 +252,8 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
                         InstanceMethod("decode", &SlotDecoderWrap::Decode), InstanceMethod("decodeGreedy", &SlotDecoderWrap::DecodeGreedy),
                         InstanceMethod("decodeBeams", &SlotDecoderWrap::DecodeBeams),
                         InstanceMethod("interrupt", &SlotDecoderWrap::Interrupt), InstanceMethod("encode", &SlotDecoderWrap::Encode), InstanceMethod("copySlots", &SlotDecoderWrap::CopySlots),
+                        InstanceMethod("setBlockTable", &SlotDecoderWrap::SetBlockTable), InstanceMethod("copyBlocks", &SlotDecoderWrap::CopyBlocks),
+                        InstanceAccessor("cacheBlocks", &SlotDecoderWrap::CacheBlocks, nullptr), InstanceAccessor("deviceMemory", &SlotDecoderWrap::PlannedMemory, nullptr),
                         InstanceMethod("close", &SlotDecoderWrap::Close), InstanceAccessor("cacheBytes", &SlotDecoderWrap::CacheBytes, nullptr),
                         InstanceAccessor("sessionMs", &SlotDecoderWrap::SessionMs, nullptr), InstanceAccessor("callMs", &SlotDecoderWrap::CallMs, nullptr)});
   }
@@ -279,8 +281,16 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
       options_.sourceLength = IntField(o, "sourceLength", 0, true);
     }
     const std::string dtype = o.Get("dtype").IsString() ? o.Get("dtype").As<Napi::String>().Utf8Value() : "fp32";
-    if (dtype != "fp32" && dtype != "fp16") throw Napi::TypeError::New(info.Env(), "options.dtype must be fp32 or fp16, not " + dtype);
-    options_.floatType = dtype == "fp16" ? FloatType::kFloat16 : FloatType::kFloat32;
+    if (dtype != "fp32" && dtype != "fp16" && dtype != "bf16") throw Napi::TypeError::New(info.Env(), "options.dtype must be fp32, fp16 or bf16, not " + dtype);
+    options_.floatType = dtype == "fp16" ? FloatType::kFloat16 : dtype == "bf16" ? FloatType::kBFloat16 : FloatType::kFloat32;
+    options_.blockSize = IntField(o, "blockSize", 0, false);
+    options_.blocks = IntField(o, "blocks", 0, false);
+    for (const char* name : {"memoryUtilization", "reserveBytes"}) {
+      Napi::Value value = o.Get(name);
+      if (value.IsUndefined()) continue;
+      if (!value.IsNumber()) throw Napi::TypeError::New(info.Env(), std::string("options.") + name + " must be a number");
+      (std::string(name) == "reserveBytes" ? options_.reserveBytes : options_.memoryUtilization) = value.As<Napi::Number>().DoubleValue();
+    }
     if (o.Get("cudaOptions").IsObject()) {
       Napi::Object cuda = o.Get("cudaOptions").As<Napi::Object>();
       Napi::Array keys = cuda.GetPropertyNames();
@@ -437,6 +447,37 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     return Queue(info.Env(), [&decoder, src, dst, lengths, sourceLengths]() { decoder.CopySlots(src, dst, lengths, sourceLengths); });
   }
 
+  Napi::Value SetBlockTable(const Napi::CallbackInfo& info) {
+    SlotDecoder& decoder = Loaded(info.Env());
+    if (busy_ > 0) throw Napi::Error::New(info.Env(), "the slot decoder has a step in flight; await it before setBlockTable()");
+    try {
+      decoder.SetBlockTable(Int32s(info[0], "table"));
+    } catch (const std::exception& e) {
+      throw Napi::RangeError::New(info.Env(), e.what());
+    }
+    return info.Env().Undefined();
+  }
+
+  Napi::Value CopyBlocks(const Napi::CallbackInfo& info) {
+    SlotDecoder& decoder = Loaded(info.Env());
+    auto src = Int32s(info[0], "sources");
+    auto dst = Int32s(info[1], "destinations");
+    return Queue(info.Env(), [&decoder, src, dst]() { decoder.CopyBlocks(src, dst); });
+  }
+
+  Napi::Value CacheBlocks(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), decoder_ && decoder_->paged() ? decoder_->cacheBlocks() : 0);
+  }
+
+  // The device's memory when the paged cache was planned from it ({ free, total } bytes; zeros otherwise).
+  Napi::Value PlannedMemory(const Napi::CallbackInfo& info) {
+    Napi::Object out = Napi::Object::New(info.Env());
+    const DeviceMemory memory = decoder_ ? decoder_->plannedMemory() : DeviceMemory{};
+    out.Set("free", Napi::Number::New(info.Env(), memory.free));
+    out.Set("total", Napi::Number::New(info.Env(), memory.total));
+    return out;
+  }
+
   Napi::Value Close(const Napi::CallbackInfo& info) {
     if (busy_ > 0) throw Napi::Error::New(info.Env(), "the slot decoder has a step in flight; await it before close()");
     decoder_.reset();
@@ -564,6 +605,21 @@ Napi::Value CudaDevices(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), count);
 }
 
+// gpuMemory(device): { free, total } bytes of CUDA device `device` (cudaMemGetInfo).
+Napi::Value GpuMemory(const Napi::CallbackInfo& info) {
+  if (!info[0].IsNumber()) throw Napi::TypeError::New(info.Env(), "gpuMemory takes a device id");
+  DeviceMemory memory;
+  try {
+    memory = DeviceMemoryOf(info[0].As<Napi::Number>().Int32Value());
+  } catch (const std::exception& e) {
+    throw Napi::Error::New(info.Env(), e.what());
+  }
+  Napi::Object out = Napi::Object::New(info.Env());
+  out.Set("free", Napi::Number::New(info.Env(), memory.free));
+  out.Set("total", Napi::Number::New(info.Env(), memory.total));
+  return out;
+}
+
 }  // namespace
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
@@ -571,6 +627,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("argmaxRows", Napi::Function::New(env, ArgmaxRows));
   exports.Set("sampleRows", Napi::Function::New(env, SampleRows));
   exports.Set("cudaDevices", Napi::Function::New(env, CudaDevices));
+  exports.Set("gpuMemory", Napi::Function::New(env, GpuMemory));
 #ifdef CHORUS_WITH_CUDA
   exports.Set("cuda", Napi::Boolean::New(env, true));
 #else

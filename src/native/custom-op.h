@@ -16,7 +16,14 @@
 namespace chorus {
 
 inline ONNXTensorElementDataType ElementOf(FloatType type) {
-  return type == FloatType::kFloat16 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+  switch (type) {
+    case FloatType::kFloat16:
+      return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+    case FloatType::kBFloat16:
+      return ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
+    default:
+      return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+  }
 }
 
 inline std::vector<int64_t> ShapeOf(const Ort::ConstValue& value) { return value.GetTensorTypeAndShapeInfo().GetShape(); }
@@ -91,9 +98,11 @@ std::shared_ptr<OrtCustomOp> MakeOp(bool cuda, FloatType type, std::vector<ONNXT
   return std::shared_ptr<OrtCustomOp>(new ChorusOp<Kernel>(cuda, type, std::move(inputs), std::move(optional), outputs));
 }
 
-// The slot attention operators (slot-attention.cc) and Linear (linear.cc) of a provider and float type.
+// The slot attention operators (slot-attention.cc), Linear (linear.cc) and PagedAttention
+// (paged-attention.cc) of a provider and float type.
 OpList SlotAttentionOps(bool cuda, FloatType type);
 OpList LinearOps(bool cuda, FloatType type);
+OpList PagedAttentionOps(bool cuda, FloatType type);
 
 // Adds the `chorus` domain with every operator of the addon for the session's provider and float type.
 void AddChorusOps(Ort::SessionOptions& options, bool cuda, FloatType type);

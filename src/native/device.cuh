@@ -1,6 +1,7 @@
 // Device helpers the native engine's CUDA files share.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 namespace chorus {
@@ -12,6 +13,23 @@ template <>
 __device__ inline float Load<float>(const float* p) { return *p; }
 template <>
 __device__ inline float Load<__half>(const __half* p) { return __half2float(*p); }
+template <>
+__device__ inline float Load<__nv_bfloat16>(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+
+// A float narrowed to T (rounded to nearest even), and widened back.
+template <typename T>
+__device__ inline T Narrowed(float v);
+template <>
+__device__ inline float Narrowed<float>(float v) { return v; }
+template <>
+__device__ inline __half Narrowed<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ inline __nv_bfloat16 Narrowed<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <typename T>
+__device__ inline float Rounded(float v) {
+  const T x = Narrowed<T>(v);
+  return Load(&x);
+}
 
 // The 8 halves of a 16-byte vector as floats.
 __device__ inline void Widen8(uint4 bits, float* out) {

@@ -18,8 +18,19 @@ export interface SlotDecoderOptions {
   kvHeads: number;
   headDim: number;
   vocab: number;
-  dtype: 'fp32' | 'fp16';
+  dtype: 'fp32' | 'fp16' | 'bf16';
   intraOpThreads?: number;
+  /**
+   * A paged cache (a model built with PagedAttention): tokens per block. Every layer's cache is then a
+   * pool of blocks that rows read through the block table (setBlockTable).
+   */
+  blockSize?: number;
+  /** Paged: blocks in the pool. Default: on CUDA, planned from the GPU's memory; on the CPU, slots x the blocks of maxLength, plus one. */
+  blocks?: number;
+  /** Paged on CUDA: the share of the GPU's memory the process may take (default 0.9). */
+  memoryUtilization?: number;
+  /** Paged on CUDA: bytes kept out of the cache for activations. */
+  reserveBytes?: number;
   /** CUDA: capture each batch size's decode step as a CUDA graph and replay it. */
   cudaGraph?: boolean;
   /** ONNX Runtime's CUDA provider options by their names (gpu_mem_limit, arena_extend_strategy, ...). */
@@ -155,8 +166,16 @@ export interface NativeSlotDecoder {
    * caches move too, their first sourceLengths[i] positions (0: not moved).
    */
   copySlots(sources: Int32Array, destinations: Int32Array, lengths: Int32Array, sourceLengths?: Int32Array): Promise<void>;
+  /** Paged: the block table, slots x ceil(maxLength / blockSize) block ids; the next step reads it (no step may be in flight). */
+  setBlockTable(table: Int32Array): void;
+  /** Paged: copies whole blocks, destinations[i] <- sources[i], in every layer; no destination may be a source. */
+  copyBlocks(sources: Int32Array, destinations: Int32Array): Promise<void>;
   close(): void;
   readonly cacheBytes: number;
+  /** Paged: the pool's blocks (0 otherwise). */
+  readonly cacheBlocks: number;
+  /** Paged on CUDA: the GPU's memory when the pool was planned, with the weights loaded (zeros otherwise). */
+  readonly deviceMemory: { free: number; total: number };
   /** Milliseconds so far inside ONNX Runtime's runs, and inside the decoder's calls in all (runs, argmax, copies). */
   readonly sessionMs: number;
   readonly callMs: number;
@@ -169,6 +188,8 @@ export interface NativeAddon {
   /** The sampler on the batch's rows of `logits`: on the GPU with `device` (the engine's kernel), else on the host; with each row's processed logits. */
   sampleRows(logits: Float32Array | Uint16Array, vocab: number, sample: NativeSampleBatch, device: boolean): NativeSampled & { processed: Float32Array };
   cudaDevices(): number;
+  /** The memory of a CUDA device, in bytes (cudaMemGetInfo). */
+  gpuMemory(device: number): { free: number; total: number };
   /** Whether it was built with the CUDA kernels. */
   cuda: boolean;
   ortApiVersion: number;

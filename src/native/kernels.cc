@@ -57,8 +57,54 @@ uint16_t FloatToHalf(float value) {
   return static_cast<uint16_t>(sign | half);
 }
 
+float BFloat16ToFloat(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, sizeof f);
+  return f;
+}
+
+uint16_t FloatToBFloat16(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, sizeof x);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // nan stays nan
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
 float ElementAt(const void* data, FloatType type, size_t i) {
-  return type == FloatType::kFloat32 ? static_cast<const float*>(data)[i] : HalfToFloat(static_cast<const uint16_t*>(data)[i]);
+  switch (type) {
+    case FloatType::kFloat16:
+      return HalfToFloat(static_cast<const uint16_t*>(data)[i]);
+    case FloatType::kBFloat16:
+      return BFloat16ToFloat(static_cast<const uint16_t*>(data)[i]);
+    default:
+      return static_cast<const float*>(data)[i];
+  }
+}
+
+void PutElement(void* data, FloatType type, size_t i, float value) {
+  switch (type) {
+    case FloatType::kFloat16:
+      static_cast<uint16_t*>(data)[i] = FloatToHalf(value);
+      break;
+    case FloatType::kBFloat16:
+      static_cast<uint16_t*>(data)[i] = FloatToBFloat16(value);
+      break;
+    default:
+      static_cast<float*>(data)[i] = value;
+  }
+}
+
+float RoundTo(float value, FloatType type) {
+  switch (type) {
+    case FloatType::kFloat16:
+      return HalfToFloat(FloatToHalf(value));
+    case FloatType::kBFloat16:
+      return BFloat16ToFloat(FloatToBFloat16(value));
+    default:
+      return value;
+  }
 }
 
 void ArgmaxRowsHost(const void* logits, FloatType type, int rows, int vocab, int32_t* out, const int32_t* banned) {

@@ -1,4 +1,5 @@
 // CUDA kernels of the native engine.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -115,10 +116,15 @@ namespace {
 void LaunchArgmax(const void* logits, FloatType type, int rows, int vocab, int32_t* out, const int32_t* banned, const GreedyAdvance& advance, void* stream) {
   if (rows == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  if (type == FloatType::kFloat32) {
-    ArgmaxRowsKernel<float><<<rows, kThreads, 0, s>>>(static_cast<const float*>(logits), vocab, out, banned, advance);
-  } else {
-    ArgmaxRowsKernel<__half><<<rows, kThreads, 0, s>>>(static_cast<const __half*>(logits), vocab, out, banned, advance);
+  switch (type) {
+    case FloatType::kFloat16:
+      ArgmaxRowsKernel<__half><<<rows, kThreads, 0, s>>>(static_cast<const __half*>(logits), vocab, out, banned, advance);
+      break;
+    case FloatType::kBFloat16:
+      ArgmaxRowsKernel<__nv_bfloat16><<<rows, kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(logits), vocab, out, banned, advance);
+      break;
+    default:
+      ArgmaxRowsKernel<float><<<rows, kThreads, 0, s>>>(static_cast<const float*>(logits), vocab, out, banned, advance);
   }
 }
 

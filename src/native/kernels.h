@@ -7,15 +7,26 @@
 
 namespace chorus {
 
-// The element type of logits and cache: float32 or IEEE float16 (raw bits).
-enum class FloatType { kFloat32, kFloat16 };
+// The element type of logits and cache: float32, IEEE float16 or bfloat16 (raw bits).
+enum class FloatType { kFloat32, kFloat16, kBFloat16 };
+
+// Bytes of one element of the type.
+inline size_t ElementBytes(FloatType type) { return type == FloatType::kFloat32 ? 4 : 2; }
 
 // Widens IEEE half-precision bits to float.
 float HalfToFloat(uint16_t bits);
 // Narrows a float to IEEE half-precision bits, rounding to nearest even.
 uint16_t FloatToHalf(float value);
-// Element i of float32 or float16 data, as float.
+// Widens bfloat16 bits to float.
+float BFloat16ToFloat(uint16_t bits);
+// Narrows a float to bfloat16 bits, rounding to nearest even.
+uint16_t FloatToBFloat16(float value);
+// Element i of data of the type, as float.
 float ElementAt(const void* data, FloatType type, size_t i);
+// Element i of data of the type set to `value`, rounded to nearest even.
+void PutElement(void* data, FloatType type, size_t i, float value);
+// `value` rounded to the type and widened back.
+float RoundTo(float value, FloatType type);
 
 // Host: the index of each row's largest logit (the lowest index among equals), rows x vocab; with
 // `banned`, row r passes over id banned[r] (-1: none), as a min_length that bans the end id does.

@@ -25,12 +25,12 @@ Activation ActivationNamed(const std::string& name) {
 
 namespace {
 
-// n elements of float32 or float16 data from `data`, as float.
+// n elements of data of the float type from `data`, as float.
 void Widen(const void* data, FloatType type, size_t from, size_t n, float* out) {
   for (size_t i = 0; i < n; i++) out[i] = ElementAt(data, type, from + i);
 }
 
-float Round(float v, FloatType type) { return type == FloatType::kFloat16 ? HalfToFloat(FloatToHalf(v)) : v; }
+float Round(float v, FloatType type) { return RoundTo(v, type); }
 
 }  // namespace
 
@@ -49,11 +49,7 @@ void LinearHost(const LinearArgs& a) {
       float v = Round(sum + bias, a.type);
       if (a.activation != Activation::kNone) v = Round(Activate(v, a.activation), a.type);
       const size_t at = static_cast<size_t>(r) * a.out + o;
-      if (a.type == FloatType::kFloat16) {
-        static_cast<uint16_t*>(a.y)[at] = FloatToHalf(v);
-      } else {
-        static_cast<float*>(a.y)[at] = v;
-      }
+      PutElement(a.y, a.type, at, v);
     }
   }
 }
@@ -140,7 +136,7 @@ struct LinearKernel : KernelBase<LinearKernel> {
   // scratch memory, then one strided copy into y.
   static void Gemm(const Ort::KernelContext& ctx, const OrtMemoryInfo* memory, const LinearArgs& args, void* handle, void* stream) {
     Ort::Allocator allocator = ctx.GetAllocator(*memory);
-    const size_t element = args.type == FloatType::kFloat16 ? 2 : 4;
+    const size_t element = ElementBytes(args.type);
     const int per = static_cast<int>(16 / element);
     const int aligned = args.out / per * per;
     // The products: all outputs into y, or the aligned ones and the rest into padded scratch rows.

@@ -1,3 +1,4 @@
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -47,6 +48,18 @@ __device__ inline Wide<__half> Widen16<__half>(const uint4& a) {
   return out;
 }
 template <>
+__device__ inline Wide<__nv_bfloat16> Widen16<__nv_bfloat16>(const uint4& a) {
+  const __nv_bfloat162* x = reinterpret_cast<const __nv_bfloat162*>(&a);
+  Wide<__nv_bfloat16> out;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const float2 f = __bfloat1622float2(x[i]);
+    out.v[2 * i] = f.x;
+    out.v[2 * i + 1] = f.y;
+  }
+  return out;
+}
+template <>
 __device__ inline Wide<float> Widen16<float>(const uint4& a) {
   Wide<float> out;
   const float* x = reinterpret_cast<const float*>(&a);
@@ -71,6 +84,8 @@ template <>
 __device__ inline float RoundTo<float>(float v) { return v; }
 template <>
 __device__ inline float RoundTo<__half>(float v) { return __half2float(__float2half_rn(v)); }
+template <>
+__device__ inline float RoundTo<__nv_bfloat16>(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
 template <typename T>
 __device__ inline T Narrow(float v);
@@ -78,6 +93,8 @@ template <>
 __device__ inline float Narrow<float>(float v) { return v; }
 template <>
 __device__ inline __half Narrow<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ inline __nv_bfloat16 Narrow<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 // The epilogue: the sum and its bias rounded once, then the activation rounded.
 template <typename T>
@@ -165,6 +182,24 @@ __global__ void BiasActivateVectorKernel(LinearArgs a) {
 #pragma unroll
     for (int k = 0; k < kPer; k++) e[k] = Finish<T>(Load(e + k), bias, o + k, a.activation);
     y[i] = vector;
+  }
+}
+
+template <typename T>
+void BiasActivate(const LinearArgs& a, bool vectors, int blocks, cudaStream_t stream) {
+  if (vectors) {
+    BiasActivateVectorKernel<T><<<blocks, 256, 0, stream>>>(a);
+  } else {
+    BiasActivateKernel<T><<<blocks, 256, 0, stream>>>(a);
+  }
+}
+
+// cuBLAS's data type of a float type (library_types.h).
+int CudaTypeOf(FloatType type) {
+  switch (type) {
+    case FloatType::kFloat16: return CUDA_R_16F;
+    case FloatType::kBFloat16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
   }
 }
 
@@ -318,8 +353,8 @@ struct LtProduct {
 bool LinearLtDevice(const LinearArgs& a, int first, int count, void* y, int ldy, bool withBias, void* workspace, size_t workspaceBytes, void* stream) {
   const Lt* lt = FindLt();
   if (lt == nullptr) return false;
-  const int type = a.type == FloatType::kFloat16 ? CUDA_R_16F : CUDA_R_32F;
-  const size_t element = a.type == FloatType::kFloat16 ? 2 : 4;
+  const int type = CudaTypeOf(a.type);
+  const size_t element = ElementBytes(a.type);
   const bool relu = a.activation == Activation::kRelu;
   const int epilogue = withBias ? (relu ? kLtEpilogueReluBias : kLtEpilogueBias) : (relu ? kLtEpilogueRelu : kLtEpilogueDefault);
   const void* weight = static_cast<const char*>(a.weight) + static_cast<size_t>(first) * a.in * element;
@@ -379,29 +414,23 @@ bool LinearLtDevice(const LinearArgs& a, int first, int count, void* y, int ldy,
 
 void LinearRowsDevice(const LinearArgs& a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (a.type == FloatType::kFloat16) {
-    LaunchRows<__half>(a, s);
-  } else {
-    LaunchRows<float>(a, s);
+  switch (a.type) {
+    case FloatType::kFloat16: LaunchRows<__half>(a, s); break;
+    case FloatType::kBFloat16: LaunchRows<__nv_bfloat16>(a, s); break;
+    default: LaunchRows<float>(a, s); break;
   }
 }
 
 void BiasActivateDevice(const LinearArgs& a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  const size_t element = a.type == FloatType::kFloat16 ? 2 : 4;
+  const size_t element = ElementBytes(a.type);
   const bool vectors = a.out * element % 16 == 0 && reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
   const size_t total = static_cast<size_t>(a.rows) * a.out / (vectors ? 16 / element : 1);
   const int blocks = static_cast<int>(std::min<size_t>((total + 255) / 256, 8192));
-  if (vectors) {
-    if (a.type == FloatType::kFloat16) {
-      BiasActivateVectorKernel<__half><<<blocks, 256, 0, s>>>(a);
-    } else {
-      BiasActivateVectorKernel<float><<<blocks, 256, 0, s>>>(a);
-    }
-  } else if (a.type == FloatType::kFloat16) {
-    BiasActivateKernel<__half><<<blocks, 256, 0, s>>>(a);
-  } else {
-    BiasActivateKernel<float><<<blocks, 256, 0, s>>>(a);
+  switch (a.type) {
+    case FloatType::kFloat16: BiasActivate<__half>(a, vectors, blocks, s); break;
+    case FloatType::kBFloat16: BiasActivate<__nv_bfloat16>(a, vectors, blocks, s); break;
+    default: BiasActivate<float>(a, vectors, blocks, s); break;
   }
 }
 
@@ -412,8 +441,8 @@ void LinearGemmDevice(const LinearArgs& a, void* handle, int first, int count, v
   // weight rows from `first`, written from y on with rows ldy elements apart.
   const float one = 1;
   const float zero = 0;
-  const int type = a.type == FloatType::kFloat16 ? CUDA_R_16F : CUDA_R_32F;
-  const size_t element = a.type == FloatType::kFloat16 ? 2 : 4;
+  const int type = CudaTypeOf(a.type);
+  const size_t element = ElementBytes(a.type);
   const void* weight = static_cast<const char*>(a.weight) + static_cast<size_t>(first) * a.in * element;
   const int status = FindGemmEx()(handle, kOpT, kOpN, count, a.rows, a.in, &one, weight, type, a.in, a.x, type, a.in, &zero, y, type, ldy, kComputeFloat32, kGemmDefault);
   if (status != 0) throw std::runtime_error("cublasGemmEx failed with status " + std::to_string(status));

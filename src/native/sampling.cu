@@ -233,10 +233,15 @@ void SampleRowsDevice(const void* logits, FloatType type, int vocab, const Sampl
   const auto* paramsDevice = reinterpret_cast<const SampleParams*>(base + rowsBytes);
   const auto* seenDevice = reinterpret_cast<const int32_t*>(base + rowsBytes + paramsBytes);
   const auto* bansDevice = reinterpret_cast<const int32_t*>(base + rowsBytes + paramsBytes + seenBytes);
-  if (type == FloatType::kFloat32) {
-    SampleRowsKernel<float><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const float*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, out);
-  } else {
-    SampleRowsKernel<__half><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const __half*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, out);
+  switch (type) {
+    case FloatType::kFloat16:
+      SampleRowsKernel<__half><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const __half*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, out);
+      break;
+    case FloatType::kBFloat16:
+      SampleRowsKernel<__nv_bfloat16><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const __nv_bfloat16*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, out);
+      break;
+    default:
+      SampleRowsKernel<float><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const float*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, out);
   }
 }
 

@@ -19,20 +19,14 @@ namespace chorus {
 
 namespace {
 
-void Put(void* p, FloatType type, size_t i, float value) {
-  if (type == FloatType::kFloat16) {
-    static_cast<uint16_t*>(p)[i] = FloatToHalf(value);
-  } else {
-    static_cast<float*>(p)[i] = value;
-  }
-}
+void Put(void* p, FloatType type, size_t i, float value) { PutElement(p, type, i, value); }
 
 // x[i] (+ bias[j]), rounded to the float type as an Add of the two would round it.
 float Biased(const void* x, const void* bias, FloatType type, size_t i, size_t j) {
   const float value = ElementAt(x, type, i);
   if (bias == nullptr) return value;
   const float sum = value + ElementAt(bias, type, j);
-  return type == FloatType::kFloat16 ? HalfToFloat(FloatToHalf(sum)) : sum;
+  return RoundTo(sum, type);
 }
 
 }  // namespace
@@ -110,7 +104,7 @@ struct SlotKernelBase : KernelBase<Kernel> {
     void* present = ctx.GetOutput(index, shape).GetTensorMutableRawData();
     const void* from = past.GetTensorRawData();
     if (present == from) return present;
-    size_t bytes = type_ == FloatType::kFloat16 ? 2 : 4;
+    size_t bytes = ElementBytes(type_);
     for (int64_t d : shape) bytes *= static_cast<size_t>(d);
 #ifdef CHORUS_WITH_CUDA
     if (cuda_) {
@@ -125,7 +119,7 @@ struct SlotKernelBase : KernelBase<Kernel> {
   // Keys and values packed after the queries in one tensor (and their biases after the queries' bias,
   // when given): args.key, value, keyBias and valueBias from args.query and queryBias.
   void PointPacked(SlotAttentionArgs& args) const {
-    const size_t elementBytes = type_ == FloatType::kFloat16 ? 2 : 4;
+    const size_t elementBytes = ElementBytes(type_);
     const size_t keyAt = static_cast<size_t>(args.heads) * args.dim * elementBytes;
     const size_t valueAt = keyAt + static_cast<size_t>(args.kvHeads) * args.dim * elementBytes;
     const auto at = [](const void* base, size_t offset) { return base == nullptr ? nullptr : static_cast<const char*>(base) + offset; };

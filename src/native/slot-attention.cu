@@ -2,6 +2,7 @@
 // writes the token's new key and value (when given), then each warp scores positions (lanes split the
 // head's dimensions), the block takes the softmax, and groups of head_dim threads sum the values of
 // every group-th position.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -22,6 +23,8 @@ template <>
 __device__ inline void Store<float>(float* p, float value) { *p = value; }
 template <>
 __device__ inline void Store<__half>(__half* p, float value) { *p = __float2half_rn(value); }
+template <>
+__device__ inline void Store<__nv_bfloat16>(__nv_bfloat16* p, float value) { *p = __float2bfloat16_rn(value); }
 
 // The block's maximum (sum with `sum`) of each thread's `value`; every thread gets it.
 template <bool Sum>
@@ -83,6 +86,10 @@ template <>
 __device__ inline float Biased<float>(const float* x, const float* bias, size_t i, size_t j) { return bias == nullptr ? x[i] : x[i] + bias[j]; }
 template <>
 __device__ inline __half Biased<__half>(const __half* x, const __half* bias, size_t i, size_t j) { return bias == nullptr ? x[i] : __hadd(x[i], bias[j]); }
+template <>
+__device__ inline __nv_bfloat16 Biased<__nv_bfloat16>(const __nv_bfloat16* x, const __nv_bfloat16* bias, size_t i, size_t j) {
+  return bias == nullptr ? x[i] : __float2bfloat16_rn(__bfloat162float(x[i]) + __bfloat162float(bias[j]));
+}
 
 // The softmax's numerators in place of the n scores (each exp(score - max)); returns their sum. Its
 // block reductions' syncs also publish the numerators.
@@ -316,10 +323,10 @@ void SlotAttentionDevice(const SlotAttentionArgs& a, void* stream) {
   }
   const size_t partialFloats = a.dim <= kThreads ? kThreads / a.dim * a.dim : 0;
   const size_t sharedBytes = sizeof(float) * (a.dim + a.capacity + partialFloats);
-  if (a.type == FloatType::kFloat16) {
-    SlotAttentionKernel<__half><<<grid, kThreads, sharedBytes, s>>>(a);
-  } else {
-    SlotAttentionKernel<float><<<grid, kThreads, sharedBytes, s>>>(a);
+  switch (a.type) {
+    case FloatType::kFloat16: SlotAttentionKernel<__half><<<grid, kThreads, sharedBytes, s>>>(a); break;
+    case FloatType::kBFloat16: SlotAttentionKernel<__nv_bfloat16><<<grid, kThreads, sharedBytes, s>>>(a); break;
+    default: SlotAttentionKernel<float><<<grid, kThreads, sharedBytes, s>>>(a); break;
   }
 }
 
@@ -328,10 +335,10 @@ void SlotAppendDevice(const SlotAttentionArgs& a, void* stream) {
   const dim3 grid(a.rows * a.tokens, a.kvHeads);
   const int threads = std::min(a.dim, 256);
   auto s = static_cast<cudaStream_t>(stream);
-  if (a.type == FloatType::kFloat16) {
-    SlotAppendKernel<__half><<<grid, threads, 0, s>>>(a);
-  } else {
-    SlotAppendKernel<float><<<grid, threads, 0, s>>>(a);
+  switch (a.type) {
+    case FloatType::kFloat16: SlotAppendKernel<__half><<<grid, threads, 0, s>>>(a); break;
+    case FloatType::kBFloat16: SlotAppendKernel<__nv_bfloat16><<<grid, threads, 0, s>>>(a); break;
+    default: SlotAppendKernel<float><<<grid, threads, 0, s>>>(a); break;
   }
 }
 

@@ -5,6 +5,8 @@
 #include <onnxruntime_run_options_config_keys.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -35,17 +37,31 @@ void Check(cudaError_t status, const char* what) {
 }
 #endif
 
-ONNXTensorElementDataType ElementType(FloatType type) {
-  return type == FloatType::kFloat16 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
-}
-
 }  // namespace
+
+DeviceMemory DeviceMemoryOf(int device) {
+  DeviceMemory memory;
+#ifdef CHORUS_WITH_CUDA
+  Check(cudaSetDevice(device), "cudaSetDevice");
+  size_t free = 0;
+  size_t total = 0;
+  Check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  memory.free = static_cast<double>(free);
+  memory.total = static_cast<double>(total);
+#endif
+  return memory;
+}
 
 SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options), env_(ORT_LOGGING_LEVEL_ERROR, "chorus-native") {
   if (options.slots <= 0 || options.maxLength <= 0 || options.layers <= 0 || options.kvHeads <= 0 || options.headDim <= 0 || options.vocab <= 0) {
     throw std::invalid_argument("slots, maxLength, layers, kvHeads, headDim and vocab must be positive");
   }
-  elementBytes_ = options.floatType == FloatType::kFloat16 ? 2 : 4;
+  if (options.blockSize < 0 || options.blocks < 0) throw std::invalid_argument("blockSize and blocks must not be negative");
+  if (options.blockSize > 0 && !options.encoderModel.empty()) throw std::invalid_argument("the paged cache is for decoder-only models");
+  if (options.blockSize > 0 && !(options.memoryUtilization > 0 && options.memoryUtilization <= 1)) {
+    throw std::invalid_argument("memoryUtilization must be in (0, 1], not " + std::to_string(options.memoryUtilization));
+  }
+  elementBytes_ = ElementBytes(options.floatType);
   slotBytes_ = static_cast<size_t>(options.kvHeads) * options.maxLength * options.headDim * elementBytes_;
   cpu_ = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault);
 
@@ -91,6 +107,10 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
     copyPitch_ = static_cast<size_t>(options.maxLength) * options.headDim * elementBytes_;
     copyRowBytes_ = static_cast<size_t>(options.headDim) * elementBytes_;
   }
+  // A paged pool planned from the GPU counts what this decoder's session takes (the weights) apart
+  // from what others hold.
+  const bool planning = options.blockSize > 0 && options.blocks == 0 && options.cuda;
+  const DeviceMemory before = planning ? DeviceMemoryOf(options.deviceId) : DeviceMemory{};
   session_ = std::make_unique<Ort::Session>(env_, options.model.c_str(), sessionOptions);
 
   const std::string stack = seq2seq() ? ".decoder" : "";
@@ -104,7 +124,16 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
       }
     }
   }
-  const size_t layerBytes = slotBytes_ * options.slots;
+  size_t layerBytes = slotBytes_ * options.slots;
+  if (paged()) {
+    blockBytes_ = static_cast<size_t>(options.kvHeads) * options.blockSize * options.headDim * elementBytes_;
+    if (planning) PlanBlocks(before);
+    if (options_.blocks == 0) options_.blocks = options.slots * blocksPerRow() + 1;
+    layerBytes = blockBytes_ * options_.blocks;
+    blockTable_.assign(static_cast<size_t>(options.slots) * blocksPerRow(), 0);
+    blockTableStale_ = true;
+    if (options.cuda) blockTableDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * blockTable_.size()));
+  }
   crossSlotBytes_ = static_cast<size_t>(options.sourceLength) * width;
   for (int l = 0; l < options.layers; l++) {
     keys_.push_back(Allocate(layerBytes));
@@ -166,6 +195,7 @@ SlotDecoder::~SlotDecoder() {
   Free(sampleStaging_);
   Free(sampledDevice_);
   Free(idsDevice_);
+  Free(blockTableDevice_);
   Free(positionsDevice_);
   Free(seqlensDevice_);
   Free(sourceLengthsDevice_);
@@ -179,6 +209,80 @@ SlotDecoder::~SlotDecoder() {
   }
   if (hostIds_ != nullptr) cudaFreeHost(hostIds_);
   if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+#endif
+}
+
+void SlotDecoder::PlanBlocks(const DeviceMemory& before) {
+  // The share of the device this model may take, less what its session took (the weights) and the
+  // activations' reserve (the logits and the sampler's buffers come out of it too), and never more
+  // than is free beside the reserve (other processes hold the rest).
+  const DeviceMemory memory = DeviceMemoryOf(options_.deviceId);
+  planned_ = memory;
+  const double used = std::max(0.0, before.free - memory.free);
+  const double budget = std::min(memory.total * options_.memoryUtilization - used, memory.free) - options_.reserveBytes;
+  const double perBlock = 2.0 * options_.layers * static_cast<double>(blockBytes_);
+  // Every slot full, and the block the caller keeps aside for rows that hold none.
+  const double most = static_cast<double>(options_.slots) * blocksPerRow() + 1;
+  const double blocks = std::min(most, std::floor(budget / perBlock));
+  if (blocks < blocksPerRow()) {
+    const auto gib = [](double bytes) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1 << 30));
+      return std::string(text);
+    };
+    char share[16];
+    std::snprintf(share, sizeof share, "%g", options_.memoryUtilization);
+    throw std::runtime_error("the GPU's memory leaves no room for the cache: gpu_memory_utilization " + std::string(share) + " allows " + gib(memory.total * options_.memoryUtilization) +
+                             " of its " + gib(memory.total) + "; " + gib(used) + " went to the weights (" + gib(memory.free) + " are free) and " +
+                             gib(options_.reserveBytes) + " are kept for activations, which leaves " + gib(std::max(budget, 0.0)) + ", and one sequence of " +
+                             std::to_string(options_.maxLength) + " tokens needs " + gib(perBlock * blocksPerRow()));
+  }
+  options_.blocks = static_cast<int>(blocks);
+}
+
+void SlotDecoder::SetBlockTable(const std::vector<int32_t>& table) {
+  if (!paged()) throw std::logic_error("setBlockTable is for a paged cache");
+  if (table.size() != blockTable_.size()) throw std::invalid_argument("the block table holds slots x blocksPerRow = " + std::to_string(blockTable_.size()) + " ids, not " + std::to_string(table.size()));
+  for (int32_t block : table) {
+    if (block < 0 || block >= options_.blocks) throw std::out_of_range("block " + std::to_string(block) + " is outside 0.." + std::to_string(options_.blocks - 1));
+  }
+  blockTable_ = table;
+  blockTableStale_ = true;
+}
+
+void SlotDecoder::StageBlockTable() {
+  if (!paged() || !blockTableStale_) return;
+#ifdef CHORUS_WITH_CUDA
+  if (options_.cuda) {
+    Check(cudaMemcpyAsync(blockTableDevice_, blockTable_.data(), sizeof(int32_t) * blockTable_.size(), cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)),
+          "cudaMemcpyAsync");
+  }
+#endif
+  blockTableStale_ = false;
+}
+
+void SlotDecoder::CopyBlocks(const std::vector<int32_t>& src, const std::vector<int32_t>& dst) {
+  Timed timed(callMs_);
+  UseDevice();
+  if (!paged()) throw std::logic_error("copyBlocks is for a paged cache");
+  if (src.size() != dst.size()) throw std::invalid_argument("copyBlocks takes as many destinations as sources");
+  std::vector<bool> source(options_.blocks, false);
+  for (size_t i = 0; i < src.size(); i++) {
+    if (src[i] < 0 || src[i] >= options_.blocks || dst[i] < 0 || dst[i] >= options_.blocks) throw std::out_of_range("block outside 0.." + std::to_string(options_.blocks - 1));
+    source[src[i]] = true;
+  }
+  for (int32_t d : dst) {
+    if (source[d]) throw std::invalid_argument("copyBlocks' destination " + std::to_string(d) + " is also a source");
+  }
+  for (int l = 0; l < options_.layers; l++) {
+    for (void* base : {keys_[l], values_[l]}) {
+      for (size_t i = 0; i < src.size(); i++) {
+        CopyStrided(static_cast<char*>(base) + dst[i] * blockBytes_, blockBytes_, static_cast<char*>(base) + src[i] * blockBytes_, blockBytes_, blockBytes_, 1);
+      }
+    }
+  }
+#ifdef CHORUS_WITH_CUDA
+  if (options_.cuda) Check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
 #endif
 }
 
@@ -451,6 +555,7 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
   for (int32_t r : sample.rows) {
     if (r < 0 || r >= rows) throw std::out_of_range("row " + std::to_string(r) + " sampled in a step of " + std::to_string(rows));
   }
+  StageBlockTable();
   if (graph) {
     StageInputs(ids, positions, seqlens, sourceLengths);
     LaunchGraph(rows, events_[0]);
@@ -496,7 +601,7 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
 }
 
 void SlotDecoder::BindStep(Ort::IoBinding& io, std::vector<Ort::Value>& values, int firstSlot, int rows, int sequence, const StepInputs& inputs) {
-  const ONNXTensorElementDataType floatType = ElementType(options_.floatType);
+  const ONNXTensorElementDataType floatType = ElementOf(options_.floatType);
   const int64_t idsShape[2] = {rows, sequence};
   const int64_t rowsShape[1] = {rows};
   values.reserve(values.size() + 6 + 4 * options_.layers + 1);
@@ -514,6 +619,26 @@ void SlotDecoder::BindStep(Ort::IoBinding& io, std::vector<Ort::Value>& values, 
   } else {
     bindInput("position_ids", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, inputs.positions, tokens, idsShape, 2);
     bindInput("seqlens_k", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, inputs.seqlens, rows, rowsShape, 1);
+    if (paged()) {
+      // The rows' block table where the session runs, and every layer's whole pool.
+      const int64_t tableShape[2] = {rows, blocksPerRow()};
+      int32_t* table = (options_.cuda ? blockTableDevice_ : blockTable_.data()) + static_cast<size_t>(firstSlot) * blocksPerRow();
+      values.push_back(Ort::Value::CreateTensor(memory_, table, sizeof(int32_t) * rows * blocksPerRow(), tableShape, 2, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32));
+      io.BindInput("block_table", values.back());
+      const int64_t poolShape[4] = {options_.blocks, options_.kvHeads, options_.blockSize, options_.headDim};
+      for (int l = 0; l < options_.layers; l++) {
+        void* bases[2] = {keys_[l], values_[l]};
+        for (int part = 0; part < 2; part++) {
+          values.push_back(Ort::Value::CreateTensor(memory_, bases[part], blockBytes_ * options_.blocks, poolShape, 4, floatType));
+          io.BindInput(pastNames_[2 * l + part].c_str(), values.back());
+          io.BindOutput(presentNames_[2 * l + part].c_str(), values.back());
+        }
+      }
+      const int64_t logitsShape[3] = {rows, 1, options_.vocab};
+      values.push_back(Ort::Value::CreateTensor(memory_, logits_, static_cast<size_t>(options_.vocab) * elementBytes_ * rows, logitsShape, 3, floatType));
+      io.BindOutput("logits", values.back());
+      return;
+    }
     values.push_back(Ort::Value::CreateTensor<int32_t>(cpu_, const_cast<int32_t*>(inputs.total), 1, nullptr, 0));
     io.BindInput("total_sequence_length", values.back());
   }
@@ -616,6 +741,7 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
   const int rows = static_cast<int>(tokens.size());
   auto stream = static_cast<cudaStream_t>(stream_);
   std::vector<int32_t> seqlens(positions.begin(), positions.end());
+  StageBlockTable();
   StageInputs(tokens, positions, seqlens, sourceLengths);
   GreedyAdvance advance;
   advance.tokens = idsDevice_;
@@ -705,6 +831,7 @@ void SlotDecoder::CopySlots(const std::vector<int32_t>& src, const std::vector<i
 
 void SlotDecoder::QueueCopies(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths,
                               const std::vector<int32_t>& sourceLengths) {
+  if (paged()) throw std::logic_error("a paged cache moves rows through its block table and copyBlocks, not copySlots");
   const size_t count = src.size();
   if (dst.size() != count || lengths.size() != count) throw std::invalid_argument("copySlots takes as many destinations and lengths as sources");
   if (!sourceLengths.empty() && (!seq2seq() || sourceLengths.size() != count)) throw std::invalid_argument("copySlots takes source lengths for an encoder-decoder, one per copy");

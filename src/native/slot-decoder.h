@@ -5,6 +5,12 @@
 // lengths in and brings back only the chosen ids (the argmax of each row's logits, taken where the
 // logits are) and the logits of the rows the caller asks for.
 //
+// Paged (blockSize > 0, a decoder built with PagedAttention, paged-attention.h): every layer's cache is
+// a pool of blocks [blocks, kv_heads, block_size, head_dim] instead, and each step row reads and writes
+// the blocks its row of the block table names (setBlockTable; the caller allocates them). On CUDA with
+// blocks 0 the pool is sized at load from the GPU's memory: what is left after the weights and
+// `reserveBytes` (activations), up to `memoryUtilization` of the device.
+//
 // Encoder-decoders (an encoder model given): the encoder (onnx/encoder_model_slots.onnx) runs once per
 // request and its cross-attention keys and values go into a second cache of slots, [slots,
 // source_length, heads * head_dim] per layer; the decoder's own cache is [slots, max_length, heads *
@@ -51,7 +57,22 @@ struct SlotDecoderOptions {
   // Encoder-decoders: the encoder's model, and the most source tokens a slot holds.
   std::string encoderModel;
   int sourceLength = 0;
+  // Paged: tokens a block holds (0: slots), blocks in the pool (0 on CUDA: planned from the GPU's
+  // memory; on the CPU: slots x the blocks of maxLength), the fraction of the device's memory the
+  // process may take, and the activations' reserve left out of the cache.
+  int blockSize = 0;
+  int blocks = 0;
+  double memoryUtilization = 0.9;
+  double reserveBytes = 0;
 };
+
+// The device's memory as cudaMemGetInfo gives it, in bytes.
+struct DeviceMemory {
+  double free = 0;
+  double total = 0;
+};
+// The memory of CUDA device `device` (zeros without CUDA).
+DeviceMemory DeviceMemoryOf(int device);
 
 // What a step gives back: each row's argmax, the requested rows' logits widened to float32, and the
 // choices of the rows it sampled (in the order of the sample batch's rows).
@@ -125,6 +146,17 @@ class SlotDecoder {
   void CopySlots(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths,
                  const std::vector<int32_t>& sourceLengths = {});
   bool seq2seq() const { return !options_.encoderModel.empty(); }
+  // Paged: the block table, slots x blocksPerRow() block ids (row r's position j in block
+  // table[r * blocksPerRow() + j / blockSize]); read by the next step.
+  void SetBlockTable(const std::vector<int32_t>& table);
+  // Paged: copies whole blocks, dst[i] <- src[i], in every layer's keys and values; no destination may
+  // be a source.
+  void CopyBlocks(const std::vector<int32_t>& src, const std::vector<int32_t>& dst);
+  bool paged() const { return options_.blockSize > 0; }
+  int blocksPerRow() const { return paged() ? (options_.maxLength + options_.blockSize - 1) / options_.blockSize : 0; }
+  // Paged: the pool's blocks, and the device's memory when it was planned.
+  int cacheBlocks() const { return options_.blocks; }
+  const DeviceMemory& plannedMemory() const { return planned_; }
 
   const SlotDecoderOptions& options() const { return options_; }
   // Milliseconds spent so far inside ONNX Runtime's runs (with CUDA graphs, the graphs' time on the
@@ -185,6 +217,11 @@ class SlotDecoder {
   // The sampler on the step's logits: on the host, its results in result.sampled; with CUDA, queued
   // (the results left in sampledDevice_ for the caller to fetch).
   void Sample(const SampleBatch& sample, StepResult& result);
+  // Paged on CUDA with no blocks given: the pool's blocks from the device's memory now (the weights
+  // loaded) and `before` the session.
+  void PlanBlocks(const DeviceMemory& before);
+  // Paged: the block table to the device when it changed (CUDA), before a step reads it.
+  void StageBlockTable();
   void* Allocate(size_t bytes);
   void Free(void* p);
   // Makes `buffer` hold at least `need` bytes: when `capacity` is short, a new one of `grow` bytes.
@@ -244,6 +281,12 @@ class SlotDecoder {
   int32_t* hostIds_ = nullptr;
   void* events_[2][3] = {};
   void* stream_ = nullptr;
+  // Paged: the block table on the host, and where the step reads it (device memory with CUDA).
+  std::vector<int32_t> blockTable_;
+  int32_t* blockTableDevice_ = nullptr;
+  bool blockTableStale_ = false;
+  size_t blockBytes_ = 0;  // one block of one layer's key (or value)
+  DeviceMemory planned_;
   std::vector<std::string> pastNames_;
   std::vector<std::string> presentNames_;
 };

@@ -76,11 +76,11 @@ test('float16 builds share one data file between their models and agree with the
       const dir = join(root, `${arch}-fp16-${flavor}`);
       buildModel({ source: checkpoint, out: dir, flavor, dtype: 'fp16', greedySearch: true, ...(flavor === 'cuda' ? { slotDecoder: true } : {}) });
       // The models read the decoder's data file: each loads only if all laid their weights out alike.
-      // The slot decoder, whose attention is the native addon's operator, is checked against the
-      // decoder's layout instead: each of its weights where the decoder has it.
+      // The slot and paged decoders, whose attention is the native addon's operator, are checked against
+      // the decoder's layout instead: each of their weights where the decoder has it.
       const decoderWeights = new Set(externalWeights(join(dir, 'onnx', 'decoder_model_merged.onnx')));
       for (const model of readdirSync(join(dir, 'onnx')).filter((file) => file.endsWith('.onnx'))) {
-        if (model === 'decoder_model_slots.onnx') {
+        if (model === 'decoder_model_slots.onnx' || model === 'decoder_model_paged.onnx') {
           const weights = externalWeights(join(dir, 'onnx', model));
           assert.ok(weights.length > 0);
           assert.deepEqual(weights.filter((w) => !decoderWeights.has(w)), []);

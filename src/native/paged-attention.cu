@@ -1,0 +1,291 @@
+// PagedAttention's CUDA kernels (paged-attention.h). One launch writes every new token's key and value
+// into its block; then one block of threads per (token row, key head, split) takes the query heads
+// that read that key head (up to 8 at a time) over its share of the row's positions: groups of lanes
+// read one position's key and value as 16-byte vectors (each read once for all the heads) and keep an
+// online softmax per head; the groups' partial sums are joined in shared memory, and with several
+// splits a last launch joins the splits.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <stdexcept>
+#include <string>
+
+#include "device.cuh"
+#include "paged-attention.h"
+
+namespace chorus {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kMaxSplits = 16;
+// Positions whose keys and values a lane reads before it uses any.
+constexpr int kAhead = 2;
+
+// Row r's position of token s (kept inside its blocks), and where position j of key head k is.
+__device__ inline int PositionOf(const PagedAttentionArgs& a, int r, int s) {
+  return min(max(a.seqlens[r] + 1 - a.tokens + s, 0), a.maxBlocks * a.blockSize - 1);
+}
+
+__device__ inline size_t CacheAt(const PagedAttentionArgs& a, int r, int k, int j) {
+  const int block = min(max(a.blockTable[static_cast<size_t>(r) * a.maxBlocks + j / a.blockSize], 0), a.blocks - 1);
+  return ((static_cast<size_t>(block) * a.kvHeads + k) * a.blockSize + j % a.blockSize) * a.dim;
+}
+
+// Element d of head `head` (counted over q, k and v) of token row y, biased, and rotated at
+// `position` when rotate, each step rounded to T (as the host's HeadOf).
+template <typename T>
+__device__ inline float HeadElement(const PagedAttentionArgs& a, size_t y, int head, int d, int position, bool rotate) {
+  const T* qkv = static_cast<const T*>(a.qkv) + y * static_cast<size_t>(a.heads + 2 * a.kvHeads) * a.dim + static_cast<size_t>(head) * a.dim;
+  const T* bias = a.bias == nullptr ? nullptr : static_cast<const T*>(a.bias) + static_cast<size_t>(head) * a.dim;
+  const auto at = [&](int e) { return bias == nullptr ? Load(qkv + e) : Rounded<T>(Load(qkv + e) + Load(bias + e)); };
+  const float x = at(d);
+  if (!rotate || a.cos == nullptr) return x;
+  const int half = a.dim / 2;
+  const int i = d % half;
+  const float c = Load(static_cast<const T*>(a.cos) + static_cast<size_t>(position) * half + i);
+  const float s = Load(static_cast<const T*>(a.sin) + static_cast<size_t>(position) * half + i);
+  return Rounded<T>(d < half ? x * c - at(d + half) * s : x * c + at(d - half) * s);
+}
+
+// Block (token row, key head): the token's key (rotated) and value into the row's block.
+template <typename T>
+__global__ void PagedAppendKernel(PagedAttentionArgs a) {
+  const int y = blockIdx.x;
+  const int r = y / a.tokens;
+  const int k = blockIdx.y;
+  const int position = PositionOf(a, r, y % a.tokens);
+  const size_t to = CacheAt(a, r, k, position);
+  for (int d = threadIdx.x; d < a.dim; d += blockDim.x) {
+    static_cast<T*>(a.keyCache)[to + d] = Narrowed<T>(HeadElement<T>(a, y, a.heads + k, d, position, true));
+    static_cast<T*>(a.valueCache)[to + d] = Narrowed<T>(HeadElement<T>(a, y, a.heads + a.kvHeads + k, d, position, false));
+  }
+}
+
+// Block (token row, key head x chunk of G query heads, split). See the file's comment.
+template <typename T, int G>
+__global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionArgs a, int splits, float* workspace) {
+  constexpr int kPer = 16 / sizeof(T);
+  extern __shared__ float shared[];
+  const int y = blockIdx.x;
+  const int r = y / a.tokens;
+  const int group = a.heads / a.kvHeads;
+  const int chunks = (group + G - 1) / G;
+  const int k = blockIdx.y / chunks;
+  const int first = k * group + (blockIdx.y % chunks) * G;
+  const int count = min(G, k * group + group - first);
+  const int split = blockIdx.z;
+  const int position = PositionOf(a, r, y % a.tokens);
+  const int n = position + 1;
+  const int per = (n + splits - 1) / splits;
+  const int start = split * per;
+  const int end = min(n, start + per);
+
+  const int vectors = a.dim / kPer;
+  int span = 1;
+  while (span < vectors) span <<= 1;
+  const int groups = kThreads / span;
+  const int lane = threadIdx.x % span;
+  const int mine = threadIdx.x / span;
+  const bool holds = lane < vectors;
+
+  float q[G][kPer];
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+#pragma unroll
+    for (int i = 0; i < kPer; i++) q[g][i] = holds && g < count ? HeadElement<T>(a, y, first + g, lane * kPer + i, position, true) : 0.0f;
+  }
+  float highest[G];
+  float total[G];
+  float acc[G][kPer];
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    highest[g] = -INFINITY;
+    total[g] = 0;
+#pragma unroll
+    for (int i = 0; i < kPer; i++) acc[g][i] = 0;
+  }
+  const T* keys = static_cast<const T*>(a.keyCache);
+  const T* values = static_cast<const T*>(a.valueCache);
+  // Every lane of a group goes through each pass (the shuffles take the whole warp); each pass reads
+  // kAhead positions' keys and values before it uses any, so that their loads are in flight together.
+  for (int base = start; base < end; base += kAhead * groups) {
+    uint4 kv[kAhead];
+    uint4 vv[kAhead];
+#pragma unroll
+    for (int u = 0; u < kAhead; u++) {
+      const int j = base + u * groups + mine;
+      kv[u] = make_uint4(0, 0, 0, 0);
+      vv[u] = make_uint4(0, 0, 0, 0);
+      if (j < end && holds) {
+        const size_t at = CacheAt(a, r, k, j);
+        kv[u] = reinterpret_cast<const uint4*>(keys + at)[lane];
+        vv[u] = reinterpret_cast<const uint4*>(values + at)[lane];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kAhead; u++) {
+      const bool valid = base + u * groups + mine < end;
+      const T* ke = reinterpret_cast<const T*>(&kv[u]);
+      const T* ve = reinterpret_cast<const T*>(&vv[u]);
+      float kf[kPer];
+      float vf[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; i++) {
+        kf[i] = Load(ke + i);
+        vf[i] = Load(ve + i);
+      }
+#pragma unroll
+      for (int g = 0; g < G; g++) {
+        float dot = 0;
+#pragma unroll
+        for (int i = 0; i < kPer; i++) dot += q[g][i] * kf[i];
+        for (int offset = span / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+        if (valid && g < count) {
+          const float score = dot * a.scale;
+          const float next = fmaxf(highest[g], score);
+          const float keep = __expf(highest[g] - next);
+          const float p = __expf(score - next);
+          total[g] = total[g] * keep + p;
+#pragma unroll
+          for (int i = 0; i < kPer; i++) acc[g][i] = acc[g][i] * keep + p * vf[i];
+          highest[g] = next;
+        }
+      }
+    }
+  }
+  // The groups' partial sums: [groups][G] maxima and totals, then [groups][G][dim] sums.
+  float* maxima = shared;
+  float* totals = maxima + groups * G;
+  float* sums = totals + groups * G;
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    if (lane == 0) {
+      maxima[mine * G + g] = highest[g];
+      totals[mine * G + g] = total[g];
+    }
+    if (holds) {
+#pragma unroll
+      for (int i = 0; i < kPer; i++) sums[(mine * G + g) * a.dim + lane * kPer + i] = acc[g][i];
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < count * a.dim; e += blockDim.x) {
+    const int g = e / a.dim;
+    const int d = e % a.dim;
+    float m = -INFINITY;
+    for (int w = 0; w < groups; w++) m = fmaxf(m, maxima[w * G + g]);
+    float l = 0;
+    float s = 0;
+    if (m != -INFINITY) {
+      for (int w = 0; w < groups; w++) {
+        const float scale = __expf(maxima[w * G + g] - m);
+        l += totals[w * G + g] * scale;
+        s += sums[(w * G + g) * a.dim + d] * scale;
+      }
+    }
+    const int h = first + g;
+    if (splits == 1) {
+      static_cast<T*>(a.output)[(static_cast<size_t>(y) * a.heads + h) * a.dim + d] = Narrowed<T>(s / l);
+    } else {
+      float* part = workspace + ((static_cast<size_t>(y) * a.heads + h) * splits + split) * (a.dim + 2);
+      if (d == 0) {
+        part[0] = m;
+        part[1] = l;
+      }
+      part[2 + d] = s;
+    }
+  }
+}
+
+// Block (token row, query head): the splits' partial sums joined.
+template <typename T>
+__global__ void PagedJoinKernel(PagedAttentionArgs a, int splits, const float* workspace) {
+  const int y = blockIdx.x;
+  const int h = blockIdx.y;
+  const float* parts = workspace + (static_cast<size_t>(y) * a.heads + h) * splits * (a.dim + 2);
+  float m = -INFINITY;
+  for (int s = 0; s < splits; s++) {
+    if (parts[s * (a.dim + 2) + 1] > 0) m = fmaxf(m, parts[s * (a.dim + 2)]);
+  }
+  for (int d = threadIdx.x; d < a.dim; d += blockDim.x) {
+    float l = 0;
+    float sum = 0;
+    for (int s = 0; s < splits; s++) {
+      const float* part = parts + s * (a.dim + 2);
+      if (part[1] <= 0) continue;
+      const float scale = __expf(part[0] - m);
+      l += part[1] * scale;
+      sum += part[2 + d] * scale;
+    }
+    static_cast<T*>(a.output)[(static_cast<size_t>(y) * a.heads + h) * a.dim + d] = Narrowed<T>(sum / l);
+  }
+}
+
+// Query heads per block: the group's size rounded up to a power of two, at most 8.
+int HeadsPerBlock(const PagedAttentionArgs& a) {
+  const int group = a.heads / a.kvHeads;
+  int g = 1;
+  while (g < group && g < 8) g <<= 1;
+  return g;
+}
+
+template <typename T, int G>
+void Launch(const PagedAttentionArgs& a, int splits, float* workspace, cudaStream_t stream) {
+  constexpr int kPer = 16 / sizeof(T);
+  const int vectors = a.dim / kPer;
+  int span = 1;
+  while (span < vectors) span <<= 1;
+  const int groups = kThreads / span;
+  const int chunks = (a.heads / a.kvHeads + G - 1) / G;
+  const size_t sharedBytes = sizeof(float) * groups * G * (a.dim + 2);
+  const dim3 grid(a.rows * a.tokens, a.kvHeads * chunks, splits);
+  PagedAttentionKernel<T, G><<<grid, kThreads, sharedBytes, stream>>>(a, splits, workspace);
+  if (splits > 1) PagedJoinKernel<T><<<dim3(a.rows * a.tokens, a.heads), std::min(a.dim, 256), 0, stream>>>(a, splits, workspace);
+}
+
+template <typename T>
+void LaunchAll(const PagedAttentionArgs& a, int splits, float* workspace, cudaStream_t stream) {
+  constexpr int kPer = 16 / sizeof(T);
+  if (a.dim % kPer != 0 || a.dim / kPer > 32) {
+    throw std::invalid_argument("PagedAttention on CUDA takes head_dim a multiple of " + std::to_string(kPer) + " up to " + std::to_string(32 * kPer) + ", not " + std::to_string(a.dim));
+  }
+  PagedAppendKernel<T><<<dim3(a.rows * a.tokens, a.kvHeads), std::min(a.dim, 256), 0, stream>>>(a);
+  switch (HeadsPerBlock(a)) {
+    case 1: Launch<T, 1>(a, splits, workspace, stream); break;
+    case 2: Launch<T, 2>(a, splits, workspace, stream); break;
+    case 4: Launch<T, 4>(a, splits, workspace, stream); break;
+    default: Launch<T, 8>(a, splits, workspace, stream); break;
+  }
+}
+
+}  // namespace
+
+int PagedAttentionSplits(const PagedAttentionArgs& a, int multiprocessors) {
+  // Prefills have blocks enough in their tokens; a decode step splits its rows' positions until the
+  // GPU has about two blocks per multiprocessor.
+  if (a.tokens > 1) return 1;
+  const int group = a.heads / a.kvHeads;
+  const int g = HeadsPerBlock(a);
+  const long blocks = static_cast<long>(a.rows) * a.kvHeads * ((group + g - 1) / g);
+  const long wanted = (2L * std::max(multiprocessors, 1) + blocks - 1) / blocks;
+  return static_cast<int>(std::min<long>(std::max<long>(wanted, 1), kMaxSplits));
+}
+
+size_t PagedAttentionWorkspaceFloats(const PagedAttentionArgs& a, int splits) {
+  return splits <= 1 ? 0 : static_cast<size_t>(a.rows) * a.tokens * a.heads * splits * (a.dim + 2);
+}
+
+void PagedAttentionDevice(const PagedAttentionArgs& a, int splits, float* workspace, void* stream) {
+  if (a.rows == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (a.type) {
+    case FloatType::kFloat16: LaunchAll<__half>(a, splits, workspace, s); break;
+    case FloatType::kBFloat16: LaunchAll<__nv_bfloat16>(a, splits, workspace, s); break;
+    default: LaunchAll<float>(a, splits, workspace, s); break;
+  }
+}
+
+}  // namespace chorus

@@ -1,0 +1,69 @@
+// PagedAttention (domain `chorus`), the paged decoder's attention: the cache is a pool of blocks, each
+// [kv_heads, block_size, head_dim] per layer, and each row reads and writes its own blocks through a
+// block table, so that a row holds only the blocks its length needs.
+//   inputs   qkv [rows, tokens, (heads + 2 * kv_heads) * dim]   queries, keys and values packed
+//            key_cache, value_cache [blocks, kv_heads, block_size, dim]
+//            seqlens_k int32 [rows]           each row's length after this run, minus one
+//            block_table int32 [rows, max_blocks]   row r's position j lives in block
+//                                             block_table[r, j / block_size] at j % block_size
+//            cos_cache, sin_cache [positions, dim / 2]   optional: rotary embeddings (rotate-half,
+//                                             Hugging Face's layout) applied to q and k at each token's position
+//            qkv_bias [(heads + 2 * kv_heads) * dim]   optional: added to qkv (rounded as an Add would)
+//   outputs  output [rows, tokens, heads * dim]
+//            present_key, present_value       the caches after the new keys and values were written
+//                                             (bind them to the caches' buffers to write in place)
+//   attributes  num_heads, kv_num_heads (int), scale (float)
+// Token s of row r sits at position seqlens_k[r] + 1 - tokens + s and attends over the keys up to it;
+// query head h reads key head h / (num_heads / kv_num_heads). The bias, then the rotation, are rounded
+// to the float type; scores, softmax and the weighted sum run in float32.
+//
+// On CUDA the new keys and values are written by one launch, then one block per (token row, key head,
+// split of the row's positions) scores the group of query heads that share the key head against each
+// key and value it reads once (an online softmax), and a last launch joins the splits when there are
+// several. The splits are chosen from the launch's shape alone (enough blocks to fill the GPU), so
+// the step can be captured in a CUDA graph: lengths and block tables are read on the device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels.h"
+
+namespace chorus {
+
+struct PagedAttentionArgs {
+  const void* qkv;
+  const void* bias;  // null: none
+  const void* cos;   // null: no rotary embeddings (then sin null too)
+  const void* sin;
+  int rotaryPositions;  // rows of cos and sin
+  void* keyCache;
+  void* valueCache;
+  const int32_t* seqlens;
+  const int32_t* blockTable;
+  int maxBlocks;  // the block table's columns
+  int blockSize;
+  int blocks;  // blocks in the caches
+  void* output;
+  int rows;
+  int tokens;
+  int heads;
+  int kvHeads;
+  int dim;
+  float scale;
+  FloatType type;
+};
+
+// Host: writes the new keys and values, then the attention, on host memory.
+void PagedAttentionHost(const PagedAttentionArgs& args);
+
+#ifdef CHORUS_WITH_CUDA
+// Device: how many splits a launch of `args` takes on a device of `multiprocessors`, and the float32
+// workspace it then needs (0 with one split).
+int PagedAttentionSplits(const PagedAttentionArgs& args, int multiprocessors);
+size_t PagedAttentionWorkspaceFloats(const PagedAttentionArgs& args, int splits);
+// Device: the attention on device memory, on `stream`, in `splits` splits (workspace: as above).
+void PagedAttentionDevice(const PagedAttentionArgs& args, int splits, float* workspace, void* stream);
+#endif
+
+}  // namespace chorus
