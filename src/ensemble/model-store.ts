@@ -4,7 +4,7 @@
  * cached), or a Hugging Face id read from the cache, with the definition's `fallback` (seeded random
  * weights of the same architecture) served, loudly, when that id is not there.
  */
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type ort from 'onnxruntime-node';
 import type { ModelDefinition } from '../config/index.ts';
@@ -35,7 +35,15 @@ export interface EncodeResult {
 
 /** A loaded model: a generation engine, or an encoder behind a dynamic batcher over its instances. */
 export type LoadedModel =
-  | { name: string; engine: 'generate'; generator: Engine; seq2seq: boolean; dir: string }
+  | {
+      name: string;
+      engine: 'generate';
+      generator: Engine;
+      seq2seq: boolean;
+      dir: string;
+      /** The most tokens a request with a prompt of this many tokens may generate. */
+      outputRoom: (promptLength: number) => number;
+    }
   | { name: string; engine: 'encode'; encode: (request: EncodeRequest) => Promise<EncodeResult>; batcher: DynamicBatcher<EncodeRequest, EncodeResult>; sessions: Seq2SeqSession[]; dir: string }
   | { name: string; engine: 'forward'; run: (inputs: TensorRecord) => Promise<TensorRecord>; batcher: DynamicBatcher<TensorRecord, TensorRecord>; sessions: ort.InferenceSession[]; dir: string };
 
@@ -55,6 +63,10 @@ export class ModelStore {
   private readonly loaded = new Map<string, LoadedModel>();
   private readonly ready = new Set<string>();
   private readonly tokenizers = new Map<string, Promise<Tokenizer>>();
+  /** Models whose load decided between their source (false) and their random-weights fallback (true). */
+  private readonly random = new Map<string, boolean>();
+  /** Tokenizers served by their fallback: name -> the fallback's name. */
+  private readonly tokenizerFallbacks = new Map<string, string>();
   private readonly log: (line: string) => void;
   private readonly onRequestDone: ModelStoreOptions['onRequestDone'];
 
@@ -91,8 +103,16 @@ export class ModelStore {
       const { source, file } = definition.value;
       const resolved = source === undefined ? undefined : resolveSource(source, this.repository.dir);
       const missing = resolved !== undefined && isRemote(resolved) && !existsSync(file === undefined ? resolved.path : join(resolved.path, file));
-      const fetching = missing ? fetchSource(resolved, { file, log: (line) => this.log(`tokenizer ${name}: ${line}`) }) : Promise.resolve();
-      opening = fetching.then(() => openTokenizerDefinition(name, definition.value, this.repository.dir));
+      const fetching = missing ? fetchSource(resolved, { file, log: (line) => this.log(`tokenizer ${name}: ${line}`) }).catch((error: unknown) => Promise.reject(prefixed(error, `tokenizer ${name}`))) : Promise.resolve();
+      opening = fetching
+        .then(() => openTokenizerDefinition(name, definition.value, this.repository.dir))
+        .catch((error: unknown) => {
+          const fallback = definition.value.fallback;
+          if (!(error instanceof ChorusError) || error.code !== 'CHORUS_SOURCE_UNAVAILABLE' || fallback === undefined) throw error;
+          this.log(`WARNING: ${error.message}; using tokenizer ${fallback} in its place. Its ids are not ${name}'s: fit only for a model on random weights.`);
+          this.tokenizerFallbacks.set(name, fallback);
+          return this.tokenizer(fallback);
+        });
       opening.catch(() => this.tokenizers.delete(name));
       this.tokenizers.set(name, opening);
     }
@@ -138,6 +158,25 @@ export class ModelStore {
   /** Every model of the repository and its state. */
   index(): Array<{ name: string; state: ModelState }> {
     return [...this.repository.models.keys()].sort().map((name) => ({ name, state: this.ready.has(name) ? 'READY' : this.models.has(name) ? 'LOADING' : 'UNAVAILABLE' }));
+  }
+
+  /**
+   * Whether a model serves seeded random weights: decided when it loads; before that, whether it will
+   * (its source is not here, its definition has a fallback, and no fetch has been tried yet).
+   */
+  servesRandomWeights(name: string): boolean {
+    const decided = this.random.get(name);
+    if (decided !== undefined) return decided;
+    const value = this.repository.models.get(name)?.value;
+    if (value?.fallback === undefined) return false;
+    const resolved = resolveSource(value.source, this.repository.dir);
+    if (resolved === undefined || !isRemote(resolved)) return false;
+    return !existsSync(value.file === undefined ? join(resolved.path, 'config.json') : join(resolved.path, value.file));
+  }
+
+  /** The tokenizer serving in place of `name` (its definition's fallback, once its source proved missing). */
+  tokenizerFallback(name: string): string | undefined {
+    return this.tokenizerFallbacks.get(name);
   }
 
   /** Unloads everything. */
@@ -202,7 +241,7 @@ export class ModelStore {
       );
     }
     const generator = engines.length === 1 ? engines[0]! : new EnginePool(engines);
-    return { name, engine: 'generate', generator, seq2seq, dir };
+    return { name, engine: 'generate', generator, seq2seq, dir, outputRoom: outputRoom(dir, value, seq2seq, native) };
   }
 
   /** A forward model: any ONNX file, tensors in and out by name, behind a dynamic batcher over its instances. */
@@ -255,7 +294,11 @@ export class ModelStore {
         slotDecoder: decoderOnly && nativeRequested(value) && flavor === 'cuda',
       };
     };
-    const built = (): string => builtModelDirectory(path, options(path), log, `model ${name}: ${value.file === undefined ? 'source' : 'file'}`);
+    const built = (): string => {
+      const dir = builtModelDirectory(path, options(path), log, `model ${name}: ${value.file === undefined ? 'source' : 'file'}`);
+      this.random.set(name, false);
+      return dir;
+    };
     if (resolved.kind === 'local' || existsSync(value.file === undefined ? join(path, 'config.json') : path)) return built();
     let why: string;
     try {
@@ -270,7 +313,9 @@ export class ModelStore {
     this.log(`WARNING: model ${name}: ${why}; serving RANDOM weights (${fallback.arch}, ${fallback.size}, seed ${fallback.seed}) instead. Its text is noise.`);
     const checkpoint = join(cacheDir(), 'fallback', `${fallback.arch}-${fallback.size}-${fallback.seed}`);
     if (!existsSync(join(checkpoint, 'config.json'))) makeCheckpoint({ ...fallback, out: checkpoint });
-    return builtModelDirectory(checkpoint, options(checkpoint), log);
+    const dir = builtModelDirectory(checkpoint, options(checkpoint), log);
+    this.random.set(name, true);
+    return dir;
   }
 }
 
@@ -355,6 +400,18 @@ function batcherOptions(value: ModelDefinition, instances: number): BatcherOptio
     maxQueueDelayMicros: batching?.max_queue_delay_microseconds ?? 0,
     instances,
   };
+}
+
+/**
+ * What a request's output may take: the decoder's context (the definition's max_sequence_length, else
+ * the model config's positions; a native engine's slots hold at most 2048, or 512 for an
+ * encoder-decoder) less the prompt for a decoder-only model, less the start token for an encoder-decoder.
+ */
+function outputRoom(dir: string, value: ModelDefinition, seq2seq: boolean, native: boolean): (promptLength: number) => number {
+  const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
+  const positions = Number(config.max_position_embeddings ?? config.n_positions ?? (seq2seq ? 512 : 2048));
+  const context = Math.min(value.max_sequence_length ?? positions, native ? (seq2seq ? 512 : 2048) : Infinity);
+  return (promptLength) => (seq2seq ? context - 1 : context - promptLength);
 }
 
 /** An execution provider list per instance: `instance_group` counts on cpu or on each listed GPU; else one on `device`. */

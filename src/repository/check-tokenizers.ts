@@ -1,7 +1,8 @@
-/** Rules for tokenizer definitions that a schema cannot say: which fields go with which type. */
+/** Rules for tokenizer definitions that a schema cannot say: which fields go with which type, and that a fallback exists. */
 import { Template } from '@huggingface/jinja';
 import type { Diagnostic } from '../config/diagnostic.ts';
 import type { TokenizerDefinition } from '../config/schemas.ts';
+import { checkReference } from './references.ts';
 import { diagnosticAt, type Definition, type Repository } from './repository.ts';
 
 /** Fields that only some tokenizer types accept. */
@@ -31,6 +32,10 @@ export function checkTokenizers(repository: Repository): Diagnostic[] {
       out.push(diagnosticAt(definition, [], `a ${value.type} tokenizer needs source: a path or hf:<org>/<name>`));
     }
     if (value.chat_template !== undefined) out.push(...checkTemplate(definition, ['chat_template'], value.chat_template));
+    if (value.fallback !== undefined) {
+      if (value.fallback === definition.name) out.push(diagnosticAt(definition, ['fallback'], 'fallback must name another tokenizer, not this one'));
+      else out.push(...checkReference(repository, definition, ['fallback'], 'tokenizer', value.fallback));
+    }
   }
   return out;
 }
