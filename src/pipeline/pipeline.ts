@@ -317,7 +317,7 @@ export class Pipeline {
   }
 
   private renderChat(messages: unknown, template: string | undefined, specials: Record<string, string>): string {
-    if (template === undefined) throw new ChorusError('CHORUS_UNSUPPORTED', `pipeline ${this.name} has no chat template: send text_input instead of messages`, { param: 'messages' });
+    if (template === undefined) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `pipeline ${this.name} has no chat template: send text_input instead of messages`, { param: 'messages' });
     if (!Array.isArray(messages) || messages.length === 0) throw invalidArgument('messages', 'a non-empty list of {role, content}', messages);
     messages.forEach((m: unknown, i) => {
       const message = m as Partial<ChatMessage> | null;

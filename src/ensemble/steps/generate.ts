@@ -59,7 +59,8 @@ function run(model: LoadedModel, inputs: TensorRecord, stream: boolean): Observa
     return n;
   });
   const params = prompts.map((_, r) => rowParams(inputs, r, batch, fitted?.[r]));
-  const returned = Math.max(1, ...params.map((p) => p.num_return_sequences ?? 1));
+  // Sized before the engine checks the parameters: never more than the beams there are (at most 64).
+  const returned = Math.max(1, ...params.map((p) => Math.min(Number(p.num_return_sequences ?? 1) || 1, Number(p.beam_width ?? 1) || 1, 64)));
   const withLogProbs = params.some((p) => p.is_return_log_probs === true);
   const tracks: Track[][] = prompts.map(() => Array.from({ length: returned }, () => ({ ids: [], logProbs: [], tops: [], cum: 0, finish: '' })));
   const k = Math.max(0, ...params.map((p) => p.top_logprobs ?? 0));

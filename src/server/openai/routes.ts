@@ -75,7 +75,7 @@ async function handle(service: Service, request: FastifyRequest, reply: FastifyR
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalidArgument('body', 'a JSON object', body);
   for (const field of Object.keys(body)) if (!ACCEPTED.has(field)) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `Unrecognized request argument supplied: ${field}`, { param: field });
   for (const [field, refused] of Object.entries(REFUSED)) {
-    if (refused(body[field])) throw new ChorusError('CHORUS_UNSUPPORTED', `${field} is not supported by this server`, { param: field });
+    if (refused(body[field])) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `${field} is not supported by this server`, { param: field });
   }
   const model = pipelineOf(service, body.model);
   const n = body.n ?? 1;
