@@ -55,10 +55,13 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     }
   };
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, parseJson);
-  app.addContentTypeParser(['application/octet-stream', '*'], { parseAs: 'buffer' }, (request, body, done) => {
+  const jsonOr = (other: (body: Buffer) => unknown) => (request: FastifyRequest, body: string | Buffer, done: (error: Error | null, body?: unknown) => void): void => {
     if (JSON_ANY_TYPE.test(request.url.split('?')[0]!)) parseJson(request, body as Buffer, done);
-    else done(null, body);
-  });
+    else done(null, other(body as Buffer));
+  };
+  app.addContentTypeParser(['application/octet-stream', '*'], { parseAs: 'buffer' }, jsonOr((body) => body));
+  app.removeContentTypeParser('text/plain');
+  app.addContentTypeParser('text/plain', { parseAs: 'buffer' }, jsonOr((body) => body.toString('utf8')));
 
   app.addHook('onRequest', async (request, reply) => {
     if (options.corsOrigin !== undefined) {
