@@ -33,7 +33,10 @@ export function checkTokenizers(repository: Repository): Diagnostic[] {
     }
     if (value.chat_template !== undefined) out.push(...checkTemplate(definition, ['chat_template'], value.chat_template));
     if (value.fallback !== undefined) {
-      if (value.fallback === definition.name) out.push(diagnosticAt(definition, ['fallback'], 'fallback must name another tokenizer, not this one'));
+      const chain = [definition.name];
+      for (let next: string | undefined = value.fallback; next !== undefined && !chain.includes(next); next = repository.tokenizers.get(next)?.value.fallback) chain.push(next);
+      const back = repository.tokenizers.get(chain.at(-1)!)?.value.fallback;
+      if (back !== undefined && chain.includes(back)) out.push(diagnosticAt(definition, ['fallback'], `fallbacks must not come back round: ${[...chain, back].join(' -> ')}`));
       else out.push(...checkReference(repository, definition, ['fallback'], 'tokenizer', value.fallback));
     }
   }
