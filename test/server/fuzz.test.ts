@@ -139,7 +139,7 @@ test(`${RUNS} generated KServe infer bodies: no 5xx, every 4xx names a field`, a
 
 test('after them all the server answers, and no promise was left rejected', async () => {
   // The bodies reached the pipelines: a good share of them generated.
-  assert.ok(answered.ok + answered.refused >= 1000 && answered.ok >= 0.15 * (answered.ok + answered.refused), JSON.stringify(answered));
+  assert.ok(answered.ok + answered.refused >= 1000 && answered.ok >= 0.1 * (answered.ok + answered.refused), JSON.stringify(answered));
   const response = await app.inject({ method: 'POST', url: '/v2/models/stories/generate', payload: { text_input: '', max_tokens: 3, temperature: 0 } });
   assert.equal(response.statusCode, 200, response.body);
   assert.deepEqual(unhandled, []);
