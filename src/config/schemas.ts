@@ -55,6 +55,11 @@ export const TokenizerDefinition = Type.Object(
     add_bos: Type.Optional(Type.Boolean({ description: 'sentencepiece and llama2c: put BOS before encoded text (Llama does). Default: false for sentencepiece (as SentencePiece itself), true for llama2c (as llama2.c).' })),
     add_eos: Type.Optional(Type.Boolean({ description: 'sentencepiece and llama2c: put EOS after encoded text (T5 does). Default: false.' })),
     chat_template: Type.Optional(Type.String({ minLength: 1, description: 'A Jinja chat template; wins over the one in tokenizer_config.json.' })),
+    fallback: Type.Optional({
+      ...Name,
+      description:
+        'Another tokenizer of the repository, used in this one\'s place, with a warning, when `source` is not in the cache and cannot be fetched. Its ids differ from the real vocabulary\'s: fit for a model on its random-weights `fallback` only.',
+    }),
   },
   { additionalProperties: false },
 );

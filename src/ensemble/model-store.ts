@@ -4,7 +4,7 @@
  * cached), or a Hugging Face id read from the cache, with the definition's `fallback` (seeded random
  * weights of the same architecture) served, loudly, when that id is not there.
  */
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type ort from 'onnxruntime-node';
 import type { ModelDefinition } from '../config/index.ts';
@@ -12,14 +12,13 @@ import { ChorusError, notFound } from '../errors.ts';
 import { EnginePool, NativeEngine, nativeUnavailable, OrtEngine, Seq2SeqEngine, type Engine, type RequestMetrics } from '../generation/index.ts';
 import { loadNative } from '../native/index.ts';
 import { DynamicBatcher, type BatcherOptions } from './dynamic-batcher.ts';
+import { encodeBatch, forwardBatch } from './batch-runs.ts';
 import { LoadFailures } from './load-failures.ts';
-import { fromOrt, toOrt } from './ort-tensors.ts';
 import type { TensorRecord } from './steps/step.ts';
 import { makeCheckpoint, type BuildOptions } from '../modelbuild/index.ts';
 import { builtModelDirectory, cacheDir, isDecoderOnlySource, fetchSource, isRemote, openTokenizerDefinition, resolveSource, type Repository } from '../repository/index.ts';
 import { createSession, releaseSession, Seq2SeqSession, type ExecutionProviders } from '../runtime/index.ts';
 import type { Tokenizer } from '../tokenizers/index.ts';
-import { floatData } from '../util/half.ts';
 
 /** An encode request: token rows (padded to one width) and each row's real length. */
 export interface EncodeRequest {
@@ -36,7 +35,15 @@ export interface EncodeResult {
 
 /** A loaded model: a generation engine, or an encoder behind a dynamic batcher over its instances. */
 export type LoadedModel =
-  | { name: string; engine: 'generate'; generator: Engine; seq2seq: boolean; dir: string }
+  | {
+      name: string;
+      engine: 'generate';
+      generator: Engine;
+      seq2seq: boolean;
+      dir: string;
+      /** The most tokens a request with a prompt of this many tokens may generate. */
+      outputRoom: (promptLength: number) => number;
+    }
   | { name: string; engine: 'encode'; encode: (request: EncodeRequest) => Promise<EncodeResult>; batcher: DynamicBatcher<EncodeRequest, EncodeResult>; sessions: Seq2SeqSession[]; dir: string }
   | { name: string; engine: 'forward'; run: (inputs: TensorRecord) => Promise<TensorRecord>; batcher: DynamicBatcher<TensorRecord, TensorRecord>; sessions: ort.InferenceSession[]; dir: string };
 
@@ -57,6 +64,10 @@ export class ModelStore {
   private readonly ready = new Set<string>();
   private readonly failures = new LoadFailures();
   private readonly tokenizers = new Map<string, Promise<Tokenizer>>();
+  /** Models whose load decided between their source (false) and their random-weights fallback (true). */
+  private readonly random = new Map<string, boolean>();
+  /** Tokenizers served by their fallback: name -> the fallback's name. */
+  private readonly tokenizerFallbacks = new Map<string, string>();
   private readonly log: (line: string) => void;
   private readonly onRequestDone: ModelStoreOptions['onRequestDone'];
 
@@ -111,8 +122,16 @@ export class ModelStore {
       const { source, file } = definition.value;
       const resolved = source === undefined ? undefined : resolveSource(source, this.repository.dir);
       const missing = resolved !== undefined && isRemote(resolved) && !existsSync(file === undefined ? resolved.path : join(resolved.path, file));
-      const fetching = missing ? fetchSource(resolved, { file, log: (line) => this.log(`tokenizer ${name}: ${line}`) }) : Promise.resolve();
-      opening = fetching.then(() => openTokenizerDefinition(name, definition.value, this.repository.dir));
+      const fetching = missing ? fetchSource(resolved, { file, log: (line) => this.log(`tokenizer ${name}: ${line}`) }).catch((error: unknown) => Promise.reject(prefixed(error, `tokenizer ${name}`))) : Promise.resolve();
+      opening = fetching
+        .then(() => openTokenizerDefinition(name, definition.value, this.repository.dir))
+        .catch((error: unknown) => {
+          const fallback = definition.value.fallback;
+          if (!(error instanceof ChorusError) || error.code !== 'CHORUS_SOURCE_UNAVAILABLE' || fallback === undefined) throw error;
+          this.log(`WARNING: ${error.message}; using tokenizer ${fallback} in its place. Its ids are not ${name}'s: fit only for a model on random weights.`);
+          this.tokenizerFallbacks.set(name, fallback);
+          return this.tokenizer(fallback);
+        });
       opening.catch(() => this.tokenizers.delete(name));
       this.tokenizers.set(name, opening);
     }
@@ -162,6 +181,25 @@ export class ModelStore {
       const reason = this.failures.reason(name);
       return { name, state: this.ready.has(name) ? 'READY' : this.models.has(name) ? 'LOADING' : 'UNAVAILABLE', ...(reason === undefined ? {} : { reason }) };
     });
+  }
+
+  /**
+   * Whether a model serves seeded random weights: decided when it loads; before that, whether it will
+   * (its source is not here, its definition has a fallback, and no fetch has been tried yet).
+   */
+  servesRandomWeights(name: string): boolean {
+    const decided = this.random.get(name);
+    if (decided !== undefined) return decided;
+    const value = this.repository.models.get(name)?.value;
+    if (value?.fallback === undefined) return false;
+    const resolved = resolveSource(value.source, this.repository.dir);
+    if (resolved === undefined || !isRemote(resolved)) return false;
+    return !existsSync(value.file === undefined ? join(resolved.path, 'config.json') : join(resolved.path, value.file));
+  }
+
+  /** The tokenizer serving in place of `name` (its definition's fallback, once its source proved missing). */
+  tokenizerFallback(name: string): string | undefined {
+    return this.tokenizerFallbacks.get(name);
   }
 
   /** Unloads everything. */
@@ -228,7 +266,7 @@ export class ModelStore {
       );
     }
     const generator = engines.length === 1 ? engines[0]! : new EnginePool(engines);
-    return { name, engine: 'generate', generator, seq2seq, dir };
+    return { name, engine: 'generate', generator, seq2seq, dir, outputRoom: outputRoom(dir, value, seq2seq, native) };
   }
 
   /** A forward model: any ONNX file, tensors in and out by name, behind a dynamic batcher over its instances. */
@@ -281,7 +319,11 @@ export class ModelStore {
         slotDecoder: decoderOnly && nativeRequested(value) && flavor === 'cuda',
       };
     };
-    const built = (): string => builtModelDirectory(path, options(path), log, `model ${name}: ${value.file === undefined ? 'source' : 'file'}`);
+    const built = (): string => {
+      const dir = builtModelDirectory(path, options(path), log, `model ${name}: ${value.file === undefined ? 'source' : 'file'}`);
+      this.random.set(name, false);
+      return dir;
+    };
     if (resolved.kind === 'local' || existsSync(value.file === undefined ? join(path, 'config.json') : path)) return built();
     let why: string;
     try {
@@ -296,80 +338,10 @@ export class ModelStore {
     this.log(`WARNING: model ${name}: ${why}; serving RANDOM weights (${fallback.arch}, ${fallback.size}, seed ${fallback.seed}) instead. Its text is noise.`);
     const checkpoint = join(cacheDir(), 'fallback', `${fallback.arch}-${fallback.size}-${fallback.seed}`);
     if (!existsSync(join(checkpoint, 'config.json'))) makeCheckpoint({ ...fallback, out: checkpoint });
-    return builtModelDirectory(checkpoint, options(checkpoint), log);
+    const dir = builtModelDirectory(checkpoint, options(checkpoint), log);
+    this.random.set(name, true);
+    return dir;
   }
-}
-
-/**
- * Runs requests together: concatenated along the batch dimension when every input has the same
- * trailing shape in all of them, else one after another; each gets its own rows back.
- */
-async function forwardBatch(session: ort.InferenceSession, requests: TensorRecord[]): Promise<TensorRecord[]> {
-  const run = async (inputs: TensorRecord): Promise<TensorRecord> => {
-    const feeds = Object.fromEntries(Object.entries(inputs).map(([port, t]) => [port, toOrt(t, port)]));
-    const out = await session.run(feeds);
-    return Object.fromEntries(Object.entries(out).map(([port, t]) => [port, fromOrt(t)]));
-  };
-  const names = Object.keys(requests[0]!);
-  const stackable = requests.length > 1 && names.every((n) => requests.every((r) => r[n] !== undefined && r[n].datatype === requests[0]![n]!.datatype && r[n].shape.slice(1).join() === requests[0]![n]!.shape.slice(1).join()));
-  if (!stackable) {
-    const outputs: TensorRecord[] = [];
-    for (const r of requests) outputs.push(await run(r));
-    return outputs;
-  }
-  const merged = Object.fromEntries(
-    names.map((n) => {
-      const first = requests[0]![n]!;
-      return [n, { datatype: first.datatype, shape: [requests.reduce((sum, r) => sum + r[n]!.shape[0]!, 0), ...first.shape.slice(1)], data: requests.flatMap((r) => r[n]!.data) }];
-    }),
-  ) as TensorRecord;
-  const out = await run(merged);
-  let row = 0;
-  return requests.map((r) => {
-    const rows = r[names[0]!]!.shape[0]!;
-    const mine = Object.fromEntries(
-      Object.entries(out).map(([port, t]) => {
-        const size = t.shape.slice(1).reduce((a, b) => a * b, 1);
-        return [port, { datatype: t.datatype, shape: [rows, ...t.shape.slice(1)], data: t.data.slice(row * size, (row + rows) * size) }];
-      }),
-    ) as TensorRecord;
-    row += rows;
-    return mine;
-  });
-}
-
-/** Runs requests as one padded batch and gives each its own rows back, at its own width. */
-async function encodeBatch(session: Seq2SeqSession, requests: EncodeRequest[]): Promise<EncodeResult[]> {
-  const width = Math.max(...requests.map((r) => Math.max(0, ...r.ids.map((row) => row.length))));
-  const ids = requests.flatMap((r) => r.ids.map((row) => [...row, ...Array<number>(width - row.length).fill(0)]));
-  const masks = requests.flatMap((r) => r.lengths.map((length) => Array.from({ length: width }, (_, i) => (i < length ? 1 : 0))));
-  const encoded = await session.encode(ids, masks);
-  // An fp16 build's hidden states are widened to float32 here, once.
-  const hidden = floatData(encoded.hidden);
-  const d = encoded.hidden.dims[2]!;
-  let row = 0;
-  return requests.map((request) => {
-    const w = Math.max(0, ...request.ids.map((r) => r.length));
-    const rows = request.ids.length;
-    const out = new Float32Array(rows * w * d);
-    for (let r = 0; r < rows; r++) out.set(hidden.subarray((row + r) * width * d, ((row + r) * width + w) * d), r * w * d);
-    const attentions = encoded.attentions.map((layer) => {
-      const heads = layer.dims[1]!;
-      const data = new Float32Array(rows * heads * w * w);
-      const source = floatData(layer);
-      for (let r = 0; r < rows; r++) {
-        for (let h = 0; h < heads; h++) {
-          for (let q = 0; q < w; q++) {
-            const from = (((row + r) * heads + h) * width + q) * width;
-            data.set(source.subarray(from, from + w), ((r * heads + h) * w + q) * w);
-          }
-        }
-      }
-      return { data, dims: [rows, heads, w, w] as [number, number, number, number] };
-    });
-    row += rows;
-    return { hidden: out, dims: [rows, w, d] as [number, number, number], attentions };
-  });
 }
 
 /** The dynamic batcher of an encode or forward model: its definition's batching, over `instances` sessions. */
@@ -381,6 +353,18 @@ function batcherOptions(value: ModelDefinition, instances: number): BatcherOptio
     maxQueueDelayMicros: batching?.max_queue_delay_microseconds ?? 0,
     instances,
   };
+}
+
+/**
+ * What a request's output may take: the decoder's context (the definition's max_sequence_length, else
+ * the model config's positions; a native engine's slots hold at most 2048, or 512 for an
+ * encoder-decoder) less the prompt for a decoder-only model, less the start token for an encoder-decoder.
+ */
+function outputRoom(dir: string, value: ModelDefinition, seq2seq: boolean, native: boolean): (promptLength: number) => number {
+  const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
+  const positions = Number(config.max_position_embeddings ?? config.n_positions ?? (seq2seq ? 512 : 2048));
+  const context = Math.min(value.max_sequence_length ?? positions, native ? (seq2seq ? 512 : 2048) : Infinity);
+  return (promptLength) => (seq2seq ? context - 1 : context - promptLength);
 }
 
 /** An execution provider list per instance: `instance_group` counts on cpu or on each listed GPU; else one on `device`. */

@@ -12,6 +12,11 @@ export interface Tensor {
   datatype: Datatype;
   shape: number[];
   data: Element[];
+  /**
+   * Set on a value the request did not give (a pipeline's default): a generate step lowers a
+   * request_output_len so marked to what the model's context leaves after the prompt, as vLLM does.
+   */
+  isDefault?: boolean;
 }
 
 const INTEGER_RANGES: Partial<Record<Datatype, [number, number]>> = {

@@ -148,7 +148,8 @@ export class Pipeline {
             const row = ids.data.slice(index * width, index * width + Math.min(length, width)) as number[];
             // A token's text is what it adds after the tokens before it (a piece keeps its leading space).
             const pieceText = (position: number, id: number): string => {
-              const context = row.slice(Math.max(0, position - 6), position);
+              if (id >= tokenizer.vocabSize) return '';
+              const context = row.slice(Math.max(0, position - 6), position).filter((t) => t < tokenizer.vocabSize);
               const before = tokenizer.decode(context);
               const after = tokenizer.decode([...context, id]);
               return after.startsWith(before) ? after.slice(before.length) : tokenizer.decode([id]);
@@ -307,6 +308,7 @@ export class Pipeline {
       const spec = specs[tensorName];
       if (spec === undefined) continue;
       inputs[tensorName] = toTensor(field, value, spec);
+      if (field === 'max_tokens' && request.max_tokens === undefined) inputs[tensorName].isDefault = true;
     }
     const stop = merged.stop ?? [];
     const stops = typeof stop === 'string' ? [stop] : stop;
@@ -315,7 +317,7 @@ export class Pipeline {
   }
 
   private renderChat(messages: unknown, template: string | undefined, specials: Record<string, string>): string {
-    if (template === undefined) throw new ChorusError('CHORUS_UNSUPPORTED', `pipeline ${this.name} has no chat template: send text_input instead of messages`, { param: 'messages' });
+    if (template === undefined) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `pipeline ${this.name} has no chat template: send text_input instead of messages`, { param: 'messages' });
     if (!Array.isArray(messages) || messages.length === 0) throw invalidArgument('messages', 'a non-empty list of {role, content}', messages);
     messages.forEach((m: unknown, i) => {
       const message = m as Partial<ChatMessage> | null;

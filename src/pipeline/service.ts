@@ -46,6 +46,23 @@ export class Service {
     return compiled(this.ensembles, this.repository.ensembles, 'ensemble', name, (value) => new CompiledEnsemble(name, value, this.store));
   }
 
+  /** The models a pipeline, ensemble or model of this name runs (none for an unknown name). */
+  modelsOf(name: string): string[] {
+    const pipeline = this.repository.pipelines.get(name)?.value;
+    if (pipeline?.model !== undefined) return [pipeline.model];
+    const ensemble = this.repository.ensembles.get(pipeline?.ensemble ?? name)?.value;
+    if (ensemble !== undefined) {
+      const targets = ensemble.steps.flatMap((step) => [step.generate, step.encode, step.forward]).filter((m): m is string => m !== undefined);
+      return [...new Set(targets)];
+    }
+    return this.repository.models.has(name) ? [name] : [];
+  }
+
+  /** Of those models, the ones serving seeded random weights (see ModelStore.servesRandomWeights). */
+  randomWeights(name: string): string[] {
+    return this.modelsOf(name).filter((model) => this.store.servesRandomWeights(model));
+  }
+
   async close(): Promise<void> {
     await this.store.close();
   }

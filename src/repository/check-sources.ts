@@ -43,8 +43,11 @@ function checkSource(definition: Definition<'tokenizer' | 'model'>, source: stri
   }
   if (existsSync(resolved.path)) return resolved.path;
   if (isRemote(resolved)) {
-    const fallback = definition.kind === 'model' && (definition.value as { fallback?: unknown }).fallback !== undefined;
-    const instead = fallback ? '; until then its fallback (seeded random weights) is served' : '';
+    const fallback = (definition.value as { fallback?: unknown }).fallback;
+    const instead =
+      fallback === undefined ? ''
+      : definition.kind === 'model' ? '; until then its fallback (seeded random weights) is served'
+      : `; until then tokenizer ${String(fallback)} serves in its place`;
     out.push(
       diagnosticAt(definition, ['source'], `${describeSource(resolved)} is not in the cache (${resolved.path}); it is fetched on first load, or place its files there, or point source at a local path${instead}`, {
         severity: 'warning',

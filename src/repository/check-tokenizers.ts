@@ -1,7 +1,8 @@
-/** Rules for tokenizer definitions that a schema cannot say: which fields go with which type. */
+/** Rules for tokenizer definitions that a schema cannot say: which fields go with which type, and that a fallback exists. */
 import { Template } from '@huggingface/jinja';
 import type { Diagnostic } from '../config/diagnostic.ts';
 import type { TokenizerDefinition } from '../config/schemas.ts';
+import { checkReference } from './references.ts';
 import { diagnosticAt, type Definition, type Repository } from './repository.ts';
 
 /** Fields that only some tokenizer types accept. */
@@ -31,6 +32,13 @@ export function checkTokenizers(repository: Repository): Diagnostic[] {
       out.push(diagnosticAt(definition, [], `a ${value.type} tokenizer needs source: a path or hf:<org>/<name>`));
     }
     if (value.chat_template !== undefined) out.push(...checkTemplate(definition, ['chat_template'], value.chat_template));
+    if (value.fallback !== undefined) {
+      const chain = [definition.name];
+      for (let next: string | undefined = value.fallback; next !== undefined && !chain.includes(next); next = repository.tokenizers.get(next)?.value.fallback) chain.push(next);
+      const back = repository.tokenizers.get(chain.at(-1)!)?.value.fallback;
+      if (back !== undefined && chain.includes(back)) out.push(diagnosticAt(definition, ['fallback'], `fallbacks must not come back round: ${[...chain, back].join(' -> ')}`));
+      else out.push(...checkReference(repository, definition, ['fallback'], 'tokenizer', value.fallback));
+    }
   }
   return out;
 }

@@ -4,7 +4,7 @@
  * Cross-cutting here: the optional API key (every route but health, metrics and the page), the body size
  * limit, CORS (off unless asked), error shapes, metrics.
  */
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { ChorusError } from '../errors.ts';
 import type { Service } from '../pipeline/index.ts';
 import { errorBody, openAiErrorBody, wireError } from './errors.ts';
@@ -27,13 +27,18 @@ export interface ServerOptions {
   logger?: boolean | Record<string, unknown>;
 }
 
+/** Routes whose body is JSON whatever its content type (unless binary tensors say otherwise). */
+const JSON_ANY_TYPE = /^\/v2\/models\/[^/]+(\/versions\/[^/]+)?\/(generate|generate_stream|infer)$/;
+/** On every answer from a pipeline, ensemble or model that runs a model on seeded random weights. */
+export const RANDOM_WEIGHTS_HEADER = 'x-chorus-random-weights';
 const PUBLIC = /^\/(v2\/health\/(live|ready)|metrics)$/;
 
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
   const app = Fastify({ logger: options.logger ?? false, bodyLimit: options.bodyLimit ?? 64 * 1024 * 1024 });
-  // Binary tensor bodies, and bodies without a content type, arrive as buffers.
-  app.addContentTypeParser(['application/octet-stream', '*'], { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
-  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+  // JSON bodies; on the generate and infer routes a body is JSON whatever its content type (curl -d
+  // sends application/x-www-form-urlencoded), as Triton's are. Binary tensor bodies (with
+  // Inference-Header-Content-Length), and other bodies elsewhere, arrive as buffers.
+  const parseJson = (request: FastifyRequest, body: Buffer, done: (error: Error | null, body?: unknown) => void): void => {
     if (request.headers['inference-header-content-length'] !== undefined) {
       done(null, body);
       return;
@@ -48,7 +53,15 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     } catch (error) {
       done(new ChorusError('CHORUS_INVALID_ARGUMENT', `body must be valid JSON: ${(error as Error).message}`, { param: 'body' }), undefined);
     }
-  });
+  };
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, parseJson);
+  const jsonOr = (other: (body: Buffer) => unknown) => (request: FastifyRequest, body: string | Buffer, done: (error: Error | null, body?: unknown) => void): void => {
+    if (JSON_ANY_TYPE.test(request.url.split('?')[0]!)) parseJson(request, body as Buffer, done);
+    else done(null, other(body as Buffer));
+  };
+  app.addContentTypeParser(['application/octet-stream', '*'], { parseAs: 'buffer' }, jsonOr((body) => body));
+  app.removeContentTypeParser('text/plain');
+  app.addContentTypeParser('text/plain', { parseAs: 'buffer' }, jsonOr((body) => body.toString('utf8')));
 
   app.addHook('onRequest', async (request, reply) => {
     if (options.corsOrigin !== undefined) {
@@ -61,10 +74,13 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       throw new ChorusError('CHORUS_UNAUTHORIZED', 'missing or wrong API key: send Authorization: Bearer <key>', { param: 'authorization' });
     }
   });
-  // Per-model request metrics, also for streamed (hijacked) replies.
+  // Per-model request metrics, also for streamed (hijacked) replies; every answer of a model on random
+  // weights says so in a header (set on the raw response, so streamed replies carry it too).
   app.addHook('preHandler', async (request, reply) => {
     const model = (request.params as { model?: string } | undefined)?.model ?? (request.body as { model?: unknown } | undefined)?.model;
-    if (typeof model !== 'string' || request.method !== 'POST') return;
+    if (typeof model !== 'string') return;
+    if (options.service.randomWeights(model).length > 0) reply.raw.setHeader(RANDOM_WEIGHTS_HEADER, 'true');
+    if (request.method !== 'POST') return;
     const end = options.metrics.begin(model);
     reply.raw.once('close', () => end(reply.raw.statusCode));
   });

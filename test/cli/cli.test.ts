@@ -46,9 +46,9 @@ test('bad input gets a clear error and a non-zero exit', () => {
   assert.match(notId.stderr, /ids\[1\] must be a non-negative integer, got "abc"/);
   const outOfRange = chorus('detokenize', '-t', 'gpt2', '99999');
   assert.match(outOfRange.stderr, /ids\[0\] must be a token id, an integer in \[0, 50256\], got 99999/);
-  const uncached = chorus('tokenize', '-t', 't5', 'x');
+  const uncached = chorus('tokenize', '-t', 'llama2', 'x');
   assert.equal(uncached.status, 1);
-  assert.match(uncached.stderr, /tokenizer t5: google-t5\/t5-small is not in the cache/);
+  assert.match(uncached.stderr, /tokenizer llama2: meta-llama\/Llama-2-7b-hf is not in the cache/);
   const missingArgument = chorus('tokenize', 'x');
   assert.equal(missingArgument.status, 1);
   assert.match(missingArgument.stderr, /required option '-t, --tokenizer <name\|path>' not specified/);
@@ -58,15 +58,16 @@ test('chorus validate exits 1 and prints file:line:column for a broken repositor
   const broken = chorus('validate', 'test/fixtures/repositories/broken');
   assert.equal(broken.status, 1);
   assert.match(broken.stdout, /^test\/fixtures\/repositories\/broken\/tokenizers\/typo\.yaml:2:1: error: unknown field "encodng"/m);
-  assert.match(broken.stdout, /; 28 errors, 3 warnings\n$/);
+  assert.match(broken.stdout, /; 31 errors, 3 warnings\n$/);
   const bundled = chorus('validate');
   assert.equal(bundled.status, 0);
   assert.match(
     bundled.stdout,
-    /repository \.: 5 tokenizers \(bart, gpt2, llama2, stories-tokenizer, t5\), 5 models \(bart-large-cnn, gpt2, stories, t5-encoder, t5-small\), 4 ensembles \(fastertransformer, gpt, t5-encoder, t5-fastertransformer\), 5 pipelines \(bart, gpt, gpt2, stories, t5\); 0 errors, 8 warnings\n$/,
+    /repository \.: 5 tokenizers \(bart, gpt2, llama2, stories-tokenizer, t5\), 5 models \(bart-large-cnn, gpt2, stories, t5-encoder, t5-small\), 4 ensembles \(fastertransformer, gpt, t5-encoder, t5-fastertransformer\), 5 pipelines \(bart, gpt, gpt2, stories, t5\); 0 errors, 7 warnings\n$/,
   );
   // Without their Hugging Face files, the models warn that their fallback weights will be served.
   assert.match(bundled.stdout, /models\/gpt2\.yaml:\d+:\d+: warning: openai-community\/gpt2 is not in the cache .*; until then its fallback \(seeded random weights\) is served/);
+  assert.match(bundled.stdout, /tokenizers\/bart\.yaml:\d+:\d+: warning: facebook\/bart-large-cnn is not in the cache .*; until then tokenizer gpt2 serves in its place/);
 });
 
 test('--help is there for every command', () => {

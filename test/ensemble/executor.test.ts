@@ -60,7 +60,7 @@ describe('ensemble executor', () => {
 
   test('errors carry the failing step\'s name', async () => {
     await assert.rejects(lastValueFrom(service.ensemble('broken').run({ text: bytes('x') })), { code: 'CHORUS_INTERNAL', step: 'boom', message: 'step boom: the script failed on purpose' });
-    await assert.rejects(lastValueFrom(service.ensemble('stories').run({ prompt: bytes(''), length: u32(100000) })), { code: 'CHORUS_CANNOT_FIT', step: 'gen', message: /^step gen: the prompt plus request_output_len is 100001 tokens/ });
+    await assert.rejects(lastValueFrom(service.ensemble('stories').run({ prompt: bytes(''), length: u32(100000) })), { code: 'CHORUS_CANNOT_FIT', step: 'gen', message: /^step gen: request_output_len \(max_tokens\) 100000 is more than the 511 tokens model stories has room for after a prompt of 1$/ });
     await assert.rejects(lastValueFrom(service.ensemble('stories').run({ prompt: bytes(''), length: u32(5), temperature: f32(-1) })), { step: 'gen', message: 'step gen: temperature must be a number in [0, inf), got -1' });
   });
 

@@ -1,7 +1,7 @@
 /**
- * Every entry of the bundled repository answers a request offline: stories pointed at the real model in
- * ../shared, the others on their fallback (seeded random weights of the real architecture), with the
- * tokenizers that are not bundled pointed at ../shared's files.
+ * Every entry of the bundled repository answers a request offline, with nothing in the cache: stories
+ * pointed at the real model in ../shared, the others on their fallback (seeded random weights of the
+ * real architecture) and the tokenizers shipped in the package (bart's through its GPT-2 fallback).
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -10,10 +10,12 @@ import type { Tensor } from '../../src/ensemble/index.ts';
 import { Service, type PipelineUpdate, type TextRequest } from '../../src/pipeline/index.ts';
 import { bundledRepositoryDir, parseSourceOverride } from '../../src/repository/index.ts';
 import { TiktokenAdapter } from '../../src/tokenizers/index.ts';
-import { SHARED, STORIES } from '../helpers/paths.ts';
+import { STORIES } from '../helpers/paths.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
 // Offline on purpose: the hub is not asked, so the fallbacks are served.
 process.env.HF_HUB_OFFLINE = '1';
+process.env.CHORUS_CACHE = scratchDir('chorus-bundled-cache-');
 
 const STORY = 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park.';
 const bytes = (text: string): Tensor => ({ datatype: 'BYTES', shape: [1, 1], data: [text] });
@@ -23,7 +25,7 @@ describe('the bundled repository, offline', () => {
   let service: Service;
   const logged: string[] = [];
   before(() => {
-    const overrides = [`stories=${STORIES}/stories260K.bin`, `t5=${SHARED}/tokenizers/t5`, `bart=${SHARED}/tokenizers/gpt2`].map(parseSourceOverride);
+    const overrides = [`stories=${STORIES}/stories260K.bin`].map(parseSourceOverride);
     service = Service.open(bundledRepositoryDir(), { sourceOverrides: overrides, log: (line) => logged.push(line) });
   });
   after(async () => {
@@ -77,5 +79,15 @@ describe('the bundled repository, offline', () => {
     const summary = await answer('bart', { text_input: 'The city council met on Tuesday to discuss the new park. Residents asked for more trees.', max_tokens: 8, min_tokens: 2 });
     assert.equal(summary.choices.length, 1);
     assert.ok(['length', 'end_id'].includes(summary.choices[0]!.finishReason!));
+    // Its tokenizer is not in the cache: GPT-2's serves in its place, and says so.
+    assert.equal(service.store.tokenizerFallback('bart'), 'gpt2');
+    assert.ok(logged.some((line) => /WARNING: tokenizer bart: .* using tokenizer gpt2 in its place/.test(line)), logged.join('\n'));
+  });
+
+  test('which entries run on random weights: all but stories, pointed at its real file', () => {
+    for (const name of ['gpt', 'gpt2', 't5', 'bart', 'fastertransformer', 't5-encoder', 't5-fastertransformer', 't5-small']) assert.ok(service.randomWeights(name).length > 0, name);
+    assert.deepEqual(service.randomWeights('stories'), []);
+    assert.deepEqual(service.randomWeights('t5-fastertransformer'), ['t5-small']);
+    assert.equal(service.store.servesRandomWeights('stories'), false);
   });
 });

@@ -82,7 +82,6 @@ test('the bundled repository has no errors; sources not in the cache are warning
       ['models/t5-small.yaml', 'warning'],
       ['tokenizers/bart.yaml', 'warning'],
       ['tokenizers/llama2.yaml', 'warning'],
-      ['tokenizers/t5.yaml', 'warning'],
     ],
   );
 });

@@ -50,7 +50,10 @@ test('the page asks for the API key once, lists the pipelines, and streams a cha
   await page.locator('#pipeline option[value="stories"]').waitFor({ state: 'attached' });
   const options = await page.locator('#pipeline option').allTextContents();
   assert.deepEqual(options, ['bart', 'gpt', 'gpt2', 't5', 'stories'].sort());
-  await page.selectOption('#pipeline', 'stories');
+  // It opens on a pipeline that chats, not on the first name (bart, a summarizer).
+  assert.equal(await page.locator('#pipeline').inputValue(), 'stories');
+  // stories runs the real model here: no random-weights badge.
+  assert.equal(await page.locator('#random-badge').isHidden(), true);
   await page.fill('#temperature', '0');
   await page.fill('#max_tokens', '120');
   await page.fill('#system', 'Tell a story.');
@@ -83,6 +86,9 @@ test('the page asks for the API key once, lists the pipelines, and streams a cha
 test('stop ends a long generation: the stream stops, the engine\'s running count drops', async () => {
   await page.getByRole('tab', { name: 'Completion' }).click();
   await page.selectOption('#pipeline', 'gpt2');
+  // gpt2 has no files here: it runs on seeded random weights, and the page says so.
+  await page.locator('#random-badge').waitFor({ state: 'visible' });
+  assert.equal(await page.locator('#random-badge').textContent(), 'random weights');
   await page.fill('#temperature', '0');
   await page.fill('#max_tokens', '400');
   await page.fill('#prompt', 'The weather today');
@@ -123,6 +129,41 @@ test('the repository tab draws the gpt ensemble: three steps and their wiring', 
   await page.setViewportSize({ width: 1900, height: 900 });
   await page.locator('section[data-ensemble="gpt"]').screenshot({ path: join(SHOTS, 'ensemble-gpt.png') });
   await page.setViewportSize({ width: 1200, height: 860 });
+});
+
+test('at 1280 px every bundled ensemble is drawn whole', async () => {
+  await page.setViewportSize({ width: 1280, height: 900 });
+  const sections = page.locator('section[data-ensemble]');
+  const names = await sections.evaluateAll((all) => all.map((s) => (s as HTMLElement).dataset.ensemble));
+  assert.deepEqual(names, ['fastertransformer', 'gpt', 't5-encoder', 't5-fastertransformer']);
+  for (const name of names) {
+    const fit = await page.locator(`section[data-ensemble="${name}"] .graph-scroll`).evaluate((box) => {
+      const svg = box.querySelector('svg')!.getBoundingClientRect();
+      const frame = box.getBoundingClientRect();
+      return { overflow: box.scrollWidth - box.clientWidth, right: svg.right - frame.right, left: frame.left - svg.left, width: svg.width };
+    });
+    assert.ok(fit.overflow <= 0 && fit.right <= 0 && fit.left <= 0 && fit.width > 200, `${name}: ${JSON.stringify(fit)}`);
+  }
+  await page.screenshot({ path: join(SHOTS, 'repository-1280.png'), fullPage: true });
+  await page.setViewportSize({ width: 1200, height: 860 });
+});
+
+test('the repository tab shows the models\' states live, in words', async () => {
+  assert.equal(await page.getByRole('tab', { name: 'Repository' }).getAttribute('aria-selected'), 'true');
+  assert.match((await page.locator('#panel-repository .note').textContent())!, /load on the first request/);
+  const state = (model: string) => page.locator('section.models tr', { has: page.locator(`td:text-is("${model}")`) }).locator('td').nth(3);
+  const weights = (model: string) => page.locator('section.models tr', { has: page.locator(`td:text-is("${model}")`) }).locator('td').nth(4);
+  // stories answered the chat: ready, from its real file; t5-small has not been asked for yet.
+  assert.equal(await state('stories').textContent(), 'ready');
+  assert.equal(await weights('stories').textContent(), 'from source');
+  assert.equal(await state('t5-small').textContent(), 'not loaded: loads on first request');
+  assert.equal(await weights('t5-small').textContent(), 'random');
+  // Unloaded and loaded again behind the page's back: the tab follows without a reload.
+  const control = (action: string) => fetch(`${server.url}/v2/repository/models/stories/${action}`, { method: 'POST', headers: { authorization: `Bearer ${KEY}` } });
+  assert.equal((await control('unload')).status, 200);
+  await page.locator('section.models td', { hasText: 'not loaded: loads on first request' }).and(state('stories')).waitFor({ timeout: 10_000 });
+  assert.equal((await control('load')).status, 200);
+  await page.locator('section.models td', { hasText: 'ready' }).and(state('stories')).waitFor({ timeout: 10_000 });
 });
 
 test('on a phone-sized window the page fits its width', async () => {

@@ -3,7 +3,8 @@
  * sequence cut at its sequence_length. With input_lengths, each row's first input_lengths ids are the
  * prompt: not in the text, but the context it continues (so a SentencePiece piece keeps its space).
  * Streaming: every snapshot of output_ids gives a text snapshot that extends the last one (pieces that
- * might be half a character wait), and the final one is decode() of the whole.
+ * might be half a character wait), and the final one is decode() of the whole. Ids past the tokenizer's
+ * vocabulary are skipped.
  */
 import type { Observable} from 'rxjs';
 import { concat, defer, from, mergeMap, of } from 'rxjs';
@@ -43,7 +44,9 @@ function texts(inputs: Observable<TensorRecord>, tokenizer: Tokenizer): Observab
           state = { decoder: new StreamDecoder(tokenizer, { skipSpecialTokens: true, context: row.slice(0, prompt) }), pushed: prompt, text: '' };
           decoders.set(i, state);
         }
-        for (; state.pushed < end; state.pushed++) state.text += state.decoder.push(row[state.pushed]!);
+        // Ids past the tokenizer's vocabulary (a model's embedding padded beyond it, as t5-small's 32128
+        // rows over T5's 32000 pieces) have no text.
+        for (; state.pushed < end; state.pushed++) if (row[state.pushed]! < tokenizer.vocabSize) state.text += state.decoder.push(row[state.pushed]!);
       }
       started = true;
       return [snapshot()];

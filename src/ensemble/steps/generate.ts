@@ -48,8 +48,19 @@ function run(model: LoadedModel, inputs: TensorRecord, stream: boolean): Observa
     if (!Number.isInteger(length) || length < 0 || length > row.length) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `input_lengths[${r}] must be an integer in [0, ${row.length}], got ${length}`, { param: 'input_lengths' });
     return row.slice(0, length);
   });
-  const params = prompts.map((_, r) => rowParams(inputs, r, batch, outputLen?.[r]));
-  const returned = Math.max(1, ...params.map((p) => p.num_return_sequences ?? 1));
+  // A default length (the request gave none) shrinks to what the context leaves after the prompt.
+  // A length the request gave and the context cannot hold is refused, naming both numbers.
+  const fitted = outputLen?.map((n, r) => {
+    const room = model.outputRoom(prompts[r]!.length);
+    if (inputs.request_output_len!.isDefault === true) return Math.max(1, Math.min(n, room));
+    if (n > room) {
+      throw new ChorusError('CHORUS_CANNOT_FIT', `request_output_len (max_tokens) ${n} is more than the ${room} tokens model ${model.name} has room for after a prompt of ${prompts[r]!.length}`, { param: 'max_tokens' });
+    }
+    return n;
+  });
+  const params = prompts.map((_, r) => rowParams(inputs, r, batch, fitted?.[r]));
+  // Sized before the engine checks the parameters: never more than the beams there are (at most 64).
+  const returned = Math.max(1, ...params.map((p) => Math.min(Number(p.num_return_sequences ?? 1) || 1, Number(p.beam_width ?? 1) || 1, 64)));
   const withLogProbs = params.some((p) => p.is_return_log_probs === true);
   const tracks: Track[][] = prompts.map(() => Array.from({ length: returned }, () => ({ ids: [], logProbs: [], tops: [], cum: 0, finish: '' })));
   const k = Math.max(0, ...params.map((p) => p.top_logprobs ?? 0));

@@ -73,6 +73,10 @@ const PIPELINE_INPUTS = { text_input: { datatype: 'BYTES' as Datatype, dims: [1]
 const PIPELINE_OUTPUTS = { text_output: { datatype: 'BYTES' as Datatype, dims: [-1] }, prompt_tokens: { datatype: 'INT32' as Datatype, dims: [1] }, completion_tokens: { datatype: 'INT32' as Datatype, dims: [1] } };
 
 function metadata(service: Service, name: string): unknown {
+  return { ...(metadataOf(service, name) as object), random_weights: service.randomWeights(name).length > 0 };
+}
+
+function metadataOf(service: Service, name: string): unknown {
   const { kind } = target(service, name);
   const io = (specs: Record<string, { datatype: Datatype; dims: number[] }>): unknown[] =>
     Object.entries(specs).map(([tensorName, spec]) => ({ name: tensorName, datatype: spec.datatype, shape: [-1, ...spec.dims] }));

@@ -49,14 +49,10 @@ function logprobsBody(kind: 'chat' | 'completion', tokens: TokenLogProb[], offse
 }
 
 export function registerOpenAi(app: FastifyInstance, service: Service): void {
-  app.get('/v1/models', async () => ({
-    object: 'list',
-    data: [...service.repository.pipelines.keys()].sort().map((id) => ({ id, object: 'model', created: 0, owned_by: 'chorus' })),
-  }));
-  app.get<{ Params: { model: string } }>('/v1/models/:model', async (request) => {
-    pipelineOf(service, request.params.model);
-    return { id: request.params.model, object: 'model', created: 0, owned_by: 'chorus' };
-  });
+  // random_weights: the pipeline runs a model on seeded random weights (its text is noise).
+  const describe = (id: string): Record<string, unknown> => ({ id, object: 'model', created: 0, owned_by: 'chorus', random_weights: service.randomWeights(id).length > 0 });
+  app.get('/v1/models', async () => ({ object: 'list', data: [...service.repository.pipelines.keys()].sort().map(describe) }));
+  app.get<{ Params: { model: string } }>('/v1/models/:model', async (request) => describe(pipelineOf(service, request.params.model)));
   app.post('/v1/completions', async (request, reply) => handle(service, request, reply, 'completion'));
   app.post('/v1/chat/completions', async (request, reply) => handle(service, request, reply, 'chat'));
 }
@@ -79,7 +75,7 @@ async function handle(service: Service, request: FastifyRequest, reply: FastifyR
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalidArgument('body', 'a JSON object', body);
   for (const field of Object.keys(body)) if (!ACCEPTED.has(field)) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `Unrecognized request argument supplied: ${field}`, { param: field });
   for (const [field, refused] of Object.entries(REFUSED)) {
-    if (refused(body[field])) throw new ChorusError('CHORUS_UNSUPPORTED', `${field} is not supported by this server`, { param: field });
+    if (refused(body[field])) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `${field} is not supported by this server`, { param: field });
   }
   const model = pipelineOf(service, body.model);
   const n = body.n ?? 1;

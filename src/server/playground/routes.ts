@@ -1,7 +1,8 @@
 /**
  * The playground: a page at `/` (chat, completion, and the repository drawn as graphs) served from
  * files inside the package, no CDN; and `GET /chorus/repository`, the repository as the page draws it:
- * pipelines, ensembles with their steps and wiring, models with their load state.
+ * pipelines, ensembles with their steps and wiring, models with their load state; `random_weights` on
+ * whatever runs a model on seeded random weights, and the tokenizers served by their fallback.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -44,10 +45,12 @@ export function registerPlayground(app: FastifyInstance, service: Service): void
         description: d.value.description ?? null,
         ...(d.value.ensemble ? { ensemble: d.value.ensemble } : { model: d.value.model }),
         chat: d.value.chat_template !== undefined,
+        random_weights: service.randomWeights(name).length > 0,
       })),
       ensembles: byName(repository.ensembles).map(([name, d]) => ({
         name,
         description: d.value.description ?? null,
+        random_weights: service.randomWeights(name).length > 0,
         inputs: Object.entries(d.value.inputs).map(([tensor, spec]) => ({ name: tensor, datatype: spec.datatype, optional: spec.optional === true })),
         outputs: Object.entries(d.value.outputs).map(([tensor, spec]) => ({ name: tensor, datatype: spec.datatype })),
         steps: d.value.steps.map((step) => {
@@ -55,7 +58,14 @@ export function registerPlayground(app: FastifyInstance, service: Service): void
           return { name: step.name, kind, target: step[kind], inputs: step.inputs, outputs: step.outputs };
         }),
       })),
-      models: byName(repository.models).map(([name, d]) => ({ name, engine: d.value.engine, device: d.value.device ?? 'cpu', state: state.get(name) ?? 'UNAVAILABLE' })),
+      models: byName(repository.models).map(([name, d]) => ({
+        name,
+        engine: d.value.engine,
+        device: d.value.device ?? 'cpu',
+        state: state.get(name) ?? 'UNAVAILABLE',
+        random_weights: service.store.servesRandomWeights(name),
+      })),
+      tokenizers: byName(repository.tokenizers).map(([name, d]) => ({ name, type: d.value.type, fallback_in_use: service.store.tokenizerFallback(name) ?? null })),
     };
   });
 }

@@ -70,7 +70,7 @@ function select(tab) {
     t.tabIndex = selected ? 0 : -1;
     $(t.getAttribute('aria-controls')).hidden = !selected;
   }
-  if (tab.id === 'tab-repository') void showRepository();
+  if (tab.id === 'tab-repository') void showRepository(true);
 }
 for (const tab of tabs) {
   tab.addEventListener('click', () => select(tab));
@@ -169,6 +169,7 @@ async function stream(kind, body, onText, stopButton, sendButton) {
       throw error;
     }
   } finally {
+    void loadRepository().then(showBadge, () => {});
     running = null;
     stopButton.disabled = true;
     sendButton.disabled = false;
@@ -256,9 +257,9 @@ async function loadRepository() {
   return repository;
 }
 
-function table(title, head, rows) {
+function table(title, head, rows, name = '') {
   const section = document.createElement('section');
-  section.className = 'listing';
+  section.className = `listing ${name}`.trim();
   const h = document.createElement('h2');
   h.textContent = title;
   const t = document.createElement('table');
@@ -274,30 +275,56 @@ function table(title, head, rows) {
   return section;
 }
 
-async function showRepository() {
+/** A model's state in words. */
+const STATES = { READY: 'ready', LOADING: 'loading…', UNAVAILABLE: 'not loaded: loads on first request' };
+
+function modelRows(repo) {
+  return repo.models.map((m) => [m.name, m.engine, m.device, STATES[m.state] ?? m.state, m.random_weights ? 'random' : 'from source']);
+}
+
+let polling = null;
+
+/** Draws the repository (graphs only when `redraw`), then keeps the models' states live while the tab shows. */
+async function showRepository(redraw = false) {
   const root = $('repository');
   try {
-    const repo = repository ?? (await loadRepository());
-    root.replaceChildren();
-    for (const ensemble of repo.ensembles) {
-      const section = document.createElement('section');
-      section.className = 'ensemble';
-      section.dataset.ensemble = ensemble.name;
-      const h = document.createElement('h2');
-      h.textContent = `ensemble ${ensemble.name}`;
-      const p = document.createElement('p');
-      p.textContent = ensemble.description ?? '';
-      const scroll = document.createElement('div');
-      scroll.className = 'graph-scroll';
-      scroll.append(drawEnsemble(ensemble));
-      section.append(h, p, scroll);
-      root.append(section);
-    }
-    root.append(table('pipelines', ['name', 'runs', 'chat'], repo.pipelines.map((p) => [p.name, p.ensemble ? `ensemble ${p.ensemble}` : `model ${p.model}`, p.chat ? 'yes' : 'no'])));
-    root.append(table('models', ['name', 'engine', 'device', 'state'], repo.models.map((m) => [m.name, m.engine, m.device, m.state])));
+    const repo = await loadRepository();
+    showBadge();
+    if (!redraw && root.querySelector('section.models')) {
+      root.querySelector('section.models').replaceWith(table('models', ['name', 'engine', 'device', 'state', 'weights'], modelRows(repo), 'models'));
+    } else drawRepository(root, repo);
   } catch (error) {
     root.textContent = error.message;
   }
+  clearTimeout(polling);
+  if (!$('panel-repository').hidden) polling = setTimeout(() => void showRepository(), 1500);
+}
+
+function drawRepository(root, repo) {
+  root.replaceChildren();
+  for (const ensemble of repo.ensembles) {
+    const section = document.createElement('section');
+    section.className = 'ensemble';
+    section.dataset.ensemble = ensemble.name;
+    const h = document.createElement('h2');
+    h.textContent = `ensemble ${ensemble.name}`;
+    const p = document.createElement('p');
+    p.textContent = ensemble.description ?? '';
+    const scroll = document.createElement('div');
+    scroll.className = 'graph-scroll';
+    scroll.append(drawEnsemble(ensemble));
+    section.append(h, p, scroll);
+    root.append(section);
+  }
+  root.append(table('pipelines', ['name', 'runs', 'chat'], repo.pipelines.map((p) => [p.name, p.ensemble ? `ensemble ${p.ensemble}` : `model ${p.model}`, p.chat ? 'yes' : 'no'])));
+  root.append(table('models', ['name', 'engine', 'device', 'state', 'weights'], modelRows(repo), 'models'));
+}
+
+/** The pipeline's description, and the badge when it runs a model on random weights. */
+function showBadge() {
+  const pipeline = repository?.pipelines.find((p) => p.name === $('pipeline').value);
+  $('pipeline-note').textContent = pipeline?.description ?? '';
+  $('random-badge').hidden = pipeline?.random_weights !== true;
 }
 
 // ---------- Start: the pipelines ----------
@@ -309,15 +336,14 @@ async function start() {
     const { data } = await response.json();
     const select = $('pipeline');
     for (const model of data) select.append(new Option(model.id, model.id));
+    const repo = await loadRepository().catch(() => null);
+    // Start on the pipeline asked for, else on the first that chats.
     const wanted = new URLSearchParams(location.search).get('pipeline');
+    const chat = repo?.pipelines.find((p) => p.chat)?.name;
     if (wanted && data.some((m) => m.id === wanted)) select.value = wanted;
-    const describe = async () => {
-      const repo = repository ?? (await loadRepository().catch(() => null));
-      const pipeline = repo?.pipelines.find((p) => p.name === select.value);
-      $('pipeline-note').textContent = pipeline?.description ?? '';
-    };
-    select.addEventListener('change', describe);
-    await describe();
+    else if (chat !== undefined) select.value = chat;
+    select.addEventListener('change', showBadge);
+    showBadge();
     status(`${data.length} pipelines`);
   } catch (error) {
     status(error.message, true);

@@ -2,9 +2,9 @@
 // its depth (one past the deepest step that feeds it), the outputs on the right; an arrow per pair of
 // connected nodes, labelled with the tensors it carries (all of them, with their ports, on hover).
 const SVG = 'http://www.w3.org/2000/svg';
-const NODE_W = 178;
+const NODE_W = 164;
 const NODE_H = 48;
-const COL_GAP = 340;
+const COL_GAP = 280;
 const ROW_GAP = 96;
 const MARGIN = 24;
 
@@ -101,7 +101,7 @@ export function drawEnsemble(ensemble) {
     // The bezier's midpoint.
     const mx = (x1 + x2) / 2;
     const my = (y1 + y2) / 2 - rise * 0.975;
-    g.append(el('text', { x: mx, y: my - 5, 'text-anchor': 'middle' }, clip(shown, 24)));
+    g.append(el('text', { x: mx, y: my - 5, 'text-anchor': 'middle' }, clip(shown, 17)));
     svg.append(g);
   }
   for (const node of nodes) {
@@ -109,8 +109,8 @@ export function drawEnsemble(ensemble) {
     const g = el('g', { class: `node${node.io ? ' io' : ''}`, 'data-node': node.id, transform: `translate(${x} ${y})` });
     g.append(el('title', {}, node.io ? (node.id === 'inputs' ? ensemble.inputs : ensemble.outputs).map((t) => `${t.name} (${t.datatype}${t.optional ? ', optional' : ''})`).join('\n') : `${node.title}: ${node.subtitle}`));
     g.append(el('rect', { width: NODE_W, height: NODE_H, rx: 8 }));
-    g.append(el('text', { x: 12, y: 20, 'font-weight': 600 }, clip(node.title, 24)));
-    g.append(el('text', { x: 12, y: 37, class: 'kind' }, clip(node.subtitle, 27)));
+    g.append(el('text', { x: 12, y: 20, 'font-weight': 600 }, clip(node.title, 20)));
+    g.append(el('text', { x: 12, y: 37, class: 'kind' }, clip(node.subtitle, 24)));
     svg.append(g);
   }
   return svg;
