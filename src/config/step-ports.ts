@@ -76,7 +76,7 @@ export const STEP_PORTS: Record<StepKind, StepPorts> = {
     outputs: { output_ids: idsOut, sequence_length: idsOut, cum_log_probs: f32, output_log_probs: f32, finish_reason: { datatype: 'BYTES' }, top_log_probs: f32, top_log_prob_ids: u32 },
   },
   encode: {
-    inputs: { input_ids: { ...u32, required: true }, input_lengths: { ...u32, required: true } },
+    inputs: { input_ids: { ...u32, required: true }, input_lengths: { ...u32, required: true }, is_return_attentions: { datatype: 'BOOL' } },
     outputs: { last_hidden_state: f32, attentions: f32 },
   },
   detokenize: {

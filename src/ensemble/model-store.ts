@@ -251,6 +251,7 @@ export class ModelStore {
         task,
         tokenizer,
         flavor,
+        outputAttentions: task === 'encode' && value.output_attentions === true,
         greedySearch: decoderOnly && greedySearchWanted(value),
         slotDecoder: decoderOnly && nativeRequested(value) && flavor === 'cuda',
       };
