@@ -1,5 +1,6 @@
 /**
- * `chorus serve`: the HTTP server over a repository (the bundled one by default) on 127.0.0.1:8000.
+ * `chorus serve`: the HTTP server over a repository (the bundled one by default) on 127.0.0.1:8000, and
+ * KServe v2 gRPC on port 8001 (--grpc-port; 0 turns it off).
  * SIGTERM or SIGINT stops it gracefully: no new connections, in-flight requests get until the deadline
  * to finish, then the rest is cancelled and the models unloaded; the process exits 0.
  */
@@ -8,11 +9,13 @@ import { invalidArgument } from '../errors.ts';
 import { Service } from '../pipeline/index.ts';
 import { bundledRepositoryDir } from '../repository/index.ts';
 import { buildServer, Metrics } from '../server/index.ts';
+import { serviceEngine, startGrpcServer } from '../server/grpc/index.ts';
 import { sourceOverrides, withRepositoryOptions, type RepositoryOptions } from './repository-options.ts';
 
 interface ServeOptions extends RepositoryOptions {
   host: string;
   port: string;
+  grpcPort: string;
   apiKey?: string;
   corsOrigin?: string;
   shutdownTimeout: string;
@@ -26,6 +29,7 @@ export function registerServe(program: Command): void {
     .description('serve the repository over HTTP: KServe v2, Triton\'s generate extension, OpenAI-compatible routes, /metrics')
     .option('--host <host>', 'address to listen on', '127.0.0.1')
     .option('--port <port>', 'port to listen on', '8000')
+    .option('--grpc-port <port>', 'port of the KServe v2 gRPC service (0: off)', '8001')
     .option('--api-key <key>', 'require Authorization: Bearer <key> (default: $CHORUS_API_KEY, else none)')
     .option('--cors-origin <origin>', 'allow browsers from this origin (default: no CORS)')
     .option('--shutdown-timeout <seconds>', 'on SIGTERM, how long in-flight requests may take', '30')
@@ -33,23 +37,27 @@ export function registerServe(program: Command): void {
     .action(async (options: ServeOptions) => {
       const port = Number(options.port);
       if (!Number.isInteger(port) || port < 0 || port > 65535) throw invalidArgument('--port', 'an integer in [0, 65535]', options.port);
+      const grpcPort = Number(options.grpcPort);
+      if (!Number.isInteger(grpcPort) || grpcPort < 0 || grpcPort > 65535) throw invalidArgument('--grpc-port', 'an integer in [0, 65535] (0: no gRPC)', options.grpcPort);
       const deadline = Number(options.shutdownTimeout);
       if (!Number.isFinite(deadline) || deadline < 0) throw invalidArgument('--shutdown-timeout', 'a number of seconds >= 0', options.shutdownTimeout);
       const metrics = new Metrics();
       const service = Service.open(options.repository ?? bundledRepositoryDir(), { sourceOverrides: sourceOverrides(options), onRequestDone: (model, m) => metrics.generation(model, m) });
-      const app = await buildServer({ service, metrics, apiKey: options.apiKey ?? process.env.CHORUS_API_KEY, corsOrigin: options.corsOrigin, logger: options.quiet ? false : { level: 'info' } });
+      const apiKey = options.apiKey ?? process.env.CHORUS_API_KEY;
+      const app = await buildServer({ service, metrics, apiKey, corsOrigin: options.corsOrigin, logger: options.quiet ? false : { level: 'info' } });
       const address = await app.listen({ host: options.host, port });
-      process.stderr.write(`chorus: serving ${service.repository.dir} on ${address} (pipelines: ${[...service.repository.pipelines.keys()].join(', ')})\n`);
+      const grpc = grpcPort === 0 ? undefined : await startGrpcServer({ engine: serviceEngine(service), host: options.host, port: grpcPort, apiKey });
+      process.stderr.write(`chorus: serving ${service.repository.dir} on ${address}${grpc === undefined ? '' : ` and gRPC port ${grpc.port}`} (pipelines: ${[...service.repository.pipelines.keys()].join(', ')})\n`);
       await new Promise<void>((resolve) => {
         const stop = (signal: string): void => {
           process.stderr.write(`chorus: ${signal}: finishing in-flight requests (at most ${deadline} s)\n`);
           // Past the deadline, what still runs is cut off: connections closed, generation cancelled.
           const timer = setTimeout(() => {
             app.server.closeAllConnections();
+            grpc?.forceClose();
             void service.close();
           }, deadline * 1000);
-          void app
-            .close()
+          void Promise.all([app.close(), grpc?.close()])
             .then(() => service.close())
             .finally(() => {
               clearTimeout(timer);
