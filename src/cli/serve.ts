@@ -1,13 +1,17 @@
 /**
- * `chorus serve`: the HTTP server over a repository (the bundled one by default) on 127.0.0.1:8000, and
- * KServe v2 gRPC on port 8001 (--grpc-port; 0 turns it off).
+ * `chorus serve`: the HTTP server over a repository (the bundled one by default, a directory, or
+ * s3://bucket/prefix) on 127.0.0.1:8000, and KServe v2 gRPC on port 8001 (--grpc-port; 0 turns it off).
+ * --model-control-mode as Triton's: explicit (models load on first use or by request), none (all load at
+ * start, requests cannot load or unload), poll (as none, and every --repository-poll-secs the
+ * repository's changes load, reload or unload models, in-flight requests finishing where they started).
  * SIGTERM or SIGINT stops it gracefully: no new connections, in-flight requests get until the deadline
  * to finish, then the rest is cancelled and the models unloaded; the process exits 0.
  */
 import type { Command } from 'commander';
 import { invalidArgument } from '../errors.ts';
-import { Service } from '../pipeline/index.ts';
-import { bundledRepositoryDir } from '../repository/index.ts';
+import type { ModelControlMode } from '../ensemble/index.ts';
+import { pollRepository, Service } from '../pipeline/index.ts';
+import { bundledRepositoryDir, isS3Repository, syncS3Repository } from '../repository/index.ts';
 import { buildServer, Metrics } from '../server/index.ts';
 import { serviceEngine, startGrpcServer } from '../server/grpc/index.ts';
 import { sourceOverrides, withRepositoryOptions, type RepositoryOptions } from './repository-options.ts';
@@ -16,6 +20,8 @@ interface ServeOptions extends RepositoryOptions {
   host: string;
   port: string;
   grpcPort: string;
+  modelControlMode: string;
+  repositoryPollSecs: string;
   apiKey?: string;
   corsOrigin?: string;
   shutdownTimeout: string;
@@ -30,6 +36,8 @@ export function registerServe(program: Command): void {
     .option('--host <host>', 'address to listen on', '127.0.0.1')
     .option('--port <port>', 'port to listen on', '8000')
     .option('--grpc-port <port>', 'port of the KServe v2 gRPC service (0: off)', '8001')
+    .option('--model-control-mode <mode>', 'explicit (load on first use or by request), none (load all at start), poll (as none, and follow the repository\'s changes)', 'explicit')
+    .option('--repository-poll-secs <seconds>', 'poll mode: seconds between looks at the repository', '15')
     .option('--api-key <key>', 'require Authorization: Bearer <key> (default: $CHORUS_API_KEY, else none)')
     .option('--cors-origin <origin>', 'allow browsers from this origin (default: no CORS)')
     .option('--shutdown-timeout <seconds>', 'on SIGTERM, how long in-flight requests may take', '30')
@@ -41,16 +49,26 @@ export function registerServe(program: Command): void {
       if (!Number.isInteger(grpcPort) || grpcPort < 0 || grpcPort > 65535) throw invalidArgument('--grpc-port', 'an integer in [0, 65535] (0: no gRPC)', options.grpcPort);
       const deadline = Number(options.shutdownTimeout);
       if (!Number.isFinite(deadline) || deadline < 0) throw invalidArgument('--shutdown-timeout', 'a number of seconds >= 0', options.shutdownTimeout);
+      const control = options.modelControlMode as ModelControlMode;
+      if (!['none', 'explicit', 'poll'].includes(control)) throw invalidArgument('--model-control-mode', 'none, explicit or poll', options.modelControlMode);
+      const pollSecs = Number(options.repositoryPollSecs);
+      if (!Number.isFinite(pollSecs) || pollSecs <= 0) throw invalidArgument('--repository-poll-secs', 'a number of seconds > 0', options.repositoryPollSecs);
+      const log = (line: string): void => void process.stderr.write(`chorus: ${line}\n`);
+      const remote = options.repository !== undefined && isS3Repository(options.repository) ? options.repository : undefined;
+      const dir = remote === undefined ? (options.repository ?? bundledRepositoryDir()) : (await syncS3Repository(remote, log)).dir;
       const metrics = new Metrics();
-      const service = Service.open(options.repository ?? bundledRepositoryDir(), { sourceOverrides: sourceOverrides(options), onRequestDone: (model, m) => metrics.generation(model, m) });
+      const service = Service.open(dir, { sourceOverrides: sourceOverrides(options), onRequestDone: (model, m) => metrics.generation(model, m), control });
+      if (control !== 'explicit') await service.loadAll();
+      const stopPolling = control === 'poll' ? pollRepository(service, { intervalSeconds: pollSecs, sync: remote === undefined ? undefined : () => syncS3Repository(remote, log) }) : undefined;
       const apiKey = options.apiKey ?? process.env.CHORUS_API_KEY;
       const app = await buildServer({ service, metrics, apiKey, corsOrigin: options.corsOrigin, logger: options.quiet ? false : { level: 'info' } });
       const address = await app.listen({ host: options.host, port });
       const grpc = grpcPort === 0 ? undefined : await startGrpcServer({ engine: serviceEngine(service), host: options.host, port: grpcPort, apiKey });
-      process.stderr.write(`chorus: serving ${service.repository.dir} on ${address}${grpc === undefined ? '' : ` and gRPC port ${grpc.port}`} (pipelines: ${[...service.repository.pipelines.keys()].join(', ')})\n`);
+      process.stderr.write(`chorus: serving ${remote ?? service.repository.dir} on ${address}${grpc === undefined ? '' : ` and gRPC port ${grpc.port}`} (pipelines: ${[...service.repository.pipelines.keys()].join(', ')})\n`);
       await new Promise<void>((resolve) => {
         const stop = (signal: string): void => {
           process.stderr.write(`chorus: ${signal}: finishing in-flight requests (at most ${deadline} s)\n`);
+          stopPolling?.();
           // Past the deadline, what still runs is cut off: connections closed, generation cancelled.
           const timer = setTimeout(() => {
             app.server.closeAllConnections();
