@@ -157,12 +157,10 @@ describe('ModelStreamInfer (decoupled)', () => {
     stream.end();
     await ended;
     assert.ok(responses.every((r) => r.error_message === ''), JSON.stringify(responses.slice(0, 3)));
-    const final = responses.at(-1)!;
-    assert.equal(final.infer_response.parameters.triton_final_response!.bool_param, true);
-    assert.deepEqual(final.infer_response.outputs, []);
-    const steps = responses.slice(0, -1);
+    const steps = responses;
     assert.ok(steps.length >= 10, `a response per step (${steps.length})`);
-    assert.ok(steps.every((r) => r.infer_response.parameters.triton_final_response!.bool_param === false && r.infer_response.id === 'Once upon a time'));
+    assert.deepEqual(steps.map((r) => r.infer_response.parameters.triton_final_response!.bool_param), [...steps.slice(1).map(() => false), true], 'the last response is the final one');
+    assert.ok(steps.every((r) => r.infer_response.id === 'Once upon a time'));
     const text = steps
       .map((r) => {
         const raw = r.infer_response.raw_output_contents[r.infer_response.outputs.findIndex((o) => o.name === 'text_output')]!;
@@ -174,6 +172,23 @@ describe('ModelStreamInfer (decoupled)', () => {
     assert.ok(text.length > 20);
     const usage = steps.at(-1)!.infer_response.outputs.map((o) => o.name);
     assert.ok(usage.includes('completion_tokens'), 'the last step carries the usage');
+  });
+
+  test('with triton_enable_empty_final_response, responses come as they are made and an empty one ends the request', async () => {
+    const stream = client.ModelStreamInfer(key);
+    const responses: StreamResponse[] = [];
+    const ended = new Promise<void>((resolve) => {
+      stream.on('data', (r: StreamResponse) => responses.push(r));
+      stream.on('end', resolve);
+    });
+    stream.write({ ...prompt('Lily', 6), parameters: { triton_enable_empty_final_response: { bool_param: true } } });
+    stream.end();
+    await ended;
+    const final = responses.at(-1)!;
+    assert.equal(final.infer_response.parameters.triton_final_response!.bool_param, true);
+    assert.deepEqual(final.infer_response.outputs, []);
+    assert.ok(responses.length > 2);
+    assert.ok(responses.slice(0, -1).every((r) => r.infer_response.parameters.triton_final_response!.bool_param === false && r.infer_response.outputs.length > 0));
   });
 
   test('a failing request answers error_message and the stream goes on', async () => {

@@ -1,30 +1,15 @@
 /**
  * The handlers of inference.GRPCInferenceService over a GrpcEngine: health, metadata, configuration,
- * the repository, ModelInfer, and ModelStreamInfer in Triton's decoupled mode: for a pipeline one
- * response per update with that step's text in `text_output`, for an ensemble each snapshot of its
- * outputs (FT's partial results), every response marked `triton_final_response: false`, then an empty
- * response marked true when the request is done. A request's failure on the stream is a response with
- * `error_message`; the stream stays open for the others. A cancelled call cancels its generation.
+ * the repository, ModelInfer (a cancelled call cancels its generation), and ModelStreamInfer in
+ * Triton's decoupled mode (stream-infer.ts).
  */
 import type * as grpc from '@grpc/grpc-js';
-import { last, Subscription, type Observable } from 'rxjs';
-import type { TensorRecord } from '../../ensemble/index.ts';
-import { invalidArgument } from '../../errors.ts';
+import { last, type Subscription } from 'rxjs';
 import type { GrpcEngine, ModelInfo, TensorInfo } from './engine.ts';
+import { inferResponse, startInfer, VERSION, type InferRequest } from './infer-call.ts';
 import { grpcError } from './status.ts';
-import { requestTensors, responseTensors, type InputMessage } from './tensors.ts';
+import { streamInfer } from './stream-infer.ts';
 
-const VERSION = '1';
-
-/** ModelInferRequest, as the proto loader gives it. */
-interface InferRequest {
-  model_name: string;
-  model_version: string;
-  id: string;
-  inputs: InputMessage[];
-  outputs: Array<{ name: string }>;
-  raw_input_contents: Buffer[];
-}
 
 type Unary = (call: grpc.ServerUnaryCall<Record<string, unknown>, unknown>, callback: grpc.sendUnaryData<unknown>) => void;
 
@@ -50,30 +35,6 @@ function decoupled(info: ModelInfo): boolean {
 
 /** The service's handlers by RPC name. */
 export function inferenceHandlers(engine: GrpcEngine): grpc.UntypedServiceImplementation {
-  const infer = (request: InferRequest, stream: boolean): { info: ModelInfo; run: Observable<TensorRecord>; wanted: (outputs: TensorRecord) => string[] } => {
-    if (request.model_name === '') throw invalidArgument('model_name', 'the name of a pipeline or ensemble', request.model_name);
-    const info = engine.resolve(request.model_name);
-    const inputs = requestTensors(request.inputs, request.raw_input_contents);
-    const run = engine.infer(info.name, inputs, { stream });
-    const wanted = (outputs: TensorRecord): string[] => {
-      const names = request.outputs.length > 0 ? request.outputs.map((o) => o.name) : Object.keys(outputs);
-      for (const name of names) if (!(name in outputs)) throw invalidArgument('outputs', `names of outputs of ${info.name} (${Object.keys(outputs).join(', ')})`, name);
-      return names;
-    };
-    return { info, run, wanted };
-  };
-  const response = (request: InferRequest, outputs: TensorRecord, names: readonly string[], final?: boolean): unknown => {
-    const { outputs: described, raw } = responseTensors(outputs, names);
-    return {
-      model_name: request.model_name,
-      model_version: VERSION,
-      id: request.id,
-      outputs: described,
-      raw_output_contents: raw,
-      ...(final === undefined ? {} : { parameters: { triton_final_response: { bool_param: final } } }),
-    };
-  };
-
   return {
     ServerLive: unary(() => ({ live: true })),
     ServerReady: unary(() => ({ ready: true })),
@@ -117,11 +78,11 @@ export function inferenceHandlers(engine: GrpcEngine): grpc.UntypedServiceImplem
     ModelInfer: (call: grpc.ServerUnaryCall<InferRequest, unknown>, callback: grpc.sendUnaryData<unknown>) => {
       let subscription: Subscription | undefined;
       try {
-        const { run, wanted } = infer(call.request, false);
+        const { run, wanted } = startInfer(engine, call.request, false);
         subscription = run.pipe(last()).subscribe({
           next: (outputs) => {
             try {
-              callback(null, response(call.request, outputs, wanted(outputs)) as object);
+              callback(null, inferResponse(call.request, outputs, wanted(outputs)) as object);
             } catch (error) {
               callback(grpcError(error));
             }
@@ -133,71 +94,7 @@ export function inferenceHandlers(engine: GrpcEngine): grpc.UntypedServiceImplem
       }
       call.on('cancelled', () => subscription?.unsubscribe());
     },
-    ModelStreamInfer: (call: grpc.ServerDuplexStream<InferRequest, unknown>) => {
-      const running = new Set<Subscription>();
-      let ended = false;
-      const settle = (): void => {
-        if (ended && running.size === 0) call.end();
-      };
-      const fail = (request: InferRequest, error: unknown): void => {
-        call.write({ error_message: grpcError(error).details, infer_response: { model_name: request.model_name, model_version: VERSION, id: request.id } });
-      };
-      call.on('data', (request: InferRequest) => {
-        let started: ReturnType<typeof infer>;
-        try {
-          started = infer(request, true);
-        } catch (error) {
-          fail(request, error);
-          return;
-        }
-        const { info, run, wanted } = started;
-        const sent: string[] = [];
-        const subscription = new Subscription();
-        running.add(subscription);
-        subscription.add(run.subscribe({
-          next: (outputs) => {
-            try {
-              call.write({ infer_response: response(request, info.kind === 'pipeline' ? deltas(outputs, sent) : outputs, wanted(outputs), false) });
-            } catch (error) {
-              subscription.unsubscribe();
-              fail(request, error);
-              done();
-            }
-          },
-          error: (error: unknown) => {
-            fail(request, error);
-            done();
-          },
-          complete: () => {
-            call.write({ infer_response: { model_name: request.model_name, model_version: VERSION, id: request.id, parameters: { triton_final_response: { bool_param: true } } } });
-            done();
-          },
-        }));
-        function done(): void {
-          running.delete(subscription);
-          settle();
-        }
-      });
-      call.on('end', () => {
-        ended = true;
-        settle();
-      });
-      call.on('cancelled', () => {
-        for (const subscription of running) subscription.unsubscribe();
-        running.clear();
-      });
-    },
+    ModelStreamInfer: streamInfer(engine),
   };
 }
 
-/** A pipeline snapshot with text_output cut to what each choice added since the last one sent. */
-function deltas(outputs: TensorRecord, sent: string[]): TensorRecord {
-  const text = outputs.text_output;
-  if (text === undefined) return outputs;
-  const data = (text.data as string[]).map((snapshot, i) => {
-    const delta = snapshot.slice((sent[i] ?? '').length);
-    sent[i] = snapshot;
-    return delta;
-  });
-  return { ...outputs, text_output: { ...text, data } };
-}
