@@ -37,7 +37,7 @@ export function registerInfer(program: Command): void {
     .option('-i, --input <NAME=JSON>', 'an input tensor: its value or a whole tensor as JSON; repeatable', (value: string, previous: string[]) => [...previous, value], [] as string[])
     .option('--stream', 'print every snapshot of the outputs as it comes, one JSON per line')
     .option('--request <file>', 'a KServe v2 JSON request file (or FT\'s {"request": [{name, data, dtype}]}); prints the outputs as FT\'s client does')
-    .option('--url <url>', 'with --request: the server (http://host:8000) to send it to; default: run it in process')
+    .option('--url <url>', 'with --request: the server (http://host:8000) to send it to; default: the file\'s config.url, else run it in process')
     .option('-m, --model <name>', 'with --request: the model (ensemble) to run; default: the file\'s model_name, else fastertransformer')
     .option('--api-key <key>', 'with --url: sent as Authorization: Bearer <key>')
     .action(async (options: InferOptions) => {
@@ -78,8 +78,9 @@ async function inferRequestFile(options: InferOptions): Promise<void> {
   const file = readRequestFile(options.request!);
   const model = options.model ?? options.ensemble ?? file.model ?? 'fastertransformer';
   let outputs: Record<string, Tensor>;
-  if (options.url !== undefined) {
-    outputs = await inferRemote({ url: options.url, ...(options.apiKey === undefined ? {} : { apiKey: options.apiKey }) }, model, file.inputs, file.outputs);
+  const url = options.url ?? file.url;
+  if (url !== undefined) {
+    outputs = await inferRemote({ url, ...(options.apiKey === undefined ? {} : { apiKey: options.apiKey }) }, model, file.inputs, file.outputs);
   } else {
     const service = openService(options);
     try {

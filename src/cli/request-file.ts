@@ -15,7 +15,7 @@ import { parseExactJson } from '../util/exact-json.ts';
 export interface RequestFile {
   /** The model FT's `config.model_name` or the request's `model_name` names, if any. */
   model?: string;
-  /** The server FT's `config.url` names, if any. */
+  /** The server FT's `config.url` names, if any (used when --url is not given). */
   url?: string;
   inputs: Record<string, Tensor>;
   /** Outputs the request asks for (all when absent). */
@@ -37,7 +37,9 @@ export function readRequestFile(path: string): RequestFile {
     throw new ChorusError('CHORUS_FILE_INVALID', `request file ${path}: ${(error as Error).message}`, { param: '--request', cause: error });
   }
   if (typeof json !== 'object' || json === null || Array.isArray(json)) throw invalidArgument(`request file ${path}`, 'a JSON object with inputs (KServe) or request (FT)', json);
-  const file = json as { inputs?: unknown; request?: unknown; outputs?: unknown; model_name?: unknown; config?: { model_name?: unknown; url?: unknown } };
+  const file = json as { inputs?: unknown; request?: unknown; outputs?: unknown; model_name?: unknown; config?: { model_name?: unknown; url?: unknown; protocol?: unknown; stream_api?: unknown } };
+  if (file.config?.protocol !== undefined && file.config.protocol !== 'http') throw invalidArgument(`request file ${path}: config.protocol`, '"http" (chorus infer sends KServe v2 over HTTP)', file.config.protocol);
+  if (file.config?.stream_api === true) throw invalidArgument(`request file ${path}: config.stream_api`, 'false (chorus infer answers once; stream with chorus client --stream or gRPC)', true);
   const entries = file.inputs ?? file.request;
   if (!Array.isArray(entries) || entries.length === 0) throw invalidArgument(`request file ${path}`, 'a non-empty list of tensors under inputs (KServe) or request (FT)', entries);
   const inputs: Record<string, Tensor> = {};

@@ -140,3 +140,19 @@ test('OrderedPrinter lets the first unfinished answer through and holds the rest
   printer.end(1, '|');
   assert.equal(out, 'a1|b1b2|c1|');
 });
+
+test('a request file\'s config: its url is where it goes; a protocol or streaming it cannot do is refused', async () => {
+  const dir = scratchDir('chorus-request-config-');
+  const file = (config: Record<string, unknown>): string => {
+    const path = join(dir, `${Object.keys(config).join('-')}.json`);
+    writeFileSync(path, JSON.stringify({ config, request: [{ name: 'input_ids', data: [[5, 6]], dtype: 'uint32' }] }));
+    return path;
+  };
+  const unreachable = await chorus('infer', '--request', file({ url: 'http://127.0.0.1:1' }));
+  assert.equal(unreachable.status, 1);
+  assert.match(unreachable.stderr, /no answer from http:\/\/127\.0\.0\.1:1\/v2\/models\/fastertransformer\/infer/);
+  const grpcFile = await chorus('infer', '--request', file({ protocol: 'grpc' }));
+  assert.match(grpcFile.stderr, /config\.protocol must be "http" \(chorus infer sends KServe v2 over HTTP\), got "grpc"/);
+  const streamed = await chorus('infer', '--request', file({ stream_api: true }));
+  assert.match(streamed.stderr, /config\.stream_api must be false/);
+});
