@@ -59,11 +59,18 @@ export function registerServe(program: Command): void {
       const metrics = new Metrics();
       const service = Service.open(dir, { sourceOverrides: sourceOverrides(options), onRequestDone: (model, m) => metrics.generation(model, m), control });
       if (control !== 'explicit') await service.loadAll();
-      const stopPolling = control === 'poll' ? pollRepository(service, { intervalSeconds: pollSecs, sync: remote === undefined ? undefined : () => syncS3Repository(remote, log) }) : undefined;
       const apiKey = options.apiKey ?? process.env.CHORUS_API_KEY;
       const app = await buildServer({ service, metrics, apiKey, corsOrigin: options.corsOrigin, logger: options.quiet ? false : { level: 'info' } });
-      const address = await app.listen({ host: options.host, port });
-      const grpc = grpcPort === 0 ? undefined : await startGrpcServer({ engine: serviceEngine(service), host: options.host, port: grpcPort, apiKey });
+      const grpc = grpcPort === 0 ? undefined : await startGrpcServer({ engine: serviceEngine(service), host: options.host, port: grpcPort, apiKey }).catch(async (error: unknown) => {
+        await service.close();
+        throw error;
+      });
+      const address = await app.listen({ host: options.host, port }).catch(async (error: unknown) => {
+        grpc?.forceClose();
+        await service.close();
+        throw error;
+      });
+      const stopPolling = control === 'poll' ? pollRepository(service, { intervalSeconds: pollSecs, sync: remote === undefined ? undefined : () => syncS3Repository(remote, log) }) : undefined;
       process.stderr.write(`chorus: serving ${remote ?? service.repository.dir} on ${address}${grpc === undefined ? '' : ` and gRPC port ${grpc.port}`} (pipelines: ${[...service.repository.pipelines.keys()].join(', ')})\n`);
       await new Promise<void>((resolve) => {
         const stop = (signal: string): void => {

@@ -48,8 +48,11 @@ export async function startGrpcServer(options: GrpcServerOptions): Promise<GrpcS
   const guarded = Object.fromEntries(Object.entries(handlers).map(([name, handler]) => [name, PUBLIC.has(name) || options.apiKey === undefined ? handler : authorized(handler, options.apiKey)]));
   server.addService(loaded.inference.GRPCInferenceService.service, guarded);
   const host = options.host ?? '127.0.0.1';
+  const address = `${host.includes(':') ? `[${host}]` : host}:${options.port ?? 8001}`;
   const port = await new Promise<number>((resolve, reject) => {
-    server.bindAsync(`${host.includes(':') ? `[${host}]` : host}:${options.port ?? 8001}`, grpc.ServerCredentials.createInsecure(), (error, bound) => (error ? reject(error) : resolve(bound)));
+    server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (error, bound) =>
+      error ? reject(new ChorusError('CHORUS_INVALID_ARGUMENT', `cannot listen for gRPC on ${address}: ${error.message} (--grpc-port picks another port, 0 turns gRPC off)`, { param: 'grpc-port', cause: error })) : resolve(bound),
+    );
   });
   return {
     port,
