@@ -1,5 +1,9 @@
 /**
- * `chorus serve`: the HTTP server over a repository (the bundled one by default) on 127.0.0.1:8000.
+ * `chorus serve`: the HTTP server over a repository (the bundled one by default, a directory, or
+ * s3://bucket/prefix) on 127.0.0.1:8000, and KServe v2 gRPC on port 8001 (--grpc-port; 0 turns it off).
+ * --model-control-mode as Triton's: explicit (models load on first use or by request), none (all load at
+ * start, requests cannot load or unload), poll (as none, and every --repository-poll-secs the
+ * repository's changes load, reload or unload models, in-flight requests finishing where they started).
  * SIGTERM or SIGINT stops it gracefully: no new connections, in-flight requests get until the deadline
  * to finish, then the rest is cancelled and the models unloaded; the process exits 0.
  * Each flag may come from the environment instead (CHORUS_HOST, CHORUS_PORT, ...: `SERVE_ENV`), for
@@ -7,14 +11,19 @@
  */
 import { Option, type Command } from 'commander';
 import { invalidArgument } from '../errors.ts';
-import { Service } from '../pipeline/index.ts';
-import { bundledRepositoryDir } from '../repository/index.ts';
+import type { ModelControlMode } from '../ensemble/index.ts';
+import { pollRepository, Service } from '../pipeline/index.ts';
+import { bundledRepositoryDir, isS3Repository, syncS3Repository } from '../repository/index.ts';
 import { buildServer, Metrics } from '../server/index.ts';
+import { serviceEngine, startGrpcServer } from '../server/grpc/index.ts';
 import { sourceOverrides, withRepositoryOptions, type RepositoryOptions } from './repository-options.ts';
 
 interface ServeOptions extends RepositoryOptions {
   host: string;
   port: string;
+  grpcPort: string;
+  modelControlMode: string;
+  repositoryPollSecs: string;
   apiKey?: string;
   corsOrigin?: string;
   shutdownTimeout: string;
@@ -31,6 +40,9 @@ export const SERVE_ENV = {
   shutdownTimeout: 'CHORUS_SHUTDOWN_TIMEOUT',
   load: 'CHORUS_LOAD',
   quiet: 'CHORUS_QUIET',
+  grpcPort: 'CHORUS_GRPC_PORT',
+  modelControlMode: 'CHORUS_MODEL_CONTROL_MODE',
+  repositoryPollSecs: 'CHORUS_REPOSITORY_POLL_SECS',
 } as const;
 
 export function registerServe(program: Command): void {
@@ -40,6 +52,13 @@ export function registerServe(program: Command): void {
     .description('serve the repository over HTTP: KServe v2, Triton\'s generate extension, OpenAI-compatible routes, /metrics')
     .addOption(new Option('--host <host>', 'address to listen on').default('127.0.0.1').env(SERVE_ENV.host))
     .addOption(new Option('--port <port>', 'port to listen on').default('8000').env(SERVE_ENV.port))
+    .addOption(new Option('--grpc-port <port>', 'port of the KServe v2 gRPC service (0: off)').default('8001').env(SERVE_ENV.grpcPort))
+    .addOption(
+      new Option('--model-control-mode <mode>', 'explicit (load on first use or by request), none (load all at start), poll (as none, and follow the repository\'s changes)')
+        .default('explicit')
+        .env(SERVE_ENV.modelControlMode),
+    )
+    .addOption(new Option('--repository-poll-secs <seconds>', 'poll mode: seconds between looks at the repository').default('15').env(SERVE_ENV.repositoryPollSecs))
     .addOption(new Option('--api-key <key>', 'require Authorization: Bearer <key> (default: none)').env(SERVE_ENV.apiKey))
     .addOption(new Option('--cors-origin <origin>', 'allow browsers from this origin (default: no CORS)').env(SERVE_ENV.corsOrigin))
     .addOption(new Option('--shutdown-timeout <seconds>', 'on SIGTERM, how long in-flight requests may take').default('30').env(SERVE_ENV.shutdownTimeout))
@@ -53,26 +72,48 @@ export function registerServe(program: Command): void {
     .action(async (options: ServeOptions) => {
       const port = Number(options.port);
       if (!Number.isInteger(port) || port < 0 || port > 65535) throw invalidArgument('--port', 'an integer in [0, 65535]', options.port);
+      const grpcPort = Number(options.grpcPort);
+      if (!Number.isInteger(grpcPort) || grpcPort < 0 || grpcPort > 65535) throw invalidArgument('--grpc-port', 'an integer in [0, 65535] (0: no gRPC)', options.grpcPort);
       const deadline = Number(options.shutdownTimeout);
       if (!Number.isFinite(deadline) || deadline < 0) throw invalidArgument('--shutdown-timeout', 'a number of seconds >= 0', options.shutdownTimeout);
+      const control = options.modelControlMode as ModelControlMode;
+      if (!['none', 'explicit', 'poll'].includes(control)) throw invalidArgument('--model-control-mode', 'none, explicit or poll', options.modelControlMode);
+      const pollSecs = Number(options.repositoryPollSecs);
+      if (!Number.isFinite(pollSecs) || pollSecs <= 0) throw invalidArgument('--repository-poll-secs', 'a number of seconds > 0', options.repositoryPollSecs);
+      const log = (line: string): void => void process.stderr.write(`chorus: ${line}\n`);
+      const remote = options.repository !== undefined && isS3Repository(options.repository) ? options.repository : undefined;
+      const dir = remote === undefined ? (options.repository ?? bundledRepositoryDir()) : (await syncS3Repository(remote, log)).dir;
       const metrics = new Metrics();
-      const service = Service.open(options.repository ?? bundledRepositoryDir(), { sourceOverrides: sourceOverrides(options), onRequestDone: (model, m) => metrics.generation(model, m) });
+      const service = Service.open(dir, { sourceOverrides: sourceOverrides(options), onRequestDone: (model, m) => metrics.generation(model, m), control });
+      if (control !== 'explicit') await service.loadAll();
       for (const model of options.load) {
         process.stderr.write(`chorus: loading ${model}\n`);
         await service.store.load(model);
       }
-      const app = await buildServer({ service, metrics, apiKey: options.apiKey, corsOrigin: options.corsOrigin, logger: options.quiet ? false : { level: 'info' } });
-      const address = await app.listen({ host: options.host, port });
+      const apiKey = options.apiKey;
+      const app = await buildServer({ service, metrics, apiKey, corsOrigin: options.corsOrigin, logger: options.quiet ? false : { level: 'info' } });
+      const grpc = grpcPort === 0 ? undefined : await startGrpcServer({ engine: serviceEngine(service), host: options.host, port: grpcPort, apiKey }).catch(async (error: unknown) => {
+        await service.close();
+        throw error;
+      });
+      const address = await app.listen({ host: options.host, port }).catch(async (error: unknown) => {
+        grpc?.forceClose();
+        await service.close();
+        throw error;
+      });
+      const stopPolling = control === 'poll' ? pollRepository(service, { intervalSeconds: pollSecs, sync: remote === undefined ? undefined : () => syncS3Repository(remote, log) }) : undefined;
+      process.stderr.write(`chorus: serving ${remote ?? service.repository.dir} on ${address}${grpc === undefined ? '' : ` and gRPC port ${grpc.port}`} (pipelines: ${[...service.repository.pipelines.keys()].join(', ')})\n`);
       await new Promise<void>((resolve) => {
         const stop = (signal: string): void => {
           process.stderr.write(`chorus: ${signal}: finishing in-flight requests (at most ${deadline} s)\n`);
+          stopPolling?.();
           // Past the deadline, what still runs is cut off: connections closed, generation cancelled.
           const timer = setTimeout(() => {
             app.server.closeAllConnections();
+            grpc?.forceClose();
             void service.close();
           }, deadline * 1000);
-          void app
-            .close()
+          void Promise.all([app.close(), grpc?.close()])
             .then(() => service.close())
             .finally(() => {
               clearTimeout(timer);

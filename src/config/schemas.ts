@@ -132,6 +132,12 @@ export const ModelDefinition = Type.Object(
           'generate, decoder-only: run on the native engine (`npm run build:native`), whose cache stays on the device and whose decode steps replay as CUDA graphs on GPUs; the model is then built with its slot decoder (cuda flavor). true: required (loading fails, saying why, without it); false: the TypeScript engine. Default: true when the model runs on a GPU and the native engine is built, else false (with a one-line notice on GPUs).',
       }),
     ),
+    output_attentions: Type.Optional(
+      Type.Boolean({
+        description:
+          'encode: build the encoder to also give each layer\'s attention probabilities, which a request then asks for with is_return_attentions (FT\'s T5 encoder). Applies when Chorus builds the model from a checkpoint. Default: false.',
+      }),
+    ),
     cuda_graph: Type.Optional(Type.Boolean({ description: 'The native engine on GPUs: replay each batch size\'s decode step as a captured CUDA graph. Default: true.' })),
     batch_invariant: Type.Optional(
       Type.Boolean({

@@ -11,6 +11,16 @@ export interface PortSpec {
   datatype: Datatype;
   /** A step cannot run without it. */
   required?: boolean;
+  /**
+   * Other datatypes the port's tensor may be declared or wired as, its values the same (token ids and
+   * lengths: FT sends them UINT32 and returns them INT32). Default: none.
+   */
+  accepts?: readonly Datatype[];
+}
+
+/** Whether a tensor of `a` may flow where `b` is expected (or the other way): same, or one accepts the other. */
+export function compatible(a: PortSpec, b: PortSpec): boolean {
+  return a.datatype === b.datatype || (a.accepts ?? []).includes(b.datatype) || (b.accepts ?? []).includes(a.datatype);
 }
 
 /** The ports of a step kind: `undefined` where any names are accepted. */
@@ -22,6 +32,9 @@ export interface StepPorts {
 const u32 = { datatype: 'UINT32' } as const;
 const f32 = { datatype: 'FP32' } as const;
 const i32 = { datatype: 'INT32' } as const;
+/** Token ids and lengths: UINT32 in, INT32 out, either taken. */
+const ids32 = { datatype: 'UINT32', accepts: ['INT32'] } as const;
+const idsOut = { datatype: 'INT32', accepts: ['UINT32'] } as const;
 
 /** FasterTransformer's decoding inputs (all optional, per request). */
 const DECODING_INPUTS: Record<string, PortSpec> = {
@@ -60,14 +73,14 @@ export const STEP_PORTS: Record<StepKind, StepPorts> = {
       request_output_len: { ...u32, required: true },
       ...DECODING_INPUTS,
     },
-    outputs: { output_ids: u32, sequence_length: u32, cum_log_probs: f32, output_log_probs: f32, finish_reason: { datatype: 'BYTES' }, top_log_probs: f32, top_log_prob_ids: u32 },
+    outputs: { output_ids: idsOut, sequence_length: idsOut, cum_log_probs: f32, output_log_probs: f32, finish_reason: { datatype: 'BYTES' }, top_log_probs: f32, top_log_prob_ids: u32 },
   },
   encode: {
-    inputs: { input_ids: { ...u32, required: true }, input_lengths: { ...u32, required: true } },
+    inputs: { input_ids: { ...u32, required: true }, input_lengths: { ...u32, required: true }, is_return_attentions: { datatype: 'BOOL' } },
     outputs: { last_hidden_state: f32, attentions: f32 },
   },
   detokenize: {
-    inputs: { output_ids: { ...u32, required: true }, sequence_length: u32, input_lengths: u32 },
+    inputs: { output_ids: { ...ids32, required: true }, sequence_length: ids32, input_lengths: ids32 },
     outputs: { text: { datatype: 'BYTES' } },
   },
   forward: { inputs: undefined, outputs: undefined },

@@ -111,6 +111,11 @@ export class DynamicBatcher<I, O> {
       });
   }
 
+  /** Requests are queued or running. */
+  get busy(): boolean {
+    return this.queue.length > 0 || this.idle.length < (this.options.instances ?? 1);
+  }
+
   /** Stops the delay timer (requests still queued are left to fail with the model). */
   close(): void {
     if (this.timer !== undefined) clearTimeout(this.timer);

@@ -73,8 +73,21 @@ export class CompiledEnsemble {
       // Outputs made by one step arrive together, so a snapshot never mixes two of its emissions.
       const outputs = byProducer(Object.entries(this.definition.outputs).map(([name, spec]) => [name, spec.tensor ?? name]), wires);
       if (outputs.length === 0) return EMPTY;
-      return merge(...outputs).pipe(scan((all, part) => ({ ...all, ...part }), {} as TensorRecord));
+      return merge(...outputs).pipe(scan((all, part) => ({ ...all, ...this.declared(part) }), {} as TensorRecord));
     });
+  }
+
+  /**
+   * Outputs under their declared datatypes: a step port that accepts another datatype (ids made INT32,
+   * declared UINT32) hands its values on unchanged under the declared one.
+   */
+  private declared(part: TensorRecord): TensorRecord {
+    const out: TensorRecord = {};
+    for (const [name, t] of Object.entries(part)) {
+      const datatype = this.definition.outputs[name]?.datatype ?? t.datatype;
+      out[name] = datatype === t.datatype ? t : { ...t, datatype };
+    }
+    return out;
   }
 
   /** A step's inputs as consistent snapshots: the ports fed by one producer arrive together. */

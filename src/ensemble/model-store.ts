@@ -11,13 +11,14 @@ import type { ModelDefinition } from '../config/index.ts';
 import { ChorusError, notFound } from '../errors.ts';
 import { EnginePool, NativeEngine, nativeUnavailable, OrtEngine, Seq2SeqEngine, type Engine, type RequestMetrics } from '../generation/index.ts';
 import { loadNative } from '../native/index.ts';
+import { closeModel, retire } from './close-model.ts';
 import { DynamicBatcher, type BatcherOptions } from './dynamic-batcher.ts';
 import { encodeBatch, forwardBatch } from './batch-runs.ts';
 import { LoadFailures } from './load-failures.ts';
 import type { TensorRecord } from './steps/step.ts';
 import { makeCheckpoint, type BuildOptions } from '../modelbuild/index.ts';
 import { builtModelDirectory, cacheDir, isDecoderOnlySource, fetchSource, isRemote, openTokenizerDefinition, resolveSource, type Repository } from '../repository/index.ts';
-import { createSession, releaseSession, Seq2SeqSession, type ExecutionProviders } from '../runtime/index.ts';
+import { createSession, Seq2SeqSession, type ExecutionProviders } from '../runtime/index.ts';
 import type { Tokenizer } from '../tokenizers/index.ts';
 
 /** An encode request: token rows (padded to one width) and each row's real length. */
@@ -47,10 +48,19 @@ export type LoadedModel =
   | { name: string; engine: 'encode'; encode: (request: EncodeRequest) => Promise<EncodeResult>; batcher: DynamicBatcher<EncodeRequest, EncodeResult>; sessions: Seq2SeqSession[]; dir: string }
   | { name: string; engine: 'forward'; run: (inputs: TensorRecord) => Promise<TensorRecord>; batcher: DynamicBatcher<TensorRecord, TensorRecord>; sessions: ort.InferenceSession[]; dir: string };
 
+/**
+ * Who loads and unloads models, as Triton's --model-control-mode: `explicit` (models load on first use
+ * or by request, and unload by request), `none` (all load at start; requests to load or unload are
+ * refused), `poll` (as none, and the repository's changes load, reload and unload models).
+ */
+export type ModelControlMode = 'none' | 'explicit' | 'poll';
+
 /** A model's state, as Triton's repository index reports it. */
 export type ModelState = 'READY' | 'LOADING' | 'UNAVAILABLE';
 
 export interface ModelStoreOptions {
+  /** Who loads and unloads models. Default: explicit. */
+  control?: ModelControlMode;
   /** Where warnings and build progress go. Default: stderr. */
   log?: (line: string) => void;
   /** Called when a generation request ends, with the model's name and the request's timings. */
@@ -70,12 +80,15 @@ export class ModelStore {
   private readonly tokenizerFallbacks = new Map<string, string>();
   private readonly log: (line: string) => void;
   private readonly onRequestDone: ModelStoreOptions['onRequestDone'];
+  /** Who loads and unloads models. */
+  readonly control: ModelControlMode;
 
   constructor(
     readonly repository: Repository,
     options: ModelStoreOptions = {},
   ) {
     this.log = options.log ?? ((line) => process.stderr.write(`${line}\n`));
+    this.control = options.control ?? 'explicit';
     this.onRequestDone = options.onRequestDone;
   }
 
@@ -138,14 +151,70 @@ export class ModelStore {
     return opening;
   }
 
-  /** Loads a model now (a no-op when it is loaded; a model whose load failed is tried again). */
+  /** Loads a model now (a no-op when it is loaded; a model whose load failed is tried again); refused unless the control mode is explicit. */
   async load(name: string): Promise<void> {
+    this.byRequest('load', name);
     this.failures.clear(name);
     await this.model(name);
   }
 
-  /** Releases a model's sessions; requests already running on it fail with CHORUS_CLOSED. */
+  /**
+   * Releases a model's sessions; requests already running on it fail with CHORUS_CLOSED. Refused unless
+   * the control mode is explicit.
+   */
   async unload(name: string): Promise<void> {
+    this.byRequest('unload', name);
+    await this.release(name);
+  }
+
+  /** Unloads and loads again (picking up new files at the source). */
+  async reload(name: string): Promise<void> {
+    await this.unload(name);
+    await this.load(name);
+  }
+
+  /**
+   * Opens a loaded model again from its definition and files as they are now, then retires the old one:
+   * requests running on it finish there, new ones go to the new one. If opening fails, the old one stays
+   * and the error is thrown. A model not loaded is left alone.
+   */
+  async replace(name: string): Promise<void> {
+    const old = this.models.get(name);
+    if (old === undefined) return;
+    const model = await this.open(name);
+    if (this.models.get(name) !== old) {
+      await closeModel(model);
+      return;
+    }
+    this.models.set(name, Promise.resolve(model));
+    this.loaded.set(name, model);
+    this.ready.add(name);
+    const previous = await old.catch(() => undefined);
+    if (previous !== undefined) await retire(previous);
+  }
+
+  /** Forgets a model whose definition is gone: requests running on it finish, then it is closed. */
+  async retire(name: string): Promise<void> {
+    const loading = this.models.get(name);
+    if (loading === undefined) return;
+    this.models.delete(name);
+    this.ready.delete(name);
+    this.loaded.delete(name);
+    const model = await loading.catch(() => undefined);
+    if (model !== undefined) await retire(model);
+  }
+
+  /** Forgets every opened tokenizer, so the next use reads its definition and files again. */
+  forgetTokenizers(): void {
+    this.tokenizers.clear();
+  }
+
+  private byRequest(action: 'load' | 'unload', name: string): void {
+    if (this.control === 'explicit') return;
+    throw new ChorusError('CHORUS_UNSUPPORTED', `cannot ${action} ${name}: the model control mode is ${this.control}, where ${this.control === 'poll' ? 'the repository\'s changes' : 'the server\'s start'} decides what is loaded (explicit allows requests)`, { param: 'model', value: name });
+  }
+
+  private async release(name: string): Promise<void> {
     if (!this.repository.models.has(name)) throw notFound('model', name, this.repository.models.keys());
     const loading = this.models.get(name);
     if (loading === undefined) return;
@@ -153,21 +222,7 @@ export class ModelStore {
     this.ready.delete(name);
     this.loaded.delete(name);
     const model = await loading.catch(() => undefined);
-    if (model === undefined) return;
-    if (model.engine === 'generate') await model.generator.close();
-    else if (model.engine === 'encode') {
-      model.batcher.close();
-      await Promise.all(model.sessions.map((s) => s.close()));
-    } else {
-      model.batcher.close();
-      await Promise.all(model.sessions.map((s) => releaseSession(s)));
-    }
-  }
-
-  /** Unloads and loads again (picking up new files at the source). */
-  async reload(name: string): Promise<void> {
-    await this.unload(name);
-    await this.load(name);
+    if (model !== undefined) await closeModel(model);
   }
 
   /** The loaded models, as they are now. */
@@ -204,7 +259,7 @@ export class ModelStore {
 
   /** Unloads everything. */
   async close(): Promise<void> {
-    await Promise.all([...this.models.keys()].map((name) => this.unload(name)));
+    await Promise.all([...this.models.keys()].map((name) => this.release(name)));
   }
 
   private async open(name: string): Promise<LoadedModel> {
@@ -315,6 +370,7 @@ export class ModelStore {
         task,
         tokenizer,
         flavor,
+        outputAttentions: task === 'encode' && value.output_attentions === true,
         greedySearch: decoderOnly && greedySearchWanted(value),
         slotDecoder: decoderOnly && nativeRequested(value) && flavor === 'cuda',
       };

@@ -1,12 +1,13 @@
 /**
  * Tensors as they flow between ensemble steps: a KServe datatype, a shape, and the elements flat in
- * row-major order (numbers for numeric types, 64-bit ones included; booleans for BOOL; strings for
- * BYTES). The batch dimension comes first.
+ * row-major order (numbers for numeric types; booleans for BOOL; strings for BYTES). A 64-bit integer
+ * element beyond 2^53 is a bigint, exact (FT's random_seed takes the whole uint64 range); within it, a
+ * number. The batch dimension comes first.
  */
 import type { Datatype, TensorSpec } from '../config/index.ts';
 import { ChorusError, invalidArgument } from '../errors.ts';
 
-export type Element = number | boolean | string;
+export type Element = number | boolean | string | bigint;
 
 export interface Tensor {
   datatype: Datatype;
@@ -23,12 +24,27 @@ const INTEGER_RANGES: Partial<Record<Datatype, [number, number]>> = {
   UINT8: [0, 255],
   UINT16: [0, 65535],
   UINT32: [0, 2 ** 32 - 1],
-  UINT64: [0, Number.MAX_SAFE_INTEGER],
   INT8: [-128, 127],
   INT16: [-32768, 32767],
   INT32: [-(2 ** 31), 2 ** 31 - 1],
-  INT64: [Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER],
 };
+
+/** The 64-bit integer types, whose elements may be bigints. */
+const WIDE_RANGES: Partial<Record<Datatype, [bigint, bigint]>> = {
+  UINT64: [0n, 2n ** 64n - 1n],
+  INT64: [-(2n ** 63n), 2n ** 63n - 1n],
+};
+
+/** Whether `v` is an integer element of a 64-bit type: a safe integer number, or a bigint in range. */
+function wideInteger(v: Element, [min, max]: [bigint, bigint]): boolean {
+  if (typeof v === 'bigint') return v >= min && v <= max;
+  return typeof v === 'number' && Number.isSafeInteger(v) && BigInt(v) >= min && BigInt(v) <= max;
+}
+
+/** A 64-bit integer as an element: a number when it is exactly one, else the bigint. */
+export function wideElement(v: bigint): number | bigint {
+  return v >= BigInt(Number.MIN_SAFE_INTEGER) && v <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(v) : v;
+}
 
 /** Elements a shape holds. */
 export function elementCount(shape: readonly number[]): number {
@@ -40,14 +56,16 @@ export function tensor(datatype: Datatype, shape: number[], data: Element[], nam
   if (shape.some((d) => !Number.isInteger(d) || d < 0)) throw invalidArgument(`${name}.shape`, 'a list of non-negative integers', shape);
   if (data.length !== elementCount(shape)) throw invalidArgument(`${name}.data`, `${elementCount(shape)} elements for shape [${shape.join(', ')}]`, `${data.length} elements`);
   const range = INTEGER_RANGES[datatype];
+  const wide = WIDE_RANGES[datatype];
   data.forEach((v, i) => {
     const bad =
       datatype === 'BYTES' ? typeof v !== 'string'
       : datatype === 'BOOL' ? typeof v !== 'boolean'
+      : wide !== undefined ? !wideInteger(v, wide)
       : range !== undefined ? typeof v !== 'number' || !Number.isInteger(v) || v < range[0] || v > range[1]
       : typeof v !== 'number';
     if (bad) {
-      const expected = datatype === 'BYTES' ? 'a string' : datatype === 'BOOL' ? 'true or false' : range ? `an integer in [${range[0]}, ${range[1]}]` : 'a number';
+      const expected = datatype === 'BYTES' ? 'a string' : datatype === 'BOOL' ? 'true or false' : wide ? `an exact integer in [${wide[0]}, ${wide[1]}]` : range ? `an integer in [${range[0]}, ${range[1]}]` : 'a number';
       throw invalidArgument(`${name}.data[${i}]`, `${expected} (${datatype})`, v);
     }
   });

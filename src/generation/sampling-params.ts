@@ -29,8 +29,11 @@ export interface SamplingParams {
   len_penalty?: number;
   /** Subtracted per sibling rank in diverse beam search (arXiv 1611.08562), >= 0. Default: 0. */
   beam_search_diversity_rate?: number;
-  /** Seeds this request's own random stream. Default: 0. */
-  random_seed?: number;
+  /**
+   * Seeds this request's own random stream: an integer in [0, 2^64 - 1] (FT's uint64), a bigint beyond
+   * 2^53. Default: 0.
+   */
+  random_seed?: number | bigint;
   /** Return the log-probability of each generated token and their sum. Default: false. */
   is_return_log_probs?: boolean;
   /** With each token, the k most likely tokens of its step and their log-probabilities, k in [0, 20]. Default: 0. */
@@ -103,7 +106,7 @@ export function validateSamplingParams(params: SamplingParams, vocabSize: number
     beam_width: beamWidth,
     len_penalty: num('len_penalty', 1, () => true, '(-inf, inf)'),
     beam_search_diversity_rate: num('beam_search_diversity_rate', 0, (v) => v >= 0, '[0, inf)'),
-    random_seed: int('random_seed', 0, 0),
+    random_seed: seed(params.random_seed),
     is_return_log_probs: params.is_return_log_probs ?? false,
     top_logprobs: int('top_logprobs', 0, 0, 20),
     end_id: params.end_id === undefined ? undefined : id('end_id', params.end_id),
@@ -119,6 +122,14 @@ export function validateSamplingParams(params: SamplingParams, vocabSize: number
   if (typeof resolved.is_return_log_probs !== 'boolean') throw invalidArgument('is_return_log_probs', 'true or false', params.is_return_log_probs);
   if (typeof resolved.early_stopping !== 'boolean' && resolved.early_stopping !== 'never') throw invalidArgument('early_stopping', "true, false or 'never'", params.early_stopping);
   return resolved;
+}
+
+/** A uint64 seed, exact: a safe integer number or a bigint in [0, 2^64 - 1]. */
+function seed(value: unknown): number | bigint {
+  if (value === undefined) return 0;
+  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
+  if (typeof value === 'bigint' && value >= 0n && value < 2n ** 64n) return value;
+  throw invalidArgument('random_seed', 'an integer in [0, 2^64 - 1] (exact: beyond 2^53, a bigint)', value);
 }
 
 /**

@@ -30,7 +30,8 @@ export interface TextRequest {
   temperature?: number;
   top_p?: number;
   top_k?: number;
-  seed?: number;
+  /** An integer in [0, 2^64 - 1]; beyond 2^53, a bigint (exact). */
+  seed?: number | bigint;
   stop?: string | string[];
   beam_width?: number;
   n?: number;
@@ -41,6 +42,12 @@ export interface TextRequest {
   len_penalty?: number;
   logprobs?: boolean;
   top_logprobs?: number;
+  /** Factual-nucleus sampling: top_p is multiplied by this after each token. */
+  top_p_decay?: number;
+  /** ...but not below this. */
+  top_p_min?: number;
+  /** ...and reset to top_p after one of these token ids. */
+  top_p_reset_ids?: number[];
   /** false: the caller reads only the final answer, so the engine may generate it in one device run. Default: true. */
   stream?: boolean;
   [field: string]: unknown;
@@ -87,7 +94,13 @@ const STANDARD_FIELDS: Record<string, [string, Datatype]> = {
   len_penalty: ['len_penalty', 'FP32'],
   logprobs: ['is_return_log_probs', 'BOOL'],
   top_logprobs: ['top_logprobs', 'UINT32'],
+  top_p_decay: ['top_p_decay', 'FP32'],
+  top_p_min: ['top_p_min', 'FP32'],
+  top_p_reset_ids: ['top_p_reset_ids', 'UINT32'],
 };
+
+/** Standard fields that take a list of values (the rest take one). */
+const LIST_FIELDS = new Set(['top_p_reset_ids']);
 
 /** Fields every pipeline takes itself (not mapped to tensors). */
 const OWN_FIELDS = new Set(['text_input', 'messages', 'stop', 'stream']);
@@ -278,6 +291,8 @@ export class Pipeline {
     if (typeof request !== 'object' || request === null) throw invalidArgument('request', 'an object of fields', request);
     const specs = compiled.ensemble.definition.inputs;
     const merged: Record<string, unknown> = { ...(this.definition.defaults ?? {}), ...request };
+    // One text unless n asks for more (a generate step otherwise returns every beam, as FT does).
+    if ('n' in compiled.fields) merged.n ??= 1;
     for (const field of Object.keys(request)) {
       if (!OWN_FIELDS.has(field) && !(field in compiled.fields)) {
         const known = [...new Set([...OWN_FIELDS, ...Object.keys(compiled.fields)])];
@@ -331,14 +346,20 @@ export class Pipeline {
 
 /** A request value as a tensor of the input's spec ([1, ...dims], -1 read as 1). */
 function toTensor(field: string, value: unknown, spec: TensorSpec): Tensor {
+  if (Array.isArray(value) && spec.datatype !== 'BYTES') {
+    if (spec.dims.length !== 1 || spec.dims[0] !== -1) throw new ChorusError('CHORUS_CONFIG_INVALID', `field ${field} maps to an input of shape [${spec.dims.join(', ')}], which a list cannot fill`);
+    return { datatype: spec.datatype, shape: [1, value.length], data: value.map((v: unknown, i) => toTensor(`${field}[${i}]`, v, { ...spec, dims: [1] }).data[0]!) };
+  }
   const shape = [1, ...spec.dims.map((d) => (d === -1 ? 1 : d))];
-  let element: string | number | boolean;
+  let element: string | number | boolean | bigint;
   if (spec.datatype === 'BYTES') {
     if (Array.isArray(value) && value.every((v) => typeof v === 'string')) element = value.map((v: string) => `"${v.replace(/"/g, '""')}"`).join(',');
     else if (typeof value === 'string') element = value;
     else throw invalidArgument(field, 'a string', value);
   } else if (spec.datatype === 'BOOL') {
     if (typeof value !== 'boolean') throw invalidArgument(field, 'true or false', value);
+    element = value;
+  } else if (typeof value === 'bigint' && /^U?INT64$/.test(spec.datatype)) {
     element = value;
   } else {
     if (typeof value !== 'number' || !Number.isFinite(value)) throw invalidArgument(field, 'a number', value);
@@ -358,8 +379,8 @@ function modelEnsemble(model: string, tokenizer: string, seq2seq: boolean): Ense
     add_special_tokens: { datatype: 'BOOL', dims: [1], optional: true },
   };
   const generateInputs: Record<string, string> = { input_ids: '_ids', input_lengths: 'input_lengths' };
-  for (const [port, datatype] of Object.values(STANDARD_FIELDS)) {
-    inputs[port] = { datatype, dims: [1], optional: port !== 'request_output_len' };
+  for (const [field, [port, datatype]] of Object.entries(STANDARD_FIELDS)) {
+    inputs[port] = { datatype, dims: [LIST_FIELDS.has(field) ? -1 : 1], optional: port !== 'request_output_len' };
     generateInputs[port] = port;
   }
   // A pipeline without max_tokens still answers: 16 tokens, the engine's default, unless defaults say.
@@ -369,10 +390,10 @@ function modelEnsemble(model: string, tokenizer: string, seq2seq: boolean): Ense
     outputs: {
       text_output: { datatype: 'BYTES', dims: [-1] },
       finish_reason: { datatype: 'BYTES', dims: [-1] },
-      sequence_length: { datatype: 'UINT32', dims: [-1] },
+      sequence_length: { datatype: 'INT32', dims: [-1] },
       input_lengths: { datatype: 'UINT32', dims: [1] },
       cum_log_probs: { datatype: 'FP32', dims: [-1], optional: true },
-      output_ids: { datatype: 'UINT32', dims: [-1, -1], tensor: '_out' },
+      output_ids: { datatype: 'INT32', dims: [-1, -1], tensor: '_out' },
       output_log_probs: { datatype: 'FP32', dims: [-1, -1], optional: true },
       top_log_probs: { datatype: 'FP32', dims: [-1, -1, -1], optional: true },
       top_log_prob_ids: { datatype: 'UINT32', dims: [-1, -1, -1], optional: true },

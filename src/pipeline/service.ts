@@ -1,13 +1,15 @@
 /**
  * A repository brought to life: its definitions validated (with source overrides applied), a model
  * store for model control, and its ensembles and pipelines compiled on first use. What `chorus serve`,
- * `generate --pipeline` and `infer` run.
+ * `generate --pipeline` and `infer` run. `refresh` reads the repository again and applies what changed
+ * (Triton's poll mode).
  */
 import { formatDiagnostic } from '../config/index.ts';
-import { CompiledEnsemble, ModelStore, type ModelStoreOptions } from '../ensemble/index.ts';
+import { CompiledEnsemble, ModelStore, type ModelControlMode, type ModelStoreOptions } from '../ensemble/index.ts';
 import { ChorusError, notFound } from '../errors.ts';
 import { loadRepository, type Repository, type SourceOverride } from '../repository/index.ts';
 import { Pipeline } from './pipeline.ts';
+import { modelChanges, modelFingerprints, type RepositoryChanges } from './repository-diff.ts';
 
 export interface ServiceOptions {
   sourceOverrides?: readonly SourceOverride[];
@@ -15,16 +17,23 @@ export interface ServiceOptions {
   log?: (line: string) => void;
   /** Each finished generation request's model and timings (for metrics). */
   onRequestDone?: ModelStoreOptions['onRequestDone'];
+  /** Who loads and unloads models (Triton's --model-control-mode). Default: explicit. */
+  control?: ModelControlMode;
 }
 
 export class Service {
   private readonly pipelines = new Map<string, Pipeline>();
   private readonly ensembles = new Map<string, CompiledEnsemble>();
 
+  private fingerprints: Map<string, string>;
+
   private constructor(
     readonly repository: Repository,
     readonly store: ModelStore,
-  ) {}
+    private readonly options: ServiceOptions,
+  ) {
+    this.fingerprints = modelFingerprints(repository);
+  }
 
   /**
    * Loads and validates `dir`; errors throw, all of them in one message. Warnings (sources not in the
@@ -35,7 +44,41 @@ export class Service {
     const { repository, diagnostics } = loadRepository(dir, { sourceOverrides: options.sourceOverrides });
     const errors = diagnostics.filter((d) => d.severity === 'error');
     if (errors.length > 0) throw new ChorusError('CHORUS_CONFIG_INVALID', `repository ${dir} has ${errors.length} error(s):\n${errors.map(formatDiagnostic).join('\n')}`);
-    return new Service(repository, new ModelStore(repository, { log, onRequestDone: options.onRequestDone }));
+    return new Service(repository, new ModelStore(repository, { log, onRequestDone: options.onRequestDone, control: options.control }), { ...options, log });
+  }
+
+  /** Loads every model of the repository (what the none and poll control modes do at start). */
+  async loadAll(): Promise<void> {
+    await Promise.all([...this.repository.models.keys()].map((name) => this.store.model(name)));
+  }
+
+  /**
+   * Reads the repository again and applies what changed: every definition is replaced, a loaded model
+   * whose definition or files changed is opened anew (requests running on the old one finish there),
+   * one removed is closed once idle, and in poll mode a new one is loaded. A repository that no longer
+   * validates is left as it was, and the errors thrown.
+   */
+  async refresh(): Promise<RepositoryChanges> {
+    const { repository: next, diagnostics } = loadRepository(this.repository.dir, { sourceOverrides: this.options.sourceOverrides });
+    const errors = diagnostics.filter((d) => d.severity === 'error');
+    if (errors.length > 0) throw new ChorusError('CHORUS_CONFIG_INVALID', `repository ${this.repository.dir} has ${errors.length} error(s); keeping the last good one:\n${errors.map(formatDiagnostic).join('\n')}`);
+    const { changes, fingerprints } = modelChanges(this.fingerprints, next);
+    for (const kind of ['tokenizers', 'models', 'ensembles', 'pipelines'] as const) {
+      const map = this.repository[kind] as Map<string, unknown>;
+      map.clear();
+      for (const [name, definition] of next[kind]) map.set(name, definition);
+    }
+    this.repository.broken = next.broken;
+    this.fingerprints = fingerprints;
+    this.pipelines.clear();
+    this.ensembles.clear();
+    this.store.forgetTokenizers();
+    await Promise.all([
+      ...changes.changed.map((name) => this.store.replace(name)),
+      ...changes.removed.map((name) => this.store.retire(name)),
+      ...(this.store.control === 'poll' ? changes.added.map((name) => this.store.model(name)) : []),
+    ]);
+    return changes;
   }
 
   pipeline(name: string): Pipeline {

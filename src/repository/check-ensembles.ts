@@ -8,7 +8,7 @@ import { resolve } from 'node:path';
 import type { Diagnostic } from '../config/diagnostic.ts';
 import type { Datatype } from '../config/datatypes.ts';
 import { STEP_KINDS, type StepDefinition, type StepKind } from '../config/schemas.ts';
-import { STEP_PORTS } from '../config/step-ports.ts';
+import { compatible, STEP_PORTS } from '../config/step-ports.ts';
 import { checkReference } from './references.ts';
 import { diagnosticAt, type Definition, type Repository } from './repository.ts';
 
@@ -16,6 +16,8 @@ import { diagnosticAt, type Definition, type Repository } from './repository.ts'
 interface Producer {
   step: number | undefined;
   datatype: Datatype | undefined;
+  /** Other datatypes the producer's port may be taken as. */
+  accepts?: readonly Datatype[];
   what: string;
 }
 
@@ -48,8 +50,8 @@ function checkEnsemble(repository: Repository, definition: Definition<'ensemble'
         at(['steps', index, 'outputs', port], `tensor ${tensor} is already made by ${previous.what}; each tensor has one producer`);
         continue;
       }
-      const datatype = kind === undefined ? undefined : STEP_PORTS[kind].outputs?.[port]?.datatype;
-      producers.set(tensor, { step: index, datatype, what: `step ${step.name} (output ${port})` });
+      const spec = kind === undefined ? undefined : STEP_PORTS[kind].outputs?.[port];
+      producers.set(tensor, { step: index, datatype: spec?.datatype, accepts: spec?.accepts, what: `step ${step.name} (output ${port})` });
     }
   });
 
@@ -76,9 +78,9 @@ function checkEnsemble(repository: Repository, definition: Definition<'ensemble'
         continue;
       }
       if (producer.step !== undefined) edges[producer.step]!.add(index);
-      const expected = ports?.inputs?.[port]?.datatype;
-      if (expected !== undefined && producer.datatype !== undefined && expected !== producer.datatype) {
-        at(['steps', index, 'inputs', port], `datatype mismatch: input ${port} of step ${step.name} takes ${expected}, but ${producer.what} is ${producer.datatype}`);
+      const expected = ports?.inputs?.[port];
+      if (expected !== undefined && producer.datatype !== undefined && !compatible(expected, { datatype: producer.datatype, accepts: producer.accepts })) {
+        at(['steps', index, 'inputs', port], `datatype mismatch: input ${port} of step ${step.name} takes ${expected.datatype}, but ${producer.what} is ${producer.datatype}`);
       }
     }
   });
@@ -88,7 +90,7 @@ function checkEnsemble(repository: Repository, definition: Definition<'ensemble'
     const producer = producers.get(tensor);
     if (producer === undefined || producer.step === undefined) {
       at(spec.tensor === undefined ? ['outputs', name] : ['outputs', name, 'tensor'], `ensemble output ${name} ${spec.tensor === undefined ? 'is' : `returns tensor ${tensor}, which is`} not made by any step`, spec.tensor === undefined);
-    } else if (producer.datatype !== undefined && producer.datatype !== spec.datatype) {
+    } else if (producer.datatype !== undefined && !compatible({ datatype: producer.datatype, accepts: producer.accepts }, spec)) {
       at(['outputs', name, 'datatype'], `datatype mismatch: output ${name} is declared ${spec.datatype}, but ${producer.what} is ${producer.datatype}`);
     }
   }

@@ -7,3 +7,4 @@ export { builtModelDirectory, isBuiltModel, isDecoderOnlySource } from './model-
 export { applySourceOverrides, parseSourceOverride, type SourceOverride } from './overrides.ts';
 export { fetchFromHub, hubUrl, hubOffline, type HubFetch } from './hub.ts';
 export { fetchSource, isRemote, describeSource } from './fetch-source.ts';
+export { syncS3Repository, isS3Repository, type S3RepositorySync } from './s3-repository.ts';

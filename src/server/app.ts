@@ -6,6 +6,7 @@
  */
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { ChorusError } from '../errors.ts';
+import { parseExactJson } from '../util/exact-json.ts';
 import type { Service } from '../pipeline/index.ts';
 import { errorBody, openAiErrorBody, wireError } from './errors.ts';
 import { registerGenerate } from './generate/routes.ts';
@@ -49,7 +50,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       return;
     }
     try {
-      done(null, JSON.parse(text));
+      done(null, parseExactJson(text));
     } catch (error) {
       done(new ChorusError('CHORUS_INVALID_ARGUMENT', `body must be valid JSON: ${(error as Error).message}`, { param: 'body' }), undefined);
     }

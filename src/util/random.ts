@@ -1,11 +1,13 @@
 /** Seeded pseudo-random numbers: the same seed gives the same stream on every machine. */
 
 /**
- * Uniform numbers in (0, 1) from mulberry32, seeded with any safe integer (both 32-bit halves count; a
- * seed below 2^32 is the state itself, which the committed golden checkpoints depend on).
+ * Uniform numbers in (0, 1) from mulberry32, seeded with any integer of the uint64 range (a bigint where
+ * it is beyond 2^53). The state is 32 bits: the seed's two 32-bit halves, xored, so every seed is taken
+ * exactly and always draws the same stream (a seed below 2^32 is the state itself, which the committed
+ * golden checkpoints depend on).
  */
-export function uniformStream(seed: number): () => number {
-  let state = (seed ^ Math.floor(seed / 4294967296)) >>> 0;
+export function uniformStream(seed: number | bigint): () => number {
+  let state = typeof seed === 'bigint' ? (Number(seed & 0xffffffffn) ^ Number((seed >> 32n) & 0xffffffffn)) >>> 0 : (seed ^ Math.floor(seed / 4294967296)) >>> 0;
   return () => {
     state = (state + 0x6d2b79f5) >>> 0;
     let t = state;

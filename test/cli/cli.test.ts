@@ -63,7 +63,7 @@ test('chorus validate exits 1 and prints file:line:column for a broken repositor
   assert.equal(bundled.status, 0);
   assert.match(
     bundled.stdout,
-    /repository \.: 5 tokenizers \(bart, gpt2, llama2, stories-tokenizer, t5\), 5 models \(bart-large-cnn, gpt2, stories, t5-encoder, t5-small\), 4 ensembles \(fastertransformer, gpt, t5-encoder, t5-fastertransformer\), 5 pipelines \(bart, gpt, gpt2, stories, t5\); 0 errors, 7 warnings\n$/,
+    /repository \.: 5 tokenizers \(bart, gpt2, llama2, stories-tokenizer, t5\), 5 models \(bart-large-cnn, gpt2, stories, t5-encoder, t5-small\), 6 ensembles \(bart-fastertransformer, fastertransformer, gpt, t5-encoder-fastertransformer, t5-encoder, t5-fastertransformer\), 5 pipelines \(bart, gpt, gpt2, stories, t5\); 0 errors, 7 warnings\n$/,
   );
   // Without their Hugging Face files, the models warn that their fallback weights will be served.
   assert.match(bundled.stdout, /models\/gpt2\.yaml:\d+:\d+: warning: openai-community\/gpt2 is not in the cache .*; until then its fallback \(seeded random weights\) is served/);

@@ -60,6 +60,24 @@ describe('pipelines', () => {
     assert.notEqual(await sampled(3), await sampled(4));
   });
 
+  test('the factual-nucleus fields top_p_decay, top_p_min and top_p_reset_ids change the text', async () => {
+    const text = async (fields: TextRequest): Promise<string> => (await updates('stories', { text_input: '', temperature: 1, top_p: 0.95, seed: 3, max_tokens: 40, ...fields })).at(-1)!.choices[0]!.text;
+    const plain = await text({});
+    const decayed = await text({ top_p_decay: 0.01 });
+    assert.notEqual(decayed, plain);
+    assert.equal(await text({ top_p_decay: 0.01, top_p_min: 0.95 }), plain, 'a floor at top_p undoes the decay');
+    const stories = await service.store.tokenizer('stories');
+    const early = stories.encode(decayed, { addSpecialTokens: false })[2]!;
+    assert.notEqual(await text({ top_p_decay: 0.01, top_p_reset_ids: [early] }), decayed, 'generating a reset id restores the nucleus');
+    await assert.rejects(updates('stories', { text_input: '', top_p_reset_ids: [-1] }), { message: 'top_p_reset_ids[0] must be a non-negative integer, got -1' });
+  });
+
+  test('a seed beyond 2^53 is taken exactly', async () => {
+    const text = async (seed: number | bigint): Promise<string> => (await updates('stories', { text_input: '', temperature: 1, seed, max_tokens: 20 })).at(-1)!.choices[0]!.text;
+    assert.equal(await text(2n ** 64n - 5n), await text(2n ** 64n - 5n));
+    assert.notEqual(await text(2n ** 64n - 5n), await text(2n ** 64n - 6n));
+  });
+
   test('bad requests name the field', async () => {
     await assert.rejects(updates('stories', { text_input: '', max_tokens: -1 }), { message: 'max_tokens must be a non-negative integer, got -1' });
     await assert.rejects(updates('stories', { text_input: '', temperature: 'hot' as unknown as number }), { message: 'temperature must be a number, got "hot"' });

@@ -7,7 +7,7 @@ import { ROOT } from '../helpers/paths.ts';
 import { sseData } from '../helpers/server.ts';
 
 test('SIGTERM: the streaming request in flight finishes, new connections are refused, the process exits 0', async () => {
-  const child = spawn(process.execPath, [join(ROOT, 'bin/chorus.js'), 'serve', '--repository', join(ROOT, 'test/fixtures/repositories/ensembles'), '--port', '0', '--quiet', '--shutdown-timeout', '20'], { cwd: ROOT });
+  const child = spawn(process.execPath, [join(ROOT, 'bin/chorus.js'), 'serve', '--repository', join(ROOT, 'test/fixtures/repositories/ensembles'), '--port', '0', '--grpc-port', '0', '--quiet', '--shutdown-timeout', '20'], { cwd: ROOT });
   let stderr = '';
   const url = await new Promise<string>((resolve, reject) => {
     child.stderr.on('data', (chunk: Buffer) => {

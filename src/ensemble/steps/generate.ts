@@ -1,12 +1,13 @@
 /**
  * generate: FasterTransformer's tensors in, the engine in the middle, FT's tensors out, growing as
  * tokens come. Each batch row is its own engine request (so rows join the running batch on their own
- * and each keeps its parameters). Outputs, as snapshots:
- *   output_ids [batch, n, L]: the prompt then the generated ids for a decoder-only model (as FT's GPT),
- *     the generated ids alone for an encoder-decoder (as FT's T5); padded with the end id
- *   sequence_length [batch, n], finish_reason [batch, n] ('' while running),
+ * and each keeps its parameters). Outputs, as snapshots, in FT's shapes and datatypes:
+ *   output_ids [batch, n, L] INT32: the prompt then the generated ids for a decoder-only model (as FT's
+ *     GPT), the generated ids alone for an encoder-decoder (as FT's T5); padded with the end id
+ *   sequence_length [batch, n] INT32, finish_reason [batch, n] ('' while running),
  *   cum_log_probs [batch, n] and output_log_probs [batch, n, generated] with is_return_log_probs;
- * n is the most sequences a row returns (num_return_sequences with beam search, else 1).
+ * n is the most sequences a row returns: num_return_sequences when given, else every beam (FT returns
+ * beam_width beams, the best first), else 1.
  */
 import { from, last, map, merge, switchMap, tap, type Observable } from 'rxjs';
 import { ChorusError } from '../../errors.ts';
@@ -85,8 +86,8 @@ function run(model: LoadedModel, inputs: TensorRecord, stream: boolean): Observa
       }),
     );
     const out: TensorRecord = {
-      output_ids: { datatype: 'UINT32', shape: [batch, returned, width], data: outIds },
-      sequence_length: { datatype: 'UINT32', shape: [batch, returned], data: outLengths },
+      output_ids: { datatype: 'INT32', shape: [batch, returned, width], data: outIds },
+      sequence_length: { datatype: 'INT32', shape: [batch, returned], data: outLengths },
       finish_reason: { datatype: 'BYTES', shape: [batch, returned], data: finish },
     };
     if (k > 0) {
@@ -132,7 +133,7 @@ function rowParams(inputs: TensorRecord, r: number, batch: number, outputLen: nu
   const params: Record<string, unknown> = outputLen === undefined ? {} : { request_output_len: outputLen };
   for (const field of SCALARS) {
     const t = inputs[field];
-    if (t !== undefined) params[field] = perRow<number>(t, batch, field)[r];
+    if (t !== undefined) params[field] = perRow<number | bigint>(t, batch, field)[r];
   }
   const logProbs = inputs.is_return_log_probs;
   if (logProbs !== undefined) params.is_return_log_probs = perRow<boolean>(logProbs, batch, 'is_return_log_probs')[r];
@@ -142,6 +143,8 @@ function rowParams(inputs: TensorRecord, r: number, batch: number, outputLen: nu
     const list = inputs[port];
     if (list !== undefined) params[field] = wordListRow(list, r, port);
   }
+  // FT returns every beam.
+  if (params.num_return_sequences === undefined && typeof params.beam_width === 'number') params.num_return_sequences = params.beam_width;
   return params as SamplingParams;
 }
 

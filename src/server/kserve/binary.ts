@@ -7,7 +7,7 @@
 import type { Datatype } from '../../config/index.ts';
 import { ChorusError } from '../../errors.ts';
 import { fromHalfBits, toHalfBits } from '../../util/half.ts';
-import type { Element } from '../../ensemble/index.ts';
+import { wideElement, type Element } from '../../ensemble/index.ts';
 
 const WIDTH: Partial<Record<Datatype, number>> = { BOOL: 1, UINT8: 1, INT8: 1, UINT16: 2, INT16: 2, FP16: 2, BF16: 2, UINT32: 4, INT32: 4, FP32: 4, UINT64: 8, INT64: 8, FP64: 8 };
 
@@ -43,8 +43,8 @@ export function decodeRaw(datatype: Datatype, bytes: Buffer, name: string): Elem
       case 'UINT32': out.push(bytes.readUInt32LE(at)); break;
       case 'INT32': out.push(bytes.readInt32LE(at)); break;
       case 'FP32': out.push(bytes.readFloatLE(at)); break;
-      case 'UINT64': out.push(Number(bytes.readBigUInt64LE(at))); break;
-      case 'INT64': out.push(Number(bytes.readBigInt64LE(at))); break;
+      case 'UINT64': out.push(wideElement(bytes.readBigUInt64LE(at))); break;
+      case 'INT64': out.push(wideElement(bytes.readBigInt64LE(at))); break;
       case 'FP64': out.push(bytes.readDoubleLE(at)); break;
       default: break;
     }
@@ -80,8 +80,8 @@ export function encodeRaw(datatype: Datatype, data: readonly Element[]): Buffer 
       case 'UINT32': out.writeUInt32LE(n, at); break;
       case 'INT32': out.writeInt32LE(n, at); break;
       case 'FP32': out.writeFloatLE(n, at); break;
-      case 'UINT64': out.writeBigUInt64LE(BigInt(n), at); break;
-      case 'INT64': out.writeBigInt64LE(BigInt(n), at); break;
+      case 'UINT64': out.writeBigUInt64LE(BigInt(value as number | bigint), at); break;
+      case 'INT64': out.writeBigInt64LE(BigInt(value as number | bigint), at); break;
       case 'FP64': out.writeDoubleLE(n, at); break;
       default: break;
     }

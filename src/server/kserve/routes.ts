@@ -11,6 +11,7 @@ import { tensor, type Element, type Tensor, type TensorRecord } from '../../ense
 import { ChorusError, invalidArgument } from '../../errors.ts';
 import type { Service, TextRequest } from '../../pipeline/index.ts';
 import { cancelOnClose } from '../disconnect.ts';
+import { parseExactJson, stringifyExactJson } from '../../util/exact-json.ts';
 import { decodeRaw, encodeRaw, utf8 } from './binary.ts';
 
 const VERSION = '1';
@@ -133,8 +134,9 @@ async function infer(service: Service, request: FastifyRequest<{ Params: ModelPa
     return { name: output, datatype: t.datatype, shape: t.shape, parameters: { binary_data_size: raw.length } };
   });
   const json = { model_name: name, model_version: VERSION, ...(body.id === undefined ? {} : { id: body.id }), outputs: described };
-  if (chunks.length === 0) return json;
-  const header = Buffer.from(JSON.stringify(json), 'utf8');
+  // 64-bit integers beyond 2^53 are written exactly.
+  if (chunks.length === 0) return reply.type('application/json').send(stringifyExactJson(json));
+  const header = Buffer.from(stringifyExactJson(json), 'utf8');
   return reply.header('Inference-Header-Content-Length', header.length).type('application/octet-stream').send(Buffer.concat([header, ...chunks]));
 }
 
@@ -189,7 +191,7 @@ function parseBody(request: FastifyRequest): { id?: string; parameters?: InferRe
 
 function parseJson(text: string): unknown {
   try {
-    return JSON.parse(text) as unknown;
+    return parseExactJson(text);
   } catch (error) {
     throw invalidArgument('body', 'valid JSON', (error as Error).message);
   }

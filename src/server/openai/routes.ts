@@ -127,7 +127,7 @@ async function handle(service: Service, request: FastifyRequest, reply: FastifyR
     prompts = (list as string[]).map((text) => ({ ...base, text_input: text }));
   }
   // n samples per prompt: with a seed, seed + i; without, each its own random seed (as OpenAI's n does).
-  const runs = prompts.flatMap((p) => Array.from({ length: n }, (_, i) => (n === 1 ? p : { ...p, seed: typeof p.seed === 'number' ? p.seed + i : Math.floor(Math.random() * 2 ** 31) })));
+  const runs = prompts.flatMap((p) => Array.from({ length: n }, (_, i) => (n === 1 ? p : { ...p, seed: typeof p.seed === 'number' ? p.seed + i : typeof p.seed === 'bigint' ? p.seed + BigInt(i) : Math.floor(Math.random() * 2 ** 31) })));
   const pipeline = service.pipeline(model);
   const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`;
   const created = Math.floor(Date.now() / 1000);
