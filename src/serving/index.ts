@@ -1,0 +1,1 @@
+export type { EngineClient, ModelInfo, ModelKind, ModelState, ModelStats, RequestDone, StepInfo, TensorInfo, ChatMessage, Datatype, Element, PipelineUpdate, RequestMetrics, Tensor, TensorRecord, TextChoice, TextRequest, TokenLogProb } from './engine-client.ts';
