@@ -12,6 +12,22 @@ export default tseslint.config(
       eqeqeq: ['error', 'always'],
     },
   },
+  // The server sees only the engine client: nothing below it (pipelines, ensembles, the repository,
+  // engines, ONNX Runtime, the native addon).
+  {
+    files: ['src/server/**'],
+    rules: {
+      'no-restricted-imports': ['error', {
+        patterns: [
+          {
+            group: ['**/pipeline/**', '**/ensemble/**', '**/repository/**', '**/generation/**', '**/runtime/**', '**/native/**', '**/modelbuild/**', '**/tokenizers/**', '**/config/**'],
+            message: 'the server imports only the engine client (src/serving/index.ts)',
+          },
+          { group: ['onnxruntime-node', 'onnxruntime-*'], message: 'the server never touches ONNX Runtime' },
+        ],
+      }],
+    },
+  },
   // Benchmark scripts print their tables.
   { files: ['bench/**'], rules: { 'no-console': 'off' } },
 );

@@ -5,9 +5,9 @@
  */
 import type { Command } from 'commander';
 import { invalidArgument } from '../errors.ts';
-import { Service } from '../pipeline/index.ts';
 import { bundledRepositoryDir } from '../repository/index.ts';
 import { buildServer, Metrics } from '../server/index.ts';
+import { RepositoryClient } from '../serving/index.ts';
 import { sourceOverrides, withRepositoryOptions, type RepositoryOptions } from './repository-options.ts';
 
 interface ServeOptions extends RepositoryOptions {
@@ -36,21 +36,21 @@ export function registerServe(program: Command): void {
       const deadline = Number(options.shutdownTimeout);
       if (!Number.isFinite(deadline) || deadline < 0) throw invalidArgument('--shutdown-timeout', 'a number of seconds >= 0', options.shutdownTimeout);
       const metrics = new Metrics();
-      const service = Service.open(options.repository ?? bundledRepositoryDir(), { sourceOverrides: sourceOverrides(options), onRequestDone: (model, m) => metrics.generation(model, m) });
-      const app = await buildServer({ service, metrics, apiKey: options.apiKey ?? process.env.CHORUS_API_KEY, corsOrigin: options.corsOrigin, logger: options.quiet ? false : { level: 'info' } });
+      const client = RepositoryClient.open(options.repository ?? bundledRepositoryDir(), { sourceOverrides: sourceOverrides(options) });
+      const app = await buildServer({ client, metrics, apiKey: options.apiKey ?? process.env.CHORUS_API_KEY, corsOrigin: options.corsOrigin, logger: options.quiet ? false : { level: 'info' } });
       const address = await app.listen({ host: options.host, port });
-      process.stderr.write(`chorus: serving ${service.repository.dir} on ${address} (pipelines: ${[...service.repository.pipelines.keys()].join(', ')})\n`);
+      process.stderr.write(`chorus: serving ${client.source} on ${address} (pipelines: ${client.models('pipeline').map((m) => m.name).join(', ')})\n`);
       await new Promise<void>((resolve) => {
         const stop = (signal: string): void => {
           process.stderr.write(`chorus: ${signal}: finishing in-flight requests (at most ${deadline} s)\n`);
           // Past the deadline, what still runs is cut off: connections closed, generation cancelled.
           const timer = setTimeout(() => {
             app.server.closeAllConnections();
-            void service.close();
+            void client.close();
           }, deadline * 1000);
           void app
             .close()
-            .then(() => service.close())
+            .then(() => client.close())
             .finally(() => {
               clearTimeout(timer);
               resolve();

@@ -1,12 +1,12 @@
 /**
- * The HTTP server: fastify over a Service. One folder per protocol (kserve/, generate/, openai/), each
+ * The HTTP server: fastify over an engine client. One folder per protocol (kserve/, generate/, openai/), each
  * with its routes, and playground/ (the page at `/`); the HTTP layer never touches ONNX Runtime.
  * Cross-cutting here: the optional API key (every route but health, metrics and the page), the body size
  * limit, CORS (off unless asked), error shapes, metrics.
  */
 import Fastify, { type FastifyInstance } from 'fastify';
 import { ChorusError } from '../errors.ts';
-import type { Service } from '../pipeline/index.ts';
+import type { EngineClient } from '../serving/index.ts';
 import { errorBody, openAiErrorBody, wireError } from './errors.ts';
 import { registerGenerate } from './generate/routes.ts';
 import { registerKserve } from './kserve/routes.ts';
@@ -15,7 +15,7 @@ import { registerOpenAi } from './openai/routes.ts';
 import { PLAYGROUND_PATHS, registerPlayground } from './playground/routes.ts';
 
 export interface ServerOptions {
-  service: Service;
+  client: EngineClient;
   metrics: Metrics;
   /** Requests must send `Authorization: Bearer <apiKey>` (health routes excepted). */
   apiKey?: string;
@@ -85,11 +85,13 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   });
   app.options('*', async (_request, reply) => reply.code(204).send());
 
-  options.metrics.watch(options.service.store);
+  options.metrics.watch(options.client);
+  const finished = options.client.requestsDone.subscribe(({ model, metrics }) => options.metrics.generation(model, metrics));
+  app.addHook('onClose', async () => finished.unsubscribe());
   app.get('/metrics', async (_request, reply) => reply.type('text/plain; version=0.0.4').send(await options.metrics.text()));
-  registerKserve(app, options.service);
-  registerGenerate(app, options.service);
-  registerOpenAi(app, options.service);
-  registerPlayground(app, options.service);
+  registerKserve(app, options.client);
+  registerGenerate(app, options.client);
+  registerOpenAi(app, options.client);
+  registerPlayground(app, options.client);
   return app;
 }

@@ -74,6 +74,10 @@ export interface ModelStats {
   /** Decode steps, and rows over all of them, since it loaded. */
   decodeSteps: number;
   decodedRows: number;
+  /** Requests finished (cancelled ones included) and cancelled, and tokens generated, since it loaded. */
+  requestsFinished: number;
+  requestsCancelled: number;
+  tokensGenerated: number;
 }
 
 /** One finished generation request of a model, with its timings. */

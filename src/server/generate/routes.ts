@@ -8,29 +8,28 @@
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { map, type Observable } from 'rxjs';
-import { tensorFromValue, type Tensor, type TensorRecord } from '../../ensemble/index.ts';
 import { ChorusError, invalidArgument } from '../../errors.ts';
-import type { PipelineUpdate, Service, TextRequest } from '../../pipeline/index.ts';
+import { tensorFromJson, type EngineClient, type ModelInfo, type PipelineUpdate, type Tensor, type TensorRecord, type TextRequest } from '../../serving/index.ts';
 import { cancelOnClose, sendEvents } from '../disconnect.ts';
 import { errorBody } from '../errors.ts';
 
 type Params = { model: string; version?: string };
 
-export function registerGenerate(app: FastifyInstance, service: Service): void {
+export function registerGenerate(app: FastifyInstance, client: EngineClient): void {
   for (const prefix of ['/v2/models/:model', '/v2/models/:model/versions/:version']) {
     app.post<{ Params: Params }>(`${prefix}/generate`, async (request, reply) => {
-      const { stream, envelope } = start(service, request, false);
+      const { stream, envelope } = start(client, request, false);
       return { ...envelope, ...(await cancelOnClose(request, reply, stream)) };
     });
     app.post<{ Params: Params }>(`${prefix}/generate_stream`, async (request, reply) => {
-      const { envelope, deltas } = start(service, request, true);
+      const { envelope, deltas } = start(client, request, true);
       await sendEvents(request, reply, deltas.pipe(map((event) => ({ ...envelope, ...event }))), { error: (error) => errorBody(error) });
     });
   }
 }
 
 /** The request's answer (final) and its stream of events, for the named pipeline or ensemble. */
-function start(service: Service, request: FastifyRequest<{ Params: Params }>, streamed: boolean): { envelope: Record<string, unknown>; stream: Observable<Record<string, unknown>>; deltas: Observable<Record<string, unknown>> } {
+function start(client: EngineClient, request: FastifyRequest<{ Params: Params }>, streamed: boolean): { envelope: Record<string, unknown>; stream: Observable<Record<string, unknown>>; deltas: Observable<Record<string, unknown>> } {
   const name = request.params.model;
   const body = request.body;
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalidArgument('body', 'a JSON object', body);
@@ -39,8 +38,9 @@ function start(service: Service, request: FastifyRequest<{ Params: Params }>, st
   if (parameters !== undefined && (typeof parameters !== 'object' || parameters === null || Array.isArray(parameters))) throw invalidArgument('parameters', 'an object of fields', parameters);
   const all = { ...fields, ...(parameters as Record<string, unknown> | undefined) };
   const envelope = { model_name: name, model_version: '1', ...(id === undefined ? {} : { id }) };
-  if (service.repository.pipelines.has(name)) {
-    const updates = service.pipeline(name).run({ ...all, stream: streamed } as TextRequest);
+  const info = resolve(client, name);
+  if (info.kind === 'pipeline') {
+    const updates = client.generate(name, { ...all, stream: streamed } as TextRequest);
     const answer = (u: PipelineUpdate, text: string): Record<string, unknown> => ({
       text_output: text,
       ...(u.choices[0]?.finishReason ? { finish_reason: u.choices[0].finishReason } : {}),
@@ -52,19 +52,25 @@ function start(service: Service, request: FastifyRequest<{ Params: Params }>, st
       deltas: updates.pipe(map((u) => answer(u, u.choices[0]?.delta ?? ''))),
     };
   }
-  if (service.repository.ensembles.has(name)) {
-    const ensemble = service.ensemble(name);
-    const inputs: Record<string, Tensor> = {};
-    for (const [field, value] of Object.entries(all)) {
-      const spec = ensemble.definition.inputs[field];
-      if (spec === undefined) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `ensemble ${name} has no input ${field}; its inputs are: ${Object.keys(ensemble.definition.inputs).join(', ')}`, { param: field });
-      inputs[field] = tensorFromValue(field, value, spec);
-    }
-    const outputs = ensemble.run(inputs, { stream: streamed }).pipe(map(plain));
-    return { envelope, stream: outputs, deltas: outputs };
+  const inputs: Record<string, Tensor> = {};
+  for (const [field, value] of Object.entries(all)) {
+    const spec = info.inputs.find((t) => t.name === field);
+    if (spec === undefined) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `ensemble ${name} has no input ${field}; its inputs are: ${info.inputs.map((t) => t.name).join(', ')}`, { param: field });
+    inputs[field] = tensorFromJson(field, value, spec);
   }
-  const names = [...service.repository.pipelines.keys(), ...service.repository.ensembles.keys()];
-  throw new ChorusError('CHORUS_NOT_FOUND', `unknown model ${name}; generate serves pipelines and ensembles: ${names.sort().join(', ')}`, { param: 'model', value: name });
+  const outputs = client.infer(name, inputs, { stream: streamed }).pipe(map(plain));
+  return { envelope, stream: outputs, deltas: outputs };
+}
+
+/** The pipeline or ensemble `name` (a pipeline first, as OpenAI's routes name pipelines). */
+function resolve(client: EngineClient, name: string): ModelInfo {
+  try {
+    return client.resolve(name, ['pipeline', 'ensemble']);
+  } catch (error) {
+    if (!(error instanceof ChorusError) || error.code !== 'CHORUS_NOT_FOUND') throw error;
+    const names = [...client.models('pipeline'), ...client.models('ensemble')].map((m) => m.name);
+    throw new ChorusError('CHORUS_NOT_FOUND', `unknown model ${name}; generate serves pipelines and ensembles: ${names.sort().join(', ')}`, { param: 'model', value: name });
+  }
 }
 
 /** Outputs as JSON values: a one-element tensor as its element, else its elements. */

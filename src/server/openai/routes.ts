@@ -11,7 +11,7 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { concat, defer, from, map, merge, mergeMap, of, tap, type Observable } from 'rxjs';
 import { ChorusError, invalidArgument } from '../../errors.ts';
-import type { PipelineUpdate, Service, TextRequest, TokenLogProb } from '../../pipeline/index.ts';
+import type { EngineClient, PipelineUpdate, TextRequest, TokenLogProb } from '../../serving/index.ts';
 import { cancelOnClose, sendEvents } from '../disconnect.ts';
 import { openAiErrorBody } from '../errors.ts';
 
@@ -48,24 +48,23 @@ function logprobsBody(kind: 'chat' | 'completion', tokens: TokenLogProb[], offse
   return { tokens: tokens.map((t) => t.text), token_logprobs: tokens.map((t) => t.logprob), top_logprobs: tokens.map((t) => Object.fromEntries(t.top.map((a) => [a.text, a.logprob]))), text_offset: textOffset };
 }
 
-export function registerOpenAi(app: FastifyInstance, service: Service): void {
+export function registerOpenAi(app: FastifyInstance, client: EngineClient): void {
   app.get('/v1/models', async () => ({
     object: 'list',
-    data: [...service.repository.pipelines.keys()].sort().map((id) => ({ id, object: 'model', created: 0, owned_by: 'chorus' })),
+    data: client.models('pipeline').map((m) => ({ id: m.name, object: 'model', created: 0, owned_by: 'chorus' })),
   }));
   app.get<{ Params: { model: string } }>('/v1/models/:model', async (request) => {
-    pipelineOf(service, request.params.model);
+    pipelineOf(client, request.params.model);
     return { id: request.params.model, object: 'model', created: 0, owned_by: 'chorus' };
   });
-  app.post('/v1/completions', async (request, reply) => handle(service, request, reply, 'completion'));
-  app.post('/v1/chat/completions', async (request, reply) => handle(service, request, reply, 'chat'));
+  app.post('/v1/completions', async (request, reply) => handle(client, request, reply, 'completion'));
+  app.post('/v1/chat/completions', async (request, reply) => handle(client, request, reply, 'chat'));
 }
 
-function pipelineOf(service: Service, model: unknown): string {
+function pipelineOf(client: EngineClient, model: unknown): string {
   if (typeof model !== 'string' || model === '') throw invalidArgument('model', 'the name of a model (a pipeline)', model);
-  if (!service.repository.pipelines.has(model)) {
-    throw new ChorusError('CHORUS_NOT_FOUND', `The model \`${model}\` does not exist; models: ${[...service.repository.pipelines.keys()].sort().join(', ')}`, { param: 'model', value: model });
-  }
+  const pipelines = client.models('pipeline').map((m) => m.name);
+  if (!pipelines.includes(model)) throw new ChorusError('CHORUS_NOT_FOUND', `The model \`${model}\` does not exist; models: ${pipelines.join(', ')}`, { param: 'model', value: model });
   return model;
 }
 
@@ -74,14 +73,14 @@ function finishReason(reason: string | undefined): string | null {
   return reason === 'length' ? 'length' : 'stop';
 }
 
-async function handle(service: Service, request: FastifyRequest, reply: FastifyReply, kind: 'chat' | 'completion'): Promise<unknown> {
+async function handle(client: EngineClient, request: FastifyRequest, reply: FastifyReply, kind: 'chat' | 'completion'): Promise<unknown> {
   const body = request.body as Record<string, unknown> | null;
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalidArgument('body', 'a JSON object', body);
   for (const field of Object.keys(body)) if (!ACCEPTED.has(field)) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `Unrecognized request argument supplied: ${field}`, { param: field });
   for (const [field, refused] of Object.entries(REFUSED)) {
     if (refused(body[field])) throw new ChorusError('CHORUS_UNSUPPORTED', `${field} is not supported by this server`, { param: field });
   }
-  const model = pipelineOf(service, body.model);
+  const model = pipelineOf(client, body.model);
   const n = body.n ?? 1;
   if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > 16) throw invalidArgument('n', 'an integer in [1, 16]', n);
   const stream = body.stream ?? false;
@@ -132,7 +131,6 @@ async function handle(service: Service, request: FastifyRequest, reply: FastifyR
   }
   // n samples per prompt: with a seed, seed + i; without, each its own random seed (as OpenAI's n does).
   const runs = prompts.flatMap((p) => Array.from({ length: n }, (_, i) => (n === 1 ? p : { ...p, seed: typeof p.seed === 'number' ? p.seed + i : Math.floor(Math.random() * 2 ** 31) })));
-  const pipeline = service.pipeline(model);
   const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`;
   const created = Math.floor(Date.now() / 1000);
   const usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
@@ -145,7 +143,7 @@ async function handle(service: Service, request: FastifyRequest, reply: FastifyR
   // Each run's updates, its choices renumbered into the response's.
   const updates: Observable<{ choice: Choice; delta: string }> = merge(
     ...runs.map((run, r) =>
-      pipeline.run(run).pipe(
+      client.generate(model, run).pipe(
         tap((u) => countUsage(u, r)),
         mergeMap((u) => from(u.choices.filter((c) => c.index === 0).map((c) => ({ choice: { index: r, text: c.text, finishReason: finishReason(c.finishReason), logprobs: c.logprobs ?? [] }, delta: c.delta })))),
       ),
