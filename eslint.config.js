@@ -28,6 +28,18 @@ export default tseslint.config(
       }],
     },
   },
+  // The generation core runs no model (test/generation/core-imports.test.ts checks the whole graph).
+  {
+    files: ['src/generation/core/**'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': ['error', {
+        patterns: [
+          { group: ['onnxruntime-node', 'onnxruntime-*', '**/runtime/**', '**/engines/**'], message: 'generation/core runs no model: ONNX Runtime belongs to generation/engines' },
+          { group: ['**/native/**'], allowTypeImports: true, message: 'generation/core may name the native addon\'s types, never load it' },
+        ],
+      }],
+    },
+  },
   // Benchmark scripts print their tables.
   { files: ['bench/**'], rules: { 'no-console': 'off' } },
 );

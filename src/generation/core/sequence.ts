@@ -5,8 +5,8 @@
  * row, tokens streamed as they come); `BeamSequence` (beam-sequence.ts) runs beam search.
  */
 import type { Subscriber } from 'rxjs';
-import { logSumExp, topIndices } from '../util/argmax.ts';
-import { uniformStream } from '../util/random.ts';
+import { logSumExp, topIndices } from '../../util/argmax.ts';
+import { uniformStream } from '../../util/random.ts';
 import type { FinishReason, RequestMetrics, TokenEvent } from './engine.ts';
 import { bannedAfter, logitsProcessors, nextTopP, processLogits, type LogitsProcessor } from './processors/index.ts';
 import { greedy, sample, type SamplerRow } from './sampler.ts';

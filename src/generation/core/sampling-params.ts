@@ -3,7 +3,7 @@
  * in one place. Every field is optional; `validateSamplingParams` fills defaults and throws a
  * CHORUS_INVALID_ARGUMENT naming the field and its allowed range for a bad value.
  */
-import { invalidArgument } from '../errors.ts';
+import { invalidArgument } from '../../errors.ts';
 
 /** What a request may set. */
 export interface SamplingParams {

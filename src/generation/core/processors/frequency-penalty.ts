@@ -1,5 +1,5 @@
 /** Frequency penalty (additive, OpenAI semantics): subtracted once per occurrence of an id in the output. */
-import { invalidArgument } from '../../errors.ts';
+import { invalidArgument } from '../../../errors.ts';
 import type { LogitsProcessor } from './processor.ts';
 
 /** The processor for a finite `penalty`; undefined for 0. */

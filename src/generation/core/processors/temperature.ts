@@ -1,5 +1,5 @@
 /** Temperature: logits divided by t > 0 (t = 0 is greedy, which the sampler handles without this). */
-import { invalidArgument } from '../../errors.ts';
+import { invalidArgument } from '../../../errors.ts';
 import type { LogitsProcessor } from './processor.ts';
 
 /** The processor; undefined for 1, and for 0 (greedy). */

@@ -1,6 +1,6 @@
 /** Sampler rows (sequence.ts) packed into the flat arrays the native engine's kernels read. */
-import { MAX_TOP_LOGPROBS, SAMPLE_PARAM_COUNT, type NativeSampleBatch, type NativeSampled } from '../native/index.ts';
-import type { SamplerRow } from './sampler.ts';
+import { MAX_TOP_LOGPROBS, SAMPLE_PARAM_COUNT, type NativeSampleBatch, type NativeSampled } from '../../native/index.ts';
+import type { SamplerRow } from '../core/sampler.ts';
 
 /** The rows of a step that sample where the logits are: each batch row with its sampler row. */
 export function packSamplerRows(entries: ReadonlyArray<{ row: number; sampler: SamplerRow }>): NativeSampleBatch {

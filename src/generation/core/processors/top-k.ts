@@ -1,5 +1,5 @@
 /** Top-k: every logit below the k-th largest becomes -inf (ties with the k-th are kept, as transformers does). */
-import { invalidArgument } from '../../errors.ts';
+import { invalidArgument } from '../../../errors.ts';
 import type { LogitsProcessor } from './processor.ts';
 
 /** The processor; undefined for 0 (off) or k at least the vocabulary size. */

@@ -7,7 +7,7 @@
  * stay within kvTokenBudget. A sequence is admitted
  * in arrival order as soon as both hold with it added; one that could never fit is refused at submit.
  */
-import { ChorusError } from '../errors.ts';
+import { ChorusError } from '../../errors.ts';
 
 /** What the scheduler needs to know of a sequence. */
 export interface Schedulable {

@@ -16,8 +16,8 @@
  * other parents; the scores kept stay sums of log-probs.
  * Scores are summed in float32, as transformers does, so near-ties break the same way.
  */
-import { ChorusError } from '../errors.ts';
-import { logSumExp, topIndices } from '../util/argmax.ts';
+import { ChorusError } from '../../errors.ts';
+import { logSumExp, topIndices } from '../../util/argmax.ts';
 import type { FinishReason } from './engine.ts';
 import { badWords, bannedAfter, frequencyPenalty, minLength, presencePenalty, processLogits, repetitionPenalty, temperature, type LogitsProcessor } from './processors/index.ts';
 import type { SamplerRow } from './sampler.ts';

@@ -2,7 +2,7 @@
  * Repetition penalty (multiplicative, as transformers and FasterTransformer apply it): for every id in
  * the prompt or the output, a positive logit is divided by the penalty and a negative one multiplied.
  */
-import { invalidArgument } from '../../errors.ts';
+import { invalidArgument } from '../../../errors.ts';
 import type { LogitsProcessor } from './processor.ts';
 
 /** The processor for `penalty` > 0; undefined for 1 (no effect). */

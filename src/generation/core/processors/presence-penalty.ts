@@ -1,5 +1,5 @@
 /** Presence penalty (additive, OpenAI semantics): subtracted once from every id the output contains. */
-import { invalidArgument } from '../../errors.ts';
+import { invalidArgument } from '../../../errors.ts';
 import type { LogitsProcessor } from './processor.ts';
 
 /** The processor for a finite `penalty`; undefined for 0. */

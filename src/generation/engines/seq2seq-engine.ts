@@ -15,11 +15,11 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Observable } from 'rxjs';
-import { ChorusError } from '../errors.ts';
-import { selectCacheRows, selectEncodedRows, Seq2SeqSession, type ExecutionProviders, type Seq2SeqOutput } from '../runtime/index.ts';
-import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
-import { RequestLedger } from './request-ledger.ts';
-import type { ActiveRequest, ModelIds } from './sequence.ts';
+import { ChorusError } from '../../errors.ts';
+import { selectCacheRows, selectEncodedRows, Seq2SeqSession, type ExecutionProviders, type Seq2SeqOutput } from '../../runtime/index.ts';
+import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from '../core/engine.ts';
+import { RequestLedger } from '../core/request-ledger.ts';
+import type { ActiveRequest, ModelIds } from '../core/sequence.ts';
 
 /** Options of `Seq2SeqEngine.open`. */
 export interface Seq2SeqEngineOptions {

@@ -2,7 +2,7 @@
  * Choosing the next token from processed logits: the argmax (temperature 0), or a draw from their
  * softmax with the request's own seeded stream, so a seed gives the same tokens whatever else is batched.
  */
-import { argmax, logSumExp } from '../util/argmax.ts';
+import { argmax, logSumExp } from '../../util/argmax.ts';
 
 /** The chosen id and its log-probability under the distribution it was chosen from. */
 export interface Choice {

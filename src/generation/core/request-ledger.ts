@@ -4,7 +4,7 @@
  * the per-request metrics hook).
  */
 import { Observable, type Subscriber } from 'rxjs';
-import { ChorusError, invalidArgument } from '../errors.ts';
+import { ChorusError, invalidArgument } from '../../errors.ts';
 import type { GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
 import { checkDecodingMode } from './beam-guard.ts';
 import { BeamSequence } from './beam-sequence.ts';

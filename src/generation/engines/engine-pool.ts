@@ -4,7 +4,7 @@
  * equals), and stays there.
  */
 import { defer, type Observable } from 'rxjs';
-import type { Engine, EngineStats, GenerateRequest, TokenEvent } from './engine.ts';
+import type { Engine, EngineStats, GenerateRequest, TokenEvent } from '../core/engine.ts';
 
 export class EnginePool implements Engine {
   constructor(readonly instances: readonly Engine[]) {

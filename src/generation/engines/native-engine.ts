@@ -26,17 +26,17 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Observable } from 'rxjs';
-import { ChorusError } from '../errors.ts';
-import { SLOT_DECODER_MODEL, SLOT_ENCODER_MODEL } from '../modelbuild/greedy-layout.ts';
-import { loadNative, MAX_TOP_LOGPROBS, type NativeAddon, type NativeBeamRun, type NativeSampleBatch, type NativeSampled, type NativeSlotDecoder, type SlotStep } from '../native/index.ts';
-import { decoderModel, keptRows, stepMembers } from './batch-rows.ts';
-import { BeamSequence } from './beam-sequence.ts';
-import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
-import { RequestLedger } from './request-ledger.ts';
-import { Scheduler, type SchedulerLimits } from './scheduler.ts';
+import { ChorusError } from '../../errors.ts';
+import { SLOT_DECODER_MODEL, SLOT_ENCODER_MODEL } from '../../modelbuild/greedy-layout.ts';
+import { loadNative, MAX_TOP_LOGPROBS, type NativeAddon, type NativeBeamRun, type NativeSampleBatch, type NativeSampled, type NativeSlotDecoder, type SlotStep } from '../../native/index.ts';
+import { decoderModel, keptRows, stepMembers } from '../core/batch-rows.ts';
+import { BeamSequence } from '../core/beam-sequence.ts';
+import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from '../core/engine.ts';
+import { RequestLedger } from '../core/request-ledger.ts';
+import { Scheduler, type SchedulerLimits } from '../core/scheduler.ts';
 import { packSamplerRows, sampledChoice, sampledTop } from './native-sampler.ts';
-import type { SamplerRow } from './sampler.ts';
-import { argmaxEligible, bannedArgmaxEligible, Sequence, type ActiveRequest, type ModelIds } from './sequence.ts';
+import type { SamplerRow } from '../core/sampler.ts';
+import { argmaxEligible, bannedArgmaxEligible, Sequence, type ActiveRequest, type ModelIds } from '../core/sequence.ts';
 import { seq2seqModel } from './seq2seq-engine.ts';
 import { TurnLoop } from './turn-loop.ts';
 

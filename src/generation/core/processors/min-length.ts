@@ -1,5 +1,5 @@
 /** Minimum length: the end id cannot be generated until the output has `minLength` tokens. */
-import { invalidArgument } from '../../errors.ts';
+import { invalidArgument } from '../../../errors.ts';
 import type { LogitsProcessor } from './processor.ts';
 
 /** The processor; undefined when `minLength` is 0 or there is no end id. */

@@ -14,14 +14,14 @@
  */
 import ort from 'onnxruntime-node';
 import type { Observable } from 'rxjs';
-import { ChorusError } from '../errors.ts';
-import { DecoderSession, GreedySearchSession, positionsFromMask, type ExecutionProviders } from '../runtime/index.ts';
+import { ChorusError } from '../../errors.ts';
+import { DecoderSession, GreedySearchSession, positionsFromMask, type ExecutionProviders } from '../../runtime/index.ts';
 import { gatherRows, mergeCaches, type BatchCache, type CacheData } from './batch-cache.ts';
-import { decoderModel, keptRows, stepMembers } from './batch-rows.ts';
-import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from './engine.ts';
-import { RequestLedger } from './request-ledger.ts';
-import { Scheduler, type SchedulerLimits } from './scheduler.ts';
-import { deviceGreedyEligible, type ActiveRequest, type ModelIds, type Sequence } from './sequence.ts';
+import { decoderModel, keptRows, stepMembers } from '../core/batch-rows.ts';
+import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from '../core/engine.ts';
+import { RequestLedger } from '../core/request-ledger.ts';
+import { Scheduler, type SchedulerLimits } from '../core/scheduler.ts';
+import { deviceGreedyEligible, type ActiveRequest, type ModelIds, type Sequence } from '../core/sequence.ts';
 import { TurnLoop } from './turn-loop.ts';
 
 /** Options of `OrtEngine.open`. */

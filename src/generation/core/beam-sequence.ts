@@ -5,7 +5,7 @@
  * carrying `sequence` (its rank) and the last one its finish reason and `score`.
  */
 import type { Subscriber } from 'rxjs';
-import type { NativeBeamGroup } from '../native/index.ts';
+import type { NativeBeamGroup } from '../../native/index.ts';
 import { BeamSearch, type BeamContinuation } from './beam-search.ts';
 import type { TokenEvent } from './engine.ts';
 import type { SamplerRow } from './sampler.ts';

@@ -3,7 +3,7 @@
  * parameter that changes nothing would mislead. Sampling filters do nothing in beam search (it keeps
  * the best beams); beam parameters do nothing with one beam.
  */
-import { ChorusError } from '../errors.ts';
+import { ChorusError } from '../../errors.ts';
 import type { ResolvedSamplingParams } from './sampling-params.ts';
 
 function refuse(field: keyof ResolvedSamplingParams, value: unknown, why: string): never {
