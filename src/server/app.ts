@@ -13,6 +13,7 @@ import { registerKserve } from './kserve/routes.ts';
 import type { Metrics } from './metrics.ts';
 import { registerOpenAi } from './openai/routes.ts';
 import { PLAYGROUND_PATHS, registerPlayground } from './playground/routes.ts';
+import { AJV_OPTIONS, validationError } from './validation.ts';
 
 export interface ServerOptions {
   client: EngineClient;
@@ -30,7 +31,7 @@ export interface ServerOptions {
 const PUBLIC = /^\/(v2\/health\/(live|ready)|metrics)$/;
 
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
-  const app = Fastify({ logger: options.logger ?? false, bodyLimit: options.bodyLimit ?? 64 * 1024 * 1024 });
+  const app = Fastify({ logger: options.logger ?? false, bodyLimit: options.bodyLimit ?? 64 * 1024 * 1024, ajv: { customOptions: AJV_OPTIONS } });
   // Binary tensor bodies, and bodies without a content type, arrive as buffers.
   app.addContentTypeParser(['application/octet-stream', '*'], { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
@@ -61,22 +62,26 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       throw new ChorusError('CHORUS_UNAUTHORIZED', 'missing or wrong API key: send Authorization: Bearer <key>', { param: 'authorization' });
     }
   });
-  // Per-model request metrics, also for streamed (hijacked) replies.
-  app.addHook('preHandler', async (request, reply) => {
+  // Per-model request metrics, also for streamed (hijacked) replies and bodies that fail their schema.
+  app.addHook('preValidation', async (request, reply) => {
     const model = (request.params as { model?: string } | undefined)?.model ?? (request.body as { model?: unknown } | undefined)?.model;
     if (typeof model !== 'string' || request.method !== 'POST') return;
     const end = options.metrics.begin(model);
     reply.raw.once('close', () => end(reply.raw.statusCode));
   });
 
-  app.setErrorHandler((error, request, reply) => {
+  app.setErrorHandler((raw, request, reply) => {
     const openAi = request.url.startsWith('/v1/');
+    const failed = (raw as { validation?: Parameters<typeof validationError>[0] }).validation;
+    const error = failed === undefined ? raw : validationError(failed);
     let { status } = wireError(error);
     if (error instanceof ChorusError && (error.code === 'CHORUS_OVERLOADED' || error.code === 'CHORUS_CLOSED')) {
       reply.header('retry-after', '1');
       if (openAi && error.code === 'CHORUS_OVERLOADED') status = 429;
     }
+    // A client's mistake is news, not a fault: one line at info, no stack.
     if (status >= 500) request.log.error(error);
+    else request.log.info({ status, code: wireError(error).code, message: wireError(error).message }, 'request refused');
     void reply.code(status).send(openAi ? openAiErrorBody(error) : errorBody(error));
   });
   app.setNotFoundHandler((request, reply) => {

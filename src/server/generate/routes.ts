@@ -8,20 +8,23 @@
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { map, type Observable } from 'rxjs';
-import { ChorusError, invalidArgument } from '../../errors.ts';
+import { ChorusError } from '../../errors.ts';
 import { tensorFromJson, type EngineClient, type ModelInfo, type PipelineUpdate, type Tensor, type TensorRecord, type TextRequest } from '../../serving/index.ts';
 import { cancelOnClose, sendEvents } from '../disconnect.ts';
 import { errorBody } from '../errors.ts';
+import { SAMPLING_FIELDS, samplingOf } from '../schemas/fields.ts';
+import { GenerateBody } from '../schemas/generate.ts';
 
 type Params = { model: string; version?: string };
+type Generate = { Params: Params; Body: GenerateBody };
 
 export function registerGenerate(app: FastifyInstance, client: EngineClient): void {
   for (const prefix of ['/v2/models/:model', '/v2/models/:model/versions/:version']) {
-    app.post<{ Params: Params }>(`${prefix}/generate`, async (request, reply) => {
+    app.post<Generate>(`${prefix}/generate`, { schema: { body: GenerateBody } }, async (request, reply) => {
       const { stream, envelope } = start(client, request, false);
       return { ...envelope, ...(await cancelOnClose(request, reply, stream)) };
     });
-    app.post<{ Params: Params }>(`${prefix}/generate_stream`, async (request, reply) => {
+    app.post<Generate>(`${prefix}/generate_stream`, { schema: { body: GenerateBody } }, async (request, reply) => {
       const { envelope, deltas } = start(client, request, true);
       await sendEvents(request, reply, deltas.pipe(map((event) => ({ ...envelope, ...event }))), { error: (error) => errorBody(error) });
     });
@@ -29,18 +32,14 @@ export function registerGenerate(app: FastifyInstance, client: EngineClient): vo
 }
 
 /** The request's answer (final) and its stream of events, for the named pipeline or ensemble. */
-function start(client: EngineClient, request: FastifyRequest<{ Params: Params }>, streamed: boolean): { envelope: Record<string, unknown>; stream: Observable<Record<string, unknown>>; deltas: Observable<Record<string, unknown>> } {
+function start(client: EngineClient, request: FastifyRequest<Generate>, streamed: boolean): { envelope: Record<string, unknown>; stream: Observable<Record<string, unknown>>; deltas: Observable<Record<string, unknown>> } {
   const name = request.params.model;
-  const body = request.body;
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalidArgument('body', 'a JSON object', body);
-  const { id, parameters, ...fields } = body as Record<string, unknown>;
-  if (id !== undefined && typeof id !== 'string') throw invalidArgument('id', 'a string', id);
-  if (parameters !== undefined && (typeof parameters !== 'object' || parameters === null || Array.isArray(parameters))) throw invalidArgument('parameters', 'an object of fields', parameters);
-  const all = { ...fields, ...(parameters as Record<string, unknown> | undefined) };
+  const { id, parameters, ...fields } = request.body;
+  const all: Record<string, unknown> = { ...fields, ...parameters };
   const envelope = { model_name: name, model_version: '1', ...(id === undefined ? {} : { id }) };
   const info = resolve(client, name);
   if (info.kind === 'pipeline') {
-    const updates = client.generate(name, { ...all, stream: streamed } as TextRequest);
+    const updates = client.generate(name, { ...textFields(all), stream: streamed });
     const answer = (u: PipelineUpdate, text: string): Record<string, unknown> => ({
       text_output: text,
       ...(u.choices[0]?.finishReason ? { finish_reason: u.choices[0].finishReason } : {}),
@@ -71,6 +70,12 @@ function resolve(client: EngineClient, name: string): ModelInfo {
     const names = [...client.models('pipeline'), ...client.models('ensemble')].map((m) => m.name);
     throw new ChorusError('CHORUS_NOT_FOUND', `unknown model ${name}; generate serves pipelines and ensembles: ${names.sort().join(', ')}`, { param: 'model', value: name });
   }
+}
+
+/** A pipeline's fields: the sampling ones as the OpenAI routes map them, the others as given (nulls dropped). */
+function textFields(all: Record<string, unknown>): TextRequest {
+  const others = Object.entries(all).filter(([field, value]) => value !== null && !(SAMPLING_FIELDS as string[]).includes(field));
+  return { ...Object.fromEntries(others), ...samplingOf(all) };
 }
 
 /** Outputs as JSON values: a one-element tensor as its element, else its elements. */
