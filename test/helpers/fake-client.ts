@@ -62,7 +62,7 @@ export class FakeEngineClient implements EngineClient {
       const found = this.models(kind).find((m) => m.name === name);
       if (found !== undefined) return found;
     }
-    const names = kinds.flatMap((kind) => this.models(kind).map((m) => m.name)).sort();
+    const names = [...new Set(kinds.flatMap((kind) => this.models(kind).map((m) => m.name)))].sort();
     throw new ChorusError('CHORUS_NOT_FOUND', `unknown model ${name}; there are: ${names.join(', ')}`, { param: 'model', value: name });
   }
 
