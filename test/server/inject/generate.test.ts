@@ -90,3 +90,21 @@ test('an error after the stream started is an SSE event {"error": ...}; a full q
   assert.deepEqual(refused.json(), { error: 'the queue is full' });
   await Promise.all([server.close(), busy.close()]);
 });
+
+test('a refused request is logged at info, one line without a stack; a failure at error, with its stack', async () => {
+  const lines: Array<{ level: number; msg: string; status?: number; err?: { stack?: string } }> = [];
+  const stream = { write: (line: string) => lines.push(JSON.parse(line) as (typeof lines)[number]) };
+  const failing = new FakeEngineClient({ pipelines: ['stories'], words: () => [new Error('disk on fire')] });
+  const server = await buildServer({ client: failing, metrics: new Metrics(), logger: { level: 'info', stream } });
+  assert.equal((await server.inject({ method: 'POST', url: '/v2/models/stories/generate', payload: { text_input: 'x', top_p: 2 } })).statusCode, 400);
+  const refused = lines.filter((l) => l.msg === 'request refused');
+  assert.equal(refused.length, 1);
+  assert.equal(refused[0]!.level, 30);
+  assert.equal(refused[0]!.status, 400);
+  assert.equal(JSON.stringify(refused[0]).includes('stack'), false);
+  assert.equal((await server.inject({ method: 'POST', url: '/v2/models/stories/generate', payload: { text_input: 'x' } })).statusCode, 500);
+  const failed = lines.filter((l) => l.level === 50);
+  assert.equal(failed.length, 1);
+  assert.match(failed[0]!.err?.stack ?? '', /disk on fire/);
+  await server.close();
+});
