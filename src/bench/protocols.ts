@@ -26,6 +26,7 @@ export interface Sampling {
   max_tokens?: number;
   min_tokens?: number;
   temperature?: number;
+  top_p?: number;
   seed?: number;
 }
 
@@ -67,7 +68,7 @@ function endpoint(target: Target): string {
 }
 
 function scalarInput(name: string, value: number): { name: string; shape: number[]; datatype: string; data: number[] } {
-  return { name, shape: [1, 1], datatype: Number.isInteger(value) && name !== 'temperature' ? 'INT32' : 'FP32', data: [value] };
+  return { name, shape: [1, 1], datatype: Number.isInteger(value) && name !== 'temperature' && name !== 'top_p' ? 'INT32' : 'FP32', data: [value] };
 }
 
 function body(target: Target, prompt: string, sampling: Sampling): unknown {

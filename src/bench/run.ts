@@ -28,6 +28,8 @@ export interface BenchOptions {
   warmup?: number;
   /** Seed of the request-rate arrival times. */
   seed?: number;
+  /** Each measured request samples with seed requestSeed + its number in the run (0, 1, ...). */
+  requestSeed?: number;
   /** Called as each request is answered. */
   onRecord?: (setting: Setting, record: RequestRecord) => void;
   /** Called when a setting starts, with its number of requests when known. */
@@ -44,6 +46,8 @@ export interface BenchResult {
   createdAt: string;
   target: Omit<Target, 'apiKey'>;
   sampling: Sampling;
+  /** Seed of the first measured request; each next one adds 1. */
+  requestSeed?: number;
   prompts: { count: number; source: string; targetTokens?: number; measuredTokens?: number };
   requestsPerSetting?: number;
   durationS?: number;
@@ -91,8 +95,10 @@ export async function runBench(options: BenchOptions): Promise<BenchSettingResul
     let issued = 0;
     const send = async (): Promise<void> => {
       const index = issued++;
-      const promptIndex = (sent++) % prompts.length;
-      const record = await timedRequest(target, prompts[promptIndex]!, sampling, index, promptIndex, origin);
+      const number = sent++;
+      const promptIndex = number % prompts.length;
+      const seeded = options.requestSeed === undefined ? sampling : { ...sampling, seed: options.requestSeed + number };
+      const record = await timedRequest(target, prompts[promptIndex]!, seeded, index, promptIndex, origin);
       records.push(record);
       options.onRecord?.(setting, record);
     };

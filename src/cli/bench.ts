@@ -36,6 +36,8 @@ interface BenchCliOptions {
   promptTokens?: string;
   outputTokens?: string;
   temperature?: string;
+  topP?: string;
+  requestSeed?: string;
   requests?: string;
   duration?: string;
   warmup: string;
@@ -95,6 +97,8 @@ export function registerBench(program: Command): void {
     .option('--prompt-tokens <n>', 'synthetic prompts of n tokens (default 64); with --dataset, cut prompts to about n tokens')
     .option('--output-tokens <n>', 'ask for exactly n output tokens (max_tokens = min_tokens = n)')
     .option('--temperature <t>', 'sampling temperature sent with each request (default: the pipeline\'s)')
+    .option('--top-p <p>', 'nucleus sampling: top_p in (0, 1] sent with each request (default: the pipeline\'s)')
+    .option('--request-seed <n>', 'each request samples with its own seed: n, n+1, ... (default: none sent)')
     .option('--requests <n>', 'requests per setting (default 32, or unlimited with --duration)')
     .option('--duration <seconds>', 'per setting, start requests for this long')
     .option('--warmup <n>', 'requests sent before measuring, not counted', '1')
@@ -123,10 +127,14 @@ export function registerBench(program: Command): void {
       const timeoutS = nonNegative('--timeout', options.timeout)!;
       const outputTokens = positiveInt('--output-tokens', options.outputTokens);
       const temperature = nonNegative('--temperature', options.temperature);
+      const topP = options.topP === undefined ? undefined : Number(options.topP);
+      if (topP !== undefined && !(topP > 0 && topP <= 1)) throw invalidArgument('--top-p', 'a number in (0, 1]', options.topP);
+      const requestSeed = options.requestSeed === undefined ? undefined : Number(options.requestSeed);
+      if (requestSeed !== undefined && (!Number.isInteger(requestSeed) || requestSeed < 0)) throw invalidArgument('--request-seed', 'an integer >= 0', options.requestSeed);
       const seed = Number(options.seed);
       if (!Number.isInteger(seed)) throw invalidArgument('--seed', 'an integer', options.seed);
       const target: Target = { url: options.url, pipeline: options.pipeline, protocol, stream: options.stream === true, apiKey: options.apiKey ?? process.env.CHORUS_API_KEY, timeoutS };
-      const sampling: Sampling = { ...(outputTokens === undefined ? {} : { max_tokens: outputTokens, min_tokens: outputTokens }), ...(temperature === undefined ? {} : { temperature }) };
+      const sampling: Sampling = { ...(outputTokens === undefined ? {} : { max_tokens: outputTokens, min_tokens: outputTokens }), ...(temperature === undefined ? {} : { temperature }), ...(topP === undefined ? {} : { top_p: topP }) };
       const prompts = await preparePrompts(options, target);
       const progress = options.quiet || !process.stderr.isTTY ? undefined : new cliProgress.SingleBar({ format: '{setting} [{bar}] {value}/{total} requests, {errors} errors', stream: process.stderr, hideCursor: true }, cliProgress.Presets.shades_classic);
       let errors = 0;
@@ -139,6 +147,7 @@ export function registerBench(program: Command): void {
         durationS,
         warmup,
         seed,
+        requestSeed,
         onSetting: (setting, total) => {
           progress?.stop();
           errors = 0;
@@ -156,6 +165,7 @@ export function registerBench(program: Command): void {
         createdAt: new Date().toISOString(),
         target: { url: target.url, pipeline: target.pipeline, protocol: target.protocol, stream: target.stream, timeoutS: target.timeoutS },
         sampling,
+        ...(requestSeed === undefined ? {} : { requestSeed }),
         prompts: { count: prompts.prompts.length, source: prompts.source, targetTokens: prompts.targetTokens, measuredTokens: prompts.measuredTokens },
         requestsPerSetting: requestsPerSetting(requests, durationS),
         durationS,

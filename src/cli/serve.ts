@@ -12,10 +12,10 @@
 import { Option, type Command } from 'commander';
 import { invalidArgument } from '../errors.ts';
 import type { ModelControlMode } from '../ensemble/index.ts';
-import { pollRepository, Service } from '../pipeline/index.ts';
 import { bundledRepositoryDir, isS3Repository, syncS3Repository } from '../repository/index.ts';
 import { buildServer, Metrics } from '../server/index.ts';
-import { serviceEngine, startGrpcServer } from '../server/grpc/index.ts';
+import { startGrpcServer } from '../server/grpc/index.ts';
+import { RepositoryClient } from '../serving/index.ts';
 import { sourceOverrides, withRepositoryOptions, type RepositoryOptions } from './repository-options.ts';
 
 interface ServeOptions extends RepositoryOptions {
@@ -84,25 +84,24 @@ export function registerServe(program: Command): void {
       const remote = options.repository !== undefined && isS3Repository(options.repository) ? options.repository : undefined;
       const dir = remote === undefined ? (options.repository ?? bundledRepositoryDir()) : (await syncS3Repository(remote, log)).dir;
       const metrics = new Metrics();
-      const service = Service.open(dir, { sourceOverrides: sourceOverrides(options), onRequestDone: (model, m) => metrics.generation(model, m), control });
-      if (control !== 'explicit') await service.loadAll();
+      const client = RepositoryClient.open(dir, { sourceOverrides: sourceOverrides(options), control });
+      if (control !== 'explicit') await client.loadAll();
       for (const model of options.load) {
         process.stderr.write(`chorus: loading ${model}\n`);
-        await service.store.load(model);
+        await client.load(model);
       }
       const apiKey = options.apiKey;
-      const app = await buildServer({ service, metrics, apiKey, corsOrigin: options.corsOrigin, logger: options.quiet ? false : { level: 'info' } });
-      const grpc = grpcPort === 0 ? undefined : await startGrpcServer({ engine: serviceEngine(service), host: options.host, port: grpcPort, apiKey }).catch(async (error: unknown) => {
-        await service.close();
+      const app = await buildServer({ client, metrics, apiKey, corsOrigin: options.corsOrigin, logger: options.quiet ? false : { level: 'info' } });
+      const grpc = grpcPort === 0 ? undefined : await startGrpcServer({ engine: client, host: options.host, port: grpcPort, apiKey }).catch(async (error: unknown) => {
+        await client.close();
         throw error;
       });
       const address = await app.listen({ host: options.host, port }).catch(async (error: unknown) => {
         grpc?.forceClose();
-        await service.close();
+        await client.close();
         throw error;
       });
-      const stopPolling = control === 'poll' ? pollRepository(service, { intervalSeconds: pollSecs, sync: remote === undefined ? undefined : () => syncS3Repository(remote, log) }) : undefined;
-      process.stderr.write(`chorus: serving ${remote ?? service.repository.dir} on ${address}${grpc === undefined ? '' : ` and gRPC port ${grpc.port}`} (pipelines: ${[...service.repository.pipelines.keys()].join(', ')})\n`);
+      const stopPolling = control === 'poll' ? client.poll({ intervalSeconds: pollSecs, sync: remote === undefined ? undefined : () => syncS3Repository(remote, log) }) : undefined;
       await new Promise<void>((resolve) => {
         const stop = (signal: string): void => {
           process.stderr.write(`chorus: ${signal}: finishing in-flight requests (at most ${deadline} s)\n`);
@@ -111,10 +110,10 @@ export function registerServe(program: Command): void {
           const timer = setTimeout(() => {
             app.server.closeAllConnections();
             grpc?.forceClose();
-            void service.close();
+            void client.close();
           }, deadline * 1000);
           void Promise.all([app.close(), grpc?.close()])
-            .then(() => service.close())
+            .then(() => client.close())
             .finally(() => {
               clearTimeout(timer);
               resolve();
@@ -123,7 +122,7 @@ export function registerServe(program: Command): void {
         process.once('SIGTERM', () => stop('SIGTERM'));
         process.once('SIGINT', () => stop('SIGINT'));
         // Announced once a signal is handled: whoever waits for this line may stop the server at once.
-        process.stderr.write(`chorus: serving ${service.repository.dir} on ${address} (pipelines: ${[...service.repository.pipelines.keys()].join(', ')})\n`);
+        process.stderr.write(`chorus: serving ${remote ?? client.source} on ${address}${grpc === undefined ? '' : ` and gRPC port ${grpc.port}`} (pipelines: ${client.models('pipeline').map((m) => m.name).join(', ')})\n`);
       });
       process.stderr.write('chorus: stopped\n');
     });

@@ -9,8 +9,7 @@ import { dirname, join } from 'node:path';
 import type ort from 'onnxruntime-node';
 import type { ModelDefinition } from '../config/index.ts';
 import { ChorusError, notFound } from '../errors.ts';
-import { EnginePool, NativeEngine, nativeUnavailable, OrtEngine, Seq2SeqEngine, type Engine, type RequestMetrics } from '../generation/index.ts';
-import { loadNative } from '../native/index.ts';
+import { EnginePool, greedySearchWanted, instancePlacements, NativeEngine, nativeRequested, openEngine, runsOnGpu, type Engine, type Placement, type RequestMetrics } from '../generation/index.ts';
 import { closeModel, retire } from './close-model.ts';
 import { DynamicBatcher, type BatcherOptions } from './dynamic-batcher.ts';
 import { encodeBatch, forwardBatch } from './batch-runs.ts';
@@ -18,7 +17,7 @@ import { LoadFailures } from './load-failures.ts';
 import type { TensorRecord } from './steps/step.ts';
 import { makeCheckpoint, type BuildOptions } from '../modelbuild/index.ts';
 import { builtModelDirectory, cacheDir, isDecoderOnlySource, fetchSource, isRemote, openTokenizerDefinition, resolveSource, type Repository } from '../repository/index.ts';
-import { createSession, Seq2SeqSession, type ExecutionProviders } from '../runtime/index.ts';
+import { createSession, Seq2SeqSession } from '../runtime/index.ts';
 import type { Tokenizer } from '../tokenizers/index.ts';
 
 /** An encode request: token rows (padded to one width) and each row's real length. */
@@ -283,49 +282,15 @@ export class ModelStore {
     const hook = this.onRequestDone;
     const onRequestDone = hook === undefined ? undefined : (metrics: RequestMetrics): void => hook(name, metrics);
     // One engine per instance (instance_group: count on each device); a pool spreads requests over them.
-    const native = nativeWanted(value, dir, (line) => this.log(`model ${name}: ${line}`));
-    if (!native && value.cuda_options !== undefined) {
-      throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: cuda_options are passed by the native engine only (onnxruntime-node's own binding takes a device id alone); build it with npm run build:native`, { param: 'cuda_options' });
-    }
-    if (!native && value.batch_invariant === true) {
-      throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: batch_invariant needs the native engine (the TypeScript engine's steps take as many rows as run); build it with npm run build:native`, { param: 'batch_invariant' });
-    }
     const engines: Engine[] = [];
-    for (const providers of placements) {
-      const gpu = gpuOf(providers);
-      engines.push(
-        seq2seq && !native
-          ? await Seq2SeqEngine.open(dir, { executionProviders: providers, maxBatchSize: value.max_batch_size, onRequestDone })
-          : native
-            ? await NativeEngine.open(dir, {
-                provider: gpu === undefined ? 'cpu' : 'cuda',
-                deviceId: gpu?.deviceId ?? 0,
-                maxBatchSize: value.max_batch_size,
-                maxQueue: value.max_queue,
-                contextLength: value.max_sequence_length,
-                cudaGraph: value.cuda_graph ?? true,
-                batchInvariant: value.batch_invariant ?? false,
-                ...(value.gpu_memory_utilization === undefined ? {} : { gpuMemoryUtilization: value.gpu_memory_utilization }),
-                log: (line) => this.log(`model ${name}: ${line}`),
-                ...(value.cuda_options === undefined ? {} : { cudaOptions: value.cuda_options }),
-                onRequestDone,
-              })
-          : await OrtEngine.open(dir, {
-              executionProviders: providers,
-              maxBatchSize: value.max_batch_size,
-              maxQueue: value.max_queue,
-              contextLength: value.max_sequence_length,
-              greedySearch: greedySearchWanted(value),
-              onRequestDone,
-            }),
-      );
-    }
+    for (const placement of placements) engines.push(await openEngine(value, dir, placement, { name, log: (line) => this.log(`model ${name}: ${line}`), onRequestDone }));
+    const native = engines.some((engine) => engine instanceof NativeEngine);
     const generator = engines.length === 1 ? engines[0]! : new EnginePool(engines);
     return { name, engine: 'generate', generator, seq2seq, dir, outputRoom: outputRoom(dir, value, seq2seq, native) };
   }
 
   /** A forward model: any ONNX file, tensors in and out by name, behind a dynamic batcher over its instances. */
-  private async openForward(name: string, value: ModelDefinition, placements: ExecutionProviders[]): Promise<LoadedModel> {
+  private async openForward(name: string, value: ModelDefinition, placements: Placement[]): Promise<LoadedModel> {
     const resolved = resolveSource(value.source, this.repository.dir);
     if (resolved === undefined) throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: bad source "${value.source}"`, { param: 'source' });
     if (isRemote(resolved) && !existsSync(resolved.path)) await fetchSource(resolved, { file: value.file, log: (line) => this.log(`model ${name}: ${line}`) });
@@ -421,58 +386,6 @@ function outputRoom(dir: string, value: ModelDefinition, seq2seq: boolean, nativ
   const positions = Number(config.max_position_embeddings ?? config.n_positions ?? (seq2seq ? 512 : 2048));
   const context = Math.min(value.max_sequence_length ?? positions, native ? (seq2seq ? 512 : 2048) : Infinity);
   return (promptLength) => (seq2seq ? context - 1 : context - promptLength);
-}
-
-/** An execution provider list per instance: `instance_group` counts on cpu or on each listed GPU; else one on `device`. */
-type Providers = ExecutionProviders;
-/** Whether any instance of the model runs on a GPU. */
-function runsOnGpu(value: ModelDefinition): boolean {
-  return instancePlacements(value).some((providers) => gpuOf(providers) !== undefined);
-}
-
-/** The CUDA provider of an instance's list, if it has one. */
-function gpuOf(providers: Providers): { deviceId?: number } | undefined {
-  for (const p of providers) if ((typeof p === 'string' ? p : p.name) === 'cuda') return typeof p === 'string' ? {} : (p as { deviceId?: number });
-  return undefined;
-}
-
-/** greedy_search, defaulting to true on GPUs. */
-function greedySearchWanted(value: ModelDefinition): boolean {
-  return value.greedy_search ?? (runsOnGpu(value) && value.dtype !== 'bf16');
-}
-
-/** Whether the definition asks for the native engine: native_engine, else a GPU with the engine built. */
-function nativeRequested(value: ModelDefinition): boolean {
-  return value.native_engine ?? (runsOnGpu(value) && loadNative().addon !== undefined);
-}
-
-/**
- * Whether a generate model runs on the native engine: when asked and the built directory allows it.
- * native_engine: true fails, saying why, when it cannot; the default falls back with a notice on GPUs.
- */
-function nativeWanted(value: ModelDefinition, dir: string, log: (line: string) => void): boolean {
-  if (value.native_engine === false) return false;
-  const unavailable = nativeUnavailable(dir);
-  if (value.native_engine === true) {
-    if (unavailable !== undefined) throw new ChorusError('CHORUS_UNSUPPORTED', unavailable, { param: 'native_engine' });
-    return true;
-  }
-  if (!runsOnGpu(value)) return false;
-  if (unavailable !== undefined) log(`the TypeScript engine serves it: ${unavailable}`);
-  return unavailable === undefined;
-}
-
-export function instancePlacements(value: ModelDefinition): Providers[] {
-  const device = value.device ?? 'cpu';
-  const defaultGpu = device.startsWith('cuda') ? Number(device.split(':')[1] ?? 0) : 0;
-  const on = (kind: 'cpu' | 'gpu', gpu: number): Providers => (kind === 'cpu' ? ['cpu'] : [{ name: 'cuda', deviceId: gpu }]);
-  const defaultKind = device === 'cpu' ? 'cpu' : 'gpu';
-  if (value.instance_group === undefined) return [on(defaultKind, defaultGpu)];
-  return value.instance_group.flatMap((group) => {
-    const kind = group.kind ?? defaultKind;
-    const gpus = kind === 'gpu' ? (group.gpus ?? [defaultGpu]) : [0];
-    return gpus.flatMap((gpu) => Array.from({ length: group.count ?? 1 }, () => on(kind, gpu)));
-  });
 }
 
 function prefixed(error: unknown, what: string): unknown {

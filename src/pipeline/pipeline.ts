@@ -14,7 +14,7 @@ import type { Datatype } from '../config/index.ts';
 import type { EnsembleDefinition, PipelineDefinition, TensorSpec } from '../config/index.ts';
 import { CompiledEnsemble, type ModelStore, type Tensor, type TensorRecord } from '../ensemble/index.ts';
 import { ChorusError, invalidArgument } from '../errors.ts';
-import { StopStringMatcher } from '../generation/index.ts';
+import { StopStringMatcher } from '../generation/core/index.ts';
 import type { Tokenizer } from '../tokenizers/index.ts';
 
 export interface ChatMessage {

@@ -1,5 +1,5 @@
 /**
- * The HTTP server: fastify over a Service. One folder per protocol (kserve/, generate/, openai/), each
+ * The HTTP server: fastify over an engine client. One folder per protocol (kserve/, generate/, openai/), each
  * with its routes, and playground/ (the page at `/`); the HTTP layer never touches ONNX Runtime.
  * Cross-cutting here: the optional API key (every route but health, metrics and the page), the body size
  * limit, CORS (off unless asked), error shapes, metrics.
@@ -7,16 +7,17 @@
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { ChorusError } from '../errors.ts';
 import { parseExactJson } from '../util/exact-json.ts';
-import type { Service } from '../pipeline/index.ts';
+import type { EngineClient } from '../serving/index.ts';
 import { errorBody, openAiErrorBody, wireError } from './errors.ts';
 import { registerGenerate } from './generate/routes.ts';
 import { registerKserve } from './kserve/routes.ts';
 import type { Metrics } from './metrics.ts';
 import { registerOpenAi } from './openai/routes.ts';
 import { PLAYGROUND_PATHS, registerPlayground } from './playground/routes.ts';
+import { AJV_OPTIONS, validationError } from './validation.ts';
 
 export interface ServerOptions {
-  service: Service;
+  client: EngineClient;
   metrics: Metrics;
   /** Requests must send `Authorization: Bearer <apiKey>` (health routes excepted). */
   apiKey?: string;
@@ -35,7 +36,7 @@ export const RANDOM_WEIGHTS_HEADER = 'x-chorus-random-weights';
 const PUBLIC = /^\/(v2\/health\/(live|ready)|metrics)$/;
 
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
-  const app = Fastify({ logger: options.logger ?? false, bodyLimit: options.bodyLimit ?? 64 * 1024 * 1024 });
+  const app = Fastify({ logger: options.logger ?? false, bodyLimit: options.bodyLimit ?? 64 * 1024 * 1024, ajv: { customOptions: AJV_OPTIONS } });
   // JSON bodies; on the generate and infer routes a body is JSON whatever its content type (curl -d
   // sends application/x-www-form-urlencoded), as Triton's are. Binary tensor bodies (with
   // Inference-Header-Content-Length), and other bodies elsewhere, arrive as buffers.
@@ -75,25 +76,30 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       throw new ChorusError('CHORUS_UNAUTHORIZED', 'missing or wrong API key: send Authorization: Bearer <key>', { param: 'authorization' });
     }
   });
-  // Per-model request metrics, also for streamed (hijacked) replies; every answer of a model on random
-  // weights says so in a header (set on the raw response, so streamed replies carry it too).
-  app.addHook('preHandler', async (request, reply) => {
+  // Per-model request metrics, also for streamed (hijacked) replies and bodies that fail their schema;
+  // every answer of a model on random weights says so in a header (set on the raw response, so
+  // streamed replies carry it too).
+  app.addHook('preValidation', async (request, reply) => {
     const model = (request.params as { model?: string } | undefined)?.model ?? (request.body as { model?: unknown } | undefined)?.model;
     if (typeof model !== 'string') return;
-    if (options.service.randomWeights(model).length > 0) reply.raw.setHeader(RANDOM_WEIGHTS_HEADER, 'true');
+    if (options.client.randomWeights(model)) reply.raw.setHeader(RANDOM_WEIGHTS_HEADER, 'true');
     if (request.method !== 'POST') return;
     const end = options.metrics.begin(model);
     reply.raw.once('close', () => end(reply.raw.statusCode));
   });
 
-  app.setErrorHandler((error, request, reply) => {
+  app.setErrorHandler((raw, request, reply) => {
     const openAi = request.url.startsWith('/v1/');
+    const failed = (raw as { validation?: Parameters<typeof validationError>[0] }).validation;
+    const error = failed === undefined ? raw : validationError(failed);
     let { status } = wireError(error);
     if (error instanceof ChorusError && (error.code === 'CHORUS_OVERLOADED' || error.code === 'CHORUS_CLOSED')) {
       reply.header('retry-after', '1');
       if (openAi && error.code === 'CHORUS_OVERLOADED') status = 429;
     }
+    // A client's mistake is news, not a fault: one line at info, no stack.
     if (status >= 500) request.log.error(error);
+    else request.log.info({ status, code: wireError(error).code, message: wireError(error).message }, 'request refused');
     void reply.code(status).send(openAi ? openAiErrorBody(error) : errorBody(error));
   });
   app.setNotFoundHandler((request, reply) => {
@@ -102,11 +108,13 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   });
   app.options('*', async (_request, reply) => reply.code(204).send());
 
-  options.metrics.watch(options.service.store);
+  options.metrics.watch(options.client);
+  const finished = options.client.requestsDone.subscribe(({ model, metrics }) => options.metrics.generation(model, metrics));
+  app.addHook('onClose', async () => finished.unsubscribe());
   app.get('/metrics', async (_request, reply) => reply.type('text/plain; version=0.0.4').send(await options.metrics.text()));
-  registerKserve(app, options.service);
-  registerGenerate(app, options.service);
-  registerOpenAi(app, options.service);
-  registerPlayground(app, options.service);
+  registerKserve(app, options.client);
+  registerGenerate(app, options.client);
+  registerOpenAi(app, options.client);
+  registerPlayground(app, options.client);
   return app;
 }

@@ -6,9 +6,18 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Observable } from 'rxjs';
 import { ChorusError } from '../errors.ts';
 
+/** Whether the client left before its request was handled (its 'close' has passed: nothing will tell). */
+function gone(reply: FastifyReply): boolean {
+  return reply.raw.destroyed || reply.raw.socket?.destroyed === true;
+}
+
 /** The stream's last value; the subscription ends if the client disconnects first. */
 export function cancelOnClose<T>(request: FastifyRequest, reply: FastifyReply, stream: Observable<T>): Promise<T> {
   return new Promise<T>((resolve, reject) => {
+    if (gone(reply)) {
+      reject(new ChorusError('CHORUS_CLOSED', 'the client closed the connection'));
+      return;
+    }
     let last: T | undefined;
     let has = false;
     const subscription = stream.subscribe({
@@ -41,6 +50,10 @@ export function sendEvents<T>(request: FastifyRequest, reply: FastifyReply, stre
   const raw = reply.raw;
   raw.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' });
   return new Promise<void>((resolve) => {
+    if (gone(reply)) {
+      resolve();
+      return;
+    }
     const finish = (): void => {
       reply.raw.off('close', onClose);
       if (!raw.writableEnded) {

@@ -4,8 +4,7 @@
  * inter-token latency, tokens generated.
  */
 import client from 'prom-client';
-import type { ModelStore } from '../ensemble/index.ts';
-import type { EngineStats, RequestMetrics } from '../generation/index.ts';
+import type { EngineClient, ModelStats, RequestMetrics } from '../serving/index.ts';
 
 export class Metrics {
   readonly registry = new client.Registry();
@@ -38,9 +37,9 @@ export class Metrics {
   });
 
   /** Engine gauges (running, waiting, batch occupancy) read from the loaded models at each scrape. */
-  watch(store: ModelStore): void {
+  watch(engines: EngineClient): void {
     const registry = this.registry;
-    const gauge = (name: string, help: string, value: (stats: EngineStats) => number): void => {
+    const gauge = (name: string, help: string, value: (stats: ModelStats) => number): void => {
       new client.Gauge({
         name,
         help,
@@ -48,7 +47,7 @@ export class Metrics {
         registers: [registry],
         collect() {
           this.reset();
-          for (const model of store.loadedModels()) if (model.engine === 'generate') this.set({ model: model.name }, value(model.generator.stats()));
+          for (const stats of engines.stats()) this.set({ model: stats.name }, value(stats));
         },
       });
     };

@@ -95,6 +95,24 @@ test('each protocol reports the output tokens asked for', async () => {
   }
 });
 
+test('--temperature, --top-p and --request-seed reach every protocol: the same seeds give the same answers', async () => {
+  for (const protocol of ['openai', 'generate', 'kserve']) {
+    const run = async (seed: string): Promise<BenchResult> => {
+      const out = join(work, `sampled-${protocol}-${seed}.json`);
+      await chorus('bench', '--url', server.url, '--pipeline', 'stories', '--protocol', protocol, '--concurrency', '2', '--requests', '6', '--prompt-tokens', '8', '--output-tokens', '24', '--temperature', '1.5', '--top-p', '0.95', '--request-seed', seed, '--warmup', '0', '--out', out);
+      return JSON.parse(readFileSync(out, 'utf8')) as BenchResult;
+    };
+    const [first, again, other] = [await run('5'), await run('5'), await run('900')];
+    assert.deepEqual(first.sampling, { max_tokens: 24, min_tokens: 24, temperature: 1.5, top_p: 0.95 }, protocol);
+    assert.equal(first.requestSeed, 5);
+    const chars = (r: BenchResult) => r.settings[0]!.requests.map((q) => q.outputChars);
+    assert.equal(first.settings[0]!.summary.ok, 6, protocol);
+    assert.deepEqual(chars(again), chars(first), `${protocol}: seeded requests repeat`);
+    assert.notDeepEqual(chars(other), chars(first), `${protocol}: other seeds, other texts`);
+  }
+  await assert.rejects(chorus('bench', '--url', server.url, '--pipeline', 'stories', '--top-p', '1.5'), /--top-p must be a number in \(0, 1\], got "1.5"/);
+});
+
 test('request rates: Poisson arrivals at the rate asked, inf all at once', async () => {
   const out = join(work, 'rate.json');
   await chorus('bench', '--url', server.url, '--pipeline', 'stories', '--request-rate', '40,inf', '--requests', '12', '--output-tokens', '2', '--warmup', '0', '--out', out);

@@ -8,7 +8,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { measuredFigures, plan, DOCS_LOAD, type Plan } from '../../bench/capacity/plan.ts';
-import type { ModelStore } from '../../src/ensemble/index.ts';
+import type { EngineClient } from '../../src/serving/index.ts';
 import { bundledRepositoryDir, loadRepository } from '../../src/repository/index.ts';
 import { Metrics } from '../../src/server/index.ts';
 import { ROOT } from '../helpers/paths.ts';
@@ -58,7 +58,7 @@ function repository(objects: readonly K8sObject[]): string {
 
 test('the ScaledObjects query series that /metrics exports, summed over the replicas, as averages per replica', () => {
   const metrics = new Metrics();
-  metrics.watch({ loadedModels: () => [] } as unknown as ModelStore);
+  metrics.watch({ stats: () => [] } as unknown as EngineClient);
   assert.equal(metrics.registry.getSingleMetric('chorus_engine_queue_depth_total'), undefined, 'the name check can fail');
   for (const { dir } of overlays) {
     const { triggers } = scaledObject(render(dir));

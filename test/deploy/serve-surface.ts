@@ -5,7 +5,7 @@
  */
 import type { Option } from 'commander';
 import { buildProgram } from '../../src/cli/main.ts';
-import { Service } from '../../src/pipeline/index.ts';
+import { RepositoryClient } from '../../src/serving/index.ts';
 import { buildServer, Metrics } from '../../src/server/index.ts';
 import { ROOT } from '../helpers/paths.ts';
 import type { K8sObject } from './objects.ts';
@@ -20,12 +20,12 @@ export function serveOptions(): readonly Option[] {
 /** GET routes the server answers, from a server built over the ensembles fixture repository. */
 export async function getRoutes(): Promise<(path: string) => boolean> {
   const metrics = new Metrics();
-  const service = Service.open(`${ROOT}test/fixtures/repositories/ensembles`, { log: () => {} });
-  const app = await buildServer({ service, metrics });
+  const client = RepositoryClient.open(`${ROOT}test/fixtures/repositories/ensembles`, { log: () => {} });
+  const app = await buildServer({ client, metrics });
   await app.ready();
   const has = (path: string): boolean => app.hasRoute({ method: 'GET', url: path });
   await app.close();
-  await service.close();
+  await client.close();
   return has;
 }
 

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { BeamSearch } from '../../src/generation/beam-search.ts';
+import { BeamSearch } from '../../src/generation/core/beam-search.ts';
 import { validateSamplingParams, type SamplingParams } from '../../src/generation/index.ts';
 
 // A toy model over 6 ids: what comes next depends only on the last token. 5 is the end id.

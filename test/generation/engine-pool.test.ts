@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { lastValueFrom, toArray } from 'rxjs';
-import { instancePlacements } from '../../src/ensemble/model-store.ts';
+import { instancePlacements } from '../../src/generation/engines/index.ts';
 import { EnginePool, OrtEngine } from '../../src/generation/index.ts';
 import { buildModel } from '../../src/modelbuild/index.ts';
 import { STORIES } from '../helpers/paths.ts';

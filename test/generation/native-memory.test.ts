@@ -3,7 +3,7 @@ import { mkdirSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { loadRepository } from '../../src/repository/index.ts';
-import { activationReserve, checkUtilization, pagedPlan, tokenBytes, type MemoryShape, type PagedDecoderOptions } from '../../src/generation/native-memory.ts';
+import { activationReserve, checkUtilization, pagedPlan, tokenBytes, type MemoryShape, type PagedDecoderOptions } from '../../src/generation/engines/native-memory.ts';
 import { scratchDir } from '../helpers/scratch.ts';
 
 const GIB = 2 ** 30;

@@ -11,11 +11,11 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { Observable } from 'rxjs';
-import { packSamplerRows } from '../../src/generation/native-sampler.ts';
+import { packSamplerRows } from '../../src/generation/engines/native-sampler.ts';
 import { greedy, processLogits, sample, validateSamplingParams, type SamplingParams, type TokenEvent } from '../../src/generation/index.ts';
-import { BeamSearch } from '../../src/generation/beam-search.ts';
-import type { SamplerRow } from '../../src/generation/sampler.ts';
-import { Sequence, topLogProbs } from '../../src/generation/sequence.ts';
+import { BeamSearch } from '../../src/generation/core/beam-search.ts';
+import type { SamplerRow } from '../../src/generation/core/sampler.ts';
+import { Sequence, topLogProbs } from '../../src/generation/core/sequence.ts';
 import { MAX_TOP_LOGPROBS } from '../../src/native/index.ts';
 import { loadNative } from '../../src/native/index.ts';
 import { fromHalfBits, toHalfBits } from '../../src/util/half.ts';

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { PagedCache } from '../../src/generation/paged-cache.ts';
+import { PagedCache } from '../../src/generation/core/paged-cache.ts';
 
 describe('PagedCache', () => {
   test('rows take blocks as they grow, and give them back when they leave', () => {

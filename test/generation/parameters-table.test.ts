@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { logitsProcessors, nextTopP, processLogits, sequenceState, validateSamplingParams, type SamplingParams } from '../../src/generation/index.ts';
+import { logitsProcessors, nextTopP, processLogits, sequenceState, validateSamplingParams, type SamplingParams } from '../../src/generation/core/index.ts';
 
 // Every parameter the logits pipeline takes must change its output on fixed logits and a fixed history.
 const LOGITS = Float32Array.from([3, 2.5, 2, 1, 0.5, -1]);

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { greedy, logitsProcessors, processLogits, sample, sequenceState, validateSamplingParams } from '../../src/generation/index.ts';
+import { greedy, logitsProcessors, processLogits, sample, sequenceState, validateSamplingParams } from '../../src/generation/core/index.ts';
 import { uniformStream } from '../../src/util/random.ts';
 
 const LOGITS = Float32Array.from([2.0, 1.5, 1.2, 0.3, -0.5, -1.0, 0.9, 1.9]);

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { validateSamplingParams } from '../../src/generation/index.ts';
+import { validateSamplingParams } from '../../src/generation/core/index.ts';
 
 test('validateSamplingParams() fills defaults', () => {
   const p = validateSamplingParams({}, 100);

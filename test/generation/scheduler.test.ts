@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Scheduler, type Schedulable } from '../../src/generation/index.ts';
+import { Scheduler, type Schedulable } from '../../src/generation/core/index.ts';
 
 const seq = (reservedTokens: number): Schedulable => ({ reservedTokens, cancelled: false, finished: false });
 const limits = { maxBatchSize: 2, maxQueue: 3, kvTokenBudget: 100, contextLength: 60 };

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { StopStringMatcher } from '../../src/generation/index.ts';
+import { StopStringMatcher } from '../../src/generation/core/index.ts';
 
 function run(stops: string[], deltas: string[]): { text: string; stopped: boolean } {
   const matcher = new StopStringMatcher(stops);

@@ -2,8 +2,10 @@
 import { cpSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
+import { Subject } from 'rxjs';
 import { Service, type ServiceOptions } from '../../src/pipeline/index.ts';
 import { buildServer, Metrics, type ServerOptions } from '../../src/server/index.ts';
+import { RepositoryClient, type RequestDone } from '../../src/serving/index.ts';
 import { ROOT, STORIES } from './paths.ts';
 import { scratchDir } from './scratch.ts';
 
@@ -21,29 +23,33 @@ export function storiesRepository(models: Record<string, string>): string {
 
 export interface TestServer {
   url: string;
+  client: RepositoryClient;
+  /** The service under the client, for tests that look at the engines themselves. */
   service: Service;
   app: FastifyInstance;
   close(): Promise<void>;
 }
 
 export async function startServer(repository: string, options: Partial<ServerOptions> & ServiceOptions = {}): Promise<TestServer> {
-  const metrics = new Metrics();
+  const done = new Subject<RequestDone>();
   const service = Service.open(repository, {
     log: () => {},
     ...options,
-    onRequestDone: (model, m) => {
-      metrics.generation(model, m);
-      options.onRequestDone?.(model, m);
+    onRequestDone: (model, metrics) => {
+      done.next({ model, metrics });
+      options.onRequestDone?.(model, metrics);
     } });
-  const app = await buildServer({ service, metrics, ...options });
+  const client = new RepositoryClient(service, done);
+  const app = await buildServer({ client, metrics: new Metrics(), ...options });
   const url = await app.listen({ host: '127.0.0.1', port: 0 });
   return {
     url,
+    client,
     service,
     app,
     close: async () => {
       await app.close();
-      await service.close();
+      await client.close();
     } };
 }
 

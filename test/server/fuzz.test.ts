@@ -13,27 +13,27 @@ import { after, before, test } from 'node:test';
 import fc from 'fast-check';
 import type { FastifyInstance } from 'fastify';
 import { DATATYPES } from '../../src/config/index.ts';
-import { Service } from '../../src/pipeline/index.ts';
+import { RepositoryClient } from '../../src/serving/index.ts';
 import { buildServer, Metrics } from '../../src/server/index.ts';
 import { ROOT } from '../helpers/paths.ts';
 import { sseData } from '../helpers/server.ts';
 
 const RUNS = 340;
 let app: FastifyInstance;
-let service: Service;
+let client: RepositoryClient;
 const unhandled: unknown[] = [];
 const answered = { ok: 0, refused: 0 };
 const onUnhandled = (reason: unknown): void => void unhandled.push(reason);
 
 before(async () => {
   process.on('unhandledRejection', onUnhandled);
-  service = Service.open(join(ROOT, 'test/fixtures/repositories/ensembles'), { log: () => {} });
-  app = await buildServer({ service, metrics: new Metrics(), bodyLimit: 256 * 1024 });
+  client = RepositoryClient.open(join(ROOT, 'test/fixtures/repositories/ensembles'), { log: () => {} });
+  app = await buildServer({ client, metrics: new Metrics(), bodyLimit: 256 * 1024 });
 });
 after(async () => {
   process.off('unhandledRejection', onUnhandled);
   await app.close();
-  await service.close();
+  await client.close();
 });
 
 /** Any JSON value, small. */

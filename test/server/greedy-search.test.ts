@@ -15,9 +15,8 @@ after(async () => {
 const post = (path: string, body: unknown) => fetch(`${server.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
 
 async function engineStats() {
-  const model = await server.service.store.model('stories');
-  assert.ok(model.engine === 'generate');
-  return model.generator.stats();
+  await server.client.load('stories');
+  return server.client.stats().find((s) => s.name === 'stories')!;
 }
 
 test('greedy_search: answers that are not streamed come from GreedySearch runs, with the streamed text', async () => {

@@ -12,7 +12,6 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { Engine } from '../../src/generation/index.ts';
 import { parseSourceOverride } from '../../src/repository/index.ts';
-import { serviceEngine } from '../../src/server/grpc/engine.ts';
 import { PROTO_PATH, startGrpcServer, type GrpcServer } from '../../src/server/grpc/server.ts';
 import { tinyFtRepository } from '../helpers/ft-repository.ts';
 import { ROOT, STORIES } from '../helpers/paths.ts';
@@ -42,7 +41,7 @@ key.set('authorization', 'Bearer k');
 
 before(async () => {
   http = await startServer(tinyFtRepository(), { apiKey: 'k', sourceOverrides: [parseSourceOverride(`stories=${STORIES}/stories260K.bin`)] });
-  server = await startGrpcServer({ engine: serviceEngine(http.service), port: 0, apiKey: 'k' });
+  server = await startGrpcServer({ engine: http.client, port: 0, apiKey: 'k' });
   const definition = protoLoader.loadSync(PROTO_PATH, { keepCase: true, longs: String, enums: String, defaults: true, oneofs: true });
   const Service = (grpc.loadPackageDefinition(definition) as unknown as { inference: { GRPCInferenceService: grpc.ServiceClientConstructor } }).inference.GRPCInferenceService;
   client = new Service(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure()) as unknown as Client;

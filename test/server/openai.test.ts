@@ -68,7 +68,7 @@ test('errors come in OpenAI\'s shape through the client: bad key, unknown model,
   const wrongKey = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'nope', maxRetries: 0 });
   await assert.rejects(wrongKey.models.list(), (error) => error instanceof OpenAI.AuthenticationError && error.status === 401);
   await assert.rejects(openai.completions.create({ model: 'nope', prompt: 'x' }), (error) => error instanceof OpenAI.NotFoundError && /The model `nope` does not exist/.test(error.message));
-  await assert.rejects(openai.completions.create({ model: 'stories', prompt: 'x', temperature: -1 }), (error) => error instanceof OpenAI.BadRequestError && /temperature must be a number in \[0, inf\), got -1/.test(error.message));
+  await assert.rejects(openai.completions.create({ model: 'stories', prompt: 'x', temperature: -1 }), (error) => error instanceof OpenAI.BadRequestError && /temperature must be a number in \[0, 2\], got -1/.test(error.message));
   const models = await openai.models.list();
   assert.deepEqual(models.data.map((m) => m.id), ['stories', 'story-ensemble']);
 });

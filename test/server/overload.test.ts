@@ -14,15 +14,15 @@ test('beyond max_queue waiting requests, a request is refused with 429 (OpenAI) 
   writeFileSync(join(dir, 'models/stories.yaml'), `engine: generate\nsource: ${STORIES}/stories260K.bin\ntokenizer: stories\nmax_batch_size: 1\nmax_queue: 1\n`);
   writeFileSync(join(dir, 'pipelines/stories.yaml'), 'model: stories\n');
   const server = await startServer(dir);
-  const model = await server.service.store.model('stories');
-  assert.ok(model.engine === 'generate');
+  await server.client.load('stories');
+  const stats = () => server.client.stats().find((s) => s.name === 'stories')!;
   const controller = new AbortController();
   const long = (path: string, body: unknown) => fetch(`${server.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: controller.signal }).catch(() => undefined);
   // One running, one waiting: the queue is full.
   void long('/v2/models/stories/generate', { text_input: '', max_tokens: 400, temperature: 0.8 });
-  while (model.generator.stats().running < 1) await new Promise((r) => setTimeout(r, 5));
+  while (stats().running < 1) await new Promise((r) => setTimeout(r, 5));
   void long('/v2/models/stories/generate', { text_input: '', max_tokens: 400, temperature: 0.8 });
-  while (model.generator.stats().waiting < 1) await new Promise((r) => setTimeout(r, 5));
+  while (stats().waiting < 1) await new Promise((r) => setTimeout(r, 5));
   const openai = await fetch(`${server.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'stories', prompt: '', max_tokens: 5 }) });
   assert.equal(openai.status, 429);
   assert.equal(openai.headers.get('retry-after'), '1');
@@ -33,7 +33,7 @@ test('beyond max_queue waiting requests, a request is refused with 429 (OpenAI) 
   assert.equal(kserve.status, 503);
   assert.equal(kserve.headers.get('retry-after'), '1');
   controller.abort();
-  while (model.generator.stats().running + model.generator.stats().waiting > 0) await new Promise((r) => setTimeout(r, 5));
+  while (stats().running + stats().waiting > 0) await new Promise((r) => setTimeout(r, 5));
   await server.close();
 });
 

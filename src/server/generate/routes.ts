@@ -8,39 +8,38 @@
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { map, type Observable } from 'rxjs';
-import { tensorFromValue, type Tensor, type TensorRecord } from '../../ensemble/index.ts';
-import { ChorusError, invalidArgument } from '../../errors.ts';
-import type { PipelineUpdate, Service, TextRequest } from '../../pipeline/index.ts';
+import { ChorusError } from '../../errors.ts';
+import { tensorFromJson, type EngineClient, type ModelInfo, type PipelineUpdate, type Tensor, type TensorRecord, type TextRequest } from '../../serving/index.ts';
 import { cancelOnClose, sendEvents } from '../disconnect.ts';
 import { errorBody } from '../errors.ts';
+import { SAMPLING_FIELDS, samplingOf } from '../schemas/fields.ts';
+import { GenerateBody } from '../schemas/generate.ts';
 
 type Params = { model: string; version?: string };
+type Generate = { Params: Params; Body: GenerateBody };
 
-export function registerGenerate(app: FastifyInstance, service: Service): void {
+export function registerGenerate(app: FastifyInstance, client: EngineClient): void {
   for (const prefix of ['/v2/models/:model', '/v2/models/:model/versions/:version']) {
-    app.post<{ Params: Params }>(`${prefix}/generate`, async (request, reply) => {
-      const { stream, envelope } = start(service, request, false);
+    app.post<Generate>(`${prefix}/generate`, { schema: { body: GenerateBody } }, async (request, reply) => {
+      const { stream, envelope } = start(client, request, false);
       return { ...envelope, ...(await cancelOnClose(request, reply, stream)) };
     });
-    app.post<{ Params: Params }>(`${prefix}/generate_stream`, async (request, reply) => {
-      const { envelope, deltas } = start(service, request, true);
+    app.post<Generate>(`${prefix}/generate_stream`, { schema: { body: GenerateBody } }, async (request, reply) => {
+      const { envelope, deltas } = start(client, request, true);
       await sendEvents(request, reply, deltas.pipe(map((event) => ({ ...envelope, ...event }))), { error: (error) => errorBody(error) });
     });
   }
 }
 
 /** The request's answer (final) and its stream of events, for the named pipeline or ensemble. */
-function start(service: Service, request: FastifyRequest<{ Params: Params }>, streamed: boolean): { envelope: Record<string, unknown>; stream: Observable<Record<string, unknown>>; deltas: Observable<Record<string, unknown>> } {
+function start(client: EngineClient, request: FastifyRequest<Generate>, streamed: boolean): { envelope: Record<string, unknown>; stream: Observable<Record<string, unknown>>; deltas: Observable<Record<string, unknown>> } {
   const name = request.params.model;
-  const body = request.body;
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalidArgument('body', 'a JSON object', body);
-  const { id, parameters, ...fields } = body as Record<string, unknown>;
-  if (id !== undefined && typeof id !== 'string') throw invalidArgument('id', 'a string', id);
-  if (parameters !== undefined && (typeof parameters !== 'object' || parameters === null || Array.isArray(parameters))) throw invalidArgument('parameters', 'an object of fields', parameters);
-  const all = { ...fields, ...(parameters as Record<string, unknown> | undefined) };
+  const { id, parameters, ...fields } = request.body;
+  const all: Record<string, unknown> = { ...fields, ...parameters };
   const envelope = { model_name: name, model_version: '1', ...(id === undefined ? {} : { id }) };
-  if (service.repository.pipelines.has(name)) {
-    const updates = service.pipeline(name).run({ ...all, stream: streamed } as TextRequest);
+  const info = resolve(client, name);
+  if (info.kind === 'pipeline') {
+    const updates = client.generate(name, { ...textFields(all), stream: streamed });
     const answer = (u: PipelineUpdate, text: string): Record<string, unknown> => ({
       text_output: text,
       ...(u.choices[0]?.finishReason ? { finish_reason: u.choices[0].finishReason } : {}),
@@ -52,19 +51,31 @@ function start(service: Service, request: FastifyRequest<{ Params: Params }>, st
       deltas: updates.pipe(map((u) => answer(u, u.choices[0]?.delta ?? ''))),
     };
   }
-  if (service.repository.ensembles.has(name)) {
-    const ensemble = service.ensemble(name);
-    const inputs: Record<string, Tensor> = {};
-    for (const [field, value] of Object.entries(all)) {
-      const spec = ensemble.definition.inputs[field];
-      if (spec === undefined) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `ensemble ${name} has no input ${field}; its inputs are: ${Object.keys(ensemble.definition.inputs).join(', ')}`, { param: field });
-      inputs[field] = tensorFromValue(field, value, spec);
-    }
-    const outputs = ensemble.run(inputs, { stream: streamed }).pipe(map(plain));
-    return { envelope, stream: outputs, deltas: outputs };
+  const inputs: Record<string, Tensor> = {};
+  for (const [field, value] of Object.entries(all)) {
+    const spec = info.inputs.find((t) => t.name === field);
+    if (spec === undefined) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `ensemble ${name} has no input ${field}; its inputs are: ${info.inputs.map((t) => t.name).join(', ')}`, { param: field });
+    inputs[field] = tensorFromJson(field, value, spec);
   }
-  const names = [...service.repository.pipelines.keys(), ...service.repository.ensembles.keys()];
-  throw new ChorusError('CHORUS_NOT_FOUND', `unknown model ${name}; generate serves pipelines and ensembles: ${names.sort().join(', ')}`, { param: 'model', value: name });
+  const outputs = client.infer(name, inputs, { stream: streamed }).pipe(map(plain));
+  return { envelope, stream: outputs, deltas: outputs };
+}
+
+/** The pipeline or ensemble `name` (a pipeline first, as OpenAI's routes name pipelines). */
+function resolve(client: EngineClient, name: string): ModelInfo {
+  try {
+    return client.resolve(name, ['pipeline', 'ensemble']);
+  } catch (error) {
+    if (!(error instanceof ChorusError) || error.code !== 'CHORUS_NOT_FOUND') throw error;
+    const names = [...client.models('pipeline'), ...client.models('ensemble')].map((m) => m.name);
+    throw new ChorusError('CHORUS_NOT_FOUND', `unknown model ${name}; generate serves pipelines and ensembles: ${names.sort().join(', ')}`, { param: 'model', value: name });
+  }
+}
+
+/** A pipeline's fields: the sampling ones as the OpenAI routes map them, the others as given (nulls dropped). */
+function textFields(all: Record<string, unknown>): TextRequest {
+  const others = Object.entries(all).filter(([field, value]) => value !== null && !(SAMPLING_FIELDS as string[]).includes(field));
+  return { ...Object.fromEntries(others), ...samplingOf(all) };
 }
 
 /** Outputs as JSON values: a one-element tensor as its element, else its elements. */

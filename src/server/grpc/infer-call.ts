@@ -1,6 +1,6 @@
 /** One inference call over gRPC: the request resolved and started, and its outputs as a response message. */
 import type { Observable } from 'rxjs';
-import type { TensorRecord } from '../../ensemble/index.ts';
+import type { TensorRecord } from '../../serving/index.ts';
 import { invalidArgument } from '../../errors.ts';
 import type { GrpcEngine, ModelInfo } from './engine.ts';
 import { requestTensors, responseTensors, type InputMessage } from './tensors.ts';

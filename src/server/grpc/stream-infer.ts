@@ -11,7 +11,7 @@
  */
 import type * as grpc from '@grpc/grpc-js';
 import { Subscription } from 'rxjs';
-import type { TensorRecord } from '../../ensemble/index.ts';
+import type { TensorRecord } from '../../serving/index.ts';
 import type { GrpcEngine } from './engine.ts';
 import { inferResponse, startInfer, VERSION, type InferCall, type InferRequest } from './infer-call.ts';
 import { grpcError } from './status.ts';

@@ -3,8 +3,7 @@
  * raw buffer per input, in order, in the binary extension's layout), and outputs as
  * `raw_output_contents`, as Triton answers (tritonclient.grpc reads them with as_numpy).
  */
-import { DATATYPES, type Datatype } from '../../config/index.ts';
-import { tensor, wideElement, type Element, type Tensor, type TensorRecord } from '../../ensemble/index.ts';
+import { DATATYPES, tensor, wideElement, type Datatype, type Element, type Tensor, type TensorRecord } from '../../serving/index.ts';
 import { invalidArgument } from '../../errors.ts';
 import { decodeRaw, encodeRaw, utf8 } from '../kserve/binary.ts';
 

@@ -4,10 +4,9 @@
  * `parameters.binary_data_size` says how many bytes each takes. Raw tensors are little-endian, row-major;
  * BOOL is one byte; BYTES elements are each a 4-byte little-endian length and the bytes.
  */
-import type { Datatype } from '../../config/index.ts';
 import { ChorusError } from '../../errors.ts';
+import { wideElement, type Datatype, type Element } from '../../serving/index.ts';
 import { fromHalfBits, toHalfBits } from '../../util/half.ts';
-import { wideElement, type Element } from '../../ensemble/index.ts';
 
 const WIDTH: Partial<Record<Datatype, number>> = { BOOL: 1, UINT8: 1, INT8: 1, UINT16: 2, INT16: 2, FP16: 2, BF16: 2, UINT32: 4, INT32: 4, FP32: 4, UINT64: 8, INT64: 8, FP64: 8 };
 

@@ -6,10 +6,8 @@
  * answers `text_output` with `prompt_tokens` and `completion_tokens`; a model can be loaded and unloaded.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { DATATYPES, type Datatype } from '../../config/index.ts';
-import { tensor, type Element, type Tensor, type TensorRecord } from '../../ensemble/index.ts';
-import { ChorusError, invalidArgument } from '../../errors.ts';
-import type { Service, TextRequest } from '../../pipeline/index.ts';
+import { invalidArgument } from '../../errors.ts';
+import { DATATYPES, tensor, type Datatype, type Element, type EngineClient, type ModelInfo, type Tensor, type TensorInfo } from '../../serving/index.ts';
 import { cancelOnClose } from '../disconnect.ts';
 import { parseExactJson, stringifyExactJson } from '../../util/exact-json.ts';
 import { decodeRaw, encodeRaw, utf8 } from './binary.ts';
@@ -33,94 +31,50 @@ interface InferRequestBody {
 
 type ModelParams = { model: string; version?: string };
 
-export function registerKserve(app: FastifyInstance, service: Service): void {
+export function registerKserve(app: FastifyInstance, client: EngineClient): void {
   app.get('/v2', async () => ({ name: 'chorus', version: '0.1.0', extensions: ['binary_tensor_data', 'generate', 'model_repository'] }));
   app.get('/v2/health/live', async () => ({}));
   app.get('/v2/health/ready', async () => ({}));
 
   for (const prefix of ['/v2/models/:model', '/v2/models/:model/versions/:version']) {
-    app.get<{ Params: ModelParams }>(prefix, async (request) => metadata(service, request.params.model));
+    app.get<{ Params: ModelParams }>(prefix, async (request) => metadata(target(client, request.params.model)));
     app.get<{ Params: ModelParams }>(`${prefix}/ready`, async (request, reply) => {
-      metadata(service, request.params.model);
+      target(client, request.params.model);
       return reply.code(200).send({});
     });
-    app.get<{ Params: ModelParams }>(`${prefix}/config`, async (request) => config(service, request.params.model));
-    app.post<{ Params: ModelParams }>(`${prefix}/infer`, async (request, reply) => infer(service, request, reply));
+    app.get<{ Params: ModelParams }>(`${prefix}/config`, async (request) => target(client, request.params.model).config);
+    app.post<{ Params: ModelParams }>(`${prefix}/infer`, async (request, reply) => infer(client, request, reply));
   }
 
   app.post('/v2/repository/index', async () =>
-    service.store.index().map(({ name, state }) => ({ name, version: VERSION, state, ...(state === 'UNAVAILABLE' ? { reason: 'not loaded' } : {}) })),
+    client.models('model').map(({ name, state }) => ({ name, version: VERSION, state, ...(state === 'UNAVAILABLE' ? { reason: 'not loaded' } : {}) })),
   );
   app.post<{ Params: { model: string } }>('/v2/repository/models/:model/load', async (request) => {
-    await service.store.load(request.params.model);
+    await client.load(request.params.model);
     return {};
   });
   app.post<{ Params: { model: string } }>('/v2/repository/models/:model/unload', async (request) => {
-    await service.store.unload(request.params.model);
+    await client.unload(request.params.model);
     return {};
   });
 }
 
 /** What a name answers as: an ensemble, a pipeline, or a model of the store. */
-function target(service: Service, name: string): { kind: 'ensemble' | 'pipeline' | 'model' } {
-  if (service.repository.ensembles.has(name)) return { kind: 'ensemble' };
-  if (service.repository.pipelines.has(name)) return { kind: 'pipeline' };
-  if (service.repository.models.has(name)) return { kind: 'model' };
-  const all = [...service.repository.ensembles.keys(), ...service.repository.pipelines.keys(), ...service.repository.models.keys()];
-  throw new ChorusError('CHORUS_NOT_FOUND', `unknown model ${name}; there are: ${[...new Set(all)].sort().join(', ')}`, { param: 'model', value: name });
+function target(client: EngineClient, name: string): ModelInfo {
+  return client.resolve(name, ['ensemble', 'pipeline', 'model']);
 }
 
-const PIPELINE_INPUTS = { text_input: { datatype: 'BYTES' as Datatype, dims: [1] } };
-const PIPELINE_OUTPUTS = { text_output: { datatype: 'BYTES' as Datatype, dims: [-1] }, prompt_tokens: { datatype: 'INT32' as Datatype, dims: [1] }, completion_tokens: { datatype: 'INT32' as Datatype, dims: [1] } };
-
-function metadata(service: Service, name: string): unknown {
-  return { ...(metadataOf(service, name) as object), random_weights: service.randomWeights(name).length > 0 };
+function metadata(info: ModelInfo): unknown {
+  const io = (tensors: TensorInfo[]): unknown[] => tensors.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape }));
+  return { name: info.name, versions: [info.version], platform: info.platform, inputs: io(info.inputs), outputs: io(info.outputs), random_weights: info.randomWeights };
 }
 
-function metadataOf(service: Service, name: string): unknown {
-  const { kind } = target(service, name);
-  const io = (specs: Record<string, { datatype: Datatype; dims: number[] }>): unknown[] =>
-    Object.entries(specs).map(([tensorName, spec]) => ({ name: tensorName, datatype: spec.datatype, shape: [-1, ...spec.dims] }));
-  if (kind === 'ensemble') {
-    const definition = service.repository.ensembles.get(name)!.value;
-    return { name, versions: [VERSION], platform: 'ensemble', inputs: io(definition.inputs), outputs: io(definition.outputs) };
-  }
-  if (kind === 'pipeline') return { name, versions: [VERSION], platform: 'pipeline', inputs: io(PIPELINE_INPUTS), outputs: io(PIPELINE_OUTPUTS) };
-  const model = service.repository.models.get(name)!.value;
-  return { name, versions: [VERSION], platform: `chorus_${model.engine}`, inputs: io(model.inputs ?? {}), outputs: io(model.outputs ?? {}) };
-}
-
-function config(service: Service, name: string): unknown {
-  const { kind } = target(service, name);
-  const definition = kind === 'ensemble' ? service.repository.ensembles.get(name) : kind === 'pipeline' ? service.repository.pipelines.get(name) : service.repository.models.get(name);
-  return { name, platform: kind, ...definition!.value };
-}
-
-async function infer(service: Service, request: FastifyRequest<{ Params: ModelParams }>, reply: FastifyReply): Promise<unknown> {
+async function infer(client: EngineClient, request: FastifyRequest<{ Params: ModelParams }>, reply: FastifyReply): Promise<unknown> {
   const name = request.params.model;
-  const { kind } = target(service, name);
-  if (kind === 'model') throw new ChorusError('CHORUS_UNSUPPORTED', `${name} is a model; infer runs ensembles and pipelines (a model runs inside an ensemble step)`, { param: 'model' });
+  target(client, name);
   const body = parseBody(request);
   const inputs = Object.fromEntries(body.inputs.map((input) => [input.name, input.tensor]));
-  let outputs: TensorRecord;
-  if (kind === 'ensemble') {
-    const run = service.ensemble(name).run(inputs, { stream: false });
-    outputs = await cancelOnClose(request, reply, run);
-  } else {
-    const { text_input: text, ...fields } = inputs;
-    if (text === undefined || text.datatype !== 'BYTES' || text.data.length !== 1) throw invalidArgument('inputs.text_input', 'one BYTES element (the prompt)', text?.data);
-    const textRequest: TextRequest = { text_input: text.data[0] as string, stream: false };
-    for (const [field, t] of Object.entries(fields)) {
-      if (t.data.length !== 1) throw invalidArgument(`inputs.${field}`, 'one element (a request field of the pipeline)', t.data);
-      textRequest[field] = t.data[0];
-    }
-    const update = await cancelOnClose(request, reply, service.pipeline(name).run(textRequest));
-    outputs = { text_output: { datatype: 'BYTES', shape: [1, update.choices.length], data: update.choices.map((c) => c.text) } };
-    if (update.usage !== undefined) {
-      outputs.prompt_tokens = { datatype: 'INT32', shape: [1, 1], data: [update.usage.promptTokens] };
-      outputs.completion_tokens = { datatype: 'INT32', shape: [1, 1], data: [update.usage.completionTokens] };
-    }
-  }
+  const outputs = await cancelOnClose(request, reply, client.infer(name, inputs, { stream: false }));
   const wanted = body.outputs?.map((o) => o.name) ?? Object.keys(outputs);
   for (const output of wanted) if (!(output in outputs)) throw invalidArgument('outputs', `names of outputs of ${name} (${Object.keys(outputs).join(', ')})`, output);
   const binaryAll = body.parameters?.binary_data_output === true;

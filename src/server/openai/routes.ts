@@ -10,20 +10,12 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { concat, defer, from, map, merge, mergeMap, of, tap, type Observable } from 'rxjs';
-import { ChorusError, invalidArgument } from '../../errors.ts';
-import type { PipelineUpdate, Service, TextRequest, TokenLogProb } from '../../pipeline/index.ts';
+import { ChorusError } from '../../errors.ts';
+import type { EngineClient, PipelineUpdate, TokenLogProb } from '../../serving/index.ts';
 import { cancelOnClose, sendEvents } from '../disconnect.ts';
 import { openAiErrorBody } from '../errors.ts';
-
-const SAMPLING = ['max_tokens', 'temperature', 'top_p', 'seed', 'stop', 'presence_penalty', 'frequency_penalty', 'top_k', 'repetition_penalty', 'min_tokens', 'beam_width'] as const;
-const REFUSED: Record<string, (value: unknown) => boolean> = {
-  echo: (v) => v === true,
-  logit_bias: (v) => v !== undefined && v !== null && Object.keys(v as object).length > 0,
-  suffix: (v) => v !== undefined && v !== null && v !== '',
-  best_of: (v) => v !== undefined && v !== null && v !== 1,
-  tools: (v) => Array.isArray(v) && v.length > 0,
-};
-const ACCEPTED = new Set(['model', 'prompt', 'messages', 'n', 'stream', 'stream_options', 'user', 'max_completion_tokens', 'logprobs', 'top_logprobs', ...SAMPLING, ...Object.keys(REFUSED)]);
+import { ChatBody, CompletionBody } from '../schemas/openai.ts';
+import { openAiRuns, type OpenAiKind } from './request.ts';
 
 interface Choice {
   index: number;
@@ -48,21 +40,24 @@ function logprobsBody(kind: 'chat' | 'completion', tokens: TokenLogProb[], offse
   return { tokens: tokens.map((t) => t.text), token_logprobs: tokens.map((t) => t.logprob), top_logprobs: tokens.map((t) => Object.fromEntries(t.top.map((a) => [a.text, a.logprob]))), text_offset: textOffset };
 }
 
-export function registerOpenAi(app: FastifyInstance, service: Service): void {
+export function registerOpenAi(app: FastifyInstance, client: EngineClient): void {
   // random_weights: the pipeline runs a model on seeded random weights (its text is noise).
-  const describe = (id: string): Record<string, unknown> => ({ id, object: 'model', created: 0, owned_by: 'chorus', random_weights: service.randomWeights(id).length > 0 });
-  app.get('/v1/models', async () => ({ object: 'list', data: [...service.repository.pipelines.keys()].sort().map(describe) }));
-  app.get<{ Params: { model: string } }>('/v1/models/:model', async (request) => describe(pipelineOf(service, request.params.model)));
-  app.post('/v1/completions', async (request, reply) => handle(service, request, reply, 'completion'));
-  app.post('/v1/chat/completions', async (request, reply) => handle(service, request, reply, 'chat'));
+  const describe = (id: string): Record<string, unknown> => ({ id, object: 'model', created: 0, owned_by: 'chorus', random_weights: client.randomWeights(id) });
+  app.get('/v1/models', async () => ({ object: 'list', data: client.models('pipeline').map((m) => describe(m.name)) }));
+  app.get<{ Params: { model: string } }>('/v1/models/:model', async (request) => describe(pipelineOf(client, request.params.model)));
+  app.post<{ Body: CompletionBody }>('/v1/completions', { schema: { body: CompletionBody } }, async (request, reply) => handle(client, request, reply, 'completion'));
+  app.post<{ Body: ChatBody }>('/v1/chat/completions', { schema: { body: ChatBody } }, async (request, reply) => handle(client, request, reply, 'chat'));
 }
 
-function pipelineOf(service: Service, model: unknown): string {
-  if (typeof model !== 'string' || model === '') throw invalidArgument('model', 'the name of a model (a pipeline)', model);
-  if (!service.repository.pipelines.has(model)) {
-    throw new ChorusError('CHORUS_NOT_FOUND', `The model \`${model}\` does not exist; models: ${[...service.repository.pipelines.keys()].sort().join(', ')}`, { param: 'model', value: model });
+/** The pipeline a model name names, or OpenAI's 404. */
+function pipelineOf(client: EngineClient, model: string): string {
+  try {
+    return client.resolve(model, ['pipeline']).name;
+  } catch (error) {
+    if (!(error instanceof ChorusError) || error.code !== 'CHORUS_NOT_FOUND') throw error;
+    const pipelines = client.models('pipeline').map((m) => m.name);
+    throw new ChorusError('CHORUS_NOT_FOUND', `The model \`${model}\` does not exist; models: ${pipelines.join(', ')}`, { param: 'model', value: model });
   }
-  return model;
 }
 
 function finishReason(reason: string | undefined): string | null {
@@ -70,65 +65,9 @@ function finishReason(reason: string | undefined): string | null {
   return reason === 'length' ? 'length' : 'stop';
 }
 
-async function handle(service: Service, request: FastifyRequest, reply: FastifyReply, kind: 'chat' | 'completion'): Promise<unknown> {
-  const body = request.body as Record<string, unknown> | null;
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalidArgument('body', 'a JSON object', body);
-  for (const field of Object.keys(body)) if (!ACCEPTED.has(field)) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `Unrecognized request argument supplied: ${field}`, { param: field });
-  for (const [field, refused] of Object.entries(REFUSED)) {
-    if (refused(body[field])) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `${field} is not supported by this server`, { param: field });
-  }
-  const model = pipelineOf(service, body.model);
-  const n = body.n ?? 1;
-  if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > 16) throw invalidArgument('n', 'an integer in [1, 16]', n);
-  const stream = body.stream ?? false;
-  if (typeof stream !== 'boolean') throw invalidArgument('stream', 'true or false', stream);
-  const options = body.stream_options;
-  if (options !== undefined && options !== null && (typeof options !== 'object' || Array.isArray(options))) throw invalidArgument('stream_options', 'an object', options);
-  const includeUsage = (options as { include_usage?: unknown } | null)?.include_usage === true;
-  const base: TextRequest = { stream };
-  let logprobs = false;
-  if (kind === 'chat') {
-    if (body.logprobs !== undefined && body.logprobs !== null && typeof body.logprobs !== 'boolean') throw invalidArgument('logprobs', 'true or false', body.logprobs);
-    logprobs = body.logprobs === true;
-    const top = body.top_logprobs ?? 0;
-    if (typeof top !== 'number' || !Number.isInteger(top) || top < 0 || top > 20) throw invalidArgument('top_logprobs', 'an integer in [0, 20]', top);
-    if (top > 0 && !logprobs) throw invalidArgument('top_logprobs', 'used with logprobs: true', top);
-    if (top > 0) base.top_logprobs = top;
-  } else {
-    const top = body.logprobs ?? null;
-    if (body.top_logprobs !== undefined) throw new ChorusError('CHORUS_INVALID_ARGUMENT', 'top_logprobs belongs to chat completions; completions take logprobs: <count>', { param: 'top_logprobs' });
-    if (top !== null && (typeof top !== 'number' || !Number.isInteger(top) || top < 0 || top > 5)) throw invalidArgument('logprobs', 'an integer in [0, 5]', top);
-    logprobs = top !== null;
-    if (typeof top === 'number' && top > 0) base.top_logprobs = top;
-  }
-  if (logprobs) base.logprobs = true;
-  for (const field of SAMPLING) if (body[field] !== undefined && body[field] !== null) (base as Record<string, unknown>)[field] = body[field];
-  if (body.max_completion_tokens !== undefined && body.max_completion_tokens !== null) base.max_tokens = body.max_completion_tokens as number;
-  let prompts: TextRequest[];
-  if (kind === 'chat') {
-    if (!Array.isArray(body.messages) || body.messages.length === 0) throw invalidArgument('messages', 'a non-empty list of messages', body.messages);
-    const messages = (body.messages as unknown[]).map((m, i) => {
-      const message = m as { role?: unknown; content?: unknown } | null;
-      if (typeof message !== 'object' || message === null || typeof message.role !== 'string') throw invalidArgument(`messages[${i}]`, 'an object with a role', m);
-      const content = Array.isArray(message.content)
-        ? (message.content as Array<{ type?: string; text?: string }>).map((part, j) => {
-            if (part?.type !== 'text' || typeof part.text !== 'string') throw invalidArgument(`messages[${i}].content[${j}]`, 'a text part {type: "text", text}', part);
-            return part.text;
-          }).join('')
-        : message.content;
-      if (typeof content !== 'string') throw invalidArgument(`messages[${i}].content`, 'a string', message.content);
-      return { role: message.role, content };
-    });
-    prompts = [{ ...base, messages }];
-  } else {
-    const prompt = body.prompt;
-    const list = typeof prompt === 'string' ? [prompt] : prompt;
-    if (!Array.isArray(list) || list.length === 0 || list.some((p) => typeof p !== 'string')) throw invalidArgument('prompt', 'a string or a non-empty list of strings', prompt);
-    prompts = (list as string[]).map((text) => ({ ...base, text_input: text }));
-  }
-  // n samples per prompt: with a seed, seed + i; without, each its own random seed (as OpenAI's n does).
-  const runs = prompts.flatMap((p) => Array.from({ length: n }, (_, i) => (n === 1 ? p : { ...p, seed: typeof p.seed === 'number' ? p.seed + i : typeof p.seed === 'bigint' ? p.seed + BigInt(i) : Math.floor(Math.random() * 2 ** 31) })));
-  const pipeline = service.pipeline(model);
+async function handle(client: EngineClient, request: FastifyRequest<{ Body: ChatBody | CompletionBody }>, reply: FastifyReply, kind: OpenAiKind): Promise<unknown> {
+  const { runs, n, stream, includeUsage, logprobs } = openAiRuns(kind, request.body);
+  const model = pipelineOf(client, request.body.model);
   const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`;
   const created = Math.floor(Date.now() / 1000);
   const usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
@@ -141,7 +80,7 @@ async function handle(service: Service, request: FastifyRequest, reply: FastifyR
   // Each run's updates, its choices renumbered into the response's.
   const updates: Observable<{ choice: Choice; delta: string }> = merge(
     ...runs.map((run, r) =>
-      pipeline.run(run).pipe(
+      client.generate(model, run).pipe(
         tap((u) => countUsage(u, r)),
         mergeMap((u) => from(u.choices.filter((c) => c.index === 0).map((c) => ({ choice: { index: r, text: c.text, finishReason: finishReason(c.finishReason), logprobs: c.logprobs ?? [] }, delta: c.delta })))),
       ),

@@ -7,8 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
-import { stepKind } from '../../ensemble/index.ts';
-import type { Service } from '../../pipeline/index.ts';
+import type { EngineClient } from '../../serving/index.ts';
 
 const ASSETS = join(import.meta.dirname, 'assets');
 const FILES: Record<string, { file: string; type: string }> = {
@@ -21,10 +20,7 @@ const FILES: Record<string, { file: string; type: string }> = {
 /** Paths the API key does not guard: the page itself (it asks for the key). */
 export const PLAYGROUND_PATHS = Object.keys(FILES);
 
-/** A repository map's entries in name order. */
-const byName = <T>(definitions: Map<string, T>): Array<[string, T]> => [...definitions].sort(([a], [b]) => a.localeCompare(b));
-
-export function registerPlayground(app: FastifyInstance, service: Service): void {
+export function registerPlayground(app: FastifyInstance, client: EngineClient): void {
   for (const [path, { file, type }] of Object.entries(FILES)) {
     const body = readFileSync(join(ASSETS, file));
     app.get(path, async (_request, reply) =>
@@ -36,36 +32,17 @@ export function registerPlayground(app: FastifyInstance, service: Service): void
         .send(body),
     );
   }
-  app.get('/chorus/repository', async () => {
-    const { repository } = service;
-    const state = new Map(service.store.index().map((m) => [m.name, m.state]));
-    return {
-      pipelines: byName(repository.pipelines).map(([name, d]) => ({
-        name,
-        description: d.value.description ?? null,
-        ...(d.value.ensemble ? { ensemble: d.value.ensemble } : { model: d.value.model }),
-        chat: d.value.chat_template !== undefined,
-        random_weights: service.randomWeights(name).length > 0,
-      })),
-      ensembles: byName(repository.ensembles).map(([name, d]) => ({
-        name,
-        description: d.value.description ?? null,
-        random_weights: service.randomWeights(name).length > 0,
-        inputs: Object.entries(d.value.inputs).map(([tensor, spec]) => ({ name: tensor, datatype: spec.datatype, optional: spec.optional === true })),
-        outputs: Object.entries(d.value.outputs).map(([tensor, spec]) => ({ name: tensor, datatype: spec.datatype })),
-        steps: d.value.steps.map((step) => {
-          const kind = stepKind(step);
-          return { name: step.name, kind, target: step[kind], inputs: step.inputs, outputs: step.outputs };
-        }),
-      })),
-      models: byName(repository.models).map(([name, d]) => ({
-        name,
-        engine: d.value.engine,
-        device: d.value.device ?? 'cpu',
-        state: state.get(name) ?? 'UNAVAILABLE',
-        random_weights: service.store.servesRandomWeights(name),
-      })),
-      tokenizers: byName(repository.tokenizers).map(([name, d]) => ({ name, type: d.value.type, fallback_in_use: service.store.tokenizerFallback(name) ?? null })),
-    };
-  });
+  app.get('/chorus/repository', async () => ({
+    pipelines: client.models('pipeline').map((m) => ({ name: m.name, description: m.description, ...m.pipeline, random_weights: m.randomWeights })),
+    ensembles: client.models('ensemble').map((m) => ({
+      name: m.name,
+      description: m.description,
+      random_weights: m.randomWeights,
+      inputs: m.inputs.map((t) => ({ name: t.name, datatype: t.datatype, optional: t.optional })),
+      outputs: m.outputs.map((t) => ({ name: t.name, datatype: t.datatype })),
+      steps: m.steps,
+    })),
+    models: client.models('model').map((m) => ({ name: m.name, ...m.model, state: m.state, random_weights: m.randomWeights })),
+    tokenizers: client.tokenizers().map((t) => ({ name: t.name, type: t.type, fallback_in_use: t.fallbackInUse })),
+  }));
 }

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { badWords, frequencyPenalty, minLength, presencePenalty, repetitionPenalty, temperature, topK, topP, sequenceState } from '../../../src/generation/index.ts';
+import { badWords, frequencyPenalty, minLength, presencePenalty, repetitionPenalty, temperature, topK, topP, sequenceState } from '../../../src/generation/core/index.ts';
 
 const logits = (...values: number[]): Float32Array => Float32Array.from(values);
 const list = (values: Float32Array): number[] => Array.from(values);

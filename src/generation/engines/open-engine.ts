@@ -1,0 +1,76 @@
+/**
+ * The one place that opens a generation engine for a model definition: the native engine when the
+ * definition asks for it (or runs on a GPU and the addon and the built directory allow it), else the
+ * encoder-decoder engine for a directory with an encoder, else ONNX Runtime's decoder engine.
+ */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import type { ModelDefinition } from '../../config/index.ts';
+import { ChorusError } from '../../errors.ts';
+import type { Engine, RequestMetrics } from '../core/engine.ts';
+import { NativeEngine, nativeUnavailable } from './native-engine.ts';
+import { OrtEngine } from './ort-engine.ts';
+import { gpuOf, greedySearchWanted, runsOnGpu, type Placement } from './placement.ts';
+import { Seq2SeqEngine } from './seq2seq-engine.ts';
+
+export interface OpenEngineOptions {
+  /** The model's name, for messages. */
+  name: string;
+  /** Notices (a GPU model served by the TypeScript engine, and why). */
+  log: (line: string) => void;
+  onRequestDone?: (metrics: RequestMetrics) => void;
+}
+
+/** An engine for one instance of `definition`, over the built model directory `dir`, on `placement`. */
+export async function openEngine(definition: ModelDefinition, dir: string, placement: Placement, options: OpenEngineOptions): Promise<Engine> {
+  const { name, onRequestDone } = options;
+  const seq2seq = existsSync(join(dir, 'onnx', 'encoder_model.onnx'));
+  const native = nativeWanted(definition, dir, options.log);
+  if (!native && definition.cuda_options !== undefined) {
+    throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: cuda_options are passed by the native engine only (onnxruntime-node's own binding takes a device id alone); build it with npm run build:native`, { param: 'cuda_options' });
+  }
+  if (!native && definition.batch_invariant === true) {
+    throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: batch_invariant needs the native engine (the TypeScript engine's steps take as many rows as run); build it with npm run build:native`, { param: 'batch_invariant' });
+  }
+  if (native) {
+    const gpu = gpuOf(placement);
+    return NativeEngine.open(dir, {
+      provider: gpu === undefined ? 'cpu' : 'cuda',
+      deviceId: gpu?.deviceId ?? 0,
+      maxBatchSize: definition.max_batch_size,
+      maxQueue: definition.max_queue,
+      contextLength: definition.max_sequence_length,
+      cudaGraph: definition.cuda_graph ?? true,
+      batchInvariant: definition.batch_invariant ?? false,
+      ...(definition.gpu_memory_utilization === undefined ? {} : { gpuMemoryUtilization: definition.gpu_memory_utilization }),
+      log: options.log,
+      ...(definition.cuda_options === undefined ? {} : { cudaOptions: definition.cuda_options }),
+      onRequestDone,
+    });
+  }
+  if (seq2seq) return Seq2SeqEngine.open(dir, { executionProviders: placement, maxBatchSize: definition.max_batch_size, onRequestDone });
+  return OrtEngine.open(dir, {
+    executionProviders: placement,
+    maxBatchSize: definition.max_batch_size,
+    maxQueue: definition.max_queue,
+    contextLength: definition.max_sequence_length,
+    greedySearch: greedySearchWanted(definition),
+    onRequestDone,
+  });
+}
+
+/**
+ * Whether a generate model runs on the native engine: when asked and the built directory allows it.
+ * native_engine: true fails, saying why, when it cannot; the default falls back with a notice on GPUs.
+ */
+function nativeWanted(definition: ModelDefinition, dir: string, log: (line: string) => void): boolean {
+  if (definition.native_engine === false) return false;
+  const unavailable = nativeUnavailable(dir);
+  if (definition.native_engine === true) {
+    if (unavailable !== undefined) throw new ChorusError('CHORUS_UNSUPPORTED', unavailable, { param: 'native_engine' });
+    return true;
+  }
+  if (!runsOnGpu(definition)) return false;
+  if (unavailable !== undefined) log(`the TypeScript engine serves it: ${unavailable}`);
+  return unavailable === undefined;
+}
