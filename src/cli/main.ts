@@ -3,6 +3,7 @@ import { Command, CommanderError } from 'commander';
 import { ChorusError } from '../errors.ts';
 import { registerBench } from './bench.ts';
 import { registerBuild } from './build.ts';
+import { registerExport } from './export.ts';
 import { registerGenerate } from './generate.ts';
 import { registerInfer } from './infer.ts';
 import { registerServe } from './serve.ts';
@@ -25,6 +26,7 @@ export function buildProgram(): Command {
   registerServe(program);
   registerSetup(program);
   registerBench(program);
+  registerExport(program);
   return program;
 }
 
