@@ -34,14 +34,32 @@ export function encodeTensor(values: Float32Array, dims: readonly number[], type
   switch (type) {
     case GgmlType.F32:
       return new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
-    case GgmlType.F16: {
-      const out = new Uint16Array(values.length);
-      for (let i = 0; i < values.length; i++) out[i] = toHalfBits(values[i]!);
-      return new Uint8Array(out.buffer);
-    }
+    case GgmlType.F16:
+      return new Uint8Array(halves(values).buffer);
     case GgmlType.Q8_0:
       return quantizeQ8_0(values, tensorBytes(dims, type));
   }
+}
+
+/**
+ * float32 -> IEEE half bits, round to nearest even, for whole arrays (a 7B model is 7e9 values): normal
+ * results by integer arithmetic on the bits, the rare rest (subnormal, overflow, NaN) by `toHalfBits`.
+ */
+function halves(values: Float32Array): Uint16Array {
+  const bits = new Uint32Array(values.buffer, values.byteOffset, values.length);
+  const out = new Uint16Array(values.length);
+  for (let i = 0; i < bits.length; i++) {
+    const x = bits[i]!;
+    const exponent = (x >>> 23) & 0xff;
+    if (exponent > 112 && exponent < 143) {
+      const rest = x & 0x1fff;
+      const half = ((x >>> 16) & 0x8000) | ((exponent - 112) << 10) | ((x >>> 13) & 0x3ff);
+      out[i] = half + (rest > 0x1000 || (rest === 0x1000 && (half & 1) === 1) ? 1 : 0);
+    } else {
+      out[i] = toHalfBits(values[i]!);
+    }
+  }
+  return out;
 }
 
 function quantizeQ8_0(values: Float32Array, bytes: number): Uint8Array {
