@@ -16,7 +16,8 @@
  * row may end at an end token, so tokens/s counts the tokens actually generated, on both sides);
  * llama.cpp the build `node-llama-cpp source build --gpu cuda` made, every layer on the GPU.
  * Knobs: PEER_MODELS (comma list), PEER_PROMPT (32 on CPU, 96 on CUDA), PEER_NEW (128),
- * PEER_CONCURRENT (16), PEER_THREADS (llama.cpp's CPU threads; default: the cores), PEER_WORK (a
+ * PEER_CONCURRENT (16), PEER_THREADS (llama.cpp's CPU threads; default: the cores), CHORUS_ORT_THREADS
+ * (ONNX Runtime's intra-op threads, see ort-threads.ts; default: ONNX Runtime's), PEER_WORK (a
  * directory to keep checkpoints and builds in between runs). Writes bench/results/<device>-chorus-vs-node-llama-cpp-<date>.json (or $OUT/).
  */
 import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
@@ -26,6 +27,7 @@ import type { Observable } from 'rxjs';
 import { exportGguf } from '../../src/export/gguf/index.ts';
 import { NativeEngine, OrtEngine, type Engine } from '../../src/generation/index.ts';
 import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
+import { applyOrtThreads } from './ort-threads.ts';
 import { ensurePeer, openPeer, peerGreedy } from './peer.ts';
 import { placeholderTokenizer, summarize, type Row, type Run } from './report.ts';
 
@@ -142,6 +144,7 @@ async function llamaCpp(model: ModelCase, settings: number[]): Promise<Map<numbe
   return runs;
 }
 
+const ortThreads = applyOrtThreads();
 const peer = await ensurePeer();
 if (!peer.ok) throw new Error(peer.reason);
 const models = (DEVICE === 'cpu' ? cpuModels() : cudaModels()).filter((m) => process.env.PEER_MODELS === undefined || process.env.PEER_MODELS.split(',').includes(m.name));
@@ -150,7 +153,7 @@ const rows: Row[] = [];
 const failures: Array<{ model: string; error: string }> = [];
 const date = new Date().toISOString().slice(0, 10);
 const out = join(process.env.OUT ?? join(ROOT, 'bench/results'), `${DEVICE}-chorus-vs-node-llama-cpp-${date}.json`);
-const setup = { device: DEVICE, cpu: cpus()[0]?.model, cores: cpus().length, node: process.version, nodeLlamaCpp: '3.21.1', promptTokens: PROMPT, newTokens: NEW, concurrent: CONCURRENT, llamaCppThreads: DEVICE === 'cpu' ? THREADS : undefined };
+const setup = { device: DEVICE, cpu: cpus()[0]?.model, cores: cpus().length, node: process.version, nodeLlamaCpp: '3.21.1', promptTokens: PROMPT, newTokens: NEW, concurrent: CONCURRENT, llamaCppThreads: DEVICE === 'cpu' ? THREADS : undefined, chorusOrtThreads: ortThreads ?? 'default (one per core)' };
 for (const model of models) {
   // A model that fails (on either side) is reported and the next one still runs.
   try {
