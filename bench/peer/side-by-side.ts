@@ -125,6 +125,7 @@ async function llamaCpp(model: ModelCase, settings: number[]): Promise<Map<numbe
   const gguf = join(work, `${model.name.replace(/\W+/g, '-')}-${DEVICE === 'cpu' ? 'f32' : 'f16'}.gguf`);
   if (!existsSync(gguf)) exportGguf({ source: model.source, out: gguf, type: DEVICE === 'cpu' ? 'f32' : 'f16', tokenizer: model.tokenizer });
   const llama = await openPeer(DEVICE === 'cpu' ? 'cpu' : 'lastBuild');
+  if (DEVICE === 'cuda' && llama.gpu !== 'cuda') throw new Error(`node-llama-cpp loaded a ${String(llama.gpu)} build, not CUDA: run bench/peer/cuda.sh, which builds it`);
   const loaded = await llama.loadModel({ modelPath: gguf, gpuLayers: DEVICE === 'cpu' ? 0 : 'max' });
   const runs = new Map<number, Run>();
   try {
