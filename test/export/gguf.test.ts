@@ -10,7 +10,7 @@ import { exportGguf, readGgufHeader, type GgufHeader } from '../../src/export/gg
 import { OrtEngine } from '../../src/generation/index.ts';
 import { buildModel, makeCheckpoint, type CheckpointArch } from '../../src/modelbuild/index.ts';
 import { fromHalfBits } from '../../src/util/half.ts';
-import { ROOT, STORIES } from '../helpers/paths.ts';
+import { ROOT, STORIES, TOKENIZERS } from '../helpers/paths.ts';
 import { scratchDir } from '../helpers/scratch.ts';
 
 const root = scratchDir('chorus-gguf-');
@@ -123,6 +123,8 @@ describe('GGUF export', () => {
     assert.throws(() => exportGguf({ source: llama, out: join(root, 'x.gguf') }), (e: ChorusError) => e.code === 'CHORUS_FILE_MISSING' && /give --tokenizer/.test(e.message));
     writeTinyBpe(llama, 600);
     assert.throws(() => exportGguf({ source: llama, out: join(root, 'x.gguf') }), (e: ChorusError) => e.code === 'CHORUS_FILE_INVALID' && /600 tokens, more than the model's vocabulary of 512/.test(e.message));
+    // GPT-2's own tokenizer.json (whose BPE model names no type) is read, and is too large for this model.
+    assert.throws(() => exportGguf({ source: llama, out: join(root, 'x.gguf'), tokenizer: `${TOKENIZERS}/gpt2/tokenizer.json` }), /50257 tokens, more than the model's vocabulary of 512/);
     assert.equal(existsSync(join(root, 'x.gguf')), false);
   });
 

@@ -131,7 +131,8 @@ interface TokenizerJson {
 
 function tokenizerJsonVocab(file: string, specialIds: { bos?: number; eos?: number }): GgufVocab {
   const json = JSON.parse(readFileSync(file, 'utf8')) as TokenizerJson;
-  const type = json.model?.type;
+  // Older tokenizer.json files (GPT-2's among them) leave the BPE model's type out.
+  const type = json.model?.type ?? (json.model?.merges !== undefined ? 'BPE' : undefined);
   if (type !== 'BPE' || json.model?.vocab === undefined) {
     throw new ChorusError('CHORUS_UNSUPPORTED', `${file}: model type ${describe(type)} is not a byte-level BPE; give a SentencePiece tokenizer.model with --tokenizer`, { param: 'tokenizer' });
   }
