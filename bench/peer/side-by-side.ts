@@ -16,7 +16,7 @@
  * row may end at an end token, so tokens/s counts the tokens actually generated, on both sides);
  * llama.cpp the build `node-llama-cpp source build --gpu cuda` made, every layer on the GPU.
  * Knobs: PEER_MODELS (comma list), PEER_PROMPT (32 on CPU, 96 on CUDA), PEER_NEW (128),
- * PEER_CONCURRENT (16), PEER_THREADS (llama.cpp's CPU threads; default: the cores), CHORUS_ORT_THREADS
+ * PEER_CONCURRENT (16), PEER_REPEAT (runs of each setting, the median kept; default 1), PEER_THREADS (llama.cpp's CPU threads; default: the cores), CHORUS_ORT_THREADS
  * (ONNX Runtime's intra-op threads, see ort-threads.ts; default: ONNX Runtime's), PEER_WORK (a
  * directory to keep checkpoints and builds in between runs). Writes bench/results/<device>-chorus-vs-node-llama-cpp-<date>.json (or $OUT/).
  */
@@ -37,6 +37,7 @@ const PROMPT = Number(process.env.PEER_PROMPT ?? (DEVICE === 'cpu' ? 32 : 96));
 const NEW = Number(process.env.PEER_NEW ?? 128);
 const CONCURRENT = Number(process.env.PEER_CONCURRENT ?? 16);
 const THREADS = Number(process.env.PEER_THREADS ?? cpus().length);
+const REPEAT = Number(process.env.PEER_REPEAT ?? 1);
 const work = process.env.PEER_WORK ?? join(tmpdir(), 'chorus-peer');
 mkdirSync(work, { recursive: true });
 
@@ -80,6 +81,13 @@ function prompts(count: number, vocab: number): number[][] {
   );
 }
 
+/** `REPEAT` runs of `once`: the one of median tokens/s. */
+async function median(once: () => Promise<Run>): Promise<Run> {
+  const runs: Run[] = [];
+  for (let i = 0; i < REPEAT; i++) runs.push(await once());
+  return runs.sort((a, b) => a.tokens / a.seconds - b.tokens / b.seconds)[Math.floor((runs.length - 1) / 2)]!;
+}
+
 /** Runs `requests` at once; each resolves to its token count and the ms to its first token. */
 async function timed(requests: Array<(onToken: () => void) => Promise<number>>): Promise<Run> {
   const started = performance.now();
@@ -114,7 +122,7 @@ async function chorus(model: ModelCase, settings: number[]): Promise<Map<number,
   const runs = new Map<number, Run>();
   try {
     await timed([chorusRequest(engine, prompts(1, model.vocab)[0]!, 4)]);
-    for (const n of settings) runs.set(n, await timed(prompts(n, model.vocab).map((p) => chorusRequest(engine, p, NEW))));
+    for (const n of settings) runs.set(n, await median(() => timed(prompts(n, model.vocab).map((p) => chorusRequest(engine, p, NEW)))));
   } finally {
     await engine.close();
   }
@@ -131,11 +139,16 @@ async function llamaCpp(model: ModelCase, settings: number[]): Promise<Map<numbe
   try {
     for (const n of settings) {
       const context = await loaded.createContext({ contextSize: PROMPT + NEW, sequences: n, ...(DEVICE === 'cpu' ? { threads: THREADS } : {}) });
-      const sequences = Array.from({ length: n }, () => context.getSequence());
-      await peerGreedy(sequences[0]!, prompts(1, model.vocab)[0]!, 4);
-      sequences[0]!.dispose();
-      sequences[0] = context.getSequence();
-      runs.set(n, await timed(prompts(n, model.vocab).map((p, i) => (onToken: () => void) => peerGreedy(sequences[i]!, p, NEW, onToken).then((t) => t.length))));
+      const warmUp = context.getSequence();
+      await peerGreedy(warmUp, prompts(1, model.vocab)[0]!, 4);
+      warmUp.dispose();
+      const once = async (): Promise<Run> => {
+        const sequences = Array.from({ length: n }, () => context.getSequence());
+        const run = await timed(prompts(n, model.vocab).map((p, i) => (onToken: () => void) => peerGreedy(sequences[i]!, p, NEW, onToken).then((t) => t.length)));
+        for (const sequence of sequences) sequence.dispose();
+        return run;
+      };
+      runs.set(n, await median(once));
       await context.dispose();
     }
   } finally {
@@ -154,7 +167,7 @@ const rows: Row[] = [];
 const failures: Array<{ model: string; error: string }> = [];
 const date = new Date().toISOString().slice(0, 10);
 const out = join(process.env.OUT ?? join(ROOT, 'bench/results'), `${DEVICE}-chorus-vs-node-llama-cpp-${date}.json`);
-const setup = { device: DEVICE, cpu: cpus()[0]?.model, cores: cpus().length, node: process.version, nodeLlamaCpp: '3.21.1', promptTokens: PROMPT, newTokens: NEW, concurrent: CONCURRENT, llamaCppThreads: DEVICE === 'cpu' ? THREADS : undefined, chorusOrtThreads: ortThreads ?? 'default (one per core)' };
+const setup = { device: DEVICE, cpu: cpus()[0]?.model, cores: cpus().length, node: process.version, nodeLlamaCpp: '3.21.1', promptTokens: PROMPT, newTokens: NEW, concurrent: CONCURRENT, runsPerSetting: REPEAT, llamaCppThreads: DEVICE === 'cpu' ? THREADS : undefined, chorusOrtThreads: ortThreads ?? 'default (one per core)' };
 for (const model of models) {
   // A model that fails (on either side) is reported and the next one still runs.
   try {
