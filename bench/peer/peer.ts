@@ -31,6 +31,8 @@ export async function ensurePeer(): Promise<{ ok: true } | { ok: false; reason: 
 /** A sequence of a context: tokens in, the model's tokens out. */
 export interface PeerSequence {
   evaluate(tokens: number[], options: { temperature: number; yieldEogToken: boolean }): AsyncGenerator<number, void, void>;
+  /** Forgets the sequence's tokens (its cache), for a fresh start. */
+  clearHistory(): Promise<void>;
   dispose(): void;
 }
 

@@ -139,14 +139,11 @@ async function llamaCpp(model: ModelCase, settings: number[]): Promise<Map<numbe
   try {
     for (const n of settings) {
       const context = await loaded.createContext({ contextSize: PROMPT + NEW, sequences: n, ...(DEVICE === 'cpu' ? { threads: THREADS } : {}) });
-      const warmUp = context.getSequence();
-      await peerGreedy(warmUp, prompts(1, model.vocab)[0]!, 4);
-      warmUp.dispose();
+      const sequences = Array.from({ length: n }, () => context.getSequence());
+      await peerGreedy(sequences[0]!, prompts(1, model.vocab)[0]!, 4);
       const once = async (): Promise<Run> => {
-        const sequences = Array.from({ length: n }, () => context.getSequence());
-        const run = await timed(prompts(n, model.vocab).map((p, i) => (onToken: () => void) => peerGreedy(sequences[i]!, p, NEW, onToken).then((t) => t.length)));
-        for (const sequence of sequences) sequence.dispose();
-        return run;
+        await Promise.all(sequences.map((sequence) => sequence.clearHistory()));
+        return timed(prompts(n, model.vocab).map((p, i) => (onToken: () => void) => peerGreedy(sequences[i]!, p, NEW, onToken).then((t) => t.length)));
       };
       runs.set(n, await median(once));
       await context.dispose();
@@ -162,7 +159,7 @@ const ortThreads = applyOrtThreads();
 const peer = await ensurePeer();
 if (!peer.ok) throw new Error(peer.reason);
 const models = (DEVICE === 'cpu' ? cpuModels() : cudaModels()).filter((m) => process.env.PEER_MODELS === undefined || process.env.PEER_MODELS.split(',').includes(m.name));
-const settings = [1, CONCURRENT];
+const settings = CONCURRENT > 1 ? [1, CONCURRENT] : [1];
 const rows: Row[] = [];
 const failures: Array<{ model: string; error: string }> = [];
 const date = new Date().toISOString().slice(0, 10);
