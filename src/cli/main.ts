@@ -4,6 +4,7 @@ import { ChorusError } from '../errors.ts';
 import { registerBench } from './bench.ts';
 import { registerBuild } from './build.ts';
 import { registerClient } from './client.ts';
+import { registerExport } from './export.ts';
 import { registerGenerate } from './generate.ts';
 import { registerInfer } from './infer.ts';
 import { registerServe } from './serve.ts';
@@ -27,6 +28,7 @@ export function buildProgram(): Command {
   registerSetup(program);
   registerBench(program);
   registerClient(program);
+  registerExport(program);
   return program;
 }
 

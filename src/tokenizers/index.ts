@@ -6,3 +6,4 @@ export { Llama2cTokenizer, type Llama2cOptions } from './llama2c.ts';
 export { StreamDecoder, type StreamDecoderOptions } from './stream-decoder.ts';
 export { toWordList, parseWordCsv, type WordListTensor } from './word-list.ts';
 export { openTokenizerPath, openHfTokenizerJson } from './open.ts';
+export { readSentencePieceModel, type SentencePieceModelInfo } from './sentencepiece-model.ts';

@@ -1,0 +1,76 @@
+/**
+ * `chorus export gguf`: a checkpoint (Hugging Face directory or llama2.c `.bin`) written as one GGUF
+ * file that llama.cpp and the programs built on it load: metadata, the tokenizer, and every weight in
+ * F32, F16 or Q8_0.
+ */
+import { existsSync, rmSync, statSync } from 'node:fs';
+import { basename } from 'node:path';
+import { ChorusError, invalidArgument } from '../../errors.ts';
+import { architectureFor, readHfCheckpoint, readLlama2cCheckpoint, type Checkpoint } from '../../modelbuild/index.ts';
+import { writeGguf, type GgufValue } from './container.ts';
+import { FILE_TYPE_CODE, gpt2, llamaFamily, type GgufFileType, type GgufModel } from './models.ts';
+import { findTokenizer, padVocab, readVocab, vocabMetadata } from './vocab.ts';
+
+export { readGgufHeader, type GgufHeader, type GgufTensorInfo } from './container.ts';
+export type { GgufFileType } from './models.ts';
+export const GGUF_FILE_TYPES: readonly GgufFileType[] = ['f32', 'f16', 'q8_0'];
+
+/** Options of `exportGguf`. */
+export interface ExportGgufOptions {
+  /** A Hugging Face checkpoint directory, or a llama2.c `.bin`. */
+  source: string;
+  /** The `.gguf` file to write. */
+  out: string;
+  /** The weights' type. Default: f16. */
+  type?: GgufFileType;
+  /** The tokenizer file; default: the one beside or in the checkpoint. */
+  tokenizer?: string;
+  /** `general.name`; default: the checkpoint's file or directory name. */
+  name?: string;
+}
+
+/** What was written. */
+export interface ExportGgufResult {
+  out: string;
+  /** llama.cpp's architecture name. */
+  arch: string;
+  tensors: number;
+  bytes: number;
+  vocabSize: number;
+  tokenizer: string;
+}
+
+/** Writes `options.source` as a GGUF file. */
+export function exportGguf(options: ExportGgufOptions): ExportGgufResult {
+  const fileType = options.type ?? 'f16';
+  if (!GGUF_FILE_TYPES.includes(fileType)) throw invalidArgument('type', GGUF_FILE_TYPES.join(', '), fileType);
+  if (!existsSync(options.source)) throw new ChorusError('CHORUS_FILE_MISSING', `export source ${options.source} does not exist`, { param: 'source' });
+  const checkpoint: Checkpoint = statSync(options.source).isFile() ? readLlama2cCheckpoint(options.source) : readHfCheckpoint(options.source);
+  const architecture = architectureFor(checkpoint.config);
+  if (architecture.kind !== 'decoder') {
+    throw new ChorusError('CHORUS_UNSUPPORTED', `GGUF export covers decoder-only models (llama, qwen2, gpt2); ${String(checkpoint.config.model_type)} is an encoder-decoder`, { param: 'model_type' });
+  }
+  const spec = architecture.spec(checkpoint.config);
+  const model: GgufModel = checkpoint.config.model_type === 'gpt2' ? gpt2(checkpoint, spec, fileType) : llamaFamily(checkpoint, spec, fileType);
+
+  const tokenizer = options.tokenizer ?? findTokenizer(options.source);
+  const ids = (key: string): number | undefined => (typeof checkpoint.config[key] === 'number' ? (checkpoint.config[key] as number) : undefined);
+  const vocab = padVocab(readVocab(tokenizer, { bos: ids('bos_token_id'), eos: ids('eos_token_id') }), spec.vocabSize);
+
+  const metadata = new Map<string, GgufValue>([
+    ['general.architecture', { type: 'string', value: model.arch }],
+    ['general.name', { type: 'string', value: options.name ?? basename(options.source).replace(/\.bin$/, '') }],
+    ['general.file_type', { type: 'u32', value: FILE_TYPE_CODE[fileType] }],
+    ...model.metadata,
+    ...vocabMetadata(vocab, model.bpePre, model.addBos),
+  ]);
+  let bytes: number;
+  try {
+    bytes = writeGguf(options.out, metadata, model.tensors);
+    checkpoint.finish();
+  } catch (error) {
+    rmSync(options.out, { force: true }); // no half-written or unfaithful file left behind
+    throw error;
+  }
+  return { out: options.out, arch: model.arch, tensors: model.tensors.length, bytes, vocabSize: vocab.tokens.length, tokenizer };
+}
