@@ -245,7 +245,7 @@ export class ModelStore {
     // The cuda flavor and the GreedySearch model exist for decoder-only models.
     const options = (checkpoint: string): Omit<BuildOptions, 'source' | 'out'> => {
       const decoderOnly = task === 'generate' && isDecoderOnlySource(checkpoint);
-      const flavor = value.flavor ?? (decoderOnly && (runsOnGpu(value) || value.native_engine === true) ? 'cuda' : 'portable');
+      const flavor = value.flavor ?? (decoderOnly && (runsOnGpu(value) || nativeRequested(value)) ? 'cuda' : 'portable');
       return {
         dtype: value.dtype,
         task,
@@ -375,14 +375,19 @@ function greedySearchWanted(value: ModelDefinition): boolean {
   return value.greedy_search ?? runsOnGpu(value);
 }
 
-/** Whether the definition asks for the native engine: native_engine, else a GPU with the engine built. */
+/** Whether the definition asks for the native engine: native_engine, else whether the engine is built (on GPUs and CPUs alike). */
 function nativeRequested(value: ModelDefinition): boolean {
-  return value.native_engine ?? (runsOnGpu(value) && loadNative().addon !== undefined);
+  return value.native_engine ?? nativeByDefault();
+}
+
+/** The native engine's default: wherever its addon is built (npm install builds it for the CPU). */
+function nativeByDefault(): boolean {
+  return loadNative().addon !== undefined;
 }
 
 /**
  * Whether a generate model runs on the native engine: when asked and the built directory allows it.
- * native_engine: true fails, saying why, when it cannot; the default falls back with a notice on GPUs.
+ * native_engine: true fails, saying why, when it cannot; the default falls back with a notice.
  */
 function nativeWanted(value: ModelDefinition, dir: string, log: (line: string) => void): boolean {
   if (value.native_engine === false) return false;
@@ -391,7 +396,7 @@ function nativeWanted(value: ModelDefinition, dir: string, log: (line: string) =
     if (unavailable !== undefined) throw new ChorusError('CHORUS_UNSUPPORTED', unavailable, { param: 'native_engine' });
     return true;
   }
-  if (!runsOnGpu(value)) return false;
+  if (!runsOnGpu(value) && !nativeByDefault()) return false;
   if (unavailable !== undefined) log(`the TypeScript engine serves it: ${unavailable}`);
   return unavailable === undefined;
 }
