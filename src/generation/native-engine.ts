@@ -75,6 +75,8 @@ export interface NativeEngineOptions extends Partial<SchedulerLimits> {
    */
   greedySteps?: number;
   intraOpThreads?: number;
+  /** CPU: whether ONNX Runtime's intra-op threads spin between a run's parallel sections (default: not on the CPU). */
+  intraOpSpinning?: boolean;
   onRequestDone?: (metrics: RequestMetrics) => void;
 }
 
@@ -186,6 +188,8 @@ export class NativeEngine implements Engine {
       vocab: spec.vocabSize,
       dtype: info.dtype,
       ...(options.intraOpThreads === undefined ? {} : { intraOpThreads: options.intraOpThreads }),
+      // On the CPU, threads that wait without spinning leave the cores to the other runs and the event loop.
+      intraOpSpinning: options.intraOpSpinning ?? (options.provider ?? 'cpu') !== 'cpu',
       ...(options.cudaOptions === undefined ? {} : { cudaOptions: options.cudaOptions }),
       ...(sourceLimit === undefined ? {} : { encoderModel: join(dir, 'onnx', SLOT_ENCODER_MODEL), sourceLength: sourceLimit }),
       cudaGraph: options.cudaGraph ?? false,

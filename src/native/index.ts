@@ -21,6 +21,8 @@ export interface SlotDecoderOptions {
   vocab: number;
   dtype: 'fp32' | 'fp16';
   intraOpThreads?: number;
+  /** CPU: whether ONNX Runtime's intra-op threads spin between a run's parallel sections (default true, ONNX Runtime's own default). */
+  intraOpSpinning?: boolean;
   /** CUDA: capture each batch size's decode step as a CUDA graph and replay it. */
   cudaGraph?: boolean;
   /** ONNX Runtime's CUDA provider options by their names (gpu_mem_limit, arena_extend_strategy, ...). */

@@ -3,6 +3,7 @@
 #include "custom-op.h"
 
 #include <onnxruntime_run_options_config_keys.h>
+#include <onnxruntime_session_options_config_keys.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -52,6 +53,7 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
   Ort::SessionOptions sessionOptions;
   sessionOptions.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL);
   if (options.intraOpThreads > 0) sessionOptions.SetIntraOpNumThreads(options.intraOpThreads);
+  if (!options.intraOpSpinning) sessionOptions.AddConfigEntry(kOrtSessionOptionsConfigAllowIntraOpSpinning, "0");
   if (options.cuda) {
 #ifdef CHORUS_WITH_CUDA
     Check(cudaSetDevice(options.deviceId), "cudaSetDevice");
