@@ -120,7 +120,7 @@ export const ModelDefinition = Type.Object(
     native_engine: Type.Optional(
       Type.Boolean({
         description:
-          'generate, decoder-only: run on the native engine (`npm run build:native`), whose cache stays on the device and whose decode steps replay as CUDA graphs on GPUs; the model is then built with its slot decoder (cuda flavor). true: required (loading fails, saying why, without it); false: the TypeScript engine. Default: true when the native engine is built (npm install builds it for the CPU), on CPUs and GPUs alike, else false; a model whose build cannot run on it (an encoder-decoder, flavor: portable) falls back to the TypeScript engine with a one-line notice.',
+          'generate, decoder-only: run on the native engine (`npm run build:native`), whose cache stays on the device and whose decode steps replay as CUDA graphs on GPUs; the model is then built with its slot decoder (cuda flavor). true: required (loading fails, saying why, without it); false: the TypeScript engine. Default: true when the native engine is built (npm install builds it for the CPU), on CPUs and GPUs alike (on the CPU, unless greedy_search: true), else false; a model whose build cannot run on it (an encoder-decoder, flavor: portable) falls back to the TypeScript engine with a one-line notice.',
       }),
     ),
     cuda_graph: Type.Optional(Type.Boolean({ description: 'The native engine on GPUs: replay each batch size\'s decode step as a captured CUDA graph. Default: true.' })),

@@ -377,12 +377,12 @@ function greedySearchWanted(value: ModelDefinition): boolean {
 
 /** Whether the definition asks for the native engine: native_engine, else whether the engine is built (on GPUs and CPUs alike). */
 function nativeRequested(value: ModelDefinition): boolean {
-  return value.native_engine ?? nativeByDefault();
+  return value.native_engine ?? nativeByDefault(value);
 }
 
-/** The native engine's default: wherever its addon is built (npm install builds it for the CPU). */
-function nativeByDefault(): boolean {
-  return loadNative().addon !== undefined;
+/** The native engine's default: wherever its addon is built (npm install builds it for the CPU); on the CPU, not when greedy_search asks for the GreedySearch model. */
+function nativeByDefault(value: ModelDefinition): boolean {
+  return loadNative().addon !== undefined && (runsOnGpu(value) || value.greedy_search !== true);
 }
 
 /**
@@ -396,7 +396,7 @@ function nativeWanted(value: ModelDefinition, dir: string, log: (line: string) =
     if (unavailable !== undefined) throw new ChorusError('CHORUS_UNSUPPORTED', unavailable, { param: 'native_engine' });
     return true;
   }
-  if (!runsOnGpu(value) && !nativeByDefault()) return false;
+  if (!runsOnGpu(value) && !nativeByDefault(value)) return false;
   if (unavailable !== undefined) log(`the TypeScript engine serves it: ${unavailable}`);
   return unavailable === undefined;
 }

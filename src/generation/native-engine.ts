@@ -36,6 +36,7 @@ import { RequestLedger } from './request-ledger.ts';
 import { Scheduler, type SchedulerLimits } from './scheduler.ts';
 import { packSamplerRows, sampledChoice, sampledTop } from './native-sampler.ts';
 import type { SamplerRow } from './sampler.ts';
+import { countNativeSession } from '../runtime/index.ts';
 import { argmaxEligible, bannedArgmaxEligible, Sequence, type ActiveRequest, type ModelIds } from './sequence.ts';
 import { seq2seqModel } from './seq2seq-engine.ts';
 import { TurnLoop } from './turn-loop.ts';
@@ -119,6 +120,8 @@ function nativeFor(dir: string): { addon: NativeAddon; info: BuildInfo; unavaila
 /** Continuous batching over the native SlotDecoder. */
 export class NativeEngine implements Engine {
   private readonly scheduler: Scheduler<ActiveRequest>;
+  /** Counted among the open sessions until closed. */
+  private open = true;
   private readonly ledger: RequestLedger;
   /** The requests in the slots, in row order (each takes `rows` consecutive rows). */
   private members: ActiveRequest[] = [];
@@ -195,6 +198,7 @@ export class NativeEngine implements Engine {
       cudaGraph: options.cudaGraph ?? false,
     });
     await decoder.load();
+    countNativeSession(true);
     const greedySteps = bound(options.greedySteps ?? 1024, 'greedySteps', 1, 1024);
     return new NativeEngine(decoder, limits, model, options.onRequestDone, sourceLimit, slotLength, options.batchInvariant === true ? slots : undefined, greedySteps);
   }
@@ -250,6 +254,8 @@ export class NativeEngine implements Engine {
     for (const s of [...this.scheduler.waiting, ...this.scheduler.running]) s.cancelled = true;
     this.decoder.interrupt();
     await this.loop.idle();
+    if (this.open) countNativeSession(false);
+    this.open = false;
     this.decoder.close();
   }
 
