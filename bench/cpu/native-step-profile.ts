@@ -2,14 +2,15 @@
  * Where a native engine step's time goes on the CPU: a batch-1 step and a 16-row step of greedy decoding,
  * split by the addon's counters into ONNX Runtime's session runs, the addon's own work around them
  * (argmax, copies) and what is outside the addon (JavaScript: scheduling, streams), with ONNX Runtime's
- * intra-op threads spinning or not. Median of three runs after a warm-up.
+ * intra-op threads spinning or not. Median of three runs after a warm-up. With CHORUS_ORT_PROFILE=<prefix>
+ * set, ONNX Runtime profiles every run too, and each model's ONNX Runtime time is split by operator.
  * Usage: node --import tsx bench/cpu/native-step-profile.ts
  *   BENCH_MODELS=stories,gpt2,qwen2 (default stories,gpt2), BENCH_STEPS=64,
  *   BENCH_OUT=<json> (default bench/results/cpu-native-step-profile-<date>.json)
  */
-import { writeFileSync, mkdirSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { lastValueFrom, toArray } from 'rxjs';
 import { NativeEngine } from '../../src/generation/index.ts';
 import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
@@ -48,6 +49,22 @@ for (const m of wanted) if (sources[m] === undefined) throw new Error(`BENCH_MOD
 mkdirSync(work, { recursive: true });
 
 const results: Row[] = [];
+/** Per model: ONNX Runtime's node time by operator (microseconds), from its profiles, when CHORUS_ORT_PROFILE is set. */
+const operators: Record<string, Record<string, number>> = {};
+const profilePrefix = process.env.CHORUS_ORT_PROFILE;
+
+/** Sums the node events of the profiles ONNX Runtime wrote since the last call, by operator, and removes them. */
+function takeProfiles(): Record<string, number> {
+  const byOp: Record<string, number> = {};
+  if (profilePrefix === undefined || profilePrefix === '') return byOp;
+  const dir = dirname(profilePrefix);
+  for (const file of readdirSync(dir).filter((f) => f.startsWith(basename(profilePrefix)) && f.endsWith('.json'))) {
+    const events = JSON.parse(readFileSync(join(dir, file), 'utf8')) as Array<{ cat?: string; dur?: number; args?: { op_name?: string } }>;
+    for (const e of events) if (e.cat === 'Node' && e.args?.op_name !== undefined) byOp[e.args.op_name] = (byOp[e.args.op_name] ?? 0) + (e.dur ?? 0);
+    rmSync(join(dir, file));
+  }
+  return byOp;
+}
 for (const key of wanted) {
   const { name, source } = sources[key]!();
   const dir = join(work, `${name.replace(/\W+/g, '-')}-slots`);
@@ -73,6 +90,8 @@ for (const key of wanted) {
       results.push(measured.sort((a, b) => a.stepMs - b.stepMs)[1]!);
     }
     await engine.close();
+    if (!spinning) operators[name] = takeProfiles();
+    else takeProfiles();
   }
 }
 
@@ -82,6 +101,12 @@ console.log(line(['---', '---:', '---', '---:', '---:', '---:', '---:', '---:'])
 for (const r of results) {
   console.log(line([r.model, String(r.rows), r.spinning ? 'spinning' : 'not spinning', r.tokensPerS.toFixed(0), r.stepMs.toFixed(3), r.ortMs.toFixed(3), r.addonMs.toFixed(3), r.outsideMs.toFixed(3)]));
 }
+for (const [model, byOp] of Object.entries(operators)) {
+  const total = Object.values(byOp).reduce((a, b) => a + b, 0);
+  if (total === 0) continue;
+  const shares = Object.entries(byOp).sort((a, b) => b[1] - a[1]).map(([op, us]) => `${op} ${((100 * us) / total).toFixed(1)}%`);
+  console.log(`${model}: ONNX Runtime's node time by operator (threads not spinning, all runs): ${shares.join(', ')}`);
+}
 const out = process.env.BENCH_OUT ?? join(ROOT, 'bench/results', `cpu-native-step-profile-${new Date().toISOString().slice(0, 10)}.json`);
-writeFileSync(out, `${JSON.stringify({ cpu: cpus()[0]?.model, cores: cpus().length, node: process.version, promptTokens: PROMPT, steps, rows: results }, null, 2)}\n`);
+writeFileSync(out, `${JSON.stringify({ cpu: cpus()[0]?.model, cores: cpus().length, node: process.version, promptTokens: PROMPT, steps, rows: results, ...(Object.keys(operators).length > 0 ? { operatorMicroseconds: operators } : {}) }, null, 2)}\n`);
 console.log(`wrote ${out}`);

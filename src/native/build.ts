@@ -7,7 +7,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -74,7 +74,9 @@ export function buildNative(options: NativeBuildOptions = {}): NativeBuildResult
   run('cmake', ['-S', SOURCE_DIR, '-B', cmakeDir, ...Object.entries(define).map(([k, v]) => `-D${k}=${v}`)], log);
   log('compile');
   run('cmake', ['--build', cmakeDir, '--parallel'], log);
-  copyFileSync(join(cmakeDir, 'chorus_native.node'), NATIVE_ADDON);
+  // A new file renamed over the old: processes that have the old one loaded keep their copy intact.
+  copyFileSync(join(cmakeDir, 'chorus_native.node'), `${NATIVE_ADDON}.new`);
+  renameSync(`${NATIVE_ADDON}.new`, NATIVE_ADDON);
   writeFileSync(NATIVE_STAMP, `${JSON.stringify({ cuda, sources: sourcesDigest() })}\n`);
   log(`built ${NATIVE_ADDON}`);
   return { addon: NATIVE_ADDON, cuda };
