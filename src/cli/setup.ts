@@ -61,7 +61,7 @@ export function registerSetup(program: Command): void {
       process.stdout.write(`onnxruntime-node ${version} (${binDir}: ${providerFiles().join(', ') || 'missing'})\n`);
       print([findGpus(), providerInstalled(), ...findCudaLibraries()]);
       const native = loadNative();
-      const detail = native.addon === undefined ? native.reason : `built, ${native.addon.cuda ? `with CUDA kernels, ${native.addon.cudaDevices()} CUDA device(s) visible` : 'without CUDA (CPU only)'}`;
+      const detail = native.addon === undefined ? `${native.reason}; the TypeScript engine runs` : `built (${native.addon.cuda ? `cpu, cuda: ${native.addon.cudaDevices()} CUDA device(s) visible` : 'cpu'})`;
       print([{ name: 'native engine', ok: native.addon !== undefined, detail }]);
       process.stdout.write(`cache: ${cacheDir()}\nhub: ${hubUrl()}${hubOffline() ? ' (offline: HF_HUB_OFFLINE)' : ''}\n`);
     });

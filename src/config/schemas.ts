@@ -129,7 +129,7 @@ export const ModelDefinition = Type.Object(
     native_engine: Type.Optional(
       Type.Boolean({
         description:
-          'generate, decoder-only: run on the native engine (`npm run build:native`), whose cache stays on the device and whose decode steps replay as CUDA graphs on GPUs; the model is then built with its slot decoder (cuda flavor). true: required (loading fails, saying why, without it); false: the TypeScript engine. Default: true when the model runs on a GPU and the native engine is built, else false (with a one-line notice on GPUs).',
+          'generate, decoder-only: run on the native engine (`npm run build:native`), whose cache stays on the device and whose decode steps replay as CUDA graphs on GPUs; the model is then built with its slot decoder (cuda flavor). true: required (loading fails, saying why, without it); false: the TypeScript engine. Default: true when the native engine is built (npm install builds it for the CPU), on CPUs and GPUs alike (on the CPU, unless greedy_search: true), else false; a model whose build cannot run on it (an encoder-decoder, flavor: portable) falls back to the TypeScript engine with a one-line notice.',
       }),
     ),
     output_attentions: Type.Optional(

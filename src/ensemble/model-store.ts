@@ -329,7 +329,7 @@ export class ModelStore {
     // The cuda flavor and the GreedySearch model exist for decoder-only models.
     const options = (checkpoint: string): Omit<BuildOptions, 'source' | 'out'> => {
       const decoderOnly = task === 'generate' && isDecoderOnlySource(checkpoint);
-      const flavor = value.flavor ?? (decoderOnly && (runsOnGpu(value) || value.native_engine === true) ? 'cuda' : 'portable');
+      const flavor = value.flavor ?? (decoderOnly && (runsOnGpu(value) || nativeRequested(value)) ? 'cuda' : 'portable');
       return {
         dtype: value.dtype,
         task,

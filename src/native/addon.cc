@@ -274,6 +274,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     options_.headDim = IntField(o, "headDim", 0, true);
     options_.vocab = IntField(o, "vocab", 0, true);
     options_.intraOpThreads = IntField(o, "intraOpThreads", 0, false);
+    options_.intraOpSpinning = o.Get("intraOpSpinning").IsUndefined() || o.Get("intraOpSpinning").ToBoolean();
     options_.cudaGraph = o.Get("cudaGraph").ToBoolean();
     if (!o.Get("encoderModel").IsUndefined()) {
       if (!o.Get("encoderModel").IsString()) throw Napi::TypeError::New(info.Env(), "options.encoderModel must be the path of the encoder");

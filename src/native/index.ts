@@ -6,6 +6,7 @@ import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import 'onnxruntime-node'; // loads libonnxruntime.so.1, which the addon links to
 import { NATIVE_ADDON } from './build.ts';
+import { installError } from './install.ts';
 
 /** Options of the addon's SlotDecoder (see src/native/slot-decoder.h). */
 export interface SlotDecoderOptions {
@@ -31,6 +32,8 @@ export interface SlotDecoderOptions {
   memoryUtilization?: number;
   /** Paged on CUDA: bytes kept out of the cache for activations. */
   reserveBytes?: number;
+  /** CPU: whether ONNX Runtime's intra-op threads spin between a run's parallel sections (default true, ONNX Runtime's own default). */
+  intraOpSpinning?: boolean;
   /** CUDA: capture each batch size's decode step as a CUDA graph and replay it. */
   cudaGraph?: boolean;
   /** ONNX Runtime's CUDA provider options by their names (gpu_mem_limit, arena_extend_strategy, ...). */
@@ -201,7 +204,10 @@ let loaded: { addon: NativeAddon | undefined; reason: string } | undefined;
 export function loadNative(): { addon: NativeAddon | undefined; reason: string } {
   if (loaded !== undefined) return loaded;
   if (process.env.CHORUS_NATIVE === '0') loaded = { addon: undefined, reason: 'turned off by CHORUS_NATIVE=0' };
-  else if (!existsSync(NATIVE_ADDON)) loaded = { addon: undefined, reason: `not built (npm run build:native writes ${NATIVE_ADDON})` };
+  else if (!existsSync(NATIVE_ADDON)) {
+    const why = installError();
+    loaded = { addon: undefined, reason: `not built (${why === undefined ? '' : `npm install could not: ${why}; `}npm run build:native writes ${NATIVE_ADDON})` };
+  }
   else {
     try {
       loaded = { addon: createRequire(import.meta.url)(NATIVE_ADDON) as NativeAddon, reason: 'built' };

@@ -36,6 +36,9 @@ void SlotAttentionHost(const SlotAttentionArgs& a) {
   std::vector<float> sum(a.dim);
   std::vector<float> query(a.dim);
   const int group = a.heads / a.kvHeads;
+  // float32 caches are read in place (the same products in the same order, without a call per element).
+  const float* keys32 = a.type == FloatType::kFloat32 ? static_cast<const float*>(a.cacheKey) : nullptr;
+  const float* values32 = a.type == FloatType::kFloat32 ? static_cast<const float*>(a.cacheValue) : nullptr;
   for (int r = 0; r < a.rows; r++) {
     const int past = a.lengths[r] + (a.causal ? a.lengthsOffset : 0);
     if (past < 0 || past + (a.causal ? a.tokens : 0) > a.capacity || (!a.causal && past == 0)) {
@@ -66,7 +69,11 @@ void SlotAttentionHost(const SlotAttentionArgs& a) {
         for (int j = 0; j < n; j++) {
           const size_t k = head + j * a.positionStride;
           float dot = 0;
-          for (int d = 0; d < a.dim; d++) dot += query[d] * ElementAt(a.cacheKey, a.type, k + d);
+          if (keys32 != nullptr) {
+            for (int d = 0; d < a.dim; d++) dot += query[d] * keys32[k + d];
+          } else {
+            for (int d = 0; d < a.dim; d++) dot += query[d] * ElementAt(a.cacheKey, a.type, k + d);
+          }
           float score = dot * a.scale;
           if (a.bias != nullptr) score += a.bias[static_cast<size_t>(h) * a.biasSpan + std::min(position - j, a.biasSpan - 1)];
           scores[j] = score;
@@ -80,7 +87,11 @@ void SlotAttentionHost(const SlotAttentionArgs& a) {
         std::fill(sum.begin(), sum.end(), 0.0f);
         for (int j = 0; j < n; j++) {
           const size_t v = head + j * a.positionStride;
-          for (int d = 0; d < a.dim; d++) sum[d] += scores[j] * ElementAt(a.cacheValue, a.type, v + d);
+          if (values32 != nullptr) {
+            for (int d = 0; d < a.dim; d++) sum[d] += scores[j] * values32[v + d];
+          } else {
+            for (int d = 0; d < a.dim; d++) sum[d] += scores[j] * ElementAt(a.cacheValue, a.type, v + d);
+          }
         }
         const size_t out = (y * a.heads + h) * a.dim;
         for (int d = 0; d < a.dim; d++) Put(a.output, a.type, out + d, sum[d] / total);

@@ -3,6 +3,7 @@
 #include "custom-op.h"
 
 #include <onnxruntime_run_options_config_keys.h>
+#include <onnxruntime_session_options_config_keys.h>
 
 #include <algorithm>
 #include <cmath>
@@ -68,6 +69,10 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
   Ort::SessionOptions sessionOptions;
   sessionOptions.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL);
   if (options.intraOpThreads > 0) sessionOptions.SetIntraOpNumThreads(options.intraOpThreads);
+  if (!options.intraOpSpinning) sessionOptions.AddConfigEntry(kOrtSessionOptionsConfigAllowIntraOpSpinning, "0");
+  // CHORUS_ORT_PROFILE=<prefix>: ONNX Runtime's own profile of every run (each node's time), written as
+  // <prefix>_<date>.json when the session closes (bench/cpu/native-step-profile.ts reads it).
+  if (const char* profile = std::getenv("CHORUS_ORT_PROFILE"); profile != nullptr && *profile != '\0') sessionOptions.EnableProfiling(profile);
   if (options.cuda) {
 #ifdef CHORUS_WITH_CUDA
     Check(cudaSetDevice(options.deviceId), "cudaSetDevice");

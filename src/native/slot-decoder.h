@@ -47,6 +47,8 @@ struct SlotDecoderOptions {
   int vocab = 0;
   FloatType floatType = FloatType::kFloat32;
   int intraOpThreads = 0;
+  // CPU: whether ONNX Runtime's intra-op threads spin between a run's parallel sections (its default).
+  bool intraOpSpinning = true;
   // CUDA: capture each batch size's decode step (the session's run) as a CUDA graph on first use and
   // launch it after (inputs in fixed device buffers; the step's length limit is the slot's length).
   // Greedy runs then go on without the host: each step's argmax writes the next step's inputs on the

@@ -30,6 +30,11 @@ export async function releaseSession(session: ort.InferenceSession): Promise<voi
   open--;
 }
 
+/** Counts a session the native addon opened (true) or released (false): its sessions are Chorus's too. */
+export function countNativeSession(opened: boolean): void {
+  open += opened ? 1 : -1;
+}
+
 /** Sessions opened and not yet released, in this process. */
 export function openSessionCount(): number {
   return open;

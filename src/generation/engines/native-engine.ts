@@ -39,6 +39,7 @@ import { RequestLedger } from '../core/request-ledger.ts';
 import { Scheduler, type SchedulerLimits } from '../core/scheduler.ts';
 import { packSamplerRows, sampledChoice, sampledTop } from './native-sampler.ts';
 import type { SamplerRow } from '../core/sampler.ts';
+import { countNativeSession } from '../../runtime/index.ts';
 import { argmaxEligible, bannedArgmaxEligible, Sequence, type ActiveRequest, type ModelIds } from '../core/sequence.ts';
 import { seq2seqModel } from './seq2seq-engine.ts';
 import { TurnLoop } from './turn-loop.ts';
@@ -93,6 +94,8 @@ export interface NativeEngineOptions extends Partial<SchedulerLimits> {
   /** Lines worth saying at load (the cache's size). */
   log?: (line: string) => void;
   intraOpThreads?: number;
+  /** CPU: whether ONNX Runtime's intra-op threads spin between a run's parallel sections (default: not on the CPU). */
+  intraOpSpinning?: boolean;
   onRequestDone?: (metrics: RequestMetrics) => void;
 }
 
@@ -135,6 +138,8 @@ function nativeFor(dir: string): { addon: NativeAddon; info: BuildInfo; unavaila
 /** Continuous batching over the native SlotDecoder. */
 export class NativeEngine implements Engine {
   private readonly scheduler: Scheduler<ActiveRequest>;
+  /** Counted among the open sessions until closed. */
+  private open = true;
   private readonly ledger: RequestLedger;
   /** The requests in the slots, in row order (each takes `rows` consecutive rows). */
   private members: ActiveRequest[] = [];
@@ -220,6 +225,8 @@ export class NativeEngine implements Engine {
       vocab: spec.vocabSize,
       dtype: info.dtype,
       ...(options.intraOpThreads === undefined ? {} : { intraOpThreads: options.intraOpThreads }),
+      // On the CPU, threads that wait without spinning leave the cores to the other runs and the event loop.
+      intraOpSpinning: options.intraOpSpinning ?? (options.provider ?? 'cpu') !== 'cpu',
       ...(options.cudaOptions === undefined ? {} : { cudaOptions: options.cudaOptions }),
       ...(sourceLimit === undefined ? {} : { encoderModel: join(dir, 'onnx', SLOT_ENCODER_MODEL), sourceLength: sourceLimit }),
       cudaGraph: options.cudaGraph ?? false,
@@ -230,6 +237,7 @@ export class NativeEngine implements Engine {
       if (paging === undefined || !/no room for the cache/.test(String((error as Error).message))) throw error;
       throw new ChorusError('CHORUS_DEVICE_MEMORY', (error as Error).message, { param: 'gpu_memory_utilization', cause: error });
     }
+    countNativeSession(true);
     const greedySteps = bound(options.greedySteps ?? 1024, 'greedySteps', 1, 1024);
     let paged: PagedCache | undefined;
     if (paging !== undefined) {
@@ -301,6 +309,8 @@ export class NativeEngine implements Engine {
     for (const s of [...this.scheduler.waiting, ...this.scheduler.running]) s.cancelled = true;
     this.decoder.interrupt();
     await this.loop.idle();
+    if (this.open) countNativeSession(false);
+    this.open = false;
     this.decoder.close();
   }
 

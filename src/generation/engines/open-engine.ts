@@ -10,7 +10,7 @@ import { ChorusError } from '../../errors.ts';
 import type { Engine, RequestMetrics } from '../core/engine.ts';
 import { NativeEngine, nativeUnavailable } from './native-engine.ts';
 import { OrtEngine } from './ort-engine.ts';
-import { gpuOf, greedySearchWanted, runsOnGpu, type Placement } from './placement.ts';
+import { gpuOf, greedySearchWanted, nativeByDefault, runsOnGpu, type Placement } from './placement.ts';
 import { Seq2SeqEngine } from './seq2seq-engine.ts';
 
 export interface OpenEngineOptions {
@@ -61,7 +61,7 @@ export async function openEngine(definition: ModelDefinition, dir: string, place
 
 /**
  * Whether a generate model runs on the native engine: when asked and the built directory allows it.
- * native_engine: true fails, saying why, when it cannot; the default falls back with a notice on GPUs.
+ * native_engine: true fails, saying why, when it cannot; the default falls back with a notice.
  */
 function nativeWanted(definition: ModelDefinition, dir: string, log: (line: string) => void): boolean {
   if (definition.native_engine === false) return false;
@@ -70,7 +70,7 @@ function nativeWanted(definition: ModelDefinition, dir: string, log: (line: stri
     if (unavailable !== undefined) throw new ChorusError('CHORUS_UNSUPPORTED', unavailable, { param: 'native_engine' });
     return true;
   }
-  if (!runsOnGpu(definition)) return false;
+  if (!runsOnGpu(definition) && !nativeByDefault(definition)) return false;
   if (unavailable !== undefined) log(`the TypeScript engine serves it: ${unavailable}`);
   return unavailable === undefined;
 }

@@ -39,7 +39,12 @@ export function greedySearchWanted(value: ModelDefinition): boolean {
   return value.greedy_search ?? (runsOnGpu(value) && value.dtype !== 'bf16');
 }
 
-/** Whether the definition asks for the native engine: native_engine, else a GPU with the engine built. */
+/** Whether the definition asks for the native engine: native_engine, else whether the engine is built (on GPUs and CPUs alike). */
 export function nativeRequested(value: ModelDefinition): boolean {
-  return value.native_engine ?? (runsOnGpu(value) && loadNative().addon !== undefined);
+  return value.native_engine ?? nativeByDefault(value);
+}
+
+/** The native engine's default: wherever its addon is built (npm install builds it for the CPU); on the CPU, not when greedy_search asks for the GreedySearch model. */
+export function nativeByDefault(value: ModelDefinition): boolean {
+  return loadNative().addon !== undefined && (runsOnGpu(value) || value.greedy_search !== true);
 }
