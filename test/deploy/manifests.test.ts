@@ -74,7 +74,8 @@ test('the containers run chorus serve with its own flags and CHORUS_* variables,
     const { values, unknown } = serveSettings(container!, objects);
     assert.deepEqual(unknown, [], where);
     assert.equal(values.get('host'), '0.0.0.0', `${where}: reachable from outside the pod`);
-    assert.deepEqual(container!.ports?.map((p) => p.containerPort), [Number(values.get('port'))], `${where}: the one port is serve's --port`);
+    const grpc = container!.ports?.some((p) => p.name === 'grpc') === true ? [Number(values.get('grpcPort') ?? values.get('grpc-port') ?? 8001)] : [];
+    assert.deepEqual(container!.ports?.map((p) => p.containerPort), [Number(values.get('port')), ...grpc], `${where}: the ports are serve's --port and, when named, --grpc-port`);
   }
 });
 
@@ -109,7 +110,7 @@ test('termination grace covers the preStop pause and serve\'s --shutdown-timeout
   }
 });
 
-test('Services reach the container\'s named port; a gRPC port appears only once serve has --grpc-port', () => {
+test('Services reach the container\'s named ports, gRPC among them, and serve has --grpc-port', () => {
   const grpc = serveOptions().some((o) => o.long === '--grpc-port');
   for (const [dir, objects] of rendered) {
     const deployment = objects.find((o) => o.kind === 'Deployment');
@@ -121,6 +122,8 @@ test('Services reach the container\'s named port; a gRPC port appears only once 
         if (port.name === 'grpc') assert.ok(grpc, `${dir}: a gRPC port, but chorus serve has no --grpc-port`);
       }
     }
+    const grpcPorts = objects.filter((o) => o.kind === 'Service').flatMap((o) => (o.spec as { ports: Array<{ name: string; port: number }> }).ports.filter((p) => p.name === 'grpc'));
+    assert.deepEqual(grpcPorts.map((p) => p.port), [8001], `${dir}: the Service's gRPC port is serve's default --grpc-port`);
   }
 });
 
