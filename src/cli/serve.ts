@@ -1,7 +1,8 @@
 /**
  * `chorus serve`: the HTTP server over a repository (the bundled one by default) on 127.0.0.1:8000.
  * SIGTERM or SIGINT stops it gracefully: no new connections, in-flight requests get until the deadline
- * to finish, then the rest is cancelled and the models unloaded; the process exits 0.
+ * to finish, then the rest is cancelled and the models unloaded; the process exits 0. `npm start` runs
+ * it with exec, so the signals npm passes on reach it.
  */
 import type { Command } from 'commander';
 import { invalidArgument } from '../errors.ts';
@@ -41,7 +42,11 @@ export function registerServe(program: Command): void {
       const address = await app.listen({ host: options.host, port });
       process.stderr.write(`chorus: serving ${service.repository.dir} on ${address} (pipelines: ${[...service.repository.pipelines.keys()].join(', ')})\n`);
       await new Promise<void>((resolve) => {
+        let stopping = false;
         const stop = (signal: string): void => {
+          // A repeat is ignored: npm passes a terminal's Ctrl-C on to a process that got it already.
+          if (stopping) return;
+          stopping = true;
           process.stderr.write(`chorus: ${signal}: finishing in-flight requests (at most ${deadline} s)\n`);
           // Past the deadline, what still runs is cut off: connections closed, generation cancelled.
           const timer = setTimeout(() => {
@@ -56,8 +61,8 @@ export function registerServe(program: Command): void {
               resolve();
             });
         };
-        process.once('SIGTERM', () => stop('SIGTERM'));
-        process.once('SIGINT', () => stop('SIGINT'));
+        process.on('SIGTERM', () => stop('SIGTERM'));
+        process.on('SIGINT', () => stop('SIGINT'));
       });
       process.stderr.write('chorus: stopped\n');
     });

@@ -12,6 +12,7 @@ import { ChorusError, invalidArgument } from '../../errors.ts';
 import type { Service, TextRequest } from '../../pipeline/index.ts';
 import { cancelOnClose } from '../disconnect.ts';
 import { decodeRaw, encodeRaw, utf8 } from './binary.ts';
+import { VERSION as PACKAGE_VERSION } from '../../version.ts';
 
 const VERSION = '1';
 
@@ -33,7 +34,7 @@ interface InferRequestBody {
 type ModelParams = { model: string; version?: string };
 
 export function registerKserve(app: FastifyInstance, service: Service): void {
-  app.get('/v2', async () => ({ name: 'chorus', version: '0.1.0', extensions: ['binary_tensor_data', 'generate', 'model_repository'] }));
+  app.get('/v2', async () => ({ name: 'chorus', version: PACKAGE_VERSION, extensions: ['binary_tensor_data', 'generate', 'model_repository'] }));
   app.get('/v2/health/live', async () => ({}));
   app.get('/v2/health/ready', async () => ({}));
 
