@@ -14,8 +14,8 @@ import { loadNative } from '../native/index.ts';
 import { DynamicBatcher, type BatcherOptions } from './dynamic-batcher.ts';
 import { fromOrt, toOrt } from './ort-tensors.ts';
 import type { TensorRecord } from './steps/step.ts';
-import { makeCheckpoint, type BuildOptions } from '../modelbuild/index.ts';
-import { builtModelDirectory, cacheDir, isDecoderOnlySource, fetchSource, isRemote, openTokenizerDefinition, resolveSource, type Repository } from '../repository/index.ts';
+import type { BuildOptions } from '../modelbuild/index.ts';
+import { builtModelDirectory, fallbackCheckpoint, isDecoderOnlySource, fetchSource, isRemote, openTokenizerDefinition, resolveSource, type Repository } from '../repository/index.ts';
 import { createSession, releaseSession, Seq2SeqSession, type ExecutionProviders } from '../runtime/index.ts';
 import type { Tokenizer } from '../tokenizers/index.ts';
 import { floatData } from '../util/half.ts';
@@ -255,7 +255,7 @@ export class ModelStore {
         slotDecoder: decoderOnly && nativeRequested(value) && flavor === 'cuda',
       };
     };
-    const built = (): string => builtModelDirectory(path, options(path), log, `model ${name}: ${value.file === undefined ? 'source' : 'file'}`);
+    const built = (): Promise<string> => builtModelDirectory(path, options(path), log, `model ${name}: ${value.file === undefined ? 'source' : 'file'}`);
     if (resolved.kind === 'local' || existsSync(value.file === undefined ? join(path, 'config.json') : path)) return built();
     let why: string;
     try {
@@ -268,8 +268,7 @@ export class ModelStore {
     }
     const fallback = value.fallback!;
     this.log(`WARNING: model ${name}: ${why}; serving RANDOM weights (${fallback.arch}, ${fallback.size}, seed ${fallback.seed}) instead. Its text is noise.`);
-    const checkpoint = join(cacheDir(), 'fallback', `${fallback.arch}-${fallback.size}-${fallback.seed}`);
-    if (!existsSync(join(checkpoint, 'config.json'))) makeCheckpoint({ ...fallback, out: checkpoint });
+    const checkpoint = await fallbackCheckpoint(fallback, log);
     return builtModelDirectory(checkpoint, options(checkpoint), log);
   }
 }
