@@ -56,7 +56,10 @@ export async function builtModelDirectory(path: string, options: Omit<BuildOptio
 /** A random-weight checkpoint (a model definition's `fallback`), made once into the cache. */
 export async function fallbackCheckpoint(fallback: { arch: CheckpointArch; size: CheckpointSize; seed: number }, log: (line: string) => void = () => {}): Promise<string> {
   const dir = join(cacheDir(), 'fallback', `${fallback.arch}-${fallback.size}-${fallback.seed}`);
-  const make = (tmp: string): Promise<void> => runBuildJob({ kind: 'checkpoint', options: { ...fallback, out: tmp } });
+  const make = (tmp: string): Promise<void> => {
+    log(`making a random ${fallback.arch} ${fallback.size} checkpoint (seed ${fallback.seed}) into ${dir}`);
+    return runBuildJob({ kind: 'checkpoint', options: { ...fallback, out: tmp } });
+  };
   await writeEntry(dir, make, { complete: (d) => existsSync(join(d, 'config.json')) && existsSync(join(d, 'model.safetensors')), log });
   return dir;
 }
