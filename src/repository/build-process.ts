@@ -13,15 +13,20 @@ export type BuildJob = { kind: 'build'; options: Omit<BuildOptions, 'onProgress'
 
 /** The child's answer: done, or the error it failed with. */
 export type BuildAnswer = { ok: true } | { ok: false; code?: string; message: string; param?: string; value?: unknown };
+/** What the child sends: log lines (build progress) as they come, then its answer. */
+export type BuildMessage = BuildAnswer | { log: string };
 
 const MAIN = fileURLToPath(new URL('./build-process-main.ts', import.meta.url));
 
-/** Runs `job` in a child process; rejects with the child's error, or naming how it died. */
-export function runBuildJob(job: BuildJob): Promise<void> {
+/** Runs `job` in a child process, its log lines told to `log`; rejects with the child's error, or naming how it died. */
+export function runBuildJob(job: BuildJob, log: (line: string) => void = () => {}): Promise<void> {
   return new Promise((resolve, reject) => {
     const child = fork(MAIN, [], { execArgv: ['--import', import.meta.resolve('tsx')], stdio: ['ignore', 'inherit', 'inherit', 'ipc'], serialization: 'advanced' });
     let answer: BuildAnswer | undefined;
-    child.on('message', (message: BuildAnswer) => (answer = message));
+    child.on('message', (message: BuildMessage) => {
+      if ('log' in message) log(message.log);
+      else answer = message;
+    });
     child.on('error', reject);
     child.on('exit', (code, signal) => {
       if (answer?.ok === true) return resolve();

@@ -47,7 +47,7 @@ export async function builtModelDirectory(path: string, options: Omit<BuildOptio
   const out = join(cacheDir(), 'builds', hash.digest('hex').slice(0, 16));
   const build = async (tmp: string): Promise<void> => {
     log(`building ${path} into ${out}`);
-    await runBuildJob({ kind: 'build', options: { ...options, source: path, out: tmp } });
+    await runBuildJob({ kind: 'build', options: { ...options, source: path, out: tmp } }, (line) => log(`building: ${line}`));
   };
   await writeEntry(out, build, { complete: isBuiltModel, log });
   return out;
