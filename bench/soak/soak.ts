@@ -4,7 +4,8 @@
  * streams cancelled after a few events, and a share of bad requests. Every sample period the load
  * pauses until nothing is in flight, then the server's resident memory (/proc), open file descriptors,
  * active handles and resources (/metrics: prom-client's process metrics) and the engine's running and
- * waiting requests are read. The first sample comes after a warm-up period; growth is measured from it.
+ * waiting requests are read. Samples start after a warm-up period; RSS growth is the last sample's over
+ * the median of the first three, and its trend a least-squares slope over all of them.
  * Goals: RSS grows by less than 5%, the counts at rest stay where they were, no request fails.
  * Usage: node --import tsx bench/soak/soak.ts [--minutes 30] [--sample-seconds 60] [--concurrency 6]
  * Prints a table; writes bench/results/soak-<date>-<minutes>min.json.
@@ -88,6 +89,16 @@ let paused = false;
 let inFlight = 0;
 let stop = false;
 
+/** The least-squares slope of y over x. */
+function slope(points: Array<[number, number]>): number {
+  const n = points.length;
+  if (n < 2) return 0;
+  const mx = points.reduce((sum, [x]) => sum + x, 0) / n;
+  const my = points.reduce((sum, [, y]) => sum + y, 0) / n;
+  const sxx = points.reduce((sum, [x]) => sum + (x - mx) ** 2, 0);
+  return sxx === 0 ? 0 : points.reduce((sum, [x, y]) => sum + (x - mx) * (y - my), 0) / sxx;
+}
+
 async function sample(): Promise<Sample> {
   const text = await (await fetch(`${url}/metrics`)).text();
   const status = readFileSync(`/proc/${server.pid}/status`, 'utf8');
@@ -163,11 +174,16 @@ rmSync(cache, { recursive: true, force: true });
 
 const first = samples[0]!;
 const final = samples.at(-1)!;
+// The baseline: the median of the first three samples (the first can still hold garbage from the warm-up).
+const baseline = [...samples.slice(0, 3).map((s) => s.rssMiB)].sort((a, b) => a - b)[Math.floor(Math.min(3, samples.length) / 2)]!;
 const peakRss = Math.max(...samples.map((s) => s.rssMiB));
 const summary = {
   serverStayedUp: !diedUnderLoad,
-  rssGrowthPercent: Number((((final.rssMiB - first.rssMiB) / first.rssMiB) * 100).toFixed(2)),
-  rssPeakGrowthPercent: Number((((peakRss - first.rssMiB) / first.rssMiB) * 100).toFixed(2)),
+  rssBaselineMiB: Number(baseline.toFixed(1)),
+  rssLastMiB: Number(final.rssMiB.toFixed(1)),
+  rssGrowthPercent: Number((((final.rssMiB - baseline) / baseline) * 100).toFixed(2)),
+  rssPeakGrowthPercent: Number((((peakRss - baseline) / baseline) * 100).toFixed(2)),
+  rssTrendMiBPerHour: Number(slope(samples.map((s) => [s.atS / 3600, s.rssMiB])).toFixed(2)),
   connections: { first: first.connections, last: final.connections, max: Math.max(...samples.map((s) => s.connections)) },
   fds: { first: first.fds, last: final.fds, max: Math.max(...samples.map((s) => s.fds)) },
   activeHandles: { first: first.activeHandles, last: final.activeHandles, max: Math.max(...samples.map((s) => s.activeHandles)) },
@@ -192,7 +208,7 @@ console.log('kind                     ok  cancelled  rejected(4xx)  failed');
 for (const [kind, t] of Object.entries(tally.byKind)) console.log(`${kind.padEnd(22)} ${String(t.ok).padStart(5)} ${String(t.cancelled).padStart(10)} ${String(t.rejected).padStart(14)} ${String(t.failed).padStart(7)}`);
 console.log('\n   at s   RSS MiB   connections   fds   handles   resources   running   waiting   pending');
 for (const s of samples) console.log(`${String(s.atS).padStart(7)} ${s.rssMiB.toFixed(1).padStart(9)} ${String(s.connections).padStart(13)} ${String(s.fds).padStart(5)} ${String(s.activeHandles).padStart(9)} ${String(s.activeResources).padStart(11)} ${String(s.running).padStart(9)} ${String(s.waiting).padStart(9)} ${String(s.pending).padStart(9)}`);
-console.log(`\nRSS growth from the first sample: ${summary.rssGrowthPercent}% (peak ${summary.rssPeakGrowthPercent}%); goal < 5%: ${goals.rssGrowthUnder5Percent ? 'met' : 'MISSED'}`);
+console.log(`\nRSS ${summary.rssBaselineMiB} -> ${summary.rssLastMiB} MiB: ${summary.rssGrowthPercent}% (peak ${summary.rssPeakGrowthPercent}%, trend ${summary.rssTrendMiBPerHour} MiB/h); goal < 5%: ${goals.rssGrowthUnder5Percent ? 'met' : 'MISSED'}`);
 console.log(`counts at rest flat (fds, handles, resources besides connections; connections within what the clients' pools hold; nothing running): ${goals.countsFlat ? 'yes' : 'NO'}`);
 if (tally.failures.length > 0) console.log(`first failures:\n  ${tally.failures.slice(0, 5).join('\n  ')}`);
 
