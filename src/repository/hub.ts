@@ -106,8 +106,9 @@ export async function fetchFromHub(target: HubFetch): Promise<void> {
         try {
           await pipeline(body, createWriteStream(out));
         } catch (error) {
-          // A failed write (a full disk) keeps its system code; a failed read is the network's.
-          if (typeof (error as { syscall?: unknown }).syscall === 'string') throw error;
+          // A failed open or write of the file (a full disk) is the cache's; anything else, the network's.
+          const { syscall } = error as { syscall?: unknown };
+          if (syscall === 'open' || syscall === 'write') throw error;
           throw unreachable(url, error);
         }
       }
