@@ -45,6 +45,8 @@ const STORIES = join(ROOT, '../shared/models/stories260K/stories260K.bin');
 interface Sample {
   atS: number;
   rssMiB: number;
+  /** V8's heap in use at rest: what JavaScript still holds, apart from the heap's own sizing. */
+  heapUsedMiB: number;
   connections: number;
   fds: number;
   activeHandles: number;
@@ -113,6 +115,7 @@ async function sample(): Promise<Sample> {
   return {
     atS: Math.round((performance.now() - started) / 1000),
     rssMiB: Number(/VmRSS:\s+(\d+)/.exec(status)![1]) / 1024,
+    heapUsedMiB: Number((metric(text, 'nodejs_heap_size_used_bytes') / 2 ** 20).toFixed(1)),
     connections,
     fds: fds.filter((target) => !target.startsWith('socket:')).length,
     activeHandles: metric(text, 'nodejs_active_handles_total') - connections,
@@ -184,6 +187,7 @@ const summary = {
   rssGrowthPercent: Number((((final.rssMiB - baseline) / baseline) * 100).toFixed(2)),
   rssPeakGrowthPercent: Number((((peakRss - baseline) / baseline) * 100).toFixed(2)),
   rssTrendMiBPerHour: Number(slope(samples.map((s) => [s.atS / 3600, s.rssMiB])).toFixed(2)),
+  heapUsedMiB: { first: first.heapUsedMiB, last: final.heapUsedMiB, max: Math.max(...samples.map((s) => s.heapUsedMiB)), trendPerHour: Number(slope(samples.map((s) => [s.atS / 3600, s.heapUsedMiB])).toFixed(2)) },
   connections: { first: first.connections, last: final.connections, max: Math.max(...samples.map((s) => s.connections)) },
   fds: { first: first.fds, last: final.fds, max: Math.max(...samples.map((s) => s.fds)) },
   activeHandles: { first: first.activeHandles, last: final.activeHandles, max: Math.max(...samples.map((s) => s.activeHandles)) },
@@ -206,8 +210,8 @@ const goals = {
 console.log(`soak: ${minutes} min, ${concurrency} concurrent, ${final.requests} requests, server ${diedUnderLoad ? 'DIED' : 'stayed up'}`);
 console.log('kind                     ok  cancelled  rejected(4xx)  failed');
 for (const [kind, t] of Object.entries(tally.byKind)) console.log(`${kind.padEnd(22)} ${String(t.ok).padStart(5)} ${String(t.cancelled).padStart(10)} ${String(t.rejected).padStart(14)} ${String(t.failed).padStart(7)}`);
-console.log('\n   at s   RSS MiB   connections   fds   handles   resources   running   waiting   pending');
-for (const s of samples) console.log(`${String(s.atS).padStart(7)} ${s.rssMiB.toFixed(1).padStart(9)} ${String(s.connections).padStart(13)} ${String(s.fds).padStart(5)} ${String(s.activeHandles).padStart(9)} ${String(s.activeResources).padStart(11)} ${String(s.running).padStart(9)} ${String(s.waiting).padStart(9)} ${String(s.pending).padStart(9)}`);
+console.log('\n   at s   RSS MiB   heap MiB   connections   fds   handles   resources   running   waiting   pending');
+for (const s of samples) console.log(`${String(s.atS).padStart(7)} ${s.rssMiB.toFixed(1).padStart(9)} ${s.heapUsedMiB.toFixed(1).padStart(10)} ${String(s.connections).padStart(13)} ${String(s.fds).padStart(5)} ${String(s.activeHandles).padStart(9)} ${String(s.activeResources).padStart(11)} ${String(s.running).padStart(9)} ${String(s.waiting).padStart(9)} ${String(s.pending).padStart(9)}`);
 console.log(`\nRSS ${summary.rssBaselineMiB} -> ${summary.rssLastMiB} MiB: ${summary.rssGrowthPercent}% (peak ${summary.rssPeakGrowthPercent}%, trend ${summary.rssTrendMiBPerHour} MiB/h); goal < 5%: ${goals.rssGrowthUnder5Percent ? 'met' : 'MISSED'}`);
 console.log(`counts at rest flat (fds, handles, resources besides connections; connections within what the clients' pools hold; nothing running): ${goals.countsFlat ? 'yes' : 'NO'}`);
 if (tally.failures.length > 0) console.log(`first failures:\n  ${tally.failures.slice(0, 5).join('\n  ')}`);
