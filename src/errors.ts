@@ -14,6 +14,7 @@ export const ERROR_CODES = {
   CHORUS_FILE_INVALID: { status: 500, description: 'a file exists but cannot be parsed' },
   CHORUS_SOURCE_UNAVAILABLE: { status: 503, description: 'a remote source is not in the local cache and cannot be fetched' },
   CHORUS_MODEL_UNAVAILABLE: { status: 503, description: 'a model failed to load or build; it is tried again on an explicit load or when its source changes' },
+  CHORUS_CACHE_FAILED: { status: 500, description: 'the model cache could not be written (a full disk, no permission, a build that died)' },
   CHORUS_OVERLOADED: { status: 503, description: 'the waiting queue is full; retry later' },
   CHORUS_CLOSED: { status: 503, description: 'the engine was closed and takes no new requests' },
   CHORUS_CANNOT_FIT: { status: 400, description: 'a request needs more tokens than the model\'s context holds' },

@@ -1,4 +1,4 @@
-/** The library API: what `import { ... } from 'chorus'` gives. */
+/** The library API: what `import { ... } from 'chorus-inference'` gives. */
 export { ChorusError, ERROR_CODES, type ErrorCode, type ErrorDetails } from './errors.ts';
 export * from './tokenizers/index.ts';
 export {

@@ -51,7 +51,7 @@ export function registerGenerate(program: Command): void {
         await generateWithPipeline(options.pipeline, prompt, options);
         return;
       }
-      const dir = modelDirectory(options.model!);
+      const dir = await modelDirectory(options.model!);
       const tokenizer = options.tokenizer !== undefined ? await resolveTokenizer(options.tokenizer, undefined) : await openTokenizerPath(dir);
       const params = samplingParams(options);
       const inputIds = tokenizer.encode(prompt);
@@ -127,8 +127,8 @@ async function printGeneration(engine: Engine, tokenizer: Tokenizer, inputIds: n
 }
 
 /** A built model directory for `path`: itself when built, else a build cached by the source's identity. */
-function modelDirectory(path: string): string {
-  const dir = builtModelDirectory(path, {}, (line) => process.stderr.write(`${line}\n`), '--model');
+async function modelDirectory(path: string): Promise<string> {
+  const dir = await builtModelDirectory(path, {}, (line) => process.stderr.write(`${line}\n`), '--model');
   if (!existsSync(join(dir, 'onnx', 'decoder_model_merged.onnx'))) throw new ChorusError('CHORUS_UNSUPPORTED', `${path} holds an encoder alone (built with task encode): nothing to generate with`, { param: 'model' });
   return dir;
 }

@@ -1,6 +1,7 @@
 /** The `chorus` command line. */
 import { Command, CommanderError } from 'commander';
 import { ChorusError } from '../errors.ts';
+import { VERSION } from '../version.ts';
 import { registerBench } from './bench.ts';
 import { registerBuild } from './build.ts';
 import { registerClient } from './client.ts';
@@ -16,6 +17,7 @@ import { registerValidate } from './validate.ts';
 export function buildProgram(): Command {
   const program = new Command('chorus')
     .description('Ensemble inference pipelines for transformer text models')
+    .version(VERSION, '-V, --version', 'print the version')
     .showHelpAfterError()
     .enablePositionalOptions()
     .exitOverride();

@@ -8,6 +8,7 @@
  * to finish, then the rest is cancelled and the models unloaded; the process exits 0.
  * Each flag may come from the environment instead (CHORUS_HOST, CHORUS_PORT, ...: `SERVE_ENV`), for
  * containers; a flag on the command line wins.
+ * `npm start` runs it with exec, so the signals npm passes on reach it.
  */
 import { Option, type Command } from 'commander';
 import { invalidArgument } from '../errors.ts';
@@ -103,7 +104,11 @@ export function registerServe(program: Command): void {
       });
       const stopPolling = control === 'poll' ? client.poll({ intervalSeconds: pollSecs, sync: remote === undefined ? undefined : () => syncS3Repository(remote, log) }) : undefined;
       await new Promise<void>((resolve) => {
+        let stopping = false;
         const stop = (signal: string): void => {
+          // A repeat is ignored: npm passes a terminal's Ctrl-C on to a process that got it already.
+          if (stopping) return;
+          stopping = true;
           process.stderr.write(`chorus: ${signal}: finishing in-flight requests (at most ${deadline} s)\n`);
           stopPolling?.();
           // Past the deadline, what still runs is cut off: connections closed, generation cancelled.
@@ -119,8 +124,8 @@ export function registerServe(program: Command): void {
               resolve();
             });
         };
-        process.once('SIGTERM', () => stop('SIGTERM'));
-        process.once('SIGINT', () => stop('SIGINT'));
+        process.on('SIGTERM', () => stop('SIGTERM'));
+        process.on('SIGINT', () => stop('SIGINT'));
         // Announced once a signal is handled: whoever waits for this line may stop the server at once.
         process.stderr.write(`chorus: serving ${remote ?? client.source} on ${address}${grpc === undefined ? '' : ` and gRPC port ${grpc.port}`} (pipelines: ${client.models('pipeline').map((m) => m.name).join(', ')})\n`);
       });

@@ -15,8 +15,8 @@ import { DynamicBatcher, type BatcherOptions } from './dynamic-batcher.ts';
 import { encodeBatch, forwardBatch } from './batch-runs.ts';
 import { LoadFailures } from './load-failures.ts';
 import type { TensorRecord } from './steps/step.ts';
-import { makeCheckpoint, type BuildOptions } from '../modelbuild/index.ts';
-import { builtModelDirectory, cacheDir, isDecoderOnlySource, fetchSource, isRemote, openTokenizerDefinition, resolveSource, type Repository } from '../repository/index.ts';
+import type { BuildOptions } from '../modelbuild/index.ts';
+import { builtModelDirectory, fallbackCheckpoint, isDecoderOnlySource, fetchSource, isRemote, openTokenizerDefinition, resolveSource, type Repository } from '../repository/index.ts';
 import { createSession, Seq2SeqSession } from '../runtime/index.ts';
 import type { Tokenizer } from '../tokenizers/index.ts';
 
@@ -340,8 +340,8 @@ export class ModelStore {
         slotDecoder: decoderOnly && nativeRequested(value) && flavor === 'cuda',
       };
     };
-    const built = (): string => {
-      const dir = builtModelDirectory(path, options(path), log, `model ${name}: ${value.file === undefined ? 'source' : 'file'}`);
+    const built = async (): Promise<string> => {
+      const dir = await builtModelDirectory(path, options(path), log, `model ${name}: ${value.file === undefined ? 'source' : 'file'}`);
       this.random.set(name, false);
       return dir;
     };
@@ -357,9 +357,8 @@ export class ModelStore {
     }
     const fallback = value.fallback!;
     this.log(`WARNING: model ${name}: ${why}; serving RANDOM weights (${fallback.arch}, ${fallback.size}, seed ${fallback.seed}) instead. Its text is noise.`);
-    const checkpoint = join(cacheDir(), 'fallback', `${fallback.arch}-${fallback.size}-${fallback.seed}`);
-    if (!existsSync(join(checkpoint, 'config.json'))) makeCheckpoint({ ...fallback, out: checkpoint });
-    const dir = builtModelDirectory(checkpoint, options(checkpoint), log);
+    const checkpoint = await fallbackCheckpoint(fallback, log);
+    const dir = await builtModelDirectory(checkpoint, options(checkpoint), log);
     this.random.set(name, true);
     return dir;
   }

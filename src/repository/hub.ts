@@ -1,11 +1,11 @@
 /**
  * Fetching a Hugging Face model id into the cache (`$CHORUS_CACHE/hf/<org>--<name>/<revision>/`) with
  * `@huggingface/hub`: the files a definition needs (a named `file`, else the model's config, weights and
- * tokenizer files), each written to a temporary name and renamed when complete, with a progress bar on
- * a terminal. `HF_TOKEN` authenticates, `HF_ENDPOINT` points at another hub (a mirror, or a test
+ * tokenizer files), written as one cache entry (cache-entry.ts: into a temporary directory renamed into
+ * place when every file is there, one process at a time), with a progress bar on a terminal. `HF_TOKEN` authenticates, `HF_ENDPOINT` points at another hub (a mirror, or a test
  * server), `HF_HUB_OFFLINE=1` forbids the network.
  */
-import { createWriteStream, existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
+import { createWriteStream, existsSync, mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -13,6 +13,7 @@ import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { downloadFile, listFiles } from '@huggingface/hub';
 import cliProgress from 'cli-progress';
 import { ChorusError } from '../errors.ts';
+import { writeEntry } from './cache-entry.ts';
 
 /** The files a model or tokenizer directory needs, when no single file is named. */
 const WANTED = [
@@ -79,39 +80,43 @@ export async function fetchFromHub(target: HubFetch): Promise<void> {
   }
   if (wanted.length === 0) throw new ChorusError('CHORUS_FILE_MISSING', `${where} holds none of the files a model or tokenizer needs (config.json, *.safetensors, tokenizer files)`);
   const total = wanted.reduce((sum, f) => sum + f.size, 0);
-  const bar = process.stderr.isTTY ? new cliProgress.SingleBar({ format: `${target.id} {bar} {percentage}% {value}/{total} bytes`, stream: process.stderr }, cliProgress.Presets.shades_classic) : undefined;
-  bar?.start(total, 0);
-  let done = 0;
-  try {
-    for (const file of wanted) {
-      const out = join(target.path, file.path);
-      if (existsSync(out)) {
-        done += file.size;
-        continue;
+  const download = async (dir: string): Promise<void> => {
+    const bar = process.stderr.isTTY ? new cliProgress.SingleBar({ format: `${target.id} {bar} {percentage}% {value}/{total} bytes`, stream: process.stderr }, cliProgress.Presets.shades_classic) : undefined;
+    bar?.start(total, 0);
+    let done = 0;
+    try {
+      for (const file of wanted) {
+        const out = join(dir, file.path);
+        if (existsSync(out)) {
+          done += file.size;
+          continue;
+        }
+        const url = `${base}/${target.id}/resolve/${target.revision}/${file.path}`;
+        if (bar === undefined) target.log?.(`downloading ${url} (${file.size} bytes)`);
+        let blob: Blob | null;
+        try {
+          blob = await downloadFile({ ...common, path: file.path, xet: false });
+        } catch (error) {
+          throw unreachable(url, error);
+        }
+        if (blob === null) throw new ChorusError('CHORUS_FILE_MISSING', `${url} does not exist`, { value: file.path });
+        mkdirSync(dirname(out), { recursive: true });
+        const body = Readable.fromWeb(blob.stream() as WebReadableStream<Uint8Array>);
+        body.on('data', (chunk: Buffer) => bar?.update((done += chunk.length)));
+        try {
+          await pipeline(body, createWriteStream(out));
+        } catch (error) {
+          // A failed open or write of the file (a full disk) is the cache's; anything else, the network's.
+          const { syscall } = error as { syscall?: unknown };
+          if (syscall === 'open' || syscall === 'write') throw error;
+          throw unreachable(url, error);
+        }
       }
-      if (bar === undefined) target.log?.(`downloading ${base}/${target.id}/resolve/${target.revision}/${file.path} (${file.size} bytes)`);
-      let blob: Blob | null;
-      try {
-        blob = await downloadFile({ ...common, path: file.path, xet: false });
-      } catch (error) {
-        throw unreachable(`${base}/${target.id}/resolve/${target.revision}/${file.path}`, error);
-      }
-      if (blob === null) throw new ChorusError('CHORUS_FILE_MISSING', `${base}/${target.id}/resolve/${target.revision}/${file.path} does not exist`, { value: file.path });
-      mkdirSync(dirname(out), { recursive: true });
-      const partial = `${out}.partial`;
-      const body = Readable.fromWeb(blob.stream() as WebReadableStream<Uint8Array>);
-      body.on('data', (chunk: Buffer) => bar?.update((done += chunk.length)));
-      try {
-        await pipeline(body, createWriteStream(partial));
-      } catch (error) {
-        rmSync(partial, { force: true });
-        throw unreachable(`${base}/${target.id}/resolve/${target.revision}/${file.path}`, error);
-      }
-      renameSync(partial, out);
+    } finally {
+      bar?.stop();
     }
-  } finally {
-    bar?.stop();
-  }
+  };
+  await writeEntry(target.path, download, { keepFiles: true, complete: (dir) => wanted.every((f) => existsSync(join(dir, f.path))), log: target.log });
 }
 
 function unreachable(url: string, error: unknown): ChorusError {

@@ -3,13 +3,17 @@
  * a build of it (a checkpoint directory or a llama2.c .bin) cached under `$CHORUS_CACHE/builds/`, keyed
  * by a hash of the source's content and the build options. Hashing whole multi-gigabyte checkpoints
  * would take longer than building them, so each file contributes its name, its size and the SHA-256 of
- * its first and last 4 MiB: a copy of a checkpoint finds its build; a changed one does not.
+ * its first and last 4 MiB: a copy of a checkpoint finds its build; a changed one does not. Builds
+ * and fallback checkpoints are cache entries (cache-entry.ts: written whole, one process at a time),
+ * made in a child process (build-process.ts).
  */
 import { createHash } from 'node:crypto';
 import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { ChorusError } from '../errors.ts';
-import { architectureFor, buildModel, bytesText, percentSteps, type BuildOptions, type ModelConfig } from '../modelbuild/index.ts';
+import { architectureFor, type BuildOptions, type CheckpointArch, type CheckpointSize, type ModelConfig } from '../modelbuild/index.ts';
+import { runBuildJob } from './build-process.ts';
+import { writeEntry } from './cache-entry.ts';
 import { cacheDir } from './source.ts';
 
 /** True when `dir` holds a built model (a merged decoder or an encoder). */
@@ -29,7 +33,7 @@ export function isDecoderOnlySource(path: string): boolean {
 }
 
 /** `path` when built, else its cached build (made now, with `log` told, when missing). */
-export function builtModelDirectory(path: string, options: Omit<BuildOptions, 'source' | 'out'> = {}, log: (line: string) => void = () => {}, param = 'source'): string {
+export async function builtModelDirectory(path: string, options: Omit<BuildOptions, 'source' | 'out' | 'onProgress'> = {}, log: (line: string) => void = () => {}, param = 'source'): Promise<string> {
   if (!existsSync(path)) throw new ChorusError('CHORUS_FILE_MISSING', `${param} ${path} does not exist`, { param, value: path });
   if (isBuiltModel(path)) return path;
   const hash = createHash('sha256');
@@ -41,12 +45,23 @@ export function builtModelDirectory(path: string, options: Omit<BuildOptions, 's
     hash.update(sampleDigest(file));
   }
   const out = join(cacheDir(), 'builds', hash.digest('hex').slice(0, 16));
-  if (!isBuiltModel(out)) {
+  const build = async (tmp: string): Promise<void> => {
     log(`building ${path} into ${out}`);
-    const { stats } = buildModel({ ...options, source: path, out, onWeights: percentSteps((percent, done, total) => log(`building: ${percent}% of the weights written (${bytesText(done)} of ${bytesText(total)})`)) });
-    log(`built in ${stats.seconds} s, peak RSS ${bytesText(stats.peakRssBytes)}`);
-  }
+    await runBuildJob({ kind: 'build', options: { ...options, source: path, out: tmp } }, log);
+  };
+  await writeEntry(out, build, { complete: isBuiltModel, log });
   return out;
+}
+
+/** A random-weight checkpoint (a model definition's `fallback`), made once into the cache. */
+export async function fallbackCheckpoint(fallback: { arch: CheckpointArch; size: CheckpointSize; seed: number }, log: (line: string) => void = () => {}): Promise<string> {
+  const dir = join(cacheDir(), 'fallback', `${fallback.arch}-${fallback.size}-${fallback.seed}`);
+  const make = (tmp: string): Promise<void> => {
+    log(`making a random ${fallback.arch} ${fallback.size} checkpoint (seed ${fallback.seed}) into ${dir}`);
+    return runBuildJob({ kind: 'checkpoint', options: { ...fallback, out: tmp } });
+  };
+  await writeEntry(dir, make, { complete: (d) => existsSync(join(d, 'config.json')) && existsSync(join(d, 'model.safetensors')), log });
+  return dir;
 }
 
 /** Every file under `dir`, sorted. */

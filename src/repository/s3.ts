@@ -1,16 +1,18 @@
 /**
  * Fetching an `s3://bucket/prefix` source into the cache (`$CHORUS_CACHE/s3/<bucket>/<prefix>/`) with
- * `@aws-sdk/client-s3`: every object under the prefix (or only `file`), each written to a temporary
- * name and renamed when complete. Credentials and region come from the AWS environment as usual;
+ * `@aws-sdk/client-s3`: every object under the prefix (or only `file`), written as one cache entry
+ * (cache-entry.ts: into a temporary directory renamed into place when every object is there, one
+ * process at a time). Credentials and region come from the AWS environment as usual;
  * `AWS_ENDPOINT_URL_S3` (or `AWS_ENDPOINT_URL`) points at an S3-compatible server (MinIO, a test server),
  * addressed path-style.
  */
-import { createWriteStream, existsSync, mkdirSync, renameSync, rmSync, statSync } from 'node:fs';
+import { createWriteStream, existsSync, mkdirSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { GetObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 import { ChorusError } from '../errors.ts';
+import { writeEntry } from './cache-entry.ts';
 
 export interface S3Fetch {
   bucket: string;
@@ -44,21 +46,21 @@ export async function fetchFromS3(target: S3Fetch): Promise<void> {
     if (wanted.length === 0) {
       throw new ChorusError('CHORUS_FILE_MISSING', target.file === undefined ? `${url} holds no objects` : `s3://${target.bucket}/${base}${target.file} does not exist`, { value: url });
     }
-    for (const object of wanted) {
-      const out = join(target.path, object.key.slice(base.length));
-      if (existsSync(out) && statSync(out).size === object.size) continue;
-      target.log?.(`downloading s3://${target.bucket}/${object.key} (${object.size} bytes)`);
-      const response = await s3.send(new GetObjectCommand({ Bucket: target.bucket, Key: object.key }));
-      mkdirSync(dirname(out), { recursive: true });
-      const partial = `${out}.partial`;
-      try {
-        await pipeline(response.Body as Readable, createWriteStream(partial));
-      } catch (error) {
-        rmSync(partial, { force: true });
-        throw error;
+    const present = (dir: string, object: { key: string; size: number }): boolean => {
+      const out = join(dir, object.key.slice(base.length));
+      return existsSync(out) && statSync(out).size === object.size;
+    };
+    const download = async (dir: string): Promise<void> => {
+      for (const object of wanted) {
+        if (present(dir, object)) continue;
+        const out = join(dir, object.key.slice(base.length));
+        target.log?.(`downloading s3://${target.bucket}/${object.key} (${object.size} bytes)`);
+        const response = await s3.send(new GetObjectCommand({ Bucket: target.bucket, Key: object.key }));
+        mkdirSync(dirname(out), { recursive: true });
+        await pipeline(response.Body as Readable, createWriteStream(out));
       }
-      renameSync(partial, out);
-    }
+    };
+    await writeEntry(target.path, download, { keepFiles: true, complete: (dir) => wanted.every((object) => present(dir, object)), log: target.log });
   } catch (error) {
     if (error instanceof ChorusError) throw error;
     const name = (error as { name?: string }).name;

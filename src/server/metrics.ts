@@ -1,7 +1,8 @@
 /**
  * Prometheus metrics (prom-client, a registry of the server's own): Triton's `nv_inference_*` names
  * where they apply, per model, and token-level histograms from the engines: time to first token,
- * inter-token latency, tokens generated.
+ * inter-token latency, tokens generated; and prom-client's process metrics (resident memory, open file
+ * descriptors, active handles, event-loop lag).
  */
 import client from 'prom-client';
 import type { EngineClient, ModelStats, RequestMetrics } from '../serving/index.ts';
@@ -35,6 +36,10 @@ export class Metrics {
     buckets: [1, 4, 16, 64, 256, 1024, 4096],
     registers: [this.registry],
   });
+
+  constructor() {
+    client.collectDefaultMetrics({ register: this.registry });
+  }
 
   /** Engine gauges (running, waiting, batch occupancy) read from the loaded models at each scrape. */
   watch(engines: EngineClient): void {

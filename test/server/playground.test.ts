@@ -1,19 +1,19 @@
 /**
- * The playground in a real browser: Debian's Chromium driven by playwright-core, against a server over
+ * The playground in a real browser: Chromium (helpers/chromium.ts) driven by playwright-core, against a server over
  * the bundled repository (stories pointed at the real model; gpt2 on its random-weight fallback, a
  * model slow enough on a CPU to stop mid-stream). Screenshots go to test-output/playground/.
  */
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { bundledRepositoryDir, parseSourceOverride } from '../../src/repository/index.ts';
+import { chromiumExecutable } from '../helpers/chromium.ts';
 import { ROOT, STORIES } from '../helpers/paths.ts';
 import { startServer, type TestServer } from '../helpers/server.ts';
 
 process.env.HF_HUB_OFFLINE = '1';
-const CHROMIUM = process.env.CHROMIUM_PATH ?? ['/usr/bin/chromium', '/usr/bin/chromium-browser'].find((p) => existsSync(p));
 const SHOTS = join(ROOT, 'test-output/playground');
 const KEY = 'sk-playground';
 
@@ -22,10 +22,9 @@ let browser: Browser;
 let page: Page;
 
 before(async () => {
-  assert.ok(CHROMIUM, 'Chromium is needed for the playground test: apt-get install chromium (or set CHROMIUM_PATH)');
   mkdirSync(SHOTS, { recursive: true });
   server = await startServer(bundledRepositoryDir(), { apiKey: KEY, sourceOverrides: [parseSourceOverride(`stories=${STORIES}/stories260K.bin`)] });
-  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'] });
+  browser = await chromium.launch({ executablePath: await chromiumExecutable(), headless: true, args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'] });
   page = await browser.newPage({ viewport: { width: 1200, height: 860 } });
   page.on('pageerror', (error) => assert.fail(`page error: ${error.message}`));
 });

@@ -11,6 +11,7 @@ import { DATATYPES, tensor, type Datatype, type Element, type EngineClient, type
 import { cancelOnClose } from '../disconnect.ts';
 import { parseExactJson, stringifyExactJson } from '../../util/exact-json.ts';
 import { decodeRaw, encodeRaw, utf8 } from './binary.ts';
+import { VERSION as PACKAGE_VERSION } from '../../version.ts';
 
 const VERSION = '1';
 
@@ -32,7 +33,7 @@ interface InferRequestBody {
 type ModelParams = { model: string; version?: string };
 
 export function registerKserve(app: FastifyInstance, client: EngineClient): void {
-  app.get('/v2', async () => ({ name: 'chorus', version: '0.1.0', extensions: ['binary_tensor_data', 'generate', 'model_repository'] }));
+  app.get('/v2', async () => ({ name: 'chorus', version: PACKAGE_VERSION, extensions: ['binary_tensor_data', 'generate', 'model_repository'] }));
   app.get('/v2/health/live', async () => ({}));
   app.get('/v2/health/ready', async () => ({}));
 
