@@ -34,6 +34,7 @@ test('server metadata, health, model metadata, readiness and config; unknown nam
     platform: 'ensemble',
     inputs: [{ name: 'x', datatype: 'INT32', shape: [-1, -1] }],
     outputs: [{ name: 'y', datatype: 'INT32', shape: [-1, 1] }, { name: 'label', datatype: 'BYTES', shape: [-1, 1] }],
+    random_weights: false,
   });
   assert.equal((await get('/v2/models/stories/versions/1')).json<{ platform: string }>().platform, 'pipeline', 'a name that is a pipeline and a model answers as the pipeline');
   assert.equal((await get('/v2/models/sum/ready')).statusCode, 200);
