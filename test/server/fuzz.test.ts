@@ -44,6 +44,9 @@ const value = fc.oneof({ weight: 4, arbitrary: oddNumber }, { weight: 1, arbitra
 const text = fc.oneof(fc.string({ maxLength: 40 }), fc.constantFrom('', 'Once upon a time', 'Lily', '\u0000\uffff', 'é🙂'));
 
 const SAMPLING = ['max_tokens', 'temperature', 'top_p', 'top_k', 'seed', 'stop', 'presence_penalty', 'frequency_penalty', 'repetition_penalty', 'min_tokens', 'beam_width', 'n'];
+/** Values inside every sampling field's bounds, so that a share of the bodies generates. */
+const plausible = fc.oneof(fc.integer({ min: 1, max: 8 }), fc.double({ min: 0.05, max: 1, noNaN: true }));
+const sampled = fc.oneof({ weight: 3, arbitrary: plausible }, { weight: 4, arbitrary: value });
 /** Some of `fields`, each with a generated value. */
 const someOf = (fields: readonly string[], of: fc.Arbitrary<unknown> = value) => fc.dictionary(fc.constantFrom(...fields), of, { maxKeys: 2 });
 
@@ -51,20 +54,22 @@ const messages = fc.oneof(
   { weight: 5, arbitrary: fc.array(fc.record({ role: fc.constantFrom('user', 'system', 'assistant'), content: text }), { minLength: 1, maxLength: 3 }) },
   { weight: 1, arbitrary: junk },
 );
-const openAiBody = fc.tuple(
-  fc.constantFrom('/v1/chat/completions', '/v1/completions'),
-  fc.record(
-    { model: fc.oneof({ weight: 6, arbitrary: fc.constant('stories') }, { weight: 1, arbitrary: value }), messages, prompt: fc.oneof(text, fc.array(text, { maxLength: 2 }), junk) },
-    { requiredKeys: ['model'] },
-  ),
-  someOf([...SAMPLING, 'stream', 'logprobs', 'top_logprobs', 'max_completion_tokens', 'stream_options', 'echo', 'logit_bias', 'user', 'colour']),
-).map(([path, base, extra]) => ({ path, body: { ...base, ...extra, max_tokens: extra.max_tokens ?? 4 } as Record<string, unknown> }));
+const modelName = fc.oneof({ weight: 6, arbitrary: fc.constant('stories') }, { weight: 1, arbitrary: value });
+// Chat bodies carry messages and completion bodies a prompt, mostly; now and then the other's field too.
+const openAiBase = fc.oneof(
+  { weight: 5, arbitrary: fc.record({ model: modelName, messages }).map((body) => ['/v1/chat/completions', body] as const) },
+  { weight: 5, arbitrary: fc.record({ model: modelName, prompt: fc.oneof({ weight: 4, arbitrary: text }, { weight: 1, arbitrary: fc.array(text, { maxLength: 2 }) }, { weight: 1, arbitrary: junk }) }).map((body) => ['/v1/completions', body] as const) },
+  { weight: 2, arbitrary: fc.tuple(fc.constantFrom('/v1/chat/completions', '/v1/completions'), fc.record({ model: modelName, messages, prompt: fc.oneof(text, junk) }, { requiredKeys: ['model'] })) },
+);
+const openAiBody = fc
+  .tuple(openAiBase, someOf([...SAMPLING, 'stream', 'logprobs', 'top_logprobs', 'max_completion_tokens', 'stream_options', 'echo', 'logit_bias', 'user', 'colour'], sampled))
+  .map(([[path, base], extra]) => ({ path, body: { ...base, ...extra, max_tokens: extra.max_tokens ?? 4 } as Record<string, unknown> }));
 
 const generateBody = fc.tuple(
   fc.constantFrom('stories', 'story-ensemble', 'diamond', 'nope'),
   fc.constantFrom('generate', 'generate_stream'),
   fc.record({ text_input: fc.oneof({ weight: 5, arbitrary: text }, { weight: 1, arbitrary: value }) }, { requiredKeys: [] }),
-  someOf([...SAMPLING, 'text', 'bonus', 'id', 'parameters', 'logprobs', 'messages', 'colour']),
+  someOf([...SAMPLING, 'text', 'bonus', 'id', 'parameters', 'logprobs', 'messages', 'colour'], sampled),
 ).map(([model, route, base, extra]) => ({ path: `/v2/models/${model}/${route}`, body: { ...base, ...extra, max_tokens: extra.max_tokens ?? 4 } as Record<string, unknown> }));
 
 const tensorBody = fc.record(
