@@ -194,12 +194,7 @@ export class ModelStore {
 
   /** Forgets a model whose definition is gone: requests running on it finish, then it is closed. */
   async retire(name: string): Promise<void> {
-    const loading = this.models.get(name);
-    if (loading === undefined) return;
-    this.models.delete(name);
-    this.ready.delete(name);
-    this.loaded.delete(name);
-    const model = await loading.catch(() => undefined);
+    const model = await this.forget(name);
     if (model !== undefined) await retire(model);
   }
 
@@ -215,13 +210,18 @@ export class ModelStore {
 
   private async release(name: string): Promise<void> {
     if (!this.repository.models.has(name)) throw notFound('model', name, this.repository.models.keys());
+    const model = await this.forget(name);
+    if (model !== undefined) await closeModel(model);
+  }
+
+  /** Drops a model from the store; its load's result, once settled (undefined when none or it failed). */
+  private async forget(name: string): Promise<LoadedModel | undefined> {
     const loading = this.models.get(name);
-    if (loading === undefined) return;
+    if (loading === undefined) return undefined;
     this.models.delete(name);
     this.ready.delete(name);
     this.loaded.delete(name);
-    const model = await loading.catch(() => undefined);
-    if (model !== undefined) await closeModel(model);
+    return loading.catch(() => undefined);
   }
 
   /** The loaded models, as they are now. */

@@ -4,7 +4,7 @@
  * billions of values. bfloat16 to float32 and back is exact, so a bf16 checkpoint built in bf16 keeps
  * its bits; where the formats match, bytes are copied as they are.
  */
-import { widenHalf } from '../util/half.ts';
+import { halfBitsOfFloatBits, widenHalf } from '../util/half.ts';
 
 /** The float element types of a built model. */
 export type FloatType = 'float32' | 'float16' | 'bfloat16';
@@ -46,7 +46,7 @@ export function encodeFloats(values: Float32Array, type: FloatType): Uint8Array 
       out[i] = (x & 0x7fffffff) > 0x7f800000 ? ((x >>> 16) | 0x40) : (x + 0x7fff + ((x >>> 16) & 1)) >>> 16;
     }
   } else {
-    for (let i = 0; i < bits.length; i++) out[i] = halfBits(bits[i]!);
+    for (let i = 0; i < bits.length; i++) out[i] = halfBitsOfFloatBits(bits[i]!);
   }
   return new Uint8Array(out.buffer);
 }
@@ -59,7 +59,7 @@ export function convertRaw(raw: Uint8Array, dtype: ReadableDtype, type: FloatTyp
     const aligned = raw.byteOffset % 2 === 0 ? raw : raw.slice();
     const bits = new Uint16Array(aligned.buffer, aligned.byteOffset, raw.byteLength / 2);
     const out = new Uint16Array(bits.length);
-    for (let i = 0; i < bits.length; i++) out[i] = halfBits(bits[i]! << 16);
+    for (let i = 0; i < bits.length; i++) out[i] = halfBitsOfFloatBits(bits[i]! << 16);
     return new Uint8Array(out.buffer);
   }
   return encodeFloats(decodeRaw(raw, dtype), type);
@@ -89,26 +89,3 @@ export function transposeInto<T extends Uint16Array | Uint32Array | Float32Array
   }
 }
 
-/** float32 bits -> IEEE half bits, round to nearest even (util/half.ts's toHalfBits, on bits). */
-function halfBits(x: number): number {
-  const sign = (x >>> 16) & 0x8000;
-  const exponent = (x >>> 23) & 0xff;
-  let mantissa = x & 0x7fffff;
-  if (exponent === 0xff) return sign | 0x7c00 | (mantissa !== 0 ? 0x200 : 0);
-  const e = exponent - 112;
-  if (e >= 0x1f) return sign | 0x7c00;
-  if (e <= 0) {
-    if (e < -10) return sign;
-    mantissa |= 0x800000;
-    const shift = 14 - e;
-    let half = mantissa >>> shift;
-    const rest = mantissa & ((1 << shift) - 1);
-    const halfway = 1 << (shift - 1);
-    if (rest > halfway || (rest === halfway && (half & 1) === 1)) half++;
-    return sign | half;
-  }
-  let half = (e << 10) | (mantissa >>> 13);
-  const rest = mantissa & 0x1fff;
-  if (rest > 0x1000 || (rest === 0x1000 && (half & 1) === 1)) half++;
-  return sign | half;
-}

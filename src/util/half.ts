@@ -6,7 +6,11 @@ const u32 = new Uint32Array(f32.buffer);
 /** float32 -> IEEE half (round to nearest even), as bits. */
 export function toHalfBits(value: number): number {
   f32[0] = value;
-  const x = u32[0]!;
+  return halfBitsOfFloatBits(u32[0]!);
+}
+
+/** float32 bits (a Uint32Array's element) -> IEEE half bits, round to nearest even. */
+export function halfBitsOfFloatBits(x: number): number {
   const sign = (x >>> 16) & 0x8000;
   const exponent = (x >>> 23) & 0xff;
   let mantissa = x & 0x7fffff;
