@@ -9,7 +9,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { concat, defer, from, map, merge, mergeMap, of, tap, type Observable } from 'rxjs';
+import { concat, concatMap, defer, from, map, merge, mergeMap, of, tap, type Observable } from 'rxjs';
 import { ChorusError } from '../../errors.ts';
 import type { EngineClient, PipelineUpdate, TokenLogProb } from '../../serving/index.ts';
 import { cancelOnClose, sendEvents } from '../disconnect.ts';
@@ -124,6 +124,12 @@ async function handle(client: EngineClient, request: FastifyRequest<{ Body: Chat
     }),
   );
   const tail = defer(() => (includeUsage ? of(chunk([], { usage })) : of()));
-  await sendEvents(request, reply, concat(first, body$, tail), { done: true, error: (error) => openAiErrorBody(error) });
+  // The role chunk goes out with the first update, so that a request refused before any (a max_tokens
+  // that cannot fit) is answered with its error status rather than a 200.
+  const opened = defer(() => {
+    let sent = false;
+    return body$.pipe(concatMap((event) => (sent ? of(event) : ((sent = true), concat(first, of(event))))));
+  });
+  await sendEvents(request, reply, concat(opened, tail), { done: true, error: (error) => openAiErrorBody(error) });
   return reply;
 }
