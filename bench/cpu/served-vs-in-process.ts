@@ -69,7 +69,7 @@ async function inProcess(client: RepositoryClient, texts: string[], requests: nu
 
 /** `chorus serve` over `dir` in its own process; resolves to its URL. */
 async function serve(dir: string): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, [join(ROOT, 'bin/chorus.js'), 'serve', '--repository', dir, '--port', '0', '--quiet'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const child = spawn(process.execPath, [join(ROOT, 'bin/chorus.js'), 'serve', '--repository', dir, '--port', '0', '--grpc-port', '0', '--quiet'], { stdio: ['ignore', 'ignore', 'pipe'] });
   const url = await new Promise<string>((resolve, reject) => {
     let log = '';
     child.stderr!.on('data', (chunk: Buffer) => {

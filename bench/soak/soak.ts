@@ -58,7 +58,7 @@ interface Sample {
 }
 
 const cache = mkdtempSync(join(tmpdir(), 'chorus-soak-'));
-const server = spawn(process.execPath, [join(ROOT, 'bin/chorus.js'), 'serve', '--port', '0', '--quiet', '--set-source', `stories=${STORIES}`], {
+const server = spawn(process.execPath, [join(ROOT, 'bin/chorus.js'), 'serve', '--port', '0', '--grpc-port', '0', '--quiet', '--set-source', `stories=${STORIES}`], {
   cwd: ROOT,
   env: { ...process.env, HF_HUB_OFFLINE: '1', CHORUS_CACHE: cache },
   stdio: ['ignore', 'ignore', 'pipe'],

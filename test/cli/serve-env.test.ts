@@ -13,7 +13,7 @@ const REPOSITORY = join(ROOT, 'test/fixtures/repositories/ensembles');
 
 /** Starts `chorus serve` with `env` added and `args`; resolves with its URL once it listens. */
 async function serve(env: Record<string, string>, args: string[] = []): Promise<{ url: string; stop(): Promise<{ code: number | null; stderr: string }> }> {
-  const child = spawn(process.execPath, [join(ROOT, 'bin/chorus.js'), 'serve', ...args], { cwd: ROOT, env: { ...process.env, CHORUS_CACHE: scratchDir('chorus-cache-'), ...env } });
+  const child = spawn(process.execPath, [join(ROOT, 'bin/chorus.js'), 'serve', ...args], { cwd: ROOT, env: { ...process.env, CHORUS_CACHE: scratchDir('chorus-cache-'), CHORUS_GRPC_PORT: '0', ...env } });
   let stderr = '';
   const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
   const url = await new Promise<string>((resolve, reject) => {
@@ -61,7 +61,7 @@ test('a flag on the command line wins over its environment variable', async () =
 
 test('a bad value from the environment is refused as the flag would be, and an unknown model to load by name', () => {
   const run = (env: Record<string, string>): { status: number | null; stderr: string } => {
-    const result = spawnSync(process.execPath, [join(ROOT, 'bin/chorus.js'), 'serve'], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, CHORUS_REPOSITORY: REPOSITORY, CHORUS_PORT: '0', ...env } });
+    const result = spawnSync(process.execPath, [join(ROOT, 'bin/chorus.js'), 'serve'], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, CHORUS_REPOSITORY: REPOSITORY, CHORUS_PORT: '0', CHORUS_GRPC_PORT: '0', ...env } });
     return { status: result.status, stderr: result.stderr };
   };
   const port = run({ CHORUS_PORT: 'eighty' });

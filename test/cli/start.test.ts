@@ -39,7 +39,7 @@ function alive(pid: number): boolean {
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   test(`${signal} sent to npm start stops the server it started and frees the port`, async () => {
     const port = await freePort();
-    const npm = spawn('npm', ['start', '--', '--port', String(port), '--quiet'], { cwd: ROOT, env: { ...process.env, HF_HUB_OFFLINE: '1', CHORUS_CACHE: scratchDir('chorus-start-') } });
+    const npm = spawn('npm', ['start', '--', '--port', String(port), '--grpc-port', '0', '--quiet'], { cwd: ROOT, env: { ...process.env, HF_HUB_OFFLINE: '1', CHORUS_CACHE: scratchDir('chorus-start-') } });
     let stderr = '';
     await new Promise<void>((resolve, reject) => {
       npm.stderr.on('data', (chunk: Buffer) => {

@@ -44,7 +44,7 @@ interface Served {
 }
 
 async function serve(repo: string, cache: string, fileSizeLimitKiB?: number): Promise<Served> {
-  const command = [process.execPath, join(ROOT, 'bin/chorus.js'), 'serve', '--repository', repo, '--port', '0', '--quiet'];
+  const command = [process.execPath, join(ROOT, 'bin/chorus.js'), 'serve', '--repository', repo, '--port', '0', '--grpc-port', '0', '--quiet'];
   const [file, args] = fileSizeLimitKiB === undefined ? [command[0]!, command.slice(1)] : ['bash', ['-c', `ulimit -f ${fileSizeLimitKiB} && exec "$@"`, 'bash', ...command]];
   const child = spawn(file, args, { cwd: ROOT, env: { ...process.env, CHORUS_CACHE: cache, HF_HUB_OFFLINE: '1' }, stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
