@@ -9,7 +9,6 @@
  * padded batch of 16). Every figure is the median of three runs after a warm-up.
  * Usage: node --import tsx bench/cpu/chorus-vs-transformersjs.ts   (prints a table, writes JSON + chart)
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,6 +17,7 @@ import { lastValueFrom, toArray } from 'rxjs';
 import { countPromptTokens, renderChart, runBench, syntheticPrompts, type Target } from '../../src/bench/index.ts';
 import { OrtEngine } from '../../src/generation/index.ts';
 import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
+import { medianOfThree, randomPrompts, serve, timeIt } from './common.ts';
 
 env.allowRemoteModels = false;
 const NEW_TOKENS = 64;
@@ -35,48 +35,6 @@ interface Row {
   tokensPerS: number;
   /** This row's tokens/s over transformers.js generate's in the same setting (concurrent calls). */
   ratio?: number;
-}
-
-function randomPrompts(count: number, vocab: number): number[][] {
-  let state = 12345;
-  return Array.from({ length: count }, () =>
-    Array.from({ length: PROMPT }, () => {
-      state = (Math.imul(state, 1103515245) + 12345) >>> 0;
-      return 3 + ((state >>> 8) % (vocab - 3));
-    }),
-  );
-}
-
-/** The median of three measurements, after a warm-up one. */
-async function medianOfThree(measure: () => Promise<number>): Promise<number> {
-  await measure();
-  const values: number[] = [];
-  for (let i = 0; i < 3; i++) values.push(await measure());
-  return values.sort((a, b) => a - b)[1]!;
-}
-
-/** Seconds of a run: the median of three, after a warm-up run. */
-function timeIt(run: () => Promise<unknown>): Promise<number> {
-  return medianOfThree(async () => {
-    const started = performance.now();
-    await run();
-    return (performance.now() - started) / 1000;
-  });
-}
-
-/** `chorus serve` over `repository` in its own process; resolves to its URL. */
-async function serve(repository: string): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, [join(ROOT, 'bin/chorus.js'), 'serve', '--repository', repository, '--port', '0', '--grpc-port', '0', '--quiet'], { stdio: ['ignore', 'ignore', 'pipe'] });
-  const url = await new Promise<string>((resolve, reject) => {
-    let log = '';
-    child.stderr!.on('data', (chunk: Buffer) => {
-      log += chunk.toString();
-      const found = /on (http:\/\/\S+)/.exec(log);
-      if (found) resolve(found[1]!);
-    });
-    child.once('exit', (code) => reject(new Error(`chorus serve exited ${code}: ${log}`)));
-  });
-  return { url, child };
 }
 
 /** Output tokens/s of `requests` requests at `concurrency` through the server (median of three, after a warm-up). */
@@ -109,8 +67,8 @@ async function benchModel(c: ModelCase): Promise<Row[]> {
   const engine = await OrtEngine.open(c.dir, { maxBatchSize: CONCURRENT });
   const chorus = (batch: number[][]) =>
     Promise.all(batch.map((p) => lastValueFrom(engine.submit({ inputIds: p, params: { temperature: 0, request_output_len: NEW_TOKENS, min_length: NEW_TOKENS } }).pipe(toArray()))));
-  const one = randomPrompts(1, c.vocab);
-  const many = randomPrompts(CONCURRENT, c.vocab);
+  const one = randomPrompts(1, c.vocab, PROMPT);
+  const many = randomPrompts(CONCURRENT, c.vocab, PROMPT);
   add('batch 1', 'Chorus engine, in-process', 1, await timeIt(() => chorus(one)));
   add(`${CONCURRENT} concurrent`, 'Chorus engine, in-process', CONCURRENT, await timeIt(() => chorus(many)));
   await engine.close();

@@ -17,6 +17,7 @@ import { AutoModelForCausalLM, env, Tensor } from '@huggingface/transformers';
 import { lastValueFrom, toArray } from 'rxjs';
 import { NativeEngine, OrtEngine, type Engine } from '../../src/generation/index.ts';
 import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
+import { randomPrompts, timeIt } from './common.ts';
 
 env.allowRemoteModels = false;
 const PROMPT = 16;
@@ -39,28 +40,6 @@ interface Row {
   ortShare?: number;
 }
 
-function randomPrompts(count: number, vocab: number): number[][] {
-  let state = 12345;
-  return Array.from({ length: count }, () =>
-    Array.from({ length: PROMPT }, () => {
-      state = (Math.imul(state, 1103515245) + 12345) >>> 0;
-      return 3 + ((state >>> 8) % (vocab - 3));
-    }),
-  );
-}
-
-/** Seconds of a run: the median of three, after a warm-up run. */
-async function timeIt(run: () => Promise<unknown>): Promise<number> {
-  await run();
-  const values: number[] = [];
-  for (let i = 0; i < 3; i++) {
-    const started = performance.now();
-    await run();
-    values.push((performance.now() - started) / 1000);
-  }
-  return values.sort((a, b) => a - b)[1]!;
-}
-
 interface ModelCase {
   name: string;
   /** The checkpoint (a llama2.c .bin or a Hugging Face folder) both builds come from. */
@@ -76,8 +55,8 @@ async function benchModel(c: ModelCase): Promise<Row[]> {
   const slots = join(work, `${slug}-slots`);
   buildModel({ source: c.source, out: portable });
   buildModel({ source: c.source, out: slots, flavor: 'cuda', slotDecoder: true });
-  const one = randomPrompts(1, c.vocab);
-  const many = randomPrompts(CONCURRENT, c.vocab);
+  const one = randomPrompts(1, c.vocab, PROMPT);
+  const many = randomPrompts(CONCURRENT, c.vocab, PROMPT);
   const params = { temperature: 0, request_output_len: c.newTokens, min_length: c.newTokens };
   const add = (setting: string, system: string, requests: number, seconds: number, ortShare?: number): void => {
     rows.push({ model: c.name, setting, system, newTokens: c.newTokens, tokensPerS: (requests * c.newTokens) / seconds, ...(ortShare === undefined ? {} : { ortShare }) });

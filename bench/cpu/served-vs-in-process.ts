@@ -8,7 +8,7 @@
  * Usage: node --import tsx bench/cpu/served-vs-in-process.ts   (ROUNDS=3 REQUESTS=64 by default)
  * Prints a table and a row for docs/benchmarks.md; writes bench/results/served-vs-in-process-cpu-<date>.json.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,6 +16,7 @@ import { promisify } from 'node:util';
 import { lastValueFrom } from 'rxjs';
 import type { BenchResult } from '../../src/bench/index.ts';
 import { RepositoryClient } from '../../src/serving/index.ts';
+import { serve } from './common.ts';
 
 const ROOT = join(import.meta.dirname, '../..');
 const STORIES = join(ROOT, '../shared/models/stories260K');
@@ -65,21 +66,6 @@ async function inProcess(client: RepositoryClient, texts: string[], requests: nu
   };
   await Promise.all(Array.from({ length: STREAMS }, worker));
   return tokens / ((performance.now() - started) / 1000);
-}
-
-/** `chorus serve` over `dir` in its own process; resolves to its URL. */
-async function serve(dir: string): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, [join(ROOT, 'bin/chorus.js'), 'serve', '--repository', dir, '--port', '0', '--grpc-port', '0', '--quiet'], { stdio: ['ignore', 'ignore', 'pipe'] });
-  const url = await new Promise<string>((resolve, reject) => {
-    let log = '';
-    child.stderr!.on('data', (chunk: Buffer) => {
-      log += chunk.toString();
-      const found = /on (http:\/\/\S+)/.exec(log);
-      if (found) resolve(found[1]!);
-    });
-    child.once('exit', (code) => reject(new Error(`chorus serve exited ${code}: ${log}`)));
-  });
-  return { url, child };
 }
 
 /** The command line of one served measurement. */
