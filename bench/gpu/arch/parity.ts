@@ -33,6 +33,8 @@ interface ArchGolden {
 const [work = '/tmp/arch-parity', out = join(work, 'out'), filter = '', deviceArg = 'cuda'] = process.argv.slice(2);
 if (deviceArg !== 'cuda' && deviceArg !== 'cpu') throw new Error(`the device is cuda or cpu, got '${deviceArg}'`);
 const device: 'cuda' | 'cpu' = deviceArg;
+// fp32 means fp32 on the GPU too: no TF32 matrix products anywhere in the process (fp16 is unaffected).
+if (device === 'cuda') process.env.NVIDIA_TF32_OVERRIDE ??= '0';
 const fixtures = process.env.ARCH_FIXTURES ?? join(import.meta.dirname, '..', '..', '..', 'test', 'fixtures', 'arch');
 const families = readdirSync(fixtures)
   .filter((name) => existsSync(join(fixtures, name, 'golden.json')) && new RegExp(filter).test(name))
