@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "attention-rows.h"
 #include "kernels.h"
 #include "sampling.h"
 #include "slot-decoder.h"
@@ -627,6 +628,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("SlotDecoder", SlotDecoderWrap::Define(env));
   exports.Set("argmaxRows", Napi::Function::New(env, ArgmaxRows));
   exports.Set("sampleRows", Napi::Function::New(env, SampleRows));
+  exports.Set("attendRows", Napi::Function::New(env, AttendRows));
   exports.Set("cudaDevices", Napi::Function::New(env, CudaDevices));
   exports.Set("gpuMemory", Napi::Function::New(env, GpuMemory));
 #ifdef CHORUS_WITH_CUDA

@@ -184,12 +184,57 @@ export interface NativeSlotDecoder {
   readonly callMs: number;
 }
 
+/**
+ * One launch of the decoder attention kernels on their own (attendRows): DecoderSlotAttention's
+ * (`slot`: caches [rows, kvHeads, capacity, dim]) or PagedAttention's (`paged`: caches [blocks, kvHeads,
+ * blockSize, dim] read through blockTable [rows, maxBlocks]). Float arrays are Float32Arrays in fp32,
+ * else Uint16Arrays of fp16 or bf16 bits.
+ */
+export interface NativeAttentionCall {
+  op: 'slot' | 'paged';
+  dtype?: 'fp32' | 'fp16' | 'bf16';
+  rows: number;
+  tokens: number;
+  heads: number;
+  kvHeads: number;
+  dim: number;
+  /** [rows, tokens, (heads + 2 * kvHeads) * dim]: queries, keys and values packed. */
+  qkv: Float32Array | Uint16Array;
+  /** [(heads + 2 * kvHeads) * dim], added to qkv. */
+  bias?: Float32Array | Uint16Array;
+  /** The caches, written in place (each new token's key and value at its position first). */
+  key: Float32Array | Uint16Array;
+  value: Float32Array | Uint16Array;
+  /** Each row's length after this launch, minus one. */
+  seqlens: Int32Array;
+  scale?: number;
+  /** A query at position i attends keys j with i - j < slidingWindow (0: none). */
+  slidingWindow?: number;
+  /** Scores become softcap * tanh(score / softcap) before the softmax (0: none). */
+  softcap?: number;
+  /** slot: positions per row's cache. */
+  capacity?: number;
+  /** paged: the pool and the table. */
+  blockSize?: number;
+  blocks?: number;
+  maxBlocks?: number;
+  blockTable?: Int32Array;
+  /** paged: rotary caches [rotaryPositions, dim / 2] applied to q and k. */
+  rotaryPositions?: number;
+  cos?: Float32Array | Uint16Array;
+  sin?: Float32Array | Uint16Array;
+  /** paged on the GPU: splits of each row's positions (default: the engine's choice). */
+  splits?: number;
+}
+
 export interface NativeAddon {
   SlotDecoder: new (options: SlotDecoderOptions) => NativeSlotDecoder;
   /** Each row's argmax (the lowest index among equals): on the GPU with `device`, else on the host. */
   argmaxRows(logits: Float32Array | Uint16Array, vocab: number, device: boolean): Int32Array;
   /** The sampler on the batch's rows of `logits`: on the GPU with `device` (the engine's kernel), else on the host; with each row's processed logits. */
   sampleRows(logits: Float32Array | Uint16Array, vocab: number, sample: NativeSampleBatch, device: boolean): NativeSampled & { processed: Float32Array };
+  /** The attention kernels of `call` on the host, or on the GPU with `device` (the engine's kernels): the output [rows, tokens, heads * dim]. */
+  attendRows(call: NativeAttentionCall, device: boolean): Float32Array | Uint16Array;
   cudaDevices(): number;
   /** The memory of a CUDA device, in bytes (cudaMemGetInfo). */
   gpuMemory(device: number): { free: number; total: number };

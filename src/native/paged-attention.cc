@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "custom-op.h"
+#include "slot-attention.h"
 
 #ifdef CHORUS_WITH_CUDA
 #include <cuda_runtime.h>
@@ -83,21 +84,22 @@ void PagedAttentionHost(const PagedAttentionArgs& a) {
       const size_t y = static_cast<size_t>(r) * a.tokens + s;
       const int position = PositionOf(a, r, s);
       const int n = position + 1;
+      const int first = FirstKey(position, a.window);
       scores.resize(n);
       for (int h = 0; h < a.heads; h++) {
         const int k = h / group;
         HeadOf(a, y, h, position, true, head.data());
         float highest = -INFINITY;
-        for (int j = 0; j < n; j++) {
+        for (int j = first; j < n; j++) {
           const size_t at = CacheAt(a, r, k, j);
           float dot = 0;
           for (int d = 0; d < a.dim; d++) dot += head[d] * ElementAt(a.keyCache, a.type, at + d);
-          scores[j] = dot * a.scale;
+          scores[j] = SoftCapped(dot * a.scale, a.softcap);
           highest = std::max(highest, scores[j]);
         }
         float total = 0;
         std::fill(sum.begin(), sum.end(), 0.0f);
-        for (int j = 0; j < n; j++) {
+        for (int j = first; j < n; j++) {
           const float p = std::exp(scores[j] - highest);
           total += p;
           const size_t at = CacheAt(a, r, k, j);
@@ -115,15 +117,7 @@ namespace {
 struct PagedAttentionKernel : KernelBase<PagedAttentionKernel> {
   static constexpr const char* kName = "PagedAttention";
 
-  PagedAttentionKernel(const OrtKernelInfo* info, bool cuda, FloatType type) : KernelBase(cuda, type) {
-    Ort::ConstKernelInfo kernel(info);
-    heads_ = static_cast<int>(kernel.GetAttribute<int64_t>("num_heads"));
-    kvHeads_ = static_cast<int>(kernel.GetAttribute<int64_t>("kv_num_heads"));
-    scale_ = kernel.GetAttribute<float>("scale");
-    if (heads_ <= 0 || kvHeads_ <= 0 || heads_ % kvHeads_ != 0) {
-      throw std::invalid_argument("num_heads (" + std::to_string(heads_) + ") must be a positive multiple of kv_num_heads (" + std::to_string(kvHeads_) + ")");
-    }
-  }
+  PagedAttentionKernel(const OrtKernelInfo* info, bool cuda, FloatType type) : KernelBase(cuda, type), attributes_(AttentionAttributesOf(info)) {}
 
   ~PagedAttentionKernel() {
 #ifdef CHORUS_WITH_CUDA
@@ -136,13 +130,15 @@ struct PagedAttentionKernel : KernelBase<PagedAttentionKernel> {
     Ort::KernelContext ctx(context);
     const Ort::ConstValue qkv = ctx.GetInput(0);
     const std::vector<int64_t> qkvShape = ShapeOf(qkv);
-    const int64_t packed = heads_ + 2 * kvHeads_;
+    const int heads = attributes_.heads;
+    const int kvHeads = attributes_.kvHeads;
+    const int64_t packed = heads + 2 * kvHeads;
     if (qkvShape.size() != 3 || qkvShape[1] < 1 || qkvShape[2] % packed != 0) throw std::invalid_argument("qkv must be [rows, tokens, (num_heads + 2 * kv_num_heads) * head_dim]");
     const int64_t dim = qkvShape[2] / packed;
     const Ort::ConstValue keyCache = ctx.GetInput(1);
     const Ort::ConstValue valueCache = ctx.GetInput(2);
     const std::vector<int64_t> cacheShape = ShapeOf(keyCache);
-    if (cacheShape.size() != 4 || cacheShape[1] != kvHeads_ || cacheShape[3] != dim || cacheShape[2] < 1 || ShapeOf(valueCache) != cacheShape) {
+    if (cacheShape.size() != 4 || cacheShape[1] != kvHeads || cacheShape[3] != dim || cacheShape[2] < 1 || ShapeOf(valueCache) != cacheShape) {
       throw std::invalid_argument("key_cache and value_cache must be [blocks, kv_num_heads, block_size, head_dim] of qkv's head_dim");
     }
     const Ort::ConstValue seqlens = ctx.GetInput(3);
@@ -154,10 +150,12 @@ struct PagedAttentionKernel : KernelBase<PagedAttentionKernel> {
     args.qkv = qkv.GetTensorRawData();
     args.rows = static_cast<int>(qkvShape[0]);
     args.tokens = static_cast<int>(qkvShape[1]);
-    args.heads = heads_;
-    args.kvHeads = kvHeads_;
+    args.heads = heads;
+    args.kvHeads = kvHeads;
     args.dim = static_cast<int>(dim);
-    args.scale = scale_;
+    args.scale = attributes_.scale;
+    args.window = attributes_.window;
+    args.softcap = attributes_.softcap;
     args.type = type_;
     args.blocks = static_cast<int>(cacheShape[0]);
     args.blockSize = static_cast<int>(cacheShape[2]);
@@ -180,7 +178,7 @@ struct PagedAttentionKernel : KernelBase<PagedAttentionKernel> {
       if (ShapeOf(bias) != std::vector<int64_t>{qkvShape[2]}) throw std::invalid_argument("qkv_bias must be [(num_heads + 2 * kv_num_heads) * head_dim]");
       args.bias = bias.GetTensorRawData();
     }
-    args.output = ctx.GetOutput(0, {qkvShape[0], qkvShape[1], heads_ * dim}).GetTensorMutableRawData();
+    args.output = ctx.GetOutput(0, {qkvShape[0], qkvShape[1], heads * dim}).GetTensorMutableRawData();
     args.keyCache = ctx.GetOutput(1, cacheShape).GetTensorMutableRawData();
     args.valueCache = ctx.GetOutput(2, cacheShape).GetTensorMutableRawData();
     if (args.keyCache != keyCache.GetTensorRawData() || args.valueCache != valueCache.GetTensorRawData()) {
@@ -214,9 +212,7 @@ struct PagedAttentionKernel : KernelBase<PagedAttentionKernel> {
     PagedAttentionHost(args);
   }
 
-  int heads_ = 0;
-  int kvHeads_ = 0;
-  float scale_ = 1;
+  AttentionAttributes attributes_;
   int multiprocessors_ = 0;
   float* workspace_ = nullptr;
   size_t workspaceFloats_ = 0;

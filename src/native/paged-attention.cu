@@ -15,6 +15,7 @@
 
 #include "device.cuh"
 #include "paged-attention.h"
+#include "slot-attention.h"
 
 namespace chorus {
 namespace {
@@ -78,9 +79,12 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionA
   const int count = min(G, k * group + group - first);
   const int split = blockIdx.z;
   const int position = PositionOf(a, r, y % a.tokens);
+  // The keys oldest..position (the window's, with one) in `splits` shares, read where they are: a
+  // captured step takes each row's length from the device.
+  const int oldest = FirstKey(position, a.window);
   const int n = position + 1;
-  const int per = (n + splits - 1) / splits;
-  const int start = split * per;
+  const int per = (n - oldest + splits - 1) / splits;
+  const int start = oldest + split * per;
   const int end = min(n, start + per);
 
   const int vectors = a.dim / kPer;
@@ -144,7 +148,7 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionA
         for (int i = 0; i < kPer; i++) dot += q[g][i] * kf[i];
         for (int offset = span / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
         if (valid && g < count) {
-          const float score = dot * a.scale;
+          const float score = SoftCapped(dot * a.scale, a.softcap);
           const float next = fmaxf(highest[g], score);
           const float keep = __expf(highest[g] - next);
           const float p = __expf(score - next);

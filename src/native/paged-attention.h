@@ -12,8 +12,10 @@
 //   outputs  output [rows, tokens, heads * dim]
 //            present_key, present_value       the caches after the new keys and values were written
 //                                             (bind them to the caches' buffers to write in place)
-//   attributes  num_heads, kv_num_heads (int), scale (float)
-// Token s of row r sits at position seqlens_k[r] + 1 - tokens + s and attends over the keys up to it;
+//   attributes  num_heads, kv_num_heads (int), scale (float), sliding_window (int), softcap (float):
+//               see AttentionAttributes (slot-attention.h)
+// Token s of row r sits at position seqlens_k[r] + 1 - tokens + s and attends over the keys up to it
+// (the last sliding_window of them, with a window; the blocks before stay in the table);
 // query head h reads key head h / (num_heads / kv_num_heads). The bias, then the rotation, are rounded
 // to the float type; scores, softmax and the weighted sum run in float32.
 //
@@ -51,6 +53,8 @@ struct PagedAttentionArgs {
   int kvHeads;
   int dim;
   float scale;
+  int window;     // 0: none (see AttentionAttributes)
+  float softcap;  // 0: none
   FloatType type;
 };
 

@@ -29,7 +29,34 @@ float Biased(const void* x, const void* bias, FloatType type, size_t i, size_t j
   return RoundTo(sum, type);
 }
 
+// Attribute `name` of the kernel, or `fallback` when the node has none.
+template <typename T>
+T AttributeOr(const Ort::ConstKernelInfo& kernel, const char* name, T fallback) {
+  try {
+    return kernel.GetAttribute<T>(name);
+  } catch (const Ort::Exception&) {
+    return fallback;
+  }
+}
+
 }  // namespace
+
+AttentionAttributes AttentionAttributesOf(const OrtKernelInfo* info) {
+  Ort::ConstKernelInfo kernel(info);
+  AttentionAttributes a;
+  a.heads = static_cast<int>(kernel.GetAttribute<int64_t>("num_heads"));
+  a.kvHeads = static_cast<int>(kernel.GetAttribute<int64_t>("kv_num_heads"));
+  a.scale = kernel.GetAttribute<float>("scale");
+  const int64_t window = AttributeOr<int64_t>(kernel, "sliding_window", 0);
+  a.softcap = AttributeOr<float>(kernel, "softcap", 0.0f);
+  if (a.heads <= 0 || a.kvHeads <= 0 || a.heads % a.kvHeads != 0) {
+    throw std::invalid_argument("num_heads (" + std::to_string(a.heads) + ") must be a positive multiple of kv_num_heads (" + std::to_string(a.kvHeads) + ")");
+  }
+  if (window < 0 || window > INT32_MAX) throw std::invalid_argument("sliding_window must be an integer in [0, 2^31), got " + std::to_string(window));
+  if (!(a.softcap >= 0) || std::isinf(a.softcap)) throw std::invalid_argument("softcap must be a finite number >= 0, got " + std::to_string(a.softcap));
+  a.window = static_cast<int>(window);
+  return a;
+}
 
 void SlotAttentionHost(const SlotAttentionArgs& a) {
   std::vector<float> scores(a.capacity);
@@ -61,12 +88,13 @@ void SlotAttentionHost(const SlotAttentionArgs& a) {
       const size_t y = static_cast<size_t>(r) * a.tokens + s;
       const int position = past + s;
       const int n = a.causal ? position + 1 : past;
+      const int first = a.causal ? FirstKey(position, a.window) : 0;
       for (int h = 0; h < a.heads; h++) {
         const size_t q = y * a.queryStride + static_cast<size_t>(h) * a.dim;
         const size_t head = slot + static_cast<size_t>(h / group) * a.headStride;
         for (int d = 0; d < a.dim; d++) query[d] = Biased(a.query, a.queryBias, a.type, q + d, static_cast<size_t>(h) * a.dim + d);
         float highest = -INFINITY;
-        for (int j = 0; j < n; j++) {
+        for (int j = first; j < n; j++) {
           const size_t k = head + j * a.positionStride;
           float dot = 0;
           if (keys32 != nullptr) {
@@ -74,18 +102,18 @@ void SlotAttentionHost(const SlotAttentionArgs& a) {
           } else {
             for (int d = 0; d < a.dim; d++) dot += query[d] * ElementAt(a.cacheKey, a.type, k + d);
           }
-          float score = dot * a.scale;
+          float score = SoftCapped(dot * a.scale, a.softcap);
           if (a.bias != nullptr) score += a.bias[static_cast<size_t>(h) * a.biasSpan + std::min(position - j, a.biasSpan - 1)];
           scores[j] = score;
           highest = std::max(highest, score);
         }
         float total = 0;
-        for (int j = 0; j < n; j++) {
+        for (int j = first; j < n; j++) {
           scores[j] = std::exp(scores[j] - highest);
           total += scores[j];
         }
         std::fill(sum.begin(), sum.end(), 0.0f);
-        for (int j = 0; j < n; j++) {
+        for (int j = first; j < n; j++) {
           const size_t v = head + j * a.positionStride;
           if (values32 != nullptr) {
             for (int d = 0; d < a.dim; d++) sum[d] += scores[j] * values32[v + d];
@@ -144,7 +172,10 @@ struct SlotKernelBase : KernelBase<Kernel> {
   void Attend(Ort::KernelContext& ctx, SlotAttentionArgs args) const {
 #ifdef CHORUS_WITH_CUDA
     if (cuda_) {
-      if (args.capacity > kSlotAttentionMaxCapacity) throw std::invalid_argument("a slot of " + std::to_string(args.capacity) + " positions; at most " + std::to_string(kSlotAttentionMaxCapacity));
+      if (SlotScoreSpan(args) > kSlotAttentionMaxCapacity) {
+        throw std::invalid_argument("a slot of " + std::to_string(args.capacity) + " positions" + (args.window > 0 ? " (a window of " + std::to_string(args.window) + ")" : "") +
+                                    "; a query attends over at most " + std::to_string(kSlotAttentionMaxCapacity));
+      }
       void* stream = ctx.GetGPUComputeStream();
       if (args.key != nullptr && args.tokens > 1) {
         // Several new tokens a row: all are written before any attends.
@@ -168,11 +199,7 @@ struct SlotAttentionKernel : SlotKernelBase<SlotAttentionKernel> {
     Ort::ConstKernelInfo kernel(info);
     heads_ = static_cast<int>(kernel.GetAttribute<int64_t>("num_heads"));
     scale_ = kernel.GetAttribute<float>("scale");
-    try {
-      packed_ = kernel.GetAttribute<int64_t>("qkv_packed") != 0;
-    } catch (const Ort::Exception&) {
-      // No attribute: q, k and v apart.
-    }
+    packed_ = AttributeOr<int64_t>(kernel, "qkv_packed", 0) != 0;
   }
 
   void Compute(OrtKernelContext* context) {
@@ -256,27 +283,21 @@ struct SlotAttentionKernel : SlotKernelBase<SlotAttentionKernel> {
 struct DecoderSlotAttentionKernel : SlotKernelBase<DecoderSlotAttentionKernel> {
   static constexpr const char* kName = "DecoderSlotAttention";
 
-  DecoderSlotAttentionKernel(const OrtKernelInfo* info, bool cuda, FloatType type) : SlotKernelBase(cuda, type) {
-    Ort::ConstKernelInfo kernel(info);
-    heads_ = static_cast<int>(kernel.GetAttribute<int64_t>("num_heads"));
-    kvHeads_ = static_cast<int>(kernel.GetAttribute<int64_t>("kv_num_heads"));
-    scale_ = kernel.GetAttribute<float>("scale");
-    if (heads_ <= 0 || kvHeads_ <= 0 || heads_ % kvHeads_ != 0) {
-      throw std::invalid_argument("num_heads (" + std::to_string(heads_) + ") must be a positive multiple of kv_num_heads (" + std::to_string(kvHeads_) + ")");
-    }
-  }
+  DecoderSlotAttentionKernel(const OrtKernelInfo* info, bool cuda, FloatType type) : SlotKernelBase(cuda, type), attributes_(AttentionAttributesOf(info)) {}
 
   void Compute(OrtKernelContext* context) {
     Ort::KernelContext ctx(context);
     const Ort::ConstValue qkv = ctx.GetInput(0);
     const std::vector<int64_t> qkvShape = ShapeOf(qkv);
-    const int64_t heads = heads_ + 2 * kvHeads_;
-    if (qkvShape.size() != 3 || qkvShape[1] < 1 || qkvShape[2] % heads != 0) throw std::invalid_argument("qkv must be [rows, tokens, (num_heads + 2 * kv_num_heads) * head_dim]");
-    const int64_t dim = qkvShape[2] / heads;
+    const int heads = attributes_.heads;
+    const int kvHeads = attributes_.kvHeads;
+    const int64_t packed = heads + 2 * kvHeads;
+    if (qkvShape.size() != 3 || qkvShape[1] < 1 || qkvShape[2] % packed != 0) throw std::invalid_argument("qkv must be [rows, tokens, (num_heads + 2 * kv_num_heads) * head_dim]");
+    const int64_t dim = qkvShape[2] / packed;
     const Ort::ConstValue pastKey = ctx.GetInput(1);
     const Ort::ConstValue pastValue = ctx.GetInput(2);
     const std::vector<int64_t> cacheShape = ShapeOf(pastKey);
-    if (cacheShape.size() != 4 || cacheShape[0] != qkvShape[0] || cacheShape[1] != kvHeads_ || cacheShape[3] != dim || ShapeOf(pastValue) != cacheShape) {
+    if (cacheShape.size() != 4 || cacheShape[0] != qkvShape[0] || cacheShape[1] != kvHeads || cacheShape[3] != dim || ShapeOf(pastValue) != cacheShape) {
       throw std::invalid_argument("past_key and past_value must be [rows, kv_num_heads, capacity, head_dim] of qkv's rows and head_dim");
     }
     const Ort::ConstValue seqlens = ctx.GetInput(3);
@@ -284,11 +305,13 @@ struct DecoderSlotAttentionKernel : SlotKernelBase<DecoderSlotAttentionKernel> {
     SlotAttentionArgs args{};
     args.rows = static_cast<int>(qkvShape[0]);
     args.tokens = static_cast<int>(qkvShape[1]);
-    args.heads = heads_;
-    args.kvHeads = kvHeads_;
+    args.heads = heads;
+    args.kvHeads = kvHeads;
     args.dim = static_cast<int>(dim);
     args.capacity = static_cast<int>(cacheShape[2]);
-    args.scale = scale_;
+    args.scale = attributes_.scale;
+    args.window = attributes_.window;
+    args.softcap = attributes_.softcap;
     args.type = type_;
     args.query = qkv.GetTensorRawData();
     args.queryStride = args.newStride = static_cast<size_t>(qkvShape[2]);
@@ -300,19 +323,17 @@ struct DecoderSlotAttentionKernel : SlotKernelBase<DecoderSlotAttentionKernel> {
     PointPacked(args);
     args.positionStride = static_cast<size_t>(dim);
     args.headStride = static_cast<size_t>(args.capacity) * dim;
-    args.rowStride = static_cast<size_t>(kvHeads_) * args.headStride;
+    args.rowStride = static_cast<size_t>(kvHeads) * args.headStride;
     args.lengths = seqlens.GetTensorData<int32_t>();
     args.lengthsOffset = 1 - args.tokens;
     args.causal = true;
-    args.output = ctx.GetOutput(0, {qkvShape[0], qkvShape[1], heads_ * dim}).GetTensorMutableRawData();
+    args.output = ctx.GetOutput(0, {qkvShape[0], qkvShape[1], heads * dim}).GetTensorMutableRawData();
     args.cacheKey = Present(ctx, 1, pastKey, cacheShape);
     args.cacheValue = Present(ctx, 2, pastValue, cacheShape);
     Attend(ctx, args);
   }
 
-  int heads_ = 0;
-  int kvHeads_ = 0;
-  float scale_ = 1;
+  AttentionAttributes attributes_;
 };
 
 }  // namespace

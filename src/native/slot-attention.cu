@@ -42,12 +42,13 @@ __device__ float BlockReduce(float value, float* scratch) {
   return value;
 }
 
-// Where block (token row blockIdx.x, query head blockIdx.y) works: the query's position and how many
-// keys it attends over, the key head's first position in the slot, the query's place in the query and
-// output, and the new token's key in `key` (write mode).
+// Where block (token row blockIdx.x, query head blockIdx.y) works: the query's position and the keys
+// it attends over (oldest..n-1; the block's scores hold them from 0), the key head's first position in
+// the slot, the query's place in the query and output, and the new token's key in `key` (write mode).
 struct SlotPlace {
   int head;
   int position;
+  int oldest;
   int n;
   size_t slot;
   size_t query;
@@ -67,9 +68,11 @@ __device__ inline SlotPlace PlaceOf(const SlotAttentionArgs& a) {
   if (a.causal) {
     at.position = min(max(a.lengths[r] + a.lengthsOffset, 0), a.capacity - a.tokens) + s;
     at.n = at.position + 1;
+    at.oldest = FirstKey(at.position, a.window);
   } else {
     at.n = min(max(a.lengths[r], 0), a.capacity);
     at.position = at.n;
+    at.oldest = 0;
   }
   at.slot = static_cast<size_t>(r) * a.rowStride + static_cast<size_t>(kv) * a.headStride;
   at.query = static_cast<size_t>(y) * a.queryStride + static_cast<size_t>(h) * a.dim;
@@ -89,6 +92,12 @@ __device__ inline __half Biased<__half>(const __half* x, const __half* bias, siz
 template <>
 __device__ inline __nv_bfloat16 Biased<__nv_bfloat16>(const __nv_bfloat16* x, const __nv_bfloat16* bias, size_t i, size_t j) {
   return bias == nullptr ? x[i] : __float2bfloat16_rn(__bfloat162float(x[i]) + __bfloat162float(bias[j]));
+}
+
+// The score of key j for the query at `position` of head `head`: scaled, soft-capped, biased.
+__device__ inline float ScoreOf(const SlotAttentionArgs& a, float dot, int head, int position, int j) {
+  const float score = SoftCapped(dot * a.scale, a.softcap);
+  return a.bias != nullptr ? score + a.bias[static_cast<size_t>(head) * a.biasSpan + min(position - j, a.biasSpan - 1)] : score;
 }
 
 // The softmax's numerators in place of the n scores (each exp(score - max)); returns their sum. Its
@@ -111,13 +120,14 @@ __global__ void SlotAttentionKernel(SlotAttentionArgs a) {
   extern __shared__ float shared[];
   const int dim = a.dim;
   float* q = shared;             // dim
-  float* scores = shared + dim;  // capacity
+  float* scores = shared + dim;  // SlotScoreSpan: key j's at j - oldest
   __shared__ float scratch[kThreads / 32];
   const T* query = static_cast<const T*>(a.query);
   const T* queryBias = static_cast<const T*>(a.queryBias);
   T* cacheKey = static_cast<T*>(a.cacheKey);
   T* cacheValue = static_cast<T*>(a.cacheValue);
   const SlotPlace at = PlaceOf(a);
+  const int oldest = at.oldest;
   const int n = at.n;
   const size_t slot = at.slot;
   const size_t step = a.positionStride;
@@ -132,26 +142,26 @@ __global__ void SlotAttentionKernel(SlotAttentionArgs a) {
   __syncthreads();
   const int lane = threadIdx.x % 32;
   const int warps = blockDim.x / 32;
-  for (int j = threadIdx.x / 32; j < n; j += warps) {
+  for (int j = oldest + threadIdx.x / 32; j < n; j += warps) {
     const T* k = cacheKey + slot + j * step;
     float dot = 0;
     for (int d = lane; d < dim; d += 32) dot += q[d] * Load(k + d);
     for (int offset = 16; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-    if (lane == 0) scores[j] = dot * a.scale + (a.bias != nullptr ? a.bias[static_cast<size_t>(at.head) * a.biasSpan + min(at.position - j, a.biasSpan - 1)] : 0.0f);
+    if (lane == 0) scores[j - oldest] = ScoreOf(a, dot, at.head, at.position, j);
   }
   __syncthreads();
-  const float total = Exponentiate(scores, n, scratch);
+  const float total = Exponentiate(scores, n - oldest, scratch);
   T* output = static_cast<T*>(a.output) + at.output;
   // Groups of `dim` threads each sum every groups-th position, then one sum over the groups; a head
   // wider than the block is summed by each thread over all positions.
   if (dim <= blockDim.x) {
     const int groups = blockDim.x / dim;
-    float* partial = scores + a.capacity;  // groups x dim
+    float* partial = scores + SlotScoreSpan(a);  // groups x dim
     const int group = threadIdx.x / dim;
     if (group < groups) {
       const int d = threadIdx.x % dim;
       float acc = 0;
-      for (int j = group; j < n; j += groups) acc += scores[j] * Load(cacheValue + slot + j * step + d);
+      for (int j = oldest + group; j < n; j += groups) acc += scores[j - oldest] * Load(cacheValue + slot + j * step + d);
       partial[group * dim + d] = acc;
     }
     __syncthreads();
@@ -163,7 +173,7 @@ __global__ void SlotAttentionKernel(SlotAttentionArgs a) {
   } else {
     for (int d = threadIdx.x; d < dim; d += blockDim.x) {
       float acc = 0;
-      for (int j = 0; j < n; j++) acc += scores[j] * Load(cacheValue + slot + j * step + d);
+      for (int j = oldest; j < n; j++) acc += scores[j - oldest] * Load(cacheValue + slot + j * step + d);
       Store(output + d, acc / total);
     }
   }
@@ -194,12 +204,13 @@ __global__ void __launch_bounds__(kWideThreads) SlotAttentionWideKernel(SlotAtte
   extern __shared__ float shared[];
   const int dim = a.dim;
   float* q = shared;             // dim
-  float* scores = shared + dim;  // capacity
+  float* scores = shared + dim;  // SlotScoreSpan: key j's at j - oldest
   __shared__ float scratch[kWideThreads / 32];
   __shared__ uint4 fresh[2 * 32];  // the new token's key and value vectors (write mode)
   __half* cacheKey = static_cast<__half*>(a.cacheKey);
   __half* cacheValue = static_cast<__half*>(a.cacheValue);
   const SlotPlace at = PlaceOf(a);
+  const int oldest = at.oldest;
   const int n = at.n;
   const size_t slot = at.slot;
   const size_t step = a.positionStride;
@@ -241,7 +252,7 @@ __global__ void __launch_bounds__(kWideThreads) SlotAttentionWideKernel(SlotAtte
   float query[8];
 #pragma unroll
   for (int i = 0; i < 8; i++) query[i] = holds ? q[8 * lane + i] : 0.0f;
-  for (int base = 0; base < n; base += kAhead * perPass) {
+  for (int base = oldest; base < n; base += kAhead * perPass) {
     uint4 keys[kAhead];
 #pragma unroll
     for (int b = 0; b < kAhead; b++) keys[b] = keyAt(base + b * perPass + first);
@@ -254,15 +265,15 @@ __global__ void __launch_bounds__(kWideThreads) SlotAttentionWideKernel(SlotAtte
 #pragma unroll
       for (int i = 0; i < 8; i++) dot += query[i] * k[i];
       for (int offset = span / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-      if (j < n && lane == 0) scores[j] = dot * a.scale + (a.bias != nullptr ? a.bias[static_cast<size_t>(at.head) * a.biasSpan + min(at.position - j, a.biasSpan - 1)] : 0.0f);
+      if (j < n && lane == 0) scores[j - oldest] = ScoreOf(a, dot, at.head, at.position, j);
     }
   }
   __syncthreads();
-  const float total = Exponentiate(scores, n, scratch);
-  float* partial = scores + a.capacity;  // groups x dim
+  const float total = Exponentiate(scores, n - oldest, scratch);
+  float* partial = scores + SlotScoreSpan(a);  // groups x dim
   if (sums) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int base = group; base < n; base += kAhead * groups) {
+    for (int base = oldest + group; base < n; base += kAhead * groups) {
       uint4 values[kAhead];
 #pragma unroll
       for (int b = 0; b < kAhead; b++) values[b] = valueAt(base + b * groups);
@@ -271,7 +282,7 @@ __global__ void __launch_bounds__(kWideThreads) SlotAttentionWideKernel(SlotAtte
         const int j = base + b * groups;
         float x[8];
         Widen8(writes && j == at.position ? fresh[32 + v] : values[b], x);
-        const float p = j < n ? scores[j] : 0.0f;
+        const float p = j < n ? scores[j - oldest] : 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; i++) acc[i] += p * x[i];
       }
@@ -317,12 +328,12 @@ void SlotAttentionDevice(const SlotAttentionArgs& a, void* stream) {
   bits |= 2 * (a.queryStride | a.newStride | a.rowStride | a.headStride | a.positionStride);
   if (a.type == FloatType::kFloat16 && a.dim % 8 == 0 && a.dim / 8 <= 32 && bits % 16 == 0) {
     const size_t partialFloats = static_cast<size_t>(kWideThreads / (a.dim / 8)) * a.dim;
-    const size_t sharedBytes = sizeof(float) * (a.dim + a.capacity + partialFloats);
+    const size_t sharedBytes = sizeof(float) * (a.dim + SlotScoreSpan(a) + partialFloats);
     SlotAttentionWideKernel<<<grid, kWideThreads, sharedBytes, s>>>(a);
     return;
   }
   const size_t partialFloats = a.dim <= kThreads ? kThreads / a.dim * a.dim : 0;
-  const size_t sharedBytes = sizeof(float) * (a.dim + a.capacity + partialFloats);
+  const size_t sharedBytes = sizeof(float) * (a.dim + SlotScoreSpan(a) + partialFloats);
   switch (a.type) {
     case FloatType::kFloat16: SlotAttentionKernel<__half><<<grid, kThreads, sharedBytes, s>>>(a); break;
     case FloatType::kBFloat16: SlotAttentionKernel<__nv_bfloat16><<<grid, kThreads, sharedBytes, s>>>(a); break;

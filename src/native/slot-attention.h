@@ -31,18 +31,49 @@
 //            seqlens_k int32 [rows]                  each row's length after this run, minus one
 //            qkv_bias [(heads + 2 * kv_heads) * dim] optional: added to qkv (rounded as an Add would)
 //   outputs  output [rows, tokens, heads * dim], present_key, present_value (as SlotAttention's)
-//   attributes  num_heads, kv_num_heads (int), scale (float)
-// Token s of row r sits at position seqlens_k[r] + 1 - tokens + s and attends over the keys up to it;
-// query head h reads key head h / (num_heads / kv_num_heads).
+//   attributes  num_heads, kv_num_heads (int), scale (float), sliding_window (int), softcap (float):
+//               see AttentionAttributes
+// Token s of row r sits at position seqlens_k[r] + 1 - tokens + s and attends over the keys up to it
+// (the last sliding_window of them, with a window); query head h reads key head h / (num_heads /
+// kv_num_heads).
 #pragma once
 
 #include <onnxruntime_cxx_api.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels.h"
 
+#ifdef __CUDACC__
+#define CHORUS_HOST_DEVICE __host__ __device__
+#else
+#define CHORUS_HOST_DEVICE
+#endif
+
 namespace chorus {
+
+// The attributes DecoderSlotAttention and PagedAttention share:
+//   num_heads, kv_num_heads (int)  query and key heads; num_heads a multiple of kv_num_heads
+//   scale (float)                  multiplies the scores
+//   sliding_window (int, 0 = none) a query at position i attends keys j with i - j < sliding_window
+//   softcap (float, 0 = none)      scores (scaled) become softcap * tanh(score / softcap) before the softmax
+struct AttentionAttributes {
+  int heads = 0;
+  int kvHeads = 0;
+  float scale = 1;
+  int window = 0;
+  float softcap = 0;
+};
+
+// The operator's attributes, checked (a bad one throws, naming it).
+AttentionAttributes AttentionAttributesOf(const OrtKernelInfo* info);
+
+// The first key a query at `position` attends (window 0: the first of all).
+CHORUS_HOST_DEVICE inline int FirstKey(int position, int window) { return window > 0 && position >= window ? position - window + 1 : 0; }
+
+// A scaled score, soft-capped (softcap 0: as it is).
+CHORUS_HOST_DEVICE inline float SoftCapped(float score, float softcap) { return softcap > 0 ? softcap * tanhf(score / softcap) : score; }
 
 // Where one launch of either operator reads and writes. Token rows: y = r * tokens + s. Query head h
 // of token row y is query[y * queryStride + h * dim ...] (+ queryBias[h * dim ...]); its output
@@ -77,14 +108,21 @@ struct SlotAttentionArgs {
   int dim;
   int capacity;
   float scale;
+  // Causal only: token at position i attends keys j with i - j < window (0: every key up to it).
+  int window;
+  float softcap;  // 0: none
   FloatType type;
 };
 
 // Host: the attention on host memory; new keys and values (key given) are written first.
 void SlotAttentionHost(const SlotAttentionArgs& args);
 
+// The most keys one query of `args` attends over: its window's, or the slot's.
+CHORUS_HOST_DEVICE inline int SlotScoreSpan(const SlotAttentionArgs& a) { return a.causal && a.window > 0 && a.window < a.capacity ? a.window : a.capacity; }
+
 #ifdef CHORUS_WITH_CUDA
-// The most positions a slot may hold for the device kernel (its scores live in shared memory).
+// The most keys a query may attend over for the device kernel (its scores live in shared memory): a
+// slot's positions, or with a sliding window, the window's.
 constexpr int kSlotAttentionMaxCapacity = 8192;
 // Device: the attention on device memory, on `stream`; with key given, tokens must be 1 (each block
 // writes its own token's key before it attends).

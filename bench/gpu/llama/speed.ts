@@ -10,7 +10,7 @@
  * Usage: node --import tsx bench/gpu/llama/speed.ts <checkpoint-dir> <work-dir> <name> [fp16|bf16]
  *   -> <work-dir>/<name>-<dtype>.json
  * Knobs: LLAMA_BATCHES=1,64  LLAMA_PROMPT=128  LLAMA_NEW=128  LLAMA_CACHES=slots,paged
- *   LLAMA_MAX_SEQUENCE=4096 (the paged rows' limit)
+ *   LLAMA_MAX_SEQUENCE=4096 (the paged rows' limit)  LLAMA_FALLBACK=paged (measured when a cache fails)
  */
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -45,12 +45,16 @@ const metrics: RequestMetrics[] = [];
 const rows: Array<Record<string, unknown>> = [];
 const loadLines: string[] = [];
 const save = (): void => writeFileSync(join(work, `${name}-${dtype}.json`), JSON.stringify({ name, dtype, checkpoint, built: dir, build, prompt: PROMPT, new_tokens: NEW, load: loadLines, rows }, null, 2));
-for (const cache of (process.env.LLAMA_CACHES ?? 'slots,paged').split(',')) {
-  if (cache !== 'slots' && cache !== 'paged') throw new Error(`LLAMA_CACHES takes slots and paged, got '${cache}'`);
+const caches = (process.env.LLAMA_CACHES ?? 'slots,paged').split(',');
+const fallback = process.env.LLAMA_FALLBACK;
+for (const cache of [...caches, fallback ?? 'slots']) {
+  if (cache !== 'slots' && cache !== 'paged') throw new Error(`LLAMA_CACHES and LLAMA_FALLBACK take slots and paged, got '${cache}'`);
+}
+for (let i = 0; i < caches.length; i++) {
+  const cache = caches[i]!;
   const paged = cache === 'paged';
-  let engine: NativeEngine;
   try {
-    engine = await NativeEngine.open(dir, {
+    const engine = await NativeEngine.open(dir, {
       provider: 'cuda',
       maxBatchSize: Math.max(...batches),
       slotLength: paged ? Number(process.env.LLAMA_MAX_SEQUENCE ?? 4096) : PROMPT + NEW,
@@ -59,15 +63,19 @@ for (const cache of (process.env.LLAMA_CACHES ?? 'slots,paged').split(',')) {
       log: (line) => void loadLines.push(`${cache}: ${line}`),
       onRequestDone: (m) => void metrics.push(m),
     });
+    for (const line of loadLines) console.log(line);
+    try {
+      await measure(engine, cache);
+    } finally {
+      await engine.close();
+    }
   } catch (error) {
     rows.push({ cache, error: String(error) });
     console.log(`${name} ${dtype} ${cache}: ${String(error)}`);
     save();
-    continue;
+    // LLAMA_FALLBACK: the cache measured in place of one that fails.
+    if (fallback !== undefined && !caches.includes(fallback)) caches.push(fallback);
   }
-  for (const line of loadLines) console.log(line);
-  await measure(engine, cache);
-  await engine.close();
 }
 save();
 
