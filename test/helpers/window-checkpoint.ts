@@ -36,7 +36,7 @@ export function writeWindowCheckpoint(arch: WindowArch, seed: number, out: strin
   const [d, heads, kvHeads, headDim, ffn] = [n('hidden_size'), n('num_attention_heads'), n('num_key_value_heads'), n('head_dim'), n('intermediate_size')];
   // Gemma's norms scale by 1 + weight: their weights sit around 0.
   const normMean = arch === 'gemma2' ? 0 : 1;
-  const tensors = new Map<string, Tensor>([['model.embed_tokens.weight', normal([n('vocab_size'), d], arch === 'gemma2' ? 0.1 : 0.5)]]);
+  const tensors = new Map<string, Tensor>([['model.embed_tokens.weight', normal([n('vocab_size'), d], arch === 'gemma2' ? 0.05 : 0.5)]]);
   const norms = arch === 'gemma2' ? ['input_layernorm', 'post_attention_layernorm', 'pre_feedforward_layernorm', 'post_feedforward_layernorm'] : ['input_layernorm', 'post_attention_layernorm'];
   for (let i = 0; i < n('num_hidden_layers'); i++) {
     const p = `model.layers.${i}`;
