@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import onnxProto from 'onnx-proto';
 import { lastValueFrom, toArray } from 'rxjs';
+import { exportGguf } from '../../src/export/gguf/index.ts';
 import { NativeEngine } from '../../src/generation/index.ts';
 import { architectureFor, buildModel, readSafetensors, type DecoderSpec } from '../../src/modelbuild/index.ts';
 import { encodeFloats } from '../../src/modelbuild/float-bits.ts';
@@ -155,4 +156,10 @@ test("gemma2 in bf16: bfloat16 weights, inputs and outputs in every model, Gemma
   const norm = graph.initializer!.find((t) => t.name === 'layers.1.post_attention_norm.weight')!;
   const stored = readSafetensors(join(checkpoint, 'model.safetensors')).get('model.layers.1.post_attention_layernorm.weight')!.data;
   assert.deepEqual(new Uint8Array(norm.rawData!), encodeFloats(stored.map((w) => w + 1), 'bfloat16'));
+});
+
+test('GGUF export refuses gemma2 by name, before it reads a tokenizer', () => {
+  const checkpoint = join(root, 'gemma2-gguf');
+  writeWindowCheckpoint('gemma2', 6, checkpoint);
+  assert.throws(() => exportGguf({ source: checkpoint, out: join(root, 'gemma2.gguf') }), { code: 'CHORUS_UNSUPPORTED', param: 'model_type', message: /does not cover gemma2/ });
 });
