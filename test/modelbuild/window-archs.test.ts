@@ -115,13 +115,16 @@ for (const arch of ['mistral', 'gemma2'] as const) {
     assert.ok(want.logits.every((v, i) => Math.abs(v - got.logits[i]!) <= 1e-4));
 
     if (addon === undefined) assert.fail(`the native addon: ${reason}`);
-    const engine = await NativeEngine.open(cuda, { maxBatchSize: 2 });
-    try {
-      const run = async (): Promise<number[]> => (await lastValueFrom(engine.submit({ inputIds: PROMPT, params: { temperature: 0, request_output_len: STEPS } }).pipe(toArray()))).map((e) => e.token);
-      // Two at once: each row of the batch has its own window.
-      assert.deepEqual(await Promise.all([run(), run()]), [want.greedy, want.greedy]);
-    } finally {
-      await engine.close();
+    // The slot decoder, and the paged one where this addon's PagedAttention takes windows and caps.
+    for (const options of 'attendRows' in addon ? [{}, { pagedCache: true, blockSize: 4 }] : [{}]) {
+      const engine = await NativeEngine.open(cuda, { maxBatchSize: 2, ...options });
+      try {
+        const run = async (): Promise<number[]> => (await lastValueFrom(engine.submit({ inputIds: PROMPT, params: { temperature: 0, request_output_len: STEPS } }).pipe(toArray()))).map((e) => e.token);
+        // Two at once: each row of the batch has its own window.
+        assert.deepEqual(await Promise.all([run(), run()]), [want.greedy, want.greedy], JSON.stringify(options));
+      } finally {
+        await engine.close();
+      }
     }
 
     const global = `${checkpoint}-global`;
