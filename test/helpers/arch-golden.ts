@@ -1,74 +1,73 @@
 /**
- * The golden fixtures of the newer decoder families (test/fixtures/arch/<family>/): a tiny checkpoint
- * made by transformers (config.json, model.safetensors) and golden.json, its outputs in float32 on the
- * CPU with eager attention: greedy ids, logits and beam searches.
+ * The golden fixtures of the newer decoder families (test/fixtures/arch/<family>/): a tiny random
+ * checkpoint made by transformers' own init (config.json + model.safetensors) and golden.json, its
+ * outputs in float32 on the CPU with eager attention.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { lastValueFrom, toArray } from 'rxjs';
 import type { Engine, TokenEvent } from '../../src/generation/index.ts';
 import { ROOT } from './paths.ts';
 
-/** One beam search as transformers' generate ran it, and what it returned (new ids, cut after the end id). */
 export interface ArchBeamCase {
   prompt: number[];
   num_beams: number;
   num_return_sequences: number;
   max_new_tokens: number;
   length_penalty: number;
-  early_stopping: boolean | 'never';
+  early_stopping: boolean;
   eos_token_id: number;
+  /** The new ids of each returned sequence, cut after the end id. */
   sequences: number[][];
   scores: number[];
 }
 
 export interface ArchGolden {
+  generated_by: string;
   family: string;
   prompts: number[][];
-  /** Per prompt, the ids fed one at a time after it. */
+  /** Per prompt, 4 teacher-forced ids. */
   forced: number[][];
+  /** Per prompt, 64 greedy ids. */
   greedy: number[][];
-  /** Per prompt in order: the prefill's last position, then one row per forced id. */
+  /** Per prompt, the prefill's last row then one row per forced step. */
   logits: number[][];
   beam: ArchBeamCase[];
+  tokenizer?: { texts: string[]; ids: number[][]; chat: { messages: Array<{ role: string; content: string }>; rendered: string } };
 }
 
-/** The directory of `family`'s checkpoint and golden.json. */
+/** The fixture directory of `family`. */
 export function archFixture(family: string): string {
   return join(ROOT, 'test/fixtures/arch', family);
 }
 
-/** Reads `dir`/golden.json; logits come as rows whether stored per prompt or flat. */
-export function readArchGolden(dir: string): ArchGolden {
-  const golden = JSON.parse(readFileSync(join(dir, 'golden.json'), 'utf8')) as Omit<ArchGolden, 'logits'> & { logits: Array<number[] | number[][]> };
-  const logits = golden.logits.flatMap((rows) => (Array.isArray(rows[0]) ? (rows as number[][]) : [rows as number[]]));
-  return { ...golden, logits };
+/** The family's golden, or undefined when its fixture is not there. */
+export function readArchGolden(family: string): ArchGolden | undefined {
+  const file = join(archFixture(family), 'golden.json');
+  return existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as ArchGolden) : undefined;
 }
 
-/** Compares logit rows in order: the largest difference, and whether every row was used. */
-export class LogitRows {
-  private row = 0;
-  worst = 0;
-  constructor(private readonly golden: ArchGolden) {}
-
-  compare(logits: Float32Array): void {
-    const expected = this.golden.logits[this.row++]!;
-    if (expected.length !== logits.length) throw new Error(`logit row ${this.row - 1} has ${expected.length} values, the model ${logits.length}`);
-    for (let i = 0; i < logits.length; i++) this.worst = Math.max(this.worst, Math.abs(logits[i]! - expected[i]!));
-  }
-
-  get used(): number {
-    return this.row;
-  }
+/** An id that none of the golden greedy outputs contains: an end id that cannot stop them early. */
+export function unusedGreedyId(golden: ArchGolden): number {
+  const used = new Set(golden.greedy.flat());
+  let id = 0;
+  while (used.has(id)) id++;
+  return id;
 }
 
-/** A greedy generation of `steps` ids through `engine`, ending early only at `endId`. */
-export async function engineGreedy(engine: Engine, prompt: number[], steps: number, endId: number): Promise<number[]> {
-  const events = await lastValueFrom(engine.submit({ inputIds: prompt, params: { temperature: 0, request_output_len: steps, end_id: endId } }).pipe(toArray()));
-  return events.map((e) => e.token);
+/** Every prompt's greedy ids through `engine`, all submitted at once (they share batches). */
+export async function engineGreedy(engine: Engine, golden: ArchGolden): Promise<number[][]> {
+  const endId = unusedGreedyId(golden);
+  return Promise.all(
+    golden.prompts.map(async (prompt, i) => {
+      const params = { temperature: 0, request_output_len: golden.greedy[i]!.length, end_id: endId };
+      const events: TokenEvent[] = await lastValueFrom(engine.submit({ inputIds: prompt, params }).pipe(toArray()));
+      return events.map((e) => e.token);
+    }),
+  );
 }
 
-/** The returned sequences of one beam search through `engine`, in rank order, with each one's score. */
+/** The returned sequences of one beam case, in rank order, with each one's score. */
 export async function engineBeams(engine: Engine, c: ArchBeamCase): Promise<{ sequences: number[][]; scores: number[] }> {
   const params = {
     beam_width: c.num_beams,

@@ -34,10 +34,7 @@ function agreement(got: number[][], want: number[][]): [number, number] {
 }
 
 async function measure(engine: Engine, golden: ArchGolden): Promise<Omit<Row, 'family' | 'dtype' | 'engine'>> {
-  const used = new Set(golden.greedy.flat());
-  let endId = 0;
-  while (used.has(endId)) endId++;
-  const greedy = await Promise.all(golden.prompts.map((p, i) => engineGreedy(engine, p, golden.greedy[i]!.length, endId)));
+  const greedy = await engineGreedy(engine, golden);
   const beams = await Promise.all(golden.beam.map((c) => engineBeams(engine, c)));
   const [g, gAll] = agreement(greedy, golden.greedy);
   const beamIds = golden.beam.map((c, i) => agreement(beams[i]!.sequences, c.sequences));
@@ -47,7 +44,8 @@ async function measure(engine: Engine, golden: ArchGolden): Promise<Omit<Row, 'f
 
 const rows: Row[] = [];
 for (const family of families) {
-  const golden = readArchGolden(archFixture(family));
+  const golden = readArchGolden(family);
+  if (golden === undefined) throw new Error(`no fixture at ${archFixture(family)}`);
   for (const dtype of DTYPES) {
     const dir = join(work, `${family}-${dtype}`);
     buildModel({ source: archFixture(family), out: dir, dtype, flavor: 'cuda', slotDecoder: true });
