@@ -1,8 +1,9 @@
 /**
  * Mistral and Gemma 2 on seeded tiny checkpoints: what the builder reads from their configs, the
  * attention attributes of the slot and paged decoders, and the three ways the window is applied (the
- * portable graph's mask, the cuda flavor's bias, the slot decoder's local_window_size) giving the same
- * outputs on the CPU, which differ from the same weights without the window or the soft cap.
+ * portable graph's mask, the cuda flavor's bias (also inside ONNX Runtime's GreedySearch), the slot
+ * decoder's local_window_size) giving the same outputs on the CPU, which differ from the same weights
+ * without the window or the soft cap.
  */
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -11,7 +12,7 @@ import { test } from 'node:test';
 import onnxProto from 'onnx-proto';
 import { lastValueFrom, toArray } from 'rxjs';
 import { exportGguf } from '../../src/export/gguf/index.ts';
-import { NativeEngine } from '../../src/generation/index.ts';
+import { NativeEngine, OrtEngine } from '../../src/generation/index.ts';
 import { architectureFor, buildModel, readSafetensors, type DecoderSpec } from '../../src/modelbuild/index.ts';
 import { encodeFloats } from '../../src/modelbuild/float-bits.ts';
 import { loadNative } from '../../src/native/index.ts';
@@ -108,11 +109,19 @@ for (const arch of ['mistral', 'gemma2'] as const) {
     const portable = `${checkpoint}-portable`;
     const cuda = `${checkpoint}-cuda`;
     buildModel({ source: checkpoint, out: portable });
-    buildModel({ source: checkpoint, out: cuda, flavor: 'cuda', slotDecoder: true });
+    buildModel({ source: checkpoint, out: cuda, flavor: 'cuda', slotDecoder: true, greedySearch: true });
     const want = await outputs(portable);
     const got = await outputs(cuda);
     assert.deepEqual(got.greedy, want.greedy);
     assert.ok(want.logits.every((v, i) => Math.abs(v - got.logits[i]!) <= 1e-4));
+    // ONNX Runtime's GreedySearch around the cuda flavor's decoder (a request that is not streamed).
+    const search = await OrtEngine.open(cuda, { greedySearch: true });
+    try {
+      const events = await lastValueFrom(search.submit({ inputIds: PROMPT, params: { temperature: 0, request_output_len: STEPS, end_id: 511 }, stream: false }).pipe(toArray()));
+      assert.deepEqual(events.map((e) => e.token), want.greedy);
+    } finally {
+      await search.close();
+    }
 
     if (addon === undefined) assert.fail(`the native addon: ${reason}`);
     // The slot decoder, and the paged one where this addon's PagedAttention takes windows and caps.
