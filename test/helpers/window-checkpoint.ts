@@ -23,9 +23,9 @@ const CONFIGS: Record<WindowArch, Record<string, unknown>> = {
   },
 };
 
-/** Writes config.json and model.safetensors for `arch` under `out`; returns the config. */
-export function writeWindowCheckpoint(arch: WindowArch, seed: number, out: string): Record<string, unknown> {
-  const config = CONFIGS[arch];
+/** Writes config.json and model.safetensors for `arch` (its config changed by `overrides`) under `out`; returns the config. */
+export function writeWindowCheckpoint(arch: WindowArch, seed: number, out: string, overrides: Record<string, unknown> = {}): Record<string, unknown> {
+  const config = { ...CONFIGS[arch], ...overrides };
   const uniform = uniformStream(seed);
   const normal = (dims: number[], scale: number, mean = 0): Tensor => {
     const data = new Float32Array(dims.reduce((a, b) => a * b, 1));

@@ -12,7 +12,7 @@ import { test } from 'node:test';
 import onnxProto from 'onnx-proto';
 import { lastValueFrom, toArray } from 'rxjs';
 import { exportGguf } from '../../src/export/gguf/index.ts';
-import { NativeEngine, OrtEngine } from '../../src/generation/index.ts';
+import { NativeEngine, OrtEngine, type NativeEngineOptions } from '../../src/generation/index.ts';
 import { architectureFor, buildModel, readSafetensors, type DecoderSpec } from '../../src/modelbuild/index.ts';
 import { encodeFloats } from '../../src/modelbuild/float-bits.ts';
 import { loadNative } from '../../src/native/index.ts';
@@ -144,6 +144,32 @@ for (const arch of ['mistral', 'gemma2'] as const) {
       buildModel({ source: variant(arch, `${arch}-uncapped-ckpt`, { attn_logit_softcapping: null }), out: uncapped });
       assert.ok((await outputs(uncapped)).logits.some((v, i) => Math.abs(v - want.logits[i]!) > 1e-3));
     }
+  });
+}
+
+/** The slot decoder's greedy ids through the native engine on the CPU. */
+async function nativeGreedy(dir: string, options: NativeEngineOptions = {}): Promise<number[]> {
+  const engine = await NativeEngine.open(dir, { maxBatchSize: 2, ...options });
+  try {
+    return (await lastValueFrom(engine.submit({ inputIds: PROMPT, params: { temperature: 0, request_output_len: STEPS } }).pipe(toArray()))).map((e) => e.token);
+  } finally {
+    await engine.close();
+  }
+}
+
+for (const [arch, changes, path] of [
+  ['mistral', { num_key_value_heads: 4 }, "MultiHeadAttention (as many kv heads as heads), the window in its bias"],
+  ['gemma2', { head_dim: 24 }, 'RotaryEmbedding then GroupQueryAttention (heads of 24), window and cap as attributes'],
+] as const) {
+  test(`${arch} through ${path}: the portable graph's greedy ids`, async () => {
+    if (addon === undefined) assert.fail(`the native addon: ${reason}`);
+    const checkpoint = join(root, `${arch}-${Object.values(changes).join('-')}`);
+    writeWindowCheckpoint(arch, 5, checkpoint, changes);
+    buildModel({ source: checkpoint, out: `${checkpoint}-portable` });
+    buildModel({ source: checkpoint, out: `${checkpoint}-cuda`, flavor: 'cuda', slotDecoder: true });
+    const want = (await outputs(`${checkpoint}-portable`)).greedy;
+    assert.deepEqual((await outputs(`${checkpoint}-cuda`)).greedy, want);
+    assert.deepEqual(await nativeGreedy(`${checkpoint}-cuda`), want);
   });
 }
 
