@@ -391,7 +391,7 @@ function attend(
   const scale = float(scaleValue);
   const window = windowOf(c.spec, index);
   const bias = window > 0 && c.windowBias !== undefined ? c.windowBias : c.bias;
-  // The addon's operators' window and soft cap (0: none), only on the models that have them.
+  // The addon's operators' sliding_window and softcap, given only to the models that have them (absent: none).
   const addonExtras = { ...(window > 0 ? { sliding_window: window } : {}), ...(c.spec.attnSoftcap === undefined ? {} : { softcap: float(c.spec.attnSoftcap) }) };
   // GroupQueryAttention's: its local_window_size (-1: none) is the number of keys a query attends, its
   // own included, as Hugging Face's sliding_window (ONNX Runtime 1.29). Where a bias is given, the
