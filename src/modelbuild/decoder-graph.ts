@@ -12,8 +12,10 @@ import {
   additiveMask,
   addonLinear,
   affine,
+  capped,
   defaultSlotLinear,
   FLOAT32_MIN,
+  geluPytorchTanh,
   geluTanh,
   linear,
   linearWith,
@@ -40,6 +42,8 @@ interface GraphContext {
   flavor: Flavor;
   positionIds: string;
   bias: string;
+  /** The bias of the sliding-window layers (their window as well as the mask), when the model has any. */
+  windowBias: string | undefined;
   rotary: Rotary | undefined;
   cacheLengths: { seqlensK: string; total: string; blockTable?: string } | undefined;
   /**
@@ -240,6 +244,8 @@ function decoderBody(
   const { inputIds, attentionMask, positionIds, past } = inputs;
   const embedTokens = g.weight('embed_tokens.weight', weights.embedTokens);
   let x = g.op('Gather', [embedTokens, inputIds], { axis: 0 }, { name: 'embed' });
+  // In the float type, as transformers rounds its normalizer (Gemma: sqrt(hidden)).
+  if (spec.embedScale !== undefined) x = g.op('Mul', [x, g.floatConstant([spec.embedScale], [])], {}, { name: 'embed_scale' });
   if (spec.positions.kind === 'learned') {
     const table = g.weight('embed_positions.weight', required(weights.embedPositions, 'position embeddings'));
     x = g.op('Add', [x, g.op('Gather', [table, positionIds], { axis: 0 })]);
@@ -250,8 +256,10 @@ function decoderBody(
     positionIds,
     // The slot decoder's rows are unpadded and GroupQueryAttention masks the future itself: no bias.
     bias: slotLengths === undefined ? attentionBias(g, inputIds, attentionMask, flavor) : '',
+    windowBias: slotLengths === undefined && spec.slidingWindow !== undefined ? attentionBias(g, inputIds, attentionMask, flavor, spec.slidingWindow.size) : undefined,
     rotary: spec.positions.kind === 'rotary' ? rotary(g, positionIds, spec, flavor) : undefined,
-    cacheLengths: slotLengths ?? (flavor === 'cuda' && spec.numKvHeads !== spec.numHeads ? cacheLengths(g, inputIds, attentionMask) : undefined),
+    // GroupQueryAttention also for soft-capped models, which MultiHeadAttention cannot cap.
+    cacheLengths: slotLengths ?? (flavor === 'cuda' && (spec.numKvHeads !== spec.numHeads || spec.attnSoftcap !== undefined) ? cacheLengths(g, inputIds, attentionMask) : undefined),
     // GroupQueryAttention rotates heads whose size is a multiple of 16 only.
     fused: slotLengths !== undefined && (spec.positions.kind !== 'rotary' || spec.headDim % 16 === 0 || slotLengths.attention === 'paged'),
     slotAttention: slotLengths?.attention ?? 'GroupQueryAttention',
@@ -264,8 +272,9 @@ function decoderBody(
   weights.layers.forEach((layer, i) => {
     const attention = attend(g, context, layer, i, h, past[i]!);
     present.push({ key: attention.presentKey, value: attention.presentValue });
-    const afterAttention = residualNorm(g, context, layer.postNorm, x, attention.output, `layers.${i}.post_norm`);
-    const mlpOut = mlp(g, context, layer, i, afterAttention.normed);
+    const attentionOut = outputNorm(g, context, layer.postAttnNorm, attention.output, `layers.${i}.post_attention_norm`);
+    const afterAttention = residualNorm(g, context, layer.postNorm, x, attentionOut, `layers.${i}.post_norm`);
+    const mlpOut = outputNorm(g, context, layer.postMlpNorm, mlp(g, context, layer, i, afterAttention.normed), `layers.${i}.post_mlp_norm`);
     const nextNorm = weights.layers[i + 1]?.inputNorm ?? weights.finalNorm;
     const afterMlp = residualNorm(g, context, nextNorm, afterAttention.sum, mlpOut, i + 1 < numLayers ? `layers.${i + 1}.input_norm` : 'final_norm');
     x = afterMlp.sum;
@@ -275,10 +284,11 @@ function decoderBody(
   if (lastOnly) h = g.op('Slice', [h, g.int64([-1]), g.int64([Number.MAX_SAFE_INTEGER]), g.int64([1])]);
   const head = weights.lmHead === undefined ? embedTokens : g.weight('lm_head.weight', weights.lmHead);
   // Linear takes the head's [vocab, hidden] as it is, and keeps h's leading axes.
-  if (g.addonLinear) return { logits: addonLinear(g, h, head, undefined, { transposed: true }), present };
+  const cap = (logits: string): string => (spec.finalSoftcap === undefined ? logits : capped(g, logits, spec.finalSoftcap));
+  if (g.addonLinear) return { logits: cap(addonLinear(g, h, head, undefined, { transposed: true })), present };
   // The head as Gemm with transB, so a tied head reads the embedding initializer instead of a copy.
   const flat = g.op('Reshape', [h, g.int64([-1, spec.hiddenSize])]);
-  const logits2d = g.op('Gemm', [flat, head], { transB: 1 }, { name: 'lm_head' });
+  const logits2d = cap(g.op('Gemm', [flat, head], { transB: 1 }, { name: 'lm_head' }));
   // The last position's [batch, vocab] only needs an axis back; no shape arithmetic, which ONNX Runtime
   // would place on the CPU (and which would keep the slot decoder out of CUDA graphs).
   if (lastOnly) return { logits: g.op('Unsqueeze', [logits2d, g.int64([1])]), present };
@@ -293,7 +303,7 @@ function decoderBody(
  * a score overflows to -inf, and a row with nothing to attend, a padding query, would become NaN).
  * cuda: [batch, 1, seq, total] in the activations' type, as the contrib attention operators take it.
  */
-function attentionBias(g: GraphBuilder, inputIds: string, attentionMask: string, flavor: Flavor): string {
+function attentionBias(g: GraphBuilder, inputIds: string, attentionMask: string, flavor: Flavor, window?: number): string {
   const seq = g.op('Slice', [g.op('Shape', [inputIds]), g.int64([1]), g.int64([2])]);
   const total = g.op('Slice', [g.op('Shape', [attentionMask]), g.int64([1]), g.int64([2])]);
   const pastLength = g.op('Squeeze', [g.op('Sub', [total, seq])]);
@@ -302,15 +312,20 @@ function attentionBias(g: GraphBuilder, inputIds: string, attentionMask: string,
   const one = g.int64([1], []);
   const keyPositions = g.op('Range', [zero, totalScalar, one]);
   const queryPositions = g.op('Range', [pastLength, totalScalar, one]);
-  const causal = g.op('LessOrEqual', [g.op('Unsqueeze', [keyPositions, g.int64([0])]), g.op('Unsqueeze', [queryPositions, g.int64([1])])]);
+  const keys = g.op('Unsqueeze', [keyPositions, g.int64([0])]);
+  const queries = g.op('Unsqueeze', [queryPositions, g.int64([1])]);
+  let causal = g.op('LessOrEqual', [keys, queries]);
+  // A sliding window: query i attends key j when i - j < window.
+  if (window !== undefined) causal = g.op('And', [causal, g.op('Less', [g.op('Sub', [queries, keys]), g.int64([window], [])])]);
   const notPadding = g.op('Unsqueeze', [g.op('Cast', [attentionMask], { to: 9 }), g.int64([1, 2, 3])]);
   const allowed = g.op('And', [causal, notPadding]);
+  const name = window === undefined ? 'attention_bias' : 'window_bias';
   if (flavor === 'cuda') {
     const min = g.floatType === 'float16' ? FLOAT16_MIN : g.floatType === 'bfloat16' ? BFLOAT16_MIN : FLOAT32_MIN;
-    const bias = g.op('Where', [allowed, g.floatConstant([0], []), g.floatConstant([min], [])], {}, { name: 'attention_bias' });
+    const bias = g.op('Where', [allowed, g.floatConstant([0], []), g.floatConstant([min], [])], {}, { name });
     return g.op('Squeeze', [bias, g.int64([1])]);
   }
-  return additiveMask(g, allowed, 'attention_bias');
+  return additiveMask(g, allowed, name);
 }
 
 /**
@@ -372,7 +387,16 @@ function attend(
 ): { output: Projected; presentKey: string; presentValue: string } {
   const { numHeads, numKvHeads, headDim } = c.spec;
   const name = `layers.${index}`;
-  const scale = float(1 / Math.sqrt(headDim));
+  const scaleValue = c.spec.attnScale ?? 1 / Math.sqrt(headDim);
+  const scale = float(scaleValue);
+  const window = windowOf(c.spec, index);
+  const bias = window > 0 && c.windowBias !== undefined ? c.windowBias : c.bias;
+  // The addon's operators' sliding_window and softcap, given only to the models that have them (absent: none).
+  const addonExtras = { ...(window > 0 ? { sliding_window: window } : {}), ...(c.spec.attnSoftcap === undefined ? {} : { softcap: float(c.spec.attnSoftcap) }) };
+  // GroupQueryAttention's: its local_window_size (-1: none) is the number of keys a query attends, its
+  // own included, as Hugging Face's sliding_window (ONNX Runtime 1.29). Where a bias is given, the
+  // window is in the bias.
+  const gqaExtras = { ...(window > 0 && bias === '' ? { local_window_size: window } : {}), ...(c.spec.attnSoftcap === undefined ? {} : { softcap: float(c.spec.attnSoftcap) }) };
   if (c.flavor === 'cuda') {
     // One projection for q, k and v (which also leaves ONNX Runtime nothing to pack into GroupQueryAttention itself).
     const packed = packedQkv(g, w, name);
@@ -385,7 +409,7 @@ function attend(
       const [output, presentKey, presentValue] = g.opMany(
         'PagedAttention',
         [qkv, past.key, past.value, c.cacheLengths!.seqlensK, c.cacheLengths!.blockTable!, ...optional],
-        { num_heads: numHeads, kv_num_heads: numKvHeads, scale },
+        { num_heads: numHeads, kv_num_heads: numKvHeads, scale, ...addonExtras },
         { domain: 'chorus', outputs: 3 },
       );
       return { output: project(output!), presentKey: presentKey!, presentValue: presentValue! };
@@ -396,7 +420,7 @@ function attend(
       const [output, presentKey, presentValue] = g.opMany(
         'DecoderSlotAttention',
         [qkv, past.key, past.value, c.cacheLengths!.seqlensK, ...(packed.bias === undefined ? [] : [packed.bias])],
-        { num_heads: numHeads, kv_num_heads: numKvHeads, scale },
+        { num_heads: numHeads, kv_num_heads: numKvHeads, scale, ...addonExtras },
         { domain: 'chorus', outputs: 3 },
       );
       return { output: project(output!), presentKey: presentKey!, presentValue: presentValue! };
@@ -407,7 +431,7 @@ function attend(
       const [output, presentKey, presentValue] = g.opMany(
         'GroupQueryAttention',
         [qkv, '', '', past.key, past.value, c.cacheLengths!.seqlensK, c.cacheLengths!.total, ...rotary],
-        { num_heads: numHeads, kv_num_heads: numKvHeads, scale, ...(c.rotary === undefined ? {} : { do_rotary: 1, rotary_interleaved: 0 }) },
+        { num_heads: numHeads, kv_num_heads: numKvHeads, scale, ...gqaExtras, ...(c.rotary === undefined ? {} : { do_rotary: 1, rotary_interleaved: 0 }) },
         { domain: MS, outputs: 3 },
       );
       return { output: project(output!), presentKey: presentKey!, presentValue: presentValue! };
@@ -422,11 +446,11 @@ function attend(
     }
     const [output, presentKey, presentValue] =
       c.cacheLengths === undefined
-        ? g.opMany('MultiHeadAttention', [q, k, v, '', '', c.bias, past.key, past.value], { num_heads: numHeads, scale }, { domain: MS, outputs: 3 })
+        ? g.opMany('MultiHeadAttention', [q, k, v, '', '', bias, past.key, past.value], { num_heads: numHeads, scale }, { domain: MS, outputs: 3 })
         : g.opMany(
             'GroupQueryAttention',
-            [q, k, v, past.key, past.value, c.cacheLengths.seqlensK, c.cacheLengths.total, ...(c.bias === '' ? [] : ['', '', '', c.bias])],
-            { num_heads: numHeads, kv_num_heads: numKvHeads, scale },
+            [q, k, v, past.key, past.value, c.cacheLengths.seqlensK, c.cacheLengths.total, ...(bias === '' ? [] : ['', '', '', bias])],
+            { num_heads: numHeads, kv_num_heads: numKvHeads, scale, ...gqaExtras },
             { domain: MS, outputs: 3 },
           );
     return { output: project(output!), presentKey: presentKey!, presentValue: presentValue! };
@@ -451,7 +475,7 @@ function attend(
   const k5 = g.op('Unsqueeze', [presentKey, g.int64([2])]);
   const v5 = g.op('Unsqueeze', [presentValue, g.int64([2])]);
   const scores = g.op('MatMul', [q5, g.op('Transpose', [k5], { perm: [0, 1, 2, 4, 3] })]);
-  const probs = maskedSoftmax(g, scores, 1 / Math.sqrt(headDim), c.bias);
+  const probs = maskedSoftmax(g, scores, scaleValue, bias, c.spec.attnSoftcap);
   const context = g.op('MatMul', [probs, v5]);
   const merged = g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [context, g.int64([0, numHeads, -1, headDim])])], { perm: [0, 2, 1, 3] }), g.int64([0, 0, numHeads * headDim])]);
   return { output: { value: linear(g, w.o, merged, `${name}.o`) }, presentKey, presentValue };
@@ -466,6 +490,14 @@ function mlp(g: GraphBuilder, c: GraphContext, w: DecoderLayerWeights, index: nu
     // Through Linear, SiLU is taken inside the gate's projection.
     const gate = g.addonLinear ? linearWith(g, gateWeights, m, `${name}.gate`, 'silu') : silu(g, linear(g, gateWeights, m, `${name}.gate`));
     inner = g.op('Mul', [gate, linear(g, w.up, m, `${name}.up`)]);
+  } else if (c.spec.mlp === 'gelu_tanh_gated') {
+    const gateWeights = required(w.gate, `layer ${index} gate projection`);
+    const gate = g.addonLinear
+      ? linearWith(g, gateWeights, m, `${name}.gate`, 'gelu_tanh')
+      : c.flavor === 'cuda'
+        ? g.op('FastGelu', [linear(g, gateWeights, m, `${name}.gate`)], {}, { domain: MS })
+        : geluPytorchTanh(g, linear(g, gateWeights, m, `${name}.gate`));
+    inner = g.op('Mul', [gate, linear(g, w.up, m, `${name}.up`)]);
   } else if (g.addonLinear) {
     inner = linearWith(g, w.up, m, `${name}.up`, 'gelu_tanh');
   } else if (c.flavor === 'cuda') {
@@ -476,6 +508,25 @@ function mlp(g: GraphBuilder, c: GraphContext, w: DecoderLayerWeights, index: nu
     inner = geluTanh(g, linear(g, w.up, m, `${name}.up`));
   }
   return projectBiasAfter(g, w.down, inner, `${name}.down`);
+}
+
+/** Layer `index`'s attention window (0: global). */
+function windowOf(spec: DecoderSpec, index: number): number {
+  const window = spec.slidingWindow;
+  return window === undefined || window.layers?.[index] === false ? 0 : window.size;
+}
+
+/**
+ * A sublayer's output normed before it joins the residual stream (Gemma 2's post-attention and
+ * post-feedforward norms), or `delta` as it is where the layer has no such norm.
+ */
+function outputNorm(g: GraphBuilder, c: GraphContext, w: Norm | undefined, delta: Projected, name: string): Projected {
+  if (w === undefined) return delta;
+  const value = withBias(g, delta);
+  if (c.flavor === 'cuda' && c.spec.norm === 'rmsnorm') {
+    return { value: g.op('SimplifiedLayerNormalization', [value, g.weight(`${name}.weight`, w.weight)], { axis: -1, epsilon: float(c.spec.normEps), stash_type: 1 }) };
+  }
+  return { value: norm(g, c.spec, w, value, name) };
 }
 
 /** `sum = x + delta` and the norm of it: Add then norm (portable), or one fused Skip*Normalization (cuda). */

@@ -12,12 +12,28 @@ export interface DecoderSpec {
   headDim: number;
   norm: 'layernorm' | 'rmsnorm';
   normEps: number;
-  /** `gelu_new`: up -> tanh-approximated GELU -> down (GPT-2); `silu_gated`: down(silu(gate) * up) (Llama). */
-  mlp: 'gelu_new' | 'silu_gated';
+  /**
+   * `gelu_new`: up -> tanh-approximated GELU -> down (GPT-2); `silu_gated`: down(silu(gate) * up) (Llama);
+   * `gelu_tanh_gated`: down(gelu_tanh(gate) * up) (Gemma 2's GeGLU).
+   */
+  mlp: 'gelu_new' | 'silu_gated' | 'gelu_tanh_gated';
   /** Learned position embeddings (GPT-2) or rotary embeddings over the whole head (Llama). */
   positions: { kind: 'learned' } | { kind: 'rotary'; theta: number };
   /** Longest sequence the model was trained for. */
   maxPositions: number;
+  /**
+   * Sliding-window attention (Hugging Face's `sliding_window`): a query at position i attends the keys
+   * j with i - j < size. `layers[i]` false makes layer i global; absent, every layer is windowed.
+   */
+  slidingWindow?: { size: number; layers?: readonly boolean[] } | undefined;
+  /** Attention logit soft-capping: scores become softcap * tanh(scores / softcap) before the mask. */
+  attnSoftcap?: number | undefined;
+  /** Final logit soft-capping, the same on the head's output. */
+  finalSoftcap?: number | undefined;
+  /** The attention's scale on q.k; default 1 / sqrt(headDim). */
+  attnScale?: number | undefined;
+  /** A factor on the token embeddings (Gemma: sqrt(hidden), rounded to the float type). */
+  embedScale?: number | undefined;
 }
 
 /** A linear layer in MatMul layout: `weight` is [in, out]. */
@@ -40,6 +56,10 @@ export interface DecoderLayerWeights {
   v: Linear;
   o: Linear;
   postNorm: Norm;
+  /** A norm of the attention's output before it joins the residual stream (Gemma 2). */
+  postAttnNorm?: Norm | undefined;
+  /** A norm of the MLP's output before it joins the residual stream (Gemma 2). */
+  postMlpNorm?: Norm | undefined;
   up: Linear;
   gate?: Linear | undefined;
   down: Linear;

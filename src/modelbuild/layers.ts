@@ -13,14 +13,15 @@ export function additiveMask(g: GraphBuilder, allowed: string, name?: string): s
 }
 
 /**
- * Attention probabilities from raw scores: scaled (when `scale` is not 1), plus the float32 `bias`,
- * softmax over the last axis, all in float32 as transformers does for half-precision models; returned
- * in the build's float type.
+ * Attention probabilities from raw scores: scaled (when `scale` is not 1), soft-capped when `softcap`
+ * is given (softcap * tanh(scores / softcap)), plus the float32 `bias`, softmax over the last axis, all
+ * in float32 as transformers does for half-precision models; returned in the build's float type.
  */
-export function maskedSoftmax(g: GraphBuilder, scores: string, scale: number, bias: string): string {
+export function maskedSoftmax(g: GraphBuilder, scores: string, scale: number, bias: string, softcap?: number): string {
   const half = g.half;
   let x = half ? g.op('Cast', [scores], { to: 1 }) : scores;
   if (scale !== 1) x = g.op('Mul', [x, g.floatConstant([scale], [], 'float32')]);
+  if (softcap !== undefined) x = capped(g, x, softcap, 'float32');
   const probs = g.op('Softmax', [g.op('Add', [x, bias])], { axis: -1 });
   return half ? g.toFloatType(probs) : probs;
 }
@@ -193,6 +194,25 @@ export function geluTanh(g: GraphBuilder, x: string): string {
   const cube = g.op('Pow', [x, g.floatConstant([3], [])]);
   const inner = scaled(g.op('Add', [x, scaled(cube, 0.044715)]), Math.sqrt(2 / Math.PI));
   return g.op('Mul', [g.op('Mul', [x, g.floatConstant([0.5], [])]), g.op('Add', [g.op('Tanh', [inner]), g.floatConstant([1], [])])]);
+}
+
+/** Soft-capping, `cap * tanh(x / cap)`, in `type` (the build's float type by default). */
+export function capped(g: GraphBuilder, x: string, cap: number, type: FloatType = g.floatType): string {
+  const c = g.floatConstant([cap], [], type);
+  return g.op('Mul', [g.op('Tanh', [g.op('Div', [x, c])]), c]);
+}
+
+/**
+ * PyTorch's gelu(approximate='tanh') (transformers' gelu_pytorch_tanh), 0.5 x (1 + tanh(sqrt(2 / pi)
+ * (x + 0.044715 x^3))), in float32 and rounded once for 16-bit builds, as PyTorch's kernel computes it.
+ */
+export function geluPytorchTanh(g: GraphBuilder, x: string): string {
+  return inFloat32(g, x, (v) => {
+    const c = (value: number): string => g.floatConstant([value], [], 'float32');
+    const cube = g.op('Mul', [g.op('Mul', [v, v]), v]);
+    const inner = g.op('Mul', [g.op('Add', [v, g.op('Mul', [cube, c(0.044715)])]), c(Math.sqrt(2 / Math.PI))]);
+    return g.op('Mul', [g.op('Mul', [v, c(0.5)]), g.op('Add', [g.op('Tanh', [inner]), c(1)])]);
+  });
 }
 
 /** A value the architecture file must have supplied. */

@@ -51,6 +51,7 @@ export function exportGguf(options: ExportGgufOptions): ExportGgufResult {
     throw new ChorusError('CHORUS_UNSUPPORTED', `GGUF export covers decoder-only models (llama, qwen2, gpt2); ${String(checkpoint.config.model_type)} is an encoder-decoder`, { param: 'model_type' });
   }
   const spec = architecture.spec(checkpoint.config);
+  if (checkpoint.config.model_type === 'gemma2') throw new ChorusError('CHORUS_UNSUPPORTED', 'GGUF export does not cover gemma2 yet; it covers the Llama family (llama, qwen2) and gpt2', { param: 'model_type' });
   const model: GgufModel = checkpoint.config.model_type === 'gpt2' ? gpt2(checkpoint, spec, fileType) : llamaFamily(checkpoint, spec, fileType);
 
   const tokenizer = options.tokenizer ?? findTokenizer(options.source);
