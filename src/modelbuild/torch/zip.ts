@@ -81,11 +81,11 @@ export function readZipEntries(ranges: FileRanges, source: string): Map<string, 
       if (localOffset === 0xffffffff) localOffset = next();
     }
     at += 46 + nameLength + extraLength + commentLength;
-    if (localOffset + 30 > ranges.size) throw truncatedEntry(source, name);
+    if (localOffset + 30 > directoryOffset) throw truncatedEntry(source, name);
     const local = Buffer.from(ranges.read(localOffset, 30));
     if (local.readUInt32LE(0) !== LOCAL) throw invalid(source, `the local header of ${name} is damaged`);
     const offset = localOffset + 30 + local.readUInt16LE(26) + local.readUInt16LE(28);
-    if (offset + compressedSize > ranges.size) throw truncatedEntry(source, name);
+    if (offset + compressedSize > directoryOffset) throw truncatedEntry(source, name);
     entries.set(name, { name, offset, size, compressedSize, method, crc });
   }
   return entries;
@@ -125,7 +125,7 @@ function safe(value: bigint, source: string): number {
 }
 
 function truncatedEntry(source: string, name: string): ChorusError {
-  return invalid(source, `${name} lies past the end of the file: the file is truncated; download it again`);
+  return invalid(source, `${name} runs into the central directory that follows the entries: the file is truncated or damaged; download it again`);
 }
 
 function invalid(source: string, detail: string): ChorusError {
