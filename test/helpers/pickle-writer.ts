@@ -110,8 +110,11 @@ export function tensorPy(key: string, storage: string, numel: number, offset: nu
   return { reduce: [{ global: 'torch._utils._rebuild_tensor_v2' }, [{ persid: pid }, offset, { tuple: size }, { tuple: stride }, false, { reduce: [{ global: 'collections.OrderedDict' }, []] }]] };
 }
 
-/** A zip archive of stored entries, as torch.save lays it out (`archive/data.pkl`, `archive/data/<key>`). */
-export function torchZip(data: Uint8Array, storages: ReadonlyMap<string, Uint8Array>, archive = 'archive'): Buffer {
+/**
+ * A zip archive of stored entries, as torch.save lays it out (`archive/data.pkl`, `archive/data/<key>`).
+ * With `zip64`, every size and offset is given in ZIP64 fields (as for archives past 4 GiB).
+ */
+export function torchZip(data: Uint8Array, storages: ReadonlyMap<string, Uint8Array>, archive = 'archive', zip64 = false): Buffer {
   const entries: Array<[string, Uint8Array]> = [[`${archive}/data.pkl`, data], [`${archive}/byteorder`, Buffer.from('little')], ...[...storages].map(([key, bytes]): [string, Uint8Array] => [`${archive}/data/${key}`, bytes])];
   const locals: Buffer[] = [];
   const centrals: Buffer[] = [];
@@ -128,25 +131,48 @@ export function torchZip(data: Uint8Array, storages: ReadonlyMap<string, Uint8Ar
     local.writeUInt16LE(nameBytes.length, 26);
     const central = Buffer.alloc(46);
     central.writeUInt32LE(0x02014b50, 0);
-    central.writeUInt16LE(20, 4);
-    central.writeUInt16LE(20, 6);
+    central.writeUInt16LE(zip64 ? 45 : 20, 4);
+    central.writeUInt16LE(zip64 ? 45 : 20, 6);
     central.writeUInt32LE(crc, 16);
-    central.writeUInt32LE(bytes.length, 20);
-    central.writeUInt32LE(bytes.length, 24);
+    central.writeUInt32LE(zip64 ? 0xffffffff : bytes.length, 20);
+    central.writeUInt32LE(zip64 ? 0xffffffff : bytes.length, 24);
     central.writeUInt16LE(nameBytes.length, 28);
-    central.writeUInt32LE(offset, 42);
+    central.writeUInt32LE(zip64 ? 0xffffffff : offset, 42);
+    const extra = Buffer.alloc(zip64 ? 28 : 0);
+    if (zip64) {
+      extra.writeUInt16LE(0x0001, 0);
+      extra.writeUInt16LE(24, 2);
+      extra.writeBigUInt64LE(BigInt(bytes.length), 4);
+      extra.writeBigUInt64LE(BigInt(bytes.length), 12);
+      extra.writeBigUInt64LE(BigInt(offset), 20);
+      central.writeUInt16LE(extra.length, 30);
+    }
     locals.push(local, nameBytes, Buffer.from(bytes));
-    centrals.push(central, nameBytes);
+    centrals.push(central, nameBytes, extra);
     offset += 30 + nameBytes.length + bytes.length;
   }
   const directory = Buffer.concat(centrals);
   const end = Buffer.alloc(22);
   end.writeUInt32LE(0x06054b50, 0);
-  end.writeUInt16LE(entries.length, 8);
-  end.writeUInt16LE(entries.length, 10);
-  end.writeUInt32LE(directory.length, 12);
-  end.writeUInt32LE(offset, 16);
-  return Buffer.concat([...locals, directory, end]);
+  end.writeUInt16LE(zip64 ? 0xffff : entries.length, 8);
+  end.writeUInt16LE(zip64 ? 0xffff : entries.length, 10);
+  end.writeUInt32LE(zip64 ? 0xffffffff : directory.length, 12);
+  end.writeUInt32LE(zip64 ? 0xffffffff : offset, 16);
+  if (!zip64) return Buffer.concat([...locals, directory, end]);
+  const record = Buffer.alloc(56);
+  record.writeUInt32LE(0x06064b50, 0);
+  record.writeBigUInt64LE(44n, 4);
+  record.writeUInt16LE(45, 12);
+  record.writeUInt16LE(45, 14);
+  record.writeBigUInt64LE(BigInt(entries.length), 24);
+  record.writeBigUInt64LE(BigInt(entries.length), 32);
+  record.writeBigUInt64LE(BigInt(directory.length), 40);
+  record.writeBigUInt64LE(BigInt(offset), 48);
+  const locator = Buffer.alloc(20);
+  locator.writeUInt32LE(0x07064b50, 0);
+  locator.writeBigUInt64LE(BigInt(offset + directory.length), 8);
+  locator.writeUInt32LE(1, 16);
+  return Buffer.concat([...locals, directory, record, locator, end]);
 }
 
 /** Writes `value` (its tensors' storages given by key) to `file` as a torch zip archive. */

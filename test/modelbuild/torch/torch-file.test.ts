@@ -37,6 +37,13 @@ test('views of one storage read their own values: offsets, a transposed stride, 
   assert.deepEqual(Array.from(sd.get('b')!.data), [3]);
 });
 
+test('an archive whose sizes and offsets are in ZIP64 fields (as past 4 GiB) reads the same', () => {
+  const file = join(root, 'zip64.pt');
+  const value = pickle(new Map<Py, Py>([['w', tensorPy('0', 'FloatStorage', 3, 1, [2], [1])]]));
+  writeFileSync(file, torchZip(value, new Map([['0', f32([1, 2, 3])]]), 'big', true));
+  assert.deepEqual(Array.from(readStateDict(file).get('w')!.data), [2, 3]);
+});
+
 test('a state dict nested under "model" beside other values is found; a file without one is refused listing its keys', () => {
   const storages = new Map([['0', f32([1, 2])]]);
   const file = join(root, 'nested.pt');
