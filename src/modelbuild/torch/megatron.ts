@@ -123,7 +123,8 @@ function fromArgs(args: Namespace, file: string, ranks: number): Omit<Parameters
   const hiddenSize = int('hidden_size');
   const numHeads = int('num_attention_heads');
   if (int('kv_channels', hiddenSize / numHeads) * numHeads !== hiddenSize) refuse('kv_channels', 'heads of hidden_size / num_attention_heads');
-  const tp = int('tensor_model_parallel_size', 1);
+  // Megatron-LM before its pipeline parallelism called the tensor-parallel size model_parallel_size.
+  const tp = int(a.has('tensor_model_parallel_size') ? 'tensor_model_parallel_size' : 'model_parallel_size', ranks);
   if (tp !== ranks) throw new ChorusError('CHORUS_FILE_MISSING', `${file}: args.tensor_model_parallel_size is ${tp}, but ${ranks} mp_rank directories were found`);
   const eps = a.get('layernorm_epsilon');
   return { numLayers: int('num_layers'), hiddenSize, numHeads, ffnHiddenSize: int('ffn_hidden_size', 4 * hiddenSize), layerNormEps: typeof eps === 'number' ? eps : 1e-5 };
