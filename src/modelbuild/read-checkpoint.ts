@@ -10,6 +10,7 @@ import { readLlama2cCheckpoint } from './llama2c-checkpoint.ts';
 import { isMegatronDir, readMegatronCheckpoint } from './torch/megatron.ts';
 import { readNemoCheckpoint } from './torch/nemo.ts';
 import { readStateDict } from './torch/state-dict.ts';
+import { isTorchFileStart } from './torch/torch-file.ts';
 
 /** The kinds of build source. */
 export type CheckpointKind = 'hf' | 'megatron' | 'nemo' | 'torch-file' | 'llama2c';
@@ -45,14 +46,14 @@ function hasHfWeights(dir: string): boolean {
   return ['model.safetensors', 'model.safetensors.index.json', 'pytorch_model.bin', 'pytorch_model.bin.index.json'].some((name) => existsSync(join(dir, name)));
 }
 
-/** True when the file starts as torch.save writes: a zip archive, or a pickle (the format before 1.6). */
+/** True when the file starts as torch.save writes: a zip archive, or the pickled magic number of the format before 1.6. */
 function writtenByTorch(file: string): boolean {
-  const head = Buffer.alloc(2);
+  const head = Buffer.alloc(4);
   const fd = openSync(file, 'r');
   try {
-    readSync(fd, head, 0, 2, 0);
+    readSync(fd, head, 0, 4, 0);
   } finally {
     closeSync(fd);
   }
-  return (head[0] === 0x50 && head[1] === 0x4b) || head[0] === 0x80;
+  return isTorchFileStart(head);
 }

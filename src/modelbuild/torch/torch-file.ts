@@ -13,12 +13,21 @@ import { entryRanges, readWholeEntry, readZipEntries, sliceRanges } from './zip.
 /** The legacy format's first pickle: torch's magic number. */
 const LEGACY_MAGIC = 0x1950a86a20f9469cfc6cn;
 
+/**
+ * True when `head` (a file's first 4 bytes) starts as torch.save writes: a zip archive ("PK\x03\x04"),
+ * or the older format's first pickle (PROTO 2, then its 10-byte magic number as LONG1).
+ */
+export function isTorchFileStart(head: Uint8Array): boolean {
+  const zip = head[0] === 0x50 && head[1] === 0x4b && head[2] === 0x03 && head[3] === 0x04;
+  return zip || (head[0] === 0x80 && head[1] === 0x02 && head[2] === 0x8a && head[3] === 0x0a);
+}
+
 /** Reads the object a torch.save file holds; its tensors are lazy. */
 export function readTorchFile(ranges: FileRanges, source: string): unknown {
   if (ranges.size < 4) throw new ChorusError('CHORUS_FILE_INVALID', `${source} is not a readable PyTorch checkpoint: it has ${ranges.size} bytes`);
-  const head = ranges.read(0, 2);
+  const head = ranges.read(0, 4);
   if (head[0] === 0x50 && head[1] === 0x4b) return readZipFile(ranges, source);
-  if (head[0] === 0x80) return readLegacyFile(ranges, source);
+  if (isTorchFileStart(head)) return readLegacyFile(ranges, source);
   throw new ChorusError('CHORUS_FILE_INVALID', `${source} is not a readable PyTorch checkpoint: it is neither a zip archive (torch.save since PyTorch 1.6) nor a pickle (older torch.save)`);
 }
 
