@@ -70,6 +70,11 @@ function megatronRank(file: string, state: Map<unknown, unknown>): MegatronRank 
   const embedding = asDict(lm.get('embedding'), file, 'model.language_model.embedding');
   const transformerKey = lm.has('encoder') ? 'encoder' : 'transformer';
   const transformer = asDict(lm.get(transformerKey), file, `model.language_model.${transformerKey}`);
+  for (const key of embedding.keys()) {
+    if (!['word_embeddings', 'position_embeddings', 'word_embeddings.weight', 'position_embeddings.weight'].includes(String(key))) {
+      throw new ChorusError('CHORUS_UNSUPPORTED', `${file}: model.language_model.embedding.${String(key)} is not read; only word and position embeddings are`, { param: String(key) });
+    }
+  }
   for (const extra of lm.keys()) {
     if (extra !== 'embedding' && extra !== transformerKey) throw new ChorusError('CHORUS_UNSUPPORTED', `${file}: model.language_model.${String(extra)} is not read (an untied output layer or a pooler); only a GPT with its head tied to the embeddings is`);
   }

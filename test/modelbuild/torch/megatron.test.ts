@@ -22,13 +22,14 @@ function copy(fixture: string, name: string): string {
 }
 
 /** A one-rank Megatron checkpoint whose args carry `overrides` (weights: the embeddings only). */
-function withArgs(name: string, overrides: Array<[string, Py]>): string {
+function withArgs(name: string, overrides: Array<[string, Py]>, extraEmbeddings: string[] = []): string {
   const dir = join(root, name);
   mkdirSync(join(dir, 'release', 'mp_rank_00'), { recursive: true });
   writeFileSync(join(dir, 'latest_checkpointed_iteration.txt'), 'release');
   const args: Py = { build: [{ newobj: [{ global: 'argparse.Namespace' }, []] }, new Map<Py, Py>([['num_layers', 1], ['hidden_size', 2], ['num_attention_heads', 1], ['tensor_model_parallel_size', 1], ...overrides])] };
   const embedding = (key: string): Py => new Map<Py, Py>([['weight', tensorPy(key, 'FloatStorage', 4, 0, [2, 2], [2, 1])]]);
-  const lm = new Map<Py, Py>([['embedding', new Map<Py, Py>([['word_embeddings', embedding('0')], ['position_embeddings', embedding('1')]])], ['encoder', new Map<Py, Py>()]]);
+  const embeddings: Array<[Py, Py]> = [['word_embeddings', embedding('0')], ['position_embeddings', embedding('1')], ...extraEmbeddings.map((key): [Py, Py] => [key, embedding('1')])];
+  const lm = new Map<Py, Py>([['embedding', new Map<Py, Py>(embeddings)], ['encoder', new Map<Py, Py>()]]);
   torchSave(join(dir, 'release', 'mp_rank_00', 'model_optim_rng.pt'), new Map<Py, Py>([['model', new Map<Py, Py>([['language_model', lm]])], ['args', args], ['checkpoint_version', { float: 3 }]]), new Map([['0', f32([1, 2, 3, 4])], ['1', f32([5, 6, 7, 8])]]));
   return dir;
 }
@@ -38,6 +39,10 @@ test('Megatron args a GPT-2 layout cannot express are refused, naming the argume
   assert.throws(() => readMegatronCheckpoint(withArgs('rmsnorm', [['normalization', 'RMSNorm']])), /args\.normalization "RMSNorm" is not supported; the Megatron GPT read here has LayerNorm/);
   assert.throws(() => readMegatronCheckpoint(withArgs('rope', [['position_embedding_type', 'rope']])), /args\.position_embedding_type "rope" is not supported/);
   assert.throws(() => readMegatronCheckpoint(withArgs('untied', [['untie_embeddings_and_output_weights', true]])), /args\.untie_embeddings_and_output_weights true is not supported/);
+});
+
+test('an embedding beyond words and positions (token types) is refused by name', () => {
+  assert.throws(() => readMegatronCheckpoint(withArgs('tokentype', [], ['tokentype_embeddings'])), /model_optim_rng\.pt: model\.language_model\.embedding\.tokentype_embeddings is not read; only word and position embeddings are/);
 });
 
 test('a missing tensor-parallel rank is named', () => {
