@@ -5,6 +5,7 @@
  */
 import { closeSync, existsSync, openSync, readSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { ChorusError } from '../errors.ts';
 import { Checkpoint, readConfig, readHfCheckpoint } from './checkpoint.ts';
 import { readLlama2cCheckpoint } from './llama2c-checkpoint.ts';
 import { isMegatronDir, readMegatronCheckpoint } from './torch/megatron.ts';
@@ -34,6 +35,9 @@ export function readCheckpoint(source: string, kind: CheckpointKind = checkpoint
     case 'nemo':
       return readNemoCheckpoint(source);
     case 'torch-file':
+      if (!existsSync(join(dirname(source), 'config.json'))) {
+        throw new ChorusError('CHORUS_FILE_MISSING', `${source} is a PyTorch state dict, which holds no model config: put the model's config.json beside it (in ${dirname(source)})`, { param: 'config.json' });
+      }
       return new Checkpoint(source, readConfig(dirname(source)), readStateDict(source));
     case 'llama2c':
       return readLlama2cCheckpoint(source);

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { checkpointKind } from '../../src/modelbuild/index.ts';
+import { checkpointKind, readCheckpoint } from '../../src/modelbuild/index.ts';
 import { STORIES } from '../helpers/paths.ts';
 import { scratchDir } from '../helpers/scratch.ts';
 
@@ -30,4 +30,10 @@ test('checkpointKind() tells each build source by what it holds, not by its name
   mkdirSync(join(dir, 'unpacked'));
   writeFileSync(join(dir, 'unpacked', 'model_config.yaml'), 'num_layers: 1\n');
   assert.equal(checkpointKind(join(dir, 'unpacked')), 'nemo');
+});
+
+test('a .pt state dict without a config.json beside it is refused, saying where to put one', () => {
+  const dir = scratchDir('chorus-no-config-');
+  writeFileSync(join(dir, 'model.pt'), readFileSync(join(FIXTURES, 'pt/model.pt')));
+  assert.throws(() => readCheckpoint(join(dir, 'model.pt')), { code: 'CHORUS_FILE_MISSING', message: `${join(dir, 'model.pt')} is a PyTorch state dict, which holds no model config: put the model's config.json beside it (in ${dir})` });
 });
