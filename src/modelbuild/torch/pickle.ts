@@ -109,6 +109,7 @@ export function unpickle(bytes: Uint8Array, context: PickleContext, start = 0): 
   const int = (text: string): number | bigint | boolean => {
     if (text === '00') return false;
     if (text === '01') return true;
+    if (!/^[-+]?\d+L?$/.test(text)) fail(`an INT or LONG opcode holds ${JSON.stringify(text.slice(0, 20))}`);
     const n = BigInt(text.replace(/L$/, ''));
     return n >= BigInt(Number.MIN_SAFE_INTEGER) && n <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(n) : n;
   };

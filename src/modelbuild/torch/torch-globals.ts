@@ -79,9 +79,19 @@ const table = new Map<string, KnownGlobal>();
 const allow = (name: string, entry: Omit<KnownGlobal, 'name'>): void => void table.set(name, { name, ...entry });
 
 const rebuild = (args: unknown[], kindOverride?: StorageKind): unknown => {
-  const [storage, offset, size, stride] = args as [StorageRef, number, number[], number[]];
-  return storageTensor(storage, kindOverride, offset, [...size], [...stride]);
+  const [storage, offset, size, stride] = args;
+  if (!isStorageRef(storage) || !Array.isArray(size) || !Array.isArray(stride)) {
+    throw new ChorusError('CHORUS_FILE_INVALID', 'a pickled tensor is not (storage, offset, sizes, strides, ...): not a checkpoint torch.save wrote');
+  }
+  return storageTensor(storage, kindOverride, offset as number, [...(size as number[])], [...(stride as number[])]);
 };
+
+function isStorageRef(value: unknown): value is StorageRef {
+  return typeof value === 'object' && value !== null && typeof (value as StorageRef).key === 'string' && typeof (value as StorageRef).kind?.width === 'number';
+}
+
+/** A REDUCE argument that should be a list or tuple, as an array (empty when it is anything else). */
+const items = (value: unknown): unknown[] => (Array.isArray(value) ? value : []);
 allow('torch._utils._rebuild_tensor', { call: (args) => rebuild(args) });
 allow('torch._utils._rebuild_tensor_v2', { call: (args) => rebuild(args) });
 allow('torch._utils._rebuild_tensor_v3', {
@@ -96,13 +106,13 @@ allow('torch._utils._rebuild_parameter_with_state', { call: (args) => args[0] })
 for (const name of Object.keys(KINDS)) allow(`torch.${name}Storage`, {});
 for (const name of ['torch.UntypedStorage', 'torch.storage.UntypedStorage']) allow(name, {});
 for (const name of Object.keys(DTYPES)) allow(`torch.${name}`, {});
-allow('torch.Size', { call: (args) => [...((args[0] as unknown[]) ?? [])] });
+allow('torch.Size', { call: (args) => [...items(args[0])] });
 allow('torch.device', { call: (args) => args.map(String).join(':') });
-allow('collections.OrderedDict', { call: (args) => new Map((args[0] as Array<[unknown, unknown]> | undefined) ?? []) });
+allow('collections.OrderedDict', { call: (args) => new Map(items(args[0]).map((pair) => [items(pair)[0], items(pair)[1]])) });
 for (const builtins of ['builtins', '__builtin__']) {
-  allow(`${builtins}.set`, { call: (args) => [...((args[0] as unknown[]) ?? [])] });
-  allow(`${builtins}.frozenset`, { call: (args) => Object.freeze([...((args[0] as unknown[]) ?? [])]) });
-  allow(`${builtins}.bytes`, { call: (args) => Uint8Array.from((args[0] as number[]) ?? []) });
+  allow(`${builtins}.set`, { call: (args) => [...items(args[0])] });
+  allow(`${builtins}.frozenset`, { call: (args) => Object.freeze([...items(args[0])]) });
+  allow(`${builtins}.bytes`, { call: (args) => Uint8Array.from(items(args[0]).map(Number)) });
 }
 allow('_codecs.encode', { call: (args) => Uint8Array.from(String(args[0]), (c) => c.charCodeAt(0) & 0xff) });
 allow('argparse.Namespace', { construct: () => new Namespace(), call: () => new Namespace() });

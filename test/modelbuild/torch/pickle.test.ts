@@ -1,8 +1,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import fc from 'fast-check';
 import { ChorusError } from '../../../src/errors.ts';
+import { fileRanges } from '../../../src/modelbuild/file-range.ts';
 import { unpickle, type PickleContext } from '../../../src/modelbuild/torch/pickle.ts';
 import { Namespace, Opaque, torchGlobal } from '../../../src/modelbuild/torch/torch-globals.ts';
+import { readWholeEntry, readZipEntries } from '../../../src/modelbuild/torch/zip.ts';
 import { pickle, type Py } from '../../helpers/pickle-writer.ts';
 
 const context: PickleContext = {
@@ -100,4 +103,29 @@ test('argparse.Namespace becomes a bag of its attributes; numpy arrays and an Or
   assert.equal(namespace.attributes.get('hidden_size'), 32);
   assert.ok((value.get('np_rng_state') as unknown[])[1] instanceof Opaque);
   assert.deepEqual(value.get('model'), new Map());
+});
+
+test('a damaged pickle fails with a ChorusError, never a crash: torch\'s own pickle with bytes changed at random', () => {
+  const file = new URL('../../fixtures/checkpoints/megatron/v3/iter_0000100/mp_rank_00/model_optim_rng.pt', import.meta.url).pathname;
+  const ranges = fileRanges(file);
+  const entries = readZipEntries(ranges, file);
+  const original = readWholeEntry(ranges, [...entries.values()].find((e) => e.name.endsWith('/data.pkl'))!, file);
+  const torchContext: PickleContext = {
+    source: 'damaged.pkl',
+    global: torchGlobal,
+    persistentLoad: (pid) => ({ key: String((pid as unknown[])[2]), kind: { dtype: 'F32', width: 4 }, numel: 1 << 20, bytes: undefined, source: 'damaged.pkl' }),
+  };
+  assert.ok(unpickle(original, torchContext).value instanceof Map);
+  fc.assert(
+    fc.property(fc.array(fc.tuple(fc.nat(original.length - 1), fc.nat(255)), { minLength: 1, maxLength: 4 }), (changes) => {
+      const bytes = Uint8Array.from(original);
+      for (const [at, value] of changes) bytes[at] = value;
+      try {
+        unpickle(bytes, torchContext);
+      } catch (error) {
+        assert.ok(error instanceof ChorusError, `${String(error)} at changes ${JSON.stringify(changes)}`);
+      }
+    }),
+    { seed: 37, numRuns: 400 },
+  );
 });
