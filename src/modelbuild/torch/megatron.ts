@@ -31,6 +31,9 @@ export function readMegatronCheckpoint(dir: string): Checkpoint {
   const pipeline = names.find((name) => /^mp_rank_\d{2}_\d{3}$/.test(name));
   if (pipeline !== undefined) throw new ChorusError('CHORUS_UNSUPPORTED', `${root} is split over pipeline-parallel stages (${pipeline}); only tensor-parallel ranks (mp_rank_XX) are merged`);
   const rankDirs = names.filter((name) => /^mp_rank_\d{2}$/.test(name)).sort();
+  if (names.some((name) => name.endsWith('.distcp'))) {
+    throw new ChorusError('CHORUS_UNSUPPORTED', `${root} is in Megatron's distributed checkpoint format (torch_dist, *.distcp files), which is not read; convert it to the torch format (mp_rank_XX/model_optim_rng.pt) with Megatron-LM's checkpoint converter`);
+  }
   if (rankDirs.length === 0) throw new ChorusError('CHORUS_FILE_MISSING', `${root} has no mp_rank_00 directory`);
   rankDirs.forEach((name, r) => {
     if (name !== `mp_rank_${String(r).padStart(2, '0')}`) throw new ChorusError('CHORUS_FILE_MISSING', `${root}: rank ${r} is missing (found ${rankDirs.join(', ')})`);

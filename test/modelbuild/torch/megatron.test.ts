@@ -52,6 +52,11 @@ test('a missing tensor-parallel rank is named', () => {
   const gap = copy('megatron/v3', 'gap');
   renameSync(join(gap, 'iter_0000100', 'mp_rank_01'), join(gap, 'iter_0000100', 'mp_rank_02'));
   assert.throws(() => readMegatronCheckpoint(gap), /rank 1 is missing \(found mp_rank_00, mp_rank_02\)/);
+  const distributed = join(root, 'distcp');
+  mkdirSync(join(distributed, 'iter_0000100'), { recursive: true });
+  writeFileSync(join(distributed, 'latest_checkpointed_iteration.txt'), '100');
+  writeFileSync(join(distributed, 'iter_0000100', '__0_0.distcp'), '');
+  assert.throws(() => readMegatronCheckpoint(distributed), /is in Megatron's distributed checkpoint format \(torch_dist, \*\.distcp files\), which is not read/);
   const stale = copy('megatron/v3', 'stale');
   writeFileSync(join(stale, 'latest_checkpointed_iteration.txt'), '200');
   assert.throws(() => readMegatronCheckpoint(stale), /latest_checkpointed_iteration\.txt names "200", but .*iter_0000200 does not exist/);
