@@ -35,7 +35,7 @@ export function readNemoCheckpoint(source: string): Checkpoint {
     const bytes = files.get(name);
     if (bytes === undefined) throw new ChorusError('CHORUS_FILE_MISSING', `${source} has no ${name} (tensor_model_parallel_size is ${tp})`);
     const label = `${source}:${name}`;
-    return nemoRank(stateDictOf(readTorchFile(bytes, label), label), label, config.megatron_amp_O2 === true);
+    return nemoRank(stateDictOf(readTorchFile(bytes, label), label), label);
   });
   const int = (key: string, fallback?: number): number => {
     const value = config[key] ?? fallback;
@@ -90,8 +90,9 @@ function checkConfig(config: Record<string, unknown>, source: string): void {
 }
 
 /** One rank's flat state dict as Megatron-LM's embedding and transformer tensors. */
-function nemoRank(sd: Map<string, Tensor>, source: string, ampO2: boolean): MegatronRank {
-  const prefix = ampO2 && [...sd.keys()].some((k) => k.startsWith('model.module.')) ? 'model.module.language_model.' : 'model.language_model.';
+function nemoRank(sd: Map<string, Tensor>, source: string): MegatronRank {
+  // megatron_amp_O2 wraps the model once more: its names start with model.module.
+  const prefix = [...sd.keys()].some((k) => k.startsWith('model.module.')) ? 'model.module.language_model.' : 'model.language_model.';
   const get = (name: string): Tensor => {
     const tensor = sd.get(prefix + name);
     if (tensor === undefined) throw new ChorusError('CHORUS_FILE_INVALID', `${source}: tensor ${prefix}${name} is missing`, { param: prefix + name });
