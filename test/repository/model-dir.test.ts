@@ -11,7 +11,7 @@ test('isDecoderOnlySource() knows Megatron-LM and NeMo GPT checkpoints, pytorch_
   for (const source of ['megatron/v3', 'megatron/v0', 'nemo/gpt-tp2.nemo', 'gpt2/bin', 'pt/model.pt']) assert.equal(isDecoderOnlySource(join(FIXTURES, source)), true, source);
   const t5 = scratchDir('chorus-t5-config-');
   writeFileSync(join(t5, 'config.json'), JSON.stringify({ model_type: 't5' }));
-  writeFileSync(join(t5, 'model.pt'), Buffer.from('PK'));
+  writeFileSync(join(t5, 'model.pt'), Buffer.from('PK\x03\x04'));
   assert.equal(isDecoderOnlySource(t5), false);
   assert.equal(isDecoderOnlySource(join(t5, 'model.pt')), false);
 });
