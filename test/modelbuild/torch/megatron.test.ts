@@ -114,3 +114,39 @@ test('a truncated .nemo archive is refused as truncated', () => {
   writeFileSync(cutGz, gz.subarray(0, Math.floor(gz.length / 2)));
   assert.throws(() => readNemoCheckpoint(cutGz), /cut-gz\.nemo is a damaged or truncated gzip archive/);
 });
+
+test('NeMo weights saved under megatron_amp_O2 (names under model.module.) read like any others', () => {
+  const dir = join(root, 'amp-o2');
+  mkdirSync(dir);
+  writeFileSync(join(dir, 'model_config.yaml'), 'target: nemo.collections.nlp.models.language_modeling.megatron_gpt_model.MegatronGPTModel\ntensor_model_parallel_size: 1\nnum_layers: 1\nhidden_size: 4\nffn_hidden_size: 8\nnum_attention_heads: 1\nmegatron_amp_O2: true\n');
+  const shapes: Array<[string, number[]]> = [
+    ['embedding.word_embeddings.weight', [4, 4]],
+    ['embedding.position_embeddings.weight', [2, 4]],
+    ['encoder.layers.0.input_layernorm.weight', [4]],
+    ['encoder.layers.0.input_layernorm.bias', [4]],
+    ['encoder.layers.0.self_attention.query_key_value.weight', [12, 4]],
+    ['encoder.layers.0.self_attention.query_key_value.bias', [12]],
+    ['encoder.layers.0.self_attention.dense.weight', [4, 4]],
+    ['encoder.layers.0.self_attention.dense.bias', [4]],
+    ['encoder.layers.0.post_attention_layernorm.weight', [4]],
+    ['encoder.layers.0.post_attention_layernorm.bias', [4]],
+    ['encoder.layers.0.mlp.dense_h_to_4h.weight', [8, 4]],
+    ['encoder.layers.0.mlp.dense_h_to_4h.bias', [8]],
+    ['encoder.layers.0.mlp.dense_4h_to_h.weight', [4, 8]],
+    ['encoder.layers.0.mlp.dense_4h_to_h.bias', [4]],
+    ['encoder.final_layernorm.weight', [4]],
+    ['encoder.final_layernorm.bias', [4]],
+  ];
+  const storages = new Map<string, Uint8Array>();
+  const sd = new Map<Py, Py>();
+  shapes.forEach(([name, dims], i) => {
+    const count = dims.reduce((a, b) => a * b, 1);
+    storages.set(String(i), f32(Array.from({ length: count }, (_, k) => i * 100 + k)));
+    sd.set(`model.module.language_model.${name}`, tensorPy(String(i), 'FloatStorage', count, 0, dims, dims.length === 2 ? [dims[1]!, 1] : [1]));
+  });
+  torchSave(join(dir, 'model_weights.ckpt'), sd, storages);
+  const checkpoint = readNemoCheckpoint(dir);
+  assert.deepEqual(Array.from(checkpoint.take('transformer.h.0.mlp.c_fc.bias', [8]).data), [1100, 1101, 1102, 1103, 1104, 1105, 1106, 1107]);
+  // One head, checkpoint_version 3: the fused bias is [q | k | v] as it stands.
+  assert.deepEqual(Array.from(checkpoint.take('transformer.h.0.attn.c_attn.bias', [12]).data), Array.from({ length: 12 }, (_, k) => 500 + k));
+});
