@@ -6,12 +6,12 @@
  * weight is written to its data file as it is produced, so the build's memory is about its largest
  * weight's, whatever the model's size.
  */
-import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { basename, dirname, join } from 'node:path';
 import { ChorusError, invalidArgument } from '../errors.ts';
 import { architectureFor } from './arch/index.ts';
-import { readHfCheckpoint, type Checkpoint } from './checkpoint.ts';
+import type { Checkpoint } from './checkpoint.ts';
 import { buildDecoderGraph, buildGreedySearchGraph, buildPagedDecoderGraph, buildSlotDecoderGraph, PAGED_DECODER_MODEL } from './decoder-graph.ts';
 import { ExternalDataFile } from './external-data.ts';
 import { FLOAT_WIDTH, type FloatType } from './float-bits.ts';
@@ -21,7 +21,7 @@ import type { GraphBuilder } from './graph.ts';
 import { buildEncoderGraph, buildSeq2SeqDecoderGraph, buildSeq2SeqSlotDecoderGraph, buildSeq2SeqSlotEncoderGraph, type EncoderAttention } from './seq2seq-graph.ts';
 import type { SlotLinear } from './layers.ts';
 import type { Seq2SeqSpec } from './seq2seq-spec.ts';
-import { readLlama2cCheckpoint } from './llama2c-checkpoint.ts';
+import { checkpointKind, readCheckpoint } from './read-checkpoint.ts';
 
 /** Options of `buildModel`. */
 export interface BuildOptions {
@@ -136,8 +136,9 @@ export function buildModel(options: BuildOptions): BuildResult {
   if (!existsSync(options.source)) throw new ChorusError('CHORUS_FILE_MISSING', `build source ${options.source} does not exist`, { param: 'source' });
 
   progress('read checkpoint');
-  const isLlama2c = statSync(options.source).isFile();
-  const checkpoint: Checkpoint = isLlama2c ? readLlama2cCheckpoint(options.source) : readHfCheckpoint(options.source);
+  const kind = checkpointKind(options.source);
+  const isLlama2c = kind === 'llama2c';
+  const checkpoint: Checkpoint = readCheckpoint(options.source, kind);
   const architecture = architectureFor(checkpoint.config);
 
   const task = options.task ?? 'generate';
@@ -232,7 +233,7 @@ export function buildModel(options: BuildOptions): BuildResult {
   write('generation_config.json', `${JSON.stringify(generationConfig(checkpoint), null, 2)}\n`);
   const info: BuildInfo = { builder: 'chorus', architecture: String(checkpoint.config.model_type), dtype, flavor, task, spec, ...(greedySearch ? { greedySearch: { eosTokenId: greedyEos } } : {}), ...(slotDecoder ? { slotDecoder: true } : {}), stats };
   write('chorus_build.json', `${JSON.stringify(info, null, 2)}\n`);
-  const tokenizerFiles = isLlama2c ? [[llama2cTokenizer(options.source, options.tokenizer), 'tokenizer.bin'] as const] : HF_TOKENIZER_FILES.map((name) => [join(options.source, name), name] as const);
+  const tokenizerFiles = isLlama2c ? [[llama2cTokenizer(options.source, options.tokenizer), 'tokenizer.bin'] as const] : HF_TOKENIZER_FILES.map((name) => [join(kind === 'hf' || kind === 'megatron' ? options.source : dirname(options.source), name), name] as const);
   for (const [from, to] of tokenizerFiles) {
     if (existsSync(from)) {
       copyFileSync(from, join(options.out, to));

@@ -6,11 +6,12 @@
  * tensor.ts): taking one reads nothing, its values are read when the graph writes them.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { ChorusError } from '../errors.ts';
 import { READABLE_DTYPES } from './float-bits.ts';
 import { readSafetensors, unreadableDtype } from './safetensors.ts';
 import { CHUNK_ELEMENTS, elementCount, shapeText, type Tensor } from './tensor.ts';
+import { readStateDict } from './torch/state-dict.ts';
 
 /** A Hugging Face `config.json`, as parsed JSON. */
 export type ModelConfig = Record<string, unknown>;
@@ -85,20 +86,32 @@ export class Checkpoint {
   }
 }
 
-/** Reads a Hugging Face checkpoint directory: config.json and model.safetensors, or shards listed in model.safetensors.index.json. */
+/**
+ * Reads a Hugging Face checkpoint directory: config.json and model.safetensors, or shards listed in
+ * model.safetensors.index.json; failing those, pytorch_model.bin or the shards listed in
+ * pytorch_model.bin.index.json (read without running their pickles, see torch/pickle.ts).
+ */
 export function readHfCheckpoint(dir: string): Checkpoint {
+  const config = readConfig(dir);
+  for (const [single, index, read] of [
+    ['model.safetensors', 'model.safetensors.index.json', readSafetensors],
+    ['pytorch_model.bin', 'pytorch_model.bin.index.json', readStateDict],
+  ] as const) {
+    if (existsSync(join(dir, single))) return new Checkpoint(dir, config, read(join(dir, single)));
+    if (existsSync(join(dir, index))) return new Checkpoint(dir, config, readShards(join(dir, index), dir, read));
+  }
+  throw new ChorusError('CHORUS_FILE_MISSING', `${dir} has none of model.safetensors, model.safetensors.index.json, pytorch_model.bin, pytorch_model.bin.index.json`);
+}
+
+/** The parsed config.json of `dir`. */
+export function readConfig(dir: string): ModelConfig {
   const configFile = join(dir, 'config.json');
   if (!existsSync(configFile)) throw new ChorusError('CHORUS_FILE_MISSING', `${dir} has no config.json`);
-  const config = JSON.parse(readFileSync(configFile, 'utf8')) as ModelConfig;
-  const single = join(dir, 'model.safetensors');
-  const index = join(dir, 'model.safetensors.index.json');
-  if (existsSync(single)) return new Checkpoint(dir, config, readSafetensors(single));
-  if (existsSync(index)) return new Checkpoint(dir, config, readShards(index, dir));
-  throw new ChorusError('CHORUS_FILE_MISSING', `${dir} has neither model.safetensors nor model.safetensors.index.json`);
+  return JSON.parse(readFileSync(configFile, 'utf8')) as ModelConfig;
 }
 
 /** The tensors of every shard an index lists; a missing shard is named with a tensor it should hold. */
-function readShards(index: string, dir: string): Map<string, Tensor> {
+function readShards(index: string, dir: string, readShard: (file: string) => Map<string, Tensor>): Map<string, Tensor> {
   let weightMap: unknown;
   try {
     weightMap = (JSON.parse(readFileSync(index, 'utf8')) as { weight_map?: unknown }).weight_map;
@@ -115,9 +128,9 @@ function readShards(index: string, dir: string): Map<string, Tensor> {
     const file = join(dir, shard);
     if (!existsSync(file)) {
       const more = names.length > 1 ? ` and ${names.length - 1} more` : '';
-      throw new ChorusError('CHORUS_FILE_MISSING', `${dir}: shard ${shard} is missing; model.safetensors.index.json lists ${names[0]}${more} in it. Download it again`, { param: shard });
+      throw new ChorusError('CHORUS_FILE_MISSING', `${dir}: shard ${shard} is missing; ${basename(index)} lists ${names[0]}${more} in it. Download it again`, { param: shard });
     }
-    const held = readSafetensors(file);
+    const held = readShard(file);
     const absent = names.find((name) => !held.has(name));
     if (absent !== undefined) throw new ChorusError('CHORUS_FILE_INVALID', `${index} lists ${absent} in ${shard}, which does not hold it`, { param: absent });
     for (const [name, tensor] of held) tensors.set(name, tensor);

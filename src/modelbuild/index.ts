@@ -3,6 +3,7 @@ export { bytesText, percentSteps } from './progress.ts';
 export { readHfCheckpoint, Checkpoint, type ModelConfig } from './checkpoint.ts';
 export { architectureFor } from './arch/index.ts';
 export { readLlama2cCheckpoint } from './llama2c-checkpoint.ts';
+export { readCheckpoint, checkpointKind, type CheckpointKind } from './read-checkpoint.ts';
 export { readSafetensors, writeSafetensors } from './safetensors.ts';
 export type { DecoderSpec, DecoderWeights } from './decoder-spec.ts';
 export type { Tensor } from './tensor.ts';

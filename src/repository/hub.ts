@@ -30,6 +30,9 @@ const WANTED = [
   /\.tiktoken$/,
 ];
 
+/** PyTorch weights: fetched only from repositories without safetensors (older hub models ship only these). */
+const PYTORCH_WEIGHTS = [/^pytorch_model(-\d{5}-of-\d{5})?\.bin$/, /^pytorch_model\.bin\.index\.json$/];
+
 export function hubUrl(): string {
   return (process.env.HF_ENDPOINT ?? 'https://huggingface.co').replace(/\/+$/, '');
 }
@@ -74,11 +77,13 @@ export async function fetchFromHub(target: HubFetch): Promise<void> {
   } catch (error) {
     throw unreachable(where, error);
   }
-  const wanted = target.file !== undefined ? files.filter((f) => f.path === target.file) : files.filter((f) => WANTED.some((pattern) => pattern.test(f.path.split('/').at(-1)!)));
+  const pytorchOnly = !files.some((f) => f.path.endsWith('.safetensors'));
+  const needed = (name: string): boolean => WANTED.some((pattern) => pattern.test(name)) || (pytorchOnly && PYTORCH_WEIGHTS.some((pattern) => pattern.test(name)));
+  const wanted = target.file !== undefined ? files.filter((f) => f.path === target.file) : files.filter((f) => needed(f.path.split('/').at(-1)!));
   if (target.file !== undefined && wanted.length === 0) {
     throw new ChorusError('CHORUS_FILE_MISSING', `${target.file} is not in ${where}: ${base}/${target.id}/resolve/${target.revision}/${target.file} does not exist`, { param: 'file', value: target.file });
   }
-  if (wanted.length === 0) throw new ChorusError('CHORUS_FILE_MISSING', `${where} holds none of the files a model or tokenizer needs (config.json, *.safetensors, tokenizer files)`);
+  if (wanted.length === 0) throw new ChorusError('CHORUS_FILE_MISSING', `${where} holds none of the files a model or tokenizer needs (config.json, *.safetensors or pytorch_model.bin, tokenizer files)`);
   const total = wanted.reduce((sum, f) => sum + f.size, 0);
   const download = async (dir: string): Promise<void> => {
     const bar = process.stderr.isTTY ? new cliProgress.SingleBar({ format: `${target.id} {bar} {percentage}% {value}/{total} bytes`, stream: process.stderr }, cliProgress.Presets.shades_classic) : undefined;

@@ -9,9 +9,9 @@
  */
 import { createHash } from 'node:crypto';
 import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync, statSync } from 'node:fs';
-import { join, relative } from 'node:path';
+import { dirname, join, relative } from 'node:path';
 import { ChorusError } from '../errors.ts';
-import { architectureFor, type BuildOptions, type CheckpointArch, type CheckpointSize, type ModelConfig } from '../modelbuild/index.ts';
+import { architectureFor, checkpointKind, type BuildOptions, type CheckpointArch, type CheckpointSize, type ModelConfig } from '../modelbuild/index.ts';
 import { runBuildJob } from './build-process.ts';
 import { writeEntry } from './cache-entry.ts';
 import { cacheDir } from './source.ts';
@@ -21,12 +21,16 @@ export function isBuiltModel(dir: string): boolean {
   return existsSync(join(dir, 'onnx', 'decoder_model_merged.onnx')) || existsSync(join(dir, 'onnx', 'encoder_model.onnx'));
 }
 
-/** True when `path` is a checkpoint of a decoder-only model (a llama2.c .bin, or a config.json of one). */
+/**
+ * True when `path` is a checkpoint of a decoder-only model: a llama2.c .bin, a Megatron-LM or NeMo GPT
+ * (built as GPT-2), or a checkpoint whose config.json is of one (beside a .pt state dict).
+ */
 export function isDecoderOnlySource(path: string): boolean {
   if (!existsSync(path)) return false;
-  if (!statSync(path).isDirectory()) return true;
+  const kind = checkpointKind(path);
+  if (kind !== 'hf' && kind !== 'torch-file') return true;
   try {
-    return architectureFor(JSON.parse(readFileSync(join(path, 'config.json'), 'utf8')) as ModelConfig).kind === 'decoder';
+    return architectureFor(JSON.parse(readFileSync(join(kind === 'hf' ? path : dirname(path), 'config.json'), 'utf8')) as ModelConfig).kind === 'decoder';
   } catch {
     return false;
   }

@@ -25,3 +25,17 @@ test('chorus build --dtype bf16 reports the weights written, the time and the pe
   assert.match(out.stdout, /^built .*: 2 layers, hidden 64, 8 heads \(4 kv\), vocab 512, bf16\n {2}[0-9.]+ KB of weights in [0-9.]+ s, peak RSS [0-9.]+ MB\n/);
   assert.match(chorus('build', join(dir, 'ckpt'), '-o', join(dir, 'x'), '--dtype', 'bf8').stderr, /--dtype.*bf8.*fp32, fp16, bf16/);
 });
+
+test('chorus build takes a Megatron-LM checkpoint directory and a .nemo file, and refuses a pickle that names os.system', () => {
+  const dir = scratchDir('chorus-cli-build-torch-');
+  const fixtures = join(ROOT, 'test/fixtures/checkpoints');
+  for (const [source, name] of [['megatron/v3', 'megatron'], ['nemo/gpt-tp2.nemo', 'nemo']] as const) {
+    const out = chorus('build', join(fixtures, source), '-o', join(dir, name));
+    assert.equal(out.status, 0, out.stderr);
+    assert.match(out.stdout, /^built .*: 2 layers, hidden 32, 4 heads \(4 kv\), vocab 256, fp32\n/);
+    assert.equal((JSON.parse(readFileSync(join(dir, name, 'chorus_build.json'), 'utf8')) as BuildInfo).architecture, 'gpt2');
+  }
+  const refused = chorus('build', join(fixtures, 'forbidden/system'), '-o', join(dir, 'forbidden'));
+  assert.notEqual(refused.status, 0);
+  assert.match(refused.stderr, /pytorch_model\.bin: refused: its pickle names posix\.system, which is not a tensor, a storage or a plain container \(the pickle was read, never run\)/);
+});

@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, beforeEach, test } from 'node:test';
 import { lastValueFrom, toArray } from 'rxjs';
 import { Service } from '../../src/pipeline/index.ts';
+import { fetchFromHub } from '../../src/repository/index.ts';
 import { startHubServer, type HubServer } from '../helpers/hub-server.ts';
 import { STORIES } from '../helpers/paths.ts';
 import { scratchDir } from '../helpers/scratch.ts';
@@ -89,4 +90,19 @@ test('a missing file and an unreachable hub each give an error naming the file o
   assert.equal(typeof (await story(fallback)), 'string');
   await fallback.close();
   assert.ok(logged.some((line) => line.startsWith(`WARNING: model stories: cannot fetch ${closed.url}/`) && line.includes('serving RANDOM weights (llama, tiny, seed 1)')), logged.join('\n'));
+});
+
+test('pytorch_model.bin is fetched from a repository that has no safetensors, and left out of one that has them', async () => {
+  const bin = { 'config.json': Buffer.from('{}'), 'pytorch_model-00001-of-00002.bin': Buffer.from('a'), 'pytorch_model-00002-of-00002.bin': Buffer.from('b'), 'pytorch_model.bin.index.json': Buffer.from('{}'), 'training_args.bin': Buffer.from('c') };
+  const server = await startHubServer({ 'old/model': bin, 'new/model': { ...bin, 'model.safetensors': Buffer.from('d') } });
+  try {
+    process.env.HF_ENDPOINT = server.url;
+    const [old, current] = [scratchDir('chorus-hub-old-'), scratchDir('chorus-hub-new-')];
+    await fetchFromHub({ id: 'old/model', revision: 'main', path: old });
+    await fetchFromHub({ id: 'new/model', revision: 'main', path: current });
+    assert.deepEqual(readdirSync(old).sort(), ['config.json', 'pytorch_model-00001-of-00002.bin', 'pytorch_model-00002-of-00002.bin', 'pytorch_model.bin.index.json']);
+    assert.deepEqual(readdirSync(current).sort(), ['config.json', 'model.safetensors']);
+  } finally {
+    await server.close();
+  }
 });

@@ -1,0 +1,17 @@
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { isDecoderOnlySource } from '../../src/repository/index.ts';
+import { scratchDir } from '../helpers/scratch.ts';
+
+const FIXTURES = new URL('../fixtures/checkpoints/', import.meta.url).pathname;
+
+test('isDecoderOnlySource() knows Megatron-LM and NeMo GPT checkpoints, pytorch_model.bin directories and .pt files by their config', () => {
+  for (const source of ['megatron/v3', 'megatron/v0', 'nemo/gpt-tp2.nemo', 'gpt2/bin', 'pt/model.pt']) assert.equal(isDecoderOnlySource(join(FIXTURES, source)), true, source);
+  const t5 = scratchDir('chorus-t5-config-');
+  writeFileSync(join(t5, 'config.json'), JSON.stringify({ model_type: 't5' }));
+  writeFileSync(join(t5, 'model.pt'), Buffer.from('PK\x03\x04'));
+  assert.equal(isDecoderOnlySource(t5), false);
+  assert.equal(isDecoderOnlySource(join(t5, 'model.pt')), false);
+});
