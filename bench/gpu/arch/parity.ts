@@ -7,8 +7,9 @@
  *     with CUDA graphs, and the paged cache) and the TypeScript engine (OrtEngine), against the golden's;
  *   - the golden's beam searches (4 beams, 4 returned, 16 tokens) through both engines: sequences and scores.
  * fp32 passes when every greedy and beam token equals the golden's and the scores are within 1e-4; fp16
- * when at least 95% of greedy tokens (position by position) do. A family the build refuses is recorded
- * with its error. Prints a table; writes <out-dir>/arch-parity.json.
+ * when at least 95% of greedy tokens (position by position) equal transformers' own fp16 ids on CUDA
+ * (HF_GREEDY: bench/gpu/arch/hf16.py's output; without it, the fp32 golden's). A family the build refuses
+ * is recorded with its error. Prints a table; writes <out-dir>/arch-parity.json.
  * Usage: node --import tsx bench/gpu/arch/parity.ts <work-dir> <out-dir> [family-regexp] [cuda|cpu]
  *   (ARCH_FIXTURES=<dir> reads the fixtures from another folder.)
  */
@@ -39,6 +40,8 @@ const fixtures = process.env.ARCH_FIXTURES ?? join(import.meta.dirname, '..', '.
 const families = readdirSync(fixtures)
   .filter((name) => existsSync(join(fixtures, name, 'golden.json')) && new RegExp(filter).test(name))
   .sort();
+/** transformers' own greedy ids in fp16 and bf16 on CUDA, by family (bench/gpu/arch/hf16.py), when given. */
+const hfGreedy = process.env.HF_GREEDY === undefined ? undefined : (JSON.parse(readFileSync(process.env.HF_GREEDY, 'utf8')) as Record<string, { fp16?: number[][] }>);
 const BOUNDS = { fp32: { logits: 1e-4, greedy: 1 }, fp16: { logits: 5e-2, greedy: 0.95 } } as const;
 
 /** Each prompt's tokens from `engine`, all submitted together. */
@@ -137,7 +140,9 @@ async function check(family: string, dtype: 'fp32' | 'fp16'): Promise<Record<str
     if (engine === undefined) continue;
     try {
       const ids = await attempt(name, () => greedyIds(engine, golden, endId));
-      if (ids !== undefined) row[`${name}_greedy`] = agreement(ids, golden.greedy);
+      const reference = dtype === 'fp16' ? (hfGreedy?.[family]?.fp16 ?? golden.greedy) : golden.greedy;
+      if (ids !== undefined) row[`${name}_greedy`] = agreement(ids, reference);
+      if (ids !== undefined && reference !== golden.greedy) row[`${name}_greedy_vs_fp32`] = agreement(ids, golden.greedy);
       // Beam searches on the paged cache take the same beam code as the contiguous one: once is enough.
       if (name !== 'native_paged') {
         const found = await attempt(`${name}_beam`, () => beams(engine, golden));

@@ -1,8 +1,8 @@
-"""transformers' greedy ids for Mistral's and Gemma 2's golden fixtures in fp16 and bf16 on CUDA (eager
-attention, each prompt alone, 64 steps through the cache, plain argmax), the same-precision reference
-that bench/gpu/window/parity.ts counts Chorus's 16-bit builds against (its fp32 rows are counted
+"""transformers' greedy ids for the newer families' golden fixtures (test/fixtures/arch) in fp16 and bf16 on
+CUDA (eager attention, each prompt alone, 64 steps through the cache, plain argmax): the same-precision
+reference that bench/gpu/arch/parity.ts counts Chorus's 16-bit builds against (its fp32 rows are counted
 against the fixtures' float32 ids).
-Usage: python3 bench/gpu/window/hf.py <out.json> [family ...]
+Usage: python3 bench/gpu/arch/hf16.py <out.json> [family ...]   (default: every fixture)
 """
 import json
 import os
@@ -26,7 +26,8 @@ def greedy(model, prompt, steps):
 
 
 def main():
-    out_file, families = sys.argv[1], sys.argv[2:] or ["mistral", "gemma2"]
+    out_file, families = sys.argv[1], sys.argv[2:] or sorted(
+        f for f in os.listdir(os.path.join(ROOT, "test", "fixtures", "arch")) if os.path.exists(os.path.join(ROOT, "test", "fixtures", "arch", f, "golden.json")))
     result = {}
     for family in families:
         fixture = os.path.join(ROOT, "test", "fixtures", "arch", family)
