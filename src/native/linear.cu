@@ -21,10 +21,9 @@ namespace chorus {
 
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / 32;
-// 16-byte reads a lane keeps in flight along a weight row.
-constexpr int kAhead = 4;
+constexpr int kThreads = 256;
+// 16-byte reads a thread keeps in flight along each weight row.
+constexpr int kAhead = 2;
 
 // 16 bytes of T widened to float32: 8 halves or 4 floats.
 template <typename T>
@@ -104,56 +103,106 @@ __device__ inline T Finish(float sum, const T* bias, int o, Activation activatio
   return Narrow<T>(v);
 }
 
-// One warp per output o: its weight row read once (16 bytes a lane, kAhead reads in flight) against
-// each of the R rows of x (from the cache: every warp reads them), summed across the warp.
+// The decode steps' products (1..kLinearKernelRows rows of x): a block of kThreads takes kOutputs
+// consecutive outputs and all of K. Its threads stride over the weight rows together, 16 bytes a
+// thread and kAhead reads a row in flight, so each of the block's rows is read once, coalesced, and
+// each 16 bytes of x (read through L1, shared by the block's rows) serves kOutputs weights. The block
+// splits K across its 8 warps (an in-block split-K: enough blocks for a 2048-wide layer on 132 SMs, and
+// no pass or workspace after), sums each thread's partials in float32 across its warp (shuffles), then
+// across the warps in shared memory, and one thread per output and row rounds the sum with its bias and
+// applies the activation.
+constexpr int kOutputs = 4;
+constexpr int kWarpsPerBlock = kThreads / 32;
+
 template <typename T, int R>
 __global__ void __launch_bounds__(kThreads) LinearRowsKernel(LinearArgs a) {
-  const int lane = threadIdx.x & 31;
-  const int o = blockIdx.x * kWarps + threadIdx.x / 32;
-  if (o >= a.out) return;
+  const int first = blockIdx.x * kOutputs;
   const T* x = static_cast<const T*>(a.x);
-  const T* w = static_cast<const T*>(a.weight) + static_cast<size_t>(o) * a.in;
-  float acc[R];
+  const T* w = static_cast<const T*>(a.weight);
+  float acc[kOutputs][R];
 #pragma unroll
-  for (int r = 0; r < R; r++) acc[r] = 0;
+  for (int j = 0; j < kOutputs; j++) {
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[j][r] = 0;
+  }
+  // Outputs past the end read row `first` again (in bounds) and are not written.
+  int rowOf[kOutputs];
+#pragma unroll
+  for (int j = 0; j < kOutputs; j++) rowOf[j] = first + j < a.out ? first + j : first;
   constexpr int kPer = 16 / sizeof(T);
   const bool vectors = a.in % kPer == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
   if (vectors) {
     const int n = a.in / kPer;
-    const uint4* wv = reinterpret_cast<const uint4*>(w);
     const uint4* xv = reinterpret_cast<const uint4*>(x);
-    // Each weight vector is widened once for all the rows.
-    auto use = [&](int c, const uint4& weights) {
-      const Wide<T> wide = Widen16<T>(weights);
+    const uint4* wv[kOutputs];
 #pragma unroll
-      for (int r = 0; r < R; r++) acc[r] += Dot16<T>(wide, __ldg(xv + static_cast<size_t>(r) * n + c));
+    for (int j = 0; j < kOutputs; j++) wv[j] = reinterpret_cast<const uint4*>(w + static_cast<size_t>(rowOf[j]) * a.in);
+    // One 16-byte column c of the block's weight rows against the same column of each row of x.
+    auto use = [&](int c, const uint4 (&weights)[kOutputs]) {
+      Wide<T> wide[kOutputs];
+#pragma unroll
+      for (int j = 0; j < kOutputs; j++) wide[j] = Widen16<T>(weights[j]);
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const Wide<T> u = Widen16<T>(__ldg(xv + static_cast<size_t>(r) * n + c));
+#pragma unroll
+        for (int j = 0; j < kOutputs; j++) {
+#pragma unroll
+          for (int i = 0; i < Wide<T>::kCount; i++) acc[j][r] += wide[j].v[i] * u.v[i];
+        }
+      }
     };
-    int c = lane;
-    for (; c + (kAhead - 1) * 32 < n; c += kAhead * 32) {
-      uint4 ahead[kAhead];
+    int c = threadIdx.x;
+    for (; c + (kAhead - 1) * kThreads < n; c += kAhead * kThreads) {
+      uint4 ahead[kAhead][kOutputs];
 #pragma unroll
-      for (int u = 0; u < kAhead; u++) ahead[u] = __ldcs(wv + c + u * 32);
+      for (int u = 0; u < kAhead; u++) {
 #pragma unroll
-      for (int u = 0; u < kAhead; u++) use(c + u * 32, ahead[u]);
+        for (int j = 0; j < kOutputs; j++) ahead[u][j] = __ldcs(wv[j] + c + u * kThreads);
+      }
+#pragma unroll
+      for (int u = 0; u < kAhead; u++) use(c + u * kThreads, ahead[u]);
     }
-    for (; c < n; c += 32) use(c, __ldcs(wv + c));
+    for (; c < n; c += kThreads) {
+      uint4 one[kOutputs];
+#pragma unroll
+      for (int j = 0; j < kOutputs; j++) one[j] = __ldcs(wv[j] + c);
+      use(c, one);
+    }
   } else {
-    for (int k = lane; k < a.in; k += 32) {
-      const float wk = Load(w + k);
+    for (int k = threadIdx.x; k < a.in; k += kThreads) {
 #pragma unroll
-      for (int r = 0; r < R; r++) acc[r] += wk * Load(x + static_cast<size_t>(r) * a.in + k);
+      for (int r = 0; r < R; r++) {
+        const float xk = Load(x + static_cast<size_t>(r) * a.in + k);
+#pragma unroll
+        for (int j = 0; j < kOutputs; j++) acc[j][r] += Load(w + static_cast<size_t>(rowOf[j]) * a.in + k) * xk;
+      }
     }
   }
+  __shared__ float partial[kWarpsPerBlock][kOutputs * R];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x / 32;
 #pragma unroll
-  for (int r = 0; r < R; r++) {
+  for (int j = 0; j < kOutputs; j++) {
 #pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], offset);
+    for (int r = 0; r < R; r++) {
+      float v = acc[j][r];
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+      if (lane == 0) partial[warp][j * R + r] = v;
+    }
   }
-  const T* bias = static_cast<const T*>(a.bias);
-  T* y = static_cast<T*>(a.y);
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t < kOutputs * R) {
+    const int j = t / R;
+    const int r = t % R;
+    if (first + j < a.out) {
+      float sum = 0;
 #pragma unroll
-  for (int r = 0; r < R; r++) {
-    if (lane == r) y[static_cast<size_t>(r) * a.out + o] = Finish<T>(acc[r], bias, o, a.activation);
+      for (int q = 0; q < kWarpsPerBlock; q++) sum += partial[q][t];
+      static_cast<T*>(a.y)[static_cast<size_t>(r) * a.out + first + j] = Finish<T>(sum, static_cast<const T*>(a.bias), first + j, a.activation);
+    }
   }
 }
 
@@ -205,12 +254,16 @@ int CudaTypeOf(FloatType type) {
 
 template <typename T>
 void LaunchRows(const LinearArgs& a, cudaStream_t stream) {
-  const dim3 grid((a.out + kWarps - 1) / kWarps);
+  const dim3 grid((a.out + kOutputs - 1) / kOutputs);
   switch (a.rows) {
     case 1: LinearRowsKernel<T, 1><<<grid, kThreads, 0, stream>>>(a); break;
     case 2: LinearRowsKernel<T, 2><<<grid, kThreads, 0, stream>>>(a); break;
     case 3: LinearRowsKernel<T, 3><<<grid, kThreads, 0, stream>>>(a); break;
     case 4: LinearRowsKernel<T, 4><<<grid, kThreads, 0, stream>>>(a); break;
+    case 5: LinearRowsKernel<T, 5><<<grid, kThreads, 0, stream>>>(a); break;
+    case 6: LinearRowsKernel<T, 6><<<grid, kThreads, 0, stream>>>(a); break;
+    case 7: LinearRowsKernel<T, 7><<<grid, kThreads, 0, stream>>>(a); break;
+    case 8: LinearRowsKernel<T, 8><<<grid, kThreads, 0, stream>>>(a); break;
     default: throw std::invalid_argument("the Linear kernel takes 1.." + std::to_string(kLinearKernelRows) + " rows, not " + std::to_string(a.rows));
   }
 }

@@ -7,7 +7,7 @@
 //               "silu"
 // The sum is taken in float32 and rounded to the float type once with its bias, as PyTorch's addmm
 // rounds it; the activation is taken of that rounded value in float32 and rounded again.
-// On CUDA a step of up to 4 rows (the decode steps of small batches) runs as one kernel of our own that
+// On CUDA a step of up to 8 rows (the decode steps of small batches) runs as one kernel of our own that
 // reads each weight row once for all of them, bias and activation in its epilogue; more rows (prefills,
 // large batches) run as a cuBLASLt GEMM with the bias (and a ReLU) in its epilogue, then any other
 // activation in one pass; where cuBLASLt does not load or has no algorithm for the product, as a GEMM on
@@ -65,9 +65,10 @@ struct LinearArgs {
 void LinearHost(const LinearArgs& args);
 
 #ifdef CHORUS_WITH_CUDA
-// The most rows the device's own kernel takes; more go to cuBLAS (at 8 rows the kernel took twice its
-// 1-row time and cuBLAS was the faster; at 4 rows they were even, with bias and activation fused here).
-constexpr int kLinearKernelRows = 4;
+// The most rows the device's own kernel takes; more go to cuBLAS. Each 16 bytes of x serves 4 weight
+// rows, so 8 rows of x cost the kernel's loads through L1 twice the weights' bytes, not 8 times (the
+// earlier kernel, one weight row a warp, took twice its 1-row time at 8 rows).
+constexpr int kLinearKernelRows = 8;
 // Device: y of x on `stream`, for at most kLinearKernelRows rows.
 void LinearRowsDevice(const LinearArgs& args, void* stream);
 // Device: y += bias, then the activation, in place (after a GEMM wrote y), on `stream`.
