@@ -14,6 +14,7 @@ import {
   affine,
   defaultSlotLinear,
   FLOAT32_MIN,
+  gatedLinear,
   geluTanh,
   linear,
   linearWith,
@@ -463,9 +464,8 @@ function mlp(g: GraphBuilder, c: GraphContext, w: DecoderLayerWeights, index: nu
   let inner: string;
   if (c.spec.mlp === 'silu_gated') {
     const gateWeights = required(w.gate, `layer ${index} gate projection`);
-    // Through Linear, SiLU is taken inside the gate's projection.
-    const gate = g.addonLinear ? linearWith(g, gateWeights, m, `${name}.gate`, 'silu') : silu(g, linear(g, gateWeights, m, `${name}.gate`));
-    inner = g.op('Mul', [gate, linear(g, w.up, m, `${name}.up`)]);
+    // Through Linear, the gate's projection, its SiLU, the up projection and their product are one operator.
+    inner = g.addonLinear ? gatedLinear(g, gateWeights, w.up, m, name, 'silu') : g.op('Mul', [silu(g, linear(g, gateWeights, m, `${name}.gate`)), linear(g, w.up, m, `${name}.up`)]);
   } else if (g.addonLinear) {
     inner = linearWith(g, w.up, m, `${name}.up`, 'gelu_tanh');
   } else if (c.flavor === 'cuda') {

@@ -103,8 +103,17 @@ __device__ inline T Finish(float sum, const T* bias, int o, Activation activatio
   return Narrow<T>(v);
 }
 
+// A gated Linear's output: the gate's sum and the up projection's, each rounded with its bias, the
+// gate's activation rounded, then their product rounded.
+template <typename T>
+__device__ inline T Gate(float gate, float up, const T* bias, int o, int out, Activation activation) {
+  float g = RoundTo<T>(bias == nullptr ? gate : gate + Load(bias + o));
+  if (activation != Activation::kNone) g = RoundTo<T>(Activate(g, activation));
+  return Narrow<T>(g * RoundTo<T>(bias == nullptr ? up : up + Load(bias + out + o)));
+}
+
 // The decode steps' products (1..kLinearKernelRows rows of x): a block of kThreads takes kOutputs
-// consecutive outputs and all of K. Its threads stride over the weight rows together, 16 bytes a
+// consecutive outputs (gated: 2 outputs, their gate rows and up rows) and all of K. Its threads stride over the weight rows together, 16 bytes a
 // thread and kAhead reads a row in flight, so each of the block's rows is read once, coalesced, and
 // each 16 bytes of x (read through L1, shared by the block's rows) serves kOutputs weights. The block
 // splits K across its 8 warps (an in-block split-K: enough blocks for a 2048-wide layer on 132 SMs, and
@@ -115,8 +124,9 @@ constexpr int kOutputs = 4;
 constexpr int kWarpsPerBlock = kThreads / 32;
 
 template <typename T, int R>
-__global__ void __launch_bounds__(kThreads) LinearRowsKernel(LinearArgs a) {
-  const int first = blockIdx.x * kOutputs;
+__global__ void __launch_bounds__(kThreads, 2) LinearRowsKernel(LinearArgs a) {
+  const bool gated = a.gated;
+  const int first = blockIdx.x * (gated ? kOutputs / 2 : kOutputs);
   const T* x = static_cast<const T*>(a.x);
   const T* w = static_cast<const T*>(a.weight);
   float acc[kOutputs][R];
@@ -125,10 +135,15 @@ __global__ void __launch_bounds__(kThreads) LinearRowsKernel(LinearArgs a) {
 #pragma unroll
     for (int r = 0; r < R; r++) acc[j][r] = 0;
   }
-  // Outputs past the end read row `first` again (in bounds) and are not written.
+  // The weight row each of the block's kOutputs sums reads (gated: the gate's rows of outputs first and
+  // first + 1, then their up rows, a.out rows on). Outputs past the end read row `first` again (in
+  // bounds) and are not written.
   int rowOf[kOutputs];
 #pragma unroll
-  for (int j = 0; j < kOutputs; j++) rowOf[j] = first + j < a.out ? first + j : first;
+  for (int j = 0; j < kOutputs; j++) {
+    const int o = gated ? first + (j & 1) : first + j;
+    rowOf[j] = o >= a.out ? first : gated && j >= 2 ? a.out + o : o;
+  }
   constexpr int kPer = 16 / sizeof(T);
   const bool vectors = a.in % kPer == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
   if (vectors) {
@@ -194,15 +209,37 @@ __global__ void __launch_bounds__(kThreads) LinearRowsKernel(LinearArgs a) {
   }
   __syncthreads();
   const int t = threadIdx.x;
-  if (t < kOutputs * R) {
+  if (t < (gated ? kOutputs / 2 : kOutputs) * R) {
     const int j = t / R;
     const int r = t % R;
     if (first + j < a.out) {
       float sum = 0;
 #pragma unroll
       for (int q = 0; q < kWarpsPerBlock; q++) sum += partial[q][t];
-      static_cast<T*>(a.y)[static_cast<size_t>(r) * a.out + first + j] = Finish<T>(sum, static_cast<const T*>(a.bias), first + j, a.activation);
+      T* y = static_cast<T*>(a.y) + static_cast<size_t>(r) * a.out + first + j;
+      const T* bias = static_cast<const T*>(a.bias);
+      if (gated) {
+        float up = 0;
+#pragma unroll
+        for (int q = 0; q < kWarpsPerBlock; q++) up += partial[q][t + 2 * R];
+        *y = Gate<T>(sum, up, bias, first + j, a.out, a.activation);
+      } else {
+        *y = Finish<T>(sum, bias, first + j, a.activation);
+      }
     }
+  }
+}
+
+// A gated Linear's y from both products (rows of 2 * out, each rounded with its bias already).
+template <typename T>
+__global__ void GatedKernel(LinearArgs a, const T* products) {
+  T* y = static_cast<T*>(a.y);
+  const size_t total = static_cast<size_t>(a.rows) * a.out;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t r = i / a.out;
+    const int o = static_cast<int>(i % a.out);
+    const T* row = products + r * 2 * a.out;
+    y[i] = Gate<T>(Load(row + o), Load(row + a.out + o), nullptr, o, a.out, a.activation);
   }
 }
 
@@ -254,7 +291,8 @@ int CudaTypeOf(FloatType type) {
 
 template <typename T>
 void LaunchRows(const LinearArgs& a, cudaStream_t stream) {
-  const dim3 grid((a.out + kOutputs - 1) / kOutputs);
+  const int perBlock = a.gated ? kOutputs / 2 : kOutputs;
+  const dim3 grid((a.out + perBlock - 1) / perBlock);
   switch (a.rows) {
     case 1: LinearRowsKernel<T, 1><<<grid, kThreads, 0, stream>>>(a); break;
     case 2: LinearRowsKernel<T, 2><<<grid, kThreads, 0, stream>>>(a); break;
@@ -484,6 +522,16 @@ void BiasActivateDevice(const LinearArgs& a, void* stream) {
     case FloatType::kFloat16: BiasActivate<__half>(a, vectors, blocks, s); break;
     case FloatType::kBFloat16: BiasActivate<__nv_bfloat16>(a, vectors, blocks, s); break;
     default: BiasActivate<float>(a, vectors, blocks, s); break;
+  }
+}
+
+void GatedDevice(const LinearArgs& a, const void* products, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  const int blocks = static_cast<int>(std::min<size_t>((static_cast<size_t>(a.rows) * a.out + 255) / 256, 8192));
+  switch (a.type) {
+    case FloatType::kFloat16: GatedKernel<__half><<<blocks, 256, 0, s>>>(a, static_cast<const __half*>(products)); break;
+    case FloatType::kBFloat16: GatedKernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(a, static_cast<const __nv_bfloat16*>(products)); break;
+    default: GatedKernel<float><<<blocks, 256, 0, s>>>(a, static_cast<const float*>(products)); break;
   }
 }
 

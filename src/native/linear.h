@@ -5,6 +5,12 @@
 //   outputs  y [..., out] = activation(x @ weight^T + bias)
 //   attributes  activation (string): "" (none), "relu", "gelu" (erf), "gelu_tanh" (gelu_new, FastGelu),
 //               "silu"
+//               gated (int, default 0): 1 for a gated MLP's two projections in one (SwiGLU, GeGLU): weight
+//               [2 * out, in] is the gate's rows then the up projection's (bias likewise), and
+//               y [..., out] = activation(x @ gate^T + gate_bias) * (x @ up^T + up_bias), each product
+//               rounded with its bias, the activation's result rounded, then their product rounded: what
+//               the gate's Linear, the up projection's and a Mul give apart, in one kernel (or one GEMM
+//               and one pass).
 // The sum is taken in float32 and rounded to the float type once with its bias, as PyTorch's addmm
 // rounds it; the activation is taken of that rounded value in float32 and rounded again.
 // On CUDA a step of up to 8 rows (the decode steps of small batches) runs as one kernel of our own that
@@ -59,6 +65,7 @@ struct LinearArgs {
   int out;
   Activation activation;
   FloatType type;
+  bool gated = false;  // weight [2 * out, in]: y = activation(gate product) * up product
 };
 
 // Host: y of x, on host memory.
@@ -73,6 +80,9 @@ constexpr int kLinearKernelRows = 8;
 void LinearRowsDevice(const LinearArgs& args, void* stream);
 // Device: y += bias, then the activation, in place (after a GEMM wrote y), on `stream`.
 void BiasActivateDevice(const LinearArgs& args, void* stream);
+// Device: a gated Linear's y from `products` [rows, 2 * out] (the gate's and the up projection's
+// products, each rounded with its bias already), on `stream`.
+void GatedDevice(const LinearArgs& args, const void* products, void* stream);
 // Device: outputs first..first + count - 1 of x @ weight^T by cuBLAS on `handle` (a cublasHandle_t
 // bound to the stream), without bias and activation, into `y`, whose rows are `ldy` elements apart.
 // cuBLAS is ONNX Runtime's CUDA provider's, found among the loaded libraries.
