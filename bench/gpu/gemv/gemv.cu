@@ -1,6 +1,7 @@
 // The addon's Linear at the decode steps' shapes, against cuBLAS (cublasGemmEx, what ONNX Runtime's
 // MatMul calls) and the kernel it replaced: TinyLlama-1.1B's and Llama-2-7B's projections in fp16 at
-// 1, 8 and 64 rows of x. Each case launches its product back to back inside a CUDA graph, over copies
+// 1, 8 and 64 rows of x, and the gated MLP's gate and up projections as one gated Linear (SiLU; its
+// cuBLAS columns: the GEMM of both, then the gating pass). Each case launches its product back to back inside a CUDA graph, over copies
 // of the weights that together exceed L2 (so each launch reads its weights from HBM), and reports the
 // time a launch, the bytes it moves (weights, x and y) per second and their share of the H100's
 // 3.35 TB/s. Each product is checked against cuBLAS (largest difference, in units of the output's
@@ -66,6 +67,7 @@ struct Shape {
   const char* model;
   const char* product;
   int out, in;
+  bool gated = false;  // a gated Linear: 2 * out weight rows, out outputs
 };
 
 struct Timing {
@@ -125,7 +127,8 @@ int main(int argc, char** argv) {
       {"tinyllama-1.1b", "qkv", 2560, 2048},      {"tinyllama-1.1b", "o", 2048, 2048},      {"tinyllama-1.1b", "gate / up", 5632, 2048},
       {"tinyllama-1.1b", "down", 2048, 5632},     {"tinyllama-1.1b", "lm_head", 32000, 2048}, {"llama-2-7b", "qkv", 12288, 4096},
       {"llama-2-7b", "o", 4096, 4096},            {"llama-2-7b", "gate / up", 11008, 4096}, {"llama-2-7b", "down", 4096, 11008},
-      {"llama-2-7b", "lm_head", 32000, 4096},
+      {"llama-2-7b", "lm_head", 32000, 4096},         {"tinyllama-1.1b", "gate+up gated", 5632, 2048, true},
+      {"llama-2-7b", "gate+up gated", 11008, 4096, true},
   };
   const int rowCounts[] = {1, 8, 64};
   cudaStream_t stream;
@@ -147,7 +150,8 @@ int main(int argc, char** argv) {
   std::fprintf(json, "{\n \"gpu\": \"%s\",\n \"sms\": %d,\n \"dtype\": \"fp16\",\n \"peak_bytes_per_s\": %.3e,\n \"rows\": [\n", props.name, props.multiProcessorCount, kPeakBytesPerSecond);
   bool firstRow = true;
   for (const Shape& shape : shapes) {
-    const size_t weightBytes = static_cast<size_t>(shape.out) * shape.in * sizeof(__half);
+    const int weightRows = shape.gated ? 2 * shape.out : shape.out;
+    const size_t weightBytes = static_cast<size_t>(weightRows) * shape.in * sizeof(__half);
     const int copies = static_cast<int>(std::max<size_t>(2, (kRotationBytes + weightBytes - 1) / weightBytes));
     std::vector<__half*> weights(copies);
     for (int c = 0; c < copies; c++) {
@@ -155,10 +159,11 @@ int main(int argc, char** argv) {
       Fill<<<1024, 256, 0, stream>>>(weights[c], weightBytes / sizeof(__half), 17u + c, 2.0f / std::sqrt(static_cast<float>(shape.in)));
     }
     for (int rows : rowCounts) {
-      __half *x, *y, *reference;
+      __half *x, *y, *reference, *products;
       Check(cudaMalloc(&x, static_cast<size_t>(rows) * shape.in * sizeof(__half)), "cudaMalloc");
       Check(cudaMalloc(&y, static_cast<size_t>(rows) * shape.out * sizeof(__half)), "cudaMalloc");
       Check(cudaMalloc(&reference, static_cast<size_t>(rows) * shape.out * sizeof(__half)), "cudaMalloc");
+      Check(cudaMalloc(&products, static_cast<size_t>(rows) * weightRows * sizeof(__half)), "cudaMalloc");
       Fill<<<256, 256, 0, stream>>>(x, static_cast<size_t>(rows) * shape.in, 99u, 2.0f);
       const double bytes = static_cast<double>(weightBytes) + static_cast<double>(rows) * (shape.in + shape.out) * sizeof(__half);
       auto args = [&](int copy) {
@@ -169,12 +174,31 @@ int main(int argc, char** argv) {
         a.rows = rows;
         a.in = shape.in;
         a.out = shape.out;
-        a.activation = chorus::Activation::kNone;
+        a.activation = shape.gated ? chorus::Activation::kSilu : chorus::Activation::kNone;
         a.type = chorus::FloatType::kFloat16;
+        a.gated = shape.gated;
+        return a;
+      };
+      // Both products of a gated shape as one plain product (what a GEMM computes before the gating pass).
+      auto plain = [&](int copy) {
+        chorus::LinearArgs a = args(copy);
+        a.gated = false;
+        a.out = weightRows;
+        a.activation = chorus::Activation::kNone;
         return a;
       };
       // cublasGemmEx as ONNX Runtime's MatMul calls it (float32 sums), through the addon's own call.
-      auto gemmEx = [&](int copy, __half* into) { chorus::LinearGemmDevice(args(copy), blas, 0, shape.out, into, shape.out); };
+      // Gated shapes: the GEMM of both products, then the gating pass (the addon's path past 8 rows).
+      auto gemmEx = [&](int copy, __half* into) {
+        if (!shape.gated) {
+          chorus::LinearGemmDevice(args(copy), blas, 0, shape.out, into, shape.out);
+          return;
+        }
+        chorus::LinearGemmDevice(plain(copy), blas, 0, weightRows, products, weightRows);
+        chorus::LinearArgs a = args(copy);
+        a.y = into;
+        chorus::GatedDevice(a, products, stream);
+      };
       gemmEx(0, reference);
       auto timing = [&](double us) {
         Timing t;
@@ -191,12 +215,18 @@ int main(int argc, char** argv) {
         diff = Difference(y, reference, static_cast<size_t>(rows) * shape.out);
         addon = timing(TimeLaunches(stream, copies, [&](int c) { chorus::LinearRowsDevice(args(c), stream); }));
       }
-      if (rows <= kPreviousRows) previous = timing(TimeLaunches(stream, copies, [&](int c) { LaunchPrevious(args(c), stream); }));
+      if (rows <= kPreviousRows && !shape.gated) previous = timing(TimeLaunches(stream, copies, [&](int c) { LaunchPrevious(args(c), stream); }));
       blasTime = timing(TimeLaunches(stream, copies, [&](int c) { gemmEx(c, y); }));
-      const chorus::LinearArgs first = args(0);
-      if (chorus::LinearLtDevice(first, 0, shape.out, y, shape.out, false, nullptr, ltWorkspaceBytes, stream)) {
-        lt = timing(TimeLaunches(stream, copies, [&](int c) { chorus::LinearLtDevice(args(c), 0, shape.out, y, shape.out, false, ltWorkspace, ltWorkspaceBytes, stream); }));
+      auto ltProduct = [&](int c, void* workspace) {
+        const chorus::LinearArgs a = plain(c);
+        const bool ran = chorus::LinearLtDevice(a, 0, weightRows, shape.gated ? products : y, weightRows, false, workspace, ltWorkspaceBytes, stream);
+        if (ran && shape.gated && workspace != nullptr) chorus::GatedDevice(args(c), products, stream);
+        return ran;
+      };
+      if (ltProduct(0, nullptr)) {
+        lt = timing(TimeLaunches(stream, copies, [&](int c) { ltProduct(c, ltWorkspace); }));
         if (!kernelRows) {
+          ltProduct(0, ltWorkspace);
           Check(cudaStreamSynchronize(stream), "cuBLASLt");
           diff = Difference(y, reference, static_cast<size_t>(rows) * shape.out);
           addon = lt;
@@ -229,6 +259,7 @@ int main(int argc, char** argv) {
       cudaFree(x);
       cudaFree(y);
       cudaFree(reference);
+      cudaFree(products);
     }
     for (__half* w : weights) cudaFree(w);
   }
