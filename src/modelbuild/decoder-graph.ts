@@ -261,7 +261,12 @@ function decoderBody(
   // The residual stream: each block adds to x, and the norm that follows is taken of the sum (fused
   // into one Skip*Normalization in the cuda flavor).
   const present: Array<{ key: string; value: string }> = [];
-  let h = norm(g, spec, weights.layers[0]!.inputNorm, x, 'layers.0.input_norm');
+  // The slot decoders take the first RMSNorm as ONNX Runtime's one kernel (float32 inside, rounded once,
+  // as its fused residual norms after it), not seven a step.
+  let h =
+    slotLengths !== undefined && spec.norm === 'rmsnorm'
+      ? g.op('SimplifiedLayerNormalization', [x, g.weight('layers.0.input_norm.weight', weights.layers[0]!.inputNorm.weight)], { axis: -1, epsilon: float(spec.normEps), stash_type: 1 })
+      : norm(g, spec, weights.layers[0]!.inputNorm, x, 'layers.0.input_norm');
   weights.layers.forEach((layer, i) => {
     const attention = attend(g, context, layer, i, h, past[i]!);
     present.push({ key: attention.presentKey, value: attention.presentValue });
