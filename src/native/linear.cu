@@ -113,9 +113,10 @@ __device__ inline T Gate(float gate, float up, const T* bias, int o, int out, Ac
 }
 
 // The decode steps' products (1..kLinearKernelRows rows of x): a block of kThreads takes kOutputs
-// consecutive outputs (gated: 2 outputs, their gate rows and up rows) and all of K. Its threads stride over the weight rows together, 16 bytes a
-// thread and kAhead reads a row in flight, so each of the block's rows is read once, coalesced, and
-// each 16 bytes of x (read through L1, shared by the block's rows) serves kOutputs weights. The block
+// consecutive outputs (gated: 2 outputs, their gate rows and up rows) and all of K. Its threads stride
+// over the weight rows together, 16 bytes a thread and kAhead reads a row in flight, so each of the
+// block's rows is read once, coalesced, and each 16 bytes of x (read through L1, shared by the block's
+// rows) serves kOutputs weights. The block
 // splits K across its 8 warps (an in-block split-K: enough blocks for a 2048-wide layer on 132 SMs, and
 // no pass or workspace after), sums each thread's partials in float32 across its warp (shuffles), then
 // across the warps in shared memory, and one thread per output and row rounds the sum with its bias and
