@@ -5,6 +5,8 @@
 #include <library_types.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -103,6 +105,21 @@ __device__ inline T Finish(float sum, const T* bias, int o, Activation activatio
   return Narrow<T>(v);
 }
 
+// Programmatic dependent launch (sm_90 on): the wait for the kernel before this one in the stream (its
+// writes visible), and the signal that the kernel after this one may start. No-ops on older GPUs and
+// in plain launches.
+__device__ inline void WaitForPrevious() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ inline void LetDependentsStart() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ inline void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 // A gated Linear's output: the gate's sum and the up projection's, each rounded with its bias, the
 // gate's activation rounded, then their product rounded.
 template <typename T>
@@ -147,12 +164,26 @@ __global__ void __launch_bounds__(kThreads, 2) LinearRowsKernel(LinearArgs a) {
   }
   constexpr int kPer = 16 / sizeof(T);
   const bool vectors = a.in % kPer == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
+  const uint4* wv[kOutputs];
+#pragma unroll
+  for (int j = 0; j < kOutputs; j++) wv[j] = reinterpret_cast<const uint4*>(w + static_cast<size_t>(rowOf[j]) * a.in);
+  // Launched as a dependent launch, this block may start while the kernel before it (x's producer, or a
+  // reader of the memory y takes) still runs: the weights, which no kernel writes, are pulled into L2
+  // first, and x is read and y written only after the wait.
+  if (vectors) {
+#pragma unroll
+    for (int u = 0; u < kAhead; u++) {
+      const int c = threadIdx.x + u * kThreads;
+#pragma unroll
+      for (int j = 0; j < kOutputs; j++) {
+        if (c < a.in / kPer) PrefetchL2(wv[j] + c);
+      }
+    }
+  }
+  WaitForPrevious();
   if (vectors) {
     const int n = a.in / kPer;
     const uint4* xv = reinterpret_cast<const uint4*>(x);
-    const uint4* wv[kOutputs];
-#pragma unroll
-    for (int j = 0; j < kOutputs; j++) wv[j] = reinterpret_cast<const uint4*>(w + static_cast<size_t>(rowOf[j]) * a.in);
     // One 16-byte column c of the block's weight rows against the same column of each row of x.
     auto use = [&](int c, const uint4 (&weights)[kOutputs]) {
       Wide<T> wide[kOutputs];
@@ -195,6 +226,8 @@ __global__ void __launch_bounds__(kThreads, 2) LinearRowsKernel(LinearArgs a) {
       }
     }
   }
+  // A dependent launch after this one may start pulling its own weights now.
+  LetDependentsStart();
   __shared__ float partial[kWarpsPerBlock][kOutputs * R];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x / 32;
@@ -290,19 +323,46 @@ int CudaTypeOf(FloatType type) {
   }
 }
 
+// Whether the decode kernel goes out as a programmatic dependent launch (CHORUS_LINEAR_PDL=0: not):
+// on sm_90 it then starts while the kernel before it finishes, its weights' first reads under way.
+// Turned off for good where the driver refuses such a launch.
+std::atomic<bool> dependentLaunch{[] {
+  const char* value = std::getenv("CHORUS_LINEAR_PDL");
+  return value == nullptr || std::string(value) != "0";
+}()};
+
+template <typename T, int R>
+void LaunchRowsKernel(const LinearArgs& a, dim3 grid, cudaStream_t stream) {
+  if (dependentLaunch.load(std::memory_order_relaxed)) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    if (cudaLaunchKernelEx(&config, LinearRowsKernel<T, R>, a) == cudaSuccess) return;
+    cudaGetLastError();
+    dependentLaunch.store(false);
+  }
+  LinearRowsKernel<T, R><<<grid, kThreads, 0, stream>>>(a);
+}
+
 template <typename T>
 void LaunchRows(const LinearArgs& a, cudaStream_t stream) {
   const int perBlock = a.gated ? kOutputs / 2 : kOutputs;
   const dim3 grid((a.out + perBlock - 1) / perBlock);
   switch (a.rows) {
-    case 1: LinearRowsKernel<T, 1><<<grid, kThreads, 0, stream>>>(a); break;
-    case 2: LinearRowsKernel<T, 2><<<grid, kThreads, 0, stream>>>(a); break;
-    case 3: LinearRowsKernel<T, 3><<<grid, kThreads, 0, stream>>>(a); break;
-    case 4: LinearRowsKernel<T, 4><<<grid, kThreads, 0, stream>>>(a); break;
-    case 5: LinearRowsKernel<T, 5><<<grid, kThreads, 0, stream>>>(a); break;
-    case 6: LinearRowsKernel<T, 6><<<grid, kThreads, 0, stream>>>(a); break;
-    case 7: LinearRowsKernel<T, 7><<<grid, kThreads, 0, stream>>>(a); break;
-    case 8: LinearRowsKernel<T, 8><<<grid, kThreads, 0, stream>>>(a); break;
+    case 1: LaunchRowsKernel<T, 1>(a, grid, stream); break;
+    case 2: LaunchRowsKernel<T, 2>(a, grid, stream); break;
+    case 3: LaunchRowsKernel<T, 3>(a, grid, stream); break;
+    case 4: LaunchRowsKernel<T, 4>(a, grid, stream); break;
+    case 5: LaunchRowsKernel<T, 5>(a, grid, stream); break;
+    case 6: LaunchRowsKernel<T, 6>(a, grid, stream); break;
+    case 7: LaunchRowsKernel<T, 7>(a, grid, stream); break;
+    case 8: LaunchRowsKernel<T, 8>(a, grid, stream); break;
     default: throw std::invalid_argument("the Linear kernel takes 1.." + std::to_string(kLinearKernelRows) + " rows, not " + std::to_string(a.rows));
   }
 }
@@ -503,6 +563,8 @@ bool LinearLtDevice(const LinearArgs& a, int first, int count, void* y, int ldy,
           "cublasLtMatmul");
   return true;
 }
+
+void SetLinearDependentLaunch(bool on) { dependentLaunch.store(on); }
 
 void LinearRowsDevice(const LinearArgs& a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);

@@ -76,8 +76,12 @@ void LinearHost(const LinearArgs& args);
 // rows, so 8 rows of x cost the kernel's loads through L1 twice the weights' bytes, not 8 times (the
 // earlier kernel, one weight row a warp, took twice its 1-row time at 8 rows).
 constexpr int kLinearKernelRows = 8;
-// Device: y of x on `stream`, for at most kLinearKernelRows rows.
+// Device: y of x on `stream`, for at most kLinearKernelRows rows. On sm_90 the kernel goes out as a
+// programmatic dependent launch (unless CHORUS_LINEAR_PDL=0 or SetLinearDependentLaunch(false)): it
+// starts while the kernel before it finishes, pulling its weights into L2, and reads x only once that
+// kernel's writes are visible.
 void LinearRowsDevice(const LinearArgs& args, void* stream);
+void SetLinearDependentLaunch(bool on);
 // Device: y += bias, then the activation, in place (after a GEMM wrote y), on `stream`.
 void BiasActivateDevice(const LinearArgs& args, void* stream);
 // Device: a gated Linear's y from `products` [rows, 2 * out] (the gate's and the up projection's

@@ -4,7 +4,8 @@
 // cuBLAS columns: the GEMM of both, then the gating pass). Each case launches its product back to back inside a CUDA graph, over copies
 // of the weights that together exceed L2 (so each launch reads its weights from HBM), and reports the
 // time a launch, the bytes it moves (weights, x and y) per second and their share of the H100's
-// 3.35 TB/s. Each product is checked against cuBLAS (largest difference, in units of the output's
+// 3.35 TB/s ("addon, no PDL": the same kernel in plain launches, so consecutive launches do not
+// overlap). Each product is checked against cuBLAS (largest difference, in units of the output's
 // magnitude). Prints a table and writes JSON.
 //   bash bench/gpu/gemv/build.sh, then on the GPU host: bash bench/gpu/gemv/run.sh
 #include <cuda_fp16.h>
@@ -140,8 +141,8 @@ int main(int argc, char** argv) {
   cudaDeviceProp props;
   Check(cudaGetDeviceProperties(&props, 0), "cudaGetDeviceProperties");
   std::printf("%s, %d SMs; fp16, weights rotated over >= %zu MiB; us a launch, GB/s (%% of 3.35 TB/s)\n", props.name, props.multiProcessorCount, kRotationBytes >> 20);
-  std::printf("%-15s %-10s %5s %4s | %-22s | %-22s | %-22s | %-22s | %9s\n", "model", "product", "out", "rows", "addon Linear", "cuBLAS GemmEx", "previous kernel", "cuBLASLt (addon >8)",
-              "diff");
+  std::printf("%-15s %-13s %5s %4s | %-22s | %-22s | %-22s | %-22s | %-22s | %9s\n", "model", "product", "out", "rows", "addon Linear", "addon, no PDL", "cuBLAS GemmEx",
+              "previous kernel", "cuBLASLt (addon >8)", "diff");
   FILE* json = std::fopen(jsonPath.c_str(), "w");
   if (json == nullptr) {
     std::fprintf(stderr, "cannot write %s\n", jsonPath.c_str());
@@ -206,7 +207,7 @@ int main(int argc, char** argv) {
         t.gbs = bytes / (us * 1e-6) / 1e9;
         return t;
       };
-      Timing addon, blasTime, previous, lt;
+      Timing addon, addonPlain, blasTime, previous, lt;
       double diff = -1;
       const bool kernelRows = rows <= chorus::kLinearKernelRows;
       if (kernelRows) {
@@ -214,6 +215,9 @@ int main(int argc, char** argv) {
         Check(cudaStreamSynchronize(stream), "addon Linear");
         diff = Difference(y, reference, static_cast<size_t>(rows) * shape.out);
         addon = timing(TimeLaunches(stream, copies, [&](int c) { chorus::LinearRowsDevice(args(c), stream); }));
+        chorus::SetLinearDependentLaunch(false);
+        addonPlain = timing(TimeLaunches(stream, copies, [&](int c) { chorus::LinearRowsDevice(args(c), stream); }));
+        chorus::SetLinearDependentLaunch(true);
       }
       if (rows <= kPreviousRows && !shape.gated) previous = timing(TimeLaunches(stream, copies, [&](int c) { LaunchPrevious(args(c), stream); }));
       blasTime = timing(TimeLaunches(stream, copies, [&](int c) { gemmEx(c, y); }));
@@ -240,8 +244,8 @@ int main(int argc, char** argv) {
         std::snprintf(text, sizeof text, "%7.2f %6.0f (%3.0f%%)", t.us, t.gbs, 100 * t.gbs * 1e9 / kPeakBytesPerSecond);
         return std::string(text);
       };
-      std::printf("%-15s %-10s %5d %4d | %-22s | %-22s | %-22s | %-22s | %9.2e\n", shape.model, shape.product, shape.out, rows, cell(addon).c_str(), cell(blasTime).c_str(),
-                  cell(previous).c_str(), cell(lt).c_str(), diff);
+      std::printf("%-15s %-13s %5d %4d | %-22s | %-22s | %-22s | %-22s | %-22s | %9.2e\n", shape.model, shape.product, shape.out, rows, cell(addon).c_str(), cell(addonPlain).c_str(),
+                  cell(blasTime).c_str(), cell(previous).c_str(), cell(lt).c_str(), diff);
       std::fflush(stdout);
       auto field = [](const Timing& t, const char* name) {
         char text[128];
@@ -252,9 +256,9 @@ int main(int argc, char** argv) {
         }
         return std::string(text);
       };
-      std::fprintf(json, "%s  {\"model\": \"%s\", \"product\": \"%s\", \"out\": %d, \"in\": %d, \"rows\": %d, \"addon_path\": \"%s\", %s, %s, %s, %s, \"relative_difference\": %.3e}",
+      std::fprintf(json, "%s  {\"model\": \"%s\", \"product\": \"%s\", \"out\": %d, \"in\": %d, \"rows\": %d, \"addon_path\": \"%s\", %s, %s, %s, %s, %s, \"relative_difference\": %.3e}",
                    firstRow ? "" : ",\n", shape.model, shape.product, shape.out, shape.in, rows, kernelRows ? "kernel" : "cuBLASLt", field(addon, "addon").c_str(),
-                   field(blasTime, "cublas_gemm_ex").c_str(), field(previous, "previous_kernel").c_str(), field(lt, "cublas_lt").c_str(), diff);
+                   field(addonPlain, "addon_no_pdl").c_str(), field(blasTime, "cublas_gemm_ex").c_str(), field(previous, "previous_kernel").c_str(), field(lt, "cublas_lt").c_str(), diff);
       firstRow = false;
       cudaFree(x);
       cudaFree(y);
