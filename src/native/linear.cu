@@ -565,6 +565,7 @@ bool LinearLtDevice(const LinearArgs& a, int first, int count, void* y, int ldy,
 }
 
 void SetLinearDependentLaunch(bool on) { dependentLaunch.store(on); }
+bool LinearDependentLaunch() { return dependentLaunch.load(); }
 
 void LinearRowsDevice(const LinearArgs& a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);

@@ -82,6 +82,7 @@ constexpr int kLinearKernelRows = 8;
 // kernel's writes are visible.
 void LinearRowsDevice(const LinearArgs& args, void* stream);
 void SetLinearDependentLaunch(bool on);
+bool LinearDependentLaunch();
 // Device: y += bias, then the activation, in place (after a GEMM wrote y), on `stream`.
 void BiasActivateDevice(const LinearArgs& args, void* stream);
 // Device: a gated Linear's y from `products` [rows, 2 * out] (the gate's and the up projection's

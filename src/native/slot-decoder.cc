@@ -1,6 +1,7 @@
 #include "slot-decoder.h"
 
 #include "custom-op.h"
+#include "linear.h"
 
 #include <onnxruntime_run_options_config_keys.h>
 #include <onnxruntime_session_options_config_keys.h>
@@ -727,6 +728,34 @@ void SlotDecoder::RunBoundStep(int rows) {
   session_->Run(Ort::RunOptions(), io);
 }
 
+std::string SlotDecoder::CaptureStep(int rows, void** exec) {
+  auto stream = static_cast<cudaStream_t>(stream_);
+  const int32_t total = options_.maxLength;
+  const StepInputs inputs{idsDevice_, positionsDevice_, seqlensDevice_, sourceLengthsDevice_, &total, true};
+  std::vector<Ort::Value> values;
+  Ort::IoBinding io(*session_);
+  BindStep(io, values, 0, rows, 1, inputs);
+  Ort::RunOptions capture;
+  capture.AddConfigEntry(kOrtRunOptionsConfigDisableSynchronizeExecutionProviders, "1");
+  Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  cudaGraph_t graph = nullptr;
+  std::string failure;
+  try {
+    session_->Run(capture, io);
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    if (ended != cudaSuccess) throw std::runtime_error(std::string("cudaStreamEndCapture: ") + cudaGetErrorString(ended));
+    cudaGraphExec_t made = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&made, graph, 0);
+    if (status != cudaSuccess) throw std::runtime_error(std::string("cudaGraphInstantiate: ") + cudaGetErrorString(status));
+    *exec = made;
+  } catch (const std::exception& e) {
+    failure = e.what();
+    if (failure.empty()) failure = "the capture failed";
+  }
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  return failure;
+}
+
 void SlotDecoder::LaunchGraph(int rows, void* const* events) {
   auto stream = static_cast<cudaStream_t>(stream_);
   // An error some other call left on this thread is not this step's.
@@ -747,27 +776,16 @@ void SlotDecoder::LaunchGraph(int rows, void* const* events) {
     // launched after it writes the same keys, values and logits again.
     Check(cudaEventRecord(static_cast<cudaEvent_t>(events[0]), stream), "cudaEventRecord");
     RunBoundStep(rows);
-    const int32_t total = options_.maxLength;
-    const StepInputs inputs{idsDevice_, positionsDevice_, seqlensDevice_, sourceLengthsDevice_, &total, true};
-    std::vector<Ort::Value> values;
-    Ort::IoBinding io(*session_);
-    BindStep(io, values, 0, rows, 1, inputs);
-    Ort::RunOptions capture;
-    capture.AddConfigEntry(kOrtRunOptionsConfigDisableSynchronizeExecutionProviders, "1");
-    Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    std::string failure;
-    try {
-      session_->Run(capture, io);
-      const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
-      if (ended != cudaSuccess) throw std::runtime_error(std::string("cudaStreamEndCapture: ") + cudaGetErrorString(ended));
-      const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
-      if (made != cudaSuccess) throw std::runtime_error(std::string("cudaGraphInstantiate: ") + cudaGetErrorString(made));
-    } catch (const std::exception& e) {
-      failure = e.what();
+    void* exec = nullptr;
+    std::string failure = CaptureStep(rows, &exec);
+    if (!failure.empty() && LinearDependentLaunch()) {
+      // A driver that cannot capture the Linear kernel's dependent launches: the capture is tried once
+      // more with plain launches, which stay (in every decoder) where that one succeeds.
+      EndFailedCapture(stream);
+      SetLinearDependentLaunch(false);
+      failure = CaptureStep(rows, &exec);
+      if (!failure.empty()) SetLinearDependentLaunch(true);
     }
-    if (graph != nullptr) cudaGraphDestroy(graph);
     if (!failure.empty()) {
       // Some operator of this model cannot be captured (one ONNX Runtime placed on the CPU waits on the
       // GPU, or a kernel synchronizes): the step the plain run made stands, and every later step runs

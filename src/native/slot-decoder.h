@@ -202,6 +202,9 @@ class SlotDecoder {
   void LaunchGraph(int rows, void* const* events);
   // A decode step of `rows` rows as a session run bound at the graphs' device buffers.
   void RunBoundStep(int rows);
+  // Captures that step as a graph into *exec (a cudaGraphExec_t); the cause where the capture failed
+  // (the stream may then still be capturing), else empty.
+  std::string CaptureStep(int rows, void** exec);
   // The greedy run of the graphs: see DecodeGreedy.
   GreedyRun DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& remaining, int endId,
                                  int maxSteps, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft, const StepIds& onStep);
