@@ -22,6 +22,7 @@ import {
   MS,
   norm,
   packedQkv,
+  plainWeights,
   type Projected,
   projectBiasAfter,
   required,
@@ -469,8 +470,14 @@ function mlp(g: GraphBuilder, c: GraphContext, w: DecoderLayerWeights, index: nu
   let inner: string;
   if (c.spec.mlp === 'silu_gated') {
     const gateWeights = required(w.gate, `layer ${index} gate projection`);
-    // Through Linear, the gate's projection, its SiLU, the up projection and their product are one operator.
-    inner = g.addonLinear ? gatedLinear(g, gateWeights, w.up, m, name, 'silu') : g.op('Mul', [silu(g, linear(g, gateWeights, m, `${name}.gate`)), linear(g, w.up, m, `${name}.up`)]);
+    // Through Linear, the gate's projection, its SiLU, the up projection and their product are one
+    // operator (plain weights only: quantized projections stay apart).
+    if (g.addonLinear && plainWeights(gateWeights) && plainWeights(w.up)) {
+      inner = gatedLinear(g, gateWeights, w.up, m, name, 'silu');
+    } else {
+      const gate = g.addonLinear ? linearWith(g, gateWeights, m, `${name}.gate`, 'silu') : silu(g, linear(g, gateWeights, m, `${name}.gate`));
+      inner = g.op('Mul', [gate, linear(g, w.up, m, `${name}.up`)]);
+    }
   } else if (g.addonLinear) {
     inner = linearWith(g, w.up, m, `${name}.up`, 'gelu_tanh');
   } else if (c.flavor === 'cuda') {
