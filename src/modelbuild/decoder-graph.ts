@@ -15,6 +15,7 @@ import {
   capped,
   defaultSlotLinear,
   FLOAT32_MIN,
+  gatedLinear,
   geluPytorchTanh,
   geluTanh,
   linear,
@@ -23,6 +24,7 @@ import {
   MS,
   norm,
   packedQkv,
+  plainWeights,
   type Projected,
   projectBiasAfter,
   required,
@@ -268,7 +270,12 @@ function decoderBody(
   // The residual stream: each block adds to x, and the norm that follows is taken of the sum (fused
   // into one Skip*Normalization in the cuda flavor).
   const present: Array<{ key: string; value: string }> = [];
-  let h = norm(g, spec, weights.layers[0]!.inputNorm, x, 'layers.0.input_norm');
+  // The slot decoders take the first RMSNorm as ONNX Runtime's one kernel (float32 inside, rounded once,
+  // as its fused residual norms after it), not seven a step.
+  let h =
+    slotLengths !== undefined && spec.norm === 'rmsnorm'
+      ? g.op('SimplifiedLayerNormalization', [x, g.weight('layers.0.input_norm.weight', weights.layers[0]!.inputNorm.weight)], { axis: -1, epsilon: float(spec.normEps), stash_type: 1 })
+      : norm(g, spec, weights.layers[0]!.inputNorm, x, 'layers.0.input_norm');
   weights.layers.forEach((layer, i) => {
     const attention = attend(g, context, layer, i, h, past[i]!);
     present.push({ key: attention.presentKey, value: attention.presentValue });
@@ -487,9 +494,14 @@ function mlp(g: GraphBuilder, c: GraphContext, w: DecoderLayerWeights, index: nu
   let inner: string;
   if (c.spec.mlp === 'silu_gated') {
     const gateWeights = required(w.gate, `layer ${index} gate projection`);
-    // Through Linear, SiLU is taken inside the gate's projection.
-    const gate = g.addonLinear ? linearWith(g, gateWeights, m, `${name}.gate`, 'silu') : silu(g, linear(g, gateWeights, m, `${name}.gate`));
-    inner = g.op('Mul', [gate, linear(g, w.up, m, `${name}.up`)]);
+    // Through Linear, the gate's projection, its SiLU, the up projection and their product are one
+    // operator (plain weights only: quantized projections stay apart).
+    if (g.addonLinear && plainWeights(gateWeights) && plainWeights(w.up)) {
+      inner = gatedLinear(g, gateWeights, w.up, m, name, 'silu');
+    } else {
+      const gate = g.addonLinear ? linearWith(g, gateWeights, m, `${name}.gate`, 'silu') : silu(g, linear(g, gateWeights, m, `${name}.gate`));
+      inner = g.op('Mul', [gate, linear(g, w.up, m, `${name}.up`)]);
+    }
   } else if (c.spec.mlp === 'gelu_tanh_gated') {
     const gateWeights = required(w.gate, `layer ${index} gate projection`);
     const gate = g.addonLinear

@@ -105,6 +105,28 @@ export function linearWith(g: GraphBuilder, w: Linear, x: string, name: string, 
   return addonLinear(g, x, weight, bias, { activation });
 }
 
+/**
+ * A gated MLP's `activation(x @ gate + bias) * (x @ up + bias)` as one of the addon's Linear operators
+ * (`gated`: its weight the gate's rows then the up projection's, concatenated and transposed in the
+ * graph, which ONNX Runtime folds when the session loads): the two products read in one kernel, with
+ * the rounding of two Linear operators and a Mul. The weights are named as `linear` names them, the
+ * gate's first.
+ */
+export function gatedLinear(g: GraphBuilder, gate: Linear, up: Linear, x: string, name: string, activation: LinearActivation): string {
+  if (!plainWeights(gate) || !plainWeights(up)) throw new ChorusError('CHORUS_INTERNAL', `${name}: a gated Linear takes plain weights, not quantized ones`);
+  const a = linearWeights(g, gate, `${name}.gate`);
+  const b = linearWeights(g, up, `${name}.up`);
+  if ((a.bias === undefined) !== (b.bias === undefined)) throw new ChorusError('CHORUS_UNSUPPORTED', `${name}: the gate and up projections must both have biases or neither`);
+  const weight = g.op('Transpose', [g.op('Concat', [a.weight, b.weight], { axis: 1 }, { name: `${name}.gate_up.weight` })], { perm: [1, 0] });
+  const bias = a.bias === undefined ? [] : [g.op('Concat', [a.bias, b.bias!], { axis: 0 }, { name: `${name}.gate_up.bias` })];
+  return g.op('Linear', [x, weight, ...bias], { activation, gated: 1 }, { domain: 'chorus' });
+}
+
+/** Whether a projection's weight is plain floats: not one a quantized build gives (in `quantized`), which gatedLinear cannot concatenate. */
+export function plainWeights(w: Linear): boolean {
+  return !('quantized' in w) || w.quantized === undefined;
+}
+
 /** Lanes of ones a float16 projection with a bias adds to its input; the weight gains the bias row and zero rows (the width stays a multiple of 8). */
 const BIAS_LANES = 8;
 

@@ -256,7 +256,8 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
                         InstanceMethod("setBlockTable", &SlotDecoderWrap::SetBlockTable), InstanceMethod("copyBlocks", &SlotDecoderWrap::CopyBlocks),
                         InstanceAccessor("cacheBlocks", &SlotDecoderWrap::CacheBlocks, nullptr), InstanceAccessor("deviceMemory", &SlotDecoderWrap::PlannedMemory, nullptr),
                         InstanceMethod("close", &SlotDecoderWrap::Close), InstanceAccessor("cacheBytes", &SlotDecoderWrap::CacheBytes, nullptr),
-                        InstanceAccessor("sessionMs", &SlotDecoderWrap::SessionMs, nullptr), InstanceAccessor("callMs", &SlotDecoderWrap::CallMs, nullptr)});
+                        InstanceAccessor("sessionMs", &SlotDecoderWrap::SessionMs, nullptr), InstanceAccessor("callMs", &SlotDecoderWrap::CallMs, nullptr),
+                        InstanceAccessor("graphFailure", &SlotDecoderWrap::GraphFailure, nullptr)});
   }
 
   explicit SlotDecoderWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<SlotDecoderWrap>(info) {
@@ -492,6 +493,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
 
   Napi::Value SessionMs(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), decoder_ ? decoder_->sessionMs() : 0); }
   Napi::Value CallMs(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), decoder_ ? decoder_->callMs() : 0); }
+  Napi::Value GraphFailure(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), decoder_ ? decoder_->graphFailure() : ""); }
 
   SlotDecoderOptions options_;
   std::unique_ptr<SlotDecoder> decoder_;

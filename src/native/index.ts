@@ -182,6 +182,8 @@ export interface NativeSlotDecoder {
   /** Milliseconds so far inside ONNX Runtime's runs, and inside the decoder's calls in all (runs, argmax, copies). */
   readonly sessionMs: number;
   readonly callMs: number;
+  /** Why CUDA graphs were turned off (a decode step's capture failed; its steps run uncaptured since); empty while they are on. */
+  readonly graphFailure: string;
 }
 
 /**

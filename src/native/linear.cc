@@ -39,7 +39,10 @@ void LinearHost(const LinearArgs& a) {
   std::vector<float> x(static_cast<size_t>(a.rows) * in);
   Widen(a.x, a.type, 0, x.size(), x.data());
   std::vector<float> w(in);
-  for (int o = 0; o < a.out; o++) {
+  // Gated: the gate's rows come first; each row's activated gate waits for its up projection.
+  const int products = a.gated ? 2 * a.out : a.out;
+  std::vector<float> gates(a.gated ? static_cast<size_t>(a.rows) * a.out : 0);
+  for (int o = 0; o < products; o++) {
     Widen(a.weight, a.type, static_cast<size_t>(o) * in, in, w.data());
     const float bias = a.bias == nullptr ? 0.0f : ElementAt(a.bias, a.type, o);
     for (int r = 0; r < a.rows; r++) {
@@ -47,9 +50,15 @@ void LinearHost(const LinearArgs& a) {
       float sum = 0;
       for (size_t k = 0; k < in; k++) sum += row[k] * w[k];
       float v = Round(sum + bias, a.type);
-      if (a.activation != Activation::kNone) v = Round(Activate(v, a.activation), a.type);
-      const size_t at = static_cast<size_t>(r) * a.out + o;
-      PutElement(a.y, a.type, at, v);
+      const bool up = a.gated && o >= a.out;
+      if (a.activation != Activation::kNone && !up) v = Round(Activate(v, a.activation), a.type);
+      const int output = up ? o - a.out : o;
+      const size_t at = static_cast<size_t>(r) * a.out + output;
+      if (a.gated && !up) {
+        gates[at] = v;
+      } else {
+        PutElement(a.y, a.type, at, up ? Round(gates[at] * v, a.type) : v);
+      }
     }
   }
 }
@@ -75,6 +84,11 @@ struct LinearKernel : KernelBase<LinearKernel> {
       // No attribute: no activation.
     }
     activation_ = ActivationNamed(name);
+    try {
+      gated_ = kernel.GetAttribute<int64_t>("gated") != 0;
+    } catch (const Ort::Exception&) {
+      // No attribute: one projection.
+    }
   }
 
   void Compute(OrtKernelContext* context) {
@@ -87,23 +101,25 @@ struct LinearKernel : KernelBase<LinearKernel> {
     if (weightShape.size() != 2 || weightShape[1] != shape.back()) {
       throw std::invalid_argument("weight must be [out, in] with in = x's last axis (" + std::to_string(shape.back()) + ")");
     }
+    if (gated_ && weightShape[0] % 2 != 0) throw std::invalid_argument("a gated Linear's weight must be [2 * out, in] (the gate's rows, then the up projection's), not " + std::to_string(weightShape[0]) + " rows");
     LinearArgs args{};
     args.in = static_cast<int>(shape.back());
-    args.out = static_cast<int>(weightShape[0]);
+    args.out = static_cast<int>(gated_ ? weightShape[0] / 2 : weightShape[0]);
     args.activation = activation_;
     args.type = type_;
+    args.gated = gated_;
     args.x = x.GetTensorRawData();
     args.weight = weight.GetTensorRawData();
     if (Given(ctx, 2)) {
       const Ort::ConstValue bias = ctx.GetInput(2);
-      if (ShapeOf(bias) != std::vector<int64_t>{weightShape[0]}) throw std::invalid_argument("bias must be [out] (" + std::to_string(weightShape[0]) + ")");
+      if (ShapeOf(bias) != std::vector<int64_t>{weightShape[0]}) throw std::invalid_argument("bias must be [weight's rows] (" + std::to_string(weightShape[0]) + ")");
       args.bias = bias.GetTensorRawData();
     }
     int64_t rows = 1;
     for (size_t d = 0; d + 1 < shape.size(); d++) rows *= shape[d];
     if (rows > std::numeric_limits<int>::max()) throw std::invalid_argument("x has more rows than an int counts");
     args.rows = static_cast<int>(rows);
-    shape.back() = weightShape[0];
+    shape.back() = args.out;
     Ort::UnownedValue y = ctx.GetOutput(0, shape);
     args.y = y.GetTensorMutableRawData();
     if (args.rows == 0 || args.out == 0) return;
@@ -115,7 +131,20 @@ struct LinearKernel : KernelBase<LinearKernel> {
       } else {
         void* handle = nullptr;
         Ort::ThrowOnError(Ort::GetApi().KernelContext_GetResource(context, kCudaResourceVersion, kCublasHandleResource, &handle));
-        Gemm(ctx, y.GetTensorMemoryInfo(), args, handle, stream);
+        if (args.gated) {
+          // Both products into scratch rows (each rounded with its bias), then the gate applied in one pass.
+          Ort::Allocator allocator = ctx.GetAllocator(*y.GetTensorMemoryInfo());
+          Ort::MemoryAllocation products = allocator.GetAllocation(static_cast<size_t>(args.rows) * 2 * args.out * ElementBytes(args.type));
+          LinearArgs both = args;
+          both.gated = false;
+          both.out = 2 * args.out;
+          both.activation = Activation::kNone;
+          both.y = products.get();
+          Gemm(ctx, y.GetTensorMemoryInfo(), both, handle, stream);
+          GatedDevice(args, products.get(), stream);
+        } else {
+          Gemm(ctx, y.GetTensorMemoryInfo(), args, handle, stream);
+        }
       }
       const cudaError_t status = cudaGetLastError();
       if (status != cudaSuccess) throw std::runtime_error(std::string("kernel: ") + cudaGetErrorString(status));
@@ -126,6 +155,7 @@ struct LinearKernel : KernelBase<LinearKernel> {
   }
 
   Activation activation_ = Activation::kNone;
+  bool gated_ = false;
 
 #ifdef CHORUS_WITH_CUDA
   // More rows: one GEMM by cuBLASLt, the bias (and a ReLU) in its epilogue, or by cublasGemmEx where

@@ -5,6 +5,8 @@
 #include <library_types.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -21,10 +23,9 @@ namespace chorus {
 
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / 32;
-// 16-byte reads a lane keeps in flight along a weight row.
-constexpr int kAhead = 4;
+constexpr int kThreads = 256;
+// 16-byte reads a thread keeps in flight along each weight row.
+constexpr int kAhead = 2;
 
 // 16 bytes of T widened to float32: 8 halves or 4 floats.
 template <typename T>
@@ -104,56 +105,175 @@ __device__ inline T Finish(float sum, const T* bias, int o, Activation activatio
   return Narrow<T>(v);
 }
 
-// One warp per output o: its weight row read once (16 bytes a lane, kAhead reads in flight) against
-// each of the R rows of x (from the cache: every warp reads them), summed across the warp.
+// Programmatic dependent launch (sm_90 on): the wait for the kernel before this one in the stream (its
+// writes visible), and the signal that the kernel after this one may start. No-ops on older GPUs and
+// in plain launches.
+__device__ inline void WaitForPrevious() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ inline void LetDependentsStart() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ inline void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// A gated Linear's output: the gate's sum and the up projection's, each rounded with its bias, the
+// gate's activation rounded, then their product rounded.
+template <typename T>
+__device__ inline T Gate(float gate, float up, const T* bias, int o, int out, Activation activation) {
+  float g = RoundTo<T>(bias == nullptr ? gate : gate + Load(bias + o));
+  if (activation != Activation::kNone) g = RoundTo<T>(Activate(g, activation));
+  return Narrow<T>(g * RoundTo<T>(bias == nullptr ? up : up + Load(bias + out + o)));
+}
+
+// The decode steps' products (1..kLinearKernelRows rows of x): a block of kThreads takes kOutputs
+// consecutive outputs (gated: 2 outputs, their gate rows and up rows) and all of K. Its threads stride
+// over the weight rows together, 16 bytes a thread and kAhead reads a row in flight, so each of the
+// block's rows is read once, coalesced, and each 16 bytes of x (read through L1, shared by the block's
+// rows) serves kOutputs weights. The block
+// splits K across its 8 warps (an in-block split-K: enough blocks for a 2048-wide layer on 132 SMs, and
+// no pass or workspace after), sums each thread's partials in float32 across its warp (shuffles), then
+// across the warps in shared memory, and one thread per output and row rounds the sum with its bias and
+// applies the activation.
+constexpr int kOutputs = 4;
+constexpr int kWarpsPerBlock = kThreads / 32;
+
 template <typename T, int R>
-__global__ void __launch_bounds__(kThreads) LinearRowsKernel(LinearArgs a) {
-  const int lane = threadIdx.x & 31;
-  const int o = blockIdx.x * kWarps + threadIdx.x / 32;
-  if (o >= a.out) return;
+__global__ void __launch_bounds__(kThreads, 2) LinearRowsKernel(LinearArgs a) {
+  const bool gated = a.gated;
+  const int first = blockIdx.x * (gated ? kOutputs / 2 : kOutputs);
   const T* x = static_cast<const T*>(a.x);
-  const T* w = static_cast<const T*>(a.weight) + static_cast<size_t>(o) * a.in;
-  float acc[R];
+  const T* w = static_cast<const T*>(a.weight);
+  float acc[kOutputs][R];
 #pragma unroll
-  for (int r = 0; r < R; r++) acc[r] = 0;
+  for (int j = 0; j < kOutputs; j++) {
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[j][r] = 0;
+  }
+  // The weight row each of the block's kOutputs sums reads (gated: the gate's rows of outputs first and
+  // first + 1, then their up rows, a.out rows on). Outputs past the end read row `first` again (in
+  // bounds) and are not written.
+  int rowOf[kOutputs];
+#pragma unroll
+  for (int j = 0; j < kOutputs; j++) {
+    const int o = gated ? first + (j & 1) : first + j;
+    rowOf[j] = o >= a.out ? first : gated && j >= 2 ? a.out + o : o;
+  }
   constexpr int kPer = 16 / sizeof(T);
   const bool vectors = a.in % kPer == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
+  const uint4* wv[kOutputs];
+#pragma unroll
+  for (int j = 0; j < kOutputs; j++) wv[j] = reinterpret_cast<const uint4*>(w + static_cast<size_t>(rowOf[j]) * a.in);
+  // Launched as a dependent launch, this block may start while the kernel before it (x's producer, or a
+  // reader of the memory y takes) still runs: the weights, which no kernel writes, are pulled into L2
+  // first, and x is read and y written only after the wait.
+  if (vectors) {
+#pragma unroll
+    for (int u = 0; u < kAhead; u++) {
+      const int c = threadIdx.x + u * kThreads;
+#pragma unroll
+      for (int j = 0; j < kOutputs; j++) {
+        if (c < a.in / kPer) PrefetchL2(wv[j] + c);
+      }
+    }
+  }
+  WaitForPrevious();
   if (vectors) {
     const int n = a.in / kPer;
-    const uint4* wv = reinterpret_cast<const uint4*>(w);
     const uint4* xv = reinterpret_cast<const uint4*>(x);
-    // Each weight vector is widened once for all the rows.
-    auto use = [&](int c, const uint4& weights) {
-      const Wide<T> wide = Widen16<T>(weights);
+    // One 16-byte column c of the block's weight rows against the same column of each row of x.
+    auto use = [&](int c, const uint4 (&weights)[kOutputs]) {
+      Wide<T> wide[kOutputs];
 #pragma unroll
-      for (int r = 0; r < R; r++) acc[r] += Dot16<T>(wide, __ldg(xv + static_cast<size_t>(r) * n + c));
+      for (int j = 0; j < kOutputs; j++) wide[j] = Widen16<T>(weights[j]);
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const Wide<T> u = Widen16<T>(__ldg(xv + static_cast<size_t>(r) * n + c));
+#pragma unroll
+        for (int j = 0; j < kOutputs; j++) {
+#pragma unroll
+          for (int i = 0; i < Wide<T>::kCount; i++) acc[j][r] += wide[j].v[i] * u.v[i];
+        }
+      }
     };
-    int c = lane;
-    for (; c + (kAhead - 1) * 32 < n; c += kAhead * 32) {
-      uint4 ahead[kAhead];
+    int c = threadIdx.x;
+    for (; c + (kAhead - 1) * kThreads < n; c += kAhead * kThreads) {
+      uint4 ahead[kAhead][kOutputs];
 #pragma unroll
-      for (int u = 0; u < kAhead; u++) ahead[u] = __ldcs(wv + c + u * 32);
+      for (int u = 0; u < kAhead; u++) {
 #pragma unroll
-      for (int u = 0; u < kAhead; u++) use(c + u * 32, ahead[u]);
+        for (int j = 0; j < kOutputs; j++) ahead[u][j] = __ldcs(wv[j] + c + u * kThreads);
+      }
+#pragma unroll
+      for (int u = 0; u < kAhead; u++) use(c + u * kThreads, ahead[u]);
     }
-    for (; c < n; c += 32) use(c, __ldcs(wv + c));
+    for (; c < n; c += kThreads) {
+      uint4 one[kOutputs];
+#pragma unroll
+      for (int j = 0; j < kOutputs; j++) one[j] = __ldcs(wv[j] + c);
+      use(c, one);
+    }
   } else {
-    for (int k = lane; k < a.in; k += 32) {
-      const float wk = Load(w + k);
+    for (int k = threadIdx.x; k < a.in; k += kThreads) {
 #pragma unroll
-      for (int r = 0; r < R; r++) acc[r] += wk * Load(x + static_cast<size_t>(r) * a.in + k);
+      for (int r = 0; r < R; r++) {
+        const float xk = Load(x + static_cast<size_t>(r) * a.in + k);
+#pragma unroll
+        for (int j = 0; j < kOutputs; j++) acc[j][r] += Load(w + static_cast<size_t>(rowOf[j]) * a.in + k) * xk;
+      }
     }
   }
+  // A dependent launch after this one may start pulling its own weights now.
+  LetDependentsStart();
+  __shared__ float partial[kWarpsPerBlock][kOutputs * R];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x / 32;
 #pragma unroll
-  for (int r = 0; r < R; r++) {
+  for (int j = 0; j < kOutputs; j++) {
 #pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], offset);
+    for (int r = 0; r < R; r++) {
+      float v = acc[j][r];
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+      if (lane == 0) partial[warp][j * R + r] = v;
+    }
   }
-  const T* bias = static_cast<const T*>(a.bias);
-  T* y = static_cast<T*>(a.y);
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t < (gated ? kOutputs / 2 : kOutputs) * R) {
+    const int j = t / R;
+    const int r = t % R;
+    if (first + j < a.out) {
+      float sum = 0;
 #pragma unroll
-  for (int r = 0; r < R; r++) {
-    if (lane == r) y[static_cast<size_t>(r) * a.out + o] = Finish<T>(acc[r], bias, o, a.activation);
+      for (int q = 0; q < kWarpsPerBlock; q++) sum += partial[q][t];
+      T* y = static_cast<T*>(a.y) + static_cast<size_t>(r) * a.out + first + j;
+      const T* bias = static_cast<const T*>(a.bias);
+      if (gated) {
+        float up = 0;
+#pragma unroll
+        for (int q = 0; q < kWarpsPerBlock; q++) up += partial[q][t + 2 * R];
+        *y = Gate<T>(sum, up, bias, first + j, a.out, a.activation);
+      } else {
+        *y = Finish<T>(sum, bias, first + j, a.activation);
+      }
+    }
+  }
+}
+
+// A gated Linear's y from both products (rows of 2 * out, each rounded with its bias already).
+template <typename T>
+__global__ void GatedKernel(LinearArgs a, const T* products) {
+  T* y = static_cast<T*>(a.y);
+  const size_t total = static_cast<size_t>(a.rows) * a.out;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t r = i / a.out;
+    const int o = static_cast<int>(i % a.out);
+    const T* row = products + r * 2 * a.out;
+    y[i] = Gate<T>(Load(row + o), Load(row + a.out + o), nullptr, o, a.out, a.activation);
   }
 }
 
@@ -203,14 +323,46 @@ int CudaTypeOf(FloatType type) {
   }
 }
 
+// Whether the decode kernel goes out as a programmatic dependent launch (CHORUS_LINEAR_PDL=0: not):
+// on sm_90 it then starts while the kernel before it finishes, its weights' first reads under way.
+// Turned off for good where the driver refuses such a launch.
+std::atomic<bool> dependentLaunch{[] {
+  const char* value = std::getenv("CHORUS_LINEAR_PDL");
+  return value == nullptr || std::string(value) != "0";
+}()};
+
+template <typename T, int R>
+void LaunchRowsKernel(const LinearArgs& a, dim3 grid, cudaStream_t stream) {
+  if (dependentLaunch.load(std::memory_order_relaxed)) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    if (cudaLaunchKernelEx(&config, LinearRowsKernel<T, R>, a) == cudaSuccess) return;
+    cudaGetLastError();
+    dependentLaunch.store(false);
+  }
+  LinearRowsKernel<T, R><<<grid, kThreads, 0, stream>>>(a);
+}
+
 template <typename T>
 void LaunchRows(const LinearArgs& a, cudaStream_t stream) {
-  const dim3 grid((a.out + kWarps - 1) / kWarps);
+  const int perBlock = a.gated ? kOutputs / 2 : kOutputs;
+  const dim3 grid((a.out + perBlock - 1) / perBlock);
   switch (a.rows) {
-    case 1: LinearRowsKernel<T, 1><<<grid, kThreads, 0, stream>>>(a); break;
-    case 2: LinearRowsKernel<T, 2><<<grid, kThreads, 0, stream>>>(a); break;
-    case 3: LinearRowsKernel<T, 3><<<grid, kThreads, 0, stream>>>(a); break;
-    case 4: LinearRowsKernel<T, 4><<<grid, kThreads, 0, stream>>>(a); break;
+    case 1: LaunchRowsKernel<T, 1>(a, grid, stream); break;
+    case 2: LaunchRowsKernel<T, 2>(a, grid, stream); break;
+    case 3: LaunchRowsKernel<T, 3>(a, grid, stream); break;
+    case 4: LaunchRowsKernel<T, 4>(a, grid, stream); break;
+    case 5: LaunchRowsKernel<T, 5>(a, grid, stream); break;
+    case 6: LaunchRowsKernel<T, 6>(a, grid, stream); break;
+    case 7: LaunchRowsKernel<T, 7>(a, grid, stream); break;
+    case 8: LaunchRowsKernel<T, 8>(a, grid, stream); break;
     default: throw std::invalid_argument("the Linear kernel takes 1.." + std::to_string(kLinearKernelRows) + " rows, not " + std::to_string(a.rows));
   }
 }
@@ -412,6 +564,9 @@ bool LinearLtDevice(const LinearArgs& a, int first, int count, void* y, int ldy,
   return true;
 }
 
+void SetLinearDependentLaunch(bool on) { dependentLaunch.store(on); }
+bool LinearDependentLaunch() { return dependentLaunch.load(); }
+
 void LinearRowsDevice(const LinearArgs& a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   switch (a.type) {
@@ -431,6 +586,16 @@ void BiasActivateDevice(const LinearArgs& a, void* stream) {
     case FloatType::kFloat16: BiasActivate<__half>(a, vectors, blocks, s); break;
     case FloatType::kBFloat16: BiasActivate<__nv_bfloat16>(a, vectors, blocks, s); break;
     default: BiasActivate<float>(a, vectors, blocks, s); break;
+  }
+}
+
+void GatedDevice(const LinearArgs& a, const void* products, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  const int blocks = static_cast<int>(std::min<size_t>((static_cast<size_t>(a.rows) * a.out + 255) / 256, 8192));
+  switch (a.type) {
+    case FloatType::kFloat16: GatedKernel<__half><<<blocks, 256, 0, s>>>(a, static_cast<const __half*>(products)); break;
+    case FloatType::kBFloat16: GatedKernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(a, static_cast<const __nv_bfloat16*>(products)); break;
+    default: GatedKernel<float><<<blocks, 256, 0, s>>>(a, static_cast<const float*>(products)); break;
   }
 }
 

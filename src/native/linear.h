@@ -5,9 +5,15 @@
 //   outputs  y [..., out] = activation(x @ weight^T + bias)
 //   attributes  activation (string): "" (none), "relu", "gelu" (erf), "gelu_tanh" (gelu_new, FastGelu),
 //               "silu"
+//               gated (int, default 0): 1 for a gated MLP's two projections in one (SwiGLU, GeGLU): weight
+//               [2 * out, in] is the gate's rows then the up projection's (bias likewise), and
+//               y [..., out] = activation(x @ gate^T + gate_bias) * (x @ up^T + up_bias), each product
+//               rounded with its bias, the activation's result rounded, then their product rounded: what
+//               the gate's Linear, the up projection's and a Mul give apart, in one kernel (or one GEMM
+//               and one pass).
 // The sum is taken in float32 and rounded to the float type once with its bias, as PyTorch's addmm
 // rounds it; the activation is taken of that rounded value in float32 and rounded again.
-// On CUDA a step of up to 4 rows (the decode steps of small batches) runs as one kernel of our own that
+// On CUDA a step of up to 8 rows (the decode steps of small batches) runs as one kernel of our own that
 // reads each weight row once for all of them, bias and activation in its epilogue; more rows (prefills,
 // large batches) run as a cuBLASLt GEMM with the bias (and a ReLU) in its epilogue, then any other
 // activation in one pass; where cuBLASLt does not load or has no algorithm for the product, as a GEMM on
@@ -59,19 +65,29 @@ struct LinearArgs {
   int out;
   Activation activation;
   FloatType type;
+  bool gated = false;  // weight [2 * out, in]: y = activation(gate product) * up product
 };
 
 // Host: y of x, on host memory.
 void LinearHost(const LinearArgs& args);
 
 #ifdef CHORUS_WITH_CUDA
-// The most rows the device's own kernel takes; more go to cuBLAS (at 8 rows the kernel took twice its
-// 1-row time and cuBLAS was the faster; at 4 rows they were even, with bias and activation fused here).
-constexpr int kLinearKernelRows = 4;
-// Device: y of x on `stream`, for at most kLinearKernelRows rows.
+// The most rows the device's own kernel takes; more go to cuBLAS. Each 16 bytes of x serves 4 weight
+// rows, so 8 rows of x cost the kernel's loads through L1 twice the weights' bytes, not 8 times (the
+// earlier kernel, one weight row a warp, took twice its 1-row time at 8 rows).
+constexpr int kLinearKernelRows = 8;
+// Device: y of x on `stream`, for at most kLinearKernelRows rows. On sm_90 the kernel goes out as a
+// programmatic dependent launch (unless CHORUS_LINEAR_PDL=0 or SetLinearDependentLaunch(false)): it
+// starts while the kernel before it finishes, pulling its weights into L2, and reads x only once that
+// kernel's writes are visible.
 void LinearRowsDevice(const LinearArgs& args, void* stream);
+void SetLinearDependentLaunch(bool on);
+bool LinearDependentLaunch();
 // Device: y += bias, then the activation, in place (after a GEMM wrote y), on `stream`.
 void BiasActivateDevice(const LinearArgs& args, void* stream);
+// Device: a gated Linear's y from `products` [rows, 2 * out] (the gate's and the up projection's
+// products, each rounded with its bias already), on `stream`.
+void GatedDevice(const LinearArgs& args, const void* products, void* stream);
 // Device: outputs first..first + count - 1 of x @ weight^T by cuBLAS on `handle` (a cublasHandle_t
 // bound to the stream), without bias and activation, into `y`, whose rows are `ldy` elements apart.
 // cuBLAS is ONNX Runtime's CUDA provider's, found among the loaded libraries.

@@ -1,6 +1,7 @@
 #include "slot-decoder.h"
 
 #include "custom-op.h"
+#include "linear.h"
 
 #include <onnxruntime_run_options_config_keys.h>
 #include <onnxruntime_session_options_config_keys.h>
@@ -681,7 +682,12 @@ void SlotDecoder::BindStep(Ort::IoBinding& io, std::vector<Ort::Value>& values, 
 
 void SlotDecoder::UseDevice() {
 #ifdef CHORUS_WITH_CUDA
-  if (options_.cuda) Check(cudaSetDevice(options_.deviceId), "cudaSetDevice");
+  if (options_.cuda) {
+    Check(cudaSetDevice(options_.deviceId), "cudaSetDevice");
+    // Each call runs on a worker thread of a pool that every engine shares: a CUDA error another call
+    // left on it (ONNX Runtime reads it after each kernel) is not this call's.
+    cudaGetLastError();
+  }
 #endif
 }
 
@@ -697,36 +703,98 @@ void SlotDecoder::StageInputs(const std::vector<int64_t>& ids, const std::vector
   }
 }
 
+// The capture of a step failed: the stream out of capture mode, whatever it captured dropped, and the
+// thread's last CUDA error cleared. ONNX Runtime checks cudaGetLastError after each of its kernels, so an
+// error left behind would fail the next run of any session on this thread (a worker thread of the pool
+// that every engine shares), not just this decoder's.
+static void EndFailedCapture(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+    cudaGraph_t partial = nullptr;
+    cudaStreamEndCapture(stream, &partial);
+    if (partial != nullptr) cudaGraphDestroy(partial);
+  }
+  cudaGetLastError();
+  cudaStreamSynchronize(stream);
+  cudaGetLastError();
+}
+
+void SlotDecoder::RunBoundStep(int rows) {
+  const int32_t total = options_.maxLength;
+  const StepInputs inputs{idsDevice_, positionsDevice_, seqlensDevice_, sourceLengthsDevice_, &total, true};
+  std::vector<Ort::Value> values;
+  Ort::IoBinding io(*session_);
+  BindStep(io, values, 0, rows, 1, inputs);
+  session_->Run(Ort::RunOptions(), io);
+}
+
+std::string SlotDecoder::CaptureStep(int rows, void** exec) {
+  auto stream = static_cast<cudaStream_t>(stream_);
+  const int32_t total = options_.maxLength;
+  const StepInputs inputs{idsDevice_, positionsDevice_, seqlensDevice_, sourceLengthsDevice_, &total, true};
+  std::vector<Ort::Value> values;
+  Ort::IoBinding io(*session_);
+  BindStep(io, values, 0, rows, 1, inputs);
+  Ort::RunOptions capture;
+  capture.AddConfigEntry(kOrtRunOptionsConfigDisableSynchronizeExecutionProviders, "1");
+  Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  cudaGraph_t graph = nullptr;
+  std::string failure;
+  try {
+    session_->Run(capture, io);
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    if (ended != cudaSuccess) throw std::runtime_error(std::string("cudaStreamEndCapture: ") + cudaGetErrorString(ended));
+    cudaGraphExec_t made = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&made, graph, 0);
+    if (status != cudaSuccess) throw std::runtime_error(std::string("cudaGraphInstantiate: ") + cudaGetErrorString(status));
+    *exec = made;
+  } catch (const std::exception& e) {
+    failure = e.what();
+    if (failure.empty()) failure = "the capture failed";
+  }
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  return failure;
+}
+
 void SlotDecoder::LaunchGraph(int rows, void* const* events) {
   auto stream = static_cast<cudaStream_t>(stream_);
+  // An error some other call left on this thread is not this step's.
+  cudaGetLastError();
+  if (!graphFailure_.empty()) {
+    // Graphs are off for this decoder (a capture failed): the step runs as a session run bound at the
+    // same device buffers.
+    Check(cudaEventRecord(static_cast<cudaEvent_t>(events[0]), stream), "cudaEventRecord");
+    RunBoundStep(rows);
+    Check(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
+    return;
+  }
   auto found = graphs_.find(rows);
   if (found == graphs_.end()) {
     // The step is bound at the graphs' device buffers, its attention sized to the whole slot (each
     // row's seqlens_k says how much counts). A plain run first sizes ONNX Runtime's memory for this
     // batch, so that the captured run allocates nothing; it is the step itself, and the graph
     // launched after it writes the same keys, values and logits again.
-    const int32_t total = options_.maxLength;
-    const StepInputs inputs{idsDevice_, positionsDevice_, seqlensDevice_, sourceLengthsDevice_, &total, true};
-    std::vector<Ort::Value> values;
-    Ort::IoBinding io(*session_);
-    BindStep(io, values, 0, rows, 1, inputs);
-    session_->Run(Ort::RunOptions(), io);
-    Ort::RunOptions capture;
-    capture.AddConfigEntry(kOrtRunOptionsConfigDisableSynchronizeExecutionProviders, "1");
-    Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
-    cudaGraph_t graph = nullptr;
-    try {
-      session_->Run(capture, io);
-    } catch (...) {
-      cudaStreamEndCapture(stream, &graph);
-      if (graph != nullptr) cudaGraphDestroy(graph);
-      throw;
+    Check(cudaEventRecord(static_cast<cudaEvent_t>(events[0]), stream), "cudaEventRecord");
+    RunBoundStep(rows);
+    void* exec = nullptr;
+    std::string failure = CaptureStep(rows, &exec);
+    if (!failure.empty() && LinearDependentLaunch()) {
+      // A driver that cannot capture the Linear kernel's dependent launches: the capture is tried once
+      // more with plain launches, which stay (in every decoder) where that one succeeds.
+      EndFailedCapture(stream);
+      SetLinearDependentLaunch(false);
+      failure = CaptureStep(rows, &exec);
+      if (!failure.empty()) SetLinearDependentLaunch(true);
     }
-    Check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture (the decode step's graph)");
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    Check(made, "cudaGraphInstantiate");
+    if (!failure.empty()) {
+      // Some operator of this model cannot be captured (one ONNX Runtime placed on the CPU waits on the
+      // GPU, or a kernel synchronizes): the step the plain run made stands, and every later step runs
+      // that way. The first line of the cause is kept for the engine's log.
+      EndFailedCapture(stream);
+      graphFailure_ = failure.substr(0, failure.find('\n'));
+      Check(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
+      return;
+    }
     found = graphs_.emplace(rows, exec).first;
   }
   Check(cudaEventRecord(static_cast<cudaEvent_t>(events[0]), stream), "cudaEventRecord");
@@ -798,6 +866,7 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
 #else
 void SlotDecoder::StageInputs(const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int32_t>&, const std::vector<int32_t>&) {}
 void SlotDecoder::LaunchGraph(int, void* const*) {}
+void SlotDecoder::RunBoundStep(int) {}
 void SlotDecoder::AddGraphTime(void* const*) {}
 GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int32_t>&, int, int,
                                             const std::vector<int32_t>&, const std::vector<int32_t>&, const StepIds&) {

@@ -165,6 +165,8 @@ class SlotDecoder {
   // GPU), and inside this class's calls in all.
   double sessionMs() const { return sessionMs_; }
   double callMs() const { return callMs_; }
+  // Why CUDA graphs were turned off for this decoder (a capture that failed); empty while they are on.
+  const std::string& graphFailure() const { return graphFailure_; }
   size_t cacheBytes() const { return cacheBytes_; }
 
  private:
@@ -195,7 +197,14 @@ class SlotDecoder {
   void StageInputs(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions, const std::vector<int32_t>& seqlens,
                    const std::vector<int32_t>& sourceLengths);
   // Queues the captured decode step of `rows` rows (capturing it first when new), timed by events[0..1].
+  // Where a capture fails, the graphs are off for good (graphFailure() says why) and each step runs as
+  // RunBoundStep.
   void LaunchGraph(int rows, void* const* events);
+  // A decode step of `rows` rows as a session run bound at the graphs' device buffers.
+  void RunBoundStep(int rows);
+  // Captures that step as a graph into *exec (a cudaGraphExec_t); the cause where the capture failed
+  // (the stream may then still be capturing), else empty.
+  std::string CaptureStep(int rows, void** exec);
   // The greedy run of the graphs: see DecodeGreedy.
   GreedyRun DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& remaining, int endId,
                                  int maxSteps, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft, const StepIds& onStep);
@@ -280,6 +289,7 @@ class SlotDecoder {
   int32_t* sourceLengthsDevice_ = nullptr;
   int32_t* minLeftDevice_ = nullptr;
   std::map<int, void*> graphs_;
+  std::string graphFailure_;
   int32_t* hostIds_ = nullptr;
   void* events_[2][3] = {};
   void* stream_ = nullptr;

@@ -140,6 +140,28 @@ describe('chorus build --slot-decoder', () => {
     assert.equal(fp32.filter((n) => n.opType === 'Linear').length, 0);
   });
 
+  test("a gated MLP's gate, SiLU, up projection and product are one gated Linear in float16, its weight the gate's rows then the up's", () => {
+    makeCheckpoint({ arch: 'llama', size: 'tiny', seed: 4, out: join(root, 'llama-gated-ckpt') });
+    const out = join(root, 'llama-gated-fp16');
+    buildModel({ source: join(root, 'llama-gated-ckpt'), out, flavor: 'cuda', dtype: 'fp16', slotDecoder: true });
+    const layers = buildSpec<{ numLayers: number }>(out).numLayers;
+    for (const file of ['decoder_model_slots.onnx', 'decoder_model_paged.onnx']) {
+      const nodes = onnxProto.onnx.ModelProto.decode(readFileSync(join(out, 'onnx', file))).graph!.node!;
+      const gated = nodes.filter((n) => n.opType === 'Linear' && n.attribute?.some((a) => a.name === 'gated' && Number(a.i) === 1));
+      assert.equal(gated.length, layers, file);
+      for (const node of gated) {
+        assert.equal(Buffer.from(node.attribute!.find((a) => a.name === 'activation')!.s!).toString(), 'silu');
+        const transpose = nodes.find((n) => n.output!.includes(node.input![1]!))!;
+        const concat = nodes.find((n) => n.output!.includes(transpose.input![0]!))!;
+        assert.deepEqual(concat.input!.map((name) => name.replace(/^layers\.\d+\./, '')), ['gate.weight', 'up.weight']);
+      }
+      // q, k and v in one, the output projection, the gated MLP's one and the down projection; the head.
+      assert.equal(nodes.filter((n) => n.opType === 'Linear').length, 4 * layers + 1, file);
+      const linearOutputs = new Set(nodes.filter((n) => n.opType === 'Linear').flatMap((n) => n.output!));
+      assert.equal(nodes.filter((n) => n.opType === 'Mul' && n.input!.some((name) => linearOutputs.has(name))).length, 0, file);
+    }
+  });
+
   test('needs the cuda flavor for a decoder-only model and a decoder to generate with, naming the option', () => {
     const refused = (error: Error & { code?: string; param?: string }): boolean => error.code === 'CHORUS_UNSUPPORTED' && error.param === 'slotDecoder';
     assert.throws(() => buildModel({ source: join(root, 'gpt2-build-ckpt'), out: join(root, 'x'), slotDecoder: true }), refused);

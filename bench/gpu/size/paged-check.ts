@@ -54,10 +54,16 @@ for (const shape of shapes) {
     }
     const results: Record<string, { ids: number[][]; tokensPerSecond: number }> = {};
     const logs: string[] = [];
+    const graphs: Record<string, string> = {};
     for (const paged of [false, true]) {
       const path = paged ? 'paged' : 'slots';
       try {
-        const engine = await NativeEngine.open(dir, { provider: 'cuda', maxBatchSize: 8, cudaGraph: true, pagedCache: paged, log: (line) => logs.push(line) });
+        // A step that cannot be captured turns that engine's graphs off (it says so), and no other engine's.
+        const log = (line: string): void => {
+          logs.push(line);
+          if (line.startsWith('CUDA graphs off')) graphs[path] = line;
+        };
+        const engine = await NativeEngine.open(dir, { provider: 'cuda', maxBatchSize: 8, cudaGraph: true, pagedCache: paged, log });
         await greedyIds(engine); // the CUDA graphs captured
         results[path] = await greedyIds(engine);
         await engine.close();
@@ -76,12 +82,14 @@ for (const shape of shapes) {
       pagedTokensPerSecond: paged ? Math.round(paged.tokensPerSecond) : undefined,
       slotsTokensPerSecond: slots ? Math.round(slots.tokensPerSecond) : undefined,
       cache: logs.find((line) => line.startsWith('paged cache')),
+      graphsOff: Object.keys(graphs).length > 0 ? graphs : undefined,
     };
     rows.push(row);
     console.log(
       `${shape.name.padEnd(11)} ${dtype}  paged vs TS fp32 ${row.pagedVsTypeScriptFp32 ?? '-'}  slots vs TS fp32 ${row.slotsVsTypeScriptFp32 ?? '-'}  paged vs slots ${row.pagedVsSlots ?? '-'}  tok/s paged ${row.pagedTokensPerSecond ?? '-'} slots ${row.slotsTokensPerSecond ?? '-'}`,
     );
     if (row.cache !== undefined) console.log(`            ${row.cache}`);
+    for (const [path, line] of Object.entries(graphs)) console.log(`            ${path}: ${line}`);
   }
 }
 // The real shape's long rows (many blocks, positions split over blocks of threads) and its cache

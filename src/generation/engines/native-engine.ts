@@ -148,6 +148,9 @@ export class NativeEngine implements Engine {
   /** Encoder-decoders: each row's source tokens, and the request whose source each slot's cross-attention cache holds. */
   private sourceLengths: number[] = [];
   private crossOwners: Array<ActiveRequest | undefined> = [];
+  private log: ((line: string) => void) | undefined;
+  /** Whether the decoder's turning CUDA graphs off (a capture that failed) was logged. */
+  private graphFailureLogged = false;
   /** The step loop: prefills and decode steps until no request runs or waits. */
   private readonly loop = new TurnLoop(
     () => this.run(),
@@ -250,7 +253,9 @@ export class NativeEngine implements Engine {
     } else {
       options.log?.(`cache: ${slots} slots of ${slotLength} tokens, ${gib(decoder.cacheBytes)}`);
     }
-    return new NativeEngine(decoder, limits, model, options.onRequestDone, sourceLimit, slotLength, options.batchInvariant === true ? slots : undefined, greedySteps, paged);
+    const engine = new NativeEngine(decoder, limits, model, options.onRequestDone, sourceLimit, slotLength, options.batchInvariant === true ? slots : undefined, greedySteps, paged);
+    engine.log = options.log;
+    return engine;
   }
 
   /** Bytes of the preallocated cache. */
@@ -337,6 +342,10 @@ export class NativeEngine implements Engine {
         this.clearRows();
       }
       this.ledger.counters.steps++;
+      if (!this.graphFailureLogged && this.decoder.graphFailure !== '') {
+        this.graphFailureLogged = true;
+        this.log?.(`CUDA graphs off: a decode step could not be captured (${this.decoder.graphFailure}); its steps run uncaptured`);
+      }
       // Let submissions and cancellations in between steps.
       await new Promise<void>((resolve) => setImmediate(resolve));
     }

@@ -1,0 +1,274 @@
+// The addon's Linear at the decode steps' shapes, against cuBLAS (cublasGemmEx, what ONNX Runtime's
+// MatMul calls) and the kernel it replaced: TinyLlama-1.1B's and Llama-2-7B's projections in fp16 at
+// 1, 8 and 64 rows of x, and the gated MLP's gate and up projections as one gated Linear (SiLU; its
+// cuBLAS columns: the GEMM of both, then the gating pass). Each case launches its product back to back inside a CUDA graph, over copies
+// of the weights that together exceed L2 (so each launch reads its weights from HBM), and reports the
+// time a launch, the bytes it moves (weights, x and y) per second and their share of the H100's
+// 3.35 TB/s ("addon, no PDL": the same kernel in plain launches, so consecutive launches do not
+// overlap). Each product is checked against cuBLAS (largest difference, in units of the output's
+// magnitude). Prints a table and writes JSON.
+//   bash bench/gpu/gemv/build.sh, then on the GPU host: bash bench/gpu/gemv/run.sh
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "../../../src/native/linear.h"
+#include "previous.cuh"
+
+namespace {
+
+constexpr double kPeakBytesPerSecond = 3.35e12;
+constexpr size_t kRotationBytes = 256u << 20;  // weights read per graph: five times the H100's L2
+constexpr int kLaunches = 32;
+constexpr int kRepeats = 5;
+
+void Check(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
+  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
+  std::exit(2);
+}
+
+// A cuBLAS handle on `stream`, from the libcublas that ONNX Runtime's CUDA provider loads (no headers
+// needed: the addon calls cuBLAS the same way).
+void* BlasHandle(cudaStream_t stream) {
+  void* library = dlopen("libcublas.so.13", RTLD_NOW | RTLD_GLOBAL);
+  if (library == nullptr) library = dlopen("libcublas.so.12", RTLD_NOW | RTLD_GLOBAL);
+  if (library == nullptr) {
+    std::fprintf(stderr, "libcublas.so.13 (or .12) does not load: put ONNX Runtime's CUDA libraries on LD_LIBRARY_PATH\n");
+    std::exit(2);
+  }
+  auto create = reinterpret_cast<int (*)(void**)>(dlsym(library, "cublasCreate_v2"));
+  auto setStream = reinterpret_cast<int (*)(void*, cudaStream_t)>(dlsym(library, "cublasSetStream_v2"));
+  void* handle = nullptr;
+  if (create == nullptr || setStream == nullptr || create(&handle) != 0 || setStream(handle, stream) != 0) {
+    std::fprintf(stderr, "cublasCreate failed\n");
+    std::exit(2);
+  }
+  return handle;
+}
+
+__global__ void Fill(__half* p, size_t n, uint32_t seed, float scale) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    p[i] = __float2half((static_cast<float>(h & 0xffff) / 65535.0f - 0.5f) * scale);
+  }
+}
+
+struct Shape {
+  const char* model;
+  const char* product;
+  int out, in;
+  bool gated = false;  // a gated Linear: 2 * out weight rows, out outputs
+};
+
+struct Timing {
+  double us = -1;
+  double gbs = -1;
+};
+
+// Microseconds a launch of `launch(copy)` over kLaunches launches in one graph (rotating over `copies`
+// weight copies), the best of kRepeats.
+template <class Launch>
+double TimeLaunches(cudaStream_t stream, int copies, Launch launch) {
+  cudaGraph_t graph;
+  Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  for (int i = 0; i < kLaunches; i++) launch(i % copies);
+  Check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec;
+  Check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  cudaEvent_t start, stop;
+  Check(cudaEventCreate(&start), "cudaEventCreate");
+  Check(cudaEventCreate(&stop), "cudaEventCreate");
+  Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");  // warm
+  double best = 1e30;
+  for (int r = 0; r < kRepeats; r++) {
+    Check(cudaEventRecord(start, stream), "cudaEventRecord");
+    Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    Check(cudaEventRecord(stop, stream), "cudaEventRecord");
+    Check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    Check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    best = std::min(best, 1000.0 * ms / kLaunches);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return best;
+}
+
+// The largest |a - b| over the largest |b|.
+double Difference(const __half* a, const __half* b, size_t n) {
+  std::vector<__half> ha(n), hb(n);
+  Check(cudaMemcpy(ha.data(), a, n * sizeof(__half), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  Check(cudaMemcpy(hb.data(), b, n * sizeof(__half), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  double most = 0, scale = 0;
+  for (size_t i = 0; i < n; i++) {
+    most = std::max(most, std::fabs(static_cast<double>(__half2float(ha[i])) - __half2float(hb[i])));
+    scale = std::max(scale, std::fabs(static_cast<double>(__half2float(hb[i]))));
+  }
+  return scale > 0 ? most / scale : most;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string jsonPath = argc > 1 ? argv[1] : "gemv.json";
+  const Shape shapes[] = {
+      {"tinyllama-1.1b", "qkv", 2560, 2048},      {"tinyllama-1.1b", "o", 2048, 2048},      {"tinyllama-1.1b", "gate / up", 5632, 2048},
+      {"tinyllama-1.1b", "down", 2048, 5632},     {"tinyllama-1.1b", "lm_head", 32000, 2048}, {"llama-2-7b", "qkv", 12288, 4096},
+      {"llama-2-7b", "o", 4096, 4096},            {"llama-2-7b", "gate / up", 11008, 4096}, {"llama-2-7b", "down", 4096, 11008},
+      {"llama-2-7b", "lm_head", 32000, 4096},         {"tinyllama-1.1b", "gate+up gated", 5632, 2048, true},
+      {"llama-2-7b", "gate+up gated", 11008, 4096, true},
+  };
+  const int rowCounts[] = {1, 8, 64};
+  cudaStream_t stream;
+  Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  void* blas = BlasHandle(stream);
+  void* ltWorkspace = nullptr;
+  const size_t ltWorkspaceBytes = 4u << 20;
+  Check(cudaMalloc(&ltWorkspace, ltWorkspaceBytes), "cudaMalloc");
+  cudaDeviceProp props;
+  Check(cudaGetDeviceProperties(&props, 0), "cudaGetDeviceProperties");
+  std::printf("%s, %d SMs; fp16, weights rotated over >= %zu MiB; us a launch, GB/s (%% of 3.35 TB/s)\n", props.name, props.multiProcessorCount, kRotationBytes >> 20);
+  std::printf("%-15s %-13s %5s %4s | %-22s | %-22s | %-22s | %-22s | %-22s | %9s\n", "model", "product", "out", "rows", "addon Linear", "addon, no PDL", "cuBLAS GemmEx",
+              "previous kernel", "cuBLASLt (addon >8)", "diff");
+  FILE* json = std::fopen(jsonPath.c_str(), "w");
+  if (json == nullptr) {
+    std::fprintf(stderr, "cannot write %s\n", jsonPath.c_str());
+    return 2;
+  }
+  std::fprintf(json, "{\n \"gpu\": \"%s\",\n \"sms\": %d,\n \"dtype\": \"fp16\",\n \"peak_bytes_per_s\": %.3e,\n \"rows\": [\n", props.name, props.multiProcessorCount, kPeakBytesPerSecond);
+  bool firstRow = true;
+  for (const Shape& shape : shapes) {
+    const int weightRows = shape.gated ? 2 * shape.out : shape.out;
+    const size_t weightBytes = static_cast<size_t>(weightRows) * shape.in * sizeof(__half);
+    const int copies = static_cast<int>(std::max<size_t>(2, (kRotationBytes + weightBytes - 1) / weightBytes));
+    std::vector<__half*> weights(copies);
+    for (int c = 0; c < copies; c++) {
+      Check(cudaMalloc(&weights[c], weightBytes), "cudaMalloc");
+      Fill<<<1024, 256, 0, stream>>>(weights[c], weightBytes / sizeof(__half), 17u + c, 2.0f / std::sqrt(static_cast<float>(shape.in)));
+    }
+    for (int rows : rowCounts) {
+      __half *x, *y, *reference, *products;
+      Check(cudaMalloc(&x, static_cast<size_t>(rows) * shape.in * sizeof(__half)), "cudaMalloc");
+      Check(cudaMalloc(&y, static_cast<size_t>(rows) * shape.out * sizeof(__half)), "cudaMalloc");
+      Check(cudaMalloc(&reference, static_cast<size_t>(rows) * shape.out * sizeof(__half)), "cudaMalloc");
+      Check(cudaMalloc(&products, static_cast<size_t>(rows) * weightRows * sizeof(__half)), "cudaMalloc");
+      Fill<<<256, 256, 0, stream>>>(x, static_cast<size_t>(rows) * shape.in, 99u, 2.0f);
+      const double bytes = static_cast<double>(weightBytes) + static_cast<double>(rows) * (shape.in + shape.out) * sizeof(__half);
+      auto args = [&](int copy) {
+        chorus::LinearArgs a{};
+        a.x = x;
+        a.weight = weights[copy];
+        a.y = y;
+        a.rows = rows;
+        a.in = shape.in;
+        a.out = shape.out;
+        a.activation = shape.gated ? chorus::Activation::kSilu : chorus::Activation::kNone;
+        a.type = chorus::FloatType::kFloat16;
+        a.gated = shape.gated;
+        return a;
+      };
+      // Both products of a gated shape as one plain product (what a GEMM computes before the gating pass).
+      auto plain = [&](int copy) {
+        chorus::LinearArgs a = args(copy);
+        a.gated = false;
+        a.out = weightRows;
+        a.activation = chorus::Activation::kNone;
+        return a;
+      };
+      // cublasGemmEx as ONNX Runtime's MatMul calls it (float32 sums), through the addon's own call.
+      // Gated shapes: the GEMM of both products, then the gating pass (the addon's path past 8 rows).
+      auto gemmEx = [&](int copy, __half* into) {
+        if (!shape.gated) {
+          chorus::LinearGemmDevice(args(copy), blas, 0, shape.out, into, shape.out);
+          return;
+        }
+        chorus::LinearGemmDevice(plain(copy), blas, 0, weightRows, products, weightRows);
+        chorus::LinearArgs a = args(copy);
+        a.y = into;
+        chorus::GatedDevice(a, products, stream);
+      };
+      gemmEx(0, reference);
+      auto timing = [&](double us) {
+        Timing t;
+        t.us = us;
+        t.gbs = bytes / (us * 1e-6) / 1e9;
+        return t;
+      };
+      Timing addon, addonPlain, blasTime, previous, lt;
+      double diff = -1;
+      const bool kernelRows = rows <= chorus::kLinearKernelRows;
+      if (kernelRows) {
+        chorus::LinearRowsDevice(args(0), stream);
+        Check(cudaStreamSynchronize(stream), "addon Linear");
+        diff = Difference(y, reference, static_cast<size_t>(rows) * shape.out);
+        addon = timing(TimeLaunches(stream, copies, [&](int c) { chorus::LinearRowsDevice(args(c), stream); }));
+        chorus::SetLinearDependentLaunch(false);
+        addonPlain = timing(TimeLaunches(stream, copies, [&](int c) { chorus::LinearRowsDevice(args(c), stream); }));
+        chorus::SetLinearDependentLaunch(true);
+      }
+      if (rows <= kPreviousRows && !shape.gated) previous = timing(TimeLaunches(stream, copies, [&](int c) { LaunchPrevious(args(c), stream); }));
+      blasTime = timing(TimeLaunches(stream, copies, [&](int c) { gemmEx(c, y); }));
+      auto ltProduct = [&](int c, void* workspace) {
+        const chorus::LinearArgs a = plain(c);
+        const bool ran = chorus::LinearLtDevice(a, 0, weightRows, shape.gated ? products : y, weightRows, false, workspace, ltWorkspaceBytes, stream);
+        if (ran && shape.gated && workspace != nullptr) chorus::GatedDevice(args(c), products, stream);
+        return ran;
+      };
+      if (ltProduct(0, nullptr)) {
+        lt = timing(TimeLaunches(stream, copies, [&](int c) { ltProduct(c, ltWorkspace); }));
+        if (!kernelRows) {
+          ltProduct(0, ltWorkspace);
+          Check(cudaStreamSynchronize(stream), "cuBLASLt");
+          diff = Difference(y, reference, static_cast<size_t>(rows) * shape.out);
+          addon = lt;
+        }
+      } else if (!kernelRows) {
+        addon = blasTime;  // the addon falls back to cublasGemmEx
+      }
+      auto cell = [](const Timing& t) {
+        char text[32];
+        if (t.us < 0) return std::string("-");
+        std::snprintf(text, sizeof text, "%7.2f %6.0f (%3.0f%%)", t.us, t.gbs, 100 * t.gbs * 1e9 / kPeakBytesPerSecond);
+        return std::string(text);
+      };
+      std::printf("%-15s %-13s %5d %4d | %-22s | %-22s | %-22s | %-22s | %-22s | %9.2e\n", shape.model, shape.product, shape.out, rows, cell(addon).c_str(), cell(addonPlain).c_str(),
+                  cell(blasTime).c_str(), cell(previous).c_str(), cell(lt).c_str(), diff);
+      std::fflush(stdout);
+      auto field = [](const Timing& t, const char* name) {
+        char text[128];
+        if (t.us < 0) {
+          std::snprintf(text, sizeof text, "\"%s\": null", name);
+        } else {
+          std::snprintf(text, sizeof text, "\"%s\": {\"us\": %.3f, \"gb_per_s\": %.1f, \"of_peak\": %.3f}", name, t.us, t.gbs, t.gbs * 1e9 / kPeakBytesPerSecond);
+        }
+        return std::string(text);
+      };
+      std::fprintf(json, "%s  {\"model\": \"%s\", \"product\": \"%s\", \"out\": %d, \"in\": %d, \"rows\": %d, \"addon_path\": \"%s\", %s, %s, %s, %s, %s, \"relative_difference\": %.3e}",
+                   firstRow ? "" : ",\n", shape.model, shape.product, shape.out, shape.in, rows, kernelRows ? "kernel" : "cuBLASLt", field(addon, "addon").c_str(),
+                   field(addonPlain, "addon_no_pdl").c_str(), field(blasTime, "cublas_gemm_ex").c_str(), field(previous, "previous_kernel").c_str(), field(lt, "cublas_lt").c_str(), diff);
+      firstRow = false;
+      cudaFree(x);
+      cudaFree(y);
+      cudaFree(reference);
+      cudaFree(products);
+    }
+    for (__half* w : weights) cudaFree(w);
+  }
+  std::fprintf(json, "\n ]\n}\n");
+  std::fclose(json);
+  std::printf("wrote %s\n", jsonPath.c_str());
+  return 0;
+}
