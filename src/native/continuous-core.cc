@@ -43,6 +43,8 @@ void ContinuousCore::Submit(CoreRequest request) {
     std::lock_guard<std::mutex> lock(mutex_);
     inbox_.push_back(std::move(request));
   }
+  // A greedy run under way ends after its step, so that the request joins.
+  decoder_.Interrupt();
   wake_.notify_one();
 }
 
@@ -51,6 +53,7 @@ void ContinuousCore::Cancel(int32_t id) {
     std::lock_guard<std::mutex> lock(mutex_);
     cancels_.push_back(id);
   }
+  decoder_.Interrupt();
   wake_.notify_one();
 }
 
@@ -59,6 +62,7 @@ void ContinuousCore::Stop() {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
+  decoder_.Interrupt();
   wake_.notify_one();
   if (thread_.joinable()) thread_.join();
 }
@@ -197,6 +201,11 @@ void ContinuousCore::Admit(std::vector<Row>& waiting) {
 
 void ContinuousCore::Step() {
   const size_t n = rows_.size();
+  const int32_t endId = rows_[0].request.endId;
+  if (std::all_of(rows_.begin(), rows_.end(), [&](const Row& row) { return row.request.argmax && row.request.endId == endId; })) {
+    GreedySteps(endId);
+    return;
+  }
   std::vector<int64_t> tokens(n);
   std::vector<int64_t> positions(n);
   SampleBatch sample;
@@ -220,6 +229,35 @@ void ContinuousCore::Step() {
     gone[r] = Take(row, chosen, out);
   }
   onStep_(std::move(out));
+  Retire(gone);
+}
+
+void ContinuousCore::GreedySteps(int32_t endId) {
+  const size_t n = rows_.size();
+  std::vector<int64_t> tokens(n);
+  std::vector<int64_t> positions(n);
+  std::vector<int32_t> remaining(n);
+  int64_t room = kMaxGreedySteps;
+  for (size_t r = 0; r < n; r++) {
+    tokens[r] = rows_[r].token;
+    positions[r] = rows_[r].length;
+    remaining[r] = rows_[r].request.maxTokens - rows_[r].taken;
+    room = std::min<int64_t>(room, decoder_.options().maxLength - rows_[r].length);
+  }
+  // The run's steps as they come: a row that ends stops the run after the step under way (rows that
+  // ended run along, unread, until it does), and so does a request or cancellation arriving.
+  std::vector<bool> gone(n, false);
+  const StepIds onStep = [&](int, const int32_t* ids, int) {
+    CoreStep out;
+    for (size_t r = 0; r < n; r++) {
+      if (gone[r]) continue;
+      gone[r] = Take(rows_[r], ArgmaxChoice(ids[r]), out);
+      if (gone[r]) decoder_.Interrupt();
+    }
+    onStep_(std::move(out));
+  };
+  const GreedyRun run = decoder_.DecodeGreedy(tokens, positions, remaining, endId, static_cast<int>(std::max<int64_t>(1, room)), {}, {}, onStep);
+  for (Row& row : rows_) row.length += run.steps;
   Retire(gone);
 }
 

@@ -88,6 +88,10 @@ class ContinuousCore {
   // Prefills waiting requests into the free slots; false when none was waiting or fitting.
   void Admit(std::vector<Row>& waiting);
   void Step();
+  // Steps of rows that all take the raw argmax with one end id, back to back in the decoder
+  // (DecodeGreedy: with CUDA graphs, each step queued before the one before it is read).
+  void GreedySteps(int32_t endId);
+  static constexpr int64_t kMaxGreedySteps = 1024;
   // Records a chosen token of `row`; true when the row ends with it.
   bool Take(Row& row, const SampleResult& chosen, CoreStep& out);
   // The sampler's parameters for `row` this step (its draw taken now), its pairs and bans appended.
