@@ -677,20 +677,22 @@ Napi::Value SampleRows(const Napi::CallbackInfo& info) {
   void* staging = nullptr;
   void* work = nullptr;
   void* results = nullptr;
+  void* mass = nullptr;
   const size_t stagingBytes = SampleStagingBytes(batch);
   std::vector<char> hostStaging(stagingBytes);
   cudaError_t status = cudaMalloc(&onDevice, logits.bytes);
   if (status == cudaSuccess) status = cudaMalloc(&staging, stagingBytes);
   if (status == cudaSuccess) status = cudaMalloc(&work, sizeof(float) * vocab * std::max<size_t>(1, batch.rows.size()));
   if (status == cudaSuccess) status = cudaMalloc(&results, sizeof(SampleResult) * std::max<size_t>(1, batch.rows.size()));
+  if (status == cudaSuccess) status = cudaMalloc(&mass, sizeof(double) * vocab * std::max<size_t>(1, batch.rows.size()));
   if (status == cudaSuccess) status = cudaMemcpy(onDevice, logits.data, logits.bytes, cudaMemcpyHostToDevice);
   if (status == cudaSuccess) {
-    SampleRowsDevice(onDevice, logits.type, vocab, batch, hostStaging.data(), staging, static_cast<float*>(work), static_cast<SampleResult*>(results), nullptr);
+    SampleRowsDevice(onDevice, logits.type, vocab, batch, hostStaging.data(), staging, static_cast<float*>(work), static_cast<double*>(mass), static_cast<SampleResult*>(results), nullptr);
     status = cudaGetLastError();
   }
   if (status == cudaSuccess) status = cudaMemcpy(out.data(), results, sizeof(SampleResult) * batch.rows.size(), cudaMemcpyDeviceToHost);
   if (status == cudaSuccess) status = cudaMemcpy(processed.data(), work, sizeof(float) * processed.size(), cudaMemcpyDeviceToHost);
-  for (void* p : {onDevice, staging, work, results}) cudaFree(p);
+  for (void* p : {onDevice, staging, work, results, mass}) cudaFree(p);
   if (status != cudaSuccess) throw Napi::Error::New(env, std::string("CUDA: ") + cudaGetErrorString(status));
   return SampledObject(env, out, &processed);
 #else

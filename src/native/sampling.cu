@@ -18,6 +18,8 @@ constexpr size_t kSharedBytes = kReduceBytes + 256 * sizeof(int) + kCompactIds *
 
 struct DeviceBlock {
   static constexpr int kCompact = kCompactIds;
+  // The block's row's probabilities (vocab doubles in global memory), for the nucleus over the whole row.
+  double* mass;
   char* shared;
   int* counts;
   float* values;
@@ -193,9 +195,9 @@ struct DeviceBlock {
 
 template <typename T>
 __global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(const T* logits, int vocab, const int32_t* rows, const SampleParams* params, const int32_t* seen,
-                                                                   const int32_t* bans, float* work, SampleResult* out) {
+                                                                   const int32_t* bans, float* work, double* mass, SampleResult* out) {
   extern __shared__ char shared[];
-  DeviceBlock block{shared, reinterpret_cast<int*>(shared + kReduceBytes), reinterpret_cast<float*>(shared + kReduceBytes + 256 * sizeof(int)),
+  DeviceBlock block{mass + static_cast<size_t>(blockIdx.x) * vocab, shared, reinterpret_cast<int*>(shared + kReduceBytes), reinterpret_cast<float*>(shared + kReduceBytes + 256 * sizeof(int)),
                     reinterpret_cast<int*>(shared + kReduceBytes + 256 * sizeof(int) + kCompactIds * sizeof(float))};
   const T* row = logits + static_cast<size_t>(rows[blockIdx.x]) * vocab;
   float* w = work + static_cast<size_t>(blockIdx.x) * vocab;
@@ -214,7 +216,7 @@ size_t SampleStagingBytes(const SampleBatch& batch) {
 }
 
 void SampleRowsDevice(const void* logits, FloatType type, int vocab, const SampleBatch& batch, char* hostStaging, void* staging, float* work,
-                      SampleResult* out, void* stream) {
+                      double* mass, SampleResult* out, void* stream) {
   const int rows = static_cast<int>(batch.rows.size());
   if (rows == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
@@ -235,13 +237,13 @@ void SampleRowsDevice(const void* logits, FloatType type, int vocab, const Sampl
   const auto* bansDevice = reinterpret_cast<const int32_t*>(base + rowsBytes + paramsBytes + seenBytes);
   switch (type) {
     case FloatType::kFloat16:
-      SampleRowsKernel<__half><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const __half*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, out);
+      SampleRowsKernel<__half><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const __half*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, mass, out);
       break;
     case FloatType::kBFloat16:
-      SampleRowsKernel<__nv_bfloat16><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const __nv_bfloat16*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, out);
+      SampleRowsKernel<__nv_bfloat16><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const __nv_bfloat16*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, mass, out);
       break;
     default:
-      SampleRowsKernel<float><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const float*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, out);
+      SampleRowsKernel<float><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const float*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, mass, out);
   }
 }
 

@@ -197,6 +197,7 @@ SlotDecoder::~SlotDecoder() {
   Free(argmaxDevice_);
   Free(bannedDevice_);
   Free(sampleWork_);
+  Free(sampleMass_);
   Free(sampleStaging_);
   Free(sampledDevice_);
   Free(idsDevice_);
@@ -815,8 +816,9 @@ void SlotDecoder::Sample(const SampleBatch& sample, StepResult& result) {
     const size_t bytes = SampleStagingBytes(sample);
     Reserve(sampleStaging_, sampleStagingBytes_, bytes, bytes * 2);
     if (sampleHostStaging_.size() < bytes) sampleHostStaging_.resize(bytes * 2);
-    SampleRowsDevice(logits_, options_.floatType, options_.vocab, sample, sampleHostStaging_.data(), sampleStaging_, sampleWork_, sampledDevice_,
-                     stream_);
+    if (sampleMass_ == nullptr) sampleMass_ = static_cast<double*>(Allocate(sizeof(double) * options_.vocab * options_.slots));
+    SampleRowsDevice(logits_, options_.floatType, options_.vocab, sample, sampleHostStaging_.data(), sampleStaging_, sampleWork_, sampleMass_,
+                     sampledDevice_, stream_);
     Check(cudaGetLastError(), "sampling kernel");
     return;
   }

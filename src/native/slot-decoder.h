@@ -267,6 +267,8 @@ class SlotDecoder {
   // The sampler's buffers, allocated when first needed: processed logits (slots x vocab floats), the
   // batch's parameters as copied in, and the choices.
   float* sampleWork_ = nullptr;
+  // CUDA: the sampler's probabilities, slots x vocab doubles.
+  double* sampleMass_ = nullptr;
   void* sampleStaging_ = nullptr;
   size_t sampleStagingBytes_ = 0;
   std::vector<char> sampleHostStaging_;
