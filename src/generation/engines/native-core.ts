@@ -105,9 +105,16 @@ export class CoreRunner {
     for (const s of admitted) {
       s.admittedAt = now;
       const id = this.nextId++;
+      try {
+        this.decoder.coreSubmit(coreRequest(id, s as Sequence, this.model));
+      } catch (error) {
+        // Refused (the scheduler's limits keep this from happening): the request fails, the rest go on.
+        s.finished = true;
+        s.subscriber.error(error);
+        continue;
+      }
       this.rows.set(id, s as Sequence);
       this.ids.set(s, id);
-      this.decoder.coreSubmit(coreRequest(id, s as Sequence, this.model));
     }
     if (this.rows.size === 0 && (this.failed || !coreTakes(this.scheduler.waiting[0], this.model))) this.stop();
   }
