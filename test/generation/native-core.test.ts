@@ -99,6 +99,30 @@ describe('NativeEngine, continuous core (CPU)', { skip }, () => {
     assert.equal(engine.stats().running + engine.stats().waiting, 0);
   });
 
+  test('200 streams that disconnect after a few tokens leave nothing running or waiting, and the engine serves on', async () => {
+    const engine = await open(dirs.gpt2, { continuous: true, maxBatchSize: 8 });
+    const gone = await Promise.all(
+      Array.from(
+        { length: 200 },
+        (_, i) =>
+          new Promise<number>((resolve) => {
+            let tokens = 0;
+            const subscription = engine.submit({ inputIds: [3 + (i % 50), 4], params: { temperature: 0.7, random_seed: i, request_output_len: 100, min_length: 100 } }).subscribe((e) => {
+              tokens++;
+              if (tokens === 1 + (i % 4) || e.finishReason !== undefined) {
+                subscription.unsubscribe();
+                resolve(tokens);
+              }
+            });
+          }),
+      ),
+    );
+    assert.deepEqual(gone, Array.from({ length: 200 }, (_, i) => 1 + (i % 4)));
+    assert.deepEqual([engine.stats().running, engine.stats().waiting, engine.stats().requestsCancelled], [0, 0, 200]);
+    const alone = await run(engine, [6, 7], { temperature: 0, request_output_len: 20 });
+    assert.equal(alone.length, 20);
+  });
+
   test('a beam search waits for the core to drain and runs on the step loop, with the beams it gets there', async () => {
     const core = await open(dirs.gpt2, { continuous: true });
     const loop = await open(dirs.gpt2, {});
