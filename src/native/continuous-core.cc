@@ -114,7 +114,7 @@ void ContinuousCore::Loop() {
   }
 }
 
-SampleParams ContinuousCore::ParamsOf(Row& row, SampleBatch& batch) {
+SampleParams ContinuousCore::ParamsOf(Row& row, SampleBatch& batch, int32_t taken) {
   const CoreRequest& q = row.request;
   SampleParams p{};
   p.temperature = q.temperature;
@@ -129,7 +129,7 @@ SampleParams ContinuousCore::ParamsOf(Row& row, SampleBatch& batch) {
   if (row.penalties) batch.seen.insert(batch.seen.end(), q.seen.begin(), q.seen.end());
   p.seenEnd = static_cast<int32_t>(batch.seen.size() / 2);
   p.banBegin = static_cast<int32_t>(batch.bans.size());
-  if (q.endId >= 0 && row.taken < q.minLength) batch.bans.push_back(q.endId);
+  if (q.endId >= 0 && taken < q.minLength) batch.bans.push_back(q.endId);
   p.banEnd = static_cast<int32_t>(batch.bans.size());
   return p;
 }
@@ -177,7 +177,7 @@ void ContinuousCore::Admit(std::vector<Row>& waiting) {
       ids.insert(ids.end(), row.request.prompt.begin(), row.request.prompt.end());
       if (!row.request.argmax) {
         sample.rows.push_back(static_cast<int32_t>(r));
-        sample.params.push_back(ParamsOf(row, sample));
+        sample.params.push_back(ParamsOf(row, sample, row.taken));
       }
     }
     const int first = static_cast<int>(rows_.size());
@@ -206,6 +206,11 @@ void ContinuousCore::Step() {
     GreedySteps(endId);
     return;
   }
+  // Penalties count each step's tokens into the next step's parameters: those batches step one at a time.
+  if (std::none_of(rows_.begin(), rows_.end(), [](const Row& row) { return row.penalties; })) {
+    ChosenSteps();
+    return;
+  }
   std::vector<int64_t> tokens(n);
   std::vector<int64_t> positions(n);
   SampleBatch sample;
@@ -215,7 +220,7 @@ void ContinuousCore::Step() {
     positions[r] = row.length;
     if (!row.request.argmax) {
       sample.rows.push_back(static_cast<int32_t>(r));
-      sample.params.push_back(ParamsOf(row, sample));
+      sample.params.push_back(ParamsOf(row, sample, row.taken));
     }
   }
   StepResult result = decoder_.Decode(tokens, positions, {}, sample);
@@ -258,6 +263,43 @@ void ContinuousCore::GreedySteps(int32_t endId) {
   };
   const GreedyRun run = decoder_.DecodeGreedy(tokens, positions, remaining, endId, static_cast<int>(std::max<int64_t>(1, room)), {}, {}, onStep);
   for (Row& row : rows_) row.length += run.steps;
+  Retire(gone);
+}
+
+void ContinuousCore::ChosenSteps() {
+  const size_t n = rows_.size();
+  std::vector<int64_t> tokens(n);
+  std::vector<int64_t> positions(n);
+  std::vector<int32_t> takenBefore(n);
+  int64_t room = kMaxGreedySteps;
+  for (size_t r = 0; r < n; r++) {
+    tokens[r] = rows_[r].token;
+    positions[r] = rows_[r].length;
+    takenBefore[r] = rows_[r].taken;
+    room = std::min<int64_t>(room, decoder_.options().maxLength - rows_[r].length);
+  }
+  // Step k's parameters may be asked for before step k - 1's tokens are taken: its bans go by k.
+  const StepSample sampleStep = [&](int step, SampleBatch& batch) {
+    for (size_t r = 0; r < n; r++) {
+      if (rows_[r].request.argmax) continue;
+      batch.rows.push_back(static_cast<int32_t>(r));
+      batch.params.push_back(ParamsOf(rows_[r], batch, takenBefore[r] + step));
+    }
+  };
+  std::vector<bool> gone(n, false);
+  const StepChosen onStep = [&](int, const int32_t* argmax, const SampleResult* sampled) {
+    CoreStep out;
+    size_t at = 0;
+    for (size_t r = 0; r < n; r++) {
+      const SampleResult chosen = rows_[r].request.argmax ? ArgmaxChoice(argmax[r]) : sampled[at++];
+      if (gone[r]) continue;
+      gone[r] = Take(rows_[r], chosen, out);
+      if (gone[r]) decoder_.Interrupt();
+    }
+    onStep_(std::move(out));
+  };
+  const int steps = decoder_.DecodeChosen(tokens, positions, static_cast<int>(std::max<int64_t>(1, room)), sampleStep, onStep);
+  for (Row& row : rows_) row.length += steps;
   Retire(gone);
 }
 

@@ -91,11 +91,15 @@ class ContinuousCore {
   // Steps of rows that all take the raw argmax with one end id, back to back in the decoder
   // (DecodeGreedy: with CUDA graphs, each step queued before the one before it is read).
   void GreedySteps(int32_t endId);
+  // Steps of rows without penalties, some sampled, back to back in the decoder (DecodeChosen: with
+  // CUDA graphs, each step's choices feed the next on the device, queued before the host reads them).
+  void ChosenSteps();
   static constexpr int64_t kMaxGreedySteps = 1024;
   // Records a chosen token of `row`; true when the row ends with it.
   bool Take(Row& row, const SampleResult& chosen, CoreStep& out);
-  // The sampler's parameters for `row` this step (its draw taken now), its pairs and bans appended.
-  SampleParams ParamsOf(Row& row, SampleBatch& batch);
+  // The sampler's parameters for `row`'s step after `taken` tokens (its draw taken now), its pairs and
+  // bans appended.
+  SampleParams ParamsOf(Row& row, SampleBatch& batch, int32_t taken);
   // Drops the rows whose `gone` flag is set, moving those behind them down.
   void Retire(const std::vector<bool>& gone);
 

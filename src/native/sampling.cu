@@ -207,6 +207,16 @@ __global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(const T* logi
   if (threadIdx.x == 0) out[blockIdx.x] = result;
 }
 
+__global__ void AdvanceChosenKernel(const int32_t* argmax, const SampleResult* sampled, const int32_t* sampleIndex, int rows, int64_t* tokens,
+                                    int64_t* positions, int32_t* lengths) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const int i = sampleIndex[r];
+  tokens[r] = i < 0 ? argmax[r] : sampled[i].token;
+  positions[r] += 1;
+  lengths[r] += 1;
+}
+
 size_t Align8(size_t bytes) { return (bytes + 7) / 8 * 8; }
 
 }  // namespace
@@ -245,6 +255,11 @@ void SampleRowsDevice(const void* logits, FloatType type, int vocab, const Sampl
     default:
       SampleRowsKernel<float><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const float*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, mass, out);
   }
+}
+
+void AdvanceChosenDevice(const int32_t* argmax, const SampleResult* sampled, const int32_t* sampleIndex, int rows, int64_t* tokens, int64_t* positions,
+                         int32_t* lengths, void* stream) {
+  AdvanceChosenKernel<<<(rows + 127) / 128, 128, 0, static_cast<cudaStream_t>(stream)>>>(argmax, sampled, sampleIndex, rows, tokens, positions, lengths);
 }
 
 }  // namespace chorus

@@ -83,6 +83,10 @@ void SampleRowsHost(const void* logits, FloatType type, int vocab, const SampleB
 size_t SampleStagingBytes(const SampleBatch& batch);
 void SampleRowsDevice(const void* logits, FloatType type, int vocab, const SampleBatch& batch, char* hostStaging, void* staging, float* work,
                       double* mass, SampleResult* out, void* stream);
+// Device: each of `rows` rows' next inputs from its choice (the sampler's sampled[sampleIndex[r]], or
+// argmax[r] where sampleIndex[r] < 0): its token, and its position and length one further.
+void AdvanceChosenDevice(const int32_t* argmax, const SampleResult* sampled, const int32_t* sampleIndex, int rows, int64_t* tokens, int64_t* positions,
+                         int32_t* lengths, void* stream);
 #endif
 
 // The order-preserving key of a float: a larger float has a larger key (-inf smallest, +inf largest),

@@ -206,6 +206,7 @@ SlotDecoder::~SlotDecoder() {
   Free(seqlensDevice_);
   Free(sourceLengthsDevice_);
   Free(minLeftDevice_);
+  Free(sampleIndexDevice_);
 #ifdef CHORUS_WITH_CUDA
   for (auto& [rows, graph] : graphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
   for (auto& slot : events_) {
@@ -214,6 +215,10 @@ SlotDecoder::~SlotDecoder() {
     }
   }
   if (hostIds_ != nullptr) cudaFreeHost(hostIds_);
+  if (hostSampled_ != nullptr) cudaFreeHost(hostSampled_);
+  for (char* batch : hostBatches_) {
+    if (batch != nullptr) cudaFreeHost(batch);
+  }
   if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 #endif
 }

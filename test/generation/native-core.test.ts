@@ -69,6 +69,25 @@ describe('NativeEngine, continuous core (CPU)', { skip }, () => {
     });
   }
 
+  test('sampled rows without penalties (min_length, top_logprobs and greedy rows beside them) step back to back with the step loop\'s tokens', async () => {
+    const core = await open(dirs.llama, { continuous: true, maxBatchSize: 4 });
+    const loop = await open(dirs.llama, { maxBatchSize: 4 });
+    const requests: Array<{ prompt: number[]; params: SamplingParams }> = [
+      { prompt: [5, 6, 7], params: { temperature: 0.8, runtime_top_p: 0.9, random_seed: 21, min_length: 12, request_output_len: 30 } },
+      { prompt: [9, 10], params: { temperature: 0, request_output_len: 25 } },
+      { prompt: [11, 12, 13, 14], params: { temperature: 1.2, runtime_top_k: 30, random_seed: 22, top_logprobs: 2, is_return_log_probs: true, request_output_len: 18 } },
+      { prompt: [15], params: { temperature: 0.6, random_seed: 23, min_length: 20, request_output_len: 20 } },
+      { prompt: [16, 17], params: { temperature: 0.9, runtime_top_p: 0.5, random_seed: 24, request_output_len: 40 } },
+      { prompt: [18, 19, 20], params: { temperature: 0, min_length: 6, request_output_len: 10 } },
+    ];
+    // Arriving while the others run, six in four slots.
+    const got = await Promise.all(requests.map((r, i) => new Promise<void>((resolve) => setTimeout(resolve, i * 4)).then(() => run(core, r.prompt, r.params))));
+    const want: TokenEvent[][] = [];
+    for (const r of requests) want.push(await run(loop, r.prompt, r.params));
+    assert.deepEqual(got.map(shape), want.map(shape));
+    assert.ok(got[3]!.length === 20 && got[0]!.length >= 12);
+  });
+
   test('requests admitted while it runs, six in four slots, get the tokens they get alone', async () => {
     const engine = await open(dirs.llama, { continuous: true, maxBatchSize: 4 });
     const prompts = [[3, 4, 5], [6], [7, 8, 9, 10, 11, 12], [13, 14], [15, 16, 17], [18, 19, 20, 21]];
