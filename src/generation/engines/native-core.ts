@@ -81,7 +81,19 @@ export class CoreRunner {
   run(): Promise<void> {
     return new Promise<void>((resolve) => {
       this.failed = false;
-      this.decoder.startCore((step) => this.onStep(step));
+      try {
+        this.decoder.startCore((step) => this.onStep(step));
+      } catch (error) {
+        // The core cannot start: the requests it would take fail, saying why, rather than wait.
+        for (const s of this.scheduler.waiting) {
+          if (!coreTakes(s, this.model)) continue;
+          s.finished = true;
+          s.cancelled = true;
+          s.subscriber.error(error);
+        }
+        resolve();
+        return;
+      }
       this.done = resolve;
       this.pump();
     });
