@@ -139,6 +139,12 @@ export const ModelDefinition = Type.Object(
       }),
     ),
     cuda_graph: Type.Optional(Type.Boolean({ description: 'The native engine on GPUs: replay each batch size\'s decode step as a captured CUDA graph. Default: true.' })),
+    continuous_core: Type.Optional(
+      Type.Boolean({
+        description:
+          'The native engine, decoder-only with a cache of slots: run requests on the addon\'s continuous core, a thread that steps the model back to back, admitting and retiring requests between steps and handing each step\'s tokens to the server in one message, so that no step waits on the event loop. Beam searches, bad_words, factual-nucleus sampling (top_p_decay) and models that force tokens run on the step loop, after the core\'s requests drain. Default: false.',
+      }),
+    ),
     batch_invariant: Type.Optional(
       Type.Boolean({
         description:

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attention-rows.h"
+#include "continuous-core.h"
 #include "kernels.h"
 #include "sampling.h"
 #include "slot-decoder.h"
@@ -255,6 +256,8 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
                         InstanceMethod("interrupt", &SlotDecoderWrap::Interrupt), InstanceMethod("encode", &SlotDecoderWrap::Encode), InstanceMethod("copySlots", &SlotDecoderWrap::CopySlots),
                         InstanceMethod("setBlockTable", &SlotDecoderWrap::SetBlockTable), InstanceMethod("copyBlocks", &SlotDecoderWrap::CopyBlocks),
                         InstanceAccessor("cacheBlocks", &SlotDecoderWrap::CacheBlocks, nullptr), InstanceAccessor("deviceMemory", &SlotDecoderWrap::PlannedMemory, nullptr),
+                        InstanceMethod("startCore", &SlotDecoderWrap::StartCore), InstanceMethod("coreSubmit", &SlotDecoderWrap::CoreSubmit),
+                        InstanceMethod("coreCancel", &SlotDecoderWrap::CoreCancel), InstanceMethod("stopCore", &SlotDecoderWrap::StopCore),
                         InstanceMethod("close", &SlotDecoderWrap::Close), InstanceAccessor("cacheBytes", &SlotDecoderWrap::CacheBytes, nullptr),
                         InstanceAccessor("sessionMs", &SlotDecoderWrap::SessionMs, nullptr), InstanceAccessor("callMs", &SlotDecoderWrap::CallMs, nullptr),
                         InstanceAccessor("graphFailure", &SlotDecoderWrap::GraphFailure, nullptr)});
@@ -312,6 +315,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
 
   // Queues `work` as a Task of this decoder; returns its promise.
   Napi::Value Queue(Napi::Env env, std::function<void()> work, std::function<Napi::Value(Napi::Env)> done = nullptr) {
+    if (core_) throw Napi::Error::New(env, "the slot decoder's continuous core is running; stop it (stopCore) before stepping it here");
     auto* task = new Task(env, busy_, std::move(work), std::move(done));
     Napi::Promise promise = task->Promise();
     task->Queue();
@@ -436,6 +440,99 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
         });
   }
 
+  // startCore(onStep): the continuous core's thread starts stepping this decoder (continuous-core.h).
+  // onStep({ ids, sampled }) gets each step's tokens on the event loop, onStep(error) a failure, after
+  // which the core takes nothing more until it is stopped.
+  Napi::Value StartCore(const Napi::CallbackInfo& info) {
+    SlotDecoder& decoder = Loaded(info.Env());
+    if (core_) throw Napi::Error::New(info.Env(), "the continuous core is running already");
+    if (busy_ > 0) throw Napi::Error::New(info.Env(), "the slot decoder has a step in flight; await it before startCore()");
+    if (!info[0].IsFunction()) throw Napi::TypeError::New(info.Env(), "startCore takes a function onStep(step | error)");
+    auto steps = StepCallback(info[0], "chorus continuous core");
+    auto onStep = [steps](CoreStep&& step) {
+      HandOn(*steps, new CoreStep(std::move(step)), [](Napi::Env e, const CoreStep& d) {
+        Napi::Object out = Napi::Object::New(e);
+        out.Set("prefill", Napi::Boolean::New(e, d.prefill));
+        out.Set("ids", ArrayOf<Napi::Int32Array>(e, d.ids));
+        out.Set("sampled", SampledObject(e, d.results));
+        return std::vector<napi_value>{out};
+      });
+    };
+    auto onError = [steps](const std::string& message) {
+      HandOn(*steps, new std::string(message), [](Napi::Env e, const std::string& d) { return std::vector<napi_value>{Napi::Error::New(e, d).Value()}; });
+    };
+    try {
+      core_ = std::make_unique<ContinuousCore>(decoder, onStep, onError);
+    } catch (const std::exception& e) {
+      steps->Release();
+      throw Napi::Error::New(info.Env(), e.what());
+    }
+    coreSteps_ = steps;
+    return info.Env().Undefined();
+  }
+
+  // coreSubmit({ id, prompt, maxTokens, endId, minLength, argmax, temperature, topP, topK, topLogProbs,
+  // repetition, presence, frequency, random, seen }): the request joins at the next step boundary.
+  Napi::Value CoreSubmit(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!core_) throw Napi::Error::New(env, "the continuous core is not running (startCore)");
+    if (!info[0].IsObject()) throw Napi::TypeError::New(env, "coreSubmit takes a request object");
+    Napi::Object o = info[0].As<Napi::Object>();
+    auto number = [&](const char* name) {
+      Napi::Value v = o.Get(name);
+      if (!v.IsNumber()) throw Napi::TypeError::New(env, std::string("request.") + name + " must be a number");
+      return v.As<Napi::Number>().DoubleValue();
+    };
+    CoreRequest q;
+    q.id = static_cast<int32_t>(number("id"));
+    q.prompt = Int64s(o.Get("prompt"), "request.prompt");
+    q.maxTokens = static_cast<int32_t>(number("maxTokens"));
+    q.endId = static_cast<int32_t>(number("endId"));
+    q.minLength = static_cast<int32_t>(number("minLength"));
+    q.argmax = o.Get("argmax").ToBoolean();
+    q.temperature = number("temperature");
+    q.topP = number("topP");
+    q.topK = static_cast<int32_t>(number("topK"));
+    q.topLogProbs = static_cast<int32_t>(number("topLogProbs"));
+    q.repetition = number("repetition");
+    q.presence = number("presence");
+    q.frequency = number("frequency");
+    q.random = static_cast<uint32_t>(number("random"));
+    q.seen = Int32s(o.Get("seen"), "request.seen");
+    if (!(q.temperature >= 0) || !(q.topP > 0) || !(q.repetition > 0)) throw Napi::RangeError::New(env, "request: temperature >= 0, topP > 0, repetition > 0");
+    try {
+      core_->Submit(std::move(q));
+    } catch (const std::exception& e) {
+      throw Napi::RangeError::New(env, e.what());
+    }
+    return env.Undefined();
+  }
+
+  // coreCancel(id): the row leaves at the next step boundary (nothing when the core does not run).
+  Napi::Value CoreCancel(const Napi::CallbackInfo& info) {
+    if (!info[0].IsNumber()) throw Napi::TypeError::New(info.Env(), "coreCancel takes a request id");
+    if (core_) core_->Cancel(info[0].As<Napi::Number>().Int32Value());
+    return info.Env().Undefined();
+  }
+
+  // stopCore(): resolves when the core's thread has ended (after the step under way); its rows are dropped.
+  Napi::Value StopCore(const Napi::CallbackInfo& info) {
+    auto deferred = Napi::Promise::Deferred::New(info.Env());
+    if (!core_) {
+      deferred.Resolve(info.Env().Undefined());
+      return deferred.Promise();
+    }
+    std::shared_ptr<ContinuousCore> core(core_.release());
+    auto steps = std::move(coreSteps_);
+    auto* task = new Task(info.Env(), busy_, [core, steps]() {
+      core->Stop();
+      steps->Release();
+    }, nullptr);
+    Napi::Promise promise = task->Promise();
+    task->Queue();
+    return promise;
+  }
+
   Napi::Value Interrupt(const Napi::CallbackInfo& info) {
     if (decoder_) decoder_->Interrupt();
     return info.Env().Undefined();
@@ -483,6 +580,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
 
   Napi::Value Close(const Napi::CallbackInfo& info) {
     if (busy_ > 0) throw Napi::Error::New(info.Env(), "the slot decoder has a step in flight; await it before close()");
+    if (core_) throw Napi::Error::New(info.Env(), "the slot decoder's continuous core is running; await stopCore() before close()");
     decoder_.reset();
     return info.Env().Undefined();
   }
@@ -498,6 +596,9 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
   SlotDecoderOptions options_;
   std::unique_ptr<SlotDecoder> decoder_;
   int busy_ = 0;
+  // The continuous core while it runs, and the function its steps go to.
+  std::unique_ptr<ContinuousCore> core_;
+  std::shared_ptr<Napi::ThreadSafeFunction> coreSteps_;
 };
 
 // A logits argument of the test entry points: a Float32Array, or a Uint16Array of fp16 bits, of whole
@@ -579,20 +680,22 @@ Napi::Value SampleRows(const Napi::CallbackInfo& info) {
   void* staging = nullptr;
   void* work = nullptr;
   void* results = nullptr;
+  void* mass = nullptr;
   const size_t stagingBytes = SampleStagingBytes(batch);
   std::vector<char> hostStaging(stagingBytes);
   cudaError_t status = cudaMalloc(&onDevice, logits.bytes);
   if (status == cudaSuccess) status = cudaMalloc(&staging, stagingBytes);
   if (status == cudaSuccess) status = cudaMalloc(&work, sizeof(float) * vocab * std::max<size_t>(1, batch.rows.size()));
   if (status == cudaSuccess) status = cudaMalloc(&results, sizeof(SampleResult) * std::max<size_t>(1, batch.rows.size()));
+  if (status == cudaSuccess) status = cudaMalloc(&mass, sizeof(double) * vocab * std::max<size_t>(1, batch.rows.size()));
   if (status == cudaSuccess) status = cudaMemcpy(onDevice, logits.data, logits.bytes, cudaMemcpyHostToDevice);
   if (status == cudaSuccess) {
-    SampleRowsDevice(onDevice, logits.type, vocab, batch, hostStaging.data(), staging, static_cast<float*>(work), static_cast<SampleResult*>(results), nullptr);
+    SampleRowsDevice(onDevice, logits.type, vocab, batch, hostStaging.data(), staging, static_cast<float*>(work), static_cast<double*>(mass), static_cast<SampleResult*>(results), nullptr);
     status = cudaGetLastError();
   }
   if (status == cudaSuccess) status = cudaMemcpy(out.data(), results, sizeof(SampleResult) * batch.rows.size(), cudaMemcpyDeviceToHost);
   if (status == cudaSuccess) status = cudaMemcpy(processed.data(), work, sizeof(float) * processed.size(), cudaMemcpyDeviceToHost);
-  for (void* p : {onDevice, staging, work, results}) cudaFree(p);
+  for (void* p : {onDevice, staging, work, results, mass}) cudaFree(p);
   if (status != cudaSuccess) throw Napi::Error::New(env, std::string("CUDA: ") + cudaGetErrorString(status));
   return SampledObject(env, out, &processed);
 #else

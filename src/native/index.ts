@@ -114,6 +114,39 @@ export interface NativeBeamRun extends NativeSampled {
   steps: number;
 }
 
+/** A request as the continuous core runs it (src/native/continuous-core.h). */
+export interface NativeCoreRequest {
+  /** The caller's id of the request; each step's tokens name it. */
+  id: number;
+  prompt: Int32Array;
+  maxTokens: number;
+  /** -1: none. */
+  endId: number;
+  /** Its first minLength tokens may not be the end id. */
+  minLength: number;
+  /** Each token the raw argmax (else the sampler chooses, with these parameters). */
+  argmax: boolean;
+  temperature: number;
+  topP: number;
+  topK: number;
+  topLogProbs: number;
+  repetition: number;
+  presence: number;
+  frequency: number;
+  /** The state of its mulberry32 stream (src/util/random.ts seedState): a draw a step when temperature is not 0. */
+  random: number;
+  /** The (id, count) pairs the penalties start from: the prompt's ids for the repetition penalty, count 0. */
+  seen: Int32Array;
+}
+
+/** A step of the continuous core: request ids[i] took the sampler's i-th choice (the argmax's log-probability is 0). */
+export interface NativeCoreStep {
+  /** A prefill's first tokens (else a decode step's). */
+  prefill: boolean;
+  ids: Int32Array;
+  sampled: NativeSampled;
+}
+
 /** The slot decoder: its cache of slots lives where the session runs. */
 export interface NativeSlotDecoder {
   load(): Promise<void>;
@@ -162,6 +195,18 @@ export interface NativeSlotDecoder {
     sourceLengths?: Int32Array,
     onStep?: (step: number, sampled: NativeSampled, parents: Int32Array) => void,
   ): Promise<NativeBeamRun>;
+  /**
+   * Starts the continuous core: a thread that steps the decoder back to back, admitting submitted
+   * requests at step boundaries and retiring them at their end id, their last token or a cancellation.
+   * onStep gets each step's tokens on the event loop, or the error that stopped it. While it runs the
+   * decoder takes no other call but the core's.
+   */
+  startCore(onStep: (step: NativeCoreStep | Error) => void): void;
+  coreSubmit(request: NativeCoreRequest): void;
+  /** The request leaves the core at its next step boundary. */
+  coreCancel(id: number): void;
+  /** Resolves when the core's thread has ended; its requests are dropped. */
+  stopCore(): Promise<void>;
   /** Stops a decodeGreedy or decodeBeams under way (or the next one) after its current step. */
   interrupt(): void;
   /**

@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <memory>
+#include <vector>
 
 namespace chorus {
 namespace {
 
 struct HostBlock {
   static constexpr int kCompact = 2048;
+  // A row's probabilities (vocab doubles), for the nucleus over the whole row.
+  double* mass = nullptr;
   int counts[256];
   float values[kCompact];
   int indices[kCompact];
@@ -77,6 +80,8 @@ struct HostBlock {
 
 void SampleRowsHost(const void* logits, FloatType type, int vocab, const SampleBatch& batch, float* work, SampleResult* out) {
   auto block = std::make_unique<HostBlock>();
+  std::vector<double> mass(static_cast<size_t>(vocab));
+  block->mass = mass.data();
   for (size_t i = 0; i < batch.rows.size(); i++) {
     float* w = work + i * static_cast<size_t>(vocab);
     WidenRowsHost(logits, type, vocab, &batch.rows[i], 1, w);

@@ -18,6 +18,8 @@ constexpr size_t kSharedBytes = kReduceBytes + 256 * sizeof(int) + kCompactIds *
 
 struct DeviceBlock {
   static constexpr int kCompact = kCompactIds;
+  // The block's row's probabilities (vocab doubles in global memory), for the nucleus over the whole row.
+  double* mass;
   char* shared;
   int* counts;
   float* values;
@@ -193,9 +195,9 @@ struct DeviceBlock {
 
 template <typename T>
 __global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(const T* logits, int vocab, const int32_t* rows, const SampleParams* params, const int32_t* seen,
-                                                                   const int32_t* bans, float* work, SampleResult* out) {
+                                                                   const int32_t* bans, float* work, double* mass, SampleResult* out) {
   extern __shared__ char shared[];
-  DeviceBlock block{shared, reinterpret_cast<int*>(shared + kReduceBytes), reinterpret_cast<float*>(shared + kReduceBytes + 256 * sizeof(int)),
+  DeviceBlock block{mass + static_cast<size_t>(blockIdx.x) * vocab, shared, reinterpret_cast<int*>(shared + kReduceBytes), reinterpret_cast<float*>(shared + kReduceBytes + 256 * sizeof(int)),
                     reinterpret_cast<int*>(shared + kReduceBytes + 256 * sizeof(int) + kCompactIds * sizeof(float))};
   const T* row = logits + static_cast<size_t>(rows[blockIdx.x]) * vocab;
   float* w = work + static_cast<size_t>(blockIdx.x) * vocab;
@@ -203,6 +205,16 @@ __global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(const T* logi
   __syncthreads();
   const SampleResult result = SampleRow(block, w, vocab, params[blockIdx.x], seen, bans);
   if (threadIdx.x == 0) out[blockIdx.x] = result;
+}
+
+__global__ void AdvanceChosenKernel(const int32_t* argmax, const SampleResult* sampled, const int32_t* sampleIndex, int rows, int64_t* tokens,
+                                    int64_t* positions, int32_t* lengths) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const int i = sampleIndex[r];
+  tokens[r] = i < 0 ? argmax[r] : sampled[i].token;
+  positions[r] += 1;
+  lengths[r] += 1;
 }
 
 size_t Align8(size_t bytes) { return (bytes + 7) / 8 * 8; }
@@ -214,7 +226,7 @@ size_t SampleStagingBytes(const SampleBatch& batch) {
 }
 
 void SampleRowsDevice(const void* logits, FloatType type, int vocab, const SampleBatch& batch, char* hostStaging, void* staging, float* work,
-                      SampleResult* out, void* stream) {
+                      double* mass, SampleResult* out, void* stream) {
   const int rows = static_cast<int>(batch.rows.size());
   if (rows == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
@@ -235,14 +247,19 @@ void SampleRowsDevice(const void* logits, FloatType type, int vocab, const Sampl
   const auto* bansDevice = reinterpret_cast<const int32_t*>(base + rowsBytes + paramsBytes + seenBytes);
   switch (type) {
     case FloatType::kFloat16:
-      SampleRowsKernel<__half><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const __half*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, out);
+      SampleRowsKernel<__half><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const __half*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, mass, out);
       break;
     case FloatType::kBFloat16:
-      SampleRowsKernel<__nv_bfloat16><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const __nv_bfloat16*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, out);
+      SampleRowsKernel<__nv_bfloat16><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const __nv_bfloat16*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, mass, out);
       break;
     default:
-      SampleRowsKernel<float><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const float*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, out);
+      SampleRowsKernel<float><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const float*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, mass, out);
   }
+}
+
+void AdvanceChosenDevice(const int32_t* argmax, const SampleResult* sampled, const int32_t* sampleIndex, int rows, int64_t* tokens, int64_t* positions,
+                         int32_t* lengths, void* stream) {
+  AdvanceChosenKernel<<<(rows + 127) / 128, 128, 0, static_cast<cudaStream_t>(stream)>>>(argmax, sampled, sampleIndex, rows, tokens, positions, lengths);
 }
 
 }  // namespace chorus

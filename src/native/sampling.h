@@ -75,14 +75,18 @@ struct SampleBatch {
 void SampleRowsHost(const void* logits, FloatType type, int vocab, const SampleBatch& batch, float* work, SampleResult* out);
 
 #ifdef CHORUS_WITH_CUDA
-// Device: the same on `stream`. `staging` and `work` are device buffers of at least
-// SampleStagingBytes(batch) and rows x vocab floats (the processed logits, as on the host); results go
-// to device memory `out`. The batch's
+// Device: the same on `stream`. `staging`, `work` and `mass` are device buffers of at least
+// SampleStagingBytes(batch), rows x vocab floats (the processed logits, as on the host) and rows x vocab
+// doubles (scratch); results go to device memory `out`. The batch's
 // host arrays are copied in with one asynchronous copy from `hostStaging` (SampleStagingBytes bytes,
 // filled here).
 size_t SampleStagingBytes(const SampleBatch& batch);
 void SampleRowsDevice(const void* logits, FloatType type, int vocab, const SampleBatch& batch, char* hostStaging, void* staging, float* work,
-                      SampleResult* out, void* stream);
+                      double* mass, SampleResult* out, void* stream);
+// Device: each of `rows` rows' next inputs from its choice (the sampler's sampled[sampleIndex[r]], or
+// argmax[r] where sampleIndex[r] < 0): its token, and its position and length one further.
+void AdvanceChosenDevice(const int32_t* argmax, const SampleResult* sampled, const int32_t* sampleIndex, int rows, int64_t* tokens, int64_t* positions,
+                         int32_t* lengths, void* stream);
 #endif
 
 // The order-preserving key of a float: a larger float has a larger key (-inf smallest, +inf largest),
@@ -147,7 +151,7 @@ struct CompactRow {
   CHORUS_HD void set(int i, float x) const { values[i] = x; }
 };
 
-// The largest key t of the row's elements whose weight at or above t, sum over keys >= t of weightOf(x),
+// The largest key t of the row's elements whose weight at or above t, sum over keys >= t of weightOf(i, x),
 // reaches `target` (for masses: the nucleus's last value). Each probe is one pass; the interval shrinks
 // to elements' own keys, so it ends within 32 probes. Returns false when even the whole row falls short.
 template <class Block, class Row, class Weight>
@@ -159,7 +163,7 @@ CHORUS_HD bool ThresholdKey(Block& b, const Row& row, double target, Weight weig
       const uint32_t k = FloatKey(x);
       Probe p{0.0, k, k, 0, 0};
       if (k >= at) {
-        p.weight = weightOf(x);
+        p.weight = weightOf(i, x);
         p.hasAt = 1;
       } else {
         p.hasBelow = 1;
@@ -210,14 +214,19 @@ CHORUS_HD uint32_t KthLargestKey(Block& b, const Row& row, int k, int& atOrAbove
   return prefix;
 }
 
+// An id's probability under max and total (those of the row before the nucleus).
+CHORUS_HD inline double MassOf(float x, double max, double total) { return exp(x - max) / total; }
+
 // Top-p over a row: the most likely ids, by value and then id, until their probability (under max and
-// total, those of the row before the nucleus) reaches p; the rest become -inf.
-template <class Block, class Row>
-CHORUS_HD void Nucleus(Block& b, const Row& row, double topP, double max, double total) {
-  auto mass = [&](float x) { return exp(x - max) / total; };
+// total, those of the row before the nucleus) reaches p; the rest become -inf. `massAt(i, x)` is
+// MassOf(x, max, total) for element i of value x (read from where it was computed once, for a whole
+// row: the threshold's probes are a pass each).
+template <class Block, class Row, class MassAt>
+CHORUS_HD void Nucleus(Block& b, const Row& row, double topP, double max, double total, MassAt massAt) {
+  auto mass = [&](float x) { return MassOf(x, max, total); };
   uint32_t last;
-  if (!ThresholdKey(b, row, topP, mass, last)) return;
-  const double above = b.Reduce(row.n, 0.0, [&](int i) { return FloatKey(row.value(i)) > last ? mass(row.value(i)) : 0.0; }, [](double a, double c) { return a + c; });
+  if (!ThresholdKey(b, row, topP, massAt, last)) return;
+  const double above = b.Reduce(row.n, 0.0, [&](int i) { return FloatKey(row.value(i)) > last ? massAt(i, row.value(i)) : 0.0; }, [](double a, double c) { return a + c; });
   // Ties with the last value join in id order until the nucleus reaches p (always one).
   const Best any = b.Reduce(row.n, Best{-INFINITY, 0}, [&](int i) { return FloatKey(row.value(i)) == last ? Best{row.value(i), 0} : Best{-INFINITY, 0}; },
                             [](const Best& x, const Best& y) { return CombineBest(x, y); });
@@ -365,9 +374,12 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
     total = b.Reduce(vocab, 0.0, [&](int v) { return exp(w[v] - max); }, [](double a, double c) { return a + c; });
     // A bound on the nucleus: when the most likely kCompact / 2 ids already hold p, it lies among them.
     if (possible > Block::kCompact) {
+      // Each id's probability, once (b.mass: vocab doubles): the bound and the nucleus's probes over
+      // the whole row read it, a pass each.
+      b.ForEach(vocab, [&](int v) { b.mass[v] = MassOf(w[v], max, total); });
       int atOrAbove;
       const uint32_t key = KthLargestKey(b, full, Block::kCompact / 2, atOrAbove);
-      const double held = b.Reduce(vocab, 0.0, [&](int v) { return FloatKey(w[v]) >= key ? exp(w[v] - max) / total : 0.0; }, [](double a, double c) { return a + c; });
+      const double held = b.Reduce(vocab, 0.0, [&](int v) { return FloatKey(w[v]) >= key ? b.mass[v] : 0.0; }, [](double a, double c) { return a + c; });
       if (held >= p.topP && atOrAbove <= Block::kCompact) {
         floor = key;
         possible = atOrAbove;
@@ -378,12 +390,12 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
   if (possible <= Block::kCompact) {
     const uint32_t at = floor;
     const CompactRow compact = b.Compact(vocab, [&](int v) { return FloatKey(w[v]) >= at; }, w);
-    if (p.topP < 1) Nucleus(b, compact, p.topP, max, total);
+    if (p.topP < 1) Nucleus(b, compact, p.topP, max, total, [&](int, float x) { return MassOf(x, max, total); });
     const SampleResult result = Choose(b, compact, p);
     b.ForEach(compact.n, [&](int i) { w[compact.index(i)] = compact.value(i); });
     return result;
   }
-  if (p.topP < 1) Nucleus(b, full, p.topP, max, total);
+  if (p.topP < 1) Nucleus(b, full, p.topP, max, total, [&](int v, float) { return b.mass[v]; });
   return Choose(b, full, p);
 }
 

@@ -198,6 +198,7 @@ SlotDecoder::~SlotDecoder() {
   Free(argmaxDevice_);
   Free(bannedDevice_);
   Free(sampleWork_);
+  Free(sampleMass_);
   Free(sampleStaging_);
   Free(sampledDevice_);
   Free(idsDevice_);
@@ -206,6 +207,7 @@ SlotDecoder::~SlotDecoder() {
   Free(seqlensDevice_);
   Free(sourceLengthsDevice_);
   Free(minLeftDevice_);
+  Free(sampleIndexDevice_);
 #ifdef CHORUS_WITH_CUDA
   for (auto& [rows, graph] : graphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
   for (auto& slot : events_) {
@@ -214,6 +216,10 @@ SlotDecoder::~SlotDecoder() {
     }
   }
   if (hostIds_ != nullptr) cudaFreeHost(hostIds_);
+  if (hostSampled_ != nullptr) cudaFreeHost(hostSampled_);
+  for (char* batch : hostBatches_) {
+    if (batch != nullptr) cudaFreeHost(batch);
+  }
   if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 #endif
 }
@@ -884,8 +890,9 @@ void SlotDecoder::Sample(const SampleBatch& sample, StepResult& result) {
     const size_t bytes = SampleStagingBytes(sample);
     Reserve(sampleStaging_, sampleStagingBytes_, bytes, bytes * 2);
     if (sampleHostStaging_.size() < bytes) sampleHostStaging_.resize(bytes * 2);
-    SampleRowsDevice(logits_, options_.floatType, options_.vocab, sample, sampleHostStaging_.data(), sampleStaging_, sampleWork_, sampledDevice_,
-                     stream_);
+    if (sampleMass_ == nullptr) sampleMass_ = static_cast<double*>(Allocate(sizeof(double) * options_.vocab * options_.slots));
+    SampleRowsDevice(logits_, options_.floatType, options_.vocab, sample, sampleHostStaging_.data(), sampleStaging_, sampleWork_, sampleMass_,
+                     sampledDevice_, stream_);
     Check(cudaGetLastError(), "sampling kernel");
     return;
   }

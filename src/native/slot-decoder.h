@@ -89,6 +89,11 @@ using StepIds = std::function<void(int step, const int32_t* ids, int rows)>;
 // A beam run's step as it is chosen: each row's continuations and the row it continues (rows of each).
 using StepBeams = std::function<void(int step, const SampleResult* continuations, const int32_t* parents, int rows)>;
 
+// A run's sampler batch for its step `step` (the same rows every step; draws taken in step order).
+using StepSample = std::function<void(int step, SampleBatch& batch)>;
+// A run's step as the host has it: each row's argmax, and the sampler rows' choices in batch order.
+using StepChosen = std::function<void(int step, const int32_t* argmax, const SampleResult* sampled)>;
+
 // Greedy steps run back to back: tokens[k * rows + r] is row r's token of step k.
 struct GreedyRun {
   std::vector<int32_t> tokens;
@@ -140,7 +145,14 @@ class SlotDecoder {
   // and parents as soon as they are chosen, while the run goes on; the result still holds every step's.
   BeamRun DecodeBeams(std::vector<int64_t> tokens, std::vector<int64_t> positions, std::vector<BeamGroup> groups, int maxSteps,
                       const std::vector<int32_t>& sourceLengths = {}, const StepBeams& onStep = nullptr);
-  // Asks a DecodeGreedy or DecodeBeams under way (or the next one) to stop after its current step.
+  // Steps back to back where every row's token is chosen in the step and is its next input: the
+  // sampler's for the rows of each step's batch (`sampleStep` fills it, the same rows every step, its
+  // draws in step order), the argmax for the others. With CUDA graphs each step is queued, its batch
+  // staged from pinned memory, before the host reads the one before it. Stops at maxSteps or an
+  // Interrupt() (after the step under way, or with CUDA graphs the one queued behind it, which is read
+  // and handed on too). onStep gets each step's results as the host has them; returns the steps run.
+  int DecodeChosen(std::vector<int64_t> tokens, std::vector<int64_t> positions, int maxSteps, const StepSample& sampleStep, const StepChosen& onStep);
+  // Asks a DecodeGreedy, DecodeChosen or DecodeBeams under way (or the next one) to stop after its current step.
   void Interrupt() { interrupt_.store(true); }
   // Copies slot caches: dst[i] <- src[i], the first lengths[i] positions, reading every source before
   // writing any destination (so a permutation of rows is safe); encoder-decoders' cross-attention slots
@@ -208,6 +220,9 @@ class SlotDecoder {
   // The greedy run of the graphs: see DecodeGreedy.
   GreedyRun DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& remaining, int endId,
                                  int maxSteps, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft, const StepIds& onStep);
+  // DecodeChosen's run with CUDA graphs (slot-decoder-chosen.cc).
+  int DecodeChosenOnDevice(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, int maxSteps, const StepSample& sampleStep,
+                           const StepChosen& onStep);
   // Checks a decode of tokens.size() rows for `steps` steps from `positions`.
   void CheckRows(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& sourceLengths, int steps) const;
   // CUDA: makes this decoder's device the calling thread's (steps come on any worker thread).
@@ -276,6 +291,8 @@ class SlotDecoder {
   // The sampler's buffers, allocated when first needed: processed logits (slots x vocab floats), the
   // batch's parameters as copied in, and the choices.
   float* sampleWork_ = nullptr;
+  // CUDA: the sampler's probabilities, slots x vocab doubles.
+  double* sampleMass_ = nullptr;
   void* sampleStaging_ = nullptr;
   size_t sampleStagingBytes_ = 0;
   std::vector<char> sampleHostStaging_;
@@ -291,6 +308,12 @@ class SlotDecoder {
   std::map<int, void*> graphs_;
   std::string graphFailure_;
   int32_t* hostIds_ = nullptr;
+  // DecodeChosen with CUDA graphs: two steps' sampler choices and sampler batches in pinned memory, and
+  // each row's index in the batch (-1: the argmax) on the device.
+  SampleResult* hostSampled_ = nullptr;
+  char* hostBatches_[2] = {};
+  size_t hostBatchBytes_ = 0;
+  int32_t* sampleIndexDevice_ = nullptr;
   void* events_[2][3] = {};
   void* stream_ = nullptr;
   // Paged: the block table on the host, and where the step reads it (device memory with CUDA).

@@ -7,7 +7,7 @@
  * golden checkpoints depend on).
  */
 export function uniformStream(seed: number | bigint): () => number {
-  let state = typeof seed === 'bigint' ? (Number(seed & 0xffffffffn) ^ Number((seed >> 32n) & 0xffffffffn)) >>> 0 : (seed ^ Math.floor(seed / 4294967296)) >>> 0;
+  let state = seedState(seed);
   return () => {
     state = (state + 0x6d2b79f5) >>> 0;
     let t = state;
@@ -15,4 +15,9 @@ export function uniformStream(seed: number | bigint): () => number {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return (((t ^ (t >>> 14)) >>> 0) + 0.5) / 4294967296;
   };
+}
+
+/** The 32-bit state `uniformStream(seed)` starts from (the native engine's core draws the same stream from it). */
+export function seedState(seed: number | bigint): number {
+  return typeof seed === 'bigint' ? (Number(seed & 0xffffffffn) ^ Number((seed >> 32n) & 0xffffffffn)) >>> 0 : (seed ^ Math.floor(seed / 4294967296)) >>> 0;
 }

@@ -59,10 +59,10 @@ export class Scheduler<S extends Schedulable> {
 
   /**
    * Between steps: drops finished and cancelled sequences (running or waiting), then admits waiting ones
-   * in order while the batch and the cache budget allow. Returns those admitted (to be prefilled) and
-   * those that left.
+   * in order while the batch and the cache budget allow (and `admits`, when given, takes the next one).
+   * Returns those admitted (to be prefilled) and those that left.
    */
-  schedule(): { admitted: S[]; left: S[] } {
+  schedule(admits?: (sequence: S) => boolean): { admitted: S[]; left: S[] } {
     const left = [...this.running.filter((s) => s.finished || s.cancelled), ...this.waiting.filter((s) => s.cancelled)];
     if (left.length > 0) {
       this.running = this.running.filter((s) => !s.finished && !s.cancelled);
@@ -73,7 +73,7 @@ export class Scheduler<S extends Schedulable> {
     let rows = this.rows();
     while (this.waiting.length > 0) {
       const next = this.waiting[0]!;
-      if (!this.fits(next, rows, reserved)) break;
+      if (!this.fits(next, rows, reserved) || admits?.(next) === false) break;
       this.waiting.shift();
       admitted.push(next);
       reserved += next.reservedTokens;

@@ -43,6 +43,7 @@ import { countNativeSession } from '../../runtime/index.ts';
 import { argmaxEligible, bannedArgmaxEligible, Sequence, type ActiveRequest, type ModelIds } from '../core/sequence.ts';
 import { seq2seqModel } from './seq2seq-engine.ts';
 import { TurnLoop } from './turn-loop.ts';
+import { coreTakes, CoreRunner } from './native-core.ts';
 
 /** Options of `NativeEngine.open`. */
 export interface NativeEngineOptions extends Partial<SchedulerLimits> {
@@ -63,6 +64,13 @@ export interface NativeEngineOptions extends Partial<SchedulerLimits> {
   sourceLength?: number;
   /** CUDA: replay each batch size's decode step as a captured CUDA graph. Default: false. */
   cudaGraph?: boolean;
+  /**
+   * Run the requests it can (native-core.ts: not beam searches, bad words, factual-nucleus sampling or
+   * models that force tokens) on the addon's continuous core: a thread that steps back to back,
+   * admitting and retiring rows between steps, without waiting on the event loop. Decoder-only models
+   * with a cache of slots; elsewhere the step loop runs, with a line to the log saying why. Default: false.
+   */
+  continuous?: boolean;
   /**
    * A request's tokens independent of what shares its steps: every decode step runs all maxBatchSize
    * rows (free slots padded), and encoder-decoders encode each source alone. In float16 a matrix
@@ -153,7 +161,7 @@ export class NativeEngine implements Engine {
   private graphFailureLogged = false;
   /** The step loop: prefills and decode steps until no request runs or waits. */
   private readonly loop = new TurnLoop(
-    () => this.run(),
+    () => (this.core !== undefined && this.members.length === 0 && coreTakes(this.scheduler.waiting[0], this.model) ? this.core.run() : this.run()),
     () => this.scheduler.waiting.length + this.scheduler.running.length > 0,
   );
 
@@ -170,10 +178,15 @@ export class NativeEngine implements Engine {
     private readonly greedySteps: number,
     /** The paged cache's rows (undefined: a cache of whole slots). */
     private readonly paged: PagedCache | undefined,
+    continuous: boolean,
   ) {
     this.scheduler = new Scheduler(limits);
     this.ledger = new RequestLedger(onRequestDone);
+    this.core = continuous ? new CoreRunner(decoder, this.scheduler, this.ledger, model) : undefined;
   }
+
+  /** The continuous core, when the engine runs one. */
+  private readonly core: CoreRunner | undefined;
 
   /** Opens a model directory built with the slot decoder; fails, saying why, when the addon or the model is missing. */
   static async open(dir: string, options: NativeEngineOptions = {}): Promise<NativeEngine> {
@@ -253,7 +266,8 @@ export class NativeEngine implements Engine {
     } else {
       options.log?.(`cache: ${slots} slots of ${slotLength} tokens, ${gib(decoder.cacheBytes)}`);
     }
-    const engine = new NativeEngine(decoder, limits, model, options.onRequestDone, sourceLimit, slotLength, options.batchInvariant === true ? slots : undefined, greedySteps, paged);
+    const continuous = options.continuous === true && continuousAvailable(seq2seq, paged !== undefined, options.batchInvariant === true, options.log);
+    const engine = new NativeEngine(decoder, limits, model, options.onRequestDone, sourceLimit, slotLength, options.batchInvariant === true ? slots : undefined, greedySteps, paged, continuous);
     engine.log = options.log;
     return engine;
   }
@@ -282,9 +296,13 @@ export class NativeEngine implements Engine {
         if (this.sourceLimit !== undefined) this.checkSeq2Seq(sequence);
         this.scheduler.enqueue(sequence);
         this.decoder.interrupt();
-        this.loop.start();
+        if (this.core?.running === true) this.core.pump();
+        else this.loop.start();
       },
-      () => this.decoder.interrupt(),
+      () => {
+        this.decoder.interrupt();
+        this.core?.pump();
+      },
     );
   }
 
@@ -313,6 +331,7 @@ export class NativeEngine implements Engine {
     this.ledger.close();
     for (const s of [...this.scheduler.waiting, ...this.scheduler.running]) s.cancelled = true;
     this.decoder.interrupt();
+    this.core?.abort();
     await this.loop.idle();
     if (this.open) countNativeSession(false);
     this.open = false;
@@ -654,6 +673,13 @@ export class NativeEngine implements Engine {
     for (let k = delivered; k < run.steps; k++) taking(stepOf(run, k), false);
     return run;
   }
+}
+
+/** Whether the continuous core can run this engine's requests; when it cannot, logs why (the step loop runs them). */
+function continuousAvailable(seq2seq: boolean, paged: boolean, batchInvariant: boolean, log: ((line: string) => void) | undefined): boolean {
+  const why = seq2seq ? 'an encoder-decoder' : paged ? 'a paged cache' : batchInvariant ? 'batch-invariant decoding' : undefined;
+  if (why !== undefined) log?.(`continuous core: off (the step loop runs ${why})`);
+  return why === undefined;
 }
 
 /** The rows of a step padded to `fixedRows` (batch-invariant decoding): token 0 at position 0, source 1, each of `zeros` 0. */

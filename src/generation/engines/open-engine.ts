@@ -41,6 +41,7 @@ export async function openEngine(definition: ModelDefinition, dir: string, place
       maxQueue: definition.max_queue,
       contextLength: definition.max_sequence_length,
       cudaGraph: definition.cuda_graph ?? true,
+      continuous: definition.continuous_core ?? false,
       batchInvariant: definition.batch_invariant ?? false,
       ...(definition.gpu_memory_utilization === undefined ? {} : { gpuMemoryUtilization: definition.gpu_memory_utilization }),
       log: options.log,

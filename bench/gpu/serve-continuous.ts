@@ -1,0 +1,192 @@
+/**
+ * Served against in-process on the GPU, in one run, for one model built fp16 with the slot decoder:
+ *  - in process, the engine itself (NativeEngine with CUDA graphs), 64 requests of 100 seeded prompt
+ *    ids and 128 new tokens: submitted together greedy and sampled (temperature 0.7, top_p 0.9, a seed
+ *    each), and 64 sampled streams arriving 2 ms apart; each on the continuous core and on the step loop;
+ *  - in process through the engine client (pipeline, tokenizer, detokenizer, stop strings: what the
+ *    server sits on), 64 and 1 concurrent sampled streams of news prompts (about 100 tokens, 128 new
+ *    tokens exactly);
+ *  - served: `chorus serve` in its own process and `chorus bench` over HTTP with the same prompts,
+ *    lengths, sampling and seeds: 64 streamed (OpenAI SSE), 64 whole, 1 streamed; with the continuous
+ *    core and, unless SERVE_BASELINE=0, without it.
+ * The verdict is served (64 streams, core) over in process (engine client, 64 streams).
+ * Usage: node --import tsx bench/gpu/serve-continuous.ts <name> <checkpoint-or-built-dir> <tokenizer-yaml> <prompts.jsonl> <out-dir>
+ * Knobs: SERVE_REQUESTS=128 (per setting)  SERVE_BASELINE=1  SERVE_LIMIT_S=330 (writes what it has and exits 124 past it)
+ *   SERVE_DEVICE=cuda (cpu: a dry run of the script itself, fp32)
+ * Writes <out-dir>/serve-continuous-<name>.json; prints a table.
+ */
+import { execFile } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { lastValueFrom, toArray } from 'rxjs';
+import type { BenchResult } from '../../src/bench/index.ts';
+import { NativeEngine, type SamplingParams } from '../../src/generation/index.ts';
+import { buildModel } from '../../src/modelbuild/index.ts';
+import { RepositoryClient } from '../../src/serving/index.ts';
+import { serve } from '../cpu/common.ts';
+import { seededRows } from './speed/common.ts';
+
+const args = process.argv.slice(2);
+if (args.length !== 5) throw new Error('usage: serve-continuous.ts <name> <checkpoint-or-built-dir> <tokenizer-yaml> <prompts.jsonl> <out-dir>');
+const [name, source, tokenizerYaml, dataset, out] = args as [string, string, string, string, string];
+const ROOT = join(import.meta.dirname, '../..');
+const STREAMS = 64;
+const NEW = 128;
+const PROMPT_IDS = 100;
+const PROMPT_WORDS = 75;
+const SAMPLED = { temperature: 0.7, runtime_top_p: 0.9 };
+const REQUESTS = Number(process.env.SERVE_REQUESTS ?? 128);
+const BASELINE = process.env.SERVE_BASELINE !== '0';
+const DEVICE = process.env.SERVE_DEVICE === 'cpu' ? 'cpu' : 'cuda';
+const DTYPE = DEVICE === 'cuda' ? 'fp16' : 'fp32';
+const exec = promisify(execFile);
+const work = join(out, `work-${name}`);
+mkdirSync(work, { recursive: true });
+
+const results: Record<string, unknown> = { name, source, streams: STREAMS, newTokens: NEW, requestsPerSetting: REQUESTS, createdAt: new Date().toISOString(), rows: [] as unknown[] };
+const rows = results.rows as Array<Record<string, unknown>>;
+const save = (): void => writeFileSync(join(out, `serve-continuous-${name}.json`), `${JSON.stringify(results, null, 2)}\n`);
+const row = (r: Record<string, unknown>): void => {
+  rows.push(r);
+  save();
+  console.log(JSON.stringify(r));
+};
+// The lead's host gives each command a few minutes: past the limit, what was measured is kept.
+setTimeout(() => {
+  results.timedOut = true;
+  save();
+  console.error(`serve-continuous ${name}: past SERVE_LIMIT_S, stopping with what it has`);
+  process.exit(124);
+}, Number(process.env.SERVE_LIMIT_S ?? 330) * 1000).unref();
+
+// The build: a checkpoint is built once (fp16, cuda flavor, slot decoder); a built directory is used as it is.
+const built = existsSync(join(source, 'chorus_build.json')) ? source : join(work, 'built');
+if (built !== source && !existsSync(join(built, 'chorus_build.json'))) {
+  const started = performance.now();
+  buildModel({ source, out: built, dtype: DTYPE, flavor: 'cuda', slotDecoder: true });
+  results.buildSeconds = (performance.now() - started) / 1000;
+}
+const vocab = (JSON.parse(readFileSync(join(built, 'chorus_build.json'), 'utf8')) as { spec: { vocabSize: number } }).spec.vocabSize;
+
+/** Output tokens/s of `prompts` through the engine, each request `staggerMs` after the one before. */
+async function engineRate(engine: NativeEngine, prompts: number[][], params: (i: number) => SamplingParams, staggerMs = 0): Promise<number> {
+  const started = performance.now();
+  const counts = await Promise.all(
+    prompts.map(async (inputIds, i) => {
+      if (staggerMs > 0) await new Promise((resolve) => setTimeout(resolve, i * staggerMs));
+      return (await lastValueFrom(engine.submit({ inputIds, params: params(i), stream: true }).pipe(toArray()))).length;
+    }),
+  );
+  return counts.reduce((a, b) => a + b, 0) / ((performance.now() - started) / 1000);
+}
+
+// 1. The engine in process, on the core and on the step loop.
+const prompts = seededRows(STREAMS, PROMPT_IDS, vocab);
+const greedy = (): SamplingParams => ({ temperature: 0, request_output_len: NEW });
+const sampled = (i: number): SamplingParams => ({ ...SAMPLED, random_seed: 1000 + i, request_output_len: NEW });
+for (const continuous of [true, false]) {
+  const engine = await NativeEngine.open(built, { provider: DEVICE, maxBatchSize: STREAMS, slotLength: 512, cudaGraph: true, continuous });
+  try {
+    const mode = continuous ? 'continuous core' : 'step loop';
+    // Warm-up: every batch size's graph captured.
+    await engineRate(engine, prompts, sampled, 1);
+    await engineRate(engine, prompts, greedy);
+    const median = async (measure: () => Promise<number>): Promise<number> => {
+      const values = [await measure(), await measure(), await measure()].sort((a, b) => a - b);
+      return values[1]!;
+    };
+    row({ side: 'in process: engine', mode, load: 'batch 64 together, greedy', tokensPerS: await median(() => engineRate(engine, prompts, greedy)) });
+    row({ side: 'in process: engine', mode, load: 'batch 64 together, sampled', tokensPerS: await median(() => engineRate(engine, prompts, sampled)) });
+    row({ side: 'in process: engine', mode, load: '64 streams 2 ms apart, sampled', tokensPerS: await median(() => engineRate(engine, prompts, sampled, 2)) });
+  } finally {
+    await engine.close();
+  }
+}
+
+// 2. A repository serving the build as the pipeline `name` (with the core, or without it).
+const texts = readFileSync(dataset, 'utf8')
+  .trim()
+  .split('\n')
+  .map((line) => {
+    const record = JSON.parse(line) as Record<string, string>;
+    return (record.article ?? record.text ?? record.prompt ?? '').split(/\s+/).slice(0, PROMPT_WORDS).join(' ');
+  })
+  .filter((text) => text.length > 0);
+const promptsFile = join(work, 'prompts.txt');
+writeFileSync(promptsFile, `${texts.join('\n')}\n`);
+function repository(core: boolean): string {
+  const dir = join(work, core ? 'repository-core' : 'repository-loop');
+  for (const kind of ['tokenizers', 'models', 'pipelines']) mkdirSync(join(dir, kind), { recursive: true });
+  writeFileSync(join(dir, 'tokenizers/tok.yaml'), readFileSync(tokenizerYaml, 'utf8'));
+  writeFileSync(
+    join(dir, `models/${name}.yaml`),
+    `engine: generate\nsource: ${built}\ntokenizer: tok\ndevice: ${DEVICE}\ndtype: ${DTYPE}\nnative_engine: true\ncontinuous_core: ${core}\nmax_batch_size: ${STREAMS}\nmax_queue: 1024\nmax_sequence_length: 512\n`,
+  );
+  writeFileSync(join(dir, `pipelines/${name}.yaml`), `model: ${name}\n`);
+  return dir;
+}
+
+/** Output tokens/s of `requests` requests from `streams` clients back to back through the engine client. */
+async function clientRate(client: RepositoryClient, streams: number, requests: number, seedBase: number): Promise<number> {
+  let issued = 0;
+  let tokens = 0;
+  const started = performance.now();
+  const worker = async (): Promise<void> => {
+    while (issued < requests) {
+      const n = issued++;
+      const request = { text_input: texts[n % texts.length]!, max_tokens: NEW, min_tokens: NEW, temperature: SAMPLED.temperature, top_p: SAMPLED.runtime_top_p, seed: seedBase + n, stream: true };
+      const last = await lastValueFrom(client.generate(name, request));
+      tokens += last.usage?.completionTokens ?? 0;
+    }
+  };
+  await Promise.all(Array.from({ length: streams }, worker));
+  return tokens / ((performance.now() - started) / 1000);
+}
+
+const coreRepository = repository(true);
+const client = RepositoryClient.open(coreRepository, { log: () => {} });
+try {
+  await clientRate(client, STREAMS, STREAMS, 50_000);
+  row({ side: 'in process: engine client', mode: 'continuous core', load: '64 streams', tokensPerS: await clientRate(client, STREAMS, REQUESTS, 0) });
+  row({ side: 'in process: engine client', mode: 'continuous core', load: '1 stream', tokensPerS: await clientRate(client, 1, 8, 0) });
+} finally {
+  await client.close();
+}
+
+// 3. Served: chorus bench over HTTP against chorus serve.
+async function bench(url: string, concurrency: number, requests: number, stream: boolean, label: string): Promise<BenchResult['settings'][number]['summary']> {
+  const file = join(work, `bench-${label}.json`);
+  const args = ['bench', '--url', url, '--pipeline', name, '--protocol', 'openai', ...(stream ? ['--stream'] : []), '--concurrency', String(concurrency), '--requests', String(requests), '--warmup', String(concurrency), '--dataset', promptsFile, '--output-tokens', String(NEW), '--temperature', String(SAMPLED.temperature), '--top-p', String(SAMPLED.runtime_top_p), '--request-seed', '0', '--quiet', '--out', file];
+  await exec(process.execPath, [join(ROOT, 'bin/chorus.js'), ...args], { env: { ...process.env, CHORUS_API_KEY: '' }, timeout: 120_000 });
+  const summary = (JSON.parse(readFileSync(file, 'utf8')) as BenchResult).settings[0]!.summary;
+  results.servedCommand ??= `chorus ${args.slice(0, -2).join(' ')}`;
+  return summary;
+}
+for (const core of BASELINE ? [true, false] : [true]) {
+  const server = await serve(core ? coreRepository : repository(false));
+  try {
+    const mode = core ? 'continuous core' : 'step loop';
+    for (const [concurrency, stream, load] of [[STREAMS, true, '64 streams'], [STREAMS, false, '64 whole'], [1, true, '1 stream']] as const) {
+      const s = await bench(server.url, concurrency, concurrency === 1 ? 8 : REQUESTS, stream, `${core ? 'core' : 'loop'}-${concurrency}-${stream}`);
+      row({ side: 'served: chorus bench (OpenAI)', mode, load, tokensPerS: s.outputTokensPerS, ok: s.ok, requests: s.requests, ttftP50Ms: s.ttftMs?.p50, itlP50Ms: s.itlMs?.p50 });
+    }
+  } finally {
+    server.child.kill('SIGTERM');
+  }
+}
+
+const find = (side: string, mode: string, load: string): number | undefined => rows.find((r) => r.side === side && r.mode === mode && r.load === load)?.tokensPerS as number | undefined;
+const inProcess = find('in process: engine client', 'continuous core', '64 streams');
+const servedRate = find('served: chorus bench (OpenAI)', 'continuous core', '64 streams');
+const engineGreedy = find('in process: engine', 'continuous core', 'batch 64 together, greedy');
+const engineSampled = find('in process: engine', 'continuous core', 'batch 64 together, sampled');
+results.servedOverInProcess = servedRate !== undefined && inProcess !== undefined ? servedRate / inProcess : undefined;
+results.sampledOverGreedy = engineSampled !== undefined && engineGreedy !== undefined ? engineSampled / engineGreedy : undefined;
+save();
+console.log(`\n${name}: ${STREAMS} streams, ${NEW} new tokens, sampled = temperature ${SAMPLED.temperature}, top_p ${SAMPLED.runtime_top_p}, a seed each`);
+console.log('| side | mode | load | output tokens/s | TTFT p50 ms | ITL p50 ms |');
+console.log('| --- | --- | --- | ---: | ---: | ---: |');
+for (const r of rows) console.log(`| ${String(r.side)} | ${String(r.mode)} | ${String(r.load)} | ${(r.tokensPerS as number).toFixed(0)} | ${(r.ttftP50Ms as number | undefined)?.toFixed(1) ?? '-'} | ${(r.itlP50Ms as number | undefined)?.toFixed(2) ?? '-'} |`);
+console.log(`served / in process (64 streams, core): ${(results.servedOverInProcess as number | undefined)?.toFixed(2) ?? '-'}; in-process sampled / greedy (batch 64, core): ${(results.sampledOverGreedy as number | undefined)?.toFixed(2) ?? '-'}`);
+process.exit(0);

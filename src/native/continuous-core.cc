@@ -1,0 +1,325 @@
+#include "continuous-core.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <utility>
+
+namespace chorus {
+
+ContinuousCore::ContinuousCore(SlotDecoder& decoder, CoreOnStep onStep, CoreOnError onError)
+    : decoder_(decoder), onStep_(std::move(onStep)), onError_(std::move(onError)) {
+  if (decoder.paged()) throw std::logic_error("the continuous core runs a cache of slots, not a paged one");
+  if (decoder.seq2seq()) throw std::logic_error("the continuous core runs decoder-only models");
+  thread_ = std::thread([this]() { Loop(); });
+}
+
+ContinuousCore::~ContinuousCore() { Stop(); }
+
+double ContinuousCore::Draw(uint32_t& state) {
+  state += 0x6d2b79f5u;
+  uint32_t t = state;
+  t = (t ^ (t >> 15)) * (t | 1u);
+  t ^= t + (t ^ (t >> 7)) * (t | 61u);
+  return (static_cast<double>(t ^ (t >> 14)) + 0.5) / 4294967296.0;
+}
+
+void ContinuousCore::Submit(CoreRequest request) {
+  const SlotDecoderOptions& o = decoder_.options();
+  const size_t prompt = request.prompt.size();
+  if (prompt == 0 || request.maxTokens < 1 || prompt + request.maxTokens > static_cast<size_t>(o.maxLength)) {
+    throw std::out_of_range("a prompt of " + std::to_string(prompt) + " tokens and " + std::to_string(request.maxTokens) + " new ones do not fit a slot of " +
+                            std::to_string(o.maxLength));
+  }
+  for (int64_t id : request.prompt) {
+    if (id < 0 || id >= o.vocab) throw std::out_of_range("prompt id " + std::to_string(id) + " is outside the vocabulary");
+  }
+  if (request.seen.size() % 2 != 0) throw std::invalid_argument("seen must hold (id, count) pairs");
+  for (size_t i = 0; i < request.seen.size(); i += 2) {
+    if (request.seen[i] < 0 || request.seen[i] >= o.vocab) throw std::out_of_range("seen has an id outside the vocabulary");
+  }
+  if (request.topLogProbs < 0 || request.topLogProbs > kMaxTopLogProbs) throw std::out_of_range("topLogProbs must be in [0, " + std::to_string(kMaxTopLogProbs) + "]");
+  if (request.topK < 0 || request.topK > o.vocab) throw std::out_of_range("topK must be in [0, vocab]");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    inbox_.push_back(std::move(request));
+  }
+  // A greedy run under way ends after its step, so that the request joins.
+  decoder_.Interrupt();
+  wake_.notify_one();
+}
+
+void ContinuousCore::Cancel(int32_t id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cancels_.push_back(id);
+  }
+  decoder_.Interrupt();
+  wake_.notify_one();
+}
+
+void ContinuousCore::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  decoder_.Interrupt();
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ContinuousCore::Loop() {
+  const size_t slots = static_cast<size_t>(decoder_.options().slots);
+  bool failed = false;
+  while (true) {
+    std::vector<CoreRequest> arrived;
+    std::vector<int32_t> cancelled;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&]() { return stopping_ || !inbox_.empty() || !cancels_.empty() || (!failed && (!rows_.empty() || (!waiting_.empty() && rows_.size() < slots))); });
+      if (stopping_) return;
+      arrived.swap(inbox_);
+      cancelled.swap(cancels_);
+    }
+    // After a failure every row was failed by the caller: what comes until it stops the core is dropped.
+    if (failed) continue;
+    for (CoreRequest& request : arrived) {
+      Row row;
+      row.request = std::move(request);
+      row.penalties = row.request.repetition != 1 || row.request.presence != 0 || row.request.frequency != 0;
+      for (size_t i = 0; i < row.request.seen.size(); i += 2) row.seenAt[row.request.seen[i]] = i;
+      waiting_.push_back(std::move(row));
+    }
+    if (!cancelled.empty()) {
+      auto isCancelled = [&](const Row& row) { return std::find(cancelled.begin(), cancelled.end(), row.request.id) != cancelled.end(); };
+      waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), isCancelled), waiting_.end());
+      std::vector<bool> gone(rows_.size());
+      for (size_t r = 0; r < rows_.size(); r++) gone[r] = isCancelled(rows_[r]);
+      try {
+        Retire(gone);
+      } catch (const std::exception& e) {
+        failed = true;
+        onError_(e.what());
+        continue;
+      }
+    }
+    try {
+      Admit(waiting_);
+      if (!rows_.empty()) Step();
+    } catch (const std::exception& e) {
+      failed = true;
+      rows_.clear();
+      waiting_.clear();
+      onError_(e.what());
+    }
+  }
+}
+
+SampleParams ContinuousCore::ParamsOf(Row& row, SampleBatch& batch, int32_t taken) {
+  const CoreRequest& q = row.request;
+  SampleParams p{};
+  p.temperature = q.temperature;
+  p.topP = q.topP;
+  p.repetition = q.repetition;
+  p.presence = q.presence;
+  p.frequency = q.frequency;
+  p.uniform = q.temperature == 0 ? 0 : Draw(row.request.random);
+  p.topK = q.topK;
+  p.topLogProbs = q.topLogProbs;
+  p.seenBegin = static_cast<int32_t>(batch.seen.size() / 2);
+  if (row.penalties) batch.seen.insert(batch.seen.end(), q.seen.begin(), q.seen.end());
+  p.seenEnd = static_cast<int32_t>(batch.seen.size() / 2);
+  p.banBegin = static_cast<int32_t>(batch.bans.size());
+  if (q.endId >= 0 && taken < q.minLength) batch.bans.push_back(q.endId);
+  p.banEnd = static_cast<int32_t>(batch.bans.size());
+  return p;
+}
+
+bool ContinuousCore::Take(Row& row, const SampleResult& chosen, CoreStep& out) {
+  out.ids.push_back(row.request.id);
+  out.results.push_back(chosen);
+  row.taken++;
+  row.token = chosen.token;
+  if (row.penalties) {
+    auto found = row.seenAt.find(chosen.token);
+    if (found != row.seenAt.end()) {
+      row.request.seen[found->second + 1]++;
+    } else {
+      row.seenAt[chosen.token] = row.request.seen.size();
+      row.request.seen.push_back(chosen.token);
+      row.request.seen.push_back(1);
+    }
+  }
+  return chosen.token == row.request.endId || row.taken >= row.request.maxTokens;
+}
+
+// The argmax's choice as the sampler's result: no log-probability asked for.
+static SampleResult ArgmaxChoice(int32_t token) {
+  SampleResult result{};
+  result.token = token;
+  return result;
+}
+
+void ContinuousCore::Admit(std::vector<Row>& waiting) {
+  const size_t slots = static_cast<size_t>(decoder_.options().slots);
+  while (!waiting.empty() && rows_.size() < slots) {
+    // Prompts of one length in a row prefill together, in batches of powers of two (ONNX Runtime plans
+    // each new shape it meets).
+    const size_t length = waiting[0].request.prompt.size();
+    size_t count = 1;
+    while (count < waiting.size() && count < slots - rows_.size() && waiting[count].request.prompt.size() == length) count++;
+    size_t group = 1;
+    while (group * 2 <= count) group *= 2;
+    std::vector<int64_t> ids;
+    ids.reserve(group * length);
+    SampleBatch sample;
+    for (size_t r = 0; r < group; r++) {
+      Row& row = waiting[r];
+      ids.insert(ids.end(), row.request.prompt.begin(), row.request.prompt.end());
+      if (!row.request.argmax) {
+        sample.rows.push_back(static_cast<int32_t>(r));
+        sample.params.push_back(ParamsOf(row, sample, row.taken));
+      }
+    }
+    const int first = static_cast<int>(rows_.size());
+    StepResult result = decoder_.Prefill(first, ids, {}, sample, static_cast<int>(group));
+    CoreStep out;
+    out.prefill = true;
+    std::vector<bool> gone(rows_.size(), false);
+    size_t sampled = 0;
+    for (size_t r = 0; r < group; r++) {
+      Row& row = waiting[r];
+      row.length = static_cast<int64_t>(length);
+      const SampleResult chosen = row.request.argmax ? ArgmaxChoice(result.argmax[r]) : result.sampled[sampled++];
+      gone.push_back(Take(row, chosen, out));
+      rows_.push_back(std::move(row));
+    }
+    waiting.erase(waiting.begin(), waiting.begin() + static_cast<std::ptrdiff_t>(group));
+    onStep_(std::move(out));
+    Retire(gone);
+  }
+}
+
+void ContinuousCore::Step() {
+  const size_t n = rows_.size();
+  const int32_t endId = rows_[0].request.endId;
+  if (std::all_of(rows_.begin(), rows_.end(), [&](const Row& row) { return row.request.argmax && row.request.endId == endId; })) {
+    GreedySteps(endId);
+    return;
+  }
+  // Penalties count each step's tokens into the next step's parameters: those batches step one at a time.
+  if (std::none_of(rows_.begin(), rows_.end(), [](const Row& row) { return row.penalties; })) {
+    ChosenSteps();
+    return;
+  }
+  std::vector<int64_t> tokens(n);
+  std::vector<int64_t> positions(n);
+  SampleBatch sample;
+  for (size_t r = 0; r < n; r++) {
+    Row& row = rows_[r];
+    tokens[r] = row.token;
+    positions[r] = row.length;
+    if (!row.request.argmax) {
+      sample.rows.push_back(static_cast<int32_t>(r));
+      sample.params.push_back(ParamsOf(row, sample, row.taken));
+    }
+  }
+  StepResult result = decoder_.Decode(tokens, positions, {}, sample);
+  CoreStep out;
+  std::vector<bool> gone(n, false);
+  size_t sampled = 0;
+  for (size_t r = 0; r < n; r++) {
+    Row& row = rows_[r];
+    row.length++;
+    const SampleResult chosen = row.request.argmax ? ArgmaxChoice(result.argmax[r]) : result.sampled[sampled++];
+    gone[r] = Take(row, chosen, out);
+  }
+  onStep_(std::move(out));
+  Retire(gone);
+}
+
+void ContinuousCore::GreedySteps(int32_t endId) {
+  const size_t n = rows_.size();
+  std::vector<int64_t> tokens(n);
+  std::vector<int64_t> positions(n);
+  std::vector<int32_t> remaining(n);
+  int64_t room = kMaxGreedySteps;
+  for (size_t r = 0; r < n; r++) {
+    tokens[r] = rows_[r].token;
+    positions[r] = rows_[r].length;
+    remaining[r] = rows_[r].request.maxTokens - rows_[r].taken;
+    room = std::min<int64_t>(room, decoder_.options().maxLength - rows_[r].length);
+  }
+  // The run's steps as they come: a row that ends stops the run after the step under way (rows that
+  // ended run along, unread, until it does), and so does a request or cancellation arriving.
+  std::vector<bool> gone(n, false);
+  const StepIds onStep = [&](int, const int32_t* ids, int) {
+    CoreStep out;
+    for (size_t r = 0; r < n; r++) {
+      if (gone[r]) continue;
+      gone[r] = Take(rows_[r], ArgmaxChoice(ids[r]), out);
+      if (gone[r]) decoder_.Interrupt();
+    }
+    onStep_(std::move(out));
+  };
+  const GreedyRun run = decoder_.DecodeGreedy(tokens, positions, remaining, endId, static_cast<int>(std::max<int64_t>(1, room)), {}, {}, onStep);
+  for (Row& row : rows_) row.length += run.steps;
+  Retire(gone);
+}
+
+void ContinuousCore::ChosenSteps() {
+  const size_t n = rows_.size();
+  std::vector<int64_t> tokens(n);
+  std::vector<int64_t> positions(n);
+  std::vector<int32_t> takenBefore(n);
+  int64_t room = kMaxGreedySteps;
+  for (size_t r = 0; r < n; r++) {
+    tokens[r] = rows_[r].token;
+    positions[r] = rows_[r].length;
+    takenBefore[r] = rows_[r].taken;
+    room = std::min<int64_t>(room, decoder_.options().maxLength - rows_[r].length);
+  }
+  // Step k's parameters may be asked for before step k - 1's tokens are taken: its bans go by k.
+  const StepSample sampleStep = [&](int step, SampleBatch& batch) {
+    for (size_t r = 0; r < n; r++) {
+      if (rows_[r].request.argmax) continue;
+      batch.rows.push_back(static_cast<int32_t>(r));
+      batch.params.push_back(ParamsOf(rows_[r], batch, takenBefore[r] + step));
+    }
+  };
+  std::vector<bool> gone(n, false);
+  const StepChosen onStep = [&](int, const int32_t* argmax, const SampleResult* sampled) {
+    CoreStep out;
+    size_t at = 0;
+    for (size_t r = 0; r < n; r++) {
+      const SampleResult chosen = rows_[r].request.argmax ? ArgmaxChoice(argmax[r]) : sampled[at++];
+      if (gone[r]) continue;
+      gone[r] = Take(rows_[r], chosen, out);
+      if (gone[r]) decoder_.Interrupt();
+    }
+    onStep_(std::move(out));
+  };
+  const int steps = decoder_.DecodeChosen(tokens, positions, static_cast<int>(std::max<int64_t>(1, room)), sampleStep, onStep);
+  for (Row& row : rows_) row.length += steps;
+  Retire(gone);
+}
+
+void ContinuousCore::Retire(const std::vector<bool>& gone) {
+  if (std::none_of(gone.begin(), gone.end(), [](bool g) { return g; })) return;
+  std::vector<int32_t> src, dst, lengths;
+  std::vector<Row> kept;
+  kept.reserve(rows_.size());
+  for (size_t r = 0; r < rows_.size(); r++) {
+    if (gone[r]) continue;
+    const size_t to = kept.size();
+    if (to != r) {
+      src.push_back(static_cast<int32_t>(r));
+      dst.push_back(static_cast<int32_t>(to));
+      lengths.push_back(static_cast<int32_t>(rows_[r].length));
+    }
+    kept.push_back(std::move(rows_[r]));
+  }
+  rows_ = std::move(kept);
+  if (!src.empty()) decoder_.CopySlots(src, dst, lengths);
+}
+
+}  // namespace chorus

@@ -1,0 +1,120 @@
+// The native engine's continuous core: a thread of its own that steps a SlotDecoder back to back
+// without returning to JavaScript between steps. It admits submitted rows at step boundaries
+// (prefilling those of one prompt length together), chooses every row's token in the step (the raw
+// argmax, or the sampler where the logits are, with the row's own seeded stream and its penalties'
+// counts kept here), retires rows at their end id, their last token or a cancellation, and moves the
+// rows behind a retired one down into its slot. Each step's tokens go to `onStep` at once, all rows
+// together; stop strings and the like stay with the caller, who cancels a row it ends.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "sampling.h"
+#include "slot-decoder.h"
+
+namespace chorus {
+
+// A request as the core runs it.
+struct CoreRequest {
+  int32_t id = 0;
+  std::vector<int64_t> prompt;
+  // Tokens it may take (its request_output_len), its end id (-1: none), and for how many of its first
+  // tokens the end id is banned (min_length).
+  int32_t maxTokens = 1;
+  int32_t endId = -1;
+  int32_t minLength = 0;
+  // The raw argmax of each step's logits (every other row goes through the sampler).
+  bool argmax = true;
+  double temperature = 0;
+  double topP = 1;
+  int32_t topK = 0;
+  int32_t topLogProbs = 0;
+  double repetition = 1;
+  double presence = 0;
+  double frequency = 0;
+  // mulberry32's state (src/util/random.ts): one draw a step when temperature != 0.
+  uint32_t random = 0;
+  // (id, output count) pairs the penalties start from: the context's ids for repetition, count 0.
+  std::vector<int32_t> seen;
+};
+
+// A step's tokens (a prefill's first ones, or a decode step's): ids[i] took results[i] (the argmax's
+// log-probability is 0).
+struct CoreStep {
+  bool prefill = false;
+  std::vector<int32_t> ids;
+  std::vector<SampleResult> results;
+};
+
+using CoreOnStep = std::function<void(CoreStep&& step)>;
+using CoreOnError = std::function<void(const std::string& message)>;
+
+class ContinuousCore {
+ public:
+  // Starts the thread; `onStep` and `onError` are called from it (after an error it stops stepping).
+  ContinuousCore(SlotDecoder& decoder, CoreOnStep onStep, CoreOnError onError);
+  ~ContinuousCore();
+  ContinuousCore(const ContinuousCore&) = delete;
+  ContinuousCore& operator=(const ContinuousCore&) = delete;
+
+  // From any thread: a request joins at the next step boundary (as soon as a slot is free).
+  void Submit(CoreRequest request);
+  // From any thread: the row (running or waiting) leaves at the next step boundary.
+  void Cancel(int32_t id);
+  // Ends the thread after the step under way and waits for it.
+  void Stop();
+
+  // A uniform draw in (0, 1) from mulberry32 state `state` (advanced), as src/util/random.ts draws it.
+  static double Draw(uint32_t& state);
+
+ private:
+  struct Row {
+    CoreRequest request;
+    int64_t token = 0;
+    int64_t length = 0;
+    int32_t taken = 0;
+    std::unordered_map<int32_t, size_t> seenAt;
+    bool penalties = false;
+  };
+
+  void Loop();
+  // Prefills waiting requests into the free slots; false when none was waiting or fitting.
+  void Admit(std::vector<Row>& waiting);
+  void Step();
+  // Steps of rows that all take the raw argmax with one end id, back to back in the decoder
+  // (DecodeGreedy: with CUDA graphs, each step queued before the one before it is read).
+  void GreedySteps(int32_t endId);
+  // Steps of rows without penalties, some sampled, back to back in the decoder (DecodeChosen: with
+  // CUDA graphs, each step's choices feed the next on the device, queued before the host reads them).
+  void ChosenSteps();
+  static constexpr int64_t kMaxGreedySteps = 1024;
+  // Records a chosen token of `row`; true when the row ends with it.
+  bool Take(Row& row, const SampleResult& chosen, CoreStep& out);
+  // The sampler's parameters for `row`'s step after `taken` tokens (its draw taken now), its pairs and
+  // bans appended.
+  SampleParams ParamsOf(Row& row, SampleBatch& batch, int32_t taken);
+  // Drops the rows whose `gone` flag is set, moving those behind them down.
+  void Retire(const std::vector<bool>& gone);
+
+  SlotDecoder& decoder_;
+  CoreOnStep onStep_;
+  CoreOnError onError_;
+  std::vector<Row> rows_;
+  std::vector<Row> waiting_;
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<CoreRequest> inbox_;
+  std::vector<int32_t> cancels_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace chorus

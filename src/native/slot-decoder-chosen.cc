@@ -1,0 +1,135 @@
+// SlotDecoder::DecodeChosen: steps back to back where each row's token is chosen in the step (the
+// sampler's or the argmax) and fed to the next one, on the host step by step, or with CUDA graphs
+// queued a step ahead of the host.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "slot-decoder.h"
+
+#ifdef CHORUS_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace chorus {
+
+namespace {
+
+#ifdef CHORUS_WITH_CUDA
+void Check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+#endif
+
+}  // namespace
+
+int SlotDecoder::DecodeChosen(std::vector<int64_t> tokens, std::vector<int64_t> positions, int maxSteps, const StepSample& sampleStep, const StepChosen& onStep) {
+  if (maxSteps < 1) throw std::out_of_range("decodeChosen takes at least one step");
+  if (paged() || seq2seq()) throw std::logic_error("decodeChosen runs decoder-only models with a cache of slots");
+  UseDevice();
+  CheckRows(tokens, positions, {}, maxSteps);
+  if (options_.cuda && options_.cudaGraph) return DecodeChosenOnDevice(tokens, positions, maxSteps, sampleStep, onStep);
+  const size_t rows = tokens.size();
+  int steps = 0;
+  for (int step = 0; step < maxSteps; step++) {
+    SampleBatch batch;
+    sampleStep(step, batch);
+    StepResult result = Decode(tokens, positions, {}, batch);
+    onStep(step, result.argmax.data(), result.sampled.data());
+    steps++;
+    std::vector<int32_t> sampled(rows, -1);
+    for (size_t i = 0; i < batch.rows.size(); i++) sampled[batch.rows[i]] = static_cast<int32_t>(i);
+    for (size_t r = 0; r < rows; r++) {
+      tokens[r] = sampled[r] < 0 ? result.argmax[r] : result.sampled[sampled[r]].token;
+      positions[r]++;
+    }
+    if (interrupt_.exchange(false)) break;
+  }
+  return steps;
+}
+
+#ifdef CHORUS_WITH_CUDA
+int SlotDecoder::DecodeChosenOnDevice(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, int maxSteps, const StepSample& sampleStep,
+                                      const StepChosen& onStep) {
+  const auto started = std::chrono::steady_clock::now();
+  const int rows = static_cast<int>(tokens.size());
+  auto stream = static_cast<cudaStream_t>(stream_);
+  const int slots = options_.slots;
+  // Step k's batch is filled into batches[k % 2] and staged from the pinned hostBatches_[k % 2]: the
+  // copy of step k + 2's is queued after the host has read step k, whose copy ran before it.
+  SampleBatch batches[2];
+  sampleStep(0, batches[0]);
+  const size_t sampledRows = batches[0].rows.size();
+  std::vector<int32_t> sampleIndex(rows, -1);
+  for (size_t i = 0; i < sampledRows; i++) sampleIndex[batches[0].rows[i]] = static_cast<int32_t>(i);
+  // The most a step's batch takes: its rows, parameters, no pairs (the penalties need each step's
+  // tokens: those rows step one at a time) and a ban per row.
+  SampleBatch widest = batches[0];
+  widest.bans.assign(sampledRows + widest.bans.size(), 0);
+  const size_t batchBytes = SampleStagingBytes(widest);
+  if (hostSampled_ == nullptr) Check(cudaMallocHost(&hostSampled_, sizeof(SampleResult) * 2 * slots), "cudaMallocHost");
+  if (hostBatchBytes_ < batchBytes) {
+    for (char*& batch : hostBatches_) {
+      if (batch != nullptr) cudaFreeHost(batch);
+      batch = nullptr;
+      Check(cudaMallocHost(&batch, batchBytes), "cudaMallocHost");
+    }
+    hostBatchBytes_ = batchBytes;
+  }
+  if (sampleWork_ == nullptr) sampleWork_ = static_cast<float*>(Allocate(sizeof(float) * options_.vocab * slots));
+  if (sampleMass_ == nullptr) sampleMass_ = static_cast<double*>(Allocate(sizeof(double) * options_.vocab * slots));
+  if (sampledDevice_ == nullptr) sampledDevice_ = static_cast<SampleResult*>(Allocate(sizeof(SampleResult) * slots));
+  if (sampleIndexDevice_ == nullptr) sampleIndexDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * slots));
+  Reserve(sampleStaging_, sampleStagingBytes_, batchBytes, batchBytes * 2);
+
+  std::vector<int32_t> seqlens(positions.begin(), positions.end());
+  StageInputs(tokens, positions, seqlens, {});
+  Check(cudaMemcpyAsync(sampleIndexDevice_, sampleIndex.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  // Step k: the graph, the argmax and the sampler on its logits, the chosen ids written as step k + 1's
+  // inputs, the results' copies into slot k % 2 of the pinned buffers, and an event.
+  auto queue = [&](int step) {
+    const SampleBatch& batch = batches[step % 2];
+    if (batch.rows.size() != sampledRows) throw std::logic_error("decodeChosen's batches must keep their rows from step to step");
+    if (SampleStagingBytes(batch) > batchBytes) throw std::logic_error("decodeChosen's batches may not take penalty pairs or more than a ban per row");
+    void* const* events = events_[step % 2];
+    LaunchGraph(rows, events);
+    ArgmaxRowsDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, stream_);
+    SampleRowsDevice(logits_, options_.floatType, options_.vocab, batch, hostBatches_[step % 2], sampleStaging_, sampleWork_, sampleMass_, sampledDevice_, stream_);
+    AdvanceChosenDevice(argmaxDevice_, sampledDevice_, sampleIndexDevice_, rows, idsDevice_, positionsDevice_, seqlensDevice_, stream_);
+    Check(cudaGetLastError(), "decodeChosen's kernels");
+    Check(cudaMemcpyAsync(hostIds_ + (step % 2) * slots, argmaxDevice_, sizeof(int32_t) * rows, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+    if (sampledRows > 0) {
+      Check(cudaMemcpyAsync(hostSampled_ + (step % 2) * slots, sampledDevice_, sizeof(SampleResult) * sampledRows, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+    }
+    Check(cudaEventRecord(static_cast<cudaEvent_t>(events[2]), stream), "cudaEventRecord");
+  };
+  int steps = 0;
+  bool stopping = false;
+  queue(0);
+  for (int step = 0; step < maxSteps; step++) {
+    const bool more = !stopping && step + 1 < maxSteps;
+    if (more) {
+      batches[(step + 1) % 2] = SampleBatch{};
+      sampleStep(step + 1, batches[(step + 1) % 2]);
+      queue(step + 1);
+    }
+    void* const* events = events_[step % 2];
+    Check(cudaEventSynchronize(static_cast<cudaEvent_t>(events[2])), "cudaEventSynchronize");
+    AddGraphTime(events);
+    onStep(step, hostIds_ + (step % 2) * slots, hostSampled_ + (step % 2) * slots);
+    steps++;
+    if (!more) break;
+    if (interrupt_.exchange(false)) stopping = true;
+  }
+  callMs_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  return steps;
+}
+#else
+int SlotDecoder::DecodeChosenOnDevice(const std::vector<int64_t>&, const std::vector<int64_t>&, int, const StepSample&, const StepChosen&) {
+  throw std::logic_error("CUDA graphs need a build with CUDA");
+}
+#endif
+
+}  // namespace chorus

@@ -1,0 +1,186 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { lastValueFrom, toArray } from 'rxjs';
+import { NativeEngine, OrtEngine, type Engine, type NativeEngineOptions, type SamplingParams, type TokenEvent } from '../../src/generation/index.ts';
+import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
+import { loadNative } from '../../src/native/index.ts';
+import { scratchDir } from '../helpers/scratch.ts';
+
+const { addon, reason } = loadNative();
+const skip = addon === undefined ? `the native addon: ${reason}` : false;
+const root = scratchDir('chorus-core-');
+const dirs = { gpt2: join(root, 'gpt2'), llama: join(root, 'llama') };
+
+function run(engine: Engine, inputIds: number[], params: SamplingParams): Promise<TokenEvent[]> {
+  return lastValueFrom(engine.submit({ inputIds, params, stream: true }).pipe(toArray()));
+}
+
+/** Events as [token, finish reason, log-probability to 5 places, top_logprobs' ids]. */
+function shape(events: TokenEvent[]): unknown[] {
+  return events.map((e) => [e.token, e.finishReason, e.logProb === undefined ? undefined : Math.round(e.logProb * 1e5), e.topLogProbs?.map((t) => t.token)]);
+}
+
+const mix: Array<{ prompt: number[]; params: SamplingParams }> = [
+  { prompt: [5, 6, 7, 8, 9, 10, 11], params: { temperature: 0, request_output_len: 24 } },
+  { prompt: [12, 13], params: { temperature: 0.8, runtime_top_k: 20, random_seed: 4, request_output_len: 17 } },
+  { prompt: [40, 41, 42, 43], params: { temperature: 0, repetition_penalty: 1.4, is_return_log_probs: true, request_output_len: 20 } },
+  { prompt: [7, 8, 9], params: { temperature: 0.9, runtime_top_p: 0.8, random_seed: 9, presence_penalty: 0.5, request_output_len: 12 } },
+  { prompt: [2], params: { temperature: 0, min_length: 5, request_output_len: 9, stop_words: [[17]] } },
+  { prompt: [9, 8, 7], params: { temperature: 0.7, top_logprobs: 3, is_return_log_probs: true, random_seed: 2, request_output_len: 8 } },
+  { prompt: [3, 4, 5], params: { temperature: 1.1, runtime_top_p: 0.9, runtime_top_k: 50, frequency_penalty: 0.3, repetition_penalty: 1.2, random_seed: 77, request_output_len: 30 } },
+];
+
+describe('NativeEngine, continuous core (CPU)', { skip }, () => {
+  const engines: Engine[] = [];
+  before(() => {
+    for (const arch of ['gpt2', 'llama'] as const) {
+      makeCheckpoint({ arch, size: 'tiny', seed: 5, out: join(root, `${arch}-ckpt`) });
+      buildModel({ source: join(root, `${arch}-ckpt`), out: dirs[arch], flavor: 'cuda', slotDecoder: true });
+    }
+  });
+  after(async () => {
+    await Promise.all(engines.map((e) => e.close()));
+  });
+  const open = async (dir: string, options: NativeEngineOptions): Promise<Engine> => {
+    const engine = await NativeEngine.open(dir, { maxBatchSize: 8, ...options });
+    engines.push(engine);
+    return engine;
+  };
+
+  for (const name of ['gpt2', 'llama'] as const) {
+    test(`${name}: greedy and seeded sampled requests get the step loop's and the TypeScript engine's tokens`, async () => {
+      const core = await open(dirs[name], { continuous: true });
+      const loop = await open(dirs[name], {});
+      const reference = await OrtEngine.open(dirs[name], { maxBatchSize: 8, greedySearch: false });
+      engines.push(reference);
+      const got = await Promise.all(mix.map((r) => run(core, r.prompt, r.params)));
+      const want = await Promise.all(mix.map((r) => run(loop, r.prompt, r.params)));
+      assert.deepEqual(got.map(shape), want.map(shape));
+      const typescript = await Promise.all(mix.map((r) => run(reference, r.prompt, r.params)));
+      assert.deepEqual(got.map((events) => events.map((e) => e.token)), typescript.map((events) => events.map((e) => e.token)));
+      // The stop word ended its request where the step loop ends it, the token the core took after it dropped.
+      assert.equal(got[4]!.at(-1)!.finishReason, want[4]!.at(-1)!.finishReason);
+      assert.equal(core.stats().requestsFinished, mix.length);
+      assert.equal(core.stats().running + core.stats().waiting, 0);
+    });
+  }
+
+  test('sampled rows without penalties (min_length, top_logprobs and greedy rows beside them) step back to back with the step loop\'s tokens', async () => {
+    const core = await open(dirs.llama, { continuous: true, maxBatchSize: 4 });
+    const loop = await open(dirs.llama, { maxBatchSize: 4 });
+    const requests: Array<{ prompt: number[]; params: SamplingParams }> = [
+      { prompt: [5, 6, 7], params: { temperature: 0.8, runtime_top_p: 0.9, random_seed: 21, min_length: 12, request_output_len: 30 } },
+      { prompt: [9, 10], params: { temperature: 0, request_output_len: 25 } },
+      { prompt: [11, 12, 13, 14], params: { temperature: 1.2, runtime_top_k: 30, random_seed: 22, top_logprobs: 2, is_return_log_probs: true, request_output_len: 18 } },
+      { prompt: [15], params: { temperature: 0.6, random_seed: 23, min_length: 20, request_output_len: 20 } },
+      { prompt: [16, 17], params: { temperature: 0.9, runtime_top_p: 0.5, random_seed: 24, request_output_len: 40 } },
+      { prompt: [18, 19, 20], params: { temperature: 0, min_length: 6, request_output_len: 10 } },
+    ];
+    // Arriving while the others run, six in four slots.
+    const got = await Promise.all(requests.map((r, i) => new Promise<void>((resolve) => setTimeout(resolve, i * 4)).then(() => run(core, r.prompt, r.params))));
+    const want: TokenEvent[][] = [];
+    for (const r of requests) want.push(await run(loop, r.prompt, r.params));
+    assert.deepEqual(got.map(shape), want.map(shape));
+    assert.ok(got[3]!.length === 20 && got[0]!.length >= 12);
+  });
+
+  test('requests admitted while it runs, six in four slots, get the tokens they get alone', async () => {
+    const engine = await open(dirs.llama, { continuous: true, maxBatchSize: 4 });
+    const prompts = [[3, 4, 5], [6], [7, 8, 9, 10, 11, 12], [13, 14], [15, 16, 17], [18, 19, 20, 21]];
+    const lengths = [30, 5, 22, 9, 40, 3];
+    const paramsOf = (i: number): SamplingParams =>
+      i % 2 === 0 ? { temperature: 0, request_output_len: lengths[i]! } : { temperature: 0.9, runtime_top_p: 0.9, runtime_top_k: 50, frequency_penalty: 0.3, random_seed: 100 + i, request_output_len: lengths[i]! };
+    const alone: number[][] = [];
+    for (const [i, p] of prompts.entries()) alone.push((await run(engine, p, paramsOf(i))).map((e) => e.token));
+    const together = await Promise.all(prompts.map((p, i) => new Promise<void>((resolve) => setTimeout(resolve, i * 3)).then(() => run(engine, p, paramsOf(i)))));
+    assert.deepEqual(together.map((events) => events.map((e) => e.token)), alone);
+  });
+
+  test('a stream cancelled mid-way frees its slot for a waiting request, and the others go on unchanged', async () => {
+    const engine = await open(dirs.gpt2, { continuous: true, maxBatchSize: 2 });
+    const alone = (await run(engine, [6, 7], { temperature: 0, request_output_len: 40 })).map((e) => e.token);
+    const seen: TokenEvent[] = [];
+    const subscription = engine.submit({ inputIds: [3, 4, 5], params: { temperature: 0.8, random_seed: 3, request_output_len: 60 } }).subscribe((e) => {
+      seen.push(e);
+      if (seen.length === 5) subscription.unsubscribe();
+    });
+    const other = run(engine, [6, 7], { temperature: 0, request_output_len: 40 });
+    // A third request waits for a slot: the cancelled one's.
+    const third = run(engine, [6, 7], { temperature: 0, request_output_len: 40 });
+    assert.deepEqual((await other).map((e) => e.token), alone);
+    assert.deepEqual((await third).map((e) => e.token), alone);
+    assert.equal(seen.length, 5);
+    assert.equal(engine.stats().requestsCancelled, 1);
+    assert.equal(engine.stats().running + engine.stats().waiting, 0);
+  });
+
+  test('200 streams that disconnect after a few tokens leave nothing running or waiting, and the engine serves on', async () => {
+    const engine = await open(dirs.gpt2, { continuous: true, maxBatchSize: 8 });
+    const gone = await Promise.all(
+      Array.from(
+        { length: 200 },
+        (_, i) =>
+          new Promise<number>((resolve) => {
+            let tokens = 0;
+            const subscription = engine.submit({ inputIds: [3 + (i % 50), 4], params: { temperature: 0.7, random_seed: i, request_output_len: 100, min_length: 100 } }).subscribe((e) => {
+              tokens++;
+              if (tokens === 1 + (i % 4) || e.finishReason !== undefined) {
+                subscription.unsubscribe();
+                resolve(tokens);
+              }
+            });
+          }),
+      ),
+    );
+    assert.deepEqual(gone, Array.from({ length: 200 }, (_, i) => 1 + (i % 4)));
+    assert.deepEqual([engine.stats().running, engine.stats().waiting, engine.stats().requestsCancelled], [0, 0, 200]);
+    const alone = await run(engine, [6, 7], { temperature: 0, request_output_len: 20 });
+    assert.equal(alone.length, 20);
+  });
+
+  test('a beam search waits for the core to drain and runs on the step loop, with the beams it gets there', async () => {
+    const core = await open(dirs.gpt2, { continuous: true });
+    const loop = await open(dirs.gpt2, {});
+    const beam = { prompt: [30, 31, 32, 33, 34], params: { beam_width: 3, request_output_len: 10 } };
+    const requests = [mix[0]!, beam, mix[1]!];
+    const got = await Promise.all(requests.map((r) => run(core, r.prompt, r.params)));
+    const want = await Promise.all(requests.map((r) => run(loop, r.prompt, r.params)));
+    assert.deepEqual(got.map((events) => events.map((e) => [e.token, e.sequence])), want.map((events) => events.map((e) => [e.token, e.sequence])));
+  });
+
+  test('the process exits after close with streams cancelled mid-way: no thread or handle is left', () => {
+    const script = join(root, 'exits.mts');
+    const engineModule = fileURLToPath(new URL('../../src/generation/index.ts', import.meta.url));
+    writeFileSync(
+      script,
+      `import { NativeEngine } from ${JSON.stringify(engineModule)};
+const engine = await NativeEngine.open(${JSON.stringify(dirs.gpt2)}, { maxBatchSize: 4, continuous: true });
+const counts = [0, 0, 0, 0, 0, 0];
+let closing;
+// Two streams go away mid-way; the engine closes while the others still run (and two still wait).
+const subscriptions = counts.map((_, i) => engine.submit({ inputIds: [3 + i, 4], params: { temperature: 0.7, random_seed: i, request_output_len: 120 } }).subscribe({
+  next: () => {
+    counts[i]++;
+    if ((i === 0 && counts[i] === 3) || (i === 2 && counts[i] === 5)) subscriptions[i].unsubscribe();
+    if (i === 1 && counts[i] === 20) closing = engine.close();
+  },
+  error: () => undefined,
+}));
+await new Promise((resolve) => setTimeout(resolve, 50));
+while (closing === undefined) await new Promise((resolve) => setTimeout(resolve, 10));
+await closing;
+console.log(JSON.stringify({ cancelled: [counts[0], counts[2]], closedMidway: counts[1] < 120, running: engine.stats().running }));
+`,
+    );
+    const tsx = fileURLToPath(new URL('../../node_modules/.bin/tsx', import.meta.url));
+    // A thread or handle left behind keeps the process alive: the limit is far beyond what it needs.
+    const child = spawnSync(tsx, [script], { encoding: 'utf8', timeout: 120_000 });
+    assert.equal(child.signal, null, `the process did not exit: ${child.stderr}`);
+    assert.equal(child.status, 0, child.stderr);
+    assert.deepEqual(JSON.parse(child.stdout.trim().split('\n').at(-1)!), { cancelled: [3, 5], closedMidway: true, running: 0 });
+  });
+});
