@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "graph-run.h"
 #include "kernels.h"
 #include "sampling.h"
 #include "slot-decoder.h"
@@ -629,6 +630,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("sampleRows", Napi::Function::New(env, SampleRows));
   exports.Set("cudaDevices", Napi::Function::New(env, CudaDevices));
   exports.Set("gpuMemory", Napi::Function::New(env, GpuMemory));
+  exports.Set("runGraph", Napi::Function::New(env, RunGraph));
 #ifdef CHORUS_WITH_CUDA
   exports.Set("cuda", Napi::Boolean::New(env, true));
 #else

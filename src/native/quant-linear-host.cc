@@ -1,0 +1,81 @@
+// QuantLinear on the host: each output's weights dequantized into a float32 row, then its dot product
+// with every row of x; outputs are shared among ONNX Runtime's intra-op threads in groups.
+#include <algorithm>
+#include <vector>
+
+#include "quant-linear.h"
+
+namespace chorus {
+
+namespace {
+
+// Outputs a task takes.
+constexpr int kOutputsPerTask = 16;
+
+// Output n's weights as float32: (q - zero) * scale, K of them.
+void DequantizeRow(const QuantLinearArgs& a, int n, float* w) {
+  for (int b = 0; b < a.blocks; b++) {
+    const float scale = ElementAt(a.scales, a.type, static_cast<size_t>(n) * a.blocks + b);
+    const int zero = QuantZeroPoint(a, n, b);
+    const uint8_t* blob = a.weight + (static_cast<size_t>(n) * a.blocks + b) * a.blobBytes;
+    const int first = b * a.blockSize;
+    const int count = std::min(a.blockSize, a.in - first);
+    float* out = w + first;
+    if (a.bits == 8) {
+      for (int j = 0; j < count; j++) out[j] = static_cast<float>(blob[j] - zero) * scale;
+    } else {
+      int j = 0;
+      for (; j + 1 < count; j += 2) {
+        out[j] = static_cast<float>((blob[j / 2] & 15) - zero) * scale;
+        out[j + 1] = static_cast<float>((blob[j / 2] >> 4) - zero) * scale;
+      }
+      if (j < count) out[j] = static_cast<float>((blob[j / 2] & 15) - zero) * scale;
+    }
+  }
+}
+
+// The dot product of n floats, in 8 running sums (which the compiler vectorizes).
+float Dot(const float* a, const float* b, int n) {
+  float sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int k = 0;
+  for (; k + 8 <= n; k += 8) {
+    for (int i = 0; i < 8; i++) sums[i] += a[k + i] * b[k + i];
+  }
+  for (; k < n; k++) sums[0] += a[k] * b[k];
+  return ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]));
+}
+
+struct HostWork {
+  const QuantLinearArgs* args;
+  const float* x;  // rows x K, widened
+};
+
+void RunTask(void* data, size_t task) {
+  const HostWork& work = *static_cast<const HostWork*>(data);
+  const QuantLinearArgs& a = *work.args;
+  std::vector<float> w(static_cast<size_t>(a.in));
+  const int first = static_cast<int>(task) * kOutputsPerTask;
+  const int last = std::min(a.out, first + kOutputsPerTask);
+  for (int n = first; n < last; n++) {
+    DequantizeRow(a, n, w.data());
+    const float bias = a.bias == nullptr ? 0.0f : ElementAt(a.bias, a.type, n);
+    for (int r = 0; r < a.rows; r++) {
+      const float sum = Dot(work.x + static_cast<size_t>(r) * a.in, w.data(), a.in);
+      float v = RoundTo(sum + bias, a.type);
+      if (a.activation != Activation::kNone) v = RoundTo(Activate(v, a.activation), a.type);
+      PutElement(a.y, a.type, static_cast<size_t>(r) * a.out + n, v);
+    }
+  }
+}
+
+}  // namespace
+
+void QuantLinearHost(const QuantLinearArgs& a, ParallelRunner parallel, void* context) {
+  std::vector<float> x(static_cast<size_t>(a.rows) * a.in);
+  for (size_t i = 0; i < x.size(); i++) x[i] = ElementAt(a.x, a.type, i);
+  HostWork work{&a, x.data()};
+  const size_t tasks = (static_cast<size_t>(a.out) + kOutputsPerTask - 1) / kOutputsPerTask;
+  parallel(context, RunTask, tasks, &work);
+}
+
+}  // namespace chorus
