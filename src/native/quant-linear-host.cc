@@ -12,25 +12,27 @@ namespace {
 // Outputs a task takes.
 constexpr int kOutputsPerTask = 16;
 
-// Output n's weights as float32: (q - zero) * scale, K of them.
+// Output n's weights as float32, K of them: q * scale - zero * scale.
 void DequantizeRow(const QuantLinearArgs& a, int n, float* w) {
+  const size_t row = static_cast<size_t>(n) * a.blocks;
+  const float* scales32 = a.type == FloatType::kFloat32 ? static_cast<const float*>(a.scales) + row : nullptr;
   for (int b = 0; b < a.blocks; b++) {
-    const float scale = ElementAt(a.scales, a.type, static_cast<size_t>(n) * a.blocks + b);
-    const int zero = QuantZeroPoint(a, n, b);
+    const float scale = scales32 != nullptr ? scales32[b] : ElementAt(a.scales, a.type, row + b);
+    const float shift = static_cast<float>(QuantZeroPoint(a, n, b)) * scale;
     const uint8_t* blob = a.weight + (static_cast<size_t>(n) * a.blocks + b) * a.blobBytes;
     const int first = b * a.blockSize;
     const int count = std::min(a.blockSize, a.in - first);
     float* out = w + first;
     if (a.bits == 8) {
-      for (int j = 0; j < count; j++) out[j] = static_cast<float>(blob[j] - zero) * scale;
-    } else {
-      int j = 0;
-      for (; j + 1 < count; j += 2) {
-        out[j] = static_cast<float>((blob[j / 2] & 15) - zero) * scale;
-        out[j + 1] = static_cast<float>((blob[j / 2] >> 4) - zero) * scale;
-      }
-      if (j < count) out[j] = static_cast<float>((blob[j / 2] & 15) - zero) * scale;
+      for (int j = 0; j < count; j++) out[j] = static_cast<float>(blob[j]) * scale - shift;
+      continue;
     }
+    const int pairs = count / 2;
+    for (int j = 0; j < pairs; j++) {
+      out[2 * j] = static_cast<float>(blob[j] & 15) * scale - shift;
+      out[2 * j + 1] = static_cast<float>(blob[j] >> 4) * scale - shift;
+    }
+    if (count % 2 != 0) out[count - 1] = static_cast<float>(blob[pairs] & 15) * scale - shift;
   }
 }
 
@@ -60,8 +62,7 @@ void RunTask(void* data, size_t task) {
     DequantizeRow(a, n, w.data());
     const float bias = a.bias == nullptr ? 0.0f : ElementAt(a.bias, a.type, n);
     for (int r = 0; r < a.rows; r++) {
-      const float sum = Dot(work.x + static_cast<size_t>(r) * a.in, w.data(), a.in);
-      float v = RoundTo(sum + bias, a.type);
+      float v = RoundTo(Dot(work.x + static_cast<size_t>(r) * a.in, w.data(), a.in) + bias, a.type);
       if (a.activation != Activation::kNone) v = RoundTo(Activate(v, a.activation), a.type);
       PutElement(a.y, a.type, static_cast<size_t>(r) * a.out + n, v);
     }

@@ -80,15 +80,18 @@ __global__ void __launch_bounds__(kThreads) QuantRowsKernel(QuantLinearArgs a) {
 #pragma unroll
       for (int r = 0; r < R; r++) acc[r] += part[r] * scale;
     };
-    int c = lane;
-    for (; c + (kAhead - 1) * 32 < chunks; c += kAhead * 32) {
+    // kAhead reads issued before any is used (those past the row's end left out).
+    for (int c = lane; c < chunks; c += kAhead * 32) {
       uint4 ahead[kAhead];
 #pragma unroll
-      for (int u = 0; u < kAhead; u++) ahead[u] = __ldcs(wv + c + u * 32);
+      for (int u = 0; u < kAhead; u++) {
+        if (c + u * 32 < chunks) ahead[u] = __ldcs(wv + c + u * 32);
+      }
 #pragma unroll
-      for (int u = 0; u < kAhead; u++) use(c + u * 32, ahead[u]);
+      for (int u = 0; u < kAhead; u++) {
+        if (c + u * 32 < chunks) use(c + u * 32, ahead[u]);
+      }
     }
-    for (; c < chunks; c += 32) use(c, __ldcs(wv + c));
   } else {
     for (int k = lane; k < a.in; k += 32) {
       const int b = k / a.blockSize;
