@@ -1,5 +1,6 @@
 #include "quant-linear.h"
 
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -92,6 +93,8 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
       // No attribute: no activation.
     }
     activation_ = ActivationNamed(name);
+    const char* gemv = std::getenv("CHORUS_QUANT_GEMV");
+    plainGemv_ = gemv != nullptr && std::string(gemv) == "plain";
   }
 
   void Compute(OrtKernelContext* context) {
@@ -102,7 +105,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     if (cuda_) {
       void* stream = ctx.GetGPUComputeStream();
       if (args.rows <= kQuantRowsKernelRows) {
-        QuantRowsDevice(args, stream);
+        if (plainGemv_ || !QuantMmaRowsDevice(args, stream)) QuantRowsDevice(args, stream);
       } else if (type_ != FloatType::kFloat32 && args.rows <= kQuantTileRows) {
         if (multiprocessors_ == 0) {
           int device = 0;
@@ -199,6 +202,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
   int multiprocessors_ = 0;
 #endif
 
+  bool plainGemv_ = false;
   int64_t k_ = 0;
   int64_t n_ = 0;
   int64_t bits_ = 0;

@@ -1,8 +1,9 @@
 /**
  * Quantized projections on one GPU: the addon's QuantLinear against ONNX Runtime's MatMulNBits (CUDA
  * provider), with fp16 MatMul and the addon's Linear beside them, at M = 1, 8 and 64 rows for the
- * projection shapes of TinyLlama and Llama-2-7B, 4 and 8 bits (blocks of 128, no zero points). Each
- * timing is a CUDA graph of `copies` projections (weights of their own, 256 MB or more in all, so
+ * projection shapes of TinyLlama and Llama-2-7B, 4 and 8 bits (blocks of 128, no zero points); "QL
+ * plain" is QuantLinear's float32 GEMV (CHORUS_QUANT_GEMV=plain) where float16 takes tensor cores. Each
+ * timing is a CUDA graph of `copies` projections (weights of their own, 128 MB or more in all, so
  * they come from memory and not L2) replayed `QUANT_ITERATIONS` times; a projection's time is the
  * replay's over the copies. Effective bandwidth: its weights, scales, x and y over that time, and
  * that as a share of the H100's 3.35 TB/s. QuantLinear's outputs are compared with MatMulNBits' on
@@ -45,6 +46,8 @@ const VARIANTS: Variant[] = [
   { name: 'int8 QuantLinear', op: 'QuantLinear', bits: 8 },
   { name: 'int4 MatMulNBits', op: 'MatMulNBits', bits: 4 },
   { name: 'int4 QuantLinear', op: 'QuantLinear', bits: 4 },
+  { name: 'int8 QL plain', op: 'QuantLinear', bits: 8, plainGemv: true },
+  { name: 'int4 QL plain', op: 'QuantLinear', bits: 4, plainGemv: true },
 ];
 const ROWS = [1, 8, 64];
 
@@ -72,7 +75,7 @@ const save = (): void => {
 };
 
 if (process.env.QUANT_PARITY !== '0') {
-  parityCases = parity(addon, work, Math.min(deadline, started + 45_000));
+  parityCases = parity(addon, work, Math.min(deadline, started + 40_000));
   const failed = parityCases.filter((c) => !c.ok);
   console.log(`parity (QuantLinear CUDA against its CPU path): ${parityCases.length - failed.length}/${parityCases.length} within tolerance`);
   for (const c of failed) console.log(`  FAILED ${c.name}: ${c.error ?? `relative error ${c.worst} > ${c.tolerance}`}`);
@@ -92,10 +95,10 @@ for (const shape of SHAPES) {
     if (!weights.has(key)) weights.set(key, makeWeights(v, K, N));
     const w = weights.get(key)!;
     const perCopy = trafficBytes(w, 0, K, N);
-    const copies = Math.max(2, Math.min(64, Math.ceil((256 << 20) / perCopy)));
+    const copies = Math.max(2, Math.min(64, Math.ceil((128 << 20) / perCopy)));
     const path = join(work, 'model.onnx');
     let written = false;
-    for (const M of ROWS) {
+    for (const M of v.plainGemv === true ? ROWS.filter((m) => m <= 8) : ROWS) {
       const row: Row = { shape: shape.name, K, N, M, variant: v.name, copies };
       rows.push(row);
       if (Date.now() > deadline) {
@@ -105,7 +108,13 @@ for (const shape of SHAPES) {
       try {
         if (!written) writeFileSync(path, modelBytes(v, w, K, N, copies));
         written = true;
-        const result = addon.runGraph({ model: path, provider: 'cuda', dtype: 'fp16', cudaGraph: true, iterations }, [{ name: 'x', type: 'float16', dims: [M, K], data: xs.get(M)! }]);
+        if (v.plainGemv === true) process.env.CHORUS_QUANT_GEMV = 'plain';
+        let result: ReturnType<typeof addon.runGraph>;
+        try {
+          result = addon.runGraph({ model: path, provider: 'cuda', dtype: 'fp16', cudaGraph: true, iterations }, [{ name: 'x', type: 'float16', dims: [M, K], data: xs.get(M)! }]);
+        } finally {
+          delete process.env.CHORUS_QUANT_GEMV;
+        }
         row.us = (result.ms * 1000) / copies;
         row.gbs = trafficBytes(w, M, K, N) / (row.us * 1e3);
         row.peakShare = row.gbs / PEAK_GBS;

@@ -16,6 +16,8 @@ export interface Variant {
   name: string;
   op: Op;
   bits?: 4 | 8;
+  /** QuantLinear's float32 GEMV instead of the tensor-core one (CHORUS_QUANT_GEMV=plain). */
+  plainGemv?: boolean;
 }
 
 export const BLOCK_SIZE = 128;
