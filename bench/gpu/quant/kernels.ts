@@ -10,7 +10,7 @@
  * the same weights, and first every CUDA path of QuantLinear with its CPU path on small shapes.
  * Prints tables and writes $OUT/quant-kernels.json (also after a case fails or the budget runs out).
  *   source /root/gpu-env/env.sh && npm run build:native && OUT=/tmp/quant bash bench/gpu/quant/kernels.sh
- * Knobs: QUANT_BUDGET_S (default 150: cases not started by then are left out), QUANT_ITERATIONS (50),
+ * Knobs: QUANT_BUDGET_S (default 160: cases not started by then are left out), QUANT_ITERATIONS (50),
  * QUANT_PARITY=0 (no parity pass), QUANT_SHAPES (names, comma-separated).
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -22,7 +22,7 @@ import { parity, type ParityCase } from './parity.ts';
 
 const PEAK_GBS = 3350;
 const started = Date.now();
-const deadline = started + Number(process.env.QUANT_BUDGET_S ?? 150) * 1000;
+const deadline = started + Number(process.env.QUANT_BUDGET_S ?? 160) * 1000;
 const iterations = Number(process.env.QUANT_ITERATIONS ?? 50);
 const out = process.env.OUT ?? 'bench/results';
 mkdirSync(out, { recursive: true });
@@ -32,11 +32,12 @@ process.on('exit', () => rmSync(work, { recursive: true, force: true }));
 const { addon, reason } = loadNative();
 if (addon === undefined || !addon.cuda) throw new Error(`the native addon with CUDA is needed: ${addon === undefined ? reason : 'built without CUDA'}`);
 
+// The issue's targets first: a budget that runs out leaves out the last.
 const SHAPES = [
-  { name: 'tinyllama qkvo', K: 2048, N: 2048 },
-  { name: 'tinyllama gate/up', K: 2048, N: 5632 },
   { name: 'llama2-7b qkvo', K: 4096, N: 4096 },
+  { name: 'tinyllama qkvo', K: 2048, N: 2048 },
   { name: 'llama2-7b gate/up', K: 4096, N: 11008 },
+  { name: 'tinyllama gate/up', K: 2048, N: 5632 },
   { name: 'llama2-7b down', K: 11008, N: 4096 },
 ].filter((s) => process.env.QUANT_SHAPES === undefined || process.env.QUANT_SHAPES.split(',').includes(s.name));
 const VARIANTS: Variant[] = [
@@ -75,7 +76,7 @@ const save = (): void => {
 };
 
 if (process.env.QUANT_PARITY !== '0') {
-  parityCases = parity(addon, work, Math.min(deadline, started + 40_000));
+  parityCases = parity(addon, work, Math.min(deadline, started + 30_000));
   const failed = parityCases.filter((c) => !c.ok);
   console.log(`parity (QuantLinear CUDA against its CPU path): ${parityCases.length - failed.length}/${parityCases.length} within tolerance`);
   for (const c of failed) console.log(`  FAILED ${c.name}: ${c.error ?? `relative error ${c.worst} > ${c.tolerance}`}`);
