@@ -35,9 +35,86 @@ int Ceil(int a, int b) { return (a + b - 1) / b; }
 // K values a split takes (a multiple of kTileK).
 int SplitLength(const QuantLinearArgs& a, int splits) { return Ceil(Ceil(a.in, kTileK), splits) * kTileK; }
 
+// Groups of 8 values a thread moves per step: of x, and of the weights.
+constexpr int kXGroups = kTileM * kTileK / 8 / kThreads;
+constexpr int kWGroups = kTileN * kTileK / 8 / kThreads;
+
+// A thread's share of one step, read from global memory into registers: 8 values of x per group
+// (zeros past the rows and the split's end), and per weight group its word(s), scale and 2^23 + zero.
+template <int Bits>
+struct Staged {
+  uint4 x[kXGroups];
+  uint32_t w[kWGroups][Bits / 4];
+  float scale[kWGroups];
+  float offset[kWGroups];
+};
+
+template <typename T, int Bits>
+__device__ inline void Fetch(Staged<Bits>& s, const QuantLinearArgs& a, int k0, int kEnd, int m0, int n0, bool xVectors) {
+  const T* x = static_cast<const T*>(a.x);
+#pragma unroll
+  for (int u = 0; u < kXGroups; u++) {
+    const int i = threadIdx.x + u * kThreads;
+    const int m = m0 + i / (kTileK / 8);
+    const int k = k0 + (i % (kTileK / 8)) * 8;
+    if (m < a.rows && xVectors && k + 8 <= kEnd) {
+      s.x[u] = __ldg(reinterpret_cast<const uint4*>(x + static_cast<size_t>(m) * a.in + k));
+    } else {
+      T* to = reinterpret_cast<T*>(&s.x[u]);
+      for (int j = 0; j < 8; j++) to[j] = m < a.rows && k + j < kEnd ? x[static_cast<size_t>(m) * a.in + k + j] : Narrowed<T>(0.0f);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kWGroups; u++) {
+    const int i = threadIdx.x + u * kThreads;
+    const int n = n0 + i / (kTileK / 8);
+    const int k = k0 + (i % (kTileK / 8)) * 8;
+    if (n < a.out && k < kEnd) {
+      // 8 values of an output are one word of 4 bits, two of 8, always in one block.
+      const int b = k / a.blockSize;
+      const uint32_t* src = reinterpret_cast<const uint32_t*>(a.weight + (static_cast<size_t>(n) * a.blocks + b) * a.blobBytes + (k % a.blockSize) * Bits / 8);
+#pragma unroll
+      for (int v = 0; v < Bits / 4; v++) s.w[u][v] = src[v];
+      s.scale[u] = Load(static_cast<const T*>(a.scales) + static_cast<size_t>(n) * a.blocks + b);
+      s.offset[u] = kMagic + static_cast<float>(QuantZeroPoint(a, n, b));
+    } else {
+#pragma unroll
+      for (int v = 0; v < Bits / 4; v++) s.w[u][v] = 0;
+      s.scale[u] = 0;
+      s.offset[u] = kMagic;
+    }
+  }
+}
+
+// The step's registers into shared memory, the weights dequantized on the way.
+template <typename T, int Bits>
+__device__ inline void Stage(const Staged<Bits>& s, T (*xs)[kTileK + kSkew], T (*ws)[kTileK + kSkew], int k0, int kEnd) {
+#pragma unroll
+  for (int u = 0; u < kXGroups; u++) {
+    const int i = threadIdx.x + u * kThreads;
+    *reinterpret_cast<uint4*>(&xs[i / (kTileK / 8)][(i % (kTileK / 8)) * 8]) = s.x[u];
+  }
+#pragma unroll
+  for (int u = 0; u < kWGroups; u++) {
+    const int i = threadIdx.x + u * kThreads;
+    const int k = k0 + (i % (kTileK / 8)) * 8;
+    float v[8];
+    if constexpr (Bits == 4) {
+      Unpack<4>(s.w[u][0], s.offset[u], v);
+    } else {
+      Unpack<8>(s.w[u][0], s.offset[u], v);
+      Unpack<8>(s.w[u][1], s.offset[u], v + 4);
+    }
+    T* to = &ws[i / (kTileK / 8)][(i % (kTileK / 8)) * 8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) to[j] = Narrowed<T>(k + j < kEnd ? v[j] * s.scale[u] : 0.0f);
+  }
+}
+
 // A tile of x [rows m0.., values k0..k0 + 64) and of the dequantized weights [outputs n0.., same
 // values] in shared memory, then their product on tensor cores, for each step of the split's share of
-// K; the float32 sums go to partial[split] (rows x N), which QuantJoinKernel adds up.
+// K, the next step's reads in flight during the products; the float32 sums go to partial[split]
+// (rows x N), which QuantJoinKernel adds up.
 template <typename T, int Bits>
 __global__ void __launch_bounds__(kThreads) QuantTileKernel(QuantLinearArgs a, int splitLength, float* partial) {
   __shared__ __align__(32) T xs[kTileM][kTileK + kSkew];
@@ -49,54 +126,16 @@ __global__ void __launch_bounds__(kThreads) QuantTileKernel(QuantLinearArgs a, i
   const int kBegin = split * splitLength;
   const int kEnd = min(a.in, kBegin + splitLength);
   const int warp = threadIdx.x / 32;
-  const T* x = static_cast<const T*>(a.x);
-  const T* scales = static_cast<const T*>(a.scales);
   const bool xVectors = a.in % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kTileN / 16];
 #pragma unroll
   for (int j = 0; j < kTileN / 16; j++) wmma::fill_fragment(acc[j], 0.0f);
+  Staged<Bits> staged;
+  if (kBegin < kEnd) Fetch<T, Bits>(staged, a, kBegin, kEnd, m0, n0, xVectors);
   for (int k0 = kBegin; k0 < kEnd; k0 += kTileK) {
-    // x: each thread 8 values at a time (zeros past the rows and the split's end).
-    for (int i = threadIdx.x; i < kTileM * kTileK / 8; i += kThreads) {
-      const int r = i / (kTileK / 8);
-      const int k = k0 + (i % (kTileK / 8)) * 8;
-      const int m = m0 + r;
-      T* to = &xs[r][(i % (kTileK / 8)) * 8];
-      if (m < a.rows && xVectors && k + 8 <= kEnd) {
-        *reinterpret_cast<uint4*>(to) = __ldg(reinterpret_cast<const uint4*>(x + static_cast<size_t>(m) * a.in + k));
-      } else {
-        for (int j = 0; j < 8; j++) to[j] = m < a.rows && k + j < kEnd ? x[static_cast<size_t>(m) * a.in + k + j] : Narrowed<T>(0.0f);
-      }
-    }
-    // The weights: each thread 8 values of an output (one word of 4 bits, two of 8; always in one block).
-    for (int i = threadIdx.x; i < kTileN * kTileK / 8; i += kThreads) {
-      const int c = i / (kTileK / 8);
-      const int k = k0 + (i % (kTileK / 8)) * 8;
-      const int n = n0 + c;
-      float v[8];
-      if (n < a.out && k < kEnd) {
-        const int b = k / a.blockSize;
-        const uint8_t* src = a.weight + (static_cast<size_t>(n) * a.blocks + b) * a.blobBytes + (k % a.blockSize) * Bits / 8;
-        const float scale = Load(scales + static_cast<size_t>(n) * a.blocks + b);
-        const float offset = kMagic + static_cast<float>(QuantZeroPoint(a, n, b));
-        if constexpr (Bits == 4) {
-          Unpack<4>(*reinterpret_cast<const uint32_t*>(src), offset, v);
-        } else {
-          const uint2 words = *reinterpret_cast<const uint2*>(src);
-          Unpack<8>(words.x, offset, v);
-          Unpack<8>(words.y, offset, v + 4);
-        }
-#pragma unroll
-        for (int j = 0; j < 8; j++) v[j] = k + j < kEnd ? v[j] * scale : 0.0f;
-      } else {
-#pragma unroll
-        for (int j = 0; j < 8; j++) v[j] = 0;
-      }
-      T* to = &ws[c][(i % (kTileK / 8)) * 8];
-#pragma unroll
-      for (int j = 0; j < 8; j++) to[j] = Narrowed<T>(v[j]);
-    }
+    Stage<T, Bits>(staged, xs, ws, k0, kEnd);
     __syncthreads();
+    if (k0 + kTileK < kEnd) Fetch<T, Bits>(staged, a, k0 + kTileK, kEnd, m0, n0, xVectors);
 #pragma unroll
     for (int kk = 0; kk < kTileK; kk += 16) {
       wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
