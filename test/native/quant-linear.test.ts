@@ -75,7 +75,7 @@ function assertClose(got: Float32Array, want: Float32Array, tolerance: number, w
   let at = 0;
   for (let i = 0; i < got.length; i++) {
     const error = Math.abs(got[i]! - want[i]!) / (1 + Math.abs(want[i]!));
-    if (!(error <= worst)) {
+    if (Number.isNaN(error) || error > worst) {
       worst = error;
       at = i;
     }
