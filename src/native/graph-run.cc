@@ -79,7 +79,8 @@ void Cuda(cudaError_t status, const char* what) { Check(status == cudaSuccess, s
 #endif
 
 GraphRunResult Run(const GraphRunOptions& o, const std::vector<Tensor>& inputs) {
-  static Ort::Env env(ORT_LOGGING_LEVEL_ERROR, "chorus-graph-run");
+  // Never destroyed: at exit the CUDA provider may be gone before a static's destructor runs.
+  static Ort::Env* env = new Ort::Env(ORT_LOGGING_LEVEL_ERROR, "chorus-graph-run");
   Ort::SessionOptions options;
   options.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL);
   if (o.intraOpThreads > 0) options.SetIntraOpNumThreads(o.intraOpThreads);
@@ -109,7 +110,7 @@ GraphRunResult Run(const GraphRunOptions& o, const std::vector<Tensor>& inputs) 
     if (o.cuda) throw std::runtime_error("this build of the native engine has no CUDA (nvcc was not found when it was built)");
 #endif
     AddChorusOps(options, o.cuda, o.floatType);
-    Ort::Session session(env, o.model.c_str(), options);
+    Ort::Session session(*env, o.model.c_str(), options);
     Ort::MemoryInfo memory = o.cuda ? Ort::MemoryInfo("Cuda", OrtDeviceAllocator, o.deviceId, OrtMemTypeDefault) : Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault);
     Ort::IoBinding io(session);
     std::vector<Ort::Value> values;
