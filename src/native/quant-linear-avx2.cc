@@ -29,6 +29,16 @@ __attribute__((target("avx2,fma"))) inline __m256i Values8(const uint8_t* blob, 
   }
 }
 
+// 16 4-bit values starting at value j of a block (j a multiple of 16), as two sets of 8 int32 lanes.
+__attribute__((target("avx2,fma"))) inline void Values16(const uint8_t* blob, int j, __m256i* first, __m256i* second) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blob + j / 2));
+  const __m128i low = _mm_and_si128(bytes, _mm_set1_epi8(15));
+  const __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(15));
+  const __m128i values = _mm_unpacklo_epi8(low, high);
+  *first = _mm256_cvtepu8_epi32(values);
+  *second = _mm256_cvtepu8_epi32(_mm_srli_si128(values, 8));
+}
+
 __attribute__((target("avx2,fma"))) inline float Sum8(__m256 v) {
   const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 pairs = _mm_add_ps(half, _mm_movehl_ps(half, half));
@@ -56,8 +66,17 @@ __attribute__((target("avx2,fma"))) void Rows(const QuantLinearArgs& a, int n, c
     const int count = std::min(a.blockSize, a.in - first);
     int j = 0;
     for (; j + 8 * C <= count; j += 8 * C) {
+      __m256i values[C];
+      for (int c = 0; c < C; c += 2) {
+        if constexpr (Bits == 4) {
+          Values16(blob, j + 8 * c, &values[c], &values[c + 1]);
+        } else {
+          values[c] = Values8<Bits>(blob, j + 8 * c);
+          values[c + 1] = Values8<Bits>(blob, j + 8 * c + 8);
+        }
+      }
       for (int c = 0; c < C; c++) {
-        const __m256 w = _mm256_fmsub_ps(_mm256_cvtepi32_ps(Values8<Bits>(blob, j + 8 * c)), scales, shifts);
+        const __m256 w = _mm256_fmsub_ps(_mm256_cvtepi32_ps(values[c]), scales, shifts);
         for (int r = 0; r < R; r++) acc[r][c] = _mm256_fmadd_ps(_mm256_loadu_ps(x + static_cast<size_t>(r) * a.in + first + j + 8 * c), w, acc[r][c]);
       }
     }
