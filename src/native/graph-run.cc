@@ -84,7 +84,6 @@ GraphRunResult Run(const GraphRunOptions& o, const std::vector<Tensor>& inputs) 
   Ort::SessionOptions options;
   options.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL);
   if (o.intraOpThreads > 0) options.SetIntraOpNumThreads(o.intraOpThreads);
-  Ort::MemoryInfo cpu = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault);
   GraphRunResult result;
   std::vector<void*> device;  // device buffers, freed at the end
   void* stream = nullptr;
