@@ -14,9 +14,10 @@
 // The sum is taken in float32 and rounded as Linear rounds it (once with its bias, again after the
 // activation).
 // On CUDA up to kQuantRowsKernelRows rows (decode steps) run as one kernel that reads each weight byte
-// once for all rows and dequantizes in registers: in float16 on tensor cores (quant-mma.cu; K and
-// block_size multiples of 32), otherwise with float32 multiply-adds (CHORUS_QUANT_GEMV=plain takes
-// that one in float16 too, when a session is made); more rows of float16 or bfloat16, up to
+// once for all rows and dequantizes in registers: in float16 (and 4-bit bfloat16) on tensor cores
+// (quant-mma.cu; K and block_size multiples of 32), otherwise with float32 multiply-adds
+// (CHORUS_QUANT_GEMV=plain takes that one there too, when a session is made); more rows of float16 or
+// bfloat16, up to
 // kQuantTileRows, run as tensor-core tiles of weights dequantized in shared memory (the K axis split
 // across blocks until the GPU is full, the partial sums joined by a last launch that adds the bias and
 // takes the activation); anything larger (prefills) dequantizes the weights once into scratch memory and
@@ -85,8 +86,8 @@ int QuantTileSplits(const QuantLinearArgs& args, int multiprocessors);
 size_t QuantTileScratchBytes(const QuantLinearArgs& args, int splits);
 // Device: y of x for at most kQuantRowsKernelRows rows, on `stream`.
 void QuantRowsDevice(const QuantLinearArgs& args, void* stream);
-// Device: the same on tensor cores, where it takes them (float16, K and block_size multiples of 32,
-// x and the weights 16-byte aligned); false, running nothing, where it does not.
+// Device: the same on tensor cores, where it takes them (float16, or bfloat16 of 4 bits; K and
+// block_size multiples of 32; x and the weights 16-byte aligned); false, running nothing, where not.
 bool QuantMmaRowsDevice(const QuantLinearArgs& args, void* stream);
 // Device: y of x by tensor-core tiles in `splits` splits (float16 or bfloat16; at most kQuantTileRows
 // rows), the partial sums in `scratch` (QuantTileScratchBytes), on `stream`.

@@ -1,9 +1,10 @@
 /**
  * QuantLinear on CUDA against the same graph on the CPU (the addon's host path, which the CPU tests
  * check against ONNX Runtime's MatMulNBits): every CUDA path (at 1..8 rows the tensor-core GEMV of
- * float16 and the plain one, the tensor-core tiles up to 128 rows, the dequantize-and-GEMM beyond), 4 and 8 bits, with and without zero points,
- * blocks of 32 and 128, K with a partial last block, bias and SiLU, float16, bfloat16 and float32, the
- * CUDA outputs those of a replayed CUDA graph. Returns one line per case with its largest relative error.
+ * float16 and 4-bit bfloat16 and the plain one, the tensor-core tiles up to 128 rows, the
+ * dequantize-and-GEMM beyond), 4 and 8 bits, with and without zero points, blocks of 32 and 128, K
+ * with a partial last block, bias and SiLU, float16, bfloat16 and float32, the CUDA outputs those of
+ * a replayed CUDA graph. Returns one line per case with its largest relative error.
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -48,8 +49,8 @@ export function parity(addon: NativeAddon, dir: string, deadline: number): Parit
           g.output('y', quantLinear(g, x, w, { K, N, bits, blockSize: block }, { bias, activation: 'silu' }), type, ['rows', N]);
           const path = join(dir, `parity-${type}-${bits}-${zeroPoints}-${K}.onnx`);
           writeFileSync(path, g.serialize().model);
-          // float16 steps of up to 8 rows run on tensor cores, or (CHORUS_QUANT_GEMV=plain) as bfloat16's do.
-          const cases = [1, 3, 8, 9, 64, 130].flatMap((M) => (type === 'float16' && M <= 8 ? [[M, ''], [M, 'plain']] : [[M, '']]) as Array<[number, string]>);
+          // 16-bit steps of up to 8 rows run on tensor cores where they can, or (CHORUS_QUANT_GEMV=plain) as float32's do.
+          const cases = [1, 3, 8, 9, 64, 130].flatMap((M) => (type !== 'float32' && M <= 8 ? [[M, ''], [M, 'plain']] : [[M, '']]) as Array<[number, string]>);
           for (const [M, gemv] of cases) {
             if (Date.now() > deadline) return results;
             const name = `${type} int${bits} ${zeroPoints ? 'zero points' : 'symmetric'} K ${K} block ${block} rows ${M}${gemv === '' ? '' : ' (plain GEMV)'}`;
