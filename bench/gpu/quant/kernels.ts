@@ -76,9 +76,9 @@ const save = (): void => {
 };
 
 if (process.env.QUANT_PARITY !== '0') {
-  parityCases = parity(addon, work, Math.min(deadline, started + 30_000));
+  parityCases = parity(addon, work, Math.min(deadline, started + 40_000));
   const failed = parityCases.filter((c) => !c.ok);
-  console.log(`parity (QuantLinear CUDA against its CPU path): ${parityCases.length - failed.length}/${parityCases.length} within tolerance`);
+  console.log(`parity (QuantLinear CUDA against its CPU path): ${parityCases.length - failed.length}/${parityCases.length} within tolerance (the cases its 40 s allowed)`);
   for (const c of failed) console.log(`  FAILED ${c.name}: ${c.error ?? `relative error ${c.worst} > ${c.tolerance}`}`);
   save();
 }
