@@ -16,7 +16,7 @@ type ValueInfoProto = onnxProto.onnx.IValueInfoProto;
 type AttributeProto = onnxProto.onnx.IAttributeProto;
 
 /** Element types the builder uses. */
-export type ElementType = FloatType | 'int64' | 'int32' | 'bool';
+export type ElementType = FloatType | 'int64' | 'int32' | 'uint8' | 'bool';
 
 /** ONNX's numbers of the element types (a Cast's `to`). */
 export const ELEMENT_TYPES: Record<ElementType, number> = {
@@ -25,6 +25,7 @@ export const ELEMENT_TYPES: Record<ElementType, number> = {
   bfloat16: onnx.TensorProto.DataType.BFLOAT16,
   int64: onnx.TensorProto.DataType.INT64,
   int32: onnx.TensorProto.DataType.INT32,
+  uint8: onnx.TensorProto.DataType.UINT8,
   bool: onnx.TensorProto.DataType.BOOL,
 };
 
@@ -266,7 +267,13 @@ function valueInfo(name: string, type: ElementType, dims: readonly Dim[]): Value
 function integerOrFloatTensor(name: string, type: ElementType, values: readonly number[], dims: readonly number[]): TensorProto {
   if (type === 'float32' || type === 'float16' || type === 'bfloat16') return { name, dims: [...dims], dataType: ELEMENT_TYPES[type], rawData: encodeFloats(Float32Array.from(values), type) };
   const data =
-    type === 'int64' ? BigInt64Array.from(values.map((v) => BigInt(v))) : type === 'int32' ? Int32Array.from(values) : Uint8Array.from(values.map((v) => (v ? 1 : 0)));
+    type === 'int64'
+      ? BigInt64Array.from(values.map((v) => BigInt(v)))
+      : type === 'int32'
+        ? Int32Array.from(values)
+        : type === 'uint8'
+          ? Uint8Array.from(values)
+          : Uint8Array.from(values.map((v) => (v ? 1 : 0)));
   return { name, dims: [...dims], dataType: ELEMENT_TYPES[type], rawData: new Uint8Array(data.buffer) };
 }
 

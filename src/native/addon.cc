@@ -11,6 +11,7 @@
 
 #include "attention-rows.h"
 #include "continuous-core.h"
+#include "graph-run.h"
 #include "kernels.h"
 #include "sampling.h"
 #include "slot-decoder.h"
@@ -736,6 +737,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("attendRows", Napi::Function::New(env, AttendRows));
   exports.Set("cudaDevices", Napi::Function::New(env, CudaDevices));
   exports.Set("gpuMemory", Napi::Function::New(env, GpuMemory));
+  exports.Set("runGraph", Napi::Function::New(env, RunGraph));
 #ifdef CHORUS_WITH_CUDA
   exports.Set("cuda", Napi::Boolean::New(env, true));
 #else

@@ -98,11 +98,12 @@ std::shared_ptr<OrtCustomOp> MakeOp(bool cuda, FloatType type, std::vector<ONNXT
   return std::shared_ptr<OrtCustomOp>(new ChorusOp<Kernel>(cuda, type, std::move(inputs), std::move(optional), outputs));
 }
 
-// The slot attention operators (slot-attention.cc), Linear (linear.cc) and PagedAttention
-// (paged-attention.cc) of a provider and float type.
+// The slot attention operators (slot-attention.cc), Linear (linear.cc), PagedAttention
+// (paged-attention.cc) and QuantLinear (quant-linear.cc) of a provider and float type.
 OpList SlotAttentionOps(bool cuda, FloatType type);
 OpList LinearOps(bool cuda, FloatType type);
 OpList PagedAttentionOps(bool cuda, FloatType type);
+OpList QuantLinearOps(bool cuda, FloatType type);
 
 // Adds the `chorus` domain with every operator of the addon for the session's provider and float type.
 void AddChorusOps(Ort::SessionOptions& options, bool cuda, FloatType type);

@@ -274,6 +274,31 @@ export interface NativeAttentionCall {
   splits?: number;
 }
 
+/** Element types runGraph takes and gives back. */
+export type GraphElementType = 'float32' | 'float16' | 'bfloat16' | 'uint8' | 'int32' | 'int64';
+
+/** A tensor given to or returned by runGraph: its bytes, row-major, little-endian. */
+export interface GraphTensor {
+  name: string;
+  type: GraphElementType;
+  dims: number[];
+  data: Uint8Array;
+}
+
+/** Options of runGraph. */
+export interface GraphRunOptions {
+  /** The path of an ONNX model; its `chorus` operators are those of dtype. */
+  model: string;
+  provider: 'cpu' | 'cuda';
+  dtype: 'fp32' | 'fp16' | 'bf16';
+  deviceId?: number;
+  intraOpThreads?: number;
+  /** Runs to time after the first (default 0: none). */
+  iterations?: number;
+  /** CUDA: capture the run as a CUDA graph and time its replays (inputs and outputs stay on the device). */
+  cudaGraph?: boolean;
+}
+
 export interface NativeAddon {
   SlotDecoder: new (options: SlotDecoderOptions) => NativeSlotDecoder;
   /** Each row's argmax (the lowest index among equals): on the GPU with `device`, else on the host. */
@@ -285,6 +310,11 @@ export interface NativeAddon {
   cudaDevices(): number;
   /** The memory of a CUDA device, in bytes (cudaMemGetInfo). */
   gpuMemory(device: number): { free: number; total: number };
+  /**
+   * Runs a model with the addon's operators once on `inputs` (on CUDA copied to the device first) and
+   * returns its outputs; with `iterations`, also the mean milliseconds of that many further runs.
+   */
+  runGraph(options: GraphRunOptions, inputs: GraphTensor[]): { outputs: GraphTensor[]; ms: number };
   /** Whether it was built with the CUDA kernels. */
   cuda: boolean;
   ortApiVersion: number;

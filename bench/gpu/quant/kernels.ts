@@ -1,0 +1,160 @@
+/**
+ * Quantized projections on one GPU: the addon's QuantLinear against ONNX Runtime's MatMulNBits (CUDA
+ * provider), with fp16 MatMul and the addon's Linear beside them, at M = 1, 8 and 64 rows for the
+ * projection shapes of TinyLlama and Llama-2-7B, 4 and 8 bits (blocks of 128, no zero points); "QL
+ * plain" is QuantLinear's float32 GEMV (CHORUS_QUANT_GEMV=plain) where float16 takes tensor cores. Each
+ * timing is a CUDA graph of `copies` projections (weights of their own, 128 MB or more in all, so
+ * they come from memory and not L2) replayed `QUANT_ITERATIONS` times; a projection's time is the
+ * replay's over the copies. Effective bandwidth: its weights, scales, x and y over that time, and
+ * that as a share of the H100's 3.35 TB/s. QuantLinear's outputs are compared with MatMulNBits' on
+ * the same weights, and first every CUDA path of QuantLinear with its CPU path on small shapes.
+ * Prints tables and writes $OUT/quant-kernels.json (also after a case fails or the budget runs out).
+ *   source /root/gpu-env/env.sh && npm run build:native && OUT=/tmp/quant bash bench/gpu/quant/kernels.sh
+ * Knobs: QUANT_BUDGET_S (default 160: cases not started by then are left out), QUANT_ITERATIONS (50),
+ * QUANT_PARITY=0 (no parity pass), QUANT_SHAPES (names, comma-separated).
+ */
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadNative } from '../../../src/native/index.ts';
+import { activations, makeWeights, modelBytes, trafficBytes, type Variant, type Weights } from './models.ts';
+import { parity, type ParityCase } from './parity.ts';
+
+const PEAK_GBS = 3350;
+const started = Date.now();
+const deadline = started + Number(process.env.QUANT_BUDGET_S ?? 160) * 1000;
+const iterations = Number(process.env.QUANT_ITERATIONS ?? 50);
+const out = process.env.OUT ?? 'bench/results';
+mkdirSync(out, { recursive: true });
+const work = mkdtempSync(join(tmpdir(), 'quant-kernels-'));
+process.on('exit', () => rmSync(work, { recursive: true, force: true }));
+
+const { addon, reason } = loadNative();
+if (addon === undefined || !addon.cuda) throw new Error(`the native addon with CUDA is needed: ${addon === undefined ? reason : 'built without CUDA'}`);
+
+// The issue's targets first: a budget that runs out leaves out the last.
+const SHAPES = [
+  { name: 'llama2-7b qkvo', K: 4096, N: 4096 },
+  { name: 'tinyllama qkvo', K: 2048, N: 2048 },
+  { name: 'llama2-7b gate/up', K: 4096, N: 11008 },
+  { name: 'tinyllama gate/up', K: 2048, N: 5632 },
+  { name: 'llama2-7b down', K: 11008, N: 4096 },
+].filter((s) => process.env.QUANT_SHAPES === undefined || process.env.QUANT_SHAPES.split(',').includes(s.name));
+const VARIANTS: Variant[] = [
+  { name: 'fp16 MatMul', op: 'MatMul' },
+  { name: 'fp16 Linear', op: 'Linear' },
+  { name: 'int8 MatMulNBits', op: 'MatMulNBits', bits: 8 },
+  { name: 'int8 QuantLinear', op: 'QuantLinear', bits: 8 },
+  { name: 'int4 MatMulNBits', op: 'MatMulNBits', bits: 4 },
+  { name: 'int4 QuantLinear', op: 'QuantLinear', bits: 4 },
+  { name: 'int8 QL plain', op: 'QuantLinear', bits: 8, plainGemv: true },
+  { name: 'int4 QL plain', op: 'QuantLinear', bits: 4, plainGemv: true },
+];
+const ROWS = [1, 8, 64];
+
+interface Row {
+  shape: string;
+  K: number;
+  N: number;
+  M: number;
+  variant: string;
+  copies?: number;
+  us?: number;
+  gbs?: number;
+  peakShare?: number;
+  speedupOverFp16?: number;
+  /** QuantLinear: the largest relative difference from MatMulNBits' outputs. */
+  vsMatMulNBits?: number;
+  error?: string;
+}
+
+const rows: Row[] = [];
+let parityCases: ParityCase[] = [];
+const save = (): void => {
+  const device = { gpuMemory: addon.gpuMemory(0) };
+  writeFileSync(join(out, 'quant-kernels.json'), `${JSON.stringify({ date: new Date().toISOString(), iterations, peakGBs: PEAK_GBS, device, parity: parityCases, rows }, null, 2)}\n`);
+};
+
+if (process.env.QUANT_PARITY !== '0') {
+  parityCases = parity(addon, work, Math.min(deadline, started + 40_000));
+  const failed = parityCases.filter((c) => !c.ok);
+  console.log(`parity (QuantLinear CUDA against its CPU path): ${parityCases.length - failed.length}/${parityCases.length} within tolerance (the cases its 40 s allowed)`);
+  for (const c of failed) console.log(`  FAILED ${c.name}: ${c.error ?? `relative error ${c.worst} > ${c.tolerance}`}`);
+  save();
+}
+
+const pad = (s: string | number, n: number): string => String(s).padStart(n);
+console.log(`\n${'shape'.padEnd(18)} ${pad('M', 3)} ${'variant'.padEnd(17)} ${pad('us', 8)} ${pad('GB/s', 7)} ${pad('% peak', 6)} ${pad('x fp16', 6)} ${pad('vs ORT', 8)}`);
+for (const shape of SHAPES) {
+  const { K, N } = shape;
+  // One set of weights per kind, shared by MatMulNBits and QuantLinear of the same bits.
+  const weights = new Map<string, Weights>();
+  const outputs = new Map<string, Uint8Array>();
+  const xs = new Map(ROWS.map((M) => [M, activations(M, K)]));
+  for (const v of VARIANTS) {
+    const key = v.bits === undefined ? v.op : `int${v.bits}`;
+    if (!weights.has(key)) weights.set(key, makeWeights(v, K, N));
+    const w = weights.get(key)!;
+    const perCopy = trafficBytes(w, 0, K, N);
+    const copies = Math.max(2, Math.min(64, Math.ceil((128 << 20) / perCopy)));
+    const path = join(work, 'model.onnx');
+    let written = false;
+    for (const M of v.plainGemv === true ? ROWS.filter((m) => m <= 8) : ROWS) {
+      const row: Row = { shape: shape.name, K, N, M, variant: v.name, copies };
+      rows.push(row);
+      if (Date.now() > deadline) {
+        row.error = 'left out: the time budget ran out';
+        continue;
+      }
+      try {
+        if (!written) writeFileSync(path, modelBytes(v, w, K, N, copies));
+        written = true;
+        if (v.plainGemv === true) process.env.CHORUS_QUANT_GEMV = 'plain';
+        let result: ReturnType<typeof addon.runGraph>;
+        try {
+          result = addon.runGraph({ model: path, provider: 'cuda', dtype: 'fp16', cudaGraph: true, iterations }, [{ name: 'x', type: 'float16', dims: [M, K], data: xs.get(M)! }]);
+        } finally {
+          delete process.env.CHORUS_QUANT_GEMV;
+        }
+        row.us = (result.ms * 1000) / copies;
+        row.gbs = trafficBytes(w, M, K, N) / (row.us * 1e3);
+        row.peakShare = row.gbs / PEAK_GBS;
+        const fp16 = rows.find((r) => r.shape === shape.name && r.M === M && r.variant === 'fp16 MatMul');
+        if (fp16?.us !== undefined) row.speedupOverFp16 = fp16.us / row.us;
+        const y0 = result.outputs.find((o) => o.name === 'y0')!.data;
+        if (v.op === 'MatMulNBits') outputs.set(`${v.bits}:${M}`, y0);
+        const reference = outputs.get(`${v.bits}:${M}`);
+        if (v.op === 'QuantLinear' && reference !== undefined) row.vsMatMulNBits = maxRelative(y0, reference);
+      } catch (error) {
+        row.error = String(error).slice(0, 300);
+      }
+      const cell = (x: number | undefined, digits: number, n: number): string => pad(x === undefined ? '-' : x.toFixed(digits), n);
+      console.log(
+        `${shape.name.padEnd(18)} ${pad(M, 3)} ${v.name.padEnd(17)} ${cell(row.us, 1, 8)} ${cell(row.gbs, 0, 7)} ${cell(row.peakShare === undefined ? undefined : row.peakShare * 100, 0, 6)} ${cell(row.speedupOverFp16, 2, 6)} ${cell(row.vsMatMulNBits, 5, 8)}${row.error === undefined ? '' : `  ${row.error}`}`,
+      );
+      save();
+    }
+  }
+}
+console.log(`\nwrote ${join(out, 'quant-kernels.json')} in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+
+/** The largest |a - b| / (1 + |b|) of two float16 arrays' values. */
+function maxRelative(a: Uint8Array, b: Uint8Array): number {
+  const x = new Uint16Array(a.buffer, a.byteOffset, a.byteLength / 2);
+  const y = new Uint16Array(b.buffer, b.byteOffset, b.byteLength / 2);
+  let worst = 0;
+  for (let i = 0; i < x.length; i++) {
+    const u = half(x[i]!);
+    const v = half(y[i]!);
+    const e = Math.abs(u - v) / (1 + Math.abs(v));
+    if (Number.isNaN(e) || e > worst) worst = e;
+  }
+  return worst;
+}
+
+function half(bits: number): number {
+  const exponent = (bits >> 10) & 31;
+  const mantissa = bits & 1023;
+  const magnitude = exponent === 0 ? mantissa * 2 ** -24 : exponent === 31 ? (mantissa ? Number.NaN : Infinity) : (1 + mantissa / 1024) * 2 ** (exponent - 15);
+  return bits & 0x8000 ? -magnitude : magnitude;
+}

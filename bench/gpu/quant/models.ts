@@ -1,0 +1,96 @@
+/**
+ * The kernel benchmark's models: `copies` projections of one shape side by side, each with weights of
+ * its own (so that a run reads them all from memory, not from L2), all reading the input x [M, K] and
+ * each its own output: fp16 MatMul (ONNX Runtime), the addon's Linear, ONNX Runtime's MatMulNBits and
+ * the addon's QuantLinear. Weights are initializers, as a built model has them (MatMulNBits prepacks).
+ */
+import { randomFillSync } from 'node:crypto';
+import onnxProto from 'onnx-proto';
+
+const { onnx } = onnxProto;
+const T = onnx.TensorProto.DataType;
+
+export type Op = 'MatMul' | 'Linear' | 'MatMulNBits' | 'QuantLinear';
+
+export interface Variant {
+  name: string;
+  op: Op;
+  bits?: 4 | 8;
+  /** QuantLinear's float32 GEMV instead of the tensor-core one (CHORUS_QUANT_GEMV=plain). */
+  plainGemv?: boolean;
+}
+
+export const BLOCK_SIZE = 128;
+
+/** Random float16 bits of moderate values (|v| < 2^-6), none of them NaN or infinite. */
+function halves(count: number): Uint8Array {
+  const bits = new Uint16Array(count);
+  randomFillSync(bits);
+  for (let i = 0; i < count; i++) bits[i] = (bits[i]! & 0x83ff) | 0x2000;
+  return new Uint8Array(bits.buffer);
+}
+
+/** The weights of one copy, made once per shape and variant kind (shared by every copy's initializer). */
+export interface Weights {
+  weight: Uint8Array;
+  scales?: Uint8Array;
+  blocks?: number;
+}
+
+export function makeWeights(v: Variant, K: number, N: number): Weights {
+  if (v.bits === undefined) return { weight: halves(K * N) };
+  const blocks = Math.ceil(K / BLOCK_SIZE);
+  const weight = new Uint8Array(N * blocks * ((BLOCK_SIZE * v.bits) / 8));
+  randomFillSync(weight);
+  return { weight, scales: halves(N * blocks), blocks };
+}
+
+/** Bytes a projection reads and writes: its weights (and scales), x and y. */
+export function trafficBytes(w: Weights, M: number, K: number, N: number): number {
+  return w.weight.byteLength + (w.scales?.byteLength ?? 0) + 2 * M * K + 2 * M * N;
+}
+
+/** The model's bytes: `copies` nodes of variant v, outputs y0..y{copies-1}. */
+export function modelBytes(v: Variant, w: Weights, K: number, N: number, copies: number): Uint8Array {
+  const initializer: onnxProto.onnx.ITensorProto[] = [];
+  const node: onnxProto.onnx.INodeProto[] = [];
+  const output: onnxProto.onnx.IValueInfoProto[] = [];
+  const int = (name: string, i: number): onnxProto.onnx.IAttributeProto => ({ name, type: onnx.AttributeProto.AttributeType.INT, i });
+  for (let c = 0; c < copies; c++) {
+    const y = `y${c}`;
+    if (v.bits === undefined) {
+      const dims = v.op === 'MatMul' ? [K, N] : [N, K];
+      initializer.push({ name: `w${c}`, dims, dataType: T.FLOAT16, rawData: w.weight });
+      node.push({ opType: v.op, input: ['x', `w${c}`], output: [y], name: `n${c}`, ...(v.op === 'Linear' ? { domain: 'chorus' } : {}) });
+    } else {
+      initializer.push({ name: `b${c}`, dims: [N, w.blocks!, (BLOCK_SIZE * v.bits) / 8], dataType: T.UINT8, rawData: w.weight });
+      initializer.push({ name: `s${c}`, dims: [N, w.blocks!], dataType: T.FLOAT16, rawData: w.scales! });
+      node.push({
+        opType: v.op,
+        domain: v.op === 'QuantLinear' ? 'chorus' : 'com.microsoft',
+        input: ['x', `b${c}`, `s${c}`],
+        output: [y],
+        name: `n${c}`,
+        attribute: [int('K', K), int('N', N), int('bits', v.bits), int('block_size', BLOCK_SIZE)],
+      });
+    }
+    output.push({ name: y, type: { tensorType: { elemType: T.FLOAT16, shape: { dim: [{ dimParam: 'M' }, { dimValue: N }] } } } });
+  }
+  const input = [{ name: 'x', type: { tensorType: { elemType: T.FLOAT16, shape: { dim: [{ dimParam: 'M' }, { dimValue: K }] } } } }];
+  const model = onnx.ModelProto.create({
+    irVersion: 8,
+    producerName: 'chorus-bench',
+    opsetImport: [
+      { domain: '', version: 17 },
+      { domain: 'com.microsoft', version: 1 },
+      { domain: 'chorus', version: 1 },
+    ],
+    graph: { name: 'kernels', node, initializer, input, output },
+  });
+  return onnx.ModelProto.encode(model).finish();
+}
+
+/** x [M, K] as float16 bits. */
+export function activations(M: number, K: number): Uint8Array {
+  return halves(M * K);
+}

@@ -1,0 +1,222 @@
+#include "quant-linear.h"
+
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "custom-op.h"
+
+#ifdef CHORUS_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace chorus {
+
+namespace {
+
+int64_t RequiredInt(const Ort::ConstKernelInfo& kernel, const char* name) {
+  try {
+    return kernel.GetAttribute<int64_t>(name);
+  } catch (const Ort::Exception&) {
+    throw std::invalid_argument(std::string("the attribute ") + name + " is required");
+  }
+}
+
+int64_t ElementsOf(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); i++) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+#ifdef CHORUS_WITH_CUDA
+// ONNX Runtime's CUDA provider's cuBLAS handle (cuda_resource.h), as Linear takes it.
+constexpr int kCudaResourceVersion = 3;
+constexpr int kCublasHandleResource = 10002;
+// The most scratch memory cuBLASLt may use in the prefill's GEMM.
+constexpr size_t kLtWorkspaceBytes = 4u << 20;
+
+void CudaCheck(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+// At least `bytes` of device memory for work on `stream`, shared by every QuantLinear on that stream
+// (they run one after another on it). It grows only in a run that is not being captured; the buffers
+// it outgrows are kept, as graphs captured earlier still write there.
+void* StreamScratch(void* stream, size_t bytes) {
+  static std::mutex lock;
+  static std::map<void*, std::pair<void*, size_t>> buffers;
+  std::lock_guard<std::mutex> held(lock);
+  std::pair<void*, size_t>& buffer = buffers[stream];
+  if (bytes <= buffer.second) return buffer.first;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  CudaCheck(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capturing), "cudaStreamIsCapturing");
+  if (capturing != cudaStreamCaptureStatusNone) {
+    throw std::runtime_error("the scratch memory would grow to " + std::to_string(bytes) + " bytes inside a captured run; run the same shape once uncaptured first");
+  }
+  void* made = nullptr;
+  CudaCheck(cudaMalloc(&made, bytes), "cudaMalloc of QuantLinear's scratch memory");
+  buffer = {made, bytes};
+  return made;
+}
+#endif
+
+struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
+  static constexpr const char* kName = "QuantLinear";
+
+  QuantLinearKernel(const OrtKernelInfo* info, bool cuda, FloatType type) : KernelBase(cuda, type) {
+    Ort::ConstKernelInfo kernel(info);
+    k_ = RequiredInt(kernel, "K");
+    n_ = RequiredInt(kernel, "N");
+    bits_ = RequiredInt(kernel, "bits");
+    blockSize_ = RequiredInt(kernel, "block_size");
+    if (k_ < 1 || n_ < 1 || k_ > std::numeric_limits<int>::max() || n_ > std::numeric_limits<int>::max()) {
+      throw std::invalid_argument("K and N must be positive ints, got K " + std::to_string(k_) + ", N " + std::to_string(n_));
+    }
+    if (bits_ != 4 && bits_ != 8) throw std::invalid_argument("bits must be 4 or 8, got " + std::to_string(bits_));
+    if (blockSize_ < 16 || (blockSize_ & (blockSize_ - 1)) != 0) {
+      throw std::invalid_argument("block_size must be a power of 2 of at least 16, got " + std::to_string(blockSize_));
+    }
+    std::string name;
+    try {
+      name = kernel.GetAttribute<std::string>("activation");
+    } catch (const Ort::Exception&) {
+      // No attribute: no activation.
+    }
+    activation_ = ActivationNamed(name);
+    const char* gemv = std::getenv("CHORUS_QUANT_GEMV");
+    plainGemv_ = gemv != nullptr && std::string(gemv) == "plain";
+  }
+
+  void Compute(OrtKernelContext* context) {
+    Ort::KernelContext ctx(context);
+    QuantLinearArgs args = Parse(ctx);
+    if (args.rows == 0) return;
+#ifdef CHORUS_WITH_CUDA
+    if (cuda_) {
+      void* stream = ctx.GetGPUComputeStream();
+      if (args.rows <= kQuantRowsKernelRows) {
+        if (plainGemv_ || !QuantMmaRowsDevice(args, stream)) QuantRowsDevice(args, stream);
+      } else if (type_ != FloatType::kFloat32 && args.rows <= kQuantTileRows) {
+        if (multiprocessors_ == 0) {
+          int device = 0;
+          CudaCheck(cudaGetDevice(&device), "cudaGetDevice");
+          CudaCheck(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+        }
+        const int splits = QuantTileSplits(args, multiprocessors_);
+        QuantTilesDevice(args, splits, StreamScratch(stream, QuantTileScratchBytes(args, splits)), stream);
+      } else {
+        void* handle = nullptr;
+        Ort::ThrowOnError(Ort::GetApi().KernelContext_GetResource(context, kCudaResourceVersion, kCublasHandleResource, &handle));
+        Gemm(args, handle, stream);
+      }
+      CudaCheck(cudaGetLastError(), "kernel");
+      return;
+    }
+#endif
+    QuantLinearHost(args, RunParallel, context);
+  }
+
+  // The inputs and output, checked against the attributes.
+  QuantLinearArgs Parse(Ort::KernelContext& ctx) const {
+    const Ort::ConstValue x = ctx.GetInput(0);
+    std::vector<int64_t> shape = ShapeOf(x);
+    if (shape.empty() || shape.back() != k_) throw std::invalid_argument("A must be [..., K] with K = " + std::to_string(k_) + ", got " + ShapeText(shape));
+    QuantLinearArgs args{};
+    args.in = static_cast<int>(k_);
+    args.out = static_cast<int>(n_);
+    args.bits = static_cast<int>(bits_);
+    args.blockSize = static_cast<int>(blockSize_);
+    args.blocks = static_cast<int>((k_ + blockSize_ - 1) / blockSize_);
+    args.blobBytes = static_cast<int>(blockSize_ * bits_ / 8);
+    args.activation = activation_;
+    args.type = type_;
+    args.x = x.GetTensorRawData();
+    const Ort::ConstValue weight = ctx.GetInput(1);
+    const std::vector<int64_t> weightShape = ShapeOf(weight);
+    if (ElementsOf(weightShape) != n_ * args.blocks * args.blobBytes || weightShape.empty() || weightShape[0] != n_) {
+      throw std::invalid_argument("B must be [N, ceil(K / block_size), block_size * bits / 8] = [" + std::to_string(n_) + ", " + std::to_string(args.blocks) + ", " +
+                                  std::to_string(args.blobBytes) + "], got " + ShapeText(weightShape));
+    }
+    args.weight = weight.GetTensorData<uint8_t>();
+    const Ort::ConstValue scales = ctx.GetInput(2);
+    if (ElementsOf(ShapeOf(scales)) != n_ * args.blocks) {
+      throw std::invalid_argument("scales must be [N, ceil(K / block_size)] = [" + std::to_string(n_) + ", " + std::to_string(args.blocks) + "], got " + ShapeText(ShapeOf(scales)));
+    }
+    args.scales = scales.GetTensorRawData();
+    if (Given(ctx, 3)) {
+      const Ort::ConstValue zeros = ctx.GetInput(3);
+      const int64_t perRow = (static_cast<int64_t>(args.blocks) * bits_ + 7) / 8;
+      if (ElementsOf(ShapeOf(zeros)) != n_ * perRow) {
+        throw std::invalid_argument("zero_points must be uint8 [N, ceil(blocks * bits / 8)] = [" + std::to_string(n_) + ", " + std::to_string(perRow) + "], got " +
+                                    ShapeText(ShapeOf(zeros)));
+      }
+      args.zeroPoints = zeros.GetTensorData<uint8_t>();
+    }
+    if (Given(ctx, 4)) throw std::invalid_argument("g_idx is not supported: order an act-order checkpoint's inputs by group when the model is built");
+    if (Given(ctx, 5)) {
+      const Ort::ConstValue bias = ctx.GetInput(5);
+      if (ShapeOf(bias) != std::vector<int64_t>{n_}) throw std::invalid_argument("bias must be [N] = [" + std::to_string(n_) + "], got " + ShapeText(ShapeOf(bias)));
+      args.bias = bias.GetTensorRawData();
+    }
+    const int64_t rows = ElementsOf(shape) / k_;
+    if (rows > std::numeric_limits<int>::max()) throw std::invalid_argument("A has more rows than an int counts");
+    args.rows = static_cast<int>(rows);
+    shape.back() = n_;
+    args.y = ctx.GetOutput(0, shape).GetTensorMutableRawData();
+    return args;
+  }
+
+  static void RunParallel(void* context, void (*fn)(void*, size_t), size_t tasks, void* data) {
+    Ort::KernelContext(static_cast<OrtKernelContext*>(context)).ParallelFor(fn, tasks, 0, data);
+  }
+
+#ifdef CHORUS_WITH_CUDA
+  // Many rows: the weights dequantized once into scratch memory, then Linear's GEMM (cuBLASLt with the
+  // bias in its epilogue, else cublasGemmEx), then what is left of bias and activation.
+  static void Gemm(const QuantLinearArgs& q, void* handle, void* stream) {
+    const size_t weightBytes = (static_cast<size_t>(q.out) * q.in * ElementBytes(q.type) + 255) / 256 * 256;
+    char* scratch = static_cast<char*>(StreamScratch(stream, weightBytes + kLtWorkspaceBytes));
+    DequantizeDevice(q, scratch, stream);
+    LinearArgs args{q.x, scratch, q.bias, q.y, q.rows, q.in, q.out, q.activation, q.type};
+    const bool withBias = q.bias != nullptr;
+    const bool lt = LinearLtDevice(args, 0, q.out, q.y, q.out, withBias, nullptr, kLtWorkspaceBytes, stream) &&
+                    LinearLtDevice(args, 0, q.out, q.y, q.out, withBias, scratch + weightBytes, kLtWorkspaceBytes, stream);
+    if (!lt) LinearGemmDevice(args, handle, 0, q.out, q.y, q.out);
+    if (lt) {
+      args.bias = nullptr;
+      if (args.activation == Activation::kRelu) args.activation = Activation::kNone;
+    }
+    if (args.bias != nullptr || args.activation != Activation::kNone) BiasActivateDevice(args, stream);
+  }
+
+  int multiprocessors_ = 0;
+#endif
+
+  bool plainGemv_ = false;
+  int64_t k_ = 0;
+  int64_t n_ = 0;
+  int64_t bits_ = 0;
+  int64_t blockSize_ = 0;
+  Activation activation_ = Activation::kNone;
+};
+
+}  // namespace
+
+OpList QuantLinearOps(bool cuda, FloatType type) {
+  const ONNXTensorElementDataType t = ElementOf(type);
+  const ONNXTensorElementDataType u8 = ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
+  // QuantLinear: A, B, scales, zero_points, g_idx, bias (MatMulNBits' inputs).
+  return {MakeOp<QuantLinearKernel>(cuda, type, {t, u8, t, u8, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, t}, {3, 4, 5}, 1)};
+}
+
+}  // namespace chorus

@@ -1,0 +1,99 @@
+// QuantLinear (domain `chorus`): a projection of weights quantized as ONNX Runtime's MatMulNBits
+// (com.microsoft) stores them, with the bias and activation of the addon's Linear.
+//   inputs   A [..., K]
+//            B uint8 [N, blocks, blob]        blocks = ceil(K / block_size), blob = block_size * bits / 8;
+//                                             element k of output n is bits wide at bit (k % block) * bits of
+//                                             its block (4 bits: the low nibble first)
+//            scales [N, blocks] (or [N * blocks])   of A's float type
+//            zero_points uint8                optional: [N, ceil(blocks * bits / 8)], packed as the weights
+//                                             (absent: 2^(bits - 1))
+//            g_idx int32 [K]                  optional, refused (act-order checkpoints are reordered at build)
+//            bias [N]                         optional
+//   outputs  Y [..., N] = activation(A @ ((B - zero_points) * scales)^T + bias)
+//   attributes  K, N, bits (4 or 8), block_size (a power of 2, at least 16), activation as Linear's
+// The sum is taken in float32 and rounded as Linear rounds it (once with its bias, again after the
+// activation).
+// On CUDA up to kQuantRowsKernelRows rows (decode steps) run as one kernel that reads each weight byte
+// once for all rows and dequantizes in registers: in float16 (and 4-bit bfloat16) on tensor cores
+// (quant-mma.cu; K and block_size multiples of 32), otherwise with float32 multiply-adds
+// (CHORUS_QUANT_GEMV=plain takes that one there too, when a session is made); more rows of float16 or
+// bfloat16, up to
+// kQuantTileRows, run as tensor-core tiles of weights dequantized in shared memory (the K axis split
+// across blocks until the GPU is full, the partial sums joined by a last launch that adds the bias and
+// takes the activation); anything larger (prefills) dequantizes the weights once into scratch memory and
+// runs Linear's GEMM. Scratch memory is one buffer per CUDA stream, grown in a run that is not being
+// captured (so that a captured run of a shape that ran before allocates nothing) and kept for the life
+// of the process (graphs captured earlier still point at the buffers it outgrew).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels.h"
+#include "linear.h"
+
+namespace chorus {
+
+struct QuantLinearArgs {
+  const void* x;
+  const uint8_t* weight;
+  const void* scales;
+  const uint8_t* zeroPoints;  // null: 2^(bits - 1)
+  const void* bias;           // null: none
+  void* y;
+  int rows;
+  int in;   // K
+  int out;  // N
+  int bits;
+  int blockSize;
+  int blocks;    // ceil(K / blockSize)
+  int blobBytes; // blockSize * bits / 8
+  Activation activation;
+  FloatType type;
+};
+
+// The zero point of output n's block b (packed as MatMulNBits packs them), on the host and the device.
+CHORUS_HOST_DEVICE inline int QuantZeroPoint(const QuantLinearArgs& a, int n, int b) {
+  if (a.zeroPoints == nullptr) return 1 << (a.bits - 1);
+  if (a.bits == 8) return a.zeroPoints[static_cast<size_t>(n) * a.blocks + b];
+  const uint8_t packed = a.zeroPoints[static_cast<size_t>(n) * ((a.blocks + 1) / 2) + b / 2];
+  return (b & 1) ? packed >> 4 : packed & 15;
+}
+
+// The quantized value of output n's element k.
+CHORUS_HOST_DEVICE inline int QuantValue(const QuantLinearArgs& a, int n, int k) {
+  const int b = k / a.blockSize;
+  const int j = k % a.blockSize;
+  const uint8_t* row = a.weight + (static_cast<size_t>(n) * a.blocks + b) * a.blobBytes;
+  if (a.bits == 8) return row[j];
+  const uint8_t byte = row[j / 2];
+  return (j & 1) ? byte >> 4 : byte & 15;
+}
+
+// Host: y of x on host memory, its outputs shared among `parallel`'s workers. `parallel(fn, tasks,
+// data)` calls fn(data, i) for each i in [0, tasks) (ONNX Runtime's intra-op threads).
+using ParallelRunner = void (*)(void* context, void (*fn)(void*, size_t), size_t tasks, void* data);
+void QuantLinearHost(const QuantLinearArgs& args, ParallelRunner parallel, void* context);
+
+#ifdef CHORUS_WITH_CUDA
+// The most rows the dequantizing GEMV takes, and the most the tensor-core tiles take (16-bit types).
+constexpr int kQuantRowsKernelRows = 8;
+constexpr int kQuantTileRows = 128;
+
+// Device: how many splits of K the tiles take for `args` on a device of `multiprocessors` SMs, and the
+// scratch bytes they need (their float32 partial sums).
+int QuantTileSplits(const QuantLinearArgs& args, int multiprocessors);
+size_t QuantTileScratchBytes(const QuantLinearArgs& args, int splits);
+// Device: y of x for at most kQuantRowsKernelRows rows, on `stream`.
+void QuantRowsDevice(const QuantLinearArgs& args, void* stream);
+// Device: the same on tensor cores, where it takes them (float16, or bfloat16 of 4 bits; K and
+// block_size multiples of 32; x and the weights 16-byte aligned); false, running nothing, where not.
+bool QuantMmaRowsDevice(const QuantLinearArgs& args, void* stream);
+// Device: y of x by tensor-core tiles in `splits` splits (float16 or bfloat16; at most kQuantTileRows
+// rows), the partial sums in `scratch` (QuantTileScratchBytes), on `stream`.
+void QuantTilesDevice(const QuantLinearArgs& args, int splits, void* scratch, void* stream);
+// Device: the dequantized weights [N, K] of the float type into `weights`, on `stream`.
+void DequantizeDevice(const QuantLinearArgs& args, void* weights, void* stream);
+#endif
+
+}  // namespace chorus

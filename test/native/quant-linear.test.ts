@@ -1,0 +1,167 @@
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import * as ort from 'onnxruntime-node';
+import { decodeRaw, encodeFloats, type FloatType } from '../../src/modelbuild/float-bits.ts';
+import { GraphBuilder } from '../../src/modelbuild/graph.ts';
+import type { LinearActivation } from '../../src/modelbuild/layers.ts';
+import { quantLinear } from '../../src/modelbuild/quant-linear-addon.ts';
+import { loadNative, type GraphTensor } from '../../src/native/index.ts';
+import { ACTIVATIONS, dequantize, matmulReference, quantize, roundTo, seeded, type Quantized } from '../helpers/quant.ts';
+import { scratchDir } from '../helpers/scratch.ts';
+
+const { addon, reason } = loadNative();
+const skip = addon === undefined ? `the native addon: ${reason}` : false;
+const root = scratchDir('chorus-quant-linear-');
+const DTYPES: Record<FloatType, 'fp32' | 'fp16' | 'bf16'> = { float32: 'fp32', float16: 'fp16', bfloat16: 'bf16' };
+const RAW: Record<FloatType, 'F32' | 'F16' | 'BF16'> = { float32: 'F32', float16: 'F16', bfloat16: 'BF16' };
+
+interface Case {
+  M: number;
+  K: number;
+  N: number;
+  bits: 4 | 8;
+  blockSize: number;
+  zeroPoints: boolean;
+  bias?: boolean;
+  activation?: LinearActivation;
+  type?: FloatType;
+}
+
+/** A graph of one quantized projection: QuantLinear, or ONNX Runtime's MatMulNBits (without the activation). */
+function model(c: Case, q: Quantized, bias: Float32Array | undefined, op: 'QuantLinear' | 'MatMulNBits'): string {
+  const type = c.type ?? 'float32';
+  const g = new GraphBuilder(type);
+  const x = g.input('x', type, ['rows', c.K]);
+  const w = {
+    weight: g.constantOf('uint8', [...q.weight], [c.N, q.blocks, (c.blockSize * c.bits) / 8]),
+    scales: g.floatConstant([...q.scales], [c.N, q.blocks]),
+    ...(q.zeroPoints === undefined ? {} : { zeroPoints: g.constantOf('uint8', [...q.zeroPoints], [q.zeroPoints.length]) }),
+  };
+  const b = bias === undefined ? undefined : g.floatConstant([...bias], [c.N]);
+  const shape = { K: c.K, N: c.N, bits: c.bits, blockSize: c.blockSize };
+  const y =
+    op === 'QuantLinear'
+      ? quantLinear(g, x, w, shape, { ...(b === undefined ? {} : { bias: b }), ...(c.activation === undefined ? {} : { activation: c.activation }) })
+      : g.op('MatMulNBits', [x, w.weight, w.scales, w.zeroPoints ?? '', '', b ?? ''].filter((v, i, all) => v !== '' || all.slice(i).some((u) => u !== '')), { K: c.K, N: c.N, bits: c.bits, block_size: c.blockSize }, { domain: 'com.microsoft' });
+  g.output('y', y, type, ['rows', c.N]);
+  const path = join(root, `${op}-${JSON.stringify(c).replace(/[^a-z0-9]+/gi, '_')}.onnx`);
+  writeFileSync(path, g.serialize().model);
+  return path;
+}
+
+function runAddon(path: string, x: Float32Array, c: Case, extra: Partial<Parameters<NonNullable<typeof addon>['runGraph']>[0]> = {}): Float32Array {
+  const type = c.type ?? 'float32';
+  const input: GraphTensor = { name: 'x', type, dims: [c.M, c.K], data: encodeFloats(Float32Array.from(x), type) };
+  const { outputs } = addon!.runGraph({ model: path, provider: 'cpu', dtype: DTYPES[type], ...extra }, [input]);
+  assert.deepEqual(outputs[0]!.dims, [c.M, c.N]);
+  return decodeRaw(outputs[0]!.data, RAW[type]);
+}
+
+async function runOrt(path: string, x: Float32Array, c: Case): Promise<Float32Array> {
+  const session = await ort.InferenceSession.create(path, { executionProviders: ['cpu'] });
+  const type = c.type ?? 'float32';
+  const feed = type === 'float32' ? new ort.Tensor('float32', x, [c.M, c.K]) : new ort.Tensor('float16', new Uint16Array(encodeFloats(x, type).buffer), [c.M, c.K]);
+  const { y } = await session.run({ x: feed });
+  await session.release();
+  const data = y!.data;
+  return data instanceof Float32Array ? data : decodeRaw(new Uint8Array((data as Uint16Array).buffer), 'F16');
+}
+
+function assertClose(got: Float32Array, want: Float32Array, tolerance: number, what: string): void {
+  assert.equal(got.length, want.length, `${what}: length`);
+  let worst = 0;
+  let at = 0;
+  for (let i = 0; i < got.length; i++) {
+    const error = Math.abs(got[i]! - want[i]!) / (1 + Math.abs(want[i]!));
+    if (Number.isNaN(error) || error > worst) {
+      worst = error;
+      at = i;
+    }
+  }
+  assert.ok(worst <= tolerance, `${what}: element ${at} is ${got[at]}, expected ${want[at]} (relative error ${worst} > ${tolerance})`);
+}
+
+/** The case's inputs: x, weights quantized by the test's quantizer, the bias. */
+function inputs(c: Case): { x: Float32Array; q: Quantized; bias: Float32Array | undefined } {
+  const type = c.type ?? 'float32';
+  const x = roundTo(seeded(c.M * c.K, 11 + c.K), type);
+  const q = quantize(seeded(c.N * c.K, 7 + c.N, 0.2), c.N, c.K, c.bits, c.blockSize, c.zeroPoints, type);
+  const bias = c.bias === true ? roundTo(seeded(c.N, 5, 0.5), type) : undefined;
+  return { x, q, bias };
+}
+
+describe('QuantLinear on the CPU', { skip }, () => {
+  const cases: Case[] = [];
+  for (const bits of [4, 8] as const) {
+    for (const zeroPoints of [false, true]) {
+      for (const blockSize of [32, 128]) cases.push({ M: 3, K: 200, N: 40, bits, blockSize, zeroPoints });
+    }
+  }
+  for (const c of cases) {
+    test(`int${c.bits}, block ${c.blockSize}, ${c.zeroPoints ? 'zero points' : 'symmetric'}, K ${c.K} (a partial last block): ONNX Runtime's MatMulNBits' outputs and the reference's`, async () => {
+      const { x, q } = inputs(c);
+      const got = runAddon(model(c, q, undefined, 'QuantLinear'), x, c);
+      assertClose(got, await runOrt(model(c, q, undefined, 'MatMulNBits'), x, c), 1e-5, 'against MatMulNBits');
+      assertClose(got, matmulReference(x, dequantize(q), c.M, c.K, c.N), 1e-5, 'against the reference');
+    });
+  }
+
+  test('the bias and the activation are fused: MatMulNBits with its bias, then the activation, gives the same', async () => {
+    for (const activation of ['silu', 'gelu_tanh', 'relu'] as const) {
+      const c: Case = { M: 5, K: 96, N: 24, bits: 4, blockSize: 32, zeroPoints: true, bias: true, activation };
+      const { x, q, bias } = inputs(c);
+      const got = runAddon(model(c, q, bias, 'QuantLinear'), x, c);
+      const ortOut = (await runOrt(model({ ...c, activation: undefined }, q, bias, 'MatMulNBits'), x, c)).map(ACTIVATIONS[activation]!);
+      assertClose(got, ortOut, 1e-5, `${activation} against MatMulNBits`);
+      assertClose(got, matmulReference(x, dequantize(q), c.M, c.K, c.N, bias, activation), 1e-5, `${activation} against the reference`);
+    }
+  });
+
+  test('float16 and bfloat16 graphs: the reference rounded once (float32 sums), for one row and for many rows over several threads', () => {
+    for (const type of ['float16', 'bfloat16'] as const) {
+      for (const M of [1, 33]) {
+        const c: Case = { M, K: 256, N: 72, bits: 8, blockSize: 128, zeroPoints: false, bias: true, activation: 'silu', type };
+        const { x, q, bias } = inputs(c);
+        const got = runAddon(model(c, q, bias, 'QuantLinear'), x, c, { intraOpThreads: 2 });
+        // The sum rounded with its bias, then the activation of that, rounded.
+        const sums = roundTo(matmulReference(x, dequantize(q), c.M, c.K, c.N, bias), type);
+        const want = roundTo(sums.map(ACTIVATIONS.silu!), type);
+        assertClose(got, want, type === 'float16' ? 2e-3 : 1.6e-2, `${type}, ${M} rows`);
+      }
+    }
+  });
+
+  test('float16 against MatMulNBits of float16', async () => {
+    const c: Case = { M: 4, K: 160, N: 32, bits: 4, blockSize: 32, zeroPoints: true, type: 'float16' };
+    const { x, q } = inputs(c);
+    assertClose(runAddon(model(c, q, undefined, 'QuantLinear'), x, c), await runOrt(model(c, q, undefined, 'MatMulNBits'), x, c), 4e-3, 'against MatMulNBits');
+  });
+
+  test('refuses what it cannot take, by name', () => {
+    const c: Case = { M: 2, K: 64, N: 8, bits: 4, blockSize: 32, zeroPoints: false };
+    const { x, q } = inputs(c);
+    const refused = (name: string, weight: readonly number[], weightDims: number[], extra: string[] = [], attributes: Record<string, number> = {}): string => {
+      const g = new GraphBuilder('float32');
+      const input = g.input('x', 'float32', ['rows', 64]);
+      const scales = g.floatConstant([...q.scales], [8, 2]);
+      const node = g.op('QuantLinear', [input, g.constantOf('uint8', weight, weightDims), scales, ...extra.map((e) => (e === '' ? '' : g.constantOf('int32', Array.from({ length: 64 }, (_, k) => k >> 5))))], {
+        K: 64,
+        N: 8,
+        bits: 4,
+        block_size: 32,
+        ...attributes,
+      }, { domain: 'chorus' });
+      g.output('y', node, 'float32', ['rows', 8]);
+      const path = join(root, `${name}.onnx`);
+      writeFileSync(path, g.serialize().model);
+      return path;
+    };
+    assert.throws(() => runAddon(refused('short', [...q.weight.subarray(0, 128)], [8, 1, 16]), x, c), /B must be \[N, ceil\(K \/ block_size\), block_size \* bits \/ 8\] = \[8, 2, 16\], got \[8, 1, 16\]/);
+    assert.throws(() => runAddon(refused('g-idx', [...q.weight], [8, 2, 16], ['', 'g_idx']), x, c), /g_idx is not supported/);
+    assert.throws(() => runAddon(refused('bits', [...q.weight], [8, 2, 16], [], { bits: 2 }), x, c), /bits must be 4 or 8, got 2/);
+    assert.throws(() => quantLinear(new GraphBuilder('float32'), 'x', { weight: 'w', scales: 's' }, { K: 64, N: 8, bits: 3 as 4, blockSize: 32 }), /bits must be 4 or 8, got 3/);
+    assert.throws(() => quantLinear(new GraphBuilder('float32'), 'x', { weight: 'w', scales: 's' }, { K: 64, N: 8, bits: 4, blockSize: 24 }), /blockSize must be a power of 2 of at least 16, got 24/);
+  });
+});
