@@ -17,7 +17,7 @@ export interface WeightsOptions {
   weights?: WeightsMode;
   /** int4: values per scale (16, 32, 64, 128 or 256). Default 128. */
   groupSize?: number;
-  /** int8 / int4: also quantize the LM head. Default true. */
+  /** int8 / int4: also quantize the LM head. Default: true for int8, false for int4. */
   quantizeHead?: boolean;
 }
 
