@@ -82,14 +82,15 @@ function samePerm(a: Int32Array | undefined, b: Int32Array | undefined): boolean
 }
 
 /**
- * `x @ W (+ bias)` for a quantized W: ONNX Runtime's MatMulNBits (CPU and CUDA kernels), its
- * activations quantized to int8 per block on the CPU (accuracy_level 4: ONNX Runtime's 8-bit CPU
- * kernel is otherwise a slow reference loop; CUDA ignores the attribute). The one place that picks
- * the operator of a quantized projection.
+ * `x @ W (+ bias)` for a quantized W: ONNX Runtime's MatMulNBits (CPU and CUDA kernels). On the CPU,
+ * 8-bit weights take int8 activations (accuracy_level 4: its float path for 8 bits is a slow reference
+ * loop, 25x fp32's MatMul); 4-bit weights keep float activations (accuracy_level 0), so a GPTQ or AWQ
+ * checkpoint computes what its dequantized weights do. CUDA ignores the attribute. The one place that
+ * picks the operator of a quantized projection.
  */
 export function quantizedMatMul(g: GraphBuilder, x: string, w: QuantizedValue, bias?: string): string {
   const input = w.perm === undefined ? x : g.op('Gather', [x, w.perm.name], { axis: -1 });
   const inputs = [input, w.packed, w.scales, w.zeroPoints ?? '', '', bias ?? ''];
   while (inputs.at(-1) === '') inputs.pop();
-  return g.op('MatMulNBits', inputs, { K: w.k, N: w.n, bits: w.bits, block_size: w.blockSize, accuracy_level: 4 }, { domain: 'com.microsoft' });
+  return g.op('MatMulNBits', inputs, { K: w.k, N: w.n, bits: w.bits, block_size: w.blockSize, accuracy_level: w.bits === 8 ? 4 : 0 }, { domain: 'com.microsoft' });
 }
