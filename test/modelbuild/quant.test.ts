@@ -154,3 +154,23 @@ test('unsupported weights and quantized checkpoints are refused by name', () => 
   writeFileSync(join(gptq, 'config.json'), JSON.stringify(config));
   refused({ weights: 'int8' }, gptq, /weights int8 quantizes float checkpoints; .* is gptq 4-bit already/);
 });
+
+for (const name of ['gptq', 'gptq-act-order', 'awq']) {
+  test(`the ${name} fixture (made with transformers) matches its dequantized twin and transformers' logits within 1e-3`, async () => {
+    const base = join(import.meta.dirname, '../fixtures/quant', name);
+    const golden = JSON.parse(readFileSync(join(base, 'dequantized', 'golden.json'), 'utf8')) as { prompt: number[]; logits: number[][] };
+    const run = async (dir: string): Promise<Float32Array> => {
+      const session = await DecoderSession.open(dir);
+      const out = (await session.run({ inputIds: [golden.prompt] })).logits;
+      await session.close();
+      return out;
+    };
+    const quantized = await run(build(base, `fixture-${name}`));
+    const twin = await run(build(join(base, 'dequantized'), `fixture-${name}-twin`));
+    const expected = Float32Array.from(golden.logits.flat());
+    const maxDiff = (a: Float32Array, b: Float32Array): number => a.reduce((m, x, i) => Math.max(m, Math.abs(x - b[i]!)), 0);
+    assert.equal(quantized.length, expected.length);
+    assert.ok(maxDiff(quantized, twin) < 1e-3, `vs twin ${maxDiff(quantized, twin)}`);
+    assert.ok(maxDiff(quantized, expected) < 1e-3, `vs transformers ${maxDiff(quantized, expected)}`);
+  });
+}
