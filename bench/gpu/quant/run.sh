@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Weight-only quantization on the GPU: one Llama shape (random weights, bench/gpu/llama/make.py) built
+# fp16, then int8 and int4 (fp16 activations), each decoded through the native engine (cuda graphs,
+# slot cache then paged cache) at batch 1 and 64 by bench/gpu/llama/speed.ts, in one run so the ratios
+# compare like with like; summary.ts prints tokens/s and the ratios to fp16 and writes them as JSON.
+#   source /root/gpu-env/env.sh && bash bench/gpu/quant/run.sh <shape>      (one shape per command)
+# Shapes: tinyllama-1.1b, llama-2-7b. Results: $OUT/quant-<shape>.json and the logs beside it.
+# Each build and run has its own time limit (QUANT_STEP_TIMEOUT seconds, default 150), so one command
+# stays under 9 minutes for a 7B shape; a variant that fails or times out is recorded as such.
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+shape=${1:?usage: run.sh <shape>}
+WORK=${QUANT_DIR:-/tmp/quant}
+OUT=${OUT:-$WORK/out}
+limit=${QUANT_STEP_TIMEOUT:-150}
+mkdir -p "$WORK" "$OUT"
+ckpt=$WORK/$shape-float16
+timeout 240 python3 bench/gpu/llama/make.py "$shape" "$ckpt" --dtype float16 2>&1 | tail -1
+for weights in checkpoint int8 int4; do
+  LLAMA_WEIGHTS=$weights LLAMA_CACHES=${QUANT_CACHES:-slots,paged} ORT_LOGGING_LEVEL=3 \
+    timeout "$limit" node --import tsx bench/gpu/llama/speed.ts "$ckpt" "$WORK" "$shape" fp16 2>&1 \
+    | grep --line-buffered -v onnxruntime | tee -a "$OUT/quant-$shape-$weights.log"
+  echo "$shape $weights: exit ${PIPESTATUS[0]}" | tee -a "$OUT/quant-$shape-$weights.log"
+  rm -rf "$WORK/$shape-fp16"*-built
+done
+node --import tsx bench/gpu/quant/summary.ts "$WORK" "$shape" "$OUT/quant-$shape.json"
