@@ -6,6 +6,7 @@
  * both builds alike, but not always evenly).
  *
  *   npx tsx bench/quant/cpu-speed.ts        BENCH_MODELS=stories,qwen2 (default both)
+ * Each build runs twice: with the engine's default intra-op threads (one per core) and with one thread.
  *
  * Prints a table and writes bench/results/quant-cpu-speed-<date>.json.
  */
@@ -32,29 +33,32 @@ const wanted = (process.env.BENCH_MODELS ?? 'stories,qwen2').split(',');
 for (const m of wanted) if (sources[m] === undefined) throw new Error(`BENCH_MODELS takes ${Object.keys(sources).join(', ')}, got ${m}`);
 mkdirSync(work, { recursive: true });
 
-const rows: Array<{ model: string; weights: WeightsMode | 'fp32'; weightBytes: number; tokensPerS: number; vsFp32: number; loadAverage: number[] }> = [];
+type Threads = 'default' | 1;
+const rows: Array<{ model: string; weights: WeightsMode | 'fp32'; threads: Threads; weightBytes: number; tokensPerS: number; vsFp32: number; loadAverage: number[] }> = [];
 for (const key of wanted) {
   const { name, source } = sources[key]!();
-  let fp32Rate = 0;
+  const fp32Rate = new Map<Threads, number>();
   for (const weights of ['checkpoint', 'int8'] as const) {
     const dir = join(work, `${key}-${weights}`);
     const built = buildModel({ source, out: dir, flavor: 'cuda', slotDecoder: true, weights });
-    const engine = await NativeEngine.open(dir, { maxBatchSize: 1, slotLength: PROMPT + steps + 8 });
-    const prompt = Array.from({ length: PROMPT }, (_, i) => 3 + ((i * 7) % 400));
-    const params = { temperature: 0, request_output_len: steps, min_length: steps };
-    const load = loadavg();
-    const seconds = await timeIt(() => lastValueFrom(engine.submit({ inputIds: prompt, params }).pipe(toArray())));
-    await engine.close();
-    const rate = steps / seconds;
-    if (weights === 'checkpoint') fp32Rate = rate;
-    rows.push({ model: name, weights: weights === 'checkpoint' ? 'fp32' : weights, weightBytes: built.stats.weightBytes, tokensPerS: rate, vsFp32: rate / fp32Rate, loadAverage: load.map((x) => Math.round(x * 100) / 100) });
+    for (const threads of ['default', 1] as const) {
+      const engine = await NativeEngine.open(dir, { maxBatchSize: 1, slotLength: PROMPT + steps + 8, ...(threads === 1 ? { intraOpThreads: 1 } : {}) });
+      const prompt = Array.from({ length: PROMPT }, (_, i) => 3 + ((i * 7) % 400));
+      const params = { temperature: 0, request_output_len: steps, min_length: steps };
+      const load = loadavg();
+      const seconds = await timeIt(() => lastValueFrom(engine.submit({ inputIds: prompt, params }).pipe(toArray())));
+      await engine.close();
+      const rate = steps / seconds;
+      if (weights === 'checkpoint') fp32Rate.set(threads, rate);
+      rows.push({ model: name, weights: weights === 'checkpoint' ? 'fp32' : weights, threads, weightBytes: built.stats.weightBytes, tokensPerS: rate, vsFp32: rate / fp32Rate.get(threads)!, loadAverage: load.map((x) => Math.round(x * 100) / 100) });
+    }
     rmSync(dir, { recursive: true, force: true });
   }
 }
 process.stdout.write(`CPU: ${cpus().length} x ${cpus()[0]?.model ?? 'unknown'}, batch 1, ${PROMPT}-token prompt + ${steps} greedy tokens, native engine\n`);
-process.stdout.write('model                               weights  weights MB  tokens/s  vs fp32  load avg (1/5/15 min)\n');
+process.stdout.write('model                               weights  threads  weights MB  tokens/s  vs fp32  load avg (1/5/15 min)\n');
 for (const r of rows) {
-  process.stdout.write(`${r.model.padEnd(35)} ${r.weights.padEnd(7)}  ${(r.weightBytes / 1e6).toFixed(1).padStart(10)}  ${r.tokensPerS.toFixed(1).padStart(8)}  ${r.vsFp32.toFixed(2).padStart(6)}x  ${r.loadAverage.join(' / ')}\n`);
+  process.stdout.write(`${r.model.padEnd(35)} ${r.weights.padEnd(7)}  ${String(r.threads).padEnd(7)}  ${(r.weightBytes / 1e6).toFixed(1).padStart(10)}  ${r.tokensPerS.toFixed(1).padStart(8)}  ${r.vsFp32.toFixed(2).padStart(6)}x  ${r.loadAverage.join(' / ')}\n`);
 }
 const results = join(ROOT, 'bench/results');
 mkdirSync(results, { recursive: true });
