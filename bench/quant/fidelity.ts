@@ -133,7 +133,7 @@ for (const v of variants) {
 }
 const fp32Ppl = rows[0]!.perplexity;
 const table = rows.map((r) => ({ ...r, perplexityVsFp32: r.perplexity / fp32Ppl - 1 }));
-process.stdout.write(`stories260K, CPU (MatMulNBits, accuracy_level 4), greedy over ${table[0]!.generated} positions from BOS and ${PROMPTS.length} prompts; perplexity on fp32's ${texts.length * POSITIONS} sampled tokens\n`);
+process.stdout.write(`stories260K, CPU (MatMulNBits: int8 with int8 activations, int4 with float ones), greedy over ${table[0]!.generated} positions from BOS and ${PROMPTS.length} prompts; perplexity on fp32's ${texts.length * POSITIONS} sampled tokens\n`);
 process.stdout.write('weights      greedy match  from BOS  first divergence (median)  teacher-forced top-1  perplexity  vs fp32\n');
 for (const r of table) {
   const pct = (x: number): string => `${(100 * x).toFixed(1)}%`;
