@@ -3,20 +3,25 @@
 # fp16, then int8 and int4 (fp16 activations), each decoded through the native engine (cuda graphs,
 # slot cache then paged cache) at batch 1 and 64 by bench/gpu/llama/speed.ts, in one run so the ratios
 # compare like with like; summary.ts prints tokens/s and the ratios to fp16 and writes them as JSON.
-#   source /root/gpu-env/env.sh && bash bench/gpu/quant/run.sh <shape>      (one shape per command)
-# Shapes: tinyllama-1.1b, llama-2-7b. Results: $OUT/quant-<shape>.json and the logs beside it.
-# Each build and run has its own time limit (QUANT_STEP_TIMEOUT seconds, default 150), so one command
-# stays under 9 minutes for a 7B shape; a variant that fails or times out is recorded as such.
+#   source /root/gpu-env/env.sh && bash bench/gpu/quant/run.sh <shape> [variants]
+# Shapes: tinyllama-1.1b, llama-2-7b. Variants: any of checkpoint (fp16), int8, int4, comma-separated
+# (default all three). Results: $OUT/quant-<shape>.json and the logs beside it; the summary covers every
+# variant run so far in $QUANT_DIR (default /tmp/quant), so a 7B shape can be split over two commands
+# on one machine (`llama-2-7b checkpoint,int8`, then `llama-2-7b int4`). Each variant (build and runs)
+# has its own limit (QUANT_STEP_TIMEOUT seconds, default 120) and making the checkpoint 150 s, so a
+# command of three variants stays under 9 minutes; a variant that fails or times out says so.
+# QUANT_CACHES=slots,paged (default both: the paged cache's load line shows the tokens it holds).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
-shape=${1:?usage: run.sh <shape>}
+shape=${1:?usage: run.sh <shape> [checkpoint,int8,int4]}
+variants=${2:-checkpoint,int8,int4}
 WORK=${QUANT_DIR:-/tmp/quant}
 OUT=${OUT:-$WORK/out}
-limit=${QUANT_STEP_TIMEOUT:-150}
+limit=${QUANT_STEP_TIMEOUT:-120}
 mkdir -p "$WORK" "$OUT"
 ckpt=$WORK/$shape-float16
-timeout 240 python3 bench/gpu/llama/make.py "$shape" "$ckpt" --dtype float16 2>&1 | tail -1
-for weights in checkpoint int8 int4; do
+timeout 150 python3 bench/gpu/llama/make.py "$shape" "$ckpt" --dtype float16 2>&1 | tail -1
+for weights in ${variants//,/ }; do
   LLAMA_WEIGHTS=$weights LLAMA_CACHES=${QUANT_CACHES:-slots,paged} ORT_LOGGING_LEVEL=3 \
     timeout "$limit" node --import tsx bench/gpu/llama/speed.ts "$ckpt" "$WORK" "$shape" fp16 2>&1 \
     | grep --line-buffered -v onnxruntime | tee -a "$OUT/quant-$shape-$weights.log"
