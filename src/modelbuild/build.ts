@@ -144,6 +144,10 @@ export function buildModel(options: BuildOptions): BuildResult {
   progress('read checkpoint');
   const isLlama2c = statSync(options.source).isFile();
   const opened = openWeights(isLlama2c ? readLlama2cCheckpoint(options.source) : readHfCheckpoint(options.source), options);
+  if (dtype === 'bf16' && (opened.hub !== undefined || (options.weights ?? 'checkpoint') !== 'checkpoint')) {
+    const what = opened.hub === undefined ? `weights ${options.weights}` : `a ${opened.hub.quantization.method} checkpoint`;
+    throw new ChorusError('CHORUS_UNSUPPORTED', `${what} with dtype bf16: ONNX Runtime's MatMulNBits takes fp32 or fp16 activations; build with dtype fp16`, { param: 'dtype' });
+  }
   const checkpoint: Checkpoint = opened.checkpoint;
   const architecture = architectureFor(checkpoint.config);
 

@@ -165,14 +165,16 @@ export type LinearActivation = 'relu' | 'gelu' | 'gelu_tanh' | 'silu';
  */
 export function addonLinear(g: GraphBuilder, x: string, weight: string, bias: string | undefined, options: { activation?: LinearActivation; transposed?: boolean } = {}): string {
   const quantized = quantizedValue(g, weight);
-  if (quantized !== undefined) return activated(g, quantizedMatMul(g, x, quantized, bias), options.activation);
+  if (quantized !== undefined) {
+    const activation = options.activation;
+    return quantizedMatMul(g, x, quantized, bias, activation === undefined ? undefined : { name: activation, apply: (y) => activated(g, y, activation) });
+  }
   const rows = options.transposed === true ? weight : g.op('Transpose', [weight], { perm: [1, 0] });
   return g.op('Linear', [x, rows, ...(bias === undefined ? [] : [bias])], options.activation === undefined ? {} : { activation: options.activation }, { domain: 'chorus' });
 }
 
 /** `activation(x)` as separate operators (after a projection the addon's Linear does not run). */
-function activated(g: GraphBuilder, x: string, activation: LinearActivation | undefined): string {
-  if (activation === undefined) return x;
+function activated(g: GraphBuilder, x: string, activation: LinearActivation): string {
   if (activation === 'relu') return g.op('Relu', [x]);
   if (activation === 'silu') return inFloat32(g, x, (v) => g.op('Mul', [v, g.op('Sigmoid', [v])]));
   return activation === 'gelu' ? geluErf(g, x) : geluTanh(g, x);

@@ -132,6 +132,7 @@ test('unsupported weights and quantized checkpoints are refused by name', () => 
   refused({ weights: 'int3' as never }, source, /weights must be checkpoint, int8, int4, got "?int3/);
   refused({ weights: 'int4', groupSize: 100 }, source, /groupSize must be one of 16, 32, 64, 128, 256, got 100/);
   refused({ weights: 'int8', groupSize: 32 }, source, /groupSize applies to weights int4, not int8/);
+  refused({ weights: 'int8', dtype: 'bf16' }, source, /weights int8 with dtype bf16: ONNX Runtime's MatMulNBits takes fp32 or fp16 activations/);
   const t5 = join(root, 't5-refusals');
   makeCheckpoint({ arch: 't5', size: 'tiny', seed: 8, out: t5 });
   refused({ weights: 'int8' }, t5, /quantized weights cover decoder-only models so far/);

@@ -88,9 +88,19 @@ function samePerm(a: Int32Array | undefined, b: Int32Array | undefined): boolean
  * checkpoint computes what its dequantized weights do. CUDA ignores the attribute. The one place that
  * picks the operator of a quantized projection.
  */
-export function quantizedMatMul(g: GraphBuilder, x: string, w: QuantizedValue, bias?: string): string {
+export function quantizedMatMul(g: GraphBuilder, x: string, w: QuantizedValue, bias?: string, activation?: QuantizedActivation): string {
   const input = w.perm === undefined ? x : g.op('Gather', [x, w.perm.name], { axis: -1 });
   const inputs = [input, w.packed, w.scales, w.zeroPoints ?? '', '', bias ?? ''];
   while (inputs.at(-1) === '') inputs.pop();
-  return g.op('MatMulNBits', inputs, { K: w.k, N: w.n, bits: w.bits, block_size: w.blockSize, accuracy_level: w.bits === 8 ? 4 : 0 }, { domain: 'com.microsoft' });
+  const product = g.op('MatMulNBits', inputs, { K: w.k, N: w.n, bits: w.bits, block_size: w.blockSize, accuracy_level: w.bits === 8 ? 4 : 0 }, { domain: 'com.microsoft' });
+  return activation === undefined ? product : activation.apply(product);
+}
+
+/**
+ * An activation after a quantized projection: its name as the addon's Linear takes it (for an operator
+ * that applies it inside) and the operators that apply it after MatMulNBits.
+ */
+export interface QuantizedActivation {
+  name: string;
+  apply: (x: string) => string;
 }
