@@ -78,11 +78,16 @@ export function lazyQuantized(key: object, rows: () => Float32Array, n: number, 
 function quantizeLinear(w: Linear, bits: QuantBits, groupSize: number): Linear {
   const [k, n] = w.weight.dims as [number, number];
   const weight = w.weight;
-  const rows = (): Float32Array => {
-    const out = new Float32Array(k * n);
-    transposeInto(weight.data, out, k, n);
-    return out;
-  };
+  // A lazy transpose of nn.Linear's [N, K] (the usual case) is read as its source, already in rows.
+  const origin = weight.origin;
+  const rows =
+    origin !== undefined && origin.dims[0] === n && origin.dims[1] === k
+      ? (): Float32Array => origin.data
+      : (): Float32Array => {
+          const out = new Float32Array(k * n);
+          transposeInto(weight.data, out, k, n);
+          return out;
+        };
   return { ...w, quantized: lazyQuantized(w, rows, n, k, bits, bits === 8 ? int8BlockSize(k) : groupSize) };
 }
 
