@@ -11,7 +11,7 @@
  *   -> <work-dir>/<name>-<dtype>.json
  * Knobs: LLAMA_BATCHES=1,64  LLAMA_PROMPT=128  LLAMA_NEW=128  LLAMA_CACHES=slots,paged
  *   LLAMA_MAX_SEQUENCE=4096 (the paged rows' limit)  LLAMA_WEIGHTS=int8|int4 (quantized projections; the
- *   results file is then <name>-<dtype>-<weights>.json)  LLAMA_GROUP_SIZE=128 (int4)
+ *   results file is then <name>-<dtype>-<weights>.json)  LLAMA_GROUP_SIZE=128 (int4)  LLAMA_CUDA_GRAPH=0 (plain runs)
  */
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -59,7 +59,7 @@ for (const cache of (process.env.LLAMA_CACHES ?? 'slots,paged').split(',')) {
       maxBatchSize: Math.max(...batches),
       slotLength: paged ? Number(process.env.LLAMA_MAX_SEQUENCE ?? 4096) : PROMPT + NEW,
       pagedCache: paged,
-      cudaGraph: true,
+      cudaGraph: process.env.LLAMA_CUDA_GRAPH !== '0',
       log: (line) => void loadLines.push(`${cache}: ${line}`),
       onRequestDone: (m) => void metrics.push(m),
     });

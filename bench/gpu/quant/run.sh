@@ -10,7 +10,11 @@
 # on one machine (`llama-2-7b checkpoint,int8`, then `llama-2-7b int4`). Each variant (build and runs)
 # has its own limit (QUANT_STEP_TIMEOUT seconds, default 120) and making the checkpoint 150 s, so a
 # command of three variants stays under 9 minutes; a variant that fails or times out says so.
-# QUANT_CACHES=slots,paged (default both: the paged cache's load line shows the tokens it holds).
+# QUANT_CACHES=slots,paged (default both: the paged cache's load line shows the tokens it holds);
+# LLAMA_CUDA_GRAPH=0 runs without CUDA graphs. Within 9 minutes a command:
+#   bash bench/gpu/quant/run.sh tinyllama-1.1b
+#   QUANT_STEP_TIMEOUT=300 bash bench/gpu/quant/run.sh llama-2-7b checkpoint
+#   QUANT_STEP_TIMEOUT=250 bash bench/gpu/quant/run.sh llama-2-7b int8,int4
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 shape=${1:?usage: run.sh <shape> [checkpoint,int8,int4]}
