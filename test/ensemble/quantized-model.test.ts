@@ -6,7 +6,11 @@ import { lastValueFrom, toArray } from 'rxjs';
 import type { Engine } from '../../src/generation/index.ts';
 import { Service } from '../../src/pipeline/index.ts';
 import { STORIES } from '../helpers/paths.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 import { storiesRepository } from '../helpers/server.ts';
+
+// A cache of its own, so the model is built here (and its build's log line names the directory).
+process.env.CHORUS_CACHE = scratchDir('chorus-cache-');
 
 async function greedy(engine: Engine, inputIds: number[], length: number): Promise<number[]> {
   const events = await lastValueFrom(engine.submit({ inputIds, params: { temperature: 0, request_output_len: length } }).pipe(toArray()));
@@ -43,5 +47,6 @@ describe('a model definition with quantized weights', () => {
     assert.ok(built.length > 0, lines.join('\n'));
     const info = JSON.parse(readFileSync(join(built[0]!, 'chorus_build.json'), 'utf8')) as { weights?: { weights: string; groupSize: number } };
     assert.deepEqual([info.weights?.weights, info.weights?.groupSize], ['int4', 32]);
+    assert.ok(lines.some((line) => /model stories-int4: cache: .*; weights .* \(int4 projections, fp32 activations\)/.test(line)), lines.join('\n'));
   });
 });
