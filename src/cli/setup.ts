@@ -7,6 +7,7 @@
  */
 import type { Command } from 'commander';
 import { cacheDir, hubOffline, hubUrl } from '../repository/index.ts';
+import { modelMemoryLines } from './doctor-model.ts';
 import { buildNative } from '../native/build.ts';
 import { loadNative } from '../native/index.ts';
 import { findCudaLibraries, findGpus, installProvider, onnxRuntimeNode, probeCuda, providerFiles, providerInstalled, type Check } from '../runtime/index.ts';
@@ -55,7 +56,8 @@ export function registerSetup(program: Command): void {
   program
     .command('doctor')
     .description('print what this machine offers Chorus: versions, devices, the CUDA provider, caches')
-    .action(() => {
+    .option('--model <dir>', 'also a built model\'s memory: its weights against the key/value cache')
+    .action((options: { model?: string }) => {
       const { version, binDir } = onnxRuntimeNode();
       process.stdout.write(`node ${process.version} on ${process.platform}-${process.arch}\n`);
       process.stdout.write(`onnxruntime-node ${version} (${binDir}: ${providerFiles().join(', ') || 'missing'})\n`);
@@ -64,6 +66,10 @@ export function registerSetup(program: Command): void {
       const detail = native.addon === undefined ? `${native.reason}; the TypeScript engine runs` : `built (${native.addon.cuda ? `cpu, cuda: ${native.addon.cudaDevices()} CUDA device(s) visible` : 'cpu'})`;
       print([{ name: 'native engine', ok: native.addon !== undefined, detail }]);
       process.stdout.write(`cache: ${cacheDir()}\nhub: ${hubUrl()}${hubOffline() ? ' (offline: HF_HUB_OFFLINE)' : ''}\n`);
+      if (options.model !== undefined) {
+        const gpu = native.addon?.cuda === true && native.addon.cudaDevices() > 0 ? native.addon.gpuMemory(0) : undefined;
+        process.stdout.write(modelMemoryLines(options.model, gpu).map((line) => `${line}\n`).join(''));
+      }
     });
 }
 

@@ -115,6 +115,15 @@ export const ModelDefinition = Type.Object(
         description: 'Weights and activations. bf16 (what Llama 3, Qwen and Gemma are trained in; fp16 can overflow on them) runs on GPUs, on the native engine; the CPU runs fp32. Default: fp32.',
       }),
     ),
+    weights: Type.Optional(
+      Enum(['checkpoint', 'int8', 'int4'], {
+        description:
+          'Decoder-only checkpoints that Chorus builds: the projections\' weights as the checkpoint stores them (`checkpoint`: float, or a GPTQ / AWQ checkpoint\'s 4-bit packing), or quantized by the build to `int8` (per output channel, with the LM head) or `int4` (round to nearest in groups of `group_size`, LM head kept float), run by ONNX Runtime\'s MatMulNBits; `dtype` stays the activations\' type. Default: checkpoint.',
+      }),
+    ),
+    group_size: Type.Optional(
+      Type.Unsafe<16 | 32 | 64 | 128 | 256>({ type: 'integer', enum: [16, 32, 64, 128, 256], description: 'weights int4: values per scale (16, 32, 64, 128 or 256). Default: 128 (32 suits models as small as stories260K).' }),
+    ),
     flavor: Type.Optional(
       Enum(['portable', 'cuda'], {
         description: 'Decoder-only checkpoints that Chorus builds: `portable` (standard ONNX operators) or `cuda` (ONNX Runtime\'s fused contrib operators). Default: cuda when the model runs on a GPU, else portable.',

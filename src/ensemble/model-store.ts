@@ -332,6 +332,8 @@ export class ModelStore {
       const flavor = value.flavor ?? (decoderOnly && (runsOnGpu(value) || nativeRequested(value)) ? 'cuda' : 'portable');
       return {
         dtype: value.dtype,
+        ...(value.weights === undefined ? {} : { weights: value.weights }),
+        ...(value.group_size === undefined ? {} : { groupSize: value.group_size }),
         task,
         tokenizer,
         flavor,

@@ -22,9 +22,11 @@ import { buildEncoderGraph, buildSeq2SeqDecoderGraph, buildSeq2SeqSlotDecoderGra
 import type { SlotLinear } from './layers.ts';
 import type { Seq2SeqSpec } from './seq2seq-spec.ts';
 import { checkpointKind, readCheckpoint } from './read-checkpoint.ts';
+import { decoderWeightsFor, openWeights, type WeightsOptions } from './quant/build-weights.ts';
+import type { QuantSummary } from './quant/rtn.ts';
 
 /** Options of `buildModel`. */
-export interface BuildOptions {
+export interface BuildOptions extends WeightsOptions {
   /** A Hugging Face checkpoint directory, or a llama2.c `.bin` file. */
   source: string;
   /** The output directory (created). */
@@ -94,6 +96,8 @@ export interface BuildResult {
   spec: DecoderSpec | Seq2SeqSpec;
   files: string[];
   stats: BuildStats;
+  /** What was quantized; absent for float weights. */
+  quantization?: QuantSummary;
 }
 
 /** How the build went: its time and memory. */
@@ -117,6 +121,8 @@ export interface BuildInfo {
   greedySearch?: { eosTokenId: number };
   /** onnx/decoder_model_slots.onnx was written. */
   slotDecoder?: boolean;
+  /** The projections' weights are quantized (MatMulNBits layout); `dtype` is the activations' and scales' type. */
+  weights?: QuantSummary;
   stats?: BuildStats;
 }
 
@@ -138,7 +144,12 @@ export function buildModel(options: BuildOptions): BuildResult {
   progress('read checkpoint');
   const kind = checkpointKind(options.source);
   const isLlama2c = kind === 'llama2c';
-  const checkpoint: Checkpoint = readCheckpoint(options.source, kind);
+  const opened = openWeights(readCheckpoint(options.source, kind), options);
+  if (dtype === 'bf16' && (opened.hub !== undefined || (options.weights ?? 'checkpoint') !== 'checkpoint')) {
+    const what = opened.hub === undefined ? `weights ${options.weights}` : `a ${opened.hub.quantization.method} checkpoint`;
+    throw new ChorusError('CHORUS_UNSUPPORTED', `${what} with dtype bf16: ONNX Runtime's MatMulNBits takes fp32 or fp16 activations; build with dtype fp16`, { param: 'dtype' });
+  }
+  const checkpoint: Checkpoint = opened.checkpoint;
   const architecture = architectureFor(checkpoint.config);
 
   const task = options.task ?? 'generate';
@@ -151,11 +162,14 @@ export function buildModel(options: BuildOptions): BuildResult {
   const greedySearch = options.greedySearch ?? false;
   const slotDecoder = options.slotDecoder ?? false;
   let greedyEos = -1;
+  let quantization: QuantSummary | undefined;
   if (architecture.kind === 'decoder') {
     if (task === 'encode') throw new ChorusError('CHORUS_UNSUPPORTED', `task encode needs an encoder; ${String(checkpoint.config.model_type)} is decoder-only`, { param: 'task' });
     if (options.outputAttentions) throw new ChorusError('CHORUS_UNSUPPORTED', 'output attentions applies to encoders', { param: 'outputAttentions' });
     const decoderSpec = architecture.spec(checkpoint.config);
-    const weights = architecture.weights(checkpoint, decoderSpec);
+    const built = decoderWeightsFor(opened, architecture.weights(checkpoint, decoderSpec), options);
+    const weights = built.weights;
+    quantization = built.summary;
     spec = decoderSpec;
     graphs = [['decoder_model_merged.onnx', () => buildDecoderGraph(decoderSpec, weights, floatType, flavor)]];
     if (greedySearch) {
@@ -174,6 +188,7 @@ export function buildModel(options: BuildOptions): BuildResult {
     if (slotDecoder && task !== 'generate') throw new ChorusError('CHORUS_UNSUPPORTED', 'the slot decoder generates; task encode has no decoder', { param: 'slotDecoder' });
     if (greedySearch) throw new ChorusError('CHORUS_UNSUPPORTED', 'the GreedySearch model covers decoder-only models so far', { param: 'greedySearch' });
     if (flavor !== 'portable') throw new ChorusError('CHORUS_UNSUPPORTED', 'the cuda flavor covers decoder-only models so far; build encoder-decoders with --flavor portable', { param: 'flavor' });
+    if (opened.hub !== undefined || (options.weights ?? 'checkpoint') !== 'checkpoint') throw new ChorusError('CHORUS_UNSUPPORTED', 'quantized weights cover decoder-only models so far; build encoder-decoders with weights checkpoint from a float checkpoint', { param: 'weights' });
     const seq2seqSpec = architecture.spec(checkpoint.config);
     const weights = architecture.weights(checkpoint, seq2seqSpec, { encoderOnly: task === 'encode' });
     spec = seq2seqSpec;
@@ -227,11 +242,13 @@ export function buildModel(options: BuildOptions): BuildResult {
     for (const file of dataFiles.values()) file.close();
   }
   const config: Record<string, unknown> = { ...checkpoint.config, ...(dtype === 'fp32' ? {} : { torch_dtype: dtype === 'fp16' ? 'float16' : 'bfloat16' }) };
+  // The ONNX files carry the quantization (chorus_build.json says which); the checkpoint's packing is gone.
+  delete config.quantization_config;
   if (external) config['transformers.js_config'] = { use_external_data_format: true };
   const stats: BuildStats = { seconds: Math.round((performance.now() - started) / 10) / 100, weightBytes: doneBytes, peakRssBytes: process.resourceUsage().maxRSS * 1024 };
   write('config.json', `${JSON.stringify(config, null, 2)}\n`);
   write('generation_config.json', `${JSON.stringify(generationConfig(checkpoint), null, 2)}\n`);
-  const info: BuildInfo = { builder: 'chorus', architecture: String(checkpoint.config.model_type), dtype, flavor, task, spec, ...(greedySearch ? { greedySearch: { eosTokenId: greedyEos } } : {}), ...(slotDecoder ? { slotDecoder: true } : {}), stats };
+  const info: BuildInfo = { builder: 'chorus', architecture: String(checkpoint.config.model_type), dtype, flavor, task, spec, ...(greedySearch ? { greedySearch: { eosTokenId: greedyEos } } : {}), ...(slotDecoder ? { slotDecoder: true } : {}), ...(quantization === undefined ? {} : { weights: quantization }), stats };
   write('chorus_build.json', `${JSON.stringify(info, null, 2)}\n`);
   const tokenizerFiles = isLlama2c ? [[llama2cTokenizer(options.source, options.tokenizer), 'tokenizer.bin'] as const] : HF_TOKENIZER_FILES.map((name) => [join(kind === 'hf' || kind === 'megatron' ? options.source : dirname(options.source), name), name] as const);
   for (const [from, to] of tokenizerFiles) {
@@ -240,7 +257,7 @@ export function buildModel(options: BuildOptions): BuildResult {
       files.push(to);
     }
   }
-  return { out: options.out, spec, files, stats };
+  return { out: options.out, spec, files, stats, ...(quantization === undefined ? {} : { quantization }) };
 }
 
 function generationConfig(checkpoint: Checkpoint): Record<string, unknown> {

@@ -37,6 +37,13 @@ export class Checkpoint {
     return this.tensors.has(name);
   }
 
+  /** The tensor `name` as stored, without taking it (for readers that repack a checkpoint's tensors). */
+  peek(name: string): Tensor {
+    const tensor = this.tensors.get(name);
+    if (tensor === undefined) throw new ChorusError('CHORUS_FILE_INVALID', `${this.source}: tensor ${name} is missing`, { param: name });
+    return tensor;
+  }
+
   /** The tensor `name`, which must have shape `dims`. */
   take(name: string, dims: readonly number[]): Tensor {
     const tensor = this.tensors.get(name);

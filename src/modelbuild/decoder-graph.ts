@@ -8,6 +8,7 @@ import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Norm } from './d
 import type { FloatType } from './float-bits.ts';
 import { float, GraphBuilder } from './graph.ts';
 import { GREEDY_PAD_ID } from './greedy-layout.ts';
+import { quantizedWeight } from './quant/graph.ts';
 import {
   additiveMask,
   addonLinear,
@@ -19,8 +20,10 @@ import {
   geluPytorchTanh,
   geluTanh,
   linear,
+  linearWeights,
   linearWith,
   maskedSoftmax,
+  matMul,
   MS,
   norm,
   packedQkv,
@@ -289,6 +292,10 @@ function decoderBody(
   });
   // Only the last position's hidden state goes through the head when that is all the caller reads.
   if (lastOnly) h = g.op('Slice', [h, g.int64([-1]), g.int64([Number.MAX_SAFE_INTEGER]), g.int64([1])]);
+  if (weights.lmHeadQuantized !== undefined) {
+    // A quantized head keeps h's leading axes ([batch, seq or 1, vocab] out) and the embeddings' lookup stays float.
+    return { logits: matMul(g, h, quantizedWeight(g, 'lm_head', weights.lmHeadQuantized)), present };
+  }
   const head = weights.lmHead === undefined ? embedTokens : g.weight('lm_head.weight', weights.lmHead);
   // Linear takes the head's [vocab, hidden] as it is, and keeps h's leading axes.
   const cap = (logits: string): string => (spec.finalSoftcap === undefined ? logits : capped(g, logits, spec.finalSoftcap));
@@ -410,7 +417,7 @@ function attend(
     const project = (output: string): Projected => projectBiasAfter(g, w.o, output, `${name}.o`);
     if (c.slotAttention === 'paged') {
       // The addon's operator: the bias added, q and k rotated, the new keys written into the row's blocks and attended.
-      const qkv = g.addonLinear ? addonLinear(g, h, packed.weight, undefined) : g.op('MatMul', [h, packed.weight]);
+      const qkv = g.addonLinear ? addonLinear(g, h, packed.weight, undefined) : matMul(g, h, packed.weight);
       const optional = [...(c.rotary === undefined ? ['', ''] : [c.rotary.cos, c.rotary.sin]), packed.bias ?? ''];
       while (optional.at(-1) === '') optional.pop();
       const [output, presentKey, presentValue] = g.opMany(
@@ -423,7 +430,7 @@ function attend(
     }
     if (c.fused && c.rotary === undefined && c.slotAttention === 'addon') {
       // The addon's operator: the bias added, the new keys written and attended in one kernel a step.
-      const qkv = g.addonLinear ? addonLinear(g, h, packed.weight, undefined) : g.op('MatMul', [h, packed.weight]);
+      const qkv = g.addonLinear ? addonLinear(g, h, packed.weight, undefined) : matMul(g, h, packed.weight);
       const [output, presentKey, presentValue] = g.opMany(
         'DecoderSlotAttention',
         [qkv, past.key, past.value, c.cacheLengths!.seqlensK, ...(packed.bias === undefined ? [] : [packed.bias])],
@@ -513,9 +520,8 @@ function mlp(g: GraphBuilder, c: GraphContext, w: DecoderLayerWeights, index: nu
   } else if (g.addonLinear) {
     inner = linearWith(g, w.up, m, `${name}.up`, 'gelu_tanh');
   } else if (c.flavor === 'cuda') {
-    const up = g.op('MatMul', [m, g.weight(`${name}.up.weight`, w.up.weight)]);
-    const bias = w.up.bias === undefined ? [] : [g.weight(`${name}.up.bias`, w.up.bias)];
-    inner = g.op('FastGelu', [up, ...bias], {}, { domain: MS });
+    const { weight, bias } = linearWeights(g, w.up, `${name}.up`);
+    inner = g.op('FastGelu', [matMul(g, m, weight), ...(bias === undefined ? [] : [bias])], {}, { domain: MS });
   } else {
     inner = geluTanh(g, linear(g, w.up, m, `${name}.up`));
   }

@@ -1,4 +1,5 @@
 /** What an architecture file hands the shared decoder builder: the shape of the model and its weights. */
+import type { QuantizedLinear } from './quant/nbits.ts';
 import type { Tensor } from './tensor.ts';
 
 /** The hyper-parameters of a decoder-only transformer. */
@@ -40,6 +41,8 @@ export interface DecoderSpec {
 export interface Linear {
   weight: Tensor;
   bias?: Tensor | undefined;
+  /** The weight quantized (MatMulNBits layout); the graphs then use it instead of `weight`. */
+  quantized?: QuantizedLinear | undefined;
 }
 
 /** A norm's scale, and its shift for LayerNorm. */
@@ -75,4 +78,6 @@ export interface DecoderWeights {
   finalNorm: Norm;
   /** [vocab, hidden]; absent when the head is tied to `embedTokens`. */
   lmHead?: Tensor | undefined;
+  /** The head (or the tied embeddings as the head) quantized; the embeddings' lookup stays float. */
+  lmHeadQuantized?: QuantizedLinear | undefined;
 }

@@ -9,6 +9,7 @@ import { createHash } from 'node:crypto';
 import { closeSync, openSync, writeSync } from 'node:fs';
 import { ChorusError } from '../errors.ts';
 import type { FloatType } from './float-bits.ts';
+import type { RawTensor } from './quant/nbits.ts';
 import { encodedPieces, isHeld, type Tensor } from './tensor.ts';
 
 /** Where a weight's bytes are in the data file. */
@@ -28,6 +29,7 @@ export class ExternalDataFile {
   private end = 0;
   private readonly written = new WeakMap<Tensor, Map<FloatType, DataLocation>>();
   private readonly computed = new Map<string, DataLocation>();
+  private readonly rawWritten = new WeakMap<RawTensor, DataLocation>();
 
   /**
    * @param path where the file is written (created, or emptied)
@@ -56,6 +58,15 @@ export class ExternalDataFile {
     const byType = this.written.get(tensor) ?? new Map<FloatType, DataLocation>();
     byType.set(type, location);
     this.written.set(tensor, byType);
+    return location;
+  }
+
+  /** Appends a quantized weight's bytes (unless the file has them already); where they are. */
+  appendRaw(raw: RawTensor, length: number): DataLocation {
+    const known = this.rawWritten.get(raw);
+    if (known !== undefined) return known;
+    const location = this.write([raw.bytes()], length);
+    this.rawWritten.set(raw, location);
     return location;
   }
 

@@ -7,6 +7,7 @@
 import onnxProto from 'onnx-proto';
 import type { ExternalDataFile } from './external-data.ts';
 import { encodeFloats, FLOAT_WIDTH, type FloatType } from './float-bits.ts';
+import type { RawTensor } from './quant/nbits.ts';
 import { concatPieces, elementCount, encodedPieces, type Tensor } from './tensor.ts';
 
 const { onnx } = onnxProto;
@@ -76,6 +77,8 @@ export interface SerializeOptions {
 
 /** The tensor each weight initializer is made of, until it is serialized. */
 const sources = new WeakMap<TensorProto, Tensor>();
+/** The bytes of each uint8 initializer (quantized weights), until it is serialized. */
+const rawSources = new WeakMap<TensorProto, RawTensor>();
 
 /** Weights up to this size stay in the model file. */
 const EMBEDDED_WEIGHT_BYTES = 1024;
@@ -136,6 +139,14 @@ export class GraphBuilder {
   weight(name: string, tensor: Tensor): string {
     const proto: TensorProto = { name, dims: [...tensor.dims], dataType: ELEMENT_TYPES[this.floatType] };
     sources.set(proto, tensor);
+    this.initializers.push(proto);
+    return name;
+  }
+
+  /** Adds a uint8 initializer (a quantized weight) whose bytes are computed when serialized; returns its name. */
+  rawWeight(name: string, raw: RawTensor): string {
+    const proto: TensorProto = { name, dims: [...raw.dims], dataType: ELEMENT_TYPES.uint8 };
+    rawSources.set(proto, raw);
     this.initializers.push(proto);
     return name;
   }
@@ -210,6 +221,23 @@ export class GraphBuilder {
   serialize(options: SerializeOptions = {}): SerializedModel {
     const data = options.externalData;
     for (const tensor of this.initializers) {
+      const raw = rawSources.get(tensor);
+      if (raw !== undefined) {
+        const length = elementCount(raw.dims);
+        if (data !== undefined && length > EMBEDDED_WEIGHT_BYTES) {
+          const { offset } = data.appendRaw(raw, length);
+          tensor.dataLocation = onnx.TensorProto.DataLocation.EXTERNAL;
+          tensor.externalData = [
+            { key: 'location', value: data.location },
+            { key: 'offset', value: String(offset) },
+            { key: 'length', value: String(length) },
+          ];
+        } else {
+          tensor.rawData = raw.bytes();
+          options.onEmbedded?.(length);
+        }
+        continue;
+      }
       const source = sources.get(tensor);
       if (source === undefined) continue;
       const length = elementCount(source.dims) * FLOAT_WIDTH[this.floatType];

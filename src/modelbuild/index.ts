@@ -7,4 +7,7 @@ export { readCheckpoint, checkpointKind, type CheckpointKind } from './read-chec
 export { readSafetensors, writeSafetensors } from './safetensors.ts';
 export type { DecoderSpec, DecoderWeights } from './decoder-spec.ts';
 export type { Tensor } from './tensor.ts';
+export { quantSummaryText, type WeightsOptions } from './quant/build-weights.ts';
+export type { QuantSummary } from './quant/rtn.ts';
+export type { WeightsMode } from './quant/nbits.ts';
 export { makeCheckpoint, CHECKPOINT_ARCHS, type CheckpointArch, type CheckpointSize, type MakeCheckpointOptions } from './make-checkpoint.ts';

@@ -3,6 +3,7 @@ import { ChorusError } from '../errors.ts';
 import type { Linear, Norm } from './decoder-spec.ts';
 import type { FloatType } from './float-bits.ts';
 import { float, type GraphBuilder } from './graph.ts';
+import { concatQuantized, quantizedMatMul, quantizedValue, quantizedWeight } from './quant/graph.ts';
 
 /** float32's lowest value: the additive bias of a position that may not be attended. */
 export const FLOAT32_MIN = -3.4028234663852886e38;
@@ -38,9 +39,19 @@ export function linear(g: GraphBuilder, w: Linear, x: string, name: string): str
   return affine(g, x, weight, bias, w.weight.dims[1]!);
 }
 
-/** A linear layer's weight and bias registered as `<name>.weight` and `<name>.bias`, in that order. */
-function linearWeights(g: GraphBuilder, w: Linear, name: string): { weight: string; bias: string | undefined } {
-  return { weight: g.weight(`${name}.weight`, w.weight), bias: w.bias === undefined ? undefined : g.weight(`${name}.bias`, w.bias) };
+/**
+ * A linear layer's weight and bias registered as `<name>.weight` and `<name>.bias`, in that order. A
+ * quantized weight registers its parts and is known by the same name (`matMul` and `affine` take it).
+ */
+export function linearWeights(g: GraphBuilder, w: Linear, name: string): { weight: string; bias: string | undefined } {
+  const weight = w.quantized === undefined ? g.weight(`${name}.weight`, w.weight) : quantizedWeight(g, name, w.quantized);
+  return { weight, bias: w.bias === undefined ? undefined : g.weight(`${name}.bias`, w.bias) };
+}
+
+/** `x @ weight`, a float weight (MatMul) or a quantized one. */
+export function matMul(g: GraphBuilder, x: string, weight: string): string {
+  const quantized = quantizedValue(g, weight);
+  return quantized === undefined ? g.op('MatMul', [x, weight]) : quantizedMatMul(g, x, quantized);
 }
 
 /**
@@ -53,7 +64,12 @@ export function packedQkv(g: GraphBuilder, w: { q: Linear; k: Linear; v: Linear 
   if (parts.some((p) => p.bias === undefined) && parts.some((p) => p.bias !== undefined)) {
     throw new ChorusError('CHORUS_UNSUPPORTED', `${name}: q, k and v must all have biases or none`);
   }
-  const weight = g.op('Concat', parts.map((p) => p.weight), { axis: 1 }, { name: `${name}.qkv.weight` });
+  const quantized = parts.filter((p) => quantizedValue(g, p.weight) !== undefined).length;
+  if (quantized !== 0 && quantized !== parts.length) throw new ChorusError('CHORUS_UNSUPPORTED', `${name}: q, k and v must all be quantized or none`);
+  const weight =
+    quantized > 0
+      ? concatQuantized(g, parts.map((p) => p.weight), `${name}.qkv.weight`)
+      : g.op('Concat', parts.map((p) => p.weight), { axis: 1 }, { name: `${name}.qkv.weight` });
   const bias = parts[0]!.bias === undefined ? undefined : g.op('Concat', parts.map((p) => p.bias!), { axis: 0 }, { name: `${name}.qkv.bias` });
   return { weight, bias };
 }
@@ -139,6 +155,8 @@ const BIAS_LANES = 8;
  * takes the place of the Add, so the step has as many kernels as before.
  */
 export function affine(g: GraphBuilder, x: string, weight: string, bias: string | undefined, outputs: number): string {
+  const quantized = quantizedValue(g, weight);
+  if (quantized !== undefined) return quantizedMatMul(g, x, quantized, bias);
   if (g.addonLinear) return addonLinear(g, x, weight, bias);
   if (bias === undefined) return g.op('MatMul', [x, weight]);
   if (!g.half || !g.pytorchRounding) return g.op('Add', [g.op('MatMul', [x, weight]), bias]);
@@ -169,8 +187,20 @@ export type LinearActivation = 'relu' | 'gelu' | 'gelu_tanh' | 'silu';
  * a Transpose that ONNX Runtime folds when the session loads; `transposed` says it is [out, in] already.
  */
 export function addonLinear(g: GraphBuilder, x: string, weight: string, bias: string | undefined, options: { activation?: LinearActivation; transposed?: boolean } = {}): string {
+  const quantized = quantizedValue(g, weight);
+  if (quantized !== undefined) {
+    const activation = options.activation;
+    return quantizedMatMul(g, x, quantized, bias, activation === undefined ? undefined : { name: activation, apply: (y) => activated(g, y, activation) });
+  }
   const rows = options.transposed === true ? weight : g.op('Transpose', [weight], { perm: [1, 0] });
   return g.op('Linear', [x, rows, ...(bias === undefined ? [] : [bias])], options.activation === undefined ? {} : { activation: options.activation }, { domain: 'chorus' });
+}
+
+/** `activation(x)` as separate operators (after a projection the addon's Linear does not run). */
+function activated(g: GraphBuilder, x: string, activation: LinearActivation): string {
+  if (activation === 'relu') return g.op('Relu', [x]);
+  if (activation === 'silu') return inFloat32(g, x, (v) => g.op('Mul', [v, g.op('Sigmoid', [v])]));
+  return activation === 'gelu' ? geluErf(g, x) : geluTanh(g, x);
 }
 
 /** `f` of `x` computed in float32 and rounded to float16 once, as PyTorch computes half-precision activations. */

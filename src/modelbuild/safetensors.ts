@@ -61,7 +61,7 @@ export function readSafetensors(file: string): Map<string, Tensor> {
     }
     expected = Math.max(expected, base + offsets[1]);
     if (!(READABLE_DTYPES as readonly string[]).includes(dtype)) {
-      tensors.set(name, unreadable(file, name, dtype, shape));
+      tensors.set(name, unreadable(file, name, dtype, shape, () => ranges.read(base + offsets[0], offsets[1] - offsets[0])));
       continue;
     }
     const dtypeWidth = FLOAT_WIDTH[dtype as ReadableDtype];
@@ -126,11 +126,12 @@ function writeAll(fd: number, bytes: Uint8Array, position: number): number {
   return position + bytes.byteLength;
 }
 
-/** A tensor of a dtype that cannot be read: its shape is known, its values fail with a clear error. */
-function unreadable(file: string, name: string, dtype: string, shape: number[]): Tensor {
+/** A tensor of a dtype that cannot be read as floats: its shape and raw bytes are known, its values fail with a clear error. */
+function unreadable(file: string, name: string, dtype: string, shape: number[], raw: () => Uint8Array): Tensor {
   return {
     dims: [...shape],
     dtype,
+    raw,
     get data(): Float32Array {
       throw unreadableDtype(file, name, dtype);
     },

@@ -19,6 +19,10 @@ export interface Tensor {
    * the tensor as float32 where that can be avoided. Absent: `encodeFloats(data, type)`.
    */
   encoded?(type: FloatType): Iterable<Uint8Array>;
+  /** The bytes as stored (integer tensors, such as GPTQ's and AWQ's packed weights). */
+  raw?(): Uint8Array;
+  /** The tensor this one is a transposed view of (a lazy transpose2d). */
+  readonly origin?: Tensor;
 }
 
 /** Elements a lazy tensor reads at once: 16 Mi, 64 MiB as float32. */
@@ -74,6 +78,7 @@ export function transpose2d(tensor: Tensor): Tensor {
   const source = tensor;
   return {
     dims,
+    origin: source,
     ...(source.dtype === undefined ? {} : { dtype: source.dtype }),
     get data() {
       return transposeFloats(source.data, rows, cols);

@@ -21,6 +21,10 @@ export function checkModels(repository: Repository): Diagnostic[] {
     }
     const device = value.device ?? 'cpu';
     if (value.dtype === 'bf16') out.push(...checkBf16(definition, device));
+    if (value.group_size !== undefined && value.weights !== 'int4') out.push(diagnosticAt(definition, ['group_size'], `group_size applies to weights int4, not ${value.weights ?? 'checkpoint'}`, { key: true }));
+    if (value.weights !== undefined && value.weights !== 'checkpoint' && value.engine !== 'generate') {
+      out.push(diagnosticAt(definition, ['weights'], `weights ${value.weights} applies to engine generate (decoder-only models), not ${value.engine}`));
+    }
     value.instance_group?.forEach((group, index) => {
       if (group.kind === 'gpu' && device === 'cpu') {
         out.push(diagnosticAt(definition, ['instance_group', index, 'kind'], 'instance_group kind gpu needs device cuda or cuda:N, but device is cpu'));
@@ -41,5 +45,6 @@ function checkBf16(definition: Definition<'model'>, device: string): Diagnostic[
   if (!onGpu) out.push(diagnosticAt(definition, ['dtype'], 'dtype bf16 runs on GPUs (device cuda or cuda:N); on the CPU models run in fp32: set dtype fp32 or device cuda'));
   if (value.native_engine === false) out.push(diagnosticAt(definition, ['native_engine'], 'dtype bf16 runs on the native engine; native_engine false needs dtype fp16 or fp32'));
   if (value.greedy_search === true) out.push(diagnosticAt(definition, ['greedy_search'], 'greedy_search needs dtype fp16 or fp32 (ONNX Runtime\'s GreedySearch has no bfloat16)'));
+  if (value.weights === 'int8' || value.weights === 'int4') out.push(diagnosticAt(definition, ['weights'], `weights ${value.weights} needs dtype fp16 or fp32 (ONNX Runtime's MatMulNBits has no bfloat16)`));
   return out;
 }

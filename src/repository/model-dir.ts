@@ -41,7 +41,7 @@ export async function builtModelDirectory(path: string, options: Omit<BuildOptio
   if (!existsSync(path)) throw new ChorusError('CHORUS_FILE_MISSING', `${param} ${path} does not exist`, { param, value: path });
   if (isBuiltModel(path)) return path;
   const hash = createHash('sha256');
-  hash.update(JSON.stringify([options.dtype ?? 'fp32', options.flavor ?? 'portable', options.task ?? 'generate', options.outputAttentions ?? false, ...(options.greedySearch ? ['greedy'] : []), ...(options.slotDecoder ? ['slots'] : [])]));
+  hash.update(JSON.stringify([options.dtype ?? 'fp32', options.flavor ?? 'portable', options.task ?? 'generate', options.outputAttentions ?? false, ...(options.greedySearch ? ['greedy'] : []), ...(options.slotDecoder ? ['slots'] : []), ...(options.weights === undefined || options.weights === 'checkpoint' ? [] : [options.weights, options.groupSize ?? 0, options.quantizeHead ?? 'default'])]));
   const files = statSync(path).isDirectory() ? listFiles(path) : [path];
   if (options.tokenizer !== undefined) files.push(options.tokenizer);
   for (const file of files) {

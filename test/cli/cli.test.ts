@@ -58,7 +58,7 @@ test('chorus validate exits 1 and prints file:line:column for a broken repositor
   const broken = chorus('validate', 'test/fixtures/repositories/broken');
   assert.equal(broken.status, 1);
   assert.match(broken.stdout, /^test\/fixtures\/repositories\/broken\/tokenizers\/typo\.yaml:2:1: error: unknown field "encodng"/m);
-  assert.match(broken.stdout, /; 31 errors, 3 warnings\n$/);
+  assert.match(broken.stdout, /; 35 errors, 4 warnings\n$/);
   const bundled = chorus('validate');
   assert.equal(bundled.status, 0);
   assert.match(

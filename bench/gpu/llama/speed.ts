@@ -11,13 +11,15 @@
  *   -> <work-dir>/<name>-<dtype>.json
  * Knobs: LLAMA_BATCHES=1,64  LLAMA_PROMPT=128  LLAMA_NEW=128  LLAMA_CACHES=slots,paged
  *   LLAMA_MAX_SEQUENCE=4096 (the paged rows' limit)  LLAMA_FALLBACK=paged (measured when a cache fails)
+ *   LLAMA_WEIGHTS=int8|int4 (quantized projections; the results file is then <name>-<dtype>-<weights>.json)
+ *   LLAMA_GROUP_SIZE=128 (int4)  LLAMA_CUDA_GRAPH=0 (plain runs)
  */
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { lastValueFrom, toArray } from 'rxjs';
 import { NativeEngine, type RequestMetrics } from '../../../src/generation/index.ts';
-import { buildModel, type BuildOptions } from '../../../src/modelbuild/index.ts';
+import { buildModel, type BuildOptions, type WeightsMode } from '../../../src/modelbuild/index.ts';
 import { envCounts, seededRows } from '../speed/common.ts';
 
 const [checkpoint, work, name, dtypeArg] = process.argv.slice(2);
@@ -28,6 +30,9 @@ const dtype = (dtypeArg ?? 'fp16') as NonNullable<BuildOptions['dtype']>;
 const PROMPT = Number(process.env.LLAMA_PROMPT ?? 128);
 const NEW = Number(process.env.LLAMA_NEW ?? 128);
 const batches = envCounts('LLAMA_BATCHES', '1,64');
+const weights = (process.env.LLAMA_WEIGHTS ?? 'checkpoint') as WeightsMode;
+const variant = `${dtype}${weights === 'checkpoint' ? '' : `-${weights}`}`;
+const groupSize = process.env.LLAMA_GROUP_SIZE === undefined ? {} : { groupSize: Number(process.env.LLAMA_GROUP_SIZE) };
 
 /** GPU memory in use on device 0, in MiB, as nvidia-smi reports it. */
 function gpuMemoryMiB(): number {
@@ -35,16 +40,16 @@ function gpuMemoryMiB(): number {
   return Number(out.trim().split('\n')[0]);
 }
 
-const dir = join(work, `${name}-${dtype}-built`);
+const dir = join(work, `${name}-${variant}-built`);
 const buildStarted = performance.now();
-buildModel({ source: checkpoint, out: dir, dtype, flavor: 'cuda', slotDecoder: true });
-const build = { seconds: (performance.now() - buildStarted) / 1000, peak_rss_mib: process.resourceUsage().maxRSS / 1024 };
-console.log(`${name} ${dtype}: built in ${build.seconds.toFixed(1)} s, peak RSS ${build.peak_rss_mib.toFixed(0)} MiB`);
+const built = buildModel({ source: checkpoint, out: dir, dtype, flavor: 'cuda', slotDecoder: true, weights, ...groupSize });
+const build = { seconds: (performance.now() - buildStarted) / 1000, peak_rss_mib: process.resourceUsage().maxRSS / 1024, weight_bytes: built.stats.weightBytes, quantization: built.quantization };
+console.log(`${name} ${variant}: built in ${build.seconds.toFixed(1)} s, peak RSS ${build.peak_rss_mib.toFixed(0)} MiB`);
 
 const metrics: RequestMetrics[] = [];
 const rows: Array<Record<string, unknown>> = [];
 const loadLines: string[] = [];
-const save = (): void => writeFileSync(join(work, `${name}-${dtype}.json`), JSON.stringify({ name, dtype, checkpoint, built: dir, build, prompt: PROMPT, new_tokens: NEW, load: loadLines, rows }, null, 2));
+const save = (): void => writeFileSync(join(work, `${name}-${variant}.json`), JSON.stringify({ name, dtype, weights, checkpoint, built: dir, build, prompt: PROMPT, new_tokens: NEW, load: loadLines, rows }, null, 2));
 const caches = (process.env.LLAMA_CACHES ?? 'slots,paged').split(',');
 const fallback = process.env.LLAMA_FALLBACK;
 for (const cache of [...caches, fallback ?? 'slots']) {
@@ -59,7 +64,7 @@ for (let i = 0; i < caches.length; i++) {
       maxBatchSize: Math.max(...batches),
       slotLength: paged ? Number(process.env.LLAMA_MAX_SEQUENCE ?? 4096) : PROMPT + NEW,
       pagedCache: paged,
-      cudaGraph: true,
+      cudaGraph: process.env.LLAMA_CUDA_GRAPH !== '0',
       log: (line) => void loadLines.push(`${cache}: ${line}`),
       onRequestDone: (m) => void metrics.push(m),
     });
@@ -71,7 +76,7 @@ for (let i = 0; i < caches.length; i++) {
     }
   } catch (error) {
     rows.push({ cache, error: String(error) });
-    console.log(`${name} ${dtype} ${cache}: ${String(error)}`);
+    console.log(`${name} ${variant} ${cache}: ${String(error)}`);
     save();
     // LLAMA_FALLBACK: the cache measured in place of one that fails.
     if (fallback !== undefined && !caches.includes(fallback)) caches.push(fallback);

@@ -31,7 +31,7 @@ import { PAGED_DECODER_MODEL } from '../../modelbuild/decoder-graph.ts';
 import { SLOT_DECODER_MODEL, SLOT_ENCODER_MODEL } from '../../modelbuild/greedy-layout.ts';
 import { loadNative, MAX_TOP_LOGPROBS, type NativeAddon, type NativeBeamRun, type NativeSampleBatch, type NativeSampled, type NativeSlotDecoder, type SlotStep } from '../../native/index.ts';
 import { decoderModel, keptRows, stepMembers } from '../core/batch-rows.ts';
-import { checkUtilization, DEFAULT_GPU_MEMORY_UTILIZATION, gib, pagedPlan, PAGED_PREFILL_TOKENS, type MemoryShape } from './native-memory.ts';
+import { checkUtilization, DEFAULT_GPU_MEMORY_UTILIZATION, gib, pagedPlan, PAGED_PREFILL_TOKENS, weightBytes, type MemoryShape } from './native-memory.ts';
 import { PagedCache } from '../core/paged-cache.ts';
 import { BeamSequence } from '../core/beam-sequence.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from '../core/engine.ts';
@@ -122,6 +122,13 @@ interface BuildInfo {
   dtype: 'fp32' | 'fp16' | 'bf16';
   spec: BuiltSpec;
   slotDecoder?: boolean;
+  /** Quantized projections: how (absent: float weights). */
+  weights?: { weights: string };
+}
+
+/** The load log's weights half of the memory split: their size and how they are stored. */
+function weightsText(dir: string, model: string, info: BuildInfo): string {
+  return `weights ${gib(weightBytes(dir, model))} (${info.weights === undefined ? info.dtype : `${info.weights.weights} projections, ${info.dtype} activations`})`;
 }
 
 /** Why a model directory cannot run on the native engine (undefined: it can). */
@@ -262,9 +269,9 @@ export class NativeEngine implements Engine {
       decoder.setBlockTable(paged.table());
       const memory = decoder.deviceMemory;
       const device = memory.total > 0 ? ` (GPU: ${gib(memory.total - memory.free)} in use with the weights, of ${gib(memory.total)})` : '';
-      options.log?.(`paged cache: ${paged.tokens} tokens in ${paged.blocks - 1} blocks of ${paged.blockSize}, ${gib(decoder.cacheBytes)}${device}; ${Math.floor(paged.tokens / slotLength)} sequences of ${slotLength} tokens fit at once`);
+      options.log?.(`paged cache: ${paged.tokens} tokens in ${paged.blocks - 1} blocks of ${paged.blockSize}, ${gib(decoder.cacheBytes)}${device}; ${Math.floor(paged.tokens / slotLength)} sequences of ${slotLength} tokens fit at once; ${weightsText(dir, PAGED_DECODER_MODEL, info)}`);
     } else {
-      options.log?.(`cache: ${slots} slots of ${slotLength} tokens, ${gib(decoder.cacheBytes)}`);
+      options.log?.(`cache: ${slots} slots of ${slotLength} tokens, ${gib(decoder.cacheBytes)}; ${weightsText(dir, SLOT_DECODER_MODEL, info)}`);
     }
     const continuous = options.continuous === true && continuousAvailable(seq2seq, paged !== undefined, options.batchInvariant === true, options.log);
     const engine = new NativeEngine(decoder, limits, model, options.onRequestDone, sourceLimit, slotLength, options.batchInvariant === true ? slots : undefined, greedySteps, paged, continuous);
