@@ -6,6 +6,8 @@
  */
 import { ChorusError } from '../../errors.ts';
 import type { GraphBuilder } from '../graph.ts';
+import type { LinearActivation } from '../layers.ts';
+import { quantLinear } from '../quant-linear-addon.ts';
 import type { QuantizedLinear } from './nbits.ts';
 
 /** A quantized weight inside one graph: its initializers' (or concatenations') names and its attributes. */
@@ -85,11 +87,19 @@ function samePerm(a: Int32Array | undefined, b: Int32Array | undefined): boolean
  * `x @ W (+ bias)` for a quantized W: ONNX Runtime's MatMulNBits (CPU and CUDA kernels). On the CPU,
  * 8-bit weights take int8 activations (accuracy_level 4: its float path for 8 bits is a slow reference
  * loop, 25x fp32's MatMul); 4-bit weights keep float activations (accuracy_level 0), so a GPTQ or AWQ
- * checkpoint computes what its dequantized weights do. CUDA ignores the attribute. The one place that
- * picks the operator of a quantized projection.
+ * checkpoint computes what its dequantized weights do. CUDA ignores the attribute. In the addon's graphs
+ * (the slot and paged decoders), 8-bit projections go through the addon's QuantLinear instead, with the
+ * bias and activation inside: on an H100 its decode GEMV reads int8 weights at 1.2-1.3x the speed of
+ * MatMulNBits' (bench/results/quant-kernels-2026-11-25-h100.json), while MatMulNBits' 4-bit kernel is
+ * the faster of the two at 4 bits. The one place that picks the operator of a quantized projection.
  */
 export function quantizedMatMul(g: GraphBuilder, x: string, w: QuantizedValue, bias?: string, activation?: QuantizedActivation): string {
   const input = w.perm === undefined ? x : g.op('Gather', [x, w.perm.name], { axis: -1 });
+  if (g.addonLinear && w.bits === 8) {
+    const weights = { weight: w.packed, scales: w.scales, ...(w.zeroPoints === undefined ? {} : { zeroPoints: w.zeroPoints }) };
+    const fused = { ...(bias === undefined ? {} : { bias }), ...(activation === undefined ? {} : { activation: activation.name }) };
+    return quantLinear(g, input, weights, { K: w.k, N: w.n, bits: 8, blockSize: w.blockSize }, fused);
+  }
   const inputs = [input, w.packed, w.scales, w.zeroPoints ?? '', '', bias ?? ''];
   while (inputs.at(-1) === '') inputs.pop();
   const product = g.op('MatMulNBits', inputs, { K: w.k, N: w.n, bits: w.bits, block_size: w.blockSize, accuracy_level: w.bits === 8 ? 4 : 0 }, { domain: 'com.microsoft' });
@@ -101,6 +111,6 @@ export function quantizedMatMul(g: GraphBuilder, x: string, w: QuantizedValue, b
  * that applies it inside) and the operators that apply it after MatMulNBits.
  */
 export interface QuantizedActivation {
-  name: string;
+  name: LinearActivation;
   apply: (x: string) => string;
 }
