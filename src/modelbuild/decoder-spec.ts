@@ -15,9 +15,25 @@ export interface DecoderSpec {
   /** `gelu_new`: up -> tanh-approximated GELU -> down (GPT-2); `silu_gated`: down(silu(gate) * up) (Llama). */
   mlp: 'gelu_new' | 'silu_gated';
   /** Learned position embeddings (GPT-2) or rotary embeddings over the whole head (Llama). */
-  positions: { kind: 'learned' } | { kind: 'rotary'; theta: number };
+  positions: { kind: 'learned' } | { kind: 'rotary'; theta: number; scaling?: RopeScaling };
   /** Longest sequence the model was trained for. */
   maxPositions: number;
+  /** Per-head RMSNorm of q and k before the rotary embedding (Qwen3): layers carry `qNorm` and `kNorm`. */
+  qkNorm?: boolean;
+  /** HF `sliding_window`: a query at position i attends keys j with i - j < size; `layers[i]` false = a global layer. */
+  slidingWindow?: { size: number; layers?: readonly boolean[] };
+}
+
+/**
+ * Llama 3's rotary frequency scaling (`rope_type` llama3): low frequencies divided by `factor`, high ones
+ * kept, those between interpolated, by wavelength against `originalMaxPositions`.
+ */
+export interface RopeScaling {
+  type: 'llama3';
+  factor: number;
+  lowFreqFactor: number;
+  highFreqFactor: number;
+  originalMaxPositions: number;
 }
 
 /** A linear layer in MatMul layout: `weight` is [in, out]. */
@@ -39,6 +55,9 @@ export interface DecoderLayerWeights {
   k: Linear;
   v: Linear;
   o: Linear;
+  /** [headDim] scales of the per-head q and k norms, with `qkNorm`. */
+  qNorm?: Norm | undefined;
+  kNorm?: Norm | undefined;
   postNorm: Norm;
   up: Linear;
   gate?: Linear | undefined;

@@ -6,4 +6,4 @@ export { readLlama2cCheckpoint } from './llama2c-checkpoint.ts';
 export { readSafetensors, writeSafetensors } from './safetensors.ts';
 export type { DecoderSpec, DecoderWeights } from './decoder-spec.ts';
 export type { Tensor } from './tensor.ts';
-export { makeCheckpoint, CHECKPOINT_ARCHS, type CheckpointArch, type CheckpointSize, type MakeCheckpointOptions } from './make-checkpoint.ts';
+export { makeCheckpoint, CHECKPOINT_ARCHS, CHECKPOINT_DTYPES, type CheckpointArch, type CheckpointDtype, type CheckpointSize, type MakeCheckpointOptions } from './make-checkpoint.ts';

@@ -32,9 +32,36 @@ test("transformers 5's rope_parameters give the rotary base, as rope_theta does"
   assert.deepEqual(buildSpec<{ positions: unknown }>(`${v4}-onnx`).positions, { kind: 'rotary', theta: 500000 });
 });
 
-test('scaled rotary embeddings are refused, naming the field and the type', () => {
-  const llama3 = withConfig('llama3', (c) => {
-    c.rope_scaling = { rope_type: 'llama3', factor: 8.0, rope_theta: 500000.0 };
+test("Llama 3's rope_scaling (or rope_parameters) is read into the spec; other scaling types are refused, naming the supported ones", () => {
+  const rope = { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position_embeddings: 8192 };
+  const scaling = { type: 'llama3', factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositions: 8192 };
+  const v4 = withConfig('llama3-v4', (c) => {
+    c.rope_theta = 500000.0;
+    c.rope_scaling = { ...rope, rope_type: 'llama3' };
   });
-  assert.throws(() => buildModel({ source: llama3, out: `${llama3}-onnx` }), { code: 'CHORUS_UNSUPPORTED', message: /config\.json: rope_scaling of type llama3 is not supported yet/ });
+  buildModel({ source: v4, out: `${v4}-onnx` });
+  assert.deepEqual(buildSpec<{ positions: unknown }>(`${v4}-onnx`).positions, { kind: 'rotary', theta: 500000, scaling });
+  const v5 = withConfig('llama3-v5', (c) => {
+    delete c.rope_theta;
+    c.rope_parameters = { ...rope, rope_type: 'llama3', rope_theta: 500000.0 };
+  });
+  buildModel({ source: v5, out: `${v5}-onnx` });
+  assert.deepEqual(buildSpec<{ positions: unknown }>(`${v5}-onnx`).positions, { kind: 'rotary', theta: 500000, scaling });
+
+  const yarn = withConfig('yarn', (c) => {
+    c.rope_scaling = { rope_type: 'yarn', factor: 4.0, original_max_position_embeddings: 32768 };
+  });
+  assert.throws(() => buildModel({ source: yarn, out: `${yarn}-onnx` }), {
+    code: 'CHORUS_UNSUPPORTED',
+    param: 'rope_scaling.rope_type',
+    message: /config\.json: rope_scaling of type "yarn" is not supported; supported: default, llama3/,
+  });
+  const incomplete = withConfig('llama3-incomplete', (c) => {
+    c.rope_scaling = { rope_type: 'llama3', factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0 };
+  });
+  assert.throws(() => buildModel({ source: incomplete, out: `${incomplete}-onnx` }), { code: 'CHORUS_FILE_INVALID', message: /config\.json: rope_scaling\.original_max_position_embeddings must be a positive integer, got nothing/ });
+  const partial = withConfig('partial', (c) => {
+    c.partial_rotary_factor = 0.75;
+  });
+  assert.throws(() => buildModel({ source: partial, out: `${partial}-onnx` }), { code: 'CHORUS_UNSUPPORTED', param: 'partial_rotary_factor' });
 });
