@@ -48,10 +48,16 @@ export function rotaryPositions(config: ModelConfig): DecoderSpec['positions'] {
   return { kind: 'rotary', theta, ...(scaling === undefined ? {} : { scaling }) };
 }
 
-/** Refuses a partial rotary embedding (`partial_rotary_factor` below 1): the builder rotates whole heads. */
+/**
+ * Refuses a partial rotary embedding (`partial_rotary_factor` below 1, at the top of config.json or, in
+ * transformers 5, in `rope_parameters`): the builder rotates whole heads.
+ */
 export function wholeHeadRotary(config: ModelConfig): void {
-  const factor = config.partial_rotary_factor;
-  if (factor !== undefined && factor !== null && factor !== 1) {
-    throw new ChorusError('CHORUS_UNSUPPORTED', `config.json: partial_rotary_factor ${describe(factor)} is not supported; only 1 (rotary embeddings over the whole head)`, { param: 'partial_rotary_factor', value: factor });
+  const params = config.rope_parameters;
+  const nested = typeof params === 'object' && params !== null ? (params as Record<string, unknown>).partial_rotary_factor : undefined;
+  for (const [param, factor] of [['partial_rotary_factor', config.partial_rotary_factor], ['rope_parameters.partial_rotary_factor', nested]] as const) {
+    if (factor !== undefined && factor !== null && factor !== 1) {
+      throw new ChorusError('CHORUS_UNSUPPORTED', `config.json: ${param} ${describe(factor)} is not supported; only 1 (rotary embeddings over the whole head)`, { param, value: factor });
+    }
   }
 }
