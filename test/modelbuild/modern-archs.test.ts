@@ -7,6 +7,7 @@ import { MODERN_ARCHS, modernCheckpoint } from '../../src/modelbuild/make-modern
 import { inverseFrequencies } from '../../src/modelbuild/rope-frequencies.ts';
 import { DecoderSession } from '../../src/runtime/index.ts';
 import { buildSpec } from '../helpers/build-info.ts';
+import { ROOT } from '../helpers/paths.ts';
 import { scratchDir } from '../helpers/scratch.ts';
 
 const root = scratchDir('chorus-modern-archs-');
@@ -51,6 +52,13 @@ test('make-checkpoint writes each new family in the Hugging Face layout, the sam
   }
   assert.equal(readConfig(join(root, 'qwen3-a')).head_dim, 32);
   assert.deepEqual((readConfig(join(root, 'llama3-a')).rope_scaling as { rope_type: string }).rope_type, 'llama3');
+});
+
+test("make-checkpoint writes the tensor names transformers writes for each family (its fixtures')", () => {
+  for (const arch of MODERN_ARCHS) {
+    const names = [...readSafetensors(join(ROOT, 'test/fixtures/arch', arch, 'model.safetensors')).keys()].sort();
+    assert.deepEqual([...modernCheckpoint(arch, 'tiny', 0).tensors.keys()].sort(), names, arch);
+  }
 });
 
 test('the real shapes have the parameter counts of the models they stand for', () => {
