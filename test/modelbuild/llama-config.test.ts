@@ -65,3 +65,25 @@ test("Llama 3's rope_scaling (or rope_parameters) is read into the spec; other s
   });
   assert.throws(() => buildModel({ source: partial, out: `${partial}-onnx` }), { code: 'CHORUS_UNSUPPORTED', param: 'partial_rotary_factor' });
 });
+
+test("Qwen's use_sliding_window gives the spec a window over the layers from max_window_layers on, or those layer_types names", () => {
+  const qwen = (name: string, edit: (config: Record<string, unknown>) => void): string => {
+    const dir = join(root, name);
+    makeCheckpoint({ arch: 'qwen2', size: 'tiny', seed: 1, out: dir });
+    const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
+    edit(config);
+    writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
+    return dir;
+  };
+  const off = qwen('qwen-window-off', (c) => Object.assign(c, { use_sliding_window: false, sliding_window: 8, max_window_layers: 1 }));
+  buildModel({ source: off, out: `${off}-onnx` });
+  assert.equal(buildSpec<{ slidingWindow?: unknown }>(`${off}-onnx`).slidingWindow, undefined);
+  const on = qwen('qwen-window-on', (c) => Object.assign(c, { use_sliding_window: true, sliding_window: 8, max_window_layers: 1 }));
+  buildModel({ source: on, out: `${on}-onnx` });
+  assert.deepEqual(buildSpec<{ slidingWindow?: unknown }>(`${on}-onnx`).slidingWindow, { size: 8, layers: [false, true] });
+  const typed = qwen('qwen-window-types', (c) => Object.assign(c, { use_sliding_window: true, sliding_window: 8, layer_types: ['sliding_attention', 'full_attention'] }));
+  buildModel({ source: typed, out: `${typed}-onnx` });
+  assert.deepEqual(buildSpec<{ slidingWindow?: unknown }>(`${typed}-onnx`).slidingWindow, { size: 8, layers: [true, false] });
+  const bad = qwen('qwen-window-bad', (c) => Object.assign(c, { use_sliding_window: true, sliding_window: 8, layer_types: ['sliding_attention'] }));
+  assert.throws(() => buildModel({ source: bad, out: `${bad}-onnx` }), { code: 'CHORUS_FILE_INVALID', param: 'layer_types' });
+});

@@ -3,7 +3,7 @@
  * q/k RMSNorm), SmolLM, and llama2.c checkpoints. RMSNorm, rotary embeddings over the whole head,
  * SwiGLU, grouped-query attention, tied or untied head.
  */
-import { ChorusError } from '../../errors.ts';
+import { ChorusError, describe } from '../../errors.ts';
 import type { Checkpoint } from '../checkpoint.ts';
 import { bool, oneOf, positiveInt, positiveNumber } from '../config-fields.ts';
 import type { DecoderSpec, DecoderWeights, Linear } from '../decoder-spec.ts';
@@ -38,12 +38,36 @@ export function llamaSpec(config: ModelConfig): DecoderSpec {
   };
 }
 
+/**
+ * Qwen2's and Qwen3's sliding window, as transformers reads it: only with `use_sliding_window`, over
+ * `sliding_window` positions, in the layers `layer_types` names `sliding_attention` or, without it, the
+ * layers from `max_window_layers` on.
+ */
+function qwenWindow(config: ModelConfig, numLayers: number): DecoderSpec['slidingWindow'] {
+  if (!bool(config, 'use_sliding_window', false)) return undefined;
+  const size = positiveInt(config, 'sliding_window');
+  const types = config.layer_types;
+  if (types !== undefined && types !== null) {
+    if (!Array.isArray(types) || types.length !== numLayers || types.some((t) => t !== 'sliding_attention' && t !== 'full_attention')) {
+      throw new ChorusError('CHORUS_FILE_INVALID', `config.json: layer_types must list sliding_attention or full_attention for each of the ${numLayers} layers, got ${describe(types)}`, { param: 'layer_types' });
+    }
+    return { size, layers: types.map((t) => t === 'sliding_attention') };
+  }
+  const first = config.max_window_layers ?? numLayers;
+  if (typeof first !== 'number' || !Number.isInteger(first) || first < 0) {
+    throw new ChorusError('CHORUS_FILE_INVALID', `config.json: max_window_layers must be a non-negative integer, got ${describe(first)}`, { param: 'max_window_layers', value: first });
+  }
+  return { size, layers: Array.from({ length: numLayers }, (_, i) => i >= first) };
+}
+
 export const llama: DecoderArchitecture = {
   kind: 'decoder',
   modelTypes: ['llama', 'qwen2', 'qwen3'],
 
   spec(config) {
-    return { ...llamaSpec(config), ...(config.model_type === 'qwen3' ? { qkNorm: true } : {}) };
+    const spec = llamaSpec(config);
+    const window = config.model_type === 'llama' ? undefined : qwenWindow(config, spec.numLayers);
+    return { ...spec, ...(config.model_type === 'qwen3' ? { qkNorm: true } : {}), ...(window === undefined ? {} : { slidingWindow: window }) };
   },
 
   weights(checkpoint: Checkpoint, spec: DecoderSpec): DecoderWeights {
