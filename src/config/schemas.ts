@@ -111,7 +111,7 @@ export const ModelDefinition = Type.Object(
       description:
         'The model: a directory in the Optimum layout (config.json, onnx/*.onnx), a checkpoint to build from, or an .onnx file. ' +
         'Checkpoints that build, by config.json `model_type`: `gpt2`; `llama` (Llama 2, Llama 3.x with `rope_scaling` of type `llama3`, SmolLM; tied or untied head), `qwen2` (q/k/v biases), `qwen3` (per-head q/k RMSNorm), ' +
-        '`mistral` (sliding-window attention), `phi3` (Phi-3 and Phi-3.5-mini: fused qkv and gate/up projections, sliding window; the 128k variants\' `longrope` scaling is refused), ' +
+        '`mistral` (sliding-window attention), `phi3` (the 4k Phi-3 models: fused qkv and gate/up projections, sliding window; the 128k ones and Phi-3.5-mini scale with `longrope`, which is refused), ' +
         '`gemma2` (GeGLU, four norms a layer, soft-capped attention and logits, alternating sliding-window layers); `t5`, `mt5`; `bart`, `mbart`; and llama2.c `.bin` files. ' +
         `Any other \`model_type\` or rotary scaling type fails the build, naming it and what is supported. ${Source.description}`,
     },
