@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { buildModel, makeCheckpoint, readSafetensors, writeSafetensors, type DecoderSpec, type Tensor } from '../../src/modelbuild/index.ts';
+import { architectureFor, buildModel, makeCheckpoint, readSafetensors, writeSafetensors, type DecoderSpec, type Tensor } from '../../src/modelbuild/index.ts';
+import type { DecoderArchitecture } from '../../src/modelbuild/arch/index.ts';
 import { MODERN_ARCHS, modernCheckpoint } from '../../src/modelbuild/make-modern-checkpoint.ts';
 import { inverseFrequencies } from '../../src/modelbuild/rope-frequencies.ts';
 import { DecoderSession } from '../../src/runtime/index.ts';
@@ -69,6 +70,20 @@ test('the real shapes have the parameter counts of the models they stand for', (
     for (const tensor of modernCheckpoint(arch, 'real', 0).tensors.values()) count += tensor.dims.reduce((x, y) => x * y, 1);
     assert.equal(count, expected[arch], arch);
   }
+});
+
+test("the real shapes' configs read as the released models': Llama 3.2's scaling, Qwen3's norms and heads, Phi-3's window", () => {
+  const spec = (arch: 'llama3' | 'qwen3' | 'phi3'): DecoderSpec => {
+    const { config } = modernCheckpoint(arch, 'real', 0);
+    const architecture = architectureFor(config);
+    assert.equal(architecture.kind, 'decoder');
+    return (architecture as DecoderArchitecture).spec(config);
+  };
+  assert.deepEqual(spec('llama3').positions, { kind: 'rotary', theta: 500000, scaling: { type: 'llama3', factor: 32, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositions: 8192 } });
+  const qwen3 = spec('qwen3');
+  assert.deepEqual([qwen3.qkNorm, qwen3.numHeads, qwen3.numKvHeads, qwen3.headDim, qwen3.slidingWindow], [true, 16, 8, 128, undefined]);
+  const phi3 = spec('phi3');
+  assert.deepEqual([phi3.numHeads, phi3.numKvHeads, phi3.headDim, phi3.slidingWindow], [32, 32, 96, { size: 2047 }]);
 });
 
 test('make-checkpoint --dtype writes half-precision tensors and says so in torch_dtype', () => {
