@@ -1,7 +1,7 @@
 /** `chorus build` and `chorus make-checkpoint`. */
 import { Option, type Command } from 'commander';
 import cliProgress from 'cli-progress';
-import { buildModel, bytesText, CHECKPOINT_ARCHS, makeCheckpoint, quantSummaryText, type BuildDtype, type BuildStage, type CheckpointArch, type CheckpointSize, type WeightsMode } from '../modelbuild/index.ts';
+import { buildModel, bytesText, CHECKPOINT_ARCHS, CHECKPOINT_DTYPES, makeCheckpoint, quantSummaryText, type BuildDtype, type BuildStage, type CheckpointArch, type CheckpointDtype, type CheckpointSize, type WeightsMode } from '../modelbuild/index.ts';
 import { invalidArgument } from '../errors.ts';
 
 export function registerBuild(program: Command): void {
@@ -67,12 +67,20 @@ export function registerBuild(program: Command): void {
     .command('make-checkpoint')
     .description('write a random, seeded Hugging Face checkpoint (config.json + model.safetensors)')
     .addOption(new Option('--arch <arch>', 'architecture').choices([...CHECKPOINT_ARCHS]).makeOptionMandatory())
-    .addOption(new Option('--size <size>', 'tiny: width 64; real: GPT-2 124M, Qwen2-0.5B, t5-small, t5-v1_1-small, bart-base shapes; base: t5-base shapes; large: bart-large').choices(['tiny', 'real', 'base', 'large']).default('tiny'))
+    .addOption(
+      new Option(
+        '--size <size>',
+        'tiny: width 64; real: GPT-2 124M, Qwen2-0.5B, t5-small, t5-v1_1-small, bart-base, Llama-3.2-1B, Qwen3-1.7B, Mistral-7B-v0.1, Phi-3-mini-4k, Gemma-2-2B shapes; base: t5-base shapes; large: bart-large',
+      )
+        .choices(['tiny', 'real', 'base', 'large'])
+        .default('tiny'),
+    )
+    .addOption(new Option('--dtype <dtype>', 'the stored element type').choices(Object.keys(CHECKPOINT_DTYPES)).default('fp32'))
     .option('--seed <n>', 'the random seed', '0')
     .requiredOption('-o, --out <dir>', 'the output directory')
-    .action((options: { arch: CheckpointArch; size: CheckpointSize; seed: string; out: string }) => {
+    .action((options: { arch: CheckpointArch; size: CheckpointSize; dtype: CheckpointDtype; seed: string; out: string }) => {
       if (!/^\d+$/.test(options.seed)) throw invalidArgument('--seed', 'a non-negative integer', options.seed);
-      const config = makeCheckpoint({ arch: options.arch, size: options.size, seed: Number(options.seed), out: options.out });
+      const config = makeCheckpoint({ arch: options.arch, size: options.size, seed: Number(options.seed), out: options.out, dtype: options.dtype });
       process.stdout.write(`wrote ${options.out}: ${String(config.model_type)} ${options.size}, seed ${options.seed}\n`);
     });
 }

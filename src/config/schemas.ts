@@ -106,7 +106,15 @@ export const ModelDefinition = Type.Object(
       description: '`generate` (autoregressive decoding with a KV cache), `encode` (hidden states out), or `forward` (tensors in, tensors out).',
     }),
     description: Type.Optional(Type.String()),
-    source: { ...Source, description: `The model: a directory in the Optimum layout (config.json, onnx/*.onnx), a checkpoint to build from, or an .onnx file. ${Source.description}` },
+    source: {
+      ...Source,
+      description:
+        'The model: a directory in the Optimum layout (config.json, onnx/*.onnx), a checkpoint to build from, or an .onnx file. ' +
+        'Checkpoints that build, by config.json `model_type`: `gpt2`; `llama` (Llama 2, Llama 3.x with `rope_scaling` of type `llama3`, SmolLM; tied or untied head), `qwen2` (q/k/v biases), `qwen3` (per-head q/k RMSNorm), ' +
+        '`mistral` (sliding-window attention), `phi3` (the 4k Phi-3 models: fused qkv and gate/up projections, sliding window; the 128k ones and Phi-3.5-mini scale with `longrope`, which is refused), ' +
+        '`gemma2` (GeGLU, four norms a layer, soft-capped attention and logits, alternating sliding-window layers); `t5`, `mt5`; `bart`, `mbart`; and llama2.c `.bin` files. ' +
+        `Any other \`model_type\` or rotary scaling type fails the build, naming it and what is supported. ${Source.description}`,
+    },
     file: Type.Optional(Type.String({ minLength: 1, description: 'A file inside `source` that is the model (a llama2.c .bin, or a checkpoint subdirectory). Default: `source` itself.' })),
     tokenizer: Type.Optional({ ...Name, description: 'The tokenizer definition that matches this model\'s vocabulary.' }),
     device: Type.Optional(Type.String({ pattern: '^(cpu|cuda(:[0-9]+)?)$', expected: 'cpu, cuda or cuda:N', description: '`cpu`, `cuda` or `cuda:N`. Default: cpu.' })),
@@ -189,7 +197,7 @@ export const ModelDefinition = Type.Object(
     fallback: Type.Optional(
       Type.Object(
         {
-          arch: Enum(['gpt2', 'llama', 'qwen2', 't5', 't5v1_1', 'ul2', 'bart', 'mbart'], { description: 'The architecture (as `chorus make-checkpoint --arch`).' }),
+          arch: Enum(['gpt2', 'llama', 'qwen2', 't5', 't5v1_1', 'ul2', 'bart', 'mbart', 'llama3', 'qwen3', 'mistral', 'phi3', 'gemma2'], { description: 'The architecture (as `chorus make-checkpoint --arch`; `llama3`, `qwen3`, `mistral`, `phi3` and `gemma2` write each family\'s config.json and tensor names).' }),
           size: Enum(['tiny', 'real', 'base', 'large'], { description: '`real` is the released model\'s shape; `tiny` a few layers of width 64.' }),
           seed: Type.Integer({ minimum: 0, description: 'The seed of the random weights.' }),
         },

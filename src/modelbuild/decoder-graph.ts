@@ -9,6 +9,7 @@ import type { FloatType } from './float-bits.ts';
 import { float, GraphBuilder } from './graph.ts';
 import { GREEDY_PAD_ID } from './greedy-layout.ts';
 import { quantizedWeight } from './quant/graph.ts';
+import { inverseFrequencies } from './rope-frequencies.ts';
 import {
   additiveMask,
   addonLinear,
@@ -355,12 +356,12 @@ function cacheLengths(g: GraphBuilder, inputIds: string, attentionMask: string):
 
 /**
  * cos and sin of position * inverse frequency, [batch, 1, seq, head_dim], halves repeated (Hugging Face's
- * rotate-half layout). Computed in float32 from float32 inverse frequencies, as transformers does.
+ * rotate-half layout). Computed in float32 from float32 inverse frequencies (scaled as the spec says,
+ * Llama 3's included), as transformers does.
  */
 function rotary(g: GraphBuilder, positionIds: string, spec: DecoderSpec, flavor: Flavor): Rotary {
   const headDim = spec.headDim;
-  const theta = spec.positions.kind === 'rotary' ? spec.positions.theta : 10000;
-  const invFreq = Array.from({ length: headDim / 2 }, (_, i) => Math.fround(1 / Math.fround(Math.pow(theta, Math.fround((2 * i) / headDim)))));
+  const invFreq = inverseFrequencies(spec);
   if (flavor === 'cuda') {
     // RotaryEmbedding looks cos and sin up by position in [max_positions, head_dim / 2] caches.
     const cos = new Float32Array(spec.maxPositions * (headDim / 2));
@@ -417,8 +418,10 @@ function attend(
     const project = (output: string): Projected => projectBiasAfter(g, w.o, output, `${name}.o`);
     if (c.slotAttention === 'paged') {
       // The addon's operator: the bias added, q and k rotated, the new keys written into the row's blocks and attended.
-      const qkv = g.addonLinear ? addonLinear(g, h, packed.weight, undefined) : matMul(g, h, packed.weight);
-      const optional = [...(c.rotary === undefined ? ['', ''] : [c.rotary.cos, c.rotary.sin]), packed.bias ?? ''];
+      const projected = g.addonLinear ? addonLinear(g, h, packed.weight, undefined) : matMul(g, h, packed.weight);
+      // q and k normed before the operator rotates them: their bias added first.
+      const qkv = w.qNorm === undefined ? projected : normPackedQk(g, c, w, packed.bias === undefined ? projected : g.op('Add', [projected, packed.bias]), name);
+      const optional = [...(c.rotary === undefined ? ['', ''] : [c.rotary.cos, c.rotary.sin]), (w.qNorm === undefined ? packed.bias : undefined) ?? ''];
       while (optional.at(-1) === '') optional.pop();
       const [output, presentKey, presentValue] = g.opMany(
         'PagedAttention',
@@ -439,8 +442,10 @@ function attend(
       );
       return { output: project(output!), presentKey: presentKey!, presentValue: presentValue! };
     }
-    const qkv = affine(g, h, packed.weight, packed.bias, (numHeads + 2 * numKvHeads) * headDim);
+    const projected = affine(g, h, packed.weight, packed.bias, (numHeads + 2 * numKvHeads) * headDim);
     if (c.fused) {
+      // GroupQueryAttention rotates q and k itself: normed in the packed projection before it.
+      const qkv = normPackedQk(g, c, w, projected, name);
       const rotary = c.rotary === undefined ? [] : [c.rotary.cos, c.rotary.sin];
       const [output, presentKey, presentValue] = g.opMany(
         'GroupQueryAttention',
@@ -450,8 +455,8 @@ function attend(
       );
       return { output: project(output!), presentKey: presentKey!, presentValue: presentValue! };
     }
-    const [query, key, v] = g.opMany('Split', [qkv, g.int64([numHeads * headDim, numKvHeads * headDim, numKvHeads * headDim])], { axis: -1 }, { outputs: 3 }) as [string, string, string];
-    let [q, k] = [query, key];
+    const [query, key, v] = g.opMany('Split', [projected, g.int64([numHeads * headDim, numKvHeads * headDim, numKvHeads * headDim])], { axis: -1 }, { outputs: 3 }) as [string, string, string];
+    let [q, k] = w.qNorm === undefined ? [query, key] : [normHeads(g, c, w.qNorm, query, numHeads, `${name}.q_norm`), normHeads(g, c, required(w.kNorm, `layer ${index} k norm`), key, numKvHeads, `${name}.k_norm`)];
     if (c.rotary !== undefined) {
       const rope = (x: string, heads: number): string =>
         g.op('RotaryEmbedding', [x, c.positionIds, c.rotary!.cos, c.rotary!.sin], { interleaved: 0, num_heads: heads }, { domain: MS });
@@ -477,6 +482,10 @@ function attend(
   let q4 = heads(q, numHeads);
   let k4 = heads(k, numKvHeads);
   const v4 = heads(v, numKvHeads);
+  if (w.qNorm !== undefined) {
+    q4 = norm(g, c.spec, w.qNorm, q4, `${name}.q_norm`);
+    k4 = norm(g, c.spec, required(w.kNorm, `layer ${index} k norm`), k4, `${name}.k_norm`);
+  }
   if (c.rotary?.kind === 'tables') {
     q4 = rotate(g, q4, c.rotary, headDim);
     k4 = rotate(g, k4, c.rotary, headDim);
@@ -493,6 +502,22 @@ function attend(
   const context = g.op('MatMul', [probs, v5]);
   const merged = g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [context, g.int64([0, numHeads, -1, headDim])])], { perm: [0, 2, 1, 3] }), g.int64([0, 0, numHeads * headDim])]);
   return { output: { value: linear(g, w.o, merged, `${name}.o`) }, presentKey, presentValue };
+}
+
+/** Qwen3's RMSNorm of each head of `x` [batch, seq, heads * head_dim], over head_dim. */
+function normHeads(g: GraphBuilder, c: GraphContext, w: Norm, x: string, heads: number, name: string): string {
+  const { headDim } = c.spec;
+  const normed = norm(g, c.spec, w, g.op('Reshape', [x, g.int64([0, 0, heads, headDim])]), name);
+  return g.op('Reshape', [normed, g.int64([0, 0, heads * headDim])]);
+}
+
+/** A packed [batch, seq, (heads + 2 kv_heads) * head_dim] projection with q and k normed per head (as it was without q/k norms). */
+function normPackedQk(g: GraphBuilder, c: GraphContext, w: DecoderLayerWeights, qkv: string, name: string): string {
+  if (w.qNorm === undefined) return qkv;
+  const { numHeads, numKvHeads, headDim } = c.spec;
+  const [q, k, v] = g.opMany('Split', [qkv, g.int64([numHeads * headDim, numKvHeads * headDim, numKvHeads * headDim])], { axis: -1 }, { outputs: 3 }) as [string, string, string];
+  const normedK = normHeads(g, c, required(w.kNorm, `${name} k norm`), k, numKvHeads, `${name}.k_norm`);
+  return g.op('Concat', [normHeads(g, c, w.qNorm, q, numHeads, `${name}.q_norm`), normedK, v], { axis: -1 });
 }
 
 /** The MLP of one block on the normed input `m`. */

@@ -19,7 +19,7 @@ export interface DecoderSpec {
    */
   mlp: 'gelu_new' | 'silu_gated' | 'gelu_tanh_gated';
   /** Learned position embeddings (GPT-2) or rotary embeddings over the whole head (Llama). */
-  positions: { kind: 'learned' } | { kind: 'rotary'; theta: number };
+  positions: { kind: 'learned' } | { kind: 'rotary'; theta: number; scaling?: RopeScaling };
   /** Longest sequence the model was trained for. */
   maxPositions: number;
   /**
@@ -35,6 +35,20 @@ export interface DecoderSpec {
   attnScale?: number | undefined;
   /** A factor on the token embeddings (Gemma: sqrt(hidden), rounded to the float type). */
   embedScale?: number | undefined;
+  /** Per-head RMSNorm of q and k before the rotary embedding (Qwen3): layers carry `qNorm` and `kNorm`. */
+  qkNorm?: boolean;
+}
+
+/**
+ * Llama 3's rotary frequency scaling (`rope_type` llama3): low frequencies divided by `factor`, high ones
+ * kept, those between interpolated, by wavelength against `originalMaxPositions`.
+ */
+export interface RopeScaling {
+  type: 'llama3';
+  factor: number;
+  lowFreqFactor: number;
+  highFreqFactor: number;
+  originalMaxPositions: number;
 }
 
 /** A linear layer in MatMul layout: `weight` is [in, out]. */
@@ -58,6 +72,9 @@ export interface DecoderLayerWeights {
   k: Linear;
   v: Linear;
   o: Linear;
+  /** [headDim] scales of the per-head q and k norms, with `qkNorm`. */
+  qNorm?: Norm | undefined;
+  kNorm?: Norm | undefined;
   postNorm: Norm;
   /** A norm of the attention's output before it joins the residual stream (Gemma 2). */
   postAttnNorm?: Norm | undefined;

@@ -10,4 +10,4 @@ export type { Tensor } from './tensor.ts';
 export { quantSummaryText, type WeightsOptions } from './quant/build-weights.ts';
 export type { QuantSummary } from './quant/rtn.ts';
 export type { WeightsMode } from './quant/nbits.ts';
-export { makeCheckpoint, CHECKPOINT_ARCHS, type CheckpointArch, type CheckpointSize, type MakeCheckpointOptions } from './make-checkpoint.ts';
+export { makeCheckpoint, CHECKPOINT_ARCHS, CHECKPOINT_DTYPES, type CheckpointArch, type CheckpointDtype, type CheckpointSize, type MakeCheckpointOptions } from './make-checkpoint.ts';

@@ -8,8 +8,9 @@ import { invalidArgument } from '../errors.ts';
 import { uniformStream } from '../util/random.ts';
 import { writeSafetensors } from './safetensors.ts';
 import type { Tensor } from './tensor.ts';
+import { MODERN_ARCHS, MODERN_CONFIGS, modernCheckpoint, type ModernArch } from './make-modern-checkpoint.ts';
 
-export const CHECKPOINT_ARCHS = ['gpt2', 'llama', 'qwen2', 't5', 't5v1_1', 'ul2', 'bart', 'mbart'] as const;
+export const CHECKPOINT_ARCHS = ['gpt2', 'llama', 'qwen2', 't5', 't5v1_1', 'ul2', 'bart', 'mbart', ...MODERN_ARCHS] as const;
 export type CheckpointArch = (typeof CHECKPOINT_ARCHS)[number];
 /** `base` is a second real size, for the T5 variants (t5-base, t5-v1_1-base); `large` is bart-large. */
 export type CheckpointSize = 'tiny' | 'real' | 'base' | 'large';
@@ -20,14 +21,23 @@ export interface MakeCheckpointOptions {
   /**
    * `tiny`: a few layers of width 64; `base`: t5-base and t5-v1_1-base (T5 variants only); `large`: bart-large; `real`: GPT-2 124M, Qwen2-0.5B's shape (llama, qwen2), t5-small,
    * t5-v1_1-small, UL2's gated-SiLU at t5-v1_1-small's size, bart-base, and mBART's architecture at
-   * bart-base's size with mBART's 250027 vocabulary.
+   * bart-base's size with mBART's 250027 vocabulary; Llama-3.2-1B (llama3), Qwen3-1.7B, Mistral-7B-v0.1,
+   * Phi-3-mini-4k and Gemma-2-2B.
    */
   size: CheckpointSize;
   seed: number;
   out: string;
+  /** The stored element type. Default: fp32. */
+  dtype?: CheckpointDtype;
 }
 
+/** The element types a checkpoint is written in. */
+export const CHECKPOINT_DTYPES = { fp32: 'F32', fp16: 'F16', bf16: 'BF16' } as const;
+export type CheckpointDtype = keyof typeof CHECKPOINT_DTYPES;
+const TORCH_DTYPES: Record<CheckpointDtype, string> = { fp32: 'float32', fp16: 'float16', bf16: 'bfloat16' };
+
 const CONFIGS: Record<CheckpointArch, Partial<Record<CheckpointSize, Record<string, unknown>>> & Record<'tiny' | 'real', Record<string, unknown>>> = {
+  ...MODERN_CONFIGS,
   ul2: {
     tiny: { vocab_size: 512, d_model: 64, d_kv: 16, d_ff: 96, num_layers: 2, num_decoder_layers: 2, num_heads: 4, feed_forward_proj: 'gated-silu', tie_word_embeddings: false },
     real: { vocab_size: 32128, d_model: 512, d_kv: 64, d_ff: 1024, num_layers: 8, num_decoder_layers: 8, num_heads: 6, feed_forward_proj: 'gated-silu', tie_word_embeddings: false },
@@ -88,10 +98,16 @@ class Normal {
 /** Writes the checkpoint; returns its config. */
 export function makeCheckpoint(options: MakeCheckpointOptions): Record<string, unknown> {
   const { arch, size, seed, out } = options;
+  const dtype = options.dtype ?? 'fp32';
   if (!CHECKPOINT_ARCHS.includes(arch)) throw invalidArgument('arch', CHECKPOINT_ARCHS.join(', '), arch);
   const sizes = Object.keys(CONFIGS[arch] ?? {});
   if (!sizes.includes(size)) throw invalidArgument('size', `one of ${sizes.join(', ')} for ${arch}`, size);
   if (!Number.isSafeInteger(seed) || seed < 0) throw invalidArgument('seed', 'a non-negative integer', seed);
+  if (!Object.hasOwn(CHECKPOINT_DTYPES, dtype)) throw invalidArgument('dtype', Object.keys(CHECKPOINT_DTYPES).join(', '), dtype);
+  if ((MODERN_ARCHS as readonly string[]).includes(arch)) {
+    const { config, tensors } = modernCheckpoint(arch as ModernArch, size as 'tiny' | 'real', seed);
+    return writeCheckpoint(out, { ...config, torch_dtype: TORCH_DTYPES[dtype] }, tensors, dtype);
+  }
   const rng = new Normal(seed);
   // Tiny models get larger weights so their outputs are not near-uniform (greedy ties would be noise).
   const std = size === 'tiny' ? 0.1 : 0.02;
@@ -271,8 +287,12 @@ export function makeCheckpoint(options: MakeCheckpointOptions): Record<string, u
     tensors.set('model.norm.weight', normal([d], 0.1, 1));
     if (!c.tie_word_embeddings) tensors.set('lm_head.weight', normal([c.vocab_size, d]));
   }
+  return writeCheckpoint(out, { ...config, torch_dtype: TORCH_DTYPES[dtype] }, tensors, dtype);
+}
+
+function writeCheckpoint(out: string, config: Record<string, unknown>, tensors: Map<string, Tensor>, dtype: CheckpointDtype): Record<string, unknown> {
   mkdirSync(out, { recursive: true });
   writeFileSync(join(out, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
-  writeSafetensors(join(out, 'model.safetensors'), tensors);
+  writeSafetensors(join(out, 'model.safetensors'), tensors, { dtype: CHECKPOINT_DTYPES[dtype] });
   return config;
 }

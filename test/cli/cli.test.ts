@@ -40,7 +40,7 @@ test('chorus detokenize prints the text, with or without special tokens', () => 
 test('bad input gets a clear error and a non-zero exit', () => {
   const unknown = chorus('tokenize', '-t', 'gpt3', 'x');
   assert.equal(unknown.status, 1);
-  assert.match(unknown.stderr, /--tokenizer gpt3 is neither a tokenizer of .* \(bart, gpt2, llama2, stories-tokenizer, t5\) nor an existing path/);
+  assert.match(unknown.stderr, /--tokenizer gpt3 is neither a tokenizer of .* \(bart, gemma2, gpt2, llama2, llama3, mistral, phi3, qwen3, stories-tokenizer, t5\) nor an existing path/);
   const notId = chorus('detokenize', '-t', 'gpt2', '12', 'abc');
   assert.equal(notId.status, 1);
   assert.match(notId.stderr, /ids\[1\] must be a non-negative integer, got "abc"/);
@@ -63,7 +63,7 @@ test('chorus validate exits 1 and prints file:line:column for a broken repositor
   assert.equal(bundled.status, 0);
   assert.match(
     bundled.stdout,
-    /repository \.: 5 tokenizers \(bart, gpt2, llama2, stories-tokenizer, t5\), 5 models \(bart-large-cnn, gpt2, stories, t5-encoder, t5-small\), 6 ensembles \(bart-fastertransformer, fastertransformer, gpt, t5-encoder-fastertransformer, t5-encoder, t5-fastertransformer\), 5 pipelines \(bart, gpt, gpt2, stories, t5\); 0 errors, 7 warnings\n$/,
+    /repository \.: 10 tokenizers \(bart, gemma2, gpt2, llama2, llama3, mistral, phi3, qwen3, stories-tokenizer, t5\), 10 models \(bart-large-cnn, gemma-2-2b, gpt2, llama-3\.2-1b, mistral-7b, phi-3-mini, qwen3-1\.7b, stories, t5-encoder, t5-small\), 6 ensembles \(bart-fastertransformer, fastertransformer, gpt, t5-encoder-fastertransformer, t5-encoder, t5-fastertransformer\), 10 pipelines \(bart, gemma2, gpt, gpt2, llama3, mistral, phi3, qwen3, stories, t5\); 0 errors, 17 warnings\n$/,
   );
   // Without their Hugging Face files, the models warn that their fallback weights will be served.
   assert.match(bundled.stdout, /models\/gpt2\.yaml:\d+:\d+: warning: openai-community\/gpt2 is not in the cache .*; until then its fallback \(seeded random weights\) is served/);
@@ -128,7 +128,7 @@ test('chorus generate --pipeline stories, pointed at the real model with --set-s
   assert.equal(streamed.stdout, out.stdout);
   const bad = chorus('generate', '--pipeline', 'nope', 'x');
   assert.equal(bad.status, 1);
-  assert.match(bad.stderr, /no pipeline named nope; there are: bart, gpt, gpt2, stories, t5/);
+  assert.match(bad.stderr, /no pipeline named nope; there are: bart, gemma2, gpt, gpt2, llama3, mistral, phi3, qwen3, stories, t5/);
   assert.match(chorus('generate', 'x').stderr, /give --model <path> or --pipeline <name>, one of them/);
 });
 

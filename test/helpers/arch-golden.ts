@@ -33,7 +33,7 @@ export interface ArchGolden {
   /** Per prompt, the prefill's last row then one row per forced step. */
   logits: number[][];
   beam: ArchBeamCase[];
-  tokenizer?: { texts: string[]; ids: number[][]; chat: { messages: Array<{ role: string; content: string }>; rendered: string } };
+  tokenizer?: { texts: string[]; ids: number[][]; chat: { messages: Array<{ role: string; content: string }>; rendered: string; ids: number[] } };
 }
 
 /** The fixture directory of `family`. */

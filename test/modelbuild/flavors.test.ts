@@ -32,7 +32,7 @@ async function flavorDiff(source: string, name: string): Promise<number> {
   return diff;
 }
 
-for (const arch of ['gpt2', 'llama', 'qwen2'] as const) {
+for (const arch of ['gpt2', 'llama', 'qwen2', 'llama3', 'qwen3', 'phi3'] as const) {
   test(`the portable and cuda flavors of a tiny ${arch} agree within 1e-4 (fp32)`, async () => {
     const checkpoint = join(root, arch);
     makeCheckpoint({ arch, size: 'tiny', seed: 5, out: checkpoint });

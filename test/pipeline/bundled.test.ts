@@ -84,8 +84,18 @@ describe('the bundled repository, offline', () => {
     assert.ok(logged.some((line) => /WARNING: tokenizer bart: .* using tokenizer gpt2 in its place/.test(line)), logged.join('\n'));
   });
 
+  for (const pipeline of ['llama3', 'qwen3', 'phi3']) {
+    test(`${pipeline}: completion and chat on its tiny random fallback, through the stories tokenizer in its place`, async () => {
+      const completion = await answer(pipeline, { text_input: 'Once upon a time', max_tokens: 5, temperature: 0 });
+      assert.equal(completion.usage!.completionTokens, 5);
+      const chat = await answer(pipeline, { messages: [{ role: 'user', content: 'Hello there.' }], max_tokens: 3, temperature: 0 });
+      assert.equal(chat.usage!.completionTokens, 3);
+      assert.equal(service.store.tokenizerFallback(pipeline), 'stories-tokenizer');
+    });
+  }
+
   test('which entries run on random weights: all but stories, pointed at its real file', () => {
-    for (const name of ['gpt', 'gpt2', 't5', 'bart', 'fastertransformer', 't5-encoder', 't5-fastertransformer', 't5-small']) assert.ok(service.randomWeights(name).length > 0, name);
+    for (const name of ['gpt', 'gpt2', 't5', 'bart', 'fastertransformer', 't5-encoder', 't5-fastertransformer', 't5-small', 'llama3', 'qwen3', 'phi3', 'mistral', 'gemma2']) assert.ok(service.randomWeights(name).length > 0, name);
     assert.deepEqual(service.randomWeights('stories'), []);
     assert.deepEqual(service.randomWeights('t5-fastertransformer'), ['t5-small']);
     assert.equal(service.store.servesRandomWeights('stories'), false);

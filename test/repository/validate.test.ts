@@ -69,19 +69,29 @@ test('a valid repository has no diagnostics', () => {
 
 test('the bundled repository has no errors; sources not in the cache are warnings', () => {
   const { repository, diagnostics } = loadRepository(bundledRepositoryDir());
-  assert.deepEqual([...repository.tokenizers.keys()], ['bart', 'gpt2', 'llama2', 'stories-tokenizer', 't5']);
-  assert.deepEqual([...repository.pipelines.keys()], ['bart', 'gpt', 'gpt2', 'stories', 't5']);
+  assert.deepEqual([...repository.tokenizers.keys()], ['bart', 'gemma2', 'gpt2', 'llama2', 'llama3', 'mistral', 'phi3', 'qwen3', 'stories-tokenizer', 't5']);
+  assert.deepEqual([...repository.pipelines.keys()], ['bart', 'gemma2', 'gpt', 'gpt2', 'llama3', 'mistral', 'phi3', 'qwen3', 'stories', 't5']);
   assert.deepEqual(diagnostics.filter((d) => d.severity === 'error'), []);
   assert.deepEqual(
     diagnostics.map((d) => [d.file.replace(/^.*\/(tokenizers|models)\//, '$1/'), d.severity]),
     [
       ['models/bart-large-cnn.yaml', 'warning'],
+      ['models/gemma-2-2b.yaml', 'warning'],
       ['models/gpt2.yaml', 'warning'],
+      ['models/llama-3.2-1b.yaml', 'warning'],
+      ['models/mistral-7b.yaml', 'warning'],
+      ['models/phi-3-mini.yaml', 'warning'],
+      ['models/qwen3-1.7b.yaml', 'warning'],
       ['models/stories.yaml', 'warning'],
       ['models/t5-encoder.yaml', 'warning'],
       ['models/t5-small.yaml', 'warning'],
       ['tokenizers/bart.yaml', 'warning'],
+      ['tokenizers/gemma2.yaml', 'warning'],
       ['tokenizers/llama2.yaml', 'warning'],
+      ['tokenizers/llama3.yaml', 'warning'],
+      ['tokenizers/mistral.yaml', 'warning'],
+      ['tokenizers/phi3.yaml', 'warning'],
+      ['tokenizers/qwen3.yaml', 'warning'],
     ],
   );
 });

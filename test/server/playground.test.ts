@@ -48,8 +48,9 @@ test('the page asks for the API key once, lists the pipelines, and streams a cha
   await page.getByRole('button', { name: 'Use key' }).click();
   await page.locator('#pipeline option[value="stories"]').waitFor({ state: 'attached' });
   const options = await page.locator('#pipeline option').allTextContents();
-  assert.deepEqual(options, ['bart', 'gpt', 'gpt2', 't5', 'stories'].sort());
-  // It opens on a pipeline that chats, not on the first name (bart, a summarizer).
+  assert.deepEqual(options, ['bart', 'gemma2', 'gpt', 'gpt2', 'llama3', 'mistral', 'phi3', 'qwen3', 't5', 'stories'].sort());
+  // It opens on a pipeline that chats on real weights, not on the first name (bart, a summarizer) nor
+  // on the first that chats (gemma2, on random weights here).
   assert.equal(await page.locator('#pipeline').inputValue(), 'stories');
   // stories runs the real model here: no random-weights badge.
   assert.equal(await page.locator('#random-badge').isHidden(), true);

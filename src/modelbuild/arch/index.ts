@@ -7,11 +7,12 @@ import { gemma2 } from './gemma2.ts';
 import { gpt2 } from './gpt2.ts';
 import { llama } from './llama.ts';
 import { mistral } from './mistral.ts';
+import { phi3 } from './phi3.ts';
 import { t5 } from './t5.ts';
 
 export type { Architecture, DecoderArchitecture, Seq2SeqArchitecture } from './architecture.ts';
 
-const ARCHITECTURES: readonly Architecture[] = [gpt2, llama, mistral, gemma2, t5, bart];
+const ARCHITECTURES: readonly Architecture[] = [gpt2, llama, phi3, mistral, gemma2, t5, bart];
 
 /** The architecture that builds `config`'s `model_type`. */
 export function architectureFor(config: ModelConfig): Architecture {

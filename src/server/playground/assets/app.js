@@ -337,9 +337,10 @@ async function start() {
     const select = $('pipeline');
     for (const model of data) select.append(new Option(model.id, model.id));
     const repo = await loadRepository().catch(() => null);
-    // Start on the pipeline asked for, else on the first that chats.
+    // Start on the pipeline asked for, else on the first that chats, one on real weights if there is one.
     const wanted = new URLSearchParams(location.search).get('pipeline');
-    const chat = repo?.pipelines.find((p) => p.chat)?.name;
+    const chats = repo?.pipelines.filter((p) => p.chat) ?? [];
+    const chat = (chats.find((p) => p.random_weights !== true) ?? chats[0])?.name;
     if (wanted && data.some((m) => m.id === wanted)) select.value = wanted;
     else if (chat !== undefined) select.value = chat;
     select.addEventListener('change', showBadge);
