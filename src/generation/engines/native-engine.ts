@@ -115,6 +115,7 @@ interface BuiltSpec {
   numHeads?: number;
   headDim: number;
   vocabSize: number;
+  positions?: { kind: string };
 }
 
 /** What chorus_build.json says of a directory, as far as the native engine needs it. */
@@ -235,6 +236,13 @@ export class NativeEngine implements Engine {
       element: info.dtype === 'fp32' ? 4 : 2,
     };
     const paging = seq2seq ? undefined : pagedPlan((device) => addon.gpuMemory(device), dir, PAGED_DECODER_MODEL, SLOT_DECODER_MODEL, options, shape, slots, slotLength, utilization);
+    // ONNX Runtime's GroupQueryAttention, the slot decoder's attention for rotary models, has CUDA kernels
+    // for fp16 and bf16 only: in fp32 it runs on the CPU, copying to and from the device in every step, which
+    // no CUDA graph may capture (an attempt can abort the process inside ONNX Runtime).
+    const hostAttention = options.provider === 'cuda' && info.dtype === 'fp32' && paging === undefined && spec.positions?.kind === 'rotary';
+    if (hostAttention && options.cudaGraph === true) {
+      options.log?.('CUDA graphs off: the fp32 slot decoder runs GroupQueryAttention on the CPU (fp16, bf16 or the paged cache run on the GPU alone)');
+    }
     const decoder = new addon.SlotDecoder({
       model: join(dir, 'onnx', paging === undefined ? SLOT_DECODER_MODEL : PAGED_DECODER_MODEL),
       ...(paging ?? {}),
@@ -252,7 +260,7 @@ export class NativeEngine implements Engine {
       intraOpSpinning: options.intraOpSpinning ?? (options.provider ?? 'cpu') !== 'cpu',
       ...(options.cudaOptions === undefined ? {} : { cudaOptions: options.cudaOptions }),
       ...(sourceLimit === undefined ? {} : { encoderModel: join(dir, 'onnx', SLOT_ENCODER_MODEL), sourceLength: sourceLimit }),
-      cudaGraph: options.cudaGraph ?? false,
+      cudaGraph: (options.cudaGraph ?? false) && !hostAttention,
     });
     try {
       await decoder.load();
