@@ -10,52 +10,19 @@ import { before, describe, test } from 'node:test';
 import { NativeEngine, OrtEngine, type Engine } from '../../src/generation/index.ts';
 import { buildModel } from '../../src/modelbuild/index.ts';
 import { loadNative } from '../../src/native/index.ts';
-import { DecoderSession, GreedySearchSession } from '../../src/runtime/index.ts';
-import { archFixture, engineBeams, engineGreedy, readArchGolden, type ArchGolden } from '../helpers/arch-golden.ts';
+import { GreedySearchSession } from '../../src/runtime/index.ts';
+import { archFixture, assertEngineMatches, assertSessionMatches, readArchGolden, type ArchGolden } from '../helpers/arch-golden.ts';
 import { scratchDir } from '../helpers/scratch.ts';
 
 const FAMILIES = ['llama3', 'qwen3', 'phi3'];
 const root = scratchDir('chorus-arch-golden-');
 const { addon, reason } = loadNative();
 
-/** The built model's logit rows (prefill's last, then each forced step) and greedy ids against the golden. */
-async function assertSessionMatches(dir: string, golden: ArchGolden): Promise<void> {
-  const session = await DecoderSession.open(dir);
+/** assertEngineMatches on the engine `opening` gives, closed after. */
+async function engineMatches(opening: Promise<Engine>, golden: ArchGolden): Promise<void> {
+  const engine = await opening;
   try {
-    const V = session.vocabSize;
-    let row = 0;
-    let worst = 0;
-    const compare = (logits: Float32Array): void => {
-      const expected = golden.logits[row++]!;
-      assert.equal(expected.length, V);
-      for (let i = 0; i < V; i++) worst = Math.max(worst, Math.abs(logits[i]! - expected[i]!));
-    };
-    for (const [p, prompt] of golden.prompts.entries()) {
-      let out = await session.run({ inputIds: [prompt] });
-      compare(out.logits.subarray((out.dims[1] - 1) * V));
-      for (const token of golden.forced[p]!) {
-        out = await session.run({ inputIds: [[token]], cache: out.cache });
-        compare(out.logits);
-      }
-      assert.deepEqual(await session.greedy(prompt, golden.greedy[p]!.length), golden.greedy[p], `prompt ${p}`);
-    }
-    assert.equal(row, golden.logits.length);
-    assert.ok(worst <= 1e-4, `max |diff| ${worst}`);
-  } finally {
-    await session.close();
-  }
-}
-
-/** Greedy for every prompt at once and every beam case through `engine`, against the golden. */
-async function assertEngineMatches(engine: Engine, golden: ArchGolden): Promise<void> {
-  try {
-    const greedy = await engineGreedy(engine, golden);
-    greedy.forEach((ids, p) => assert.deepEqual(ids, golden.greedy[p], `greedy, prompt ${p}`));
-    for (const [i, c] of golden.beam.entries()) {
-      const got = await engineBeams(engine, c);
-      assert.deepEqual(got.sequences, c.sequences, `beam case ${i}`);
-      c.scores.forEach((score, j) => assert.ok(Math.abs(got.scores[j]! - score) <= 1e-4 * Math.max(1, Math.abs(score)), `beam case ${i} score ${j}: ${got.scores[j]} vs ${score}`));
-    }
+    await assertEngineMatches(engine, golden);
   } finally {
     await engine.close();
   }
@@ -83,10 +50,10 @@ for (const family of FAMILIES) {
         got.forEach((ids, p) => assert.deepEqual(ids, cut(golden!.greedy[p]!), `${dir}, prompt ${p}`));
       }
     });
-    test('the TypeScript engine: greedy 64 steps from 8 prompts and 4 beams equal', async () => assertEngineMatches(await OrtEngine.open(portable, { maxBatchSize: 8, greedySearch: false }), golden!));
-    test('the native engine over slots: greedy and beams equal', { skip: addon === undefined ? `the native addon: ${reason}` : false }, async () =>
-      assertEngineMatches(await NativeEngine.open(cuda, { maxBatchSize: 8 }), golden!));
-    test('the native engine over a paged cache: greedy and beams equal', { skip: addon === undefined ? `the native addon: ${reason}` : false }, async () =>
-      assertEngineMatches(await NativeEngine.open(cuda, { maxBatchSize: 8, pagedCache: true }), golden!));
+    test('the TypeScript engine: greedy 64 steps from 8 prompts and 4 beams equal', () => engineMatches(OrtEngine.open(portable, { maxBatchSize: 8, greedySearch: false }), golden!));
+    test('the native engine over slots: greedy and beams equal', { skip: addon === undefined ? `the native addon: ${reason}` : false }, () =>
+      engineMatches(NativeEngine.open(cuda, { maxBatchSize: 8 }), golden!));
+    test('the native engine over a paged cache: greedy and beams equal', { skip: addon === undefined ? `the native addon: ${reason}` : false }, () =>
+      engineMatches(NativeEngine.open(cuda, { maxBatchSize: 8, pagedCache: true }), golden!));
   });
 }

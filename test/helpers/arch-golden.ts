@@ -3,10 +3,12 @@
  * checkpoint made by transformers' own init (config.json + model.safetensors) and golden.json, its
  * outputs in float32 on the CPU with eager attention.
  */
+import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { lastValueFrom, toArray } from 'rxjs';
 import type { Engine, TokenEvent } from '../../src/generation/index.ts';
+import { DecoderSession } from '../../src/runtime/index.ts';
 import { ROOT } from './paths.ts';
 
 export interface ArchBeamCase {
@@ -32,6 +34,8 @@ export interface ArchGolden {
   greedy: number[][];
   /** Per prompt, the prefill's last row then one row per forced step. */
   logits: number[][];
+  /** The smallest gap between a greedy step's top two logits. */
+  min_top2_gap?: number;
   beam: ArchBeamCase[];
   tokenizer?: { texts: string[]; ids: number[][]; chat: { messages: Array<{ role: string; content: string }>; rendered: string; ids: number[] } };
 }
@@ -65,6 +69,45 @@ export async function engineGreedy(engine: Engine, golden: ArchGolden): Promise<
       return events.map((e) => e.token);
     }),
   );
+}
+
+/** The built model's logit rows (the prefill's last, then each forced id's) within 1e-4 and its greedy ids, against the golden. */
+export async function assertSessionMatches(dir: string, golden: ArchGolden): Promise<void> {
+  const session = await DecoderSession.open(dir);
+  try {
+    const V = session.vocabSize;
+    let row = 0;
+    let worst = 0;
+    const compare = (logits: Float32Array): void => {
+      const expected = golden.logits[row++]!;
+      assert.equal(expected.length, V);
+      for (let i = 0; i < V; i++) worst = Math.max(worst, Math.abs(logits[i]! - expected[i]!));
+    };
+    for (const [p, prompt] of golden.prompts.entries()) {
+      let out = await session.run({ inputIds: [prompt] });
+      compare(out.logits.subarray((out.dims[1] - 1) * V));
+      for (const token of golden.forced[p]!) {
+        out = await session.run({ inputIds: [[token]], cache: out.cache });
+        compare(out.logits);
+      }
+      assert.deepEqual(await session.greedy(prompt, golden.greedy[p]!.length), golden.greedy[p], `prompt ${p}`);
+    }
+    assert.equal(row, golden.logits.length);
+    assert.ok(worst <= 1e-4, `max |diff| ${worst}`);
+  } finally {
+    await session.close();
+  }
+}
+
+/** Every golden greedy run and beam search through `engine`, all submitted at once (rows share batches): ids equal, scores within 1e-4. */
+export async function assertEngineMatches(engine: Engine, golden: ArchGolden): Promise<void> {
+  const [greedy, beams] = await Promise.all([engineGreedy(engine, golden), Promise.all(golden.beam.map((c) => engineBeams(engine, c)))]);
+  greedy.forEach((ids, p) => assert.deepEqual(ids, golden.greedy[p], `greedy, prompt ${p}`));
+  golden.beam.forEach((c, i) => {
+    const label = `beam case ${i} (beams ${c.num_beams}, length_penalty ${c.length_penalty})`;
+    assert.deepEqual(beams[i]!.sequences, c.sequences, label);
+    c.scores.forEach((score, j) => assert.ok(Math.abs(beams[i]!.scores[j]! - score) <= 1e-4 * Math.max(1, Math.abs(score)), `${label} score ${j}: ${beams[i]!.scores[j]} vs ${score}`));
+  });
 }
 
 /** The returned sequences of one beam case, in rank order, with each one's score. */

@@ -1,17 +1,5 @@
 /** How the arch parity check scores an engine's tokens against transformers' goldens. */
-
-/** One of the golden's beam searches (transformers' generate arguments) and what it returned. */
-export interface BeamCase {
-  prompt: number[];
-  num_beams: number;
-  num_return_sequences: number;
-  max_new_tokens: number;
-  length_penalty: number;
-  early_stopping: boolean;
-  eos_token_id: number;
-  sequences: number[][];
-  scores: number[];
-}
+import type { ArchBeamCase } from '../../../test/helpers/arch-golden.ts';
 
 export interface BeamResult {
   sequences: number[][];
@@ -47,7 +35,7 @@ export function agreement(ids: number[][], golden: number[][]): Agreement {
 }
 
 /** Whether every case's returned sequences equal the golden's (in rank order) with scores within 1e-4 (relative past 1). */
-export function beamAgreement(found: BeamResult[], cases: BeamCase[]): BeamAgreement {
+export function beamAgreement(found: BeamResult[], cases: ArchBeamCase[]): BeamAgreement {
   let sequencesEqual = true;
   let worstScoreDiff = 0;
   cases.forEach((c, i) => {

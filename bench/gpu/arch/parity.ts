@@ -15,21 +15,11 @@
  */
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { lastValueFrom, toArray } from 'rxjs';
-import { NativeEngine, OrtEngine, type Engine, type SamplingParams } from '../../../src/generation/index.ts';
+import { NativeEngine, OrtEngine, type Engine } from '../../../src/generation/index.ts';
 import { buildModel } from '../../../src/modelbuild/index.ts';
 import { DecoderSession } from '../../../src/runtime/index.ts';
-import { agreement, beamAgreement, type Agreement, type BeamAgreement, type BeamCase, type BeamResult } from './compare.ts';
-
-interface ArchGolden {
-  family: string;
-  prompts: number[][];
-  forced: number[][];
-  greedy: number[][];
-  min_top2_gap: number;
-  logits: number[][];
-  beam: BeamCase[];
-}
+import { engineBeams, engineGreedy, type ArchGolden } from '../../../test/helpers/arch-golden.ts';
+import { agreement, beamAgreement, type Agreement, type BeamAgreement } from './compare.ts';
 
 const [work = '/tmp/arch-parity', out = join(work, 'out'), filter = '', deviceArg = 'cuda'] = process.argv.slice(2);
 if (deviceArg !== 'cuda' && deviceArg !== 'cpu') throw new Error(`the device is cuda or cpu, got '${deviceArg}'`);
@@ -43,36 +33,6 @@ const families = readdirSync(fixtures)
 /** transformers' own greedy ids in fp16 and bf16 on CUDA, by family (bench/gpu/arch/hf16.py), when given. */
 const hfGreedy = process.env.HF_GREEDY === undefined ? undefined : (JSON.parse(readFileSync(process.env.HF_GREEDY, 'utf8')) as Record<string, { fp16?: number[][] }>);
 const BOUNDS = { fp32: { logits: 1e-4, greedy: 1 }, fp16: { logits: 5e-2, greedy: 0.95 } } as const;
-
-/** Each prompt's tokens from `engine`, all submitted together. */
-async function greedyIds(engine: Engine, golden: ArchGolden, endId: number): Promise<number[][]> {
-  const params: SamplingParams = { temperature: 0, request_output_len: golden.greedy[0]!.length, end_id: endId };
-  const runs = await Promise.all(golden.prompts.map((inputIds) => lastValueFrom(engine.submit({ inputIds, params }).pipe(toArray()))));
-  return runs.map((events) => events.map((e) => e.token));
-}
-
-/** The golden's beam cases through `engine`, all submitted together: each case's returned sequences (rank order) and scores. */
-async function beams(engine: Engine, golden: ArchGolden): Promise<BeamResult[]> {
-  return Promise.all(
-    golden.beam.map(async (c) => {
-      const params: SamplingParams = {
-        beam_width: c.num_beams,
-        num_return_sequences: c.num_return_sequences,
-        len_penalty: c.length_penalty,
-        early_stopping: c.early_stopping,
-        end_id: c.eos_token_id,
-        request_output_len: c.max_new_tokens,
-      };
-      const events = await lastValueFrom(engine.submit({ inputIds: c.prompt, params }).pipe(toArray()));
-      const result: BeamResult = { sequences: [], scores: [] };
-      for (const e of events) {
-        (result.sequences[e.sequence ?? 0] ??= []).push(e.token);
-        if (e.score !== undefined) result.scores[e.sequence ?? 0] = e.score;
-      }
-      return result;
-    }),
-  );
-}
 
 /** The largest |logit - golden| over every prompt's prefill and forced steps, through the runtime's session. */
 async function logitsDiff(built: string, golden: ArchGolden): Promise<number> {
@@ -99,14 +59,6 @@ async function logitsDiff(built: string, golden: ArchGolden): Promise<number> {
   }
 }
 
-/** An id none of the golden's greedy outputs holds: an end id that cannot stop them early. */
-function unusedId(golden: ArchGolden): number {
-  const used = new Set(golden.greedy.flat());
-  let id = 0;
-  while (used.has(id)) id++;
-  return id;
-}
-
 /** One family in one dtype: the build, then each check; errors recorded where they happen. */
 async function check(family: string, dtype: 'fp32' | 'fp16'): Promise<Record<string, unknown>> {
   const golden = JSON.parse(readFileSync(join(fixtures, family, 'golden.json'), 'utf8')) as ArchGolden;
@@ -128,7 +80,6 @@ async function check(family: string, dtype: 'fp32' | 'fp16'): Promise<Record<str
     }
   };
   row.logits_max_abs_diff = await attempt('logits', () => logitsDiff(built, golden));
-  const endId = unusedId(golden);
   const tf32 = dtype === 'fp32' && device === 'cuda' ? { cudaOptions: { use_tf32: 0 } } : {};
   const engines: Array<[string, () => Promise<Engine>]> = [
     ['native', () => NativeEngine.open(built, { provider: device, maxBatchSize: 8, cudaGraph: device === 'cuda', slotLength: 128, pagedCache: false, ...tf32 })],
@@ -139,13 +90,13 @@ async function check(family: string, dtype: 'fp32' | 'fp16'): Promise<Record<str
     const engine = await attempt(name, open);
     if (engine === undefined) continue;
     try {
-      const ids = await attempt(name, () => greedyIds(engine, golden, endId));
+      const ids = await attempt(name, () => engineGreedy(engine, golden));
       const reference = dtype === 'fp16' ? (hfGreedy?.[family]?.fp16 ?? golden.greedy) : golden.greedy;
       if (ids !== undefined) row[`${name}_greedy`] = agreement(ids, reference);
       if (ids !== undefined && reference !== golden.greedy) row[`${name}_greedy_vs_fp32`] = agreement(ids, golden.greedy);
       // Beam searches on the paged cache take the same beam code as the contiguous one: once is enough.
       if (name !== 'native_paged') {
-        const found = await attempt(`${name}_beam`, () => beams(engine, golden));
+        const found = await attempt(`${name}_beam`, () => Promise.all(golden.beam.map((c) => engineBeams(engine, c))));
         if (found !== undefined) row[`${name}_beam`] = beamAgreement(found, golden.beam);
       }
     } finally {
