@@ -60,6 +60,23 @@ function qwenWindow(config: ModelConfig, numLayers: number): DecoderSpec['slidin
   return { size, layers: Array.from({ length: numLayers }, (_, i) => i >= first) };
 }
 
+/**
+ * A Llama-layout decoder's weights around its `layers`: `model.embed_tokens`, `model.norm`, and
+ * `lm_head` unless `tie_word_embeddings` ties it to the embeddings.
+ */
+export function withLlamaEnds(checkpoint: Checkpoint, spec: DecoderSpec, layers: DecoderWeights['layers']): DecoderWeights {
+  const { vocabSize, hiddenSize: d } = spec;
+  const embedTokens = checkpoint.take('model.embed_tokens.weight', [vocabSize, d]);
+  const tied = bool(checkpoint.config, 'tie_word_embeddings', false);
+  if (tied) checkpoint.takeTiedCopy('lm_head.weight', embedTokens);
+  return {
+    embedTokens,
+    layers,
+    finalNorm: { weight: checkpoint.take('model.norm.weight', [d]) },
+    lmHead: tied ? undefined : checkpoint.take('lm_head.weight', [vocabSize, d]),
+  };
+}
+
 export const llama: DecoderArchitecture = {
   kind: 'decoder',
   modelTypes: ['llama', 'qwen2', 'qwen3'],
@@ -71,7 +88,7 @@ export const llama: DecoderArchitecture = {
   },
 
   weights(checkpoint: Checkpoint, spec: DecoderSpec): DecoderWeights {
-    const { hiddenSize: d, numHeads, numKvHeads, headDim, vocabSize } = spec;
+    const { hiddenSize: d, numHeads, numKvHeads, headDim } = spec;
     const intermediate = positiveInt(checkpoint.config, 'intermediate_size');
     const qkvBias = checkpoint.config.model_type === 'qwen2' || checkpoint.config.attention_bias === true;
     /** A [out, in] PyTorch Linear turned into MatMul layout, with its bias when the model has one. */
@@ -94,15 +111,7 @@ export const llama: DecoderArchitecture = {
         down: linear(`${p}.mlp.down_proj`, d, intermediate),
       };
     });
-    const embedTokens = checkpoint.take('model.embed_tokens.weight', [vocabSize, d]);
-    const tied = bool(checkpoint.config, 'tie_word_embeddings', false);
-    if (tied) checkpoint.takeTiedCopy('lm_head.weight', embedTokens);
-    return {
-      embedTokens,
-      layers,
-      finalNorm: { weight: checkpoint.take('model.norm.weight', [d]) },
-      lmHead: tied ? undefined : checkpoint.take('lm_head.weight', [vocabSize, d]),
-    };
+    return withLlamaEnds(checkpoint, spec, layers);
   },
 };
 

@@ -7,11 +7,11 @@
  */
 import { ChorusError, describe } from '../../errors.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint.ts';
-import { bool, positiveInt } from '../config-fields.ts';
+import { positiveInt } from '../config-fields.ts';
 import type { DecoderSpec, DecoderWeights, Linear } from '../decoder-spec.ts';
 import { transpose2d, type Tensor } from '../tensor.ts';
 import type { DecoderArchitecture } from './architecture.ts';
-import { llamaSpec } from './llama.ts';
+import { llamaSpec, withLlamaEnds } from './llama.ts';
 
 /** Rows [start, start + count) of a 2-D tensor, read from its source only when asked for. */
 function rows(tensor: Tensor, start: number, count: number): Tensor {
@@ -49,7 +49,7 @@ export const phi3: DecoderArchitecture = {
   },
 
   weights(checkpoint: Checkpoint, spec: DecoderSpec): DecoderWeights {
-    const { hiddenSize: d, numHeads, numKvHeads, headDim, vocabSize } = spec;
+    const { hiddenSize: d, numHeads, numKvHeads, headDim } = spec;
     const intermediate = positiveInt(checkpoint.config, 'intermediate_size');
     const matmul = (weight: Tensor): Linear => ({ weight: transpose2d(weight) });
     const layers = Array.from({ length: spec.numLayers }, (_, i) => {
@@ -68,14 +68,6 @@ export const phi3: DecoderArchitecture = {
         down: matmul(checkpoint.take(`${p}.mlp.down_proj.weight`, [d, intermediate])),
       };
     });
-    const embedTokens = checkpoint.take('model.embed_tokens.weight', [vocabSize, d]);
-    const tied = bool(checkpoint.config, 'tie_word_embeddings', false);
-    if (tied) checkpoint.takeTiedCopy('lm_head.weight', embedTokens);
-    return {
-      embedTokens,
-      layers,
-      finalNorm: { weight: checkpoint.take('model.norm.weight', [d]) },
-      lmHead: tied ? undefined : checkpoint.take('lm_head.weight', [vocabSize, d]),
-    };
+    return withLlamaEnds(checkpoint, spec, layers);
   },
 };
