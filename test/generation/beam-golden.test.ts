@@ -8,9 +8,9 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { lastValueFrom, toArray } from 'rxjs';
-import { OrtEngine, Seq2SeqEngine, type Engine, type TokenEvent } from '../../src/generation/index.ts';
+import { OrtEngine, Seq2SeqEngine, type Engine } from '../../src/generation/index.ts';
 import { BEAM_GOLDENS, type BeamCase } from '../../bench/gpu/beam/cases.ts';
+import { engineBeams } from '../helpers/arch-golden.ts';
 import { buildGolden, readGolden } from '../helpers/golden.ts';
 import { ROOT } from '../helpers/paths.ts';
 import { scratchDir } from '../helpers/scratch.ts';
@@ -22,26 +22,6 @@ interface BeamGolden {
 
 const root = scratchDir('chorus-beam-golden-');
 
-/** The returned sequences of one request, in rank order, with each one's score. */
-async function beams(engine: Engine, c: BeamCase): Promise<{ sequences: number[][]; scores: number[] }> {
-  const params = {
-    beam_width: c.num_beams,
-    num_return_sequences: c.num_return_sequences,
-    len_penalty: c.length_penalty,
-    early_stopping: c.early_stopping,
-    repetition_penalty: c.repetition_penalty,
-    end_id: c.eos_token_id,
-    request_output_len: c.max_new_tokens };
-  const events: TokenEvent[] = await lastValueFrom(engine.submit({ inputIds: c.prompt, params }).pipe(toArray()));
-  const sequences: number[][] = [];
-  const scores: number[] = [];
-  for (const e of events) {
-    (sequences[e.sequence!] ??= []).push(e.token);
-    if (e.score !== undefined) scores[e.sequence!] = e.score;
-  }
-  return { sequences, scores };
-}
-
 for (const name of BEAM_GOLDENS) {
   test(`${name}: beam search equals transformers' (sequences, order and scores)`, async () => {
     const golden = JSON.parse(readFileSync(join(ROOT, 'test/fixtures/golden', `${name}-beam.json`), 'utf8')) as BeamGolden;
@@ -49,7 +29,7 @@ for (const name of BEAM_GOLDENS) {
     const engine: Engine = golden.kind === 'seq2seq' ? await Seq2SeqEngine.open(dir) : await OrtEngine.open(dir);
     try {
       // All cases at once: beam groups share the batch with each other.
-      const outputs = await Promise.all(golden.cases.map((c) => beams(engine, c)));
+      const outputs = await Promise.all(golden.cases.map((c) => engineBeams(engine, c)));
       golden.cases.forEach((c, i) => {
         const label = `case ${i} (beams ${c.num_beams}, len_penalty ${c.length_penalty}, early_stopping ${String(c.early_stopping)})`;
         assert.deepEqual(outputs[i]!.sequences, c.sequences, label);

@@ -110,13 +110,20 @@ export async function assertEngineMatches(engine: Engine, golden: ArchGolden): P
   });
 }
 
-/** The returned sequences of one beam case, in rank order, with each one's score. */
-export async function engineBeams(engine: Engine, c: ArchBeamCase): Promise<{ sequences: number[][]; scores: number[] }> {
+/** A beam search as transformers' generate() takes it: an arch golden's case, or bench/gpu/beam's. */
+export type BeamRequest = Pick<ArchBeamCase, 'prompt' | 'num_beams' | 'num_return_sequences' | 'max_new_tokens' | 'length_penalty' | 'eos_token_id'> & {
+  early_stopping: boolean | 'never';
+  repetition_penalty?: number;
+};
+
+/** The returned sequences of one beam search, in rank order, with each one's score. */
+export async function engineBeams(engine: Engine, c: BeamRequest): Promise<{ sequences: number[][]; scores: number[] }> {
   const params = {
     beam_width: c.num_beams,
     num_return_sequences: c.num_return_sequences,
     len_penalty: c.length_penalty,
     early_stopping: c.early_stopping,
+    ...(c.repetition_penalty === undefined ? {} : { repetition_penalty: c.repetition_penalty }),
     end_id: c.eos_token_id,
     request_output_len: c.max_new_tokens,
   };
