@@ -507,7 +507,12 @@ function attend(
 /** Qwen3's RMSNorm of each head of `x` [batch, seq, heads * head_dim], over head_dim. */
 function normHeads(g: GraphBuilder, c: GraphContext, w: Norm, x: string, heads: number, name: string): string {
   const { headDim } = c.spec;
-  const normed = norm(g, c.spec, w, g.op('Reshape', [x, g.int64([0, 0, heads, headDim])]), name);
+  const perHead = g.op('Reshape', [x, g.int64([0, 0, heads, headDim])]);
+  // The cuda flavor takes it as ONNX Runtime's one kernel (float32 inside, rounded once), not seven.
+  const normed =
+    c.flavor === 'cuda'
+      ? g.op('SimplifiedLayerNormalization', [perHead, g.weight(`${name}.weight`, w.weight)], { axis: -1, epsilon: float(c.spec.normEps), stash_type: 1 })
+      : norm(g, c.spec, w, perHead, name);
   return g.op('Reshape', [normed, g.int64([0, 0, heads * headDim])]);
 }
 
@@ -536,12 +541,16 @@ function mlp(g: GraphBuilder, c: GraphContext, w: DecoderLayerWeights, index: nu
     }
   } else if (c.spec.mlp === 'gelu_tanh_gated') {
     const gateWeights = required(w.gate, `layer ${index} gate projection`);
-    const gate = g.addonLinear
-      ? linearWith(g, gateWeights, m, `${name}.gate`, 'gelu_tanh')
-      : c.flavor === 'cuda'
-        ? g.op('FastGelu', [linear(g, gateWeights, m, `${name}.gate`)], {}, { domain: MS })
-        : geluPytorchTanh(g, linear(g, gateWeights, m, `${name}.gate`));
-    inner = g.op('Mul', [gate, linear(g, w.up, m, `${name}.up`)]);
+    if (g.addonLinear && plainWeights(gateWeights) && plainWeights(w.up)) {
+      inner = gatedLinear(g, gateWeights, w.up, m, name, 'gelu_tanh');
+    } else {
+      const gate = g.addonLinear
+        ? linearWith(g, gateWeights, m, `${name}.gate`, 'gelu_tanh')
+        : c.flavor === 'cuda'
+          ? g.op('FastGelu', [linear(g, gateWeights, m, `${name}.gate`)], {}, { domain: MS })
+          : geluPytorchTanh(g, linear(g, gateWeights, m, `${name}.gate`));
+      inner = g.op('Mul', [gate, linear(g, w.up, m, `${name}.up`)]);
+    }
   } else if (g.addonLinear) {
     inner = linearWith(g, w.up, m, `${name}.up`, 'gelu_tanh');
   } else if (c.flavor === 'cuda') {
