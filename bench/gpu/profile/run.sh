@@ -10,7 +10,7 @@ WORK=${PROFILE_DIR:-/tmp/profile}
 OUT=${OUT:-$WORK/out}
 mkdir -p "$WORK" "$OUT"
 for spec in "$@"; do
-  tag=$(echo "$spec" | tr ' ' '-')
+  tag=$(echo "$spec" | tr ' /' '--')
   CUDA_INJECTION64_PATH=$PWD/build/profile/kernel-trace.so LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$PWD/build/profile CHORUS_KERNEL_TRACE=$WORK/$tag.csv \
     ORT_LOGGING_LEVEL=3 node --import tsx bench/gpu/profile/steps.ts "$WORK" $spec "$WORK/$tag.json" 2>&1 | grep -v onnxruntime
   node --import tsx bench/gpu/profile/summary.ts "$WORK/$tag.csv" "$WORK/$tag.json" "$OUT/profile-$tag.json"

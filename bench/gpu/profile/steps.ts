@@ -3,13 +3,14 @@
  * twice to warm up (graphs captured, ONNX Runtime's memory sized), then, after 500 ms with the GPU
  * idle, once more; the idle gap marks where the measured run starts in the trace.
  *   gpt2: GPT-2 124M fp16 (cuda flavor), prompt 128, 128 new tokens;
- *   t5-small, t5-base, bart-large: fp16, source 256, 64 new tokens, min_length 64 (no early stop).
+ *   t5-small, t5-base, bart-large: fp16, source 256, 64 new tokens, min_length 64 (no early stop);
+ *   a checkpoint folder (a path, decoder-only): built fp16 (bf16 with the flag bf16), as gpt2.
  * Engine flags: one-step (greedySteps 1), no-graph (cudaGraph off), invariant (batch-invariant);
  * streams: the requests streamed and arriving 2 ms apart (as the speed runs' concurrent streams).
  * Usage: node --import tsx bench/gpu/profile/steps.ts <work-dir> <model> <batch> [greedy|beam4] [flag...] <out.json>
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { lastValueFrom, toArray } from 'rxjs';
 import { NativeEngine, type SamplingParams } from '../../../src/generation/index.ts';
@@ -22,12 +23,14 @@ const out = args[args.length - 1]!;
 const flags = args.slice(3, -1);
 const batch = Number(batchArg);
 const beam = flags.includes('beam4');
-const seq2seq = model !== 'gpt2';
+const folder = model.includes('/');
+const seq2seq = model !== 'gpt2' && !folder;
+const dtype = flags.includes('bf16') ? 'bf16' : 'fp16';
 const NEW = seq2seq ? 64 : 128;
 const PROMPT = seq2seq ? 256 : 128;
 
-const checkpoint = join(work, `${model}-ckpt`);
-const dir = join(work, `${model}-fp16`);
+const checkpoint = folder ? model : join(work, `${model}-ckpt`);
+const dir = join(work, `${basename(model)}-${dtype}`);
 if (!existsSync(join(checkpoint, 'config.json'))) {
   if (seq2seq) {
     const spec = SEQ2SEQ_MODELS[model];
@@ -37,8 +40,9 @@ if (!existsSync(join(checkpoint, 'config.json'))) {
     makeCheckpoint({ arch: 'gpt2', size: 'real', seed: 1, out: checkpoint });
   }
 }
-if (!existsSync(join(dir, 'onnx', 'decoder_model_slots.onnx'))) buildModel({ source: checkpoint, out: dir, dtype: 'fp16', slotDecoder: true, ...(seq2seq ? {} : { flavor: 'cuda' as const }) });
-const eos = Number((JSON.parse(readFileSync(join(checkpoint, 'config.json'), 'utf8')) as { eos_token_id: number }).eos_token_id);
+if (!existsSync(join(dir, 'onnx', 'decoder_model_slots.onnx'))) buildModel({ source: checkpoint, out: dir, dtype, slotDecoder: true, ...(seq2seq ? {} : { flavor: 'cuda' as const }) });
+const eosField = (JSON.parse(readFileSync(join(checkpoint, 'config.json'), 'utf8')) as { eos_token_id: number | number[] }).eos_token_id;
+const eos = Number(Array.isArray(eosField) ? eosField[0] : eosField);
 const engine = await NativeEngine.open(dir, {
   provider: 'cuda',
   maxBatchSize: seq2seq ? 128 : 64,
@@ -48,7 +52,7 @@ const engine = await NativeEngine.open(dir, {
   batchInvariant: flags.includes('invariant'),
   greedySteps: flags.includes('one-step') ? 1 : 16,
 });
-const inputs = seq2seq ? seededRows(batch, PROMPT - 1, 30000).map((row) => [...row, eos]) : seededRows(batch, PROMPT, 50000);
+const inputs = seq2seq ? seededRows(batch, PROMPT - 1, 30000).map((row) => [...row, eos]) : seededRows(batch, PROMPT, folder ? 30000 : 50000);
 const params: SamplingParams = { ...(beam ? { beam_width: 4, temperature: 1 } : { temperature: 0 }), request_output_len: NEW, ...(seq2seq || beam ? { min_length: NEW } : {}) };
 const run = async (): Promise<number> => {
   const streams = flags.includes('streams');

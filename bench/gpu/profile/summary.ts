@@ -37,7 +37,7 @@ if (window.length === 0) throw new Error(`${tracePath} has no records`);
 function busy(spans: Span[]): { ns: number; graph: number; other: number; copy: number; idle: number } {
   if (spans.length === 0) return { ns: 0, graph: 0, other: 0, copy: 0, idle: 0 };
   const begin = spans[0]!.start;
-  const finish = Math.max(...spans.map((s) => s.end));
+  const finish = spans.reduce((most, s) => Math.max(most, s.end), -Infinity);
   const sums = { graph: 0, other: 0, copy: 0 };
   let reach = begin;
   for (const s of spans) {
