@@ -738,6 +738,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("cudaDevices", Napi::Function::New(env, CudaDevices));
   exports.Set("gpuMemory", Napi::Function::New(env, GpuMemory));
   exports.Set("runGraph", Napi::Function::New(env, RunGraph));
+  exports.Set("runGraphRanks", Napi::Function::New(env, RunGraphRanks));
 #ifdef CHORUS_WITH_CUDA
   exports.Set("cuda", Napi::Boolean::New(env, true));
 #else
