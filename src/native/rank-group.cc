@@ -19,7 +19,8 @@ RankGroup::RankGroup(std::unique_ptr<Communicator> comm, double timeoutMs)
     : comm_(std::move(comm)), timeoutMs_(timeoutMs), workers_(comm_->world() - 1), notes_(comm_->world()) {
   if (!(timeoutMs > 0)) throw std::invalid_argument("the tensor-parallel timeout must be positive");
   for (int r = 1; r < world(); r++) workers_[r - 1].thread = std::thread([this, r] { Serve(r); });
-  watchdog_ = std::thread([this] { Watch(); });
+  // CPU ranks' waits time out by themselves; a GPU rank's hang shows only as a stream that never ends.
+  if (comm_->onDevice()) watchdog_ = std::thread([this] { Watch(); });
 }
 
 RankGroup::~RankGroup() {
@@ -37,7 +38,7 @@ RankGroup::~RankGroup() {
       w.thread.detach();
     }
   }
-  watchdog_.join();
+  if (watchdog_.joinable()) watchdog_.join();
 }
 
 void RankGroup::Run(const std::function<void(int)>& work, bool watched) {

@@ -4,8 +4,8 @@
 //
 // Ranks never wait for each other forever: a rank that throws aborts the group (the others' waits in
 // a collective or at the step gate throw at once), a collective that waits past the timeout aborts it
-// (collective.h), and a watchdog aborts a run that makes no progress (no step note, no Beat()) for the
-// timeout. The caller gets one clear error; the communicator is reset for the next run.
+// (collective.h), and on GPUs a watchdog aborts a run that makes no progress (no step note, no Beat())
+// for the timeout. The caller gets one clear error; the communicator is reset for the next run.
 //
 // The step gate carries what only rank 0 decides to the others, in order: whether to stop after a
 // step (an Interrupt() comes to rank 0 only), and the sampler batch of each step of a run whose batch
