@@ -42,6 +42,15 @@ export interface SlotDecoderOptions {
   encoderModel?: string;
   /** Encoder-decoders: the most source tokens a slot's cross-attention cache holds. */
   sourceLength?: number;
+  /**
+   * Tensor parallelism: the models of ranks 1..N-1 (`model` is rank 0's). Every call runs on every rank
+   * at once: CPU ranks as threads of this process, CUDA ranks on their own GPUs (`rankDevices`) over NCCL.
+   */
+  rankModels?: string[];
+  /** CUDA: the device of each of ranks 1..N-1 (rank 0's is deviceId). */
+  rankDevices?: number[];
+  /** The most milliseconds a rank waits for the others before the group fails the call (default 120000). */
+  rankTimeoutMs?: number;
 }
 
 /**
@@ -229,6 +238,8 @@ export interface NativeSlotDecoder {
   readonly callMs: number;
   /** Why CUDA graphs were turned off (a decode step's capture failed; its steps run uncaptured since); empty while they are on. */
   readonly graphFailure: string;
+  /** Tensor parallelism: each rank's cache bytes, rank 0's first (one entry without ranks). */
+  readonly rankCacheBytes: number[];
 }
 
 /**

@@ -55,6 +55,59 @@ DeviceMemory DeviceMemoryOf(int device) {
 }
 
 SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options), env_(ORT_LOGGING_LEVEL_ERROR, "chorus-native") {
+  if (options.rankModels.empty()) {
+    Load();
+    return;
+  }
+  const int world = static_cast<int>(options.rankModels.size()) + 1;
+  std::vector<int> devices{options.deviceId};
+  if (options.cuda) {
+    if (options.rankDevices.size() != options.rankModels.size()) throw std::invalid_argument("rankDevices must name a CUDA device for each of ranks 1.." + std::to_string(world - 1));
+    devices.insert(devices.end(), options.rankDevices.begin(), options.rankDevices.end());
+    for (size_t i = 0; i < devices.size(); i++) {
+      for (size_t j = 0; j < i; j++) {
+        if (devices[i] == devices[j]) throw std::invalid_argument("ranks " + std::to_string(j) + " and " + std::to_string(i) + " are both on GPU " + std::to_string(devices[i]) + "; each rank needs a GPU of its own");
+      }
+    }
+  }
+  ranks_ = std::make_unique<Ranks>();
+  ranks_->group = std::make_unique<RankGroup>(options.cuda ? MakeNcclCommunicator(devices) : MakeCpuCommunicator(world, options.rankTimeoutMs), options.rankTimeoutMs);
+  group_ = ranks_->group.get();
+  ranks_->followers.resize(world - 1);
+  // Every rank loads at once, each on its own thread (and device).
+  group_->Run(
+      [&](int rank) {
+        if (rank == 0) return Load();
+        SlotDecoderOptions own = options;
+        own.model = options.rankModels[rank - 1];
+        own.deviceId = options.cuda ? options.rankDevices[rank - 1] : 0;
+        own.rankModels.clear();
+        own.rankDevices.clear();
+        auto follower = std::make_unique<SlotDecoder>(own);
+        follower->group_ = group_;
+        follower->rank_ = rank;
+        ranks_->followers[rank - 1] = std::move(follower);
+      },
+      false);
+  if (paged()) {
+    // Every rank's pool holds the blocks of the smallest plan, so that one block table serves them all.
+    int blocks = options_.blocks;
+    for (const auto& follower : ranks_->followers) blocks = std::min(blocks, follower->options_.blocks);
+    options_.blocks = blocks;
+    for (const auto& follower : ranks_->followers) follower->options_.blocks = blocks;
+  }
+}
+
+std::vector<size_t> SlotDecoder::rankCacheBytes() const {
+  std::vector<size_t> bytes{cacheBytes_};
+  if (ranks_) {
+    for (const auto& follower : ranks_->followers) bytes.push_back(follower->cacheBytes_);
+  }
+  return bytes;
+}
+
+void SlotDecoder::Load() {
+  const SlotDecoderOptions& options = options_;
   if (options.slots <= 0 || options.maxLength <= 0 || options.layers <= 0 || options.kvHeads <= 0 || options.headDim <= 0 || options.vocab <= 0) {
     throw std::invalid_argument("slots, maxLength, layers, kvHeads, headDim and vocab must be positive");
   }
@@ -182,7 +235,19 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
 }
 
 SlotDecoder::~SlotDecoder() {
+  if (ranks_) {
+    // Each follower closes on its own thread; where a rank is stuck (the group broken) they are left.
+    try {
+      ranks_->group->Run([this](int rank) {
+        if (rank > 0) ranks_->followers[rank - 1].reset();
+      }, false);
+    } catch (const std::exception&) {
+      for (auto& follower : ranks_->followers) follower.release();
+    }
+    ranks_.reset();
+  }
 #ifdef CHORUS_WITH_CUDA
+  if (options_.cuda) cudaSetDevice(options_.deviceId);
   // A greedy run may have left a step queued behind its last one read.
   if (stream_ != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
 #endif
@@ -253,6 +318,7 @@ void SlotDecoder::PlanBlocks(const DeviceMemory& before) {
 }
 
 void SlotDecoder::SetBlockTable(const std::vector<int32_t>& table) {
+  if (Fans()) return OnRanks([&](SlotDecoder& d) { d.SetBlockTable(table); });
   if (!paged()) throw std::logic_error("setBlockTable is for a paged cache");
   if (table.size() != blockTable_.size()) throw std::invalid_argument("the block table holds slots x blocksPerRow = " + std::to_string(blockTable_.size()) + " ids, not " + std::to_string(table.size()));
   for (int32_t block : table) {
@@ -274,6 +340,7 @@ void SlotDecoder::StageBlockTable() {
 }
 
 void SlotDecoder::CopyBlocks(const std::vector<int32_t>& src, const std::vector<int32_t>& dst) {
+  if (Fans()) return OnRanks([&](SlotDecoder& d) { d.CopyBlocks(src, dst); });
   Timed timed(callMs_);
   UseDevice();
   if (!paged()) throw std::logic_error("copyBlocks is for a paged cache");
@@ -358,6 +425,7 @@ void SlotDecoder::ToHost(void* dst, const void* src, size_t bytes) {
 }
 
 StepResult SlotDecoder::Prefill(int slot, const std::vector<int64_t>& ids, const std::vector<int32_t>& logitRows, const SampleBatch& sample, int prompts) {
+  if (Fans()) return OnRanks([&](SlotDecoder& d) { return d.Prefill(slot, ids, logitRows, sample, prompts); });
   Timed timed(callMs_);
   UseDevice();
   if (seq2seq()) throw std::logic_error("an encoder-decoder starts a request with encode(), then decodes from its start token");
@@ -374,6 +442,7 @@ StepResult SlotDecoder::Prefill(int slot, const std::vector<int64_t>& ids, const
 }
 
 void SlotDecoder::Encode(int firstSlot, const std::vector<int64_t>& ids, int width, const std::vector<int32_t>& lengths) {
+  if (Fans()) return OnRanks([&](SlotDecoder& d) { d.Encode(firstSlot, ids, width, lengths); });
   Timed timed(callMs_);
   UseDevice();
   if (!seq2seq()) throw std::logic_error("encode() is for encoder-decoders");
@@ -431,6 +500,7 @@ void SlotDecoder::CheckRows(const std::vector<int64_t>& tokens, const std::vecto
 
 StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows,
                                const SampleBatch& sample, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& banned) {
+  if (Fans()) return OnRanks([&](SlotDecoder& d) { return d.Decode(tokens, positions, logitRows, sample, sourceLengths, banned); });
   Timed timed(callMs_);
   UseDevice();
   CheckRows(tokens, positions, sourceLengths, 1);
@@ -449,6 +519,9 @@ StepResult SlotDecoder::Step(const std::vector<int64_t>& tokens, const std::vect
 
 GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int64_t> positions, const std::vector<int32_t>& remaining, int endId, int maxSteps,
                                     const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft, const StepIds& onStep) {
+  if (Fans()) {
+    return OnRanks([&](SlotDecoder& d) { return d.DecodeGreedy(tokens, positions, remaining, endId, maxSteps, sourceLengths, minLeft, d.rank_ == 0 ? onStep : nullptr); });
+  }
   const size_t rows = tokens.size();
   if (remaining.size() != rows) throw std::invalid_argument("decodeGreedy takes each row's remaining tokens");
   if (!minLeft.empty() && minLeft.size() != rows) throw std::invalid_argument("decodeGreedy takes each row's steps under min_length, or none");
@@ -479,13 +552,14 @@ GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int
       tokens[r] = result.argmax[r];
       positions[r]++;
     }
-    if (!going || interrupt_.exchange(false)) break;
+    if (!going || AgreedStop()) break;
   }
   return run;
 }
 
 BeamRun SlotDecoder::DecodeBeams(std::vector<int64_t> tokens, std::vector<int64_t> positions, std::vector<BeamGroup> groups, int maxSteps,
                                  const std::vector<int32_t>& sourceLengths, const StepBeams& onStep) {
+  if (Fans()) return OnRanks([&](SlotDecoder& d) { return d.DecodeBeams(tokens, positions, groups, maxSteps, sourceLengths, d.rank_ == 0 ? onStep : nullptr); });
   Timed timed(callMs_);
   UseDevice();
   if (maxSteps < 1) throw std::out_of_range("decodeBeams takes at least one step");
@@ -549,7 +623,7 @@ BeamRun SlotDecoder::DecodeBeams(std::vector<int64_t> tokens, std::vector<int64_
       tokens[r] = next[r];
       positions[r]++;
     }
-    if (finished || interrupt_.exchange(false)) break;
+    if (finished || AgreedStop()) break;
   }
 #ifdef CHORUS_WITH_CUDA
   // The last step's moves are done before its caller reads or steps the slots again.
@@ -684,6 +758,15 @@ void SlotDecoder::BindStep(Ort::IoBinding& io, std::vector<Ort::Value>& values, 
   const size_t rowBytes = static_cast<size_t>(options_.vocab) * elementBytes_;
   values.push_back(Ort::Value::CreateTensor(memory_, logits_, rowBytes * rows, logitsShape, 3, floatType));
   io.BindOutput("logits", values.back());
+}
+
+bool SlotDecoder::AgreedStop() {
+  if (group_ == nullptr) return interrupt_.exchange(false);
+  if (rank_ > 0) return group_->Receive(rank_, StepNote::kStop).stop;
+  StepNote note;
+  note.stop = interrupt_.exchange(false);
+  group_->Publish(note);
+  return note.stop;
 }
 
 void SlotDecoder::UseDevice() {
@@ -865,7 +948,7 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
     }
     // A step queued after the rows' last runs on unread (the next call stages its inputs anew).
     if (!going || !more) break;
-    if (interrupt_.exchange(false)) stopping = true;
+    if (AgreedStop()) stopping = true;
   }
   return run;
 }
@@ -902,6 +985,7 @@ void SlotDecoder::Sample(const SampleBatch& sample, StepResult& result) {
 
 void SlotDecoder::CopySlots(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths,
                             const std::vector<int32_t>& sourceLengths) {
+  if (Fans()) return OnRanks([&](SlotDecoder& d) { d.CopySlots(src, dst, lengths, sourceLengths); });
   Timed timed(callMs_);
   UseDevice();
   QueueCopies(src, dst, lengths, sourceLengths);
