@@ -1,31 +1,20 @@
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { buildModel, makeCheckpoint, readSafetensors, writeSafetensors, type BuildDtype, type CheckpointArch } from '../../src/modelbuild/index.ts';
-import { rowsOf } from '../../src/modelbuild/tensor-slice.ts';
+import { buildModel, type BuildDtype, type CheckpointArch } from '../../src/modelbuild/index.ts';
 import { builtWeights } from '../helpers/onnx-weights.ts';
-import { columnBlock, concat, firstRows, graphOf, intAttribute, rankModel, type Weight, type Weights } from '../helpers/tensor-parallel.ts';
+import { columnBlock, concat, firstRows, graphOf, intAttribute, rankModel, tinyCheckpoint, type Weight, type Weights } from '../helpers/tensor-parallel.ts';
 import { scratchDir } from '../helpers/scratch.ts';
+import { writeWindowCheckpoint } from '../helpers/window-checkpoint.ts';
 
 const root = scratchDir('chorus-tp-');
 const SLOTS = 'decoder_model_slots.onnx';
 const PAGED = 'decoder_model_paged.onnx';
 
-/** A tiny checkpoint of `arch`, its vocabulary cut to `vocab` rows when given (GPT-2's odd 50257 in small). */
 function checkpoint(arch: CheckpointArch, name: string, vocab?: number): string {
-  const dir = join(root, name);
-  const config = makeCheckpoint({ arch, size: 'tiny', seed: 7, out: dir });
-  if (vocab === undefined) return dir;
-  const file = join(dir, 'model.safetensors');
-  const tensors = readSafetensors(file);
-  for (const [key, tensor] of tensors) if (/(wte|embed_tokens|lm_head)\.weight$/.test(key)) tensors.set(key, { dims: [vocab, tensor.dims[1]!], data: rowsOf(tensor, { start: 0, count: vocab }).data });
-  writeSafetensors(file, tensors);
-  const ids = arch === 'gpt2' ? { bos_token_id: vocab - 1, eos_token_id: vocab - 1 } : {};
-  writeFileSync(join(dir, 'config.json'), `${JSON.stringify({ ...config, ...ids, vocab_size: vocab }, null, 2)}\n`);
-  return dir;
+  return tinyCheckpoint(arch, join(root, name), vocab);
 }
-
 
 /** Builds `source` with the slot decoder (cuda flavor) split in `n`. */
 function build(source: string, name: string, n: number, dtype: BuildDtype = 'fp32'): string {
@@ -163,4 +152,23 @@ test('GPT-2 with an odd vocabulary split in 2 (fp16): c_attn by heads, biases of
       assert.ok(nodes.some((x) => x.opType === 'Slice' && x.input![0] === nodes.find((y) => y.opType === 'AllGather')!.output![0]));
     }
   }
+});
+
+test('splits the shape or the build does not allow are refused by name', () => {
+  const llama = checkpoint('llama', 'refuse-llama');
+  const refused = (options: Partial<Parameters<typeof buildModel>[0]>, source: string, message: RegExp): void => {
+    assert.throws(() => buildModel({ source, out: join(root, 'refused'), flavor: 'cuda', slotDecoder: true, ...options }), message);
+  };
+  refused({ tensorParallel: 3 }, llama, /tensor_parallel 3 must divide num_heads 8/);
+  refused({ tensorParallel: 8 }, llama, /tensor_parallel 8 must divide the intermediate size 172/);
+  refused({ tensorParallel: 0 }, llama, /tensor_parallel must be an integer >= 1, got 0/);
+  refused({ tensorParallel: 2, weights: 'int8' }, llama, /tensor_parallel 2 takes float weights/);
+  refused({ tensorParallel: 2, slotDecoder: false }, llama, /tensor_parallel 2 writes the slot and paged decoders/);
+  refused({ tensorParallel: 2, greedySearch: true }, llama, /tensor_parallel 2 has no GreedySearch model/);
+  // 6 q heads in 3 groups of 2: a rank's 3 q heads would read parts of two groups.
+  const mistral = join(root, 'refuse-mistral');
+  writeWindowCheckpoint('mistral', 1, mistral, { num_attention_heads: 6, num_key_value_heads: 3 });
+  refused({ tensorParallel: 2 }, mistral, /tensor_parallel 2 does not split num_key_value_heads 3/);
+  const t5 = checkpoint('t5', 'refuse-t5');
+  refused({ tensorParallel: 2, flavor: 'portable' }, t5, /tensor_parallel 2 covers decoder-only models .*t5 is an encoder-decoder/);
 });
