@@ -57,7 +57,10 @@ void RankGroup::Run(const std::function<void(int)>& work, bool watched) {
     }
     running_ = watched;
   }
-  if (!comm_->aborted().empty()) comm_->Reset();
+  if (!comm_->aborted().empty()) {
+    comm_->Reset();
+    epoch_++;
+  }
   Beat();
   wake_.notify_all();
   try {
@@ -92,7 +95,10 @@ void RankGroup::Run(const std::function<void(int)>& work, bool watched) {
   const bool broken = !broken_.empty();
   lock.unlock();
   if (failure == nullptr) return;
-  if (!broken) comm_->Reset();
+  if (!broken) {
+    comm_->Reset();
+    epoch_++;
+  }
   if (rank <= 0) std::rethrow_exception(failure);
   throw std::runtime_error("tensor-parallel rank " + std::to_string(rank) + " failed: " + message);
 }

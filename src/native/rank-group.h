@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -56,6 +57,9 @@ class RankGroup {
   StepNote Receive(int rank, StepNote::Kind kind);
   // A mark of progress for the watchdog (a step done).
   void Beat() { lastBeat_.store(Now()); }
+  // Counts the communicator's resets: CUDA graphs captured before one hold the aborted communicator's
+  // kernels and must be captured again.
+  uint64_t epoch() const { return epoch_.load(); }
 
  private:
   struct Worker {
@@ -89,6 +93,7 @@ class RankGroup {
   // Why the run under way was aborted (every wait throws it); empty while it goes on.
   std::string abortReason_;
   std::atomic<int64_t> lastBeat_{0};
+  std::atomic<uint64_t> epoch_{0};
   std::thread watchdog_;
 };
 

@@ -857,6 +857,18 @@ void SlotDecoder::LaunchGraph(int rows, void* const* events) {
     Check(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
     return;
   }
+  if (group_ != nullptr) {
+    // A captured step launches the collectives without asking the communicator: an aborted group's
+    // would run on its destroyed communicators.
+    const std::string aborted = group_->comm().aborted();
+    if (!aborted.empty()) throw std::runtime_error(aborted);
+  }
+  if (group_ != nullptr && graphEpoch_ != group_->epoch()) {
+    // The group was aborted and its communicator made anew since these graphs were captured.
+    for (auto& [captured, graph] : graphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+    graphs_.clear();
+    graphEpoch_ = group_->epoch();
+  }
   auto found = graphs_.find(rows);
   if (found == graphs_.end()) {
     // The step is bound at the graphs' device buffers, its attention sized to the whole slot (each

@@ -333,6 +333,8 @@ class SlotDecoder {
   int32_t* sourceLengthsDevice_ = nullptr;
   int32_t* minLeftDevice_ = nullptr;
   std::map<int, void*> graphs_;
+  // Tensor parallelism: the group's epoch the graphs were captured in (rank-group.h).
+  uint64_t graphEpoch_ = 0;
   std::string graphFailure_;
   int32_t* hostIds_ = nullptr;
   // DecodeChosen with CUDA graphs: two steps' sampler choices and sampler batches in pinned memory, and
