@@ -1,7 +1,8 @@
-// The NCCL communicator: libnccl.so.2 (the host's CUDA user-space packages) loaded at run time, the
-// handful of its declarations this file needs written out here (nccl.h: ncclUniqueId is 128 bytes;
-// float16 = 6, float32 = 7, bfloat16 = 9; ncclSum = 0), a communicator per rank made at once by
-// ncclCommInitAll, and each collective queued on the rank's own stream.
+// The NCCL communicator: libnccl.so.2 (the host's CUDA user-space packages, or CHORUS_NCCL_LIBRARY)
+// loaded at run time, the handful of its declarations this file needs written out here (nccl.h:
+// float16 = 6, float32 = 7, bfloat16 = 9; ncclSum = 0; ncclSuccess = 0), a communicator per rank made
+// at once by ncclCommInitAll, and each collective queued on the rank's own stream.
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -42,11 +43,16 @@ const Nccl& LoadNccl() {
   static Nccl nccl{};
   static std::string failure;
   std::call_once(once, [] {
-    void* library = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    // CHORUS_NCCL_LIBRARY names the library's file where the loader's paths do not hold it (pip's
+    // nvidia-nccl-cu12 keeps it in site-packages/nvidia/nccl/lib).
+    const char* named = std::getenv("CHORUS_NCCL_LIBRARY");
+    const std::string file = named != nullptr && *named != '\0' ? named : "libnccl.so.2";
+    void* library = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (library == nullptr) {
       const char* why = dlerror();
-      failure = "tensor parallelism on CUDA needs NCCL, and libnccl.so.2 could not be loaded (" + std::string(why != nullptr ? why : "not found") +
-                "): install the host's NCCL runtime (apt-get install libnccl2, or pip's nvidia-nccl-cu12 with its lib folder on LD_LIBRARY_PATH)";
+      failure = "tensor parallelism on CUDA needs NCCL, and " + file + " could not be loaded (" + std::string(why != nullptr ? why : "not found") +
+                "): install the host's NCCL runtime (apt-get install libnccl2), or set CHORUS_NCCL_LIBRARY to the path of libnccl.so.2 (pip's nvidia-nccl-cu12 has it "
+                "under site-packages/nvidia/nccl/lib)";
       return;
     }
     auto bind = [&](auto& field, const char* name) {

@@ -72,24 +72,33 @@ for (const arch of ['llama', 'gpt2'] as const) {
   });
 }
 
+/** Options of rank 0 of the tiny Llama split in two (its build from the suites above), 2 slots of 16. */
+function splitDecoder(): SlotDecoderOptions {
+  const dir = join(root, 'llama-tp2');
+  const spec = buildSpec<{ numLayers: number; numKvHeads: number; headDim: number; vocabSize: number }>(dir);
+  const rank = (r: number) => join(dir, 'onnx', 'tp2', `rank${r}`, 'decoder_model_slots.onnx');
+  return { model: rank(0), rankModels: [rank(1)], provider: 'cpu', slots: 2, maxLength: 16, layers: spec.numLayers, kvHeads: spec.numKvHeads % 2 === 0 ? spec.numKvHeads / 2 : 1, headDim: spec.headDim, vocab: spec.vocabSize, dtype: 'fp32' };
+}
+
+describe('an interrupt of a split decoder', { skip }, () => {
+  test('stops every rank after the same step: the next run\'s collectives meet', async () => {
+    // A rank that ran on alone would wait in a collective the others skip, and the group would time out.
+    const decoder = new addon!.SlotDecoder({ ...splitDecoder(), rankTimeoutMs: 5000 });
+    await decoder.load();
+    const first = await decoder.prefill(0, Int32Array.from([5, 6, 7]), new Int32Array(0));
+    decoder.interrupt();
+    assert.equal((await decoder.decodeGreedy(first.argmax, Int32Array.from([3]), Int32Array.from([10]), -1, 10)).steps, 1);
+    await decoder.prefill(0, Int32Array.from([5, 6, 7]), new Int32Array(0));
+    const run = await decoder.decodeGreedy(first.argmax, Int32Array.from([3]), Int32Array.from([10]), -1, 10);
+    assert.equal(run.steps, 10);
+    decoder.close();
+  });
+});
+
 describe('a rank that fails', { skip }, () => {
   test('fails the call on every rank at once (rank 0 waits no timeout for it), with the rank named, and the decoder closes', async () => {
-    const dir = join(root, 'llama-tp2');
-    const spec = buildSpec<{ numLayers: number; numKvHeads: number; headDim: number; vocabSize: number }>(dir);
-    const options: SlotDecoderOptions = {
-      model: join(dir, 'onnx', 'tp2', 'rank0', 'decoder_model_slots.onnx'),
-      provider: 'cpu',
-      slots: 2,
-      maxLength: 16,
-      layers: spec.numLayers,
-      kvHeads: spec.numKvHeads % 2 === 0 ? spec.numKvHeads / 2 : 1,
-      headDim: spec.headDim,
-      vocab: spec.vocabSize,
-      dtype: 'fp32',
-      // Rank 1 runs the unsplit decoder, whose cache is not a rank's: it fails its first step.
-      rankModels: [join(root, 'llama-tp1', 'onnx', 'decoder_model_slots.onnx')],
-      rankTimeoutMs: 600000,
-    };
+    // Rank 1 runs the unsplit decoder, whose cache is not a rank's: it fails its first step.
+    const options: SlotDecoderOptions = { ...splitDecoder(), rankModels: [join(root, 'llama-tp1', 'onnx', 'decoder_model_slots.onnx')], rankTimeoutMs: 600000 };
     const decoder = new addon!.SlotDecoder(options);
     await decoder.load();
     for (let call = 0; call < 2; call++) await assert.rejects(decoder.prefill(0, Int32Array.from([5, 6, 7]), new Int32Array(0)), /^Error: tensor-parallel rank 1 failed: /);
