@@ -110,15 +110,16 @@ const cases = [
   { arch: 'qwen2', n: 4, kv: 1, note: 'fewer KV heads than ranks, replicated; q/k/v biases' },
   { arch: 'phi3', n: 2, kv: 1, note: 'fused qkv and gate_up' },
   { arch: 'qwen3', n: 2, kv: 1, note: 'per-head q/k norms replicated' },
-] as const;
+  { arch: 'gemma2', n: 2, kv: 1, note: 'bf16, four norms a layer, tied head', dtype: 'bf16' },
+] as Array<{ arch: CheckpointArch; n: number; kv: number; note: string; dtype?: BuildDtype }>;
 
 for (const c of cases) {
   test(`tiny ${c.arch} split in ${c.n} (${c.note}): each rank's decoders carry the collectives, and the shards put together are the weights`, () => {
     const source = checkpoint(c.arch, `${c.arch}-${c.n}`);
     const config = JSON.parse(readFileSync(join(source, 'config.json'), 'utf8')) as Record<string, number>;
     const one = join(root, `${c.arch}-${c.n}-tp1`);
-    buildModel({ source, out: one, flavor: 'cuda', slotDecoder: true });
-    const dir = build(source, `${c.arch}-${c.n}-tp`, c.n);
+    buildModel({ source, out: one, dtype: c.dtype ?? 'fp32', flavor: 'cuda', slotDecoder: true });
+    const dir = build(source, `${c.arch}-${c.n}-tp`, c.n, c.dtype);
     const heads = config.num_attention_heads!;
     const kvHeads = config.num_key_value_heads!;
     const headDim = config.head_dim ?? config.hidden_size! / heads;
