@@ -897,6 +897,12 @@ void SlotDecoder::LaunchGraph(int rows, void* const* events) {
       return;
     }
     found = graphs_.emplace(rows, exec).first;
+    if (group_ != nullptr) {
+      // A rank of a group lets the plain run stand as the step, as where a capture fails: each rank
+      // then runs the step's collectives once, whether its own capture succeeded or not.
+      Check(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
+      return;
+    }
   }
   Check(cudaEventRecord(static_cast<cudaEvent_t>(events[0]), stream), "cudaEventRecord");
   Check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(found->second), stream), "cudaGraphLaunch");

@@ -47,7 +47,8 @@ export function rankLayout(dir: string, n: number, built: number, kv: { numHeads
     if (!existsSync(file)) throw new ChorusError('CHORUS_FILE_MISSING', `tensor_parallel ${n}: rank ${r}'s decoder ${file} is missing; build the model again`, { param: 'tensor_parallel' });
   }
   const devices = cuda?.devices ?? [];
-  if (cuda !== undefined) {
+  // One rank: the decoder itself says when its GPU is missing.
+  if (cuda !== undefined && n > 1) {
     if (devices.length !== n) throw new ChorusError('CHORUS_CONFIG_INVALID', `tensor_parallel ${n} runs each instance on ${n} GPUs, and this one was given ${devices.length} (${devices.join(', ')})`, { param: 'instance_group' });
     devices.forEach((gpu, r) => {
       if (gpu >= cuda.count) {
