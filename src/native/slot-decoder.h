@@ -201,6 +201,10 @@ class SlotDecoder {
   };
   // Makes the session, the cache and the buffers (the constructor's work, on the rank's own thread).
   void Load();
+  // Tensor parallelism (slot-decoder-ranks.cc): the group, every rank loaded at once (this one too),
+  // and at the end every other rank closed on its own thread.
+  void LoadRanks();
+  void CloseRanks();
   // Rank 0 at the start of a public call: whether the call is to run on every rank (OnRanks).
   bool Fans() const { return ranks_ != nullptr && !fanned_; }
   // Runs call(d) for every rank's decoder d at once (rank 0's on this thread), each with its own
