@@ -106,3 +106,13 @@ describe('a failing or missing rank ends the group with a clear error', { skip }
     assert.equal(results.length, 2);
   });
 });
+
+describe('CUDA ranks', { skip }, () => {
+  test('without NCCL are refused, naming the library and how to point at it', () => {
+    // Where the library is not: the loader reads the variable when CUDA ranks first need NCCL.
+    process.env.CHORUS_NCCL_LIBRARY = join(root, 'libnccl.so.2');
+    const inputs = [0, 1].map((r) => [tensor(values(4, r, 'float32'), 1, 'float32')]);
+    const expected = addon!.cuda ? /tensor parallelism on CUDA needs NCCL, and .*libnccl\.so\.2 could not be loaded \(.*\): install .* or set CHORUS_NCCL_LIBRARY/ : /needs a build of the native engine with CUDA/;
+    assert.throws(() => addon!.runGraphRanks({ model: model('float32', 2), provider: 'cuda', dtype: 'fp32' }, inputs), expected);
+  });
+});
