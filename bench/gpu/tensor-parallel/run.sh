@@ -10,6 +10,8 @@ cd "$(dirname "$0")/../../.."
 OUT=${OUT:-/tmp/tp-out}
 mkdir -p "$OUT"
 export ORT_LOGGING_LEVEL=3
+# NVLink multicast (NVLS) stays off unless asked for: these runs measure the plain NCCL paths.
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 if [ -z "${CHORUS_NCCL_LIBRARY:-}" ] && ! ldconfig -p | grep -q 'libnccl.so.2 '; then
   lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null || true)
   if [ -n "$lib" ] && [ -f "$lib" ]; then export CHORUS_NCCL_LIBRARY=$lib; fi
