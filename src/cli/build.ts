@@ -16,12 +16,14 @@ export function registerBuild(program: Command): void {
     .option('--output-attentions', 'encoders: also output each layer\'s attention probabilities (attentions.N)')
     .option('--greedy-search', 'decoder-only: also write onnx/decoder_model_greedy.onnx, the whole greedy decode loop in one ONNX Runtime GreedySearch operator')
     .option('--slot-decoder', 'also write onnx/decoder_model_slots.onnx (and an encoder-decoder\'s onnx/encoder_model_slots.onnx), the models the native engine runs over a cache kept on the device; decoder-only models need --flavor cuda')
+    .option('--tensor-parallel <n>', 'decoder-only, with --slot-decoder: split the model over n GPUs (Megatron-style), each rank\'s decoders in onnx/tp<n>/rank<r>/ (default 1)')
     .option('--tokenizer <file>', 'llama2.c sources: the tokenizer.bin (default: found beside the model)')
     .addOption(new Option('--weights <weights>', 'decoder-only: the projections as the checkpoint stores them (float, or GPTQ / AWQ 4-bit), or quantized to int8 (per output channel) or int4 (groups); --dtype stays the activations\' type').choices(['checkpoint', 'int8', 'int4']).default('checkpoint'))
     .option('--group-size <n>', 'int4: values per scale, 16, 32, 64, 128 or 256 (default 128; smaller for small models)')
     .addOption(new Option('--lm-head <weights>', 'int8 / int4: quantize the LM head too, or keep it float (default: quantized for int8, float for int4)').choices(['quantized', 'float']))
-    .action((source: string, options: { out: string; dtype: BuildDtype; flavor: 'portable' | 'cuda'; task: 'generate' | 'encode'; outputAttentions?: boolean; greedySearch?: boolean; slotDecoder?: boolean; tokenizer?: string; weights: WeightsMode; groupSize?: string; lmHead?: 'quantized' | 'float' }) => {
+    .action((source: string, options: { out: string; dtype: BuildDtype; flavor: 'portable' | 'cuda'; task: 'generate' | 'encode'; outputAttentions?: boolean; greedySearch?: boolean; slotDecoder?: boolean; tokenizer?: string; tensorParallel?: string; weights: WeightsMode; groupSize?: string; lmHead?: 'quantized' | 'float' }) => {
       if (options.groupSize !== undefined && !/^\d+$/.test(options.groupSize)) throw invalidArgument('--group-size', '16, 32, 64, 128 or 256', options.groupSize);
+      if (options.tensorParallel !== undefined && !/^[1-9]\d*$/.test(options.tensorParallel)) throw invalidArgument('--tensor-parallel', 'an integer >= 1', options.tensorParallel);
       const bar = new cliProgress.SingleBar(
         { format: 'build [{bar}] {percentage}% {written} {stage}', noTTYOutput: false, stream: process.stderr, clearOnComplete: false },
         cliProgress.Presets.shades_classic,
@@ -41,6 +43,7 @@ export function registerBuild(program: Command): void {
           tokenizer: options.tokenizer,
           weights: options.weights,
           ...(options.groupSize === undefined ? {} : { groupSize: Number(options.groupSize) }),
+          ...(options.tensorParallel === undefined ? {} : { tensorParallel: Number(options.tensorParallel) }),
           ...(options.lmHead === undefined ? {} : { quantizeHead: options.lmHead === 'quantized' }),
           onProgress: (stage: BuildStage) => bar.update({ stage }),
           onWeights: (done, total) => {
@@ -58,7 +61,8 @@ export function registerBuild(program: Command): void {
           ? `${spec.numLayers} layers, hidden ${spec.hiddenSize}, ${spec.numHeads} heads (${spec.numKvHeads} kv)`
           : `${spec.encoderLayers}+${spec.decoderLayers} layers, d_model ${spec.dModel}, ${spec.numHeads} heads`;
       const { seconds, weightBytes, peakRssBytes } = result.stats;
-      process.stdout.write(`built ${options.out}: ${shape}, vocab ${spec.vocabSize}, ${options.dtype}\n`);
+      const split = options.tensorParallel === undefined || options.tensorParallel === '1' ? '' : `, tensor parallel ${options.tensorParallel}`;
+      process.stdout.write(`built ${options.out}: ${shape}, vocab ${spec.vocabSize}, ${options.dtype}${split}\n`);
       if (result.quantization !== undefined) process.stdout.write(`  ${quantSummaryText(result.quantization, options.dtype)}\n`);
       process.stdout.write(`  ${bytesText(weightBytes)} of weights in ${seconds} s, peak RSS ${bytesText(peakRssBytes)}\n${result.files.map((file) => `  ${file}\n`).join('')}`);
     });

@@ -5,7 +5,7 @@ import type { Command } from 'commander';
 import { ChorusError, invalidArgument } from '../errors.ts';
 import { OrtEngine, Seq2SeqEngine, type Engine, type SamplingParams } from '../generation/index.ts';
 import type { TextRequest } from '../pipeline/index.ts';
-import { builtModelDirectory } from '../repository/index.ts';
+import { builtModelDirectory, tensorParallelBuild } from '../repository/index.ts';
 import { openTokenizerPath, StreamDecoder, type Tokenizer } from '../tokenizers/index.ts';
 import { openService, withRepositoryOptions, type RepositoryOptions } from './repository-options.ts';
 import { resolveTokenizer } from './tokenize.ts';
@@ -129,6 +129,10 @@ async function printGeneration(engine: Engine, tokenizer: Tokenizer, inputIds: n
 /** A built model directory for `path`: itself when built, else a build cached by the source's identity. */
 async function modelDirectory(path: string): Promise<string> {
   const dir = await builtModelDirectory(path, {}, (line) => process.stderr.write(`${line}\n`), '--model');
+  const split = tensorParallelBuild(dir);
+  if (split !== undefined) {
+    throw new ChorusError('CHORUS_UNSUPPORTED', `${path} is built split over ${split} GPUs (tensor_parallel ${split}): generate through a pipeline whose model definition has tensor_parallel: ${split}`, { param: 'model' });
+  }
   if (!existsSync(join(dir, 'onnx', 'decoder_model_merged.onnx'))) throw new ChorusError('CHORUS_UNSUPPORTED', `${path} holds an encoder alone (built with task encode): nothing to generate with`, { param: 'model' });
   return dir;
 }

@@ -338,8 +338,10 @@ export class ModelStore {
         tokenizer,
         flavor,
         outputAttentions: task === 'encode' && value.output_attentions === true,
-        greedySearch: decoderOnly && greedySearchWanted(value),
+        // A split model runs on the native engine only: no GreedySearch model.
+        greedySearch: decoderOnly && (value.tensor_parallel ?? 1) === 1 && greedySearchWanted(value),
         slotDecoder: decoderOnly && nativeRequested(value) && flavor === 'cuda',
+        ...(value.tensor_parallel === undefined ? {} : { tensorParallel: value.tensor_parallel }),
       };
     };
     const built = async (): Promise<string> => {

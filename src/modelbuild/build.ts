@@ -16,7 +16,7 @@ import { buildDecoderGraph, buildGreedySearchGraph, buildPagedDecoderGraph, buil
 import { ExternalDataFile } from './external-data.ts';
 import { FLOAT_WIDTH, type FloatType } from './float-bits.ts';
 import { GREEDY_MODEL, SLOT_DECODER_MODEL, SLOT_ENCODER_MODEL } from './greedy-layout.ts';
-import type { DecoderSpec } from './decoder-spec.ts';
+import type { DecoderSpec, DecoderWeights } from './decoder-spec.ts';
 import type { GraphBuilder } from './graph.ts';
 import { buildEncoderGraph, buildSeq2SeqDecoderGraph, buildSeq2SeqSlotDecoderGraph, buildSeq2SeqSlotEncoderGraph, type EncoderAttention } from './seq2seq-graph.ts';
 import type { SlotLinear } from './layers.ts';
@@ -24,6 +24,7 @@ import type { Seq2SeqSpec } from './seq2seq-spec.ts';
 import { checkpointKind, readCheckpoint } from './read-checkpoint.ts';
 import { decoderWeightsFor, openWeights, type WeightsOptions } from './quant/build-weights.ts';
 import type { QuantSummary } from './quant/rtn.ts';
+import { checkTensorParallel, rankShare, type RankShare } from './tensor-parallel.ts';
 
 /** Options of `buildModel`. */
 export interface BuildOptions extends WeightsOptions {
@@ -77,6 +78,12 @@ export interface BuildOptions extends WeightsOptions {
   encoderAttention?: EncoderAttention;
   /** llama2.c sources: the tokenizer.bin. Default: tokenizer.bin, else the one tok*.bin, beside the model. */
   tokenizer?: string;
+  /**
+   * Decoder-only models with the slot decoder: split over this many ranks (Megatron-style, see
+   * tensor-parallel.ts), each rank's slot and paged decoders written to onnx/tp{N}/rank{r}/ with their
+   * own data file, in place of the single-device decoders. Default: 1.
+   */
+  tensorParallel?: number;
   /** Called as the build moves through its stages. */
   onProgress?: (stage: BuildStage, index: number, total: number) => void;
   /** Called after each weight is written, with the bytes of weights written so far and in all (about: a few small ones are computed). */
@@ -121,6 +128,8 @@ export interface BuildInfo {
   greedySearch?: { eosTokenId: number };
   /** onnx/decoder_model_slots.onnx was written. */
   slotDecoder?: boolean;
+  /** The decoders were split over this many ranks, in onnx/tp{N}/rank{r}/ (absent: 1). */
+  tensor_parallel?: number;
   /** The projections' weights are quantized (MatMulNBits layout); `dtype` is the activations' and scales' type. */
   weights?: QuantSummary;
   stats?: BuildStats;
@@ -152,13 +161,17 @@ export function buildModel(options: BuildOptions): BuildResult {
   const checkpoint: Checkpoint = opened.checkpoint;
   const architecture = architectureFor(checkpoint.config);
 
+  const tensorParallel = options.tensorParallel ?? 1;
+  if (!Number.isInteger(tensorParallel) || tensorParallel < 1) throw invalidArgument('tensor_parallel', 'an integer >= 1', tensorParallel);
+  if (tensorParallel > 1) refuseTensorParallel(options, architecture.kind, String(checkpoint.config.model_type), opened.hub !== undefined);
   const task = options.task ?? 'generate';
   if (task !== 'generate' && task !== 'encode') throw invalidArgument('task', 'generate or encode', task);
   const floatType = FLOAT_TYPES[dtype];
 
   progress('map weights');
   let spec: DecoderSpec | Seq2SeqSpec;
-  let graphs: Array<[string, () => GraphBuilder]>;
+  /** Each model's file and its data file (default: its own), under onnx/. */
+  let graphs: Array<[string, () => GraphBuilder, string?]>;
   const greedySearch = options.greedySearch ?? false;
   const slotDecoder = options.slotDecoder ?? false;
   let greedyEos = -1;
@@ -172,6 +185,10 @@ export function buildModel(options: BuildOptions): BuildResult {
     quantization = built.summary;
     spec = decoderSpec;
     graphs = [['decoder_model_merged.onnx', () => buildDecoderGraph(decoderSpec, weights, floatType, flavor)]];
+    if (tensorParallel > 1) {
+      checkTensorParallel(decoderSpec, weights, tensorParallel);
+      graphs = rankGraphs(decoderSpec, weights, floatType, tensorParallel, options);
+    }
     if (greedySearch) {
       if (dtype === 'bf16') throw new ChorusError('CHORUS_UNSUPPORTED', 'the GreedySearch model is built in fp32 or fp16; ONNX Runtime\'s GreedySearch has no bfloat16', { param: 'greedySearch' });
       // The end id as the engine reads it from config.json (a number; a list is no end id there either).
@@ -181,6 +198,8 @@ export function buildModel(options: BuildOptions): BuildResult {
     }
     if (slotDecoder) {
       if (flavor !== 'cuda') throw new ChorusError('CHORUS_UNSUPPORTED', 'the slot decoder is built with the cuda flavor (its fused operators); add --flavor cuda', { param: 'slotDecoder' });
+    }
+    if (slotDecoder && tensorParallel === 1) {
       graphs.push([SLOT_DECODER_MODEL, () => buildSlotDecoderGraph(decoderSpec, weights, floatType, options.slotAttention, options.slotLinear)]);
       graphs.push([PAGED_DECODER_MODEL, () => buildPagedDecoderGraph(decoderSpec, weights, floatType, options.slotLinear)]);
     }
@@ -212,7 +231,7 @@ export function buildModel(options: BuildOptions): BuildResult {
   // file, each weight written once. Otherwise each model has its own, when the weights are large.
   const sharedData = architecture.kind === 'decoder' && (greedySearch || slotDecoder) ? 'decoder_model_merged.onnx_data' : undefined;
   const totalBytes = checkpoint.takenElements() * FLOAT_WIDTH[floatType];
-  const external = sharedData !== undefined || totalBytes > EMBEDDED_LIMIT;
+  const external = sharedData !== undefined || tensorParallel > 1 || totalBytes > EMBEDDED_LIMIT;
   let doneBytes = 0;
   const weightWritten = (bytes: number): void => {
     doneBytes += bytes;
@@ -222,18 +241,19 @@ export function buildModel(options: BuildOptions): BuildResult {
   const dataFile = (name: string): ExternalDataFile => {
     let file = dataFiles.get(name);
     if (file === undefined) {
-      file = new ExternalDataFile(join(onnxDir, name), name, weightWritten);
+      mkdirSync(dirname(join(onnxDir, name)), { recursive: true });
+      file = new ExternalDataFile(join(onnxDir, name), basename(name), weightWritten);
       dataFiles.set(name, file);
       files.push(`onnx/${name}`);
     }
     return file;
   };
   try {
-    for (const [modelName, build] of graphs) {
+    for (const [modelName, build, data] of graphs) {
       progress('build graph');
       const graph = build();
       progress('serialize');
-      const externalData = external ? dataFile(sharedData ?? `${modelName}_data`) : undefined;
+      const externalData = external ? dataFile(data ?? sharedData ?? `${modelName}_data`) : undefined;
       const { model } = graph.serialize({ ...(externalData ? { externalData } : {}), docString: `built by chorus from ${basename(options.source)}`, onEmbedded: weightWritten });
       progress('write files');
       write(`onnx/${modelName}`, model);
@@ -248,7 +268,7 @@ export function buildModel(options: BuildOptions): BuildResult {
   const stats: BuildStats = { seconds: Math.round((performance.now() - started) / 10) / 100, weightBytes: doneBytes, peakRssBytes: process.resourceUsage().maxRSS * 1024 };
   write('config.json', `${JSON.stringify(config, null, 2)}\n`);
   write('generation_config.json', `${JSON.stringify(generationConfig(checkpoint), null, 2)}\n`);
-  const info: BuildInfo = { builder: 'chorus', architecture: String(checkpoint.config.model_type), dtype, flavor, task, spec, ...(greedySearch ? { greedySearch: { eosTokenId: greedyEos } } : {}), ...(slotDecoder ? { slotDecoder: true } : {}), ...(quantization === undefined ? {} : { weights: quantization }), stats };
+  const info: BuildInfo = { builder: 'chorus', architecture: String(checkpoint.config.model_type), dtype, flavor, task, spec, ...(greedySearch ? { greedySearch: { eosTokenId: greedyEos } } : {}), ...(slotDecoder ? { slotDecoder: true } : {}), ...(tensorParallel > 1 ? { tensor_parallel: tensorParallel } : {}), ...(quantization === undefined ? {} : { weights: quantization }), stats };
   write('chorus_build.json', `${JSON.stringify(info, null, 2)}\n`);
   const tokenizerFiles = isLlama2c ? [[llama2cTokenizer(options.source, options.tokenizer), 'tokenizer.bin'] as const] : HF_TOKENIZER_FILES.map((name) => [join(kind === 'hf' || kind === 'megatron' ? options.source : dirname(options.source), name), name] as const);
   for (const [from, to] of tokenizerFiles) {
@@ -277,4 +297,31 @@ function llama2cTokenizer(model: string, given: string | undefined): string {
   const candidates = readdirSync(dir).filter((name) => /^tok.*\.bin$/.test(name));
   if (candidates.length === 1) return join(dir, candidates[0]!);
   throw new ChorusError('CHORUS_FILE_MISSING', `no tokenizer for ${model}: give --tokenizer (looked for tokenizer.bin or one tok*.bin in ${dir})`, { param: 'tokenizer' });
+}
+
+/** Refuses by name what tensor parallelism does not cover yet. */
+function refuseTensorParallel(options: BuildOptions, kind: 'decoder' | 'seq2seq', modelType: string, hubQuantized: boolean): void {
+  const n = options.tensorParallel;
+  const refuse = (why: string, param: string): never => {
+    throw new ChorusError('CHORUS_UNSUPPORTED', `tensor_parallel ${n} ${why}`, { param, value: n });
+  };
+  if (kind !== 'decoder') refuse(`covers decoder-only models (gpt2 and the Llama family); ${modelType} is an encoder-decoder`, 'tensor_parallel');
+  if (hubQuantized || (options.weights ?? 'checkpoint') !== 'checkpoint') refuse('takes float weights; quantized weights (weights int8, int4, or a GPTQ / AWQ checkpoint) are not split', 'weights');
+  if (options.slotDecoder !== true || options.flavor !== 'cuda') refuse('writes the slot and paged decoders the native engine runs: build with the slot decoder and flavor cuda', 'slotDecoder');
+  if (options.greedySearch === true) refuse('has no GreedySearch model: build without greedy search', 'greedySearch');
+}
+
+/** Each rank's slot and paged decoders, onnx/tp{N}/rank{r}/, sharing the rank's data file (its weights cut when written). */
+function rankGraphs(spec: DecoderSpec, weights: DecoderWeights, floatType: FloatType, n: number, options: BuildOptions): Array<[string, () => GraphBuilder, string]> {
+  return Array.from({ length: n }, (_, rank) => {
+    let share: RankShare | undefined;
+    // One share a rank, so its two models point at the same bytes of its data file.
+    const shareOf = (): RankShare => (share ??= rankShare(spec, weights, n, rank));
+    const dir = `tp${n}/rank${rank}`;
+    const data = `${dir}/${SLOT_DECODER_MODEL}_data`;
+    return [
+      [`${dir}/${SLOT_DECODER_MODEL}`, () => buildSlotDecoderGraph(shareOf().spec, shareOf().weights, floatType, options.slotAttention, options.slotLinear, shareOf().tp), data],
+      [`${dir}/${PAGED_DECODER_MODEL}`, () => buildPagedDecoderGraph(shareOf().spec, shareOf().weights, floatType, options.slotLinear, shareOf().tp), data],
+    ] as Array<[string, () => GraphBuilder, string]>;
+  }).flat();
 }

@@ -4,12 +4,15 @@
  * Keys and values are [batch, kv_heads, length, head_dim]; a past of length 0 is the prefill.
  * Standard ONNX operators only (opset 17), so any execution provider runs it.
  */
+import { ChorusError } from '../errors.ts';
 import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Norm } from './decoder-spec.ts';
 import type { FloatType } from './float-bits.ts';
 import { float, GraphBuilder } from './graph.ts';
 import { GREEDY_PAD_ID } from './greedy-layout.ts';
 import { quantizedWeight } from './quant/graph.ts';
 import { inverseFrequencies } from './rope-frequencies.ts';
+import type { TensorParallelGraph } from './tensor-parallel.ts';
+import { gatheredLogits, rowParallel, vocabParallelEmbedding } from './tensor-parallel-graph.ts';
 import {
   additiveMask,
   addonLinear,
@@ -62,6 +65,8 @@ interface GraphContext {
   fused: boolean;
   /** The slot decoder's attention for models without rotary embeddings (paged: for every model). */
   slotAttention: SlotAttentionKind;
+  /** A tensor-parallel rank's split (the spec's heads are then the rank's). */
+  tp: TensorParallelGraph | undefined;
 }
 
 /** The slot decoder's attention: the addon's DecoderSlotAttention, GroupQueryAttention, or the addon's PagedAttention. */
@@ -126,6 +131,7 @@ export function buildSlotDecoderGraph(
   floatType: FloatType,
   attention: 'addon' | 'GroupQueryAttention' = 'addon',
   projections: SlotLinear = defaultSlotLinear(floatType),
+  tp?: TensorParallelGraph,
 ): GraphBuilder {
   // Fused operators; the addon's Linear rounds each product with its bias (and activation) once itself,
   // so no padded products here (with MatMul projections, the bias is added after).
@@ -139,7 +145,7 @@ export function buildSlotDecoderGraph(
     key: g.input(`past_key_values.${i}.key`, floatType, ['batch_size', numKvHeads, 'max_length', headDim]),
     value: g.input(`past_key_values.${i}.value`, floatType, ['batch_size', numKvHeads, 'max_length', headDim]),
   }));
-  const { logits, present } = decoderBody(g, spec, weights, 'cuda', { inputIds, attentionMask: '', positionIds, past }, true, { seqlensK, total, attention });
+  const { logits, present } = decoderBody(g, spec, weights, 'cuda', { inputIds, attentionMask: '', positionIds, past }, true, { seqlensK, total, attention }, tp);
   present.forEach((p, i) => {
     g.output(`present.${i}.key`, p.key, floatType, ['batch_size', numKvHeads, 'max_length', headDim]);
     g.output(`present.${i}.value`, p.value, floatType, ['batch_size', numKvHeads, 'max_length', headDim]);
@@ -157,7 +163,13 @@ export function buildSlotDecoderGraph(
  * other inputs and outputs are the slot decoder's, without `total_sequence_length`. Weights in the slot
  * decoder's order, so the two share one data file.
  */
-export function buildPagedDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, floatType: GraphBuilder['floatType'], projections: SlotLinear = defaultSlotLinear(floatType)): GraphBuilder {
+export function buildPagedDecoderGraph(
+  spec: DecoderSpec,
+  weights: DecoderWeights,
+  floatType: GraphBuilder['floatType'],
+  projections: SlotLinear = defaultSlotLinear(floatType),
+  tp?: TensorParallelGraph,
+): GraphBuilder {
   if (spec.positions.kind === 'rotary' && spec.headDim % 2 !== 0) throw new Error(`the paged decoder rotates heads of an even size, not ${spec.headDim}`);
   const g = new GraphBuilder(floatType, { pytorchRounding: false, addonLinear: projections === 'addon' });
   const { numLayers, numKvHeads, headDim, vocabSize } = spec;
@@ -170,7 +182,7 @@ export function buildPagedDecoderGraph(spec: DecoderSpec, weights: DecoderWeight
     value: g.input(`past_key_values.${i}.value`, floatType, ['blocks', numKvHeads, 'block_size', headDim]),
   }));
   const lengths = { seqlensK, total: '', blockTable, attention: 'paged' as const };
-  const { logits, present } = decoderBody(g, spec, weights, 'cuda', { inputIds, attentionMask: '', positionIds, past }, true, lengths);
+  const { logits, present } = decoderBody(g, spec, weights, 'cuda', { inputIds, attentionMask: '', positionIds, past }, true, lengths, tp);
   present.forEach((p, i) => {
     g.output(`present.${i}.key`, p.key, floatType, ['blocks', numKvHeads, 'block_size', headDim]);
     g.output(`present.${i}.value`, p.value, floatType, ['blocks', numKvHeads, 'block_size', headDim]);
@@ -245,11 +257,12 @@ function decoderBody(
   inputs: DecoderInputs,
   lastOnly: boolean,
   slotLengths?: { seqlensK: string; total: string; blockTable?: string; attention: SlotAttentionKind },
+  tp?: TensorParallelGraph,
 ): { logits: string; present: Array<{ key: string; value: string }> } {
   const { numLayers, vocabSize } = spec;
   const { inputIds, attentionMask, positionIds, past } = inputs;
   const embedTokens = g.weight('embed_tokens.weight', weights.embedTokens);
-  let x = g.op('Gather', [embedTokens, inputIds], { axis: 0 }, { name: 'embed' });
+  let x = tp === undefined ? g.op('Gather', [embedTokens, inputIds], { axis: 0 }, { name: 'embed' }) : vocabParallelEmbedding(g, tp, embedTokens, inputIds);
   // In the float type, as transformers rounds its normalizer (Gemma: sqrt(hidden)).
   if (spec.embedScale !== undefined) x = g.op('Mul', [x, g.floatConstant([spec.embedScale], [])], {}, { name: 'embed_scale' });
   if (spec.positions.kind === 'learned') {
@@ -269,6 +282,7 @@ function decoderBody(
     // GroupQueryAttention rotates heads whose size is a multiple of 16 only.
     fused: slotLengths !== undefined && (spec.positions.kind !== 'rotary' || spec.headDim % 16 === 0 || slotLengths.attention === 'paged'),
     slotAttention: slotLengths?.attention ?? 'GroupQueryAttention',
+    tp,
   };
 
   // The residual stream: each block adds to x, and the norm that follows is taken of the sum (fused
@@ -299,16 +313,21 @@ function decoderBody(
   }
   const head = weights.lmHead === undefined ? embedTokens : g.weight('lm_head.weight', weights.lmHead);
   // Linear takes the head's [vocab, hidden] as it is, and keeps h's leading axes.
-  const cap = (logits: string): string => (spec.finalSoftcap === undefined ? logits : capped(g, logits, spec.finalSoftcap));
+  // A rank's logits of its vocabulary shard are gathered first; soft-capping is the same before or after.
+  const cap = (logits: string): string => {
+    const whole = tp === undefined ? logits : gatheredLogits(g, tp, logits);
+    return spec.finalSoftcap === undefined ? whole : capped(g, whole, spec.finalSoftcap);
+  };
   if (g.addonLinear) return { logits: cap(addonLinear(g, h, head, undefined, { transposed: true })), present };
   // The head as Gemm with transB, so a tied head reads the embedding initializer instead of a copy.
   const flat = g.op('Reshape', [h, g.int64([-1, spec.hiddenSize])]);
-  const logits2d = cap(g.op('Gemm', [flat, head], { transB: 1 }, { name: 'lm_head' }));
+  const logits2d = g.op('Gemm', [flat, head], { transB: 1 }, { name: 'lm_head' });
   // The last position's [batch, vocab] only needs an axis back; no shape arithmetic, which ONNX Runtime
   // would place on the CPU (and which would keep the slot decoder out of CUDA graphs).
-  if (lastOnly) return { logits: g.op('Unsqueeze', [logits2d, g.int64([1])]), present };
+  if (lastOnly) return { logits: cap(g.op('Unsqueeze', [logits2d, g.int64([1])])), present };
+  if (tp !== undefined) throw new ChorusError('CHORUS_INTERNAL', 'a tensor-parallel decoder computes the last position\'s logits only');
   const outShape = g.op('Concat', [g.op('Slice', [g.op('Shape', [inputIds]), g.int64([0]), g.int64([2])]), g.int64([vocabSize])], { axis: 0 });
-  return { logits: g.op('Reshape', [logits2d, outShape]), present };
+  return { logits: g.op('Reshape', [cap(logits2d), outShape]), present };
 }
 
 /**
@@ -415,7 +434,7 @@ function attend(
   if (c.flavor === 'cuda') {
     // One projection for q, k and v (which also leaves ONNX Runtime nothing to pack into GroupQueryAttention itself).
     const packed = packedQkv(g, w, name);
-    const project = (output: string): Projected => projectBiasAfter(g, w.o, output, `${name}.o`);
+    const project = (output: string): Projected => (c.tp === undefined ? projectBiasAfter(g, w.o, output, `${name}.o`) : rowParallel(g, c.tp, w.o, output, `${name}.o`));
     if (c.slotAttention === 'paged') {
       // The addon's operator: the bias added, q and k rotated, the new keys written into the row's blocks and attended.
       const projected = g.addonLinear ? addonLinear(g, h, packed.weight, undefined) : matMul(g, h, packed.weight);
@@ -559,7 +578,7 @@ function mlp(g: GraphBuilder, c: GraphContext, w: DecoderLayerWeights, index: nu
   } else {
     inner = geluTanh(g, linear(g, w.up, m, `${name}.up`));
   }
-  return projectBiasAfter(g, w.down, inner, `${name}.down`);
+  return c.tp === undefined ? projectBiasAfter(g, w.down, inner, `${name}.down`) : rowParallel(g, c.tp, w.down, inner, `${name}.down`);
 }
 
 /** Layer `index`'s attention window (0: global). */

@@ -151,6 +151,12 @@ export class GraphBuilder {
     return name;
   }
 
+  /** An initializer `name` of the given values: a weight a graph computes (such as a rank's own offset), not a shared constant. */
+  weightOf(name: string, type: ElementType, values: readonly number[], dims: readonly number[] = [values.length]): string {
+    this.initializers.push(integerOrFloatTensor(name, type, values, dims));
+    return name;
+  }
+
   /** An int64 constant (shared between uses). */
   int64(values: readonly number[], dims: readonly number[] = [values.length]): string {
     return this.constant('int64', values, dims);

@@ -14,6 +14,8 @@ export interface Tensor {
   readonly dtype?: string;
   /** Values [start, start + count) in row-major order, without reading the rest (tensors read from a file). */
   read?(start: number, count: number): Float32Array;
+  /** Values [start, start + count) as raw bytes of `type`, without a float32 copy where the formats match (tensors read from a file). */
+  readEncoded?(start: number, count: number, type: FloatType): Uint8Array;
   /**
    * The values as raw bytes of `type`, in pieces (each a whole number of elements), without holding
    * the tensor as float32 where that can be avoided. Absent: `encodeFloats(data, type)`.
@@ -61,6 +63,7 @@ export function storedTensor(dims: number[], dtype: ReadableDtype, readRaw: (sta
       return decodeRaw(readRaw(0, total), dtype);
     },
     read: (start, count) => decodeRaw(readRaw(start, count), dtype),
+    readEncoded: (start, count, type) => convertRaw(readRaw(start, count), dtype, type),
     *encoded(type) {
       for (let start = 0; start < total; start += CHUNK_ELEMENTS) yield convertRaw(readRaw(start, Math.min(CHUNK_ELEMENTS, total - start)), dtype, type);
     },

@@ -261,7 +261,8 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
                         InstanceMethod("coreCancel", &SlotDecoderWrap::CoreCancel), InstanceMethod("stopCore", &SlotDecoderWrap::StopCore),
                         InstanceMethod("close", &SlotDecoderWrap::Close), InstanceAccessor("cacheBytes", &SlotDecoderWrap::CacheBytes, nullptr),
                         InstanceAccessor("sessionMs", &SlotDecoderWrap::SessionMs, nullptr), InstanceAccessor("callMs", &SlotDecoderWrap::CallMs, nullptr),
-                        InstanceAccessor("graphFailure", &SlotDecoderWrap::GraphFailure, nullptr)});
+                        InstanceAccessor("graphFailure", &SlotDecoderWrap::GraphFailure, nullptr),
+                        InstanceAccessor("rankCacheBytes", &SlotDecoderWrap::RankCacheBytes, nullptr)});
   }
 
   explicit SlotDecoderWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<SlotDecoderWrap>(info) {
@@ -297,6 +298,26 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
       if (value.IsUndefined()) continue;
       if (!value.IsNumber()) throw Napi::TypeError::New(info.Env(), std::string("options.") + name + " must be a number");
       (std::string(name) == "reserveBytes" ? options_.reserveBytes : options_.memoryUtilization) = value.As<Napi::Number>().DoubleValue();
+    }
+    if (!o.Get("rankModels").IsUndefined()) {
+      if (!o.Get("rankModels").IsArray()) throw Napi::TypeError::New(info.Env(), "options.rankModels must be an array of the other ranks' models");
+      Napi::Array models = o.Get("rankModels").As<Napi::Array>();
+      for (uint32_t i = 0; i < models.Length(); i++) {
+        if (!models.Get(i).IsString()) throw Napi::TypeError::New(info.Env(), "options.rankModels[" + std::to_string(i) + "] must be the path of rank " + std::to_string(i + 1) + "'s decoder");
+        options_.rankModels.push_back(models.Get(i).As<Napi::String>().Utf8Value());
+      }
+    }
+    if (!o.Get("rankDevices").IsUndefined()) {
+      if (!o.Get("rankDevices").IsArray()) throw Napi::TypeError::New(info.Env(), "options.rankDevices must be an array of the other ranks' CUDA devices");
+      Napi::Array devices = o.Get("rankDevices").As<Napi::Array>();
+      for (uint32_t i = 0; i < devices.Length(); i++) {
+        if (!devices.Get(i).IsNumber()) throw Napi::TypeError::New(info.Env(), "options.rankDevices[" + std::to_string(i) + "] must be a CUDA device number");
+        options_.rankDevices.push_back(devices.Get(i).As<Napi::Number>().Int32Value());
+      }
+    }
+    if (!o.Get("rankTimeoutMs").IsUndefined()) {
+      if (!o.Get("rankTimeoutMs").IsNumber() || !(o.Get("rankTimeoutMs").As<Napi::Number>().DoubleValue() > 0)) throw Napi::TypeError::New(info.Env(), "options.rankTimeoutMs must be a positive number");
+      options_.rankTimeoutMs = o.Get("rankTimeoutMs").As<Napi::Number>().DoubleValue();
     }
     if (o.Get("cudaOptions").IsObject()) {
       Napi::Object cuda = o.Get("cudaOptions").As<Napi::Object>();
@@ -590,6 +611,14 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     return Napi::Number::New(info.Env(), decoder_ ? static_cast<double>(decoder_->cacheBytes()) : 0);
   }
 
+  // Each tensor-parallel rank's cache bytes, rank 0's first (one entry without ranks).
+  Napi::Value RankCacheBytes(const Napi::CallbackInfo& info) {
+    const std::vector<size_t> bytes = decoder_ ? decoder_->rankCacheBytes() : std::vector<size_t>{};
+    Napi::Array out = Napi::Array::New(info.Env(), bytes.size());
+    for (size_t r = 0; r < bytes.size(); r++) out.Set(static_cast<uint32_t>(r), Napi::Number::New(info.Env(), static_cast<double>(bytes[r])));
+    return out;
+  }
+
   Napi::Value SessionMs(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), decoder_ ? decoder_->sessionMs() : 0); }
   Napi::Value CallMs(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), decoder_ ? decoder_->callMs() : 0); }
   Napi::Value GraphFailure(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), decoder_ ? decoder_->graphFailure() : ""); }
@@ -738,6 +767,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("cudaDevices", Napi::Function::New(env, CudaDevices));
   exports.Set("gpuMemory", Napi::Function::New(env, GpuMemory));
   exports.Set("runGraph", Napi::Function::New(env, RunGraph));
+  exports.Set("runGraphRanks", Napi::Function::New(env, RunGraphRanks));
 #ifdef CHORUS_WITH_CUDA
   exports.Set("cuda", Napi::Boolean::New(env, true));
 #else

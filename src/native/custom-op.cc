@@ -26,6 +26,7 @@ void AddChorusOps(Ort::SessionOptions& options, bool cuda, FloatType type) {
     for (std::shared_ptr<OrtCustomOp>& op : LinearOps(cuda, type)) entry.ops.push_back(std::move(op));
     for (std::shared_ptr<OrtCustomOp>& op : PagedAttentionOps(cuda, type)) entry.ops.push_back(std::move(op));
     for (std::shared_ptr<OrtCustomOp>& op : QuantLinearOps(cuda, type)) entry.ops.push_back(std::move(op));
+    for (std::shared_ptr<OrtCustomOp>& op : CollectiveOps(cuda, type)) entry.ops.push_back(std::move(op));
     entry.domain = std::make_unique<Ort::CustomOpDomain>("chorus");
     for (const std::shared_ptr<OrtCustomOp>& op : entry.ops) entry.domain->Add(op.get());
   }

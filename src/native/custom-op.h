@@ -99,11 +99,13 @@ std::shared_ptr<OrtCustomOp> MakeOp(bool cuda, FloatType type, std::vector<ONNXT
 }
 
 // The slot attention operators (slot-attention.cc), Linear (linear.cc), PagedAttention
-// (paged-attention.cc) and QuantLinear (quant-linear.cc) of a provider and float type.
+// (paged-attention.cc), QuantLinear (quant-linear.cc) and AllReduce and AllGather (collective-op.cc) of a
+// provider and float type.
 OpList SlotAttentionOps(bool cuda, FloatType type);
 OpList LinearOps(bool cuda, FloatType type);
 OpList PagedAttentionOps(bool cuda, FloatType type);
 OpList QuantLinearOps(bool cuda, FloatType type);
+OpList CollectiveOps(bool cuda, FloatType type);
 
 // Adds the `chorus` domain with every operator of the addon for the session's provider and float type.
 void AddChorusOps(Ort::SessionOptions& options, bool cuda, FloatType type);

@@ -48,28 +48,6 @@ size_t ElementSize(ONNXTensorElementDataType type) {
   }
 }
 
-struct Tensor {
-  std::string name;
-  ONNXTensorElementDataType type;
-  std::vector<int64_t> dims;
-  std::vector<uint8_t> bytes;
-};
-
-struct GraphRunOptions {
-  std::string model;
-  bool cuda = false;
-  int deviceId = 0;
-  FloatType floatType = FloatType::kFloat32;
-  int intraOpThreads = 0;
-  int iterations = 0;
-  bool cudaGraph = false;
-};
-
-struct GraphRunResult {
-  std::vector<Tensor> outputs;
-  double ms = 0;  // per timed run
-};
-
 void Check(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error(what);
 }
@@ -78,7 +56,9 @@ void Check(bool ok, const std::string& what) {
 void Cuda(cudaError_t status, const char* what) { Check(status == cudaSuccess, std::string(what) + ": " + cudaGetErrorString(status)); }
 #endif
 
-GraphRunResult Run(const GraphRunOptions& o, const std::vector<Tensor>& inputs) {
+}  // namespace
+
+GraphRunResult RunGraphOnce(const GraphRunOptions& o, const std::vector<Tensor>& inputs) {
   // Never destroyed: at exit the CUDA provider may be gone before a static's destructor runs.
   static Ort::Env* env = new Ort::Env(ORT_LOGGING_LEVEL_ERROR, "chorus-graph-run");
   Ort::SessionOptions options;
@@ -213,12 +193,11 @@ GraphRunResult Run(const GraphRunOptions& o, const std::vector<Tensor>& inputs) 
   return result;
 }
 
-}  // namespace
 
-Napi::Value RunGraph(const Napi::CallbackInfo& info) {
-  Napi::Env e = info.Env();
-  if (!info[0].IsObject() || !info[1].IsArray()) throw Napi::TypeError::New(e, "runGraph takes an options object and an array of inputs");
-  Napi::Object o = info[0].As<Napi::Object>();
+GraphRunOptions ParseGraphRunOptions(const Napi::Value& value) {
+  Napi::Env e = value.Env();
+  if (!value.IsObject()) throw Napi::TypeError::New(e, "runGraph takes an options object");
+  Napi::Object o = value.As<Napi::Object>();
   GraphRunOptions options;
   if (!o.Get("model").IsString()) throw Napi::TypeError::New(e, "options.model must be the path of an ONNX model");
   options.model = o.Get("model").As<Napi::String>().Utf8Value();
@@ -229,14 +208,20 @@ Napi::Value RunGraph(const Napi::CallbackInfo& info) {
   if (dtype != "fp32" && dtype != "fp16" && dtype != "bf16") throw Napi::TypeError::New(e, "options.dtype must be fp32, fp16 or bf16, not " + dtype);
   options.floatType = dtype == "fp16" ? FloatType::kFloat16 : dtype == "bf16" ? FloatType::kBFloat16 : FloatType::kFloat32;
   for (auto [name, field] : {std::pair<const char*, int*>{"deviceId", &options.deviceId}, {"intraOpThreads", &options.intraOpThreads}, {"iterations", &options.iterations}}) {
-    Napi::Value value = o.Get(name);
-    if (value.IsUndefined()) continue;
-    if (!value.IsNumber() || value.As<Napi::Number>().Int32Value() < 0) throw Napi::TypeError::New(e, std::string("options.") + name + " must be a non-negative integer");
-    *field = value.As<Napi::Number>().Int32Value();
+    Napi::Value v = o.Get(name);
+    if (v.IsUndefined()) continue;
+    if (!v.IsNumber() || v.As<Napi::Number>().Int32Value() < 0) throw Napi::TypeError::New(e, std::string("options.") + name + " must be a non-negative integer");
+    *field = v.As<Napi::Number>().Int32Value();
   }
   options.cudaGraph = o.Get("cudaGraph").ToBoolean();
+  return options;
+}
+
+std::vector<Tensor> ParseGraphTensors(const Napi::Value& value) {
+  Napi::Env e = value.Env();
+  if (!value.IsArray()) throw Napi::TypeError::New(e, "runGraph's inputs must be an array of { name, type, dims, data }");
   std::vector<Tensor> inputs;
-  Napi::Array list = info[1].As<Napi::Array>();
+  Napi::Array list = value.As<Napi::Array>();
   for (uint32_t i = 0; i < list.Length(); i++) {
     Napi::Value item = list.Get(i);
     if (!item.IsObject()) throw Napi::TypeError::New(e, "inputs[" + std::to_string(i) + "] must be { name, type, dims, data }");
@@ -253,12 +238,10 @@ Napi::Value RunGraph(const Napi::CallbackInfo& info) {
     tensor.bytes.assign(bytes, bytes + data.ByteLength());
     inputs.push_back(std::move(tensor));
   }
-  GraphRunResult result;
-  try {
-    result = Run(options, inputs);
-  } catch (const std::exception& error) {
-    throw Napi::Error::New(e, error.what());
-  }
+  return inputs;
+}
+
+Napi::Object GraphRunObject(Napi::Env e, const GraphRunResult& result) {
   Napi::Array outputs = Napi::Array::New(e, result.outputs.size());
   for (size_t i = 0; i < result.outputs.size(); i++) {
     const Tensor& t = result.outputs[i];
@@ -277,6 +260,18 @@ Napi::Value RunGraph(const Napi::CallbackInfo& info) {
   returned.Set("outputs", outputs);
   returned.Set("ms", Napi::Number::New(e, result.ms));
   return returned;
+}
+
+Napi::Value RunGraph(const Napi::CallbackInfo& info) {
+  const GraphRunOptions options = ParseGraphRunOptions(info[0]);
+  const std::vector<Tensor> inputs = ParseGraphTensors(info[1]);
+  GraphRunResult result;
+  try {
+    result = RunGraphOnce(options, inputs);
+  } catch (const std::exception& error) {
+    throw Napi::Error::New(info.Env(), error.what());
+  }
+  return GraphRunObject(info.Env(), result);
 }
 
 }  // namespace chorus

@@ -42,6 +42,15 @@ export interface SlotDecoderOptions {
   encoderModel?: string;
   /** Encoder-decoders: the most source tokens a slot's cross-attention cache holds. */
   sourceLength?: number;
+  /**
+   * Tensor parallelism: the models of ranks 1..N-1 (`model` is rank 0's). Every call runs on every rank
+   * at once: CPU ranks as threads of this process, CUDA ranks on their own GPUs (`rankDevices`) over NCCL.
+   */
+  rankModels?: string[];
+  /** CUDA: the device of each of ranks 1..N-1 (rank 0's is deviceId). */
+  rankDevices?: number[];
+  /** The most milliseconds a rank waits for the others before the group fails the call (default 120000). */
+  rankTimeoutMs?: number;
 }
 
 /**
@@ -229,6 +238,8 @@ export interface NativeSlotDecoder {
   readonly callMs: number;
   /** Why CUDA graphs were turned off (a decode step's capture failed; its steps run uncaptured since); empty while they are on. */
   readonly graphFailure: string;
+  /** Tensor parallelism: each rank's cache bytes, rank 0's first (one entry without ranks). */
+  readonly rankCacheBytes: number[];
 }
 
 /**
@@ -299,6 +310,18 @@ export interface GraphRunOptions {
   cudaGraph?: boolean;
 }
 
+/** Options of runGraphRanks: runGraph's, for every rank. */
+export interface GraphRanksOptions extends GraphRunOptions {
+  /** Each rank's model (default: `model` for every rank). */
+  models?: string[];
+  /** CUDA: each rank's device (default: rank r on device r). */
+  deviceIds?: number[];
+  /** The most milliseconds a rank waits for the others (default 30000). */
+  timeoutMs?: number;
+  /** A rank that never runs its session, as a hung rank would not. */
+  absent?: number;
+}
+
 export interface NativeAddon {
   SlotDecoder: new (options: SlotDecoderOptions) => NativeSlotDecoder;
   /** Each row's argmax (the lowest index among equals): on the GPU with `device`, else on the host. */
@@ -315,6 +338,12 @@ export interface NativeAddon {
    * returns its outputs; with `iterations`, also the mean milliseconds of that many further runs.
    */
   runGraph(options: GraphRunOptions, inputs: GraphTensor[]): { outputs: GraphTensor[]; ms: number };
+  /**
+   * Runs a model with the collectives (AllReduce, AllGather) once on every rank of a tensor-parallel
+   * group at once, rank r on inputs[r]: CPU ranks as threads of this process, or a rank per CUDA device
+   * over NCCL. Throws one error when a rank fails or the others wait for one past `timeoutMs`.
+   */
+  runGraphRanks(options: GraphRanksOptions, inputs: GraphTensor[][]): { outputs: GraphTensor[]; ms: number }[];
   /** Whether it was built with the CUDA kernels. */
   cuda: boolean;
   ortApiVersion: number;

@@ -26,6 +26,22 @@ void Check(cudaError_t status, const char* what) {
 }  // namespace
 
 int SlotDecoder::DecodeChosen(std::vector<int64_t> tokens, std::vector<int64_t> positions, int maxSteps, const StepSample& sampleStep, const StepChosen& onStep) {
+  if (Fans()) {
+    // Rank 0's caller fills each step's batch; the other ranks take it from rank 0.
+    return OnRanks([&](SlotDecoder& d) {
+      if (d.rank_ == 0) {
+        return d.DecodeChosen(tokens, positions, maxSteps, [&](int step, SampleBatch& batch) {
+          sampleStep(step, batch);
+          StepNote note;
+          note.kind = StepNote::kBatch;
+          note.batch = batch;
+          group_->Publish(note);
+        }, onStep);
+      }
+      return d.DecodeChosen(tokens, positions, maxSteps, [&d](int, SampleBatch& batch) { batch = d.group_->Receive(d.rank_, StepNote::kBatch).batch; },
+                            [](int, const int32_t*, const SampleResult*) {});
+    });
+  }
   if (maxSteps < 1) throw std::out_of_range("decodeChosen takes at least one step");
   if (paged() || seq2seq()) throw std::logic_error("decodeChosen runs decoder-only models with a cache of slots");
   UseDevice();
@@ -45,7 +61,7 @@ int SlotDecoder::DecodeChosen(std::vector<int64_t> tokens, std::vector<int64_t> 
       tokens[r] = sampled[r] < 0 ? result.argmax[r] : result.sampled[sampled[r]].token;
       positions[r]++;
     }
-    if (interrupt_.exchange(false)) break;
+    if (AgreedStop()) break;
   }
   return steps;
 }
@@ -121,7 +137,7 @@ int SlotDecoder::DecodeChosenOnDevice(const std::vector<int64_t>& tokens, const 
     onStep(step, hostIds_ + (step % 2) * slots, hostSampled_ + (step % 2) * slots);
     steps++;
     if (!more) break;
-    if (interrupt_.exchange(false)) stopping = true;
+    if (AgreedStop()) stopping = true;
   }
   callMs_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   return steps;

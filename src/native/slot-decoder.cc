@@ -55,6 +55,15 @@ DeviceMemory DeviceMemoryOf(int device) {
 }
 
 SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options), env_(ORT_LOGGING_LEVEL_ERROR, "chorus-native") {
+  if (options.rankModels.empty()) {
+    Load();
+  } else {
+    LoadRanks();
+  }
+}
+
+void SlotDecoder::Load() {
+  const SlotDecoderOptions& options = options_;
   if (options.slots <= 0 || options.maxLength <= 0 || options.layers <= 0 || options.kvHeads <= 0 || options.headDim <= 0 || options.vocab <= 0) {
     throw std::invalid_argument("slots, maxLength, layers, kvHeads, headDim and vocab must be positive");
   }
@@ -182,7 +191,9 @@ SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options),
 }
 
 SlotDecoder::~SlotDecoder() {
+  CloseRanks();
 #ifdef CHORUS_WITH_CUDA
+  if (options_.cuda) cudaSetDevice(options_.deviceId);
   // A greedy run may have left a step queued behind its last one read.
   if (stream_ != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
 #endif
@@ -253,6 +264,7 @@ void SlotDecoder::PlanBlocks(const DeviceMemory& before) {
 }
 
 void SlotDecoder::SetBlockTable(const std::vector<int32_t>& table) {
+  if (Fans()) return OnRanks([&](SlotDecoder& d) { d.SetBlockTable(table); });
   if (!paged()) throw std::logic_error("setBlockTable is for a paged cache");
   if (table.size() != blockTable_.size()) throw std::invalid_argument("the block table holds slots x blocksPerRow = " + std::to_string(blockTable_.size()) + " ids, not " + std::to_string(table.size()));
   for (int32_t block : table) {
@@ -274,6 +286,7 @@ void SlotDecoder::StageBlockTable() {
 }
 
 void SlotDecoder::CopyBlocks(const std::vector<int32_t>& src, const std::vector<int32_t>& dst) {
+  if (Fans()) return OnRanks([&](SlotDecoder& d) { d.CopyBlocks(src, dst); });
   Timed timed(callMs_);
   UseDevice();
   if (!paged()) throw std::logic_error("copyBlocks is for a paged cache");
@@ -358,6 +371,7 @@ void SlotDecoder::ToHost(void* dst, const void* src, size_t bytes) {
 }
 
 StepResult SlotDecoder::Prefill(int slot, const std::vector<int64_t>& ids, const std::vector<int32_t>& logitRows, const SampleBatch& sample, int prompts) {
+  if (Fans()) return OnRanks([&](SlotDecoder& d) { return d.Prefill(slot, ids, logitRows, sample, prompts); });
   Timed timed(callMs_);
   UseDevice();
   if (seq2seq()) throw std::logic_error("an encoder-decoder starts a request with encode(), then decodes from its start token");
@@ -374,6 +388,7 @@ StepResult SlotDecoder::Prefill(int slot, const std::vector<int64_t>& ids, const
 }
 
 void SlotDecoder::Encode(int firstSlot, const std::vector<int64_t>& ids, int width, const std::vector<int32_t>& lengths) {
+  if (Fans()) return OnRanks([&](SlotDecoder& d) { d.Encode(firstSlot, ids, width, lengths); });
   Timed timed(callMs_);
   UseDevice();
   if (!seq2seq()) throw std::logic_error("encode() is for encoder-decoders");
@@ -431,6 +446,7 @@ void SlotDecoder::CheckRows(const std::vector<int64_t>& tokens, const std::vecto
 
 StepResult SlotDecoder::Decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows,
                                const SampleBatch& sample, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& banned) {
+  if (Fans()) return OnRanks([&](SlotDecoder& d) { return d.Decode(tokens, positions, logitRows, sample, sourceLengths, banned); });
   Timed timed(callMs_);
   UseDevice();
   CheckRows(tokens, positions, sourceLengths, 1);
@@ -449,6 +465,9 @@ StepResult SlotDecoder::Step(const std::vector<int64_t>& tokens, const std::vect
 
 GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int64_t> positions, const std::vector<int32_t>& remaining, int endId, int maxSteps,
                                     const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft, const StepIds& onStep) {
+  if (Fans()) {
+    return OnRanks([&](SlotDecoder& d) { return d.DecodeGreedy(tokens, positions, remaining, endId, maxSteps, sourceLengths, minLeft, d.rank_ == 0 ? onStep : nullptr); });
+  }
   const size_t rows = tokens.size();
   if (remaining.size() != rows) throw std::invalid_argument("decodeGreedy takes each row's remaining tokens");
   if (!minLeft.empty() && minLeft.size() != rows) throw std::invalid_argument("decodeGreedy takes each row's steps under min_length, or none");
@@ -479,13 +498,14 @@ GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int
       tokens[r] = result.argmax[r];
       positions[r]++;
     }
-    if (!going || interrupt_.exchange(false)) break;
+    if (!going || AgreedStop()) break;
   }
   return run;
 }
 
 BeamRun SlotDecoder::DecodeBeams(std::vector<int64_t> tokens, std::vector<int64_t> positions, std::vector<BeamGroup> groups, int maxSteps,
                                  const std::vector<int32_t>& sourceLengths, const StepBeams& onStep) {
+  if (Fans()) return OnRanks([&](SlotDecoder& d) { return d.DecodeBeams(tokens, positions, groups, maxSteps, sourceLengths, d.rank_ == 0 ? onStep : nullptr); });
   Timed timed(callMs_);
   UseDevice();
   if (maxSteps < 1) throw std::out_of_range("decodeBeams takes at least one step");
@@ -549,7 +569,7 @@ BeamRun SlotDecoder::DecodeBeams(std::vector<int64_t> tokens, std::vector<int64_
       tokens[r] = next[r];
       positions[r]++;
     }
-    if (finished || interrupt_.exchange(false)) break;
+    if (finished || AgreedStop()) break;
   }
 #ifdef CHORUS_WITH_CUDA
   // The last step's moves are done before its caller reads or steps the slots again.
@@ -774,6 +794,18 @@ void SlotDecoder::LaunchGraph(int rows, void* const* events) {
     Check(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
     return;
   }
+  if (group_ != nullptr) {
+    // A captured step launches the collectives without asking the communicator: an aborted group's
+    // would run on its destroyed communicators.
+    const std::string aborted = group_->comm().aborted();
+    if (!aborted.empty()) throw std::runtime_error(aborted);
+  }
+  if (group_ != nullptr && graphEpoch_ != group_->epoch()) {
+    // The group was aborted and its communicator made anew since these graphs were captured.
+    for (auto& [captured, graph] : graphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+    graphs_.clear();
+    graphEpoch_ = group_->epoch();
+  }
   auto found = graphs_.find(rows);
   if (found == graphs_.end()) {
     // The step is bound at the graphs' device buffers, its attention sized to the whole slot (each
@@ -802,6 +834,12 @@ void SlotDecoder::LaunchGraph(int rows, void* const* events) {
       return;
     }
     found = graphs_.emplace(rows, exec).first;
+    if (group_ != nullptr) {
+      // A rank of a group lets the plain run stand as the step, as where a capture fails: each rank
+      // then runs the step's collectives once, whether its own capture succeeded or not.
+      Check(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
+      return;
+    }
   }
   Check(cudaEventRecord(static_cast<cudaEvent_t>(events[0]), stream), "cudaEventRecord");
   Check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(found->second), stream), "cudaGraphLaunch");
@@ -865,7 +903,7 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
     }
     // A step queued after the rows' last runs on unread (the next call stages its inputs anew).
     if (!going || !more) break;
-    if (interrupt_.exchange(false)) stopping = true;
+    if (AgreedStop()) stopping = true;
   }
   return run;
 }
@@ -902,6 +940,7 @@ void SlotDecoder::Sample(const SampleBatch& sample, StepResult& result) {
 
 void SlotDecoder::CopySlots(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths,
                             const std::vector<int32_t>& sourceLengths) {
+  if (Fans()) return OnRanks([&](SlotDecoder& d) { d.CopySlots(src, dst, lengths, sourceLengths); });
   Timed timed(callMs_);
   UseDevice();
   QueueCopies(src, dst, lengths, sourceLengths);

@@ -27,10 +27,13 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "beam-run.h"
 #include "kernels.h"
+#include "rank-group.h"
 #include "sampling.h"
 
 namespace chorus {
@@ -66,6 +69,12 @@ struct SlotDecoderOptions {
   int blocks = 0;
   double memoryUtilization = 0.9;
   double reserveBytes = 0;
+  // Tensor parallelism: ranks 1..N-1's models (rank r's at rankModels[r - 1]) and, on CUDA, their
+  // devices; this decoder's model is rank 0's. The most milliseconds a rank waits for the others (in a
+  // collective, or for rank 0's step) before the group is aborted and the call fails.
+  std::vector<std::string> rankModels;
+  std::vector<int> rankDevices;
+  double rankTimeoutMs = 120000;
 };
 
 // The device's memory as cudaMemGetInfo gives it, in bytes.
@@ -180,8 +189,30 @@ class SlotDecoder {
   // Why CUDA graphs were turned off for this decoder (a capture that failed); empty while they are on.
   const std::string& graphFailure() const { return graphFailure_; }
   size_t cacheBytes() const { return cacheBytes_; }
+  // Tensor parallelism: the ranks (1 without), and each rank's cache bytes (rank 0's first).
+  int world() const { return ranks_ ? ranks_->group->world() : 1; }
+  std::vector<size_t> rankCacheBytes() const;
 
  private:
+  // Rank 0's group and the other ranks' decoders.
+  struct Ranks {
+    std::unique_ptr<RankGroup> group;
+    std::vector<std::unique_ptr<SlotDecoder>> followers;
+  };
+  // Makes the session, the cache and the buffers (the constructor's work, on the rank's own thread).
+  void Load();
+  // Tensor parallelism (slot-decoder-ranks.cc): the group, every rank loaded at once (this one too),
+  // and at the end every other rank closed on its own thread.
+  void LoadRanks();
+  void CloseRanks();
+  // Rank 0 at the start of a public call: whether the call is to run on every rank (OnRanks).
+  bool Fans() const { return ranks_ != nullptr && !fanned_; }
+  // Runs call(d) for every rank's decoder d at once (rank 0's on this thread), each with its own
+  // rank's context; rank 0's result.
+  template <typename Call>
+  auto OnRanks(Call&& call) -> decltype(call(std::declval<SlotDecoder&>()));
+  // Whether a run stops after this step: Interrupt() asked rank 0, as every rank learns from it.
+  bool AgreedStop();
   // A step of `rows` rows from `firstSlot`: a session run bound at the host's inputs, or with `graph`
   // (a decode step, from slot 0) the inputs staged and the captured graph launched, sized to the whole
   // slot (`total` unused); then each row's argmax (unless `argmax` is false), the logits asked for and
@@ -306,6 +337,8 @@ class SlotDecoder {
   int32_t* sourceLengthsDevice_ = nullptr;
   int32_t* minLeftDevice_ = nullptr;
   std::map<int, void*> graphs_;
+  // Tensor parallelism: the group's epoch the graphs were captured in (rank-group.h).
+  uint64_t graphEpoch_ = 0;
   std::string graphFailure_;
   int32_t* hostIds_ = nullptr;
   // DecodeChosen with CUDA graphs: two steps' sampler choices and sampler batches in pinned memory, and
@@ -324,6 +357,36 @@ class SlotDecoder {
   DeviceMemory planned_;
   std::vector<std::string> pastNames_;
   std::vector<std::string> presentNames_;
+  // Tensor parallelism: rank 0's group and followers; every rank's group and index; and on rank 0,
+  // whether the call under way already runs on every rank.
+  std::unique_ptr<Ranks> ranks_;
+  RankGroup* group_ = nullptr;
+  int rank_ = 0;
+  bool fanned_ = false;
 };
+
+template <typename Call>
+auto SlotDecoder::OnRanks(Call&& call) -> decltype(call(std::declval<SlotDecoder&>())) {
+  using Result = decltype(call(std::declval<SlotDecoder&>()));
+  struct Fanned {
+    explicit Fanned(bool& flag) : flag_(flag) { flag_ = true; }
+    ~Fanned() { flag_ = false; }
+    bool& flag_;
+  } fanned(fanned_);
+  auto decoder = [this](int rank) -> SlotDecoder& { return rank == 0 ? *this : *ranks_->followers[rank - 1]; };
+  if constexpr (std::is_void_v<Result>) {
+    ranks_->group->Run([&](int rank) { call(decoder(rank)); });
+  } else {
+    Result result{};
+    ranks_->group->Run([&](int rank) {
+      if (rank == 0) {
+        result = call(decoder(rank));
+      } else {
+        call(decoder(rank));
+      }
+    });
+    return result;
+  }
+}
 
 }  // namespace chorus

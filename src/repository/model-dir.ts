@@ -18,7 +18,15 @@ import { cacheDir } from './source.ts';
 
 /** True when `dir` holds a built model (a merged decoder or an encoder). */
 export function isBuiltModel(dir: string): boolean {
-  return existsSync(join(dir, 'onnx', 'decoder_model_merged.onnx')) || existsSync(join(dir, 'onnx', 'encoder_model.onnx'));
+  return existsSync(join(dir, 'onnx', 'decoder_model_merged.onnx')) || existsSync(join(dir, 'onnx', 'encoder_model.onnx')) || tensorParallelBuild(dir) !== undefined;
+}
+
+/** N of a build split over N ranks (its onnx/tp{N}/rank0/ decoder), else undefined. */
+export function tensorParallelBuild(dir: string): number | undefined {
+  const onnx = join(dir, 'onnx');
+  if (!existsSync(onnx)) return undefined;
+  const split = readdirSync(onnx).find((name) => /^tp[1-9]\d*$/.test(name) && existsSync(join(onnx, name, 'rank0', 'decoder_model_slots.onnx')));
+  return split === undefined ? undefined : Number(split.slice(2));
 }
 
 /**
@@ -41,7 +49,7 @@ export async function builtModelDirectory(path: string, options: Omit<BuildOptio
   if (!existsSync(path)) throw new ChorusError('CHORUS_FILE_MISSING', `${param} ${path} does not exist`, { param, value: path });
   if (isBuiltModel(path)) return path;
   const hash = createHash('sha256');
-  hash.update(JSON.stringify([options.dtype ?? 'fp32', options.flavor ?? 'portable', options.task ?? 'generate', options.outputAttentions ?? false, ...(options.greedySearch ? ['greedy'] : []), ...(options.slotDecoder ? ['slots'] : []), ...(options.weights === undefined || options.weights === 'checkpoint' ? [] : [options.weights, options.groupSize ?? 0, options.quantizeHead ?? 'default'])]));
+  hash.update(JSON.stringify([options.dtype ?? 'fp32', options.flavor ?? 'portable', options.task ?? 'generate', options.outputAttentions ?? false, ...(options.greedySearch ? ['greedy'] : []), ...(options.slotDecoder ? ['slots'] : []), ...((options.tensorParallel ?? 1) > 1 ? ['tp', options.tensorParallel] : []), ...(options.weights === undefined || options.weights === 'checkpoint' ? [] : [options.weights, options.groupSize ?? 0, options.quantizeHead ?? 'default'])]));
   const files = statSync(path).isDirectory() ? listFiles(path) : [path];
   if (options.tokenizer !== undefined) files.push(options.tokenizer);
   for (const file of files) {

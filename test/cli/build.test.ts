@@ -39,3 +39,16 @@ test('chorus build takes a Megatron-LM checkpoint directory and a .nemo file, an
   assert.notEqual(refused.status, 0);
   assert.match(refused.stderr, /pytorch_model\.bin: refused: its pickle names posix\.system, which is not a tensor, a storage or a plain container \(the pickle was read, never run\)/);
 });
+
+test('chorus build --tensor-parallel 2 lists each rank\'s files, refuses a count that is not a whole number, and generate --model points to a definition', () => {
+  const dir = scratchDir('chorus-cli-build-tp-');
+  assert.equal(chorus('make-checkpoint', '--arch', 'gpt2', '--size', 'tiny', '--seed', '1', '-o', join(dir, 'ckpt')).status, 0);
+  const out = chorus('build', join(dir, 'ckpt'), '-o', join(dir, 'tp2'), '--flavor', 'cuda', '--slot-decoder', '--tensor-parallel', '2');
+  assert.equal(out.status, 0, out.stderr);
+  assert.match(out.stdout, /^built .*: 2 layers, hidden 64, 4 heads \(4 kv\), vocab 512, fp32, tensor parallel 2\n/);
+  for (const rank of [0, 1]) for (const file of ['decoder_model_slots.onnx', 'decoder_model_slots.onnx_data', 'decoder_model_paged.onnx']) assert.match(out.stdout, new RegExp(` {2}onnx/tp2/rank${rank}/${file.replace('.', '\\.')}\n`));
+  assert.doesNotMatch(out.stdout, /decoder_model_merged/);
+  assert.match(chorus('build', join(dir, 'ckpt'), '-o', join(dir, 'x'), '--tensor-parallel', '1.5').stderr, /--tensor-parallel must be an integer >= 1, got "1\.5"/);
+  assert.match(chorus('build', join(dir, 'ckpt'), '-o', join(dir, 'x'), '--tensor-parallel', '2').stderr, /tensor_parallel 2 writes the slot and paged decoders the native engine runs/);
+  assert.match(chorus('generate', '--model', join(dir, 'tp2'), '--ids', 'hi').stderr, /is built split over 2 GPUs \(tensor_parallel 2\): generate through a pipeline whose model definition has tensor_parallel: 2/);
+});

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { lastValueFrom, toArray } from 'rxjs';
-import { instancePlacements } from '../../src/generation/engines/index.ts';
+import { instancePlacements, rankGpus } from '../../src/generation/engines/index.ts';
 import { EnginePool, OrtEngine } from '../../src/generation/index.ts';
 import { buildModel } from '../../src/modelbuild/index.ts';
 import { STORIES } from '../helpers/paths.ts';
@@ -19,6 +19,17 @@ test('instance_group places one session per count on cpu or on each listed GPU',
     [{ name: 'cuda', deviceId: 1 }],
   ]);
   assert.deepEqual(instancePlacements({ ...base, instance_group: [{ count: 2 }, { kind: 'gpu' }] }), [['cpu'], ['cpu'], [{ name: 'cuda', deviceId: 0 }]]);
+});
+
+test('tensor_parallel takes each instance\'s GPUs N at a time, a CUDA provider per rank', () => {
+  const base = { engine: 'generate' as const, source: 'x', tensor_parallel: 2 };
+  const gpu = (deviceId: number) => ({ name: 'cuda', deviceId });
+  assert.deepEqual(instancePlacements({ ...base, device: 'cuda:1' }), [[gpu(1), gpu(2)]]);
+  // Two instances of two ranks on four GPUs.
+  assert.deepEqual(instancePlacements({ ...base, device: 'cuda', instance_group: [{ kind: 'gpu', gpus: [0, 1, 2, 3] }] }), [[gpu(0), gpu(1)], [gpu(2), gpu(3)]]);
+  assert.deepEqual(rankGpus(instancePlacements({ ...base, device: 'cuda', instance_group: [{ kind: 'gpu', gpus: [3, 2] }] })[0]!), [3, 2]);
+  assert.deepEqual(instancePlacements({ ...base, instance_group: [{ count: 2 }] }), [['cpu'], ['cpu']]);
+  assert.throws(() => instancePlacements({ ...base, device: 'cuda', instance_group: [{ kind: 'gpu', gpus: [0, 1, 2] }] }), /tensor_parallel 2 runs each instance on 2 GPUs, and instance_group\[0\]\.gpus lists 3 \(0, 1, 2\): list a multiple of 2/);
 });
 
 test('a pool of engines spreads requests over its instances, and each gets what one engine gives', async () => {

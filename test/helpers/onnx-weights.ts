@@ -1,6 +1,6 @@
 /** The weights a build wrote: every initializer of a model, its bytes read from the model or its external data. */
 import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import onnxProto from 'onnx-proto';
 
 /** Initializers of `<dir>/onnx/<model>` by name: data type, dims and bytes (copied out of the message). */
@@ -13,7 +13,7 @@ export function builtWeights(dir: string, model = 'decoder_model_merged.onnx'): 
     else {
       const field = (key: string): string => tensor.externalData!.find((e) => e.key === key)!.value!;
       bytes = Buffer.alloc(Number(field('length')));
-      const fd = openSync(join(dir, 'onnx', field('location')), 'r');
+      const fd = openSync(join(dir, 'onnx', dirname(model), field('location')), 'r');
       try {
         readSync(fd, bytes, 0, bytes.length, Number(field('offset')));
       } finally {

@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict';
-import { writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { isDecoderOnlySource } from '../../src/repository/index.ts';
+import { makeCheckpoint } from '../../src/modelbuild/index.ts';
+import { builtModelDirectory, isBuiltModel, isDecoderOnlySource, tensorParallelBuild } from '../../src/repository/index.ts';
 import { scratchDir } from '../helpers/scratch.ts';
 
 const FIXTURES = new URL('../fixtures/checkpoints/', import.meta.url).pathname;
@@ -14,4 +15,26 @@ test('isDecoderOnlySource() knows Megatron-LM and NeMo GPT checkpoints, pytorch_
   writeFileSync(join(t5, 'model.pt'), Buffer.from('PK\x03\x04'));
   assert.equal(isDecoderOnlySource(t5), false);
   assert.equal(isDecoderOnlySource(join(t5, 'model.pt')), false);
+});
+
+test('a build split in 2 is its own cache entry, recognised as built, with its ranks under onnx/tp2', async () => {
+  const cache = scratchDir('chorus-tp-cache-');
+  const previous = process.env.CHORUS_CACHE;
+  process.env.CHORUS_CACHE = cache;
+  try {
+    const source = join(scratchDir('chorus-tp-source-'), 'llama');
+    makeCheckpoint({ arch: 'llama', size: 'tiny', seed: 3, out: source });
+    const options = { flavor: 'cuda' as const, slotDecoder: true };
+    const split = await builtModelDirectory(source, { ...options, tensorParallel: 2 });
+    const whole = await builtModelDirectory(source, options);
+    assert.notEqual(split, whole);
+    assert.equal(tensorParallelBuild(split), 2);
+    assert.equal(tensorParallelBuild(whole), undefined);
+    assert.equal(isBuiltModel(split), true);
+    assert.ok(existsSync(join(split, 'onnx', 'tp2', 'rank1', 'decoder_model_paged.onnx')));
+    assert.equal(await builtModelDirectory(source, { ...options, tensorParallel: 2 }), split, 'found in the cache');
+  } finally {
+    if (previous === undefined) delete process.env.CHORUS_CACHE;
+    else process.env.CHORUS_CACHE = previous;
+  }
 });

@@ -2,8 +2,8 @@
 Chorus and transformers load the same files. Weights are drawn on the GPU (normal, std 0.02, seeded)
 in the checkpoint's dtype, so a 7B shape takes about a minute and no fp32 copy is ever made. Norm
 weights are 1 (Gemma's, stored as an offset from 1, are 0).
-Usage: python3 bench/gpu/llama/make.py <shape> <out-dir> [--dtype float16|bfloat16] [--shard-gb N]
-Shapes: tinyllama-1.1b, llama-2-7b, llama-3-8b, and with the hub's configs llama-3.2-1b, qwen3-1.7b,
+Usage: python3 bench/gpu/llama/make.py <shape> <out-dir> [--dtype float16|bfloat16|float32] [--shard-gb N]
+Shapes: tinyllama-1.1b, llama-2-7b, llama-2-13b, llama-3-8b, llama-small, and with the hub's configs llama-3.2-1b, qwen3-1.7b,
 mistral-7b-v0.1, phi-3-mini-4k, gemma-2-2b.
 """
 import argparse
@@ -16,6 +16,9 @@ from transformers import AutoConfig, AutoModelForCausalLM
 SHAPES = {
     "tinyllama-1.1b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32, num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048, rope_theta=10000.0),
     "llama-2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32, vocab_size=32000, max_position_embeddings=4096, rope_theta=10000.0),
+    "llama-2-13b": dict(hidden_size=5120, intermediate_size=13824, num_hidden_layers=40, num_attention_heads=40, num_key_value_heads=40, vocab_size=32000, max_position_embeddings=4096, rope_theta=10000.0),
+    # A small Llama (fp32 runs, such as tensor parallelism's exact-ids check).
+    "llama-small": dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048, rope_theta=10000.0),
     "llama-3-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0),
 }
 LLAMA = dict(model_type="llama", rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
@@ -53,7 +56,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("shape", choices=sorted([*SHAPES, *HUB]))
     parser.add_argument("out")
-    parser.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
+    parser.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
     parser.add_argument("--shard-gb", type=float, default=0, help="shard size in GB (0: one file)")
     args = parser.parse_args()
     if os.path.exists(os.path.join(args.out, "config.json")):

@@ -5,6 +5,7 @@
 #   source /root/gpu-env/env.sh && bash bench/gpu/llama/serve.sh <built-dir> <name> <tokenizer.model> <prompts.jsonl>
 # Knobs: SERVE_CONCURRENCY=64  SERVE_REQUESTS=256  SERVE_PORT=8123  SERVE_DTYPE=fp16  SERVE_EXTRA (more bench flags)
 #   SERVE_MAX_SEQUENCE=2048 (max_sequence_length: 64 rows of 4096 on a 7B take the paged cache)
+#   SERVE_DEFINITION (more lines of the model definition, such as tensor_parallel: 2)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 built=$1 name=$2 tokenizer=$3 prompts=$4
@@ -27,6 +28,7 @@ device: cuda
 dtype: ${SERVE_DTYPE:-fp16}
 max_batch_size: ${SERVE_CONCURRENCY:-64}
 max_sequence_length: ${SERVE_MAX_SEQUENCE:-2048}
+${SERVE_DEFINITION:-}
 YAML
 cat > "$repo/pipelines/$name.yaml" <<YAML
 description: $name completion

@@ -44,6 +44,7 @@ import { argmaxEligible, bannedArgmaxEligible, Sequence, type ActiveRequest, typ
 import { seq2seqModel } from './seq2seq-engine.ts';
 import { TurnLoop } from './turn-loop.ts';
 import { coreTakes, CoreRunner } from './native-core.ts';
+import { rankFile, rankLayout, rankShares, rankWeightBytes } from './native-ranks.ts';
 
 /** Options of `NativeEngine.open`. */
 export interface NativeEngineOptions extends Partial<SchedulerLimits> {
@@ -99,6 +100,13 @@ export interface NativeEngineOptions extends Partial<SchedulerLimits> {
   cacheBlocks?: number;
   /** CUDA: the share of the GPU's memory that weights, activations and cache may take, in (0, 1]. Default: 0.9. */
   gpuMemoryUtilization?: number;
+  /**
+   * Decoder-only models built split over N ranks (tensor_parallel: N): run the N ranks at once, rank r
+   * on GPU rankDevices[r - 1] (rank 0 on deviceId), or on the CPU as threads of this process. Default: 1.
+   */
+  tensorParallel?: number;
+  /** CUDA with tensorParallel N: the GPUs of ranks 1..N-1, each its own. */
+  rankDevices?: number[];
   /** Lines worth saying at load (the cache's size). */
   log?: (line: string) => void;
   intraOpThreads?: number;
@@ -125,11 +133,14 @@ interface BuildInfo {
   slotDecoder?: boolean;
   /** Quantized projections: how (absent: float weights). */
   weights?: { weights: string };
+  /** The decoders were split over this many ranks, in onnx/tp{N}/rank{r}/ (absent: 1). */
+  tensor_parallel?: number;
 }
 
-/** The load log's weights half of the memory split: their size and how they are stored. */
-function weightsText(dir: string, model: string, info: BuildInfo): string {
-  return `weights ${gib(weightBytes(dir, model))} (${info.weights === undefined ? info.dtype : `${info.weights.weights} projections, ${info.dtype} activations`})`;
+/** The load log's weights half of the memory split: their size (every rank's) and how they are stored. */
+function weightsText(dir: string, model: string, info: BuildInfo, n: number): string {
+  const bytes = n === 1 ? weightBytes(dir, model) : Array.from({ length: n }, (_, r) => rankWeightBytes(dir, n, r, model)).reduce((a, b) => a + b, 0);
+  return `weights ${gib(bytes)} (${info.weights === undefined ? info.dtype : `${info.weights.weights} projections, ${info.dtype} activations`})`;
 }
 
 /** Why a model directory cannot run on the native engine (undefined: it can). */
@@ -235,7 +246,13 @@ export class NativeEngine implements Engine {
       vocab: spec.vocabSize,
       element: info.dtype === 'fp32' ? 4 : 2,
     };
-    const paging = seq2seq ? undefined : pagedPlan((device) => addon.gpuMemory(device), dir, PAGED_DECODER_MODEL, SLOT_DECODER_MODEL, options, shape, slots, slotLength, utilization);
+    const cuda = options.provider === 'cuda' ? { devices: [options.deviceId ?? 0, ...(options.rankDevices ?? [])], count: addon.cudaDevices() } : undefined;
+    const layout = rankLayout(dir, options.tensorParallel ?? 1, info.tensor_parallel ?? 1, { numHeads: spec.numHeads ?? 0, numKvHeads: spec.numKvHeads ?? 0 }, cuda);
+    const tp = layout.n;
+    if (tp > 1) shape.kvHeads = layout.kvHeads;
+    const ranks = tp === 1 ? undefined : { n: tp, devices: layout.devices, weights: (file: string) => Array.from({ length: tp }, (_, r) => rankWeightBytes(dir, tp, r, file)) };
+    const paging = seq2seq ? undefined : pagedPlan((device) => addon.gpuMemory(device), dir, PAGED_DECODER_MODEL, SLOT_DECODER_MODEL, options, shape, slots, slotLength, utilization, ranks);
+    const modelFile = paging === undefined ? SLOT_DECODER_MODEL : PAGED_DECODER_MODEL;
     // ONNX Runtime's GroupQueryAttention, the slot decoder's attention for rotary models, has CUDA kernels
     // for fp16 and bf16 only: in fp32 it runs on the CPU, copying to and from the device in every step, which
     // no CUDA graph may capture (an attempt can abort the process inside ONNX Runtime).
@@ -244,14 +261,16 @@ export class NativeEngine implements Engine {
       options.log?.('CUDA graphs off: the fp32 slot decoder runs GroupQueryAttention on the CPU (fp16, bf16 or the paged cache run on the GPU alone)');
     }
     const decoder = new addon.SlotDecoder({
-      model: join(dir, 'onnx', paging === undefined ? SLOT_DECODER_MODEL : PAGED_DECODER_MODEL),
+      model: join(dir, 'onnx', rankFile(tp, 0, modelFile)),
+      ...(tp === 1 ? {} : { rankModels: Array.from({ length: tp - 1 }, (_, r) => join(dir, 'onnx', rankFile(tp, r + 1, modelFile))) }),
+      ...(tp > 1 && layout.devices.length > 0 ? { rankDevices: layout.devices.slice(1) } : {}),
       ...(paging ?? {}),
       provider: options.provider ?? 'cpu',
       deviceId: options.deviceId ?? 0,
       slots,
       maxLength: slotLength,
       layers: (seq2seq ? spec.decoderLayers : spec.numLayers) ?? 0,
-      kvHeads: (seq2seq ? spec.numHeads : spec.numKvHeads) ?? 0,
+      kvHeads: shape.kvHeads,
       headDim: spec.headDim,
       vocab: spec.vocabSize,
       dtype: info.dtype,
@@ -277,10 +296,11 @@ export class NativeEngine implements Engine {
       decoder.setBlockTable(paged.table());
       const memory = decoder.deviceMemory;
       const device = memory.total > 0 ? ` (GPU: ${gib(memory.total - memory.free)} in use with the weights, of ${gib(memory.total)})` : '';
-      options.log?.(`paged cache: ${paged.tokens} tokens in ${paged.blocks - 1} blocks of ${paged.blockSize}, ${gib(decoder.cacheBytes)}${device}; ${Math.floor(paged.tokens / slotLength)} sequences of ${slotLength} tokens fit at once; ${weightsText(dir, PAGED_DECODER_MODEL, info)}`);
+      options.log?.(`paged cache: ${paged.tokens} tokens in ${paged.blocks - 1} blocks of ${paged.blockSize}, ${gib(decoder.cacheBytes)}${device}; ${Math.floor(paged.tokens / slotLength)} sequences of ${slotLength} tokens fit at once; ${weightsText(dir, PAGED_DECODER_MODEL, info, tp)}`);
     } else {
-      options.log?.(`cache: ${slots} slots of ${slotLength} tokens, ${gib(decoder.cacheBytes)}; ${weightsText(dir, SLOT_DECODER_MODEL, info)}`);
+      options.log?.(`cache: ${slots} slots of ${slotLength} tokens, ${gib(decoder.cacheBytes)}; ${weightsText(dir, SLOT_DECODER_MODEL, info, tp)}`);
     }
+    if (tp > 1) options.log?.(rankShares(dir, layout, modelFile, decoder.rankCacheBytes));
     const continuous = options.continuous === true && continuousAvailable(seq2seq, paged !== undefined, options.batchInvariant === true, options.log);
     const engine = new NativeEngine(decoder, limits, model, options.onRequestDone, sourceLimit, slotLength, options.batchInvariant === true ? slots : undefined, greedySteps, paged, continuous);
     engine.log = options.log;

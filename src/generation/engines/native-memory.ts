@@ -67,7 +67,7 @@ export function checkWeightsFit(weights: number, reserve: number, memory: { free
   if (weights + reserve <= allowed) return;
   throw new ChorusError(
     'CHORUS_DEVICE_MEMORY',
-    `the model needs ${gib(weights)} of weights and ${gib(reserve)} for activations on GPU ${deviceId}, which has ${gib(memory.free)} free of ${gib(memory.total)} (cudaMemGetInfo; gpu_memory_utilization ${utilization} allows ${gib(memory.total * utilization)}); use a GPU with more free memory, fp16 or bf16 weights, or a smaller max_batch_size`,
+    `the model needs ${gib(weights)} of weights and ${gib(reserve)} for activations on GPU ${deviceId}, which has ${gib(memory.free)} free of ${gib(memory.total)} (cudaMemGetInfo; gpu_memory_utilization ${utilization} allows ${gib(memory.total * utilization)}); use a GPU with more free memory, fp16 or bf16 weights, a smaller max_batch_size, or tensor_parallel to split the model over GPUs`,
     { param: 'gpu_memory_utilization' },
   );
 }
@@ -89,10 +89,19 @@ export interface PagedDecoderOptions {
   reserveBytes: number;
 }
 
+/** A tensor-parallel model's ranks, as the plan checks them: each rank's GPU and weights (by model file). */
+export interface PlannedRanks {
+  n: number;
+  /** CUDA: each rank's GPU. */
+  devices: number[];
+  weights: (file: string) => number[];
+}
+
 /**
  * Whether the engine pages its cache, and how: on CUDA the weights (and the activations' reserve)
- * must fit what the GPU has, else it fails saying so; 'auto' pages there when `slots` whole slots
- * would not fit beside them. Undefined: a cache of whole slots.
+ * must fit what the GPU has (with `ranks`, each rank's share on its own GPU), else it fails saying so;
+ * 'auto' pages there when `slots` whole slots would not fit beside them. Undefined: a cache of whole
+ * slots.
  */
 export function pagedPlan(
   gpuMemory: (device: number) => { free: number; total: number },
@@ -104,10 +113,11 @@ export function pagedPlan(
   slots: number,
   slotLength: number,
   utilization: number,
+  ranks?: PlannedRanks,
 ): PagedDecoderOptions | undefined {
   const wanted = options.pagedCache ?? 'auto';
   if (wanted !== true && wanted !== false && wanted !== 'auto') throw new ChorusError('CHORUS_INVALID_ARGUMENT', `pagedCache must be true, false or 'auto', got ${String(wanted)}`, { param: 'pagedCache' });
-  const built = existsSync(join(dir, 'onnx', pagedModel));
+  const built = existsSync(join(dir, 'onnx', ranks === undefined ? pagedModel : join(`tp${ranks.n}`, 'rank0', pagedModel)));
   if (wanted === true && !built) throw new ChorusError('CHORUS_UNSUPPORTED', `${dir} has no paged decoder (onnx/${pagedModel}); rebuild it with chorus build --flavor cuda --slot-decoder`, { param: 'pagedCache' });
   const blockSize = options.blockSize ?? 16;
   if (!Number.isInteger(blockSize) || blockSize < 1 || blockSize > 1024) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `blockSize must be an integer from 1 to 1024, got ${blockSize}`, { param: 'blockSize' });
@@ -117,14 +127,18 @@ export function pagedPlan(
   const paging = wanted === true || (wanted === 'auto' && built);
   let reserve = 0;
   if (options.provider === 'cuda') {
-    const deviceId = options.deviceId ?? 0;
-    const memory = gpuMemory(deviceId);
-    // An addon without CUDA knows no device: opening the decoder says so.
-    if (memory.total === 0) return undefined;
-    const weights = weightBytes(dir, paging ? pagedModel : slotModel);
+    const model = paging ? pagedModel : slotModel;
+    const devices = ranks?.devices ?? [options.deviceId ?? 0];
+    const weights = ranks?.weights(model) ?? [weightBytes(dir, model)];
     reserve = activationReserve(shape, slots, Math.max(PAGED_PREFILL_TOKENS, slotLength));
-    checkWeightsFit(weights, reserve, memory, utilization, deviceId);
-    const slotsFit = weights + reserve + slots * slotLength * tokenBytes(shape) <= Math.min(memory.free, memory.total * utilization);
+    let slotsFit = true;
+    for (const [r, deviceId] of devices.entries()) {
+      const memory = gpuMemory(deviceId);
+      // An addon without CUDA knows no device: opening the decoder says so.
+      if (memory.total === 0) return undefined;
+      checkWeightsFit(weights[r]!, reserve, memory, utilization, deviceId);
+      slotsFit &&= weights[r]! + reserve + slots * slotLength * tokenBytes(shape) <= Math.min(memory.free, memory.total * utilization);
+    }
     if (!paging || (wanted === 'auto' && slotsFit)) return undefined;
   } else if (wanted !== true) {
     return undefined;

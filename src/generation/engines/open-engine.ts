@@ -10,7 +10,7 @@ import { ChorusError } from '../../errors.ts';
 import type { Engine, RequestMetrics } from '../core/engine.ts';
 import { NativeEngine, nativeUnavailable } from './native-engine.ts';
 import { OrtEngine } from './ort-engine.ts';
-import { gpuOf, greedySearchWanted, nativeByDefault, runsOnGpu, type Placement } from './placement.ts';
+import { greedySearchWanted, nativeByDefault, rankGpus, runsOnGpu, type Placement } from './placement.ts';
 import { Seq2SeqEngine } from './seq2seq-engine.ts';
 
 export interface OpenEngineOptions {
@@ -32,11 +32,16 @@ export async function openEngine(definition: ModelDefinition, dir: string, place
   if (!native && definition.batch_invariant === true) {
     throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: batch_invariant needs the native engine (the TypeScript engine's steps take as many rows as run); build it with npm run build:native`, { param: 'batch_invariant' });
   }
+  const tensorParallel = definition.tensor_parallel ?? 1;
+  if (!native && tensorParallel > 1) {
+    throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: tensor_parallel ${tensorParallel} runs on the native engine only; ${nativeUnavailable(dir) ?? 'native_engine is false'}`, { param: 'tensor_parallel' });
+  }
   if (native) {
-    const gpu = gpuOf(placement);
+    const gpus = rankGpus(placement);
     return NativeEngine.open(dir, {
-      provider: gpu === undefined ? 'cpu' : 'cuda',
-      deviceId: gpu?.deviceId ?? 0,
+      provider: gpus.length === 0 ? 'cpu' : 'cuda',
+      deviceId: gpus[0] ?? 0,
+      ...(tensorParallel === 1 ? {} : { tensorParallel, rankDevices: gpus.slice(1) }),
       maxBatchSize: definition.max_batch_size,
       maxQueue: definition.max_queue,
       contextLength: definition.max_sequence_length,

@@ -1,9 +1,13 @@
 /**
  * Where a model's instances run and which engine serves them, read from its definition: one execution
  * provider list per instance (`instance_group` counts on cpu or on each listed GPU; else one on
- * `device`), GreedySearch and the native engine by default on GPUs.
+ * `device`), GreedySearch and the native engine by default on GPUs. A tensor-parallel model
+ * (tensor_parallel: N) takes its GPUs N at a time: instance k of a group runs its ranks on gpus[k * N]
+ * .. gpus[k * N + N - 1] (without gpus, on the model's GPU and the N - 1 after it), and its list names
+ * a CUDA provider per rank, rank 0's first.
  */
 import type { ModelDefinition } from '../../config/index.ts';
+import { ChorusError } from '../../errors.ts';
 import { loadNative } from '../../native/index.ts';
 import type { ExecutionProviders } from '../../runtime/index.ts';
 
@@ -12,15 +16,25 @@ export type Placement = ExecutionProviders;
 
 export function instancePlacements(value: ModelDefinition): Placement[] {
   const device = value.device ?? 'cpu';
+  const n = value.tensor_parallel ?? 1;
   const defaultGpu = device.startsWith('cuda') ? Number(device.split(':')[1] ?? 0) : 0;
-  const on = (kind: 'cpu' | 'gpu', gpu: number): Placement => (kind === 'cpu' ? ['cpu'] : [{ name: 'cuda', deviceId: gpu }]);
+  const defaultGpus = Array.from({ length: n }, (_, r) => defaultGpu + r);
+  const on = (kind: 'cpu' | 'gpu', gpus: number[]): Placement => (kind === 'cpu' ? ['cpu'] : gpus.map((gpu) => ({ name: 'cuda', deviceId: gpu })));
   const defaultKind = device === 'cpu' ? 'cpu' : 'gpu';
-  if (value.instance_group === undefined) return [on(defaultKind, defaultGpu)];
-  return value.instance_group.flatMap((group) => {
+  if (value.instance_group === undefined) return [on(defaultKind, defaultGpus)];
+  return value.instance_group.flatMap((group, index) => {
     const kind = group.kind ?? defaultKind;
-    const gpus = kind === 'gpu' ? (group.gpus ?? [defaultGpu]) : [0];
-    return gpus.flatMap((gpu) => Array.from({ length: group.count ?? 1 }, () => on(kind, gpu)));
+    const gpus = kind === 'gpu' ? (group.gpus ?? (n === 1 ? [defaultGpu] : defaultGpus)) : Array.from({ length: n }, () => 0);
+    if (gpus.length % n !== 0) {
+      throw new ChorusError('CHORUS_CONFIG_INVALID', `tensor_parallel ${n} runs each instance on ${n} GPUs, and instance_group[${index}].gpus lists ${gpus.length} (${gpus.join(', ')}): list a multiple of ${n}`, { param: 'instance_group' });
+    }
+    return Array.from({ length: gpus.length / n }, (_, k) => gpus.slice(k * n, (k + 1) * n)).flatMap((set) => Array.from({ length: group.count ?? 1 }, () => on(kind, set)));
   });
+}
+
+/** The GPUs of an instance's ranks, rank 0's first (its CUDA providers); empty on the CPU. */
+export function rankGpus(placement: Placement): number[] {
+  return placement.flatMap((p) => ((typeof p === 'string' ? p : p.name) === 'cuda' ? [typeof p === 'string' ? 0 : ((p as { deviceId?: number }).deviceId ?? 0)] : []));
 }
 
 /** Whether any instance of the model runs on a GPU. */

@@ -9,6 +9,7 @@ import { ChorusError, describe } from '../../errors.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint.ts';
 import { positiveInt } from '../config-fields.ts';
 import type { DecoderSpec, DecoderWeights, Linear } from '../decoder-spec.ts';
+import type { FloatType } from '../float-bits.ts';
 import { transpose2d, type Tensor } from '../tensor.ts';
 import type { DecoderArchitecture } from './architecture.ts';
 import { llamaSpec, withLlamaEnds } from './llama.ts';
@@ -19,6 +20,7 @@ function rows(tensor: Tensor, start: number, count: number): Tensor {
   const offset = start * cols;
   const read = (from: number, length: number): Float32Array =>
     tensor.read === undefined ? tensor.data.slice(offset + from, offset + from + length) : tensor.read(offset + from, length);
+  const readEncoded = tensor.readEncoded;
   return {
     dims: [count, cols],
     ...(tensor.dtype === undefined ? {} : { dtype: tensor.dtype }),
@@ -26,6 +28,7 @@ function rows(tensor: Tensor, start: number, count: number): Tensor {
       return read(0, count * cols);
     },
     read,
+    ...(readEncoded === undefined ? {} : { readEncoded: (from: number, length: number, type: FloatType) => readEncoded(offset + from, length, type) }),
   };
 }
 
