@@ -98,19 +98,19 @@ class NcclCommunicator : public Communicator {
   bool onDevice() const override { return true; }
 
   void AllReduce(int rank, const void* x, void* y, size_t count, FloatType type, void* stream) override {
-    Check(nccl_.allReduce(x, y, count, NcclType(type), kNcclSum, Comm(rank), static_cast<cudaStream_t>(stream)), "ncclAllReduce");
+    Call("ncclAllReduce", [&] { return nccl_.allReduce(x, y, count, NcclType(type), kNcclSum, Comm(rank), static_cast<cudaStream_t>(stream)); });
   }
 
   void AllGather(int rank, const void* x, void* y, size_t rows, size_t n, FloatType type, void* stream, void* scratch) override {
     auto s = static_cast<cudaStream_t>(stream);
     if (rows == 1) {
-      Check(nccl_.allGather(x, y, n, NcclType(type), Comm(rank), s), "ncclAllGather");
+      Call("ncclAllGather", [&] { return nccl_.allGather(x, y, n, NcclType(type), Comm(rank), s); });
       return;
     }
     // NCCL gathers whole buffers one after another ([world, rows, n]); each rank's block then goes to
     // its columns of y ([rows, world * n]).
     if (scratch == nullptr) throw std::invalid_argument("AllGather of several rows on CUDA needs a scratch buffer");
-    Check(nccl_.allGather(x, scratch, rows * n, NcclType(type), Comm(rank), s), "ncclAllGather");
+    Call("ncclAllGather", [&] { return nccl_.allGather(x, scratch, rows * n, NcclType(type), Comm(rank), s); });
     const size_t bytes = n * ElementBytes(type);
     for (int r = 0; r < world(); r++) {
       CheckCuda(cudaMemcpy2DAsync(static_cast<char*>(y) + r * bytes, bytes * world(), static_cast<const char*>(scratch) + r * rows * bytes, bytes, bytes, rows,
@@ -151,7 +151,7 @@ class NcclCommunicator : public Communicator {
  private:
   void Init() {
     comms_.assign(devices_.size(), nullptr);
-    Check(nccl_.commInitAll(comms_.data(), world(), devices_.data()), "ncclCommInitAll");
+    Call("ncclCommInitAll", [&] { return nccl_.commInitAll(comms_.data(), world(), devices_.data()); });
   }
 
   ncclComm_t Comm(int rank) {
@@ -159,6 +159,18 @@ class NcclCommunicator : public Communicator {
     if (!aborted_.empty()) throw std::runtime_error(aborted_);
     if (rank < 0 || rank >= world()) throw std::out_of_range("rank " + std::to_string(rank) + " of a group of " + std::to_string(world()));
     return comms_[rank];
+  }
+
+  // NCCL can leave a CUDA error of its own on the calling thread where it probes a kernel and skips it
+  // (NVIDIA/nccl#1864). ONNX Runtime reads the thread's last error after its next kernel and would fail
+  // there with it ("GroupQueryAttention: cudaErrorInvalidValue"), so a call drains what it left, unless
+  // an error was there before it.
+  template <typename Collective>
+  void Call(const char* what, Collective&& collective) const {
+    const bool clean = cudaPeekAtLastError() == cudaSuccess;
+    const ncclResult_t result = collective();
+    if (clean) cudaGetLastError();
+    Check(result, what);
   }
 
   void Check(ncclResult_t result, const char* what) const {
