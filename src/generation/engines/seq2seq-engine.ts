@@ -12,10 +12,9 @@
  * rows of different lengths cannot share a step). Rows of requests that end or are cancelled leave the
  * cohort's caches at the next step; later requests form cohorts of their own, whose steps interleave.
  */
-import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import type { Observable } from 'rxjs';
 import { ChorusError } from '../../errors.ts';
+import { endIdsOf, readGenerationConfig } from '../../util/end-ids.ts';
 import { selectCacheRows, selectEncodedRows, Seq2SeqSession, type ExecutionProviders, type Seq2SeqOutput } from '../../runtime/index.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from '../core/engine.ts';
 import { RequestLedger } from '../core/request-ledger.ts';
@@ -32,18 +31,17 @@ export interface Seq2SeqEngineOptions {
 
 /**
  * An encoder-decoder's ids from its generation config (else config.json): the decoder's start, the end
- * id, the forced first and last tokens; and its positions (BART's max_position_embeddings, T5's
+ * ids, the forced first and last tokens; and its positions (BART's max_position_embeddings, T5's
  * n_positions).
  */
 export function seq2seqModel(dir: string, config: Record<string, unknown>, vocabSize: number): { model: ModelIds; context: number } {
-  const generationFile = join(dir, 'generation_config.json');
-  const generation = existsSync(generationFile) ? (JSON.parse(readFileSync(generationFile, 'utf8')) as Record<string, unknown>) : {};
+  const generation = readGenerationConfig(dir);
   const pick = (key: string): number | undefined => {
-    const value = generation[key] ?? config[key];
+    const value = generation?.[key] ?? config[key];
     return typeof value === 'number' ? value : undefined;
   };
   return {
-    model: { vocabSize, endId: pick('eos_token_id'), forcedBos: pick('forced_bos_token_id'), forcedEos: pick('forced_eos_token_id'), decoderStart: pick('decoder_start_token_id') ?? 0 },
+    model: { vocabSize, endIds: endIdsOf(config, generation), forcedBos: pick('forced_bos_token_id'), forcedEos: pick('forced_eos_token_id'), decoderStart: pick('decoder_start_token_id') ?? 0 },
     context: Number(config.max_position_embeddings ?? config.n_positions ?? 512),
   };
 }
