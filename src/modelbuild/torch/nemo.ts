@@ -23,15 +23,7 @@ import { readTorchFile } from './torch-file.ts';
  * checkpoint; a T5 or UL2 (MegatronT5Model) as a T5 checkpoint (nemo-t5.ts).
  */
 export function readNemoCheckpoint(source: string): Checkpoint {
-  const files = source.endsWith('.nemo') ? readTarEntries(fileRanges(source), source) : directoryFiles(source);
-  const configBytes = files.get('model_config.yaml');
-  if (configBytes === undefined) throw new ChorusError('CHORUS_FILE_MISSING', `${source} has no model_config.yaml`);
-  let config: Record<string, unknown>;
-  try {
-    config = parse(Buffer.from(configBytes.read(0, configBytes.size)).toString('utf8')) as Record<string, unknown>;
-  } catch (cause) {
-    throw new ChorusError('CHORUS_FILE_INVALID', `${source}: model_config.yaml is not YAML (${(cause as Error).message})`, { cause });
-  }
+  const { files, config } = openNemo(source);
   if (isT5(config)) {
     return nemoT5Checkpoint(source, config, () => {
       const weights = files.get('model_weights.ckpt');
@@ -64,6 +56,23 @@ export function readNemoCheckpoint(source: string): Checkpoint {
     layerNormEps: typeof eps === 'number' ? eps : 1e-5,
     checkpointVersion: 3,
   });
+}
+
+/** Whether the NeMo model at `source` is a T5 or UL2 (an encoder-decoder), reading its model_config.yaml alone. */
+export function isNemoT5(source: string): boolean {
+  return isT5(openNemo(source).config);
+}
+
+/** A NeMo model's files (as byte ranges) and its parsed model_config.yaml. */
+function openNemo(source: string): { files: Map<string, FileRanges>; config: Record<string, unknown> } {
+  const files = source.endsWith('.nemo') ? readTarEntries(fileRanges(source), source) : directoryFiles(source);
+  const configBytes = files.get('model_config.yaml');
+  if (configBytes === undefined) throw new ChorusError('CHORUS_FILE_MISSING', `${source} has no model_config.yaml`);
+  try {
+    return { files, config: parse(Buffer.from(configBytes.read(0, configBytes.size)).toString('utf8')) as Record<string, unknown> };
+  } catch (cause) {
+    throw new ChorusError('CHORUS_FILE_INVALID', `${source}: model_config.yaml is not YAML (${(cause as Error).message})`, { cause });
+  }
 }
 
 /** The files of an unpacked .nemo directory that are read. */
