@@ -13,6 +13,8 @@ import { tensorPy, torchSave, type Py } from './pickle-writer.ts';
 /** How the NeMo model is laid out. */
 export interface NemoT5Options {
   megatronLegacy: boolean;
+  /** Names as megatron_amp_O2's wrapper saves them (`enc_dec_model.module.`). Default: false. */
+  ampO2?: boolean;
 }
 
 /** Writes the unpacked .nemo of the T5 in `hf` to `dir`: model_config.yaml and model_weights.ckpt. */
@@ -29,7 +31,7 @@ export function writeNemoT5Dir(hf: string, dir: string, options: NemoT5Options):
   const put = (name: string, dims: number[], values: Float32Array): void => {
     const key = String(storages.size);
     storages.set(key, new Uint8Array(values.buffer, values.byteOffset, values.byteLength));
-    sd.set(name, tensorPy(key, 'FloatStorage', values.length, 0, dims, dims.length === 2 ? [dims[1]!, 1] : [1]));
+    sd.set(options.ampO2 ? name.replace(/^enc_dec_model\./, 'enc_dec_model.module.') : name, tensorPy(key, 'FloatStorage', values.length, 0, dims, dims.length === 2 ? [dims[1]!, 1] : [1]));
   };
   const hfTensor = (name: string): Float32Array => Float32Array.from(checkpoint.peek(name).data);
   /** [q; k; v] (or [k; v]) fused in NeMo's row order. */
@@ -112,6 +114,7 @@ export function writeNemoT5Dir(hf: string, dir: string, options: NemoT5Options):
     'share_token_embeddings: true',
     'share_decoder_tokens_head_embeddings: false',
     'tokens_head_bias: false',
+    `megatron_amp_O2: ${options.ampO2 === true}`,
     'target: nemo.collections.nlp.models.language_modeling.megatron_t5_model.MegatronT5Model',
   ].join('\n');
   writeFileSync(join(dir, 'model_config.yaml'), `${yaml}\n`);

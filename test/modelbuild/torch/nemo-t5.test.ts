@@ -64,6 +64,16 @@ for (const { arch, megatronLegacy } of [
   });
 }
 
+test("megatron_amp_O2's wrapped names (enc_dec_model.module.) read as the plain ones", () => {
+  const hf = join(root, 'o2-hf');
+  makeCheckpoint({ arch: 't5v1_1', size: 'tiny', seed: 13, out: hf });
+  writeNemoT5Dir(hf, join(root, 'o2-plain'), { megatronLegacy: false });
+  writeNemoT5Dir(hf, join(root, 'o2-wrapped'), { megatronLegacy: false, ampO2: true });
+  const [plain, wrapped] = [readNemoCheckpoint(join(root, 'o2-plain')), readNemoCheckpoint(join(root, 'o2-wrapped'))];
+  assert.deepEqual(wrapped.names().sort(), plain.names().sort());
+  for (const name of plain.names()) assert.deepEqual(wrapped.peek(name).data, plain.peek(name).data, name);
+});
+
 test('NeMo T5 variants the T5 builder does not express are refused, naming the field', () => {
   const hf = join(root, 'refused-hf');
   makeCheckpoint({ arch: 't5v1_1', size: 'tiny', seed: 12, out: hf });
