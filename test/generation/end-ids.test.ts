@@ -6,7 +6,7 @@
  * golden greedy run cut after its first end id.
  */
 import assert from 'node:assert/strict';
-import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { before, describe, test } from 'node:test';
 import { lastValueFrom, toArray } from 'rxjs';
@@ -14,7 +14,8 @@ import { NativeEngine, OrtEngine, type Engine, type SamplingParams, type TokenEv
 import { buildModel } from '../../src/modelbuild/index.ts';
 import { loadNative } from '../../src/native/index.ts';
 import { endIdsOf } from '../../src/util/end-ids.ts';
-import { archFixture, readArchGolden, type ArchGolden } from '../helpers/arch-golden.ts';
+import { archFixture, readArchGolden } from '../helpers/arch-golden.ts';
+import { END_ID_CASES, expectedRuns, writeEndIdSource } from '../helpers/end-ids.ts';
 import { scratchDir } from '../helpers/scratch.ts';
 
 const root = scratchDir('chorus-end-ids-');
@@ -32,37 +33,19 @@ test('endIdsOf() takes generation_config.json\'s eos_token_id over config.json\'
   assert.throws(() => endIdsOf({ eos_token_id: -1 }), /config.json: eos_token_id must be/);
 });
 
-/**
- * Each family's end ids and where they are written: Llama 3's in config.json (as 3.1 Instruct's), the
- * others' in generation_config.json over config.json's one id (Gemma 2's config id, 2, is its golden
- * run's first token for prompt 1: the generation config must win over it).
- */
-const CASES: ReadonlyArray<{ family: string; endIds: readonly number[]; where: 'config.json' | 'generation_config.json' }> = [
-  { family: 'llama3', endIds: [24, 224], where: 'config.json' },
-  { family: 'phi3', endIds: [27, 375], where: 'generation_config.json' },
-  { family: 'gemma2', endIds: [322, 474], where: 'generation_config.json' },
-];
-
-/** The golden greedy run of each prompt cut after its first end id, and why it ends. */
-function expected(golden: ArchGolden, endIds: readonly number[]): Array<{ ids: number[]; reason: string }> {
-  return golden.greedy.map((ids) => {
-    const end = ids.findIndex((id) => endIds.includes(id));
-    return end === -1 ? { ids, reason: 'length' } : { ids: ids.slice(0, end + 1), reason: 'end_id' };
-  });
-}
-
 async function run(engine: Engine, prompt: readonly number[], params: SamplingParams, stream = true): Promise<{ ids: number[]; reason: string | undefined; events: TokenEvent[] }> {
   const events = await lastValueFrom(engine.submit({ inputIds: prompt, params, stream }).pipe(toArray()));
   return { ids: events.map((e) => e.token), reason: events.at(-1)?.finishReason, events };
 }
 
-for (const { family, endIds, where } of CASES) {
+for (const c of END_ID_CASES) {
+  const { family, endIds, where } = c;
   const golden = readArchGolden(family);
   describe(`${family} with end ids ${endIds.join(', ')} in ${where}`, { skip: golden === undefined ? `no fixture at ${archFixture(family)}` : false }, () => {
     const source = join(root, `${family}-source`);
     const portable = join(root, `${family}-portable`);
     const cuda = join(root, `${family}-cuda`);
-    const want = golden === undefined ? [] : expected(golden, endIds);
+    const want = golden === undefined ? [] : expectedRuns(golden, endIds);
     /** All 8 prompts at once through `engine`, greedy up to the golden length, no request end id. */
     const greedyAll = (engine: Engine, stream = true): Promise<Array<{ ids: number[]; reason: string | undefined }>> =>
       Promise.all(golden!.prompts.map((prompt, p) => run(engine, prompt, { temperature: 0, request_output_len: golden!.greedy[p]!.length }, stream)));
@@ -77,13 +60,7 @@ for (const { family, endIds, where } of CASES) {
     };
 
     before(() => {
-      mkdirSync(source);
-      const fixture = archFixture(family);
-      copyFileSync(join(fixture, 'model.safetensors'), join(source, 'model.safetensors'));
-      const config = JSON.parse(readFileSync(join(fixture, 'config.json'), 'utf8')) as Record<string, unknown>;
-      if (where === 'config.json') config.eos_token_id = [...endIds];
-      else writeFileSync(join(source, 'generation_config.json'), JSON.stringify({ bos_token_id: config.bos_token_id, eos_token_id: endIds }));
-      writeFileSync(join(source, 'config.json'), JSON.stringify(config));
+      writeEndIdSource(archFixture(family), source, c);
       buildModel({ source, out: portable, greedySearch: true });
       buildModel({ source, out: cuda, flavor: 'cuda', slotDecoder: true });
     });
