@@ -32,6 +32,15 @@ export function endIdsOf(config: Record<string, unknown>, generation?: Record<st
   return idsOf('generation_config.json', generation?.eos_token_id) ?? idsOf('config.json', config.eos_token_id) ?? [];
 }
 
+/** A model definition's `end_ids` checked against the model's vocabulary: each once, in order. */
+export function checkedEndIds(ids: readonly number[], vocabSize: number): number[] {
+  const bad = ids.find((id) => !Number.isInteger(id) || id < 0 || id >= vocabSize);
+  if (ids.length === 0 || bad !== undefined) {
+    throw new ChorusError('CHORUS_INVALID_ARGUMENT', `end_ids must be a non-empty list of ids below the vocabulary's ${vocabSize}, got ${describe(ids)}`, { param: 'end_ids', value: ids });
+  }
+  return [...new Set(ids)];
+}
+
 /** The generation_config.json in `dir`, or undefined when there is none. */
 export function readGenerationConfig(dir: string): Record<string, unknown> | undefined {
   const file = join(dir, 'generation_config.json');

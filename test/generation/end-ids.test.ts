@@ -85,6 +85,21 @@ for (const c of END_ID_CASES) {
     test('the native engine over a paged cache', { skip: nativeSkip }, () => matches(NativeEngine.open(cuda, { maxBatchSize: 8, pagedCache: true, blockSize: 4 })));
     test("the native engine's continuous core", { skip: nativeSkip }, () => matches(NativeEngine.open(cuda, { maxBatchSize: 8, continuous: true })));
 
+    test("a model definition's end_ids (the engines' endIds) replace the model's", { skip: nativeSkip }, async () => {
+      const only = [endIds[1]!];
+      const replaced = expectedRuns(golden!, only);
+      for (const opening of [OrtEngine.open(portable, { maxBatchSize: 8, endIds: only }), NativeEngine.open(cuda, { maxBatchSize: 8, endIds: only })]) {
+        const engine = await opening;
+        try {
+          const got = await greedyAll(engine);
+          got.forEach((g, p) => assert.deepEqual({ ids: g.ids, reason: g.reason }, replaced[p], `prompt ${p}`));
+        } finally {
+          await engine.close();
+        }
+      }
+      await assert.rejects(OrtEngine.open(portable, { endIds: [24, 512] }), /end_ids must be a non-empty list of ids below the vocabulary's 512, got \[24,512\]/);
+    });
+
     test('min_length bans every end id, and no beam hypothesis goes past one: the native engine gives the TypeScript engine\'s tokens', { skip: nativeSkip }, async () => {
       const engines = [await OrtEngine.open(portable, { maxBatchSize: 8 }), await NativeEngine.open(cuda, { maxBatchSize: 8 }), await NativeEngine.open(cuda, { maxBatchSize: 8, continuous: true })];
       try {

@@ -25,6 +25,8 @@ describe('OpenAI chat over a model with several end ids', { skip: chat === undef
   let openai: OpenAI;
   /** Where the greedy answer first meets the chosen end id: the answer's length, that id included. */
   let answerLength = 0;
+  /** The same for the answer's third id, the end_ids of a second model definition over the same files. */
+  let definitionLength = 0;
 
   before(async () => {
     mkdirSync(source);
@@ -38,6 +40,7 @@ describe('OpenAI chat over a model with several end ids', { skip: chat === undef
     const config = JSON.parse(readFileSync(join(source, 'config.json'), 'utf8')) as { eos_token_id: number[] };
     answerLength = answer.findIndex((id, i) => i >= 3 && !answer.slice(0, i).includes(id) && !config.eos_token_id.includes(id)) + 1;
     assert.ok(answerLength > 3, `an id to end at in ${answer.join(',')}`);
+    definitionLength = answer.indexOf(answer[2]!) + 1;
     // generation_config.json's list wins over config.json's.
     writeFileSync(join(source, 'generation_config.json'), JSON.stringify({ eos_token_id: [config.eos_token_id[0], answer[answerLength - 1]] }));
     const repository = join(root, 'repository');
@@ -49,6 +52,8 @@ describe('OpenAI chat over a model with several end ids', { skip: chat === undef
       mkdirSync(join(repository, folder), { recursive: true });
       writeFileSync(join(repository, folder, 'llama3.yaml'), text);
     }
+    writeFileSync(join(repository, 'models', 'llama3-ids.yaml'), `engine: generate\nsource: ${source}\ntokenizer: llama3\nend_ids: [${answer[2]}]\n`);
+    writeFileSync(join(repository, 'pipelines', 'llama3-ids.yaml'), 'model: llama3-ids\nchat_template: tokenizer\n');
     process.env.CHORUS_CACHE = join(root, 'cache');
     server = await startServer(repository);
     openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'none', maxRetries: 0 });
@@ -61,6 +66,12 @@ describe('OpenAI chat over a model with several end ids', { skip: chat === undef
     const whole = await openai.chat.completions.create({ model: 'llama3', messages: chat!.messages as OpenAI.ChatCompletionMessageParam[], max_tokens: 24, temperature: 0 });
     assert.equal(whole.choices[0]!.finish_reason, 'stop');
     assert.equal(whole.usage!.completion_tokens, answerLength);
+  });
+
+  test("a model definition's end_ids replace the model's", async () => {
+    const whole = await openai.chat.completions.create({ model: 'llama3-ids', messages: chat!.messages as OpenAI.ChatCompletionMessageParam[], max_tokens: 24, temperature: 0 });
+    assert.equal(whole.choices[0]!.finish_reason, 'stop');
+    assert.equal(whole.usage!.completion_tokens, definitionLength);
   });
 
   test('streamed, the last chunk says stop', async () => {

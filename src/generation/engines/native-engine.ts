@@ -65,6 +65,8 @@ export interface NativeEngineOptions extends Partial<SchedulerLimits> {
   sourceLength?: number;
   /** CUDA: replay each batch size's decode step as a captured CUDA graph. Default: false. */
   cudaGraph?: boolean;
+  /** The ids generation ends at (any of them), in place of the model's. Default: generation_config.json's eos_token_id, else config.json's. */
+  endIds?: readonly number[];
   /**
    * Run the requests it can (native-core.ts: not beam searches, bad words, factual-nucleus sampling or
    * models that force tokens) on the addon's continuous core: a thread that steps back to back,
@@ -208,7 +210,7 @@ export class NativeEngine implements Engine {
     const { spec } = info;
     const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
     const seq2seq = spec.decoderLayers !== undefined;
-    const { model, context } = seq2seq ? seq2seqModel(dir, config, spec.vocabSize) : decoderModel(config, spec.vocabSize, readGenerationConfig(dir));
+    const { model, context } = seq2seq ? seq2seqModel(dir, config, spec.vocabSize, options.endIds) : decoderModel(config, spec.vocabSize, readGenerationConfig(dir), options.endIds);
     const slotLength = options.slotLength ?? Math.min(context, seq2seq ? 512 : options.contextLength ?? 2048);
     const bound = (value: number, name: string, least: number, most: number): number => {
       if (!Number.isInteger(value) || value < least || value > most) {

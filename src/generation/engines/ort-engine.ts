@@ -32,6 +32,8 @@ export interface OrtEngineOptions extends Partial<SchedulerLimits> {
   onRequestDone?: (metrics: RequestMetrics) => void;
   /** Use the directory's GreedySearch model, when it has one, for requests that allow it. Default: true. */
   greedySearch?: boolean;
+  /** The ids generation ends at (any of them), in place of the model's. Default: generation_config.json's eos_token_id, else config.json's. */
+  endIds?: readonly number[];
 }
 
 /** Continuous-batching generation over a DecoderSession. */
@@ -76,7 +78,7 @@ export class OrtEngine implements Engine {
     const executionProviders = options.executionProviders ?? ['cpu'];
     const session = await DecoderSession.open(dir, { executionProviders });
     let greedy = options.greedySearch === false ? undefined : await GreedySearchSession.open(dir, { executionProviders });
-    const { model, context } = decoderModel(session.config, session.vocabSize, readGenerationConfig(dir));
+    const { model, context } = decoderModel(session.config, session.vocabSize, readGenerationConfig(dir), options.endIds);
     const limits: SchedulerLimits = {
       maxBatchSize: options.maxBatchSize ?? 16,
       maxQueue: options.maxQueue ?? 1024,
