@@ -26,10 +26,12 @@ function idsOf(file: string, value: unknown): number[] | undefined {
 /**
  * The end ids of a model whose config.json is `config` and generation_config.json `generation`
  * (undefined: none): the generation config's `eos_token_id` when it has one, else config.json's; in
- * their order, each once. Empty when neither gives any.
+ * their order, each once. Empty when neither gives any. With `vocabSize`, ids past the vocabulary (a
+ * tokenizer's, which the model can never choose) are left out.
  */
-export function endIdsOf(config: Record<string, unknown>, generation?: Record<string, unknown>): number[] {
-  return idsOf('generation_config.json', generation?.eos_token_id) ?? idsOf('config.json', config.eos_token_id) ?? [];
+export function endIdsOf(config: Record<string, unknown>, generation?: Record<string, unknown>, vocabSize = Infinity): number[] {
+  const ids = idsOf('generation_config.json', generation?.eos_token_id) ?? idsOf('config.json', config.eos_token_id) ?? [];
+  return ids.filter((id) => id < vocabSize);
 }
 
 /** A model definition's `end_ids` checked against the model's vocabulary: each once, in order. */

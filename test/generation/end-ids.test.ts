@@ -29,6 +29,8 @@ test('endIdsOf() takes generation_config.json\'s eos_token_id over config.json\'
   assert.deepEqual(endIdsOf({ eos_token_id: 1 }, { bos_token_id: 2 }), [1]);
   assert.deepEqual(endIdsOf({ eos_token_id: 1 }, { eos_token_id: null }), []);
   assert.deepEqual(endIdsOf({}), []);
+  // An id past the model's vocabulary can never be chosen: left out.
+  assert.deepEqual(endIdsOf({ eos_token_id: [2, 600] }, undefined, 512), [2]);
   assert.throws(() => endIdsOf({ eos_token_id: 1 }, { eos_token_id: ['</s>'] }), /generation_config.json: eos_token_id must be a non-negative integer or a list of them, got \["<\/s>"\]/);
   assert.throws(() => endIdsOf({ eos_token_id: -1 }), /config.json: eos_token_id must be/);
 });

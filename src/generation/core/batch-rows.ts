@@ -14,7 +14,7 @@ import type { ActiveRequest, ModelIds } from './sequence.ts';
 export function decoderModel(config: Record<string, unknown>, vocabSize: number, generation?: Record<string, unknown>, endIds?: readonly number[]): { model: ModelIds; context: number } {
   const bos = config.bos_token_id;
   return {
-    model: { vocabSize, endIds: endIds === undefined ? endIdsOf(config, generation) : checkedEndIds(endIds, vocabSize), bosId: typeof bos === 'number' ? bos : undefined },
+    model: { vocabSize, endIds: endIds === undefined ? endIdsOf(config, generation, vocabSize) : checkedEndIds(endIds, vocabSize), bosId: typeof bos === 'number' ? bos : undefined },
     context: Number(config.max_position_embeddings ?? config.n_positions ?? 2048),
   };
 }

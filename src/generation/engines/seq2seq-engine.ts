@@ -43,7 +43,7 @@ export function seq2seqModel(dir: string, config: Record<string, unknown>, vocab
     return typeof value === 'number' ? value : undefined;
   };
   return {
-    model: { vocabSize, endIds: endIds === undefined ? endIdsOf(config, generation) : checkedEndIds(endIds, vocabSize), forcedBos: pick('forced_bos_token_id'), forcedEos: pick('forced_eos_token_id'), decoderStart: pick('decoder_start_token_id') ?? 0 },
+    model: { vocabSize, endIds: endIds === undefined ? endIdsOf(config, generation, vocabSize) : checkedEndIds(endIds, vocabSize), forcedBos: pick('forced_bos_token_id'), forcedEos: pick('forced_eos_token_id'), decoderStart: pick('decoder_start_token_id') ?? 0 },
     context: Number(config.max_position_embeddings ?? config.n_positions ?? 512),
   };
 }
