@@ -275,6 +275,9 @@ describe('the native SlotDecoder', { skip }, () => {
     await decoder.load();
     const first = await decoder.prefill(0, Int32Array.from([5, 6, 7, 9, 10, 11]), new Int32Array(0), undefined, 2);
     assert.throws(() => decoder.decodeGreedy(first.argmax, Int32Array.from([3, 3]), Int32Array.from([9, 4]), new Int32Array(0), 12, undefined, undefined, 'steps' as unknown as () => void), /onStep must be a function/);
+    // End ids come as a list; the argmax passes over one of them under min_length, not several.
+    assert.throws(() => decoder.decodeGreedy(first.argmax, Int32Array.from([3, 3]), Int32Array.from([9, 4]), -1 as unknown as Int32Array, 12), /endIds must be an Int32Array/);
+    await assert.rejects(decoder.decodeGreedy(first.argmax, Int32Array.from([3, 3]), Int32Array.from([9, 4]), Int32Array.from([7, 8]), 12, undefined, Int32Array.from([2, 2])), /decodeGreedy bans one end id under min_length, not 2/);
     const seen: Array<[number, number[]]> = [];
     const run = await decoder.decodeGreedy(first.argmax, Int32Array.from([3, 3]), Int32Array.from([9, 4]), new Int32Array(0), 12, undefined, undefined, (step, ids) => seen.push([step, [...ids]]));
     // The run stops when its longest row is done; calls still queued come on later turns of the loop.
