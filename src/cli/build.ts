@@ -8,7 +8,7 @@ export function registerBuild(program: Command): void {
   program
     .command('build')
     .description('build an ONNX model directory (Optimum / transformers.js layout) from a checkpoint')
-    .argument('<source>', 'a Hugging Face checkpoint directory (config.json + safetensors or pytorch_model.bin), a .pt state dict, a Megatron-LM or NeMo GPT checkpoint, or a llama2.c .bin')
+    .argument('<source>', 'a Hugging Face checkpoint directory (config.json + safetensors or pytorch_model.bin), a .pt state dict, a Megatron-LM GPT checkpoint, a NeMo GPT or T5 model, or a llama2.c .bin')
     .requiredOption('-o, --out <dir>', 'the output directory')
     .addOption(new Option('--dtype <dtype>', 'weights and activations').choices(['fp32', 'fp16', 'bf16']).default('fp32'))
     .addOption(new Option('--flavor <flavor>', 'portable: standard ONNX operators, any execution provider').choices(['portable', 'cuda']).default('portable'))

@@ -188,6 +188,14 @@ export const ModelDefinition = Type.Object(
           'generate, decoder-only on the native engine: split the model over this many GPUs of one host (Megatron-style: attention heads, MLP and vocabulary split, an all-reduce after attention and MLP), so a model larger than one GPU serves. Built with each rank\'s slot and paged decoders; not with quantized weights or greedy_search. Default: 1.',
       }),
     ),
+    end_ids: Type.Optional(
+      Type.Array(Type.Integer({ minimum: 0 }), {
+        minItems: 1,
+        maxItems: 64,
+        description:
+          'generate: the ids generation ends at (any of them, whichever comes first), in place of the model\'s: `eos_token_id` of its generation_config.json, else of its config.json, one id or a list, as transformers reads them. A request\'s `end_id` still replaces them. Default: the model\'s.',
+      }),
+    ),
     max_batch_size: Type.Optional(Type.Integer({ minimum: 1, maximum: 4096, description: 'Most sequences in one batch. Default: 8.' })),
     max_queue: Type.Optional(Type.Integer({ minimum: 0, description: 'generate: most requests waiting to join the batch; beyond it a request is refused (HTTP 503, 429 on OpenAI routes, with Retry-After). Default: 1024.' })),
     max_sequence_length: Type.Optional(Type.Integer({ minimum: 1, description: 'Prompt plus output tokens, at most. Default: the model config\'s context length.' })),

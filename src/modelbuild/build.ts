@@ -10,6 +10,7 @@ import { copyFileSync, existsSync, mkdirSync, readdirSync, writeFileSync } from 
 import { performance } from 'node:perf_hooks';
 import { basename, dirname, join } from 'node:path';
 import { ChorusError, invalidArgument } from '../errors.ts';
+import { endIdsOf, readGenerationConfig } from '../util/end-ids.ts';
 import { architectureFor } from './arch/index.ts';
 import type { Checkpoint } from './checkpoint.ts';
 import { buildDecoderGraph, buildGreedySearchGraph, buildPagedDecoderGraph, buildSlotDecoderGraph, PAGED_DECODER_MODEL } from './decoder-graph.ts';
@@ -124,7 +125,9 @@ export interface BuildInfo {
   flavor: 'portable' | 'cuda';
   task: 'generate' | 'encode';
   spec: DecoderSpec | Seq2SeqSpec;
-  /** onnx/decoder_model_greedy.onnx was written, stopping at this end id (-1: none). */
+  /** The ids generation ends at (generation_config.json's eos_token_id, else config.json's); empty: none. */
+  endIds?: number[];
+  /** onnx/decoder_model_greedy.onnx was written, stopping at this end id (-1: none, or several). */
   greedySearch?: { eosTokenId: number };
   /** onnx/decoder_model_slots.onnx was written. */
   slotDecoder?: boolean;
@@ -160,6 +163,10 @@ export function buildModel(options: BuildOptions): BuildResult {
   }
   const checkpoint: Checkpoint = opened.checkpoint;
   const architecture = architectureFor(checkpoint.config);
+  // The checkpoint's own generation_config.json (beside its config.json), whose ids win over config.json's.
+  const sourceDir = kind === 'hf' || kind === 'megatron' ? options.source : dirname(options.source);
+  const sourceGeneration = isLlama2c ? undefined : readGenerationConfig(sourceDir);
+  const endIds = endIdsOf(checkpoint.config, sourceGeneration);
 
   const tensorParallel = options.tensorParallel ?? 1;
   if (!Number.isInteger(tensorParallel) || tensorParallel < 1) throw invalidArgument('tensor_parallel', 'an integer >= 1', tensorParallel);
@@ -191,9 +198,9 @@ export function buildModel(options: BuildOptions): BuildResult {
     }
     if (greedySearch) {
       if (dtype === 'bf16') throw new ChorusError('CHORUS_UNSUPPORTED', 'the GreedySearch model is built in fp32 or fp16; ONNX Runtime\'s GreedySearch has no bfloat16', { param: 'greedySearch' });
-      // The end id as the engine reads it from config.json (a number; a list is no end id there either).
-      const eos = checkpoint.config.eos_token_id;
-      greedyEos = typeof eos === 'number' ? eos : -1;
+      // ONNX Runtime's GreedySearch stops at one end id: with several it runs to the length (and the
+      // engines, which stop at any of them, leave it aside).
+      greedyEos = endIds.length === 1 ? endIds[0]! : -1;
       graphs.push([GREEDY_MODEL, () => buildGreedySearchGraph(decoderSpec, weights, floatType, flavor, { eosTokenId: greedyEos })]);
     }
     if (slotDecoder) {
@@ -267,8 +274,8 @@ export function buildModel(options: BuildOptions): BuildResult {
   if (external) config['transformers.js_config'] = { use_external_data_format: true };
   const stats: BuildStats = { seconds: Math.round((performance.now() - started) / 10) / 100, weightBytes: doneBytes, peakRssBytes: process.resourceUsage().maxRSS * 1024 };
   write('config.json', `${JSON.stringify(config, null, 2)}\n`);
-  write('generation_config.json', `${JSON.stringify(generationConfig(checkpoint), null, 2)}\n`);
-  const info: BuildInfo = { builder: 'chorus', architecture: String(checkpoint.config.model_type), dtype, flavor, task, spec, ...(greedySearch ? { greedySearch: { eosTokenId: greedyEos } } : {}), ...(slotDecoder ? { slotDecoder: true } : {}), ...(tensorParallel > 1 ? { tensor_parallel: tensorParallel } : {}), ...(quantization === undefined ? {} : { weights: quantization }), stats };
+  write('generation_config.json', `${JSON.stringify(generationConfig(checkpoint.config, sourceGeneration, endIds), null, 2)}\n`);
+  const info: BuildInfo = { builder: 'chorus', architecture: String(checkpoint.config.model_type), dtype, flavor, task, spec, endIds, ...(greedySearch ? { greedySearch: { eosTokenId: greedyEos } } : {}), ...(slotDecoder ? { slotDecoder: true } : {}), ...(tensorParallel > 1 ? { tensor_parallel: tensorParallel } : {}), ...(quantization === undefined ? {} : { weights: quantization }), stats };
   write('chorus_build.json', `${JSON.stringify(info, null, 2)}\n`);
   const tokenizerFiles = isLlama2c ? [[llama2cTokenizer(options.source, options.tokenizer), 'tokenizer.bin'] as const] : HF_TOKENIZER_FILES.map((name) => [join(kind === 'hf' || kind === 'megatron' ? options.source : dirname(options.source), name), name] as const);
   for (const [from, to] of tokenizerFiles) {
@@ -280,10 +287,17 @@ export function buildModel(options: BuildOptions): BuildResult {
   return { out: options.out, spec, files, stats, ...(quantization === undefined ? {} : { quantization }) };
 }
 
-function generationConfig(checkpoint: Checkpoint): Record<string, unknown> {
-  const config = checkpoint.config;
+/**
+ * The built model's generation_config.json: the special ids of the checkpoint's generation config, else
+ * of its config.json, with the end ids resolved (one id, or the list when there are several).
+ */
+function generationConfig(config: Record<string, unknown>, source: Record<string, unknown> | undefined, endIds: readonly number[]): Record<string, unknown> {
   const generation: Record<string, unknown> = {};
-  for (const key of ['bos_token_id', 'eos_token_id', 'pad_token_id', 'decoder_start_token_id', 'forced_bos_token_id', 'forced_eos_token_id']) if (config[key] !== undefined && config[key] !== null) generation[key] = config[key];
+  for (const key of ['bos_token_id', 'pad_token_id', 'decoder_start_token_id', 'forced_bos_token_id', 'forced_eos_token_id']) {
+    const value = source?.[key] ?? config[key];
+    if (value !== undefined && value !== null) generation[key] = value;
+  }
+  if (endIds.length > 0) generation.eos_token_id = endIds.length === 1 ? endIds[0] : [...endIds];
   return generation;
 }
 

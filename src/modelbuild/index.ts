@@ -4,6 +4,7 @@ export { readHfCheckpoint, Checkpoint, type ModelConfig } from './checkpoint.ts'
 export { architectureFor } from './arch/index.ts';
 export { readLlama2cCheckpoint } from './llama2c-checkpoint.ts';
 export { readCheckpoint, checkpointKind, type CheckpointKind } from './read-checkpoint.ts';
+export { isNemoT5 } from './torch/nemo.ts';
 export { readSafetensors, writeSafetensors } from './safetensors.ts';
 export type { DecoderSpec, DecoderWeights } from './decoder-spec.ts';
 export type { Tensor } from './tensor.ts';

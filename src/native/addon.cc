@@ -104,7 +104,7 @@ SampleBatch ParseSampleBatch(const Napi::Value& value, int vocab) {
   return batch;
 }
 
-// Beam groups from [{ firstRow, width, outputLength, generated, minLength, endId, earlyStopping,
+// Beam groups from [{ firstRow, width, outputLength, generated, minLength, endIds, earlyStopping,
 // improvable, temperature, lenPenalty, diversityRate, scores, finished }] (see src/native/index.ts).
 std::vector<BeamGroup> ParseBeamGroups(const Napi::Value& value) {
   Napi::Env env = value.Env();
@@ -129,7 +129,7 @@ std::vector<BeamGroup> ParseBeamGroups(const Napi::Value& value) {
     g.outputLength = static_cast<int>(number("outputLength"));
     g.generated = static_cast<int>(number("generated"));
     g.minLength = static_cast<int>(number("minLength"));
-    g.endId = static_cast<int>(number("endId"));
+    g.endIds = Int32s(o.Get("endIds"), ("groups[" + std::to_string(i) + "].endIds").c_str());
     g.earlyStopping = static_cast<int>(number("earlyStopping"));
     g.improvable = o.Get("improvable").ToBoolean();
     g.temperature = number("temperature");
@@ -390,8 +390,8 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     auto tokens = Int64s(info[0], "tokens");
     auto positions = Int64s(info[1], "positions");
     auto remaining = Int32s(info[2], "remaining");
-    if (!info[3].IsNumber() || !info[4].IsNumber()) throw Napi::TypeError::New(info.Env(), "decodeGreedy takes an end id (-1: none) and the most steps");
-    const int endId = info[3].As<Napi::Number>().Int32Value();
+    auto endIds = Int32s(info[3], "endIds");
+    if (!info[4].IsNumber()) throw Napi::TypeError::New(info.Env(), "decodeGreedy takes the most steps after the end ids");
     const int maxSteps = info[4].As<Napi::Number>().Int32Value();
     auto sourceLengths = info[5].IsUndefined() ? std::vector<int32_t>{} : Int32s(info[5], "sourceLengths");
     auto minLeft = info[6].IsUndefined() ? std::vector<int32_t>{} : Int32s(info[6], "minLeft");
@@ -401,7 +401,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     auto run = std::make_shared<GreedyRun>();
     return Queue(
         info.Env(),
-        [&decoder, run, tokens, positions, remaining, endId, maxSteps, sourceLengths, minLeft, steps]() {
+        [&decoder, run, tokens, positions, remaining, endIds, maxSteps, sourceLengths, minLeft, steps]() {
           ReleaseAfter released{steps};
           StepIds onStep = nullptr;
           if (steps) {
@@ -412,7 +412,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
               });
             };
           }
-          *run = decoder.DecodeGreedy(tokens, positions, remaining, endId, maxSteps, sourceLengths, minLeft, onStep);
+          *run = decoder.DecodeGreedy(tokens, positions, remaining, endIds, maxSteps, sourceLengths, minLeft, onStep);
         },
         [run](Napi::Env e) {
           Napi::Object out = Napi::Object::New(e);
@@ -493,7 +493,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     return info.Env().Undefined();
   }
 
-  // coreSubmit({ id, prompt, maxTokens, endId, minLength, argmax, temperature, topP, topK, topLogProbs,
+  // coreSubmit({ id, prompt, maxTokens, endIds, minLength, argmax, temperature, topP, topK, topLogProbs,
   // repetition, presence, frequency, random, seen }): the request joins at the next step boundary.
   Napi::Value CoreSubmit(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
@@ -509,7 +509,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     q.id = static_cast<int32_t>(number("id"));
     q.prompt = Int64s(o.Get("prompt"), "request.prompt");
     q.maxTokens = static_cast<int32_t>(number("maxTokens"));
-    q.endId = static_cast<int32_t>(number("endId"));
+    q.endIds = Int32s(o.Get("endIds"), "request.endIds");
     q.minLength = static_cast<int32_t>(number("minLength"));
     q.argmax = o.Get("argmax").ToBoolean();
     q.temperature = number("temperature");

@@ -35,7 +35,7 @@ void CheckBeamGroup(const BeamGroup& g, int rows) {
 
 SampleParams BeamSampleParams(const BeamGroup& g, int b, std::vector<int32_t>& bans) {
   const int32_t banBegin = static_cast<int32_t>(bans.size());
-  if (g.endId >= 0 && g.generated < g.minLength) bans.push_back(g.endId);
+  if (g.generated < g.minLength) bans.insert(bans.end(), g.endIds.begin(), g.endIds.end());
   return SampleParams{g.temperature, 1, 1, 0, 0, 0, 0, 0, 2 * g.width, static_cast<double>(g.scores[b]), 0, 0, banBegin, static_cast<int32_t>(bans.size())};
 }
 
@@ -61,7 +61,7 @@ void StepBeamGroup(BeamGroup& g, const SampleResult* continuations, int32_t* par
     return x.token < y.token;
   });
   if (candidates.size() > keep) candidates.resize(keep);
-  for (Candidate& c : candidates) c.ends = c.token == g.endId || last;
+  for (Candidate& c : candidates) c.ends = IsEndId(g.endIds, c.token) || last;
 
   // The top-B continuations that ended join the finished set if they beat its worst.
   const bool full = static_cast<int>(g.finished.size()) == width;

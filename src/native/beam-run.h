@@ -7,12 +7,16 @@
 // parents chosen here against its own.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "sampling.h"
 
 namespace chorus {
+
+// Whether `token` is one of `endIds` (a model's end ids: a few, any of which ends a sequence).
+inline bool IsEndId(const std::vector<int32_t>& endIds, int32_t token) { return std::find(endIds.begin(), endIds.end(), token) != endIds.end(); }
 
 // One request's beam search, `width` consecutive rows from `firstRow` (beam b in row firstRow + b).
 struct BeamGroup {
@@ -21,7 +25,7 @@ struct BeamGroup {
   int outputLength = 0;  // request_output_len
   int generated = 0;     // tokens each live beam has
   int minLength = 0;
-  int endId = -1;        // -1: none
+  std::vector<int32_t> endIds;  // any of them ends a hypothesis (none: empty)
   int earlyStopping = 0; // 0: false, 1: true, 2: never
   bool improvable = true;
   bool done = false;
@@ -36,7 +40,7 @@ struct BeamGroup {
 void CheckBeamGroup(const BeamGroup& group, int rows);
 
 // The sampler row of beam b for the group's next step: its continuations (2 x width), score and bans
-// (the end id while generated < minLength), appending to `bans`.
+// (the end ids while generated < minLength), appending to `bans`.
 SampleParams BeamSampleParams(const BeamGroup& group, int b, std::vector<int32_t>& bans);
 
 // Steps `group` from its beams' continuations (continuations[b]: beam b's, best first): writes each next

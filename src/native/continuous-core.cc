@@ -37,6 +37,9 @@ void ContinuousCore::Submit(CoreRequest request) {
   for (size_t i = 0; i < request.seen.size(); i += 2) {
     if (request.seen[i] < 0 || request.seen[i] >= o.vocab) throw std::out_of_range("seen has an id outside the vocabulary");
   }
+  for (int32_t id : request.endIds) {
+    if (id < 0 || id >= o.vocab) throw std::out_of_range("end id " + std::to_string(id) + " is outside the vocabulary");
+  }
   if (request.topLogProbs < 0 || request.topLogProbs > kMaxTopLogProbs) throw std::out_of_range("topLogProbs must be in [0, " + std::to_string(kMaxTopLogProbs) + "]");
   if (request.topK < 0 || request.topK > o.vocab) throw std::out_of_range("topK must be in [0, vocab]");
   {
@@ -129,7 +132,7 @@ SampleParams ContinuousCore::ParamsOf(Row& row, SampleBatch& batch, int32_t take
   if (row.penalties) batch.seen.insert(batch.seen.end(), q.seen.begin(), q.seen.end());
   p.seenEnd = static_cast<int32_t>(batch.seen.size() / 2);
   p.banBegin = static_cast<int32_t>(batch.bans.size());
-  if (q.endId >= 0 && taken < q.minLength) batch.bans.push_back(q.endId);
+  if (taken < q.minLength) batch.bans.insert(batch.bans.end(), q.endIds.begin(), q.endIds.end());
   p.banEnd = static_cast<int32_t>(batch.bans.size());
   return p;
 }
@@ -149,7 +152,7 @@ bool ContinuousCore::Take(Row& row, const SampleResult& chosen, CoreStep& out) {
       row.request.seen.push_back(1);
     }
   }
-  return chosen.token == row.request.endId || row.taken >= row.request.maxTokens;
+  return IsEndId(row.request.endIds, chosen.token) || row.taken >= row.request.maxTokens;
 }
 
 // The argmax's choice as the sampler's result: no log-probability asked for.
@@ -201,9 +204,9 @@ void ContinuousCore::Admit(std::vector<Row>& waiting) {
 
 void ContinuousCore::Step() {
   const size_t n = rows_.size();
-  const int32_t endId = rows_[0].request.endId;
-  if (std::all_of(rows_.begin(), rows_.end(), [&](const Row& row) { return row.request.argmax && row.request.endId == endId; })) {
-    GreedySteps(endId);
+  const std::vector<int32_t> endIds = rows_[0].request.endIds;
+  if (std::all_of(rows_.begin(), rows_.end(), [&](const Row& row) { return row.request.argmax && row.request.endIds == endIds; })) {
+    GreedySteps(endIds);
     return;
   }
   // Penalties count each step's tokens into the next step's parameters: those batches step one at a time.
@@ -237,7 +240,7 @@ void ContinuousCore::Step() {
   Retire(gone);
 }
 
-void ContinuousCore::GreedySteps(int32_t endId) {
+void ContinuousCore::GreedySteps(const std::vector<int32_t>& endIds) {
   const size_t n = rows_.size();
   std::vector<int64_t> tokens(n);
   std::vector<int64_t> positions(n);
@@ -261,7 +264,7 @@ void ContinuousCore::GreedySteps(int32_t endId) {
     }
     onStep_(std::move(out));
   };
-  const GreedyRun run = decoder_.DecodeGreedy(tokens, positions, remaining, endId, static_cast<int>(std::max<int64_t>(1, room)), {}, {}, onStep);
+  const GreedyRun run = decoder_.DecodeGreedy(tokens, positions, remaining, endIds, static_cast<int>(std::max<int64_t>(1, room)), {}, {}, onStep);
   for (Row& row : rows_) row.length += run.steps;
   Retire(gone);
 }

@@ -25,10 +25,10 @@ namespace chorus {
 struct CoreRequest {
   int32_t id = 0;
   std::vector<int64_t> prompt;
-  // Tokens it may take (its request_output_len), its end id (-1: none), and for how many of its first
-  // tokens the end id is banned (min_length).
+  // Tokens it may take (its request_output_len), its end ids (any of them ends it; none: empty), and
+  // for how many of its first tokens they are banned (min_length).
   int32_t maxTokens = 1;
-  int32_t endId = -1;
+  std::vector<int32_t> endIds;
   int32_t minLength = 0;
   // The raw argmax of each step's logits (every other row goes through the sampler).
   bool argmax = true;
@@ -88,9 +88,9 @@ class ContinuousCore {
   // Prefills waiting requests into the free slots; false when none was waiting or fitting.
   void Admit(std::vector<Row>& waiting);
   void Step();
-  // Steps of rows that all take the raw argmax with one end id, back to back in the decoder
+  // Steps of rows that all take the raw argmax with the same end ids, back to back in the decoder
   // (DecodeGreedy: with CUDA graphs, each step queued before the one before it is read).
-  void GreedySteps(int32_t endId);
+  void GreedySteps(const std::vector<int32_t>& endIds);
   // Steps of rows without penalties, some sampled, back to back in the decoder (DecodeChosen: with
   // CUDA graphs, each step's choices feed the next on the device, queued before the host reads them).
   void ChosenSteps();

@@ -103,8 +103,8 @@ export interface NativeBeamGroup {
   /** Tokens each live beam has (at least 1). */
   generated: number;
   minLength: number;
-  /** -1: none. */
-  endId: number;
+  /** A hypothesis ends at any of these (none: empty). */
+  endIds: Int32Array;
   /** 0: false, 1: true, 2: 'never'. */
   earlyStopping: number;
   improvable: boolean;
@@ -129,9 +129,9 @@ export interface NativeCoreRequest {
   id: number;
   prompt: Int32Array;
   maxTokens: number;
-  /** -1: none. */
-  endId: number;
-  /** Its first minLength tokens may not be the end id. */
+  /** It ends at any of these (none: empty). */
+  endIds: Int32Array;
+  /** Its first minLength tokens may not be an end id. */
   minLength: number;
   /** Each token the raw argmax (else the sampler chooses, with these parameters). */
   argmax: boolean;
@@ -170,7 +170,7 @@ export interface NativeSlotDecoder {
   decode(tokens: Int32Array, positions: Int32Array, logitRows: Int32Array, sample?: NativeSampleBatch, sourceLengths?: Int32Array): Promise<SlotStep>;
   /**
    * Greedy steps back to back in the addon's thread, each row's argmax its next input, until every row
-   * has stopped (its end id, or remaining[r] tokens; rows of 0 run along unread), maxSteps, or
+   * has stopped (any of endIds, or remaining[r] tokens; rows of 0 run along unread), maxSteps, or
    * interrupt(). tokens[k * rows + r] is row r's token of step k. onStep(k, ids) gets step k's ids (a
    * row each) on the event loop while the run goes on; calls may still come after the promise resolves
    * (its result holds every step's tokens).
@@ -179,10 +179,10 @@ export interface NativeSlotDecoder {
     tokens: Int32Array,
     positions: Int32Array,
     remaining: Int32Array,
-    endId: number,
+    endIds: Int32Array,
     maxSteps: number,
     sourceLengths?: Int32Array,
-    /** Each row's steps under its min_length, when its argmax passes over the end id. */
+    /** Each row's steps under its min_length, when its argmax passes over the end id (endIds then holds at most one). */
     minLeft?: Int32Array,
     onStep?: (step: number, ids: Int32Array) => void,
   ): Promise<{ tokens: Int32Array; steps: number }>;

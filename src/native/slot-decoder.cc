@@ -463,20 +463,24 @@ StepResult SlotDecoder::Step(const std::vector<int64_t>& tokens, const std::vect
              banned, argmax);
 }
 
-GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int64_t> positions, const std::vector<int32_t>& remaining, int endId, int maxSteps,
-                                    const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft, const StepIds& onStep) {
+GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int64_t> positions, const std::vector<int32_t>& remaining,
+                                    const std::vector<int32_t>& endIds, int maxSteps, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft,
+                                    const StepIds& onStep) {
   if (Fans()) {
-    return OnRanks([&](SlotDecoder& d) { return d.DecodeGreedy(tokens, positions, remaining, endId, maxSteps, sourceLengths, minLeft, d.rank_ == 0 ? onStep : nullptr); });
+    return OnRanks([&](SlotDecoder& d) { return d.DecodeGreedy(tokens, positions, remaining, endIds, maxSteps, sourceLengths, minLeft, d.rank_ == 0 ? onStep : nullptr); });
   }
   const size_t rows = tokens.size();
   if (remaining.size() != rows) throw std::invalid_argument("decodeGreedy takes each row's remaining tokens");
   if (!minLeft.empty() && minLeft.size() != rows) throw std::invalid_argument("decodeGreedy takes each row's steps under min_length, or none");
+  if (!minLeft.empty() && endIds.size() > 1) throw std::invalid_argument("decodeGreedy bans one end id under min_length, not " + std::to_string(endIds.size()));
+  // The id the argmax passes over under min_length.
+  const int endId = endIds.empty() ? -1 : endIds[0];
   if (maxSteps < 1) throw std::out_of_range("decodeGreedy takes at least one step");
   if (options_.cuda && options_.cudaGraph) {
     Timed timed(callMs_);
     UseDevice();
     CheckRows(tokens, positions, sourceLengths, maxSteps);
-    return DecodeGreedyOnDevice(tokens, positions, remaining, endId, maxSteps, sourceLengths, minLeft, onStep);
+    return DecodeGreedyOnDevice(tokens, positions, remaining, endIds, maxSteps, sourceLengths, minLeft, onStep);
   }
   std::vector<int32_t> left(remaining);
   GreedyRun run;
@@ -492,8 +496,8 @@ GreedyRun SlotDecoder::DecodeGreedy(std::vector<int64_t> tokens, std::vector<int
     run.steps++;
     bool going = false;
     for (size_t r = 0; r < rows; r++) {
-      // A row stops at its end id or its last token (left at 0 from then on).
-      if (left[r] > 0) left[r] = result.argmax[r] == endId ? 0 : left[r] - 1;
+      // A row stops at an end id or its last token (left at 0 from then on).
+      if (left[r] > 0) left[r] = IsEndId(endIds, result.argmax[r]) ? 0 : left[r] - 1;
       going = going || left[r] > 0;
       tokens[r] = result.argmax[r];
       positions[r]++;
@@ -522,7 +526,9 @@ BeamRun SlotDecoder::DecodeBeams(std::vector<int64_t> tokens, std::vector<int64_
       // A group's slots move between its beams with the group's one length.
       if (positions[r] != positions[g.firstRow]) throw std::invalid_argument("the beams of the group at row " + std::to_string(g.firstRow) + " are at different positions");
     }
-    if (g.endId >= options_.vocab) throw std::out_of_range("beam group end id " + std::to_string(g.endId) + " is outside the vocabulary");
+    for (const int32_t endId : g.endIds) {
+      if (endId < 0 || endId >= options_.vocab) throw std::out_of_range("beam group end id " + std::to_string(endId) + " is outside the vocabulary");
+    }
   }
   BeamRun run;
   std::vector<int32_t> parents(rows);
@@ -853,7 +859,7 @@ void SlotDecoder::AddGraphTime(void* const* events) {
 }
 
 GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& remaining,
-                                            int endId, int maxSteps, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft,
+                                            const std::vector<int32_t>& endIds, int maxSteps, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft,
                                             const StepIds& onStep) {
   const int rows = static_cast<int>(tokens.size());
   auto stream = static_cast<cudaStream_t>(stream_);
@@ -864,7 +870,8 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
   advance.tokens = idsDevice_;
   advance.positions = positionsDevice_;
   advance.lengths = seqlensDevice_;
-  advance.endId = endId;
+  // Under min_length (DecodeGreedy checked there is at most one end id then).
+  advance.endId = endIds.empty() ? -1 : endIds[0];
   if (!minLeft.empty()) {
     Check(cudaMemcpyAsync(minLeftDevice_, minLeft.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
     advance.minLeft = minLeftDevice_;
@@ -898,7 +905,7 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
     run.steps++;
     bool going = false;
     for (int r = 0; r < rows; r++) {
-      if (left[r] > 0) left[r] = ids[r] == endId ? 0 : left[r] - 1;
+      if (left[r] > 0) left[r] = IsEndId(endIds, ids[r]) ? 0 : left[r] - 1;
       going = going || left[r] > 0;
     }
     // A step queued after the rows' last runs on unread (the next call stages its inputs anew).
@@ -912,7 +919,7 @@ void SlotDecoder::StageInputs(const std::vector<int64_t>&, const std::vector<int
 void SlotDecoder::LaunchGraph(int, void* const*) {}
 void SlotDecoder::RunBoundStep(int) {}
 void SlotDecoder::AddGraphTime(void* const*) {}
-GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int32_t>&, int, int,
+GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int32_t>&, const std::vector<int32_t>&, int,
                                             const std::vector<int32_t>&, const std::vector<int32_t>&, const StepIds&) {
   throw std::logic_error("CUDA graphs need a build with CUDA");
 }

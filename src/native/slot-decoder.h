@@ -138,14 +138,15 @@ class SlotDecoder {
   StepResult Decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows,
                     const SampleBatch& sample, const std::vector<int32_t>& sourceLengths = {}, const std::vector<int32_t>& banned = {});
   // Greedy steps back to back without returning: each row's argmax is its next input, until every row
-  // has stopped (its end id, or `remaining[r]` tokens; rows of 0 run along unread), `maxSteps`, or an
+  // has stopped (any of `endIds`, or `remaining[r]` tokens; rows of 0 run along unread), `maxSteps`, or an
   // Interrupt() (from any thread; the run stops after the step under way, or with CUDA graphs after the
   // one queued behind it). Rows keep their places.
-  // `minLeft[r]` (empty: none): the steps for which row r may not take the end id (its min_length).
+  // `minLeft[r]` (empty: none): the steps for which row r may not take the end id (its min_length; with
+  // minLeft, at most one end id: the argmax passes over one id).
   // `onStep` (when given) gets each step's ids (a row each) as soon as the host has them, while the
   // run goes on; the result still holds every step's.
-  GreedyRun DecodeGreedy(std::vector<int64_t> tokens, std::vector<int64_t> positions, const std::vector<int32_t>& remaining, int endId, int maxSteps,
-                         const std::vector<int32_t>& sourceLengths = {}, const std::vector<int32_t>& minLeft = {}, const StepIds& onStep = nullptr);
+  GreedyRun DecodeGreedy(std::vector<int64_t> tokens, std::vector<int64_t> positions, const std::vector<int32_t>& remaining,
+                         const std::vector<int32_t>& endIds, int maxSteps, const std::vector<int32_t>& sourceLengths = {}, const std::vector<int32_t>& minLeft = {}, const StepIds& onStep = nullptr);
   // Beam searches (each group `width` consecutive rows, generated >= 1) stepped back to back without
   // returning: each step samples every beam's 2 x width best continuations where the logits are,
   // chooses the next beams here (beam-run.h), moves the slots of beams that continue another and feeds
@@ -249,8 +250,8 @@ class SlotDecoder {
   // (the stream may then still be capturing), else empty.
   std::string CaptureStep(int rows, void** exec);
   // The greedy run of the graphs: see DecodeGreedy.
-  GreedyRun DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& remaining, int endId,
-                                 int maxSteps, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft, const StepIds& onStep);
+  GreedyRun DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& remaining,
+                                 const std::vector<int32_t>& endIds, int maxSteps, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft, const StepIds& onStep);
   // DecodeChosen's run with CUDA graphs (slot-decoder-chosen.cc).
   int DecodeChosenOnDevice(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, int maxSteps, const StepSample& sampleStep,
                            const StepChosen& onStep);

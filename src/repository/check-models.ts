@@ -22,6 +22,7 @@ export function checkModels(repository: Repository): Diagnostic[] {
     const device = value.device ?? 'cpu';
     if (value.dtype === 'bf16') out.push(...checkBf16(definition, device));
     if (value.group_size !== undefined && value.weights !== 'int4') out.push(diagnosticAt(definition, ['group_size'], `group_size applies to weights int4, not ${value.weights ?? 'checkpoint'}`, { key: true }));
+    if (value.end_ids !== undefined && value.engine !== 'generate') out.push(diagnosticAt(definition, ['end_ids'], `end_ids applies to engine generate, not ${value.engine}`, { key: true }));
     if (value.weights !== undefined && value.weights !== 'checkpoint' && value.engine !== 'generate') {
       out.push(diagnosticAt(definition, ['weights'], `weights ${value.weights} applies to engine generate (decoder-only models), not ${value.engine}`));
     }

@@ -11,7 +11,7 @@ import { createHash } from 'node:crypto';
 import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync, statSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { ChorusError } from '../errors.ts';
-import { architectureFor, checkpointKind, type BuildOptions, type CheckpointArch, type CheckpointSize, type ModelConfig } from '../modelbuild/index.ts';
+import { architectureFor, checkpointKind, isNemoT5, type BuildOptions, type CheckpointArch, type CheckpointSize, type ModelConfig } from '../modelbuild/index.ts';
 import { runBuildJob } from './build-process.ts';
 import { writeEntry } from './cache-entry.ts';
 import { cacheDir } from './source.ts';
@@ -31,11 +31,18 @@ export function tensorParallelBuild(dir: string): number | undefined {
 
 /**
  * True when `path` is a checkpoint of a decoder-only model: a llama2.c .bin, a Megatron-LM or NeMo GPT
- * (built as GPT-2), or a checkpoint whose config.json is of one (beside a .pt state dict).
+ * (built as GPT-2; not a NeMo T5), or a checkpoint whose config.json is of one (beside a .pt state dict).
  */
 export function isDecoderOnlySource(path: string): boolean {
   if (!existsSync(path)) return false;
   const kind = checkpointKind(path);
+  if (kind === 'nemo') {
+    try {
+      return !isNemoT5(path);
+    } catch {
+      return false;
+    }
+  }
   if (kind !== 'hf' && kind !== 'torch-file') return true;
   try {
     return architectureFor(JSON.parse(readFileSync(join(kind === 'hf' ? path : dirname(path), 'config.json'), 'utf8')) as ModelConfig).kind === 'decoder';

@@ -22,9 +22,9 @@ function logits(tokens: readonly number[]): Float32Array {
 }
 
 /** Runs a search to the end, tracking each row's tokens the way an engine tracks its cache rows. */
-function search(params: SamplingParams): { search: BeamSearch; firstParents: number[][] } {
+function search(params: SamplingParams, endIds: readonly number[] = [END]): { search: BeamSearch; firstParents: number[][] } {
   const resolved = validateSamplingParams({ request_output_len: 6, ...params }, V);
-  const beam = new BeamSearch([0], resolved, END);
+  const beam = new BeamSearch([0], resolved, endIds);
   let rows: number[][] = [[]];
   const firstParents: number[][] = [];
   while (!beam.done) {
@@ -42,6 +42,15 @@ test('two beams find the likelier sequence that greedy decoding misses', () => {
   // Greedy takes 0 first (0.5 > 0.4); two tokens on, the beams' 1 -> 3 has 0.2 against 0.5 * 0.2 = 0.1.
   const greedyFirst = probs.start!.indexOf(Math.max(...probs.start!));
   assert.equal(greedyFirst, 0);
+});
+
+test('with several end ids a hypothesis ends at whichever comes first', () => {
+  const params = { beam_width: 3, num_return_sequences: 3 };
+  // With 5 alone, 4 is an ordinary token that hypotheses go on from.
+  assert.ok(search(params).search.results().some((h) => h.tokens.slice(0, -1).includes(4)));
+  const results = search(params, [4, END]).search.results();
+  assert.ok(results.some((h) => h.tokens.at(-1) === 4) && results.some((h) => h.tokens.at(-1) === END));
+  for (const h of results) assert.ok(!h.tokens.slice(0, -1).some((t) => t === 4 || t === END), h.tokens.join(','));
 });
 
 test('results are ranked by score, cumLogProb sums the token log-probs, and score divides by length^len_penalty', () => {

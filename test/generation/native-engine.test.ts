@@ -257,7 +257,7 @@ describe('the native SlotDecoder', { skip }, () => {
     assert.equal((await step).argmax.length, 1);
     await assert.rejects(decoder.decode(Int32Array.from([1]), Int32Array.from([16]), new Int32Array(0)), /past its slot's 16/);
     // Beam runs: each group's fields are checked, naming the one at fault.
-    const group: NativeBeamGroup = { firstRow: 0, width: 2, outputLength: 8, generated: 1, minLength: 0, endId: -1, earlyStopping: 0, improvable: true, temperature: 1, lenPenalty: 1, diversityRate: 0, scores: Float64Array.from([0, -1]), finished: new Float64Array(0) };
+    const group: NativeBeamGroup = { firstRow: 0, width: 2, outputLength: 8, generated: 1, minLength: 0, endIds: new Int32Array(0), earlyStopping: 0, improvable: true, temperature: 1, lenPenalty: 1, diversityRate: 0, scores: Float64Array.from([0, -1]), finished: new Float64Array(0) };
     const beams = (groups: NativeBeamGroup[], positions = [4, 4]): Promise<unknown> => decoder.decodeBeams(Int32Array.from([5, 6]), Int32Array.from(positions), groups, 2);
     await assert.rejects(beams([{ ...group, width: 11 }]), /width must be 1..10, not 11/);
     await assert.rejects(beams([{ ...group, firstRow: 1 }]), /rows 1..2 are outside the step's 2/);
@@ -274,9 +274,12 @@ describe('the native SlotDecoder', { skip }, () => {
     const decoder = new addon!.SlotDecoder(gpt2SlotDecoder(32).options);
     await decoder.load();
     const first = await decoder.prefill(0, Int32Array.from([5, 6, 7, 9, 10, 11]), new Int32Array(0), undefined, 2);
-    assert.throws(() => decoder.decodeGreedy(first.argmax, Int32Array.from([3, 3]), Int32Array.from([9, 4]), -1, 12, undefined, undefined, 'steps' as unknown as () => void), /onStep must be a function/);
+    assert.throws(() => decoder.decodeGreedy(first.argmax, Int32Array.from([3, 3]), Int32Array.from([9, 4]), new Int32Array(0), 12, undefined, undefined, 'steps' as unknown as () => void), /onStep must be a function/);
+    // End ids come as a list; the argmax passes over one of them under min_length, not several.
+    assert.throws(() => decoder.decodeGreedy(first.argmax, Int32Array.from([3, 3]), Int32Array.from([9, 4]), -1 as unknown as Int32Array, 12), /endIds must be an Int32Array/);
+    await assert.rejects(decoder.decodeGreedy(first.argmax, Int32Array.from([3, 3]), Int32Array.from([9, 4]), Int32Array.from([7, 8]), 12, undefined, Int32Array.from([2, 2])), /decodeGreedy bans one end id under min_length, not 2/);
     const seen: Array<[number, number[]]> = [];
-    const run = await decoder.decodeGreedy(first.argmax, Int32Array.from([3, 3]), Int32Array.from([9, 4]), -1, 12, undefined, undefined, (step, ids) => seen.push([step, [...ids]]));
+    const run = await decoder.decodeGreedy(first.argmax, Int32Array.from([3, 3]), Int32Array.from([9, 4]), new Int32Array(0), 12, undefined, undefined, (step, ids) => seen.push([step, [...ids]]));
     // The run stops when its longest row is done; calls still queued come on later turns of the loop.
     assert.equal(run.steps, 9);
     await settled(() => seen.length >= run.steps);
@@ -286,7 +289,7 @@ describe('the native SlotDecoder', { skip }, () => {
     );
     // Row 0 alone from the same start gives the same tokens: the run's ids are each row's greedy path.
     await decoder.prefill(0, Int32Array.from([5, 6, 7]), new Int32Array(0));
-    const alone = await decoder.decodeGreedy(first.argmax.subarray(0, 1), Int32Array.from([3]), Int32Array.from([9]), -1, 12);
+    const alone = await decoder.decodeGreedy(first.argmax.subarray(0, 1), Int32Array.from([3]), Int32Array.from([9]), new Int32Array(0), 12);
     assert.deepEqual([...alone.tokens], seen.map(([, ids]) => ids[0]));
     decoder.close();
   });
@@ -296,7 +299,7 @@ describe('the native SlotDecoder', { skip }, () => {
     await decoder.load();
     // Two beams of one search from one prompt, the second out of the running until the first spreads.
     await decoder.prefill(0, Int32Array.from([5, 6, 7, 5, 6, 7]), new Int32Array(0), undefined, 2);
-    const group: NativeBeamGroup = { firstRow: 0, width: 2, outputLength: 12, generated: 1, minLength: 0, endId: -1, earlyStopping: 0, improvable: true, temperature: 1, lenPenalty: 1, diversityRate: 0, scores: Float64Array.from([-0.5, -1e9]), finished: new Float64Array(0) };
+    const group: NativeBeamGroup = { firstRow: 0, width: 2, outputLength: 12, generated: 1, minLength: 0, endIds: new Int32Array(0), earlyStopping: 0, improvable: true, temperature: 1, lenPenalty: 1, diversityRate: 0, scores: Float64Array.from([-0.5, -1e9]), finished: new Float64Array(0) };
     const start: [Int32Array, Int32Array, NativeBeamGroup[], number] = [Int32Array.from([9, 9]), Int32Array.from([3, 3]), [group], 8];
     assert.throws(() => decoder.decodeBeams(...start, undefined, 'steps' as unknown as () => void), /onStep must be a function/);
     const seen: Array<{ step: number; tops: number[][]; parents: number[] }> = [];

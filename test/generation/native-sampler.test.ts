@@ -31,7 +31,7 @@ const ROWS = 1000;
 function sequenceAfter(prompt: number[], output: number[], params: SamplingParams): Sequence {
   let made: Sequence | undefined;
   new Observable<TokenEvent>((subscriber) => {
-    made = new Sequence(prompt, validateSamplingParams({ request_output_len: 1000, ...params }, VOCAB), { vocabSize: VOCAB, endId: END }, subscriber, () => {});
+    made = new Sequence(prompt, validateSamplingParams({ request_output_len: 1000, ...params }, VOCAB), { vocabSize: VOCAB, endIds: [END] }, subscriber, () => {});
   }).subscribe();
   for (const token of output) made!.accept({ token, logProb: 0 });
   return made!;
@@ -166,7 +166,7 @@ describe('the native sampler', { skip }, () => {
         },
         VOCAB,
       );
-      const search = new BeamSearch([1, 2, 3, Math.floor(random() * VOCAB)], params, END);
+      const search = new BeamSearch([1, 2, 3, Math.floor(random() * VOCAB)], params, [END]);
       // A few steps in, so beams have scores, counts and histories of their own.
       for (let step = Math.floor(random() * 5); step > 0 && !search.done; step--) search.step(() => row());
       if (search.done) continue;

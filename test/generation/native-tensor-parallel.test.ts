@@ -87,9 +87,9 @@ describe('an interrupt of a split decoder', { skip }, () => {
     await decoder.load();
     const first = await decoder.prefill(0, Int32Array.from([5, 6, 7]), new Int32Array(0));
     decoder.interrupt();
-    assert.equal((await decoder.decodeGreedy(first.argmax, Int32Array.from([3]), Int32Array.from([10]), -1, 10)).steps, 1);
+    assert.equal((await decoder.decodeGreedy(first.argmax, Int32Array.from([3]), Int32Array.from([10]), new Int32Array(0), 10)).steps, 1);
     await decoder.prefill(0, Int32Array.from([5, 6, 7]), new Int32Array(0));
-    const run = await decoder.decodeGreedy(first.argmax, Int32Array.from([3]), Int32Array.from([10]), -1, 10);
+    const run = await decoder.decodeGreedy(first.argmax, Int32Array.from([3]), Int32Array.from([10]), new Int32Array(0), 10);
     assert.equal(run.steps, 10);
     decoder.close();
   });

@@ -9,7 +9,7 @@ const END_ID = 5;
 function processed(params: SamplingParams): number[] {
   const resolved = validateSamplingParams(params, LOGITS.length);
   const state = sequenceState([1], [2, 2, 3], resolved.runtime_top_p);
-  return Array.from(processLogits(logitsProcessors(resolved, LOGITS.length, END_ID), LOGITS, state));
+  return Array.from(processLogits(logitsProcessors(resolved, LOGITS.length, [END_ID]), LOGITS, state));
 }
 
 const TABLE: Array<[keyof SamplingParams, SamplingParams]> = [

@@ -8,7 +8,7 @@ const LOGITS = Float32Array.from([2.0, 1.5, 1.2, 0.3, -0.5, -1.0, 0.9, 1.9]);
 /** Draws `n` tokens with the processors of `params` from fixed logits. */
 function draws(params: object, n: number, seed: number): number[] {
   const resolved = validateSamplingParams({ ...params, random_seed: seed }, LOGITS.length);
-  const processors = logitsProcessors(resolved, LOGITS.length, undefined);
+  const processors = logitsProcessors(resolved, LOGITS.length, []);
   const next = uniformStream(resolved.random_seed);
   const processed = processLogits(processors, LOGITS, sequenceState([], [], resolved.runtime_top_p));
   return Array.from({ length: n }, () => (resolved.temperature === 0 ? greedy(processed).token : sample(processed, next()).token));

@@ -37,7 +37,7 @@ describe('a SlotDecoder with ranks', { skip }, () => {
     assert.deepEqual(b.argmax, a.argmax);
     assert.deepEqual(b.logits, a.logits);
     const steps: number[][] = [];
-    const greedy = (d: typeof one, onStep?: (step: number, ids: Int32Array) => void) => d.decodeGreedy(a.argmax, Int32Array.from([3, 3]), Int32Array.from([9, 4]), -1, 12, undefined, undefined, onStep);
+    const greedy = (d: typeof one, onStep?: (step: number, ids: Int32Array) => void) => d.decodeGreedy(a.argmax, Int32Array.from([3, 3]), Int32Array.from([9, 4]), new Int32Array(0), 12, undefined, undefined, onStep);
     const [x, y] = await Promise.all([greedy(one), greedy(group, (_, ids) => steps.push([...ids]))]);
     assert.deepEqual(y, x);
     // Rank 0's steps reach the event loop while the run goes on, or just after it.
@@ -45,7 +45,7 @@ describe('a SlotDecoder with ranks', { skip }, () => {
     assert.equal(steps.length, y.steps);
     await Promise.all([one.copySlots(Int32Array.from([0]), Int32Array.from([1]), Int32Array.from([3])), group.copySlots(Int32Array.from([0]), Int32Array.from([1]), Int32Array.from([3]))]);
     const beams = (d: typeof one) => {
-      const g: NativeBeamGroup = { firstRow: 0, width: 2, outputLength: 8, generated: 1, minLength: 0, endId: -1, earlyStopping: 0, improvable: true, temperature: 1, lenPenalty: 1, diversityRate: 0, scores: Float64Array.from([-0.5, -1e9]), finished: new Float64Array(0) };
+      const g: NativeBeamGroup = { firstRow: 0, width: 2, outputLength: 8, generated: 1, minLength: 0, endIds: new Int32Array(0), earlyStopping: 0, improvable: true, temperature: 1, lenPenalty: 1, diversityRate: 0, scores: Float64Array.from([-0.5, -1e9]), finished: new Float64Array(0) };
       return d.decodeBeams(Int32Array.from([a.argmax[0]!, a.argmax[0]!]), Int32Array.from([3, 3]), [g], 8);
     };
     const [p, q] = await Promise.all([beams(one), beams(group)]);
@@ -61,10 +61,10 @@ describe('a SlotDecoder with ranks', { skip }, () => {
     const first = await group.prefill(0, Int32Array.from([5, 6, 7]), new Int32Array(0));
     // An interrupt asked before the run stops it after its first step.
     group.interrupt();
-    const run = await group.decodeGreedy(first.argmax, Int32Array.from([3]), Int32Array.from([20]), -1, 20);
+    const run = await group.decodeGreedy(first.argmax, Int32Array.from([3]), Int32Array.from([20]), new Int32Array(0), 20);
     assert.equal(run.steps, 1);
     // Every rank stopped where rank 0 did: the next call runs them in step again.
-    const again = await group.decodeGreedy(first.argmax, Int32Array.from([3]), Int32Array.from([4]), -1, 4);
+    const again = await group.decodeGreedy(first.argmax, Int32Array.from([3]), Int32Array.from([4]), new Int32Array(0), 4);
     assert.equal(again.steps, 4);
     group.close();
   });

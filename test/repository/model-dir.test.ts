@@ -15,6 +15,10 @@ test('isDecoderOnlySource() knows Megatron-LM and NeMo GPT checkpoints, pytorch_
   writeFileSync(join(t5, 'model.pt'), Buffer.from('PK\x03\x04'));
   assert.equal(isDecoderOnlySource(t5), false);
   assert.equal(isDecoderOnlySource(join(t5, 'model.pt')), false);
+  // A NeMo T5 (its model_config.yaml's target) is an encoder-decoder.
+  const nemoT5 = scratchDir('chorus-nemo-t5-config-');
+  writeFileSync(join(nemoT5, 'model_config.yaml'), 'target: nemo.collections.nlp.models.language_modeling.megatron_t5_model.MegatronT5Model\n');
+  assert.equal(isDecoderOnlySource(nemoT5), false);
 });
 
 test('a build split in 2 is its own cache entry, recognised as built, with its ranks under onnx/tp2', async () => {

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { test } from 'node:test';
 import { formatDiagnostic, type Diagnostic } from '../../src/config/index.ts';
@@ -102,4 +102,13 @@ test('a directory without definitions is an error, not an empty success', () => 
   assert.equal(diagnostics.length, 1);
   assert.match(diagnostics[0]!.message, /no definitions found: expected YAML files under tokenizers\/, models\/, ensembles\/, pipelines\//);
   assert.match(loadRepository(join(empty, 'nope')).diagnostics[0]!.message, /repository directory does not exist/);
+});
+
+test('end_ids applies to engine generate: on another engine it is an error at its key', () => {
+  const dir = scratchDir('chorus-end-ids-repo-');
+  mkdirSync(join(dir, 'models'));
+  writeFileSync(join(dir, 'models', 'encoder.yaml'), 'engine: encode\nsource: ./nowhere\nend_ids: [1, 2]\n');
+  writeFileSync(join(dir, 'models', 'generator.yaml'), 'engine: generate\nsource: ./nowhere\nend_ids: [1, 2]\n');
+  const found = loadRepository(dir).diagnostics.filter((d) => d.message.includes('end_ids'));
+  assert.deepEqual(found.map((d) => [relative(dir, d.file), d.line, d.message]), [['models/encoder.yaml', 3, 'end_ids applies to engine generate, not encode']]);
 });

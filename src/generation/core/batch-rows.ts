@@ -3,14 +3,18 @@
  * the model's ids and context from its config, which rows stay when requests leave, and stepping every
  * member over its rows.
  */
+import { checkedEndIds, endIdsOf } from '../../util/end-ids.ts';
 import type { ActiveRequest, ModelIds } from './sequence.ts';
 
-/** A decoder-only model's ids and context length, read from its config.json as the engines read them. */
-export function decoderModel(config: Record<string, unknown>, vocabSize: number): { model: ModelIds; context: number } {
-  const eos = config.eos_token_id;
+/**
+ * A decoder-only model's ids and context length, as the engines read them from its config.json and
+ * generation_config.json (`generation`, when it has one): the end ids as transformers resolves them,
+ * unless `endIds` (a model definition's end_ids) replaces them.
+ */
+export function decoderModel(config: Record<string, unknown>, vocabSize: number, generation?: Record<string, unknown>, endIds?: readonly number[]): { model: ModelIds; context: number } {
   const bos = config.bos_token_id;
   return {
-    model: { vocabSize, endId: typeof eos === 'number' ? eos : undefined, bosId: typeof bos === 'number' ? bos : undefined },
+    model: { vocabSize, endIds: endIds === undefined ? endIdsOf(config, generation, vocabSize) : checkedEndIds(endIds, vocabSize), bosId: typeof bos === 'number' ? bos : undefined },
     context: Number(config.max_position_embeddings ?? config.n_positions ?? 2048),
   };
 }

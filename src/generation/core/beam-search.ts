@@ -84,13 +84,13 @@ function ranksBefore(x: Candidate, y: Candidate): boolean {
 }
 
 /** The processors that apply to log-probs in beam search: sampling filters do not. */
-function beamProcessors(params: ResolvedSamplingParams, endId: number | undefined): LogitsProcessor[] {
+function beamProcessors(params: ResolvedSamplingParams, endIds: readonly number[]): LogitsProcessor[] {
   return [
     repetitionPenalty(params.repetition_penalty),
     presencePenalty(params.presence_penalty),
     frequencyPenalty(params.frequency_penalty),
     badWords(params.bad_words),
-    minLength(params.min_length, endId),
+    minLength(params.min_length, endIds),
   ].filter((p): p is LogitsProcessor => p !== undefined);
 }
 
@@ -116,12 +116,13 @@ export class BeamSearch {
     /** What the penalties see before the output: the prompt, or an encoder-decoder's decoder start. */
     private readonly contextIds: readonly number[],
     private readonly params: ResolvedSamplingParams,
-    private readonly endId: number | undefined,
+    /** A hypothesis ends at any of these. */
+    private readonly endIds: readonly number[],
   ) {
     this.width = params.beam_width;
     // One real beam to start from; the others cannot be chosen until it has spread.
     this.beams = Array.from({ length: this.width }, (_, i) => ({ tokens: [], logProbs: [], counts: undefined, score: i === 0 ? 0 : OUT }));
-    this.processors = beamProcessors(params, endId);
+    this.processors = beamProcessors(params, endIds);
     this.temperature = params.temperature === 1 ? undefined : temperature(params.temperature);
   }
 
@@ -165,7 +166,7 @@ export class BeamSearch {
     const seen = new Map<number, number>();
     if (p.repetition_penalty !== 1) for (const id of this.contextIds) seen.set(id, 0);
     if (p.repetition_penalty !== 1 || p.presence_penalty !== 0 || p.frequency_penalty !== 0) for (const [id, count] of countsOf(beam)) seen.set(id, count);
-    const bans = bannedAfter(p, this.endId, beam.tokens);
+    const bans = bannedAfter(p, this.endIds, beam.tokens);
     return {
       temperature: p.temperature,
       topP: 1,
@@ -262,8 +263,8 @@ export class BeamSearch {
   }
 
   /** What choosing the next beams needs, for a beam run: the running scores, the finished scores, whether it can still improve. */
-  runState(): { generated: number; scores: number[]; finished: number[]; improvable: boolean; endId: number | undefined } {
-    return { generated: this.generated, scores: this.beams.map((b) => b.score), finished: this.finished.map((h) => h.score), improvable: this.improvable, endId: this.endId };
+  runState(): { generated: number; scores: number[]; finished: number[]; improvable: boolean; endIds: readonly number[] } {
+    return { generated: this.generated, scores: this.beams.map((b) => b.score), finished: this.finished.map((h) => h.score), improvable: this.improvable, endIds: this.endIds };
   }
 
   /** The best `num_return_sequences` finished hypotheses, best first. */
@@ -276,7 +277,7 @@ export class BeamSearch {
   }
 
   private ends(beam: Beam, token: number, last: boolean): FinishReason | undefined {
-    if (token === this.endId) return 'end_id';
+    if (this.endIds.includes(token)) return 'end_id';
     // The beam's tokens and then `token`, read in place.
     const n = beam.tokens.length + 1;
     const at = (i: number): number => (i === n - 1 ? token : beam.tokens[i]!);

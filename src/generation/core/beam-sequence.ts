@@ -20,7 +20,7 @@ export class BeamSequence extends ActiveRequest {
   constructor(promptIds: readonly number[], params: ResolvedSamplingParams, model: ModelIds, subscriber: Subscriber<TokenEvent>, onFinish: (s: ActiveRequest) => void) {
     super(promptIds, params, model, subscriber, onFinish);
     this.width = params.beam_width;
-    this.search = new BeamSearch(this.contextIds, params, this.endId);
+    this.search = new BeamSearch(this.contextIds, params, this.endIds);
   }
 
   get rows(): number {
@@ -85,7 +85,7 @@ export class BeamSequence extends ActiveRequest {
       outputLength: p.request_output_len,
       generated: state.generated,
       minLength: p.min_length,
-      endId: state.endId ?? -1,
+      endIds: Int32Array.from(state.endIds),
       earlyStopping: p.early_stopping === 'never' ? 2 : p.early_stopping ? 1 : 0,
       improvable: state.improvable,
       temperature: p.temperature,

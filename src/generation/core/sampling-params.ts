@@ -38,7 +38,7 @@ export interface SamplingParams {
   is_return_log_probs?: boolean;
   /** With each token, the k most likely tokens of its step and their log-probabilities, k in [0, 20]. Default: 0. */
   top_logprobs?: number;
-  /** The id generation stops at. Default: the model's eos. */
+  /** The id generation stops at, in place of the model's end ids. Default: the model's (generation_config.json's eos_token_id, else config.json's; any of them). */
   end_id?: number;
   /**
    * FT's start_id: what a decoder-only request with an empty prompt starts from, and an

@@ -16,7 +16,8 @@ import type { Schedulable } from './scheduler.ts';
 /** What a request needs of its model. */
 export interface ModelIds {
   vocabSize: number;
-  endId: number | undefined;
+  /** The ids generation ends at (any of them, whichever comes first); empty: none. */
+  endIds: readonly number[];
   /** What an empty prompt of a decoder-only model starts from, unless the request's start_id says otherwise. */
   bosId?: number;
   /** transformers' forced_bos_token_id: the only choice for the first token. */
@@ -38,7 +39,8 @@ export abstract class ActiveRequest implements Schedulable {
   readonly tokenTimes: number[] = [];
   finishReason: FinishReason | undefined;
   reported = false;
-  readonly endId: number | undefined;
+  /** The ids it ends at: the request's end_id, else the model's. */
+  readonly endIds: readonly number[];
   /** The tokens before the output that repetition penalties count: the prompt, or the decoder's start. */
   readonly contextIds: readonly number[];
 
@@ -49,7 +51,7 @@ export abstract class ActiveRequest implements Schedulable {
     readonly subscriber: Subscriber<TokenEvent>,
     private readonly onFinish: (s: ActiveRequest) => void,
   ) {
-    this.endId = params.end_id ?? model.endId;
+    this.endIds = params.end_id === undefined ? model.endIds : [params.end_id];
     this.contextIds = model.decoderStart === undefined ? promptIds : [this.decoderStart];
   }
 
@@ -110,10 +112,15 @@ export abstract class ActiveRequest implements Schedulable {
   }
 }
 
+/** Whether two lists of end ids hold the same ids in the same order. */
+export function sameEndIds(a: readonly number[], b: readonly number[]): boolean {
+  return a.length === b.length && a.every((id, i) => id === b[i]);
+}
+
 /**
  * Whether greedy decoding in a device loop (ONNX Runtime's GreedySearch, which takes the argmax of the
- * raw logits and stops at the model's end id) gives exactly the tokens this request would: greedy, one
- * sequence, no processors, no log-probabilities, no stop words, the model's own end id.
+ * raw logits and stops at the model's end ids) gives exactly the tokens this request would: greedy, one
+ * sequence, no processors, no log-probabilities, no stop words, the model's own end ids.
  */
 export function deviceGreedyEligible(s: ActiveRequest, model: ModelIds): s is Sequence {
   return argmaxEligible(s, model) && model.decoderStart === undefined && model.forcedBos === undefined && model.forcedEos === undefined;
@@ -129,7 +136,8 @@ export function argmaxEligible(s: ActiveRequest, model: ModelIds): s is Sequence
 
 /**
  * Whether the argmax of each step's logits, passing over the end id while min_length bans it, gives
- * exactly the tokens this request would (argmaxEligible, min_length aside).
+ * exactly the tokens this request would (argmaxEligible, min_length aside: the argmax passes over one
+ * id, so a min_length with several end ids goes through the sampler, which bans them all).
  */
 export function bannedArgmaxEligible(s: ActiveRequest, model: ModelIds): s is Sequence {
   const p = s.params;
@@ -144,7 +152,8 @@ export function bannedArgmaxEligible(s: ActiveRequest, model: ModelIds): s is Se
     p.top_logprobs === 0 &&
     p.bad_words.length === 0 &&
     p.stop_words.length === 0 &&
-    s.endId === model.endId
+    sameEndIds(s.endIds, model.endIds) &&
+    (p.min_length === 0 || s.endIds.length <= 1)
   );
 }
 
@@ -178,7 +187,7 @@ export class Sequence extends ActiveRequest {
 
   constructor(promptIds: readonly number[], params: ResolvedSamplingParams, model: ModelIds, subscriber: Subscriber<TokenEvent>, onFinish: (s: ActiveRequest) => void) {
     super(promptIds, params, model, subscriber, onFinish);
-    this.processors = logitsProcessors(params, model.vocabSize, this.endId);
+    this.processors = logitsProcessors(params, model.vocabSize, this.endIds);
     this.random = uniformStream(params.random_seed);
     this.topP = params.runtime_top_p;
     if (params.repetition_penalty !== 1 || params.presence_penalty !== 0 || params.frequency_penalty !== 0) {
@@ -230,7 +239,7 @@ export class Sequence extends ActiveRequest {
     const p = this.params;
     if (this.forcedToken(this.outputIds.length) !== undefined) return undefined;
     const seen = this.penaltyPairs === undefined ? EMPTY_PAIRS : this.penaltyPairs.subarray(0, 2 * this.penaltyLength);
-    const bans = bannedAfter(p, this.endId, this.outputIds);
+    const bans = bannedAfter(p, this.endIds, this.outputIds);
     return {
       temperature: p.temperature,
       topP: this.topP,
@@ -281,7 +290,7 @@ export class Sequence extends ActiveRequest {
     this.topP = nextTopP(this.topP, choice.token, this.params);
     this.cumLogProb += choice.logProb;
     let finishReason: FinishReason | undefined;
-    if (choice.token === this.endId) finishReason = 'end_id';
+    if (this.endIds.includes(choice.token)) finishReason = 'end_id';
     else if (this.endsWithStopWord()) finishReason = 'stop';
     else if (this.outputIds.length >= this.params.request_output_len) finishReason = 'length';
     this.tokenTimes.push(performance.now());

@@ -40,7 +40,7 @@ export function coreRequest(id: number, s: Sequence, model: ModelIds): NativeCor
     id,
     prompt: Int32Array.from(s.promptIds),
     maxTokens: p.request_output_len,
-    endId: s.endId ?? -1,
+    endIds: Int32Array.from(s.endIds),
     minLength: p.min_length,
     argmax: argmaxEligible(s, model),
     temperature: p.temperature,

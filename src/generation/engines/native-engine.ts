@@ -27,6 +27,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Observable } from 'rxjs';
 import { ChorusError } from '../../errors.ts';
+import { readGenerationConfig } from '../../util/end-ids.ts';
 import { PAGED_DECODER_MODEL } from '../../modelbuild/decoder-graph.ts';
 import { SLOT_DECODER_MODEL, SLOT_ENCODER_MODEL } from '../../modelbuild/greedy-layout.ts';
 import { loadNative, MAX_TOP_LOGPROBS, type NativeAddon, type NativeBeamRun, type NativeSampleBatch, type NativeSampled, type NativeSlotDecoder, type SlotStep } from '../../native/index.ts';
@@ -65,6 +66,8 @@ export interface NativeEngineOptions extends Partial<SchedulerLimits> {
   sourceLength?: number;
   /** CUDA: replay each batch size's decode step as a captured CUDA graph. Default: false. */
   cudaGraph?: boolean;
+  /** The ids generation ends at (any of them), in place of the model's. Default: generation_config.json's eos_token_id, else config.json's. */
+  endIds?: readonly number[];
   /**
    * Run the requests it can (native-core.ts: not beam searches, bad words, factual-nucleus sampling or
    * models that force tokens) on the addon's continuous core: a thread that steps back to back,
@@ -218,7 +221,7 @@ export class NativeEngine implements Engine {
     const { spec } = info;
     const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
     const seq2seq = spec.decoderLayers !== undefined;
-    const { model, context } = seq2seq ? seq2seqModel(dir, config, spec.vocabSize) : decoderModel(config, spec.vocabSize);
+    const { model, context } = seq2seq ? seq2seqModel(dir, config, spec.vocabSize, options.endIds) : decoderModel(config, spec.vocabSize, readGenerationConfig(dir), options.endIds);
     const slotLength = options.slotLength ?? Math.min(context, seq2seq ? 512 : options.contextLength ?? 2048);
     const bound = (value: number, name: string, least: number, most: number): number => {
       if (!Number.isInteger(value) || value < least || value > most) {
@@ -639,7 +642,7 @@ export class NativeEngine implements Engine {
           Int32Array.from(tokens),
           Int32Array.from(lengths),
           Int32Array.from(remaining),
-          this.model.endId ?? -1,
+          Int32Array.from(this.model.endIds),
           maxSteps,
           sourceLengths && Int32Array.from(sourceLengths),
           minLeft.some((n) => n > 0) ? Int32Array.from(minLeft) : undefined,

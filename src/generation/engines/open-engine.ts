@@ -24,6 +24,7 @@ export interface OpenEngineOptions {
 /** An engine for one instance of `definition`, over the built model directory `dir`, on `placement`. */
 export async function openEngine(definition: ModelDefinition, dir: string, placement: Placement, options: OpenEngineOptions): Promise<Engine> {
   const { name, onRequestDone } = options;
+  const endIds = definition.end_ids === undefined ? {} : { endIds: definition.end_ids };
   const seq2seq = existsSync(join(dir, 'onnx', 'encoder_model.onnx'));
   const native = nativeWanted(definition, dir, options.log);
   if (!native && definition.cuda_options !== undefined) {
@@ -51,16 +52,18 @@ export async function openEngine(definition: ModelDefinition, dir: string, place
       ...(definition.gpu_memory_utilization === undefined ? {} : { gpuMemoryUtilization: definition.gpu_memory_utilization }),
       log: options.log,
       ...(definition.cuda_options === undefined ? {} : { cudaOptions: definition.cuda_options }),
+      ...endIds,
       onRequestDone,
     });
   }
-  if (seq2seq) return Seq2SeqEngine.open(dir, { executionProviders: placement, maxBatchSize: definition.max_batch_size, onRequestDone });
+  if (seq2seq) return Seq2SeqEngine.open(dir, { executionProviders: placement, maxBatchSize: definition.max_batch_size, ...endIds, onRequestDone });
   return OrtEngine.open(dir, {
     executionProviders: placement,
     maxBatchSize: definition.max_batch_size,
     maxQueue: definition.max_queue,
     contextLength: definition.max_sequence_length,
     greedySearch: greedySearchWanted(definition),
+    ...endIds,
     onRequestDone,
   });
 }

@@ -15,13 +15,14 @@
 import ort from 'onnxruntime-node';
 import type { Observable } from 'rxjs';
 import { ChorusError } from '../../errors.ts';
+import { readGenerationConfig } from '../../util/end-ids.ts';
 import { DecoderSession, GreedySearchSession, positionsFromMask, type ExecutionProviders } from '../../runtime/index.ts';
 import { gatherRows, mergeCaches, type BatchCache, type CacheData } from './batch-cache.ts';
 import { decoderModel, keptRows, stepMembers } from '../core/batch-rows.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from '../core/engine.ts';
 import { RequestLedger } from '../core/request-ledger.ts';
 import { Scheduler, type SchedulerLimits } from '../core/scheduler.ts';
-import { deviceGreedyEligible, type ActiveRequest, type ModelIds, type Sequence } from '../core/sequence.ts';
+import { deviceGreedyEligible, sameEndIds, type ActiveRequest, type ModelIds, type Sequence } from '../core/sequence.ts';
 import { TurnLoop } from './turn-loop.ts';
 
 /** Options of `OrtEngine.open`. */
@@ -31,6 +32,8 @@ export interface OrtEngineOptions extends Partial<SchedulerLimits> {
   onRequestDone?: (metrics: RequestMetrics) => void;
   /** Use the directory's GreedySearch model, when it has one, for requests that allow it. Default: true. */
   greedySearch?: boolean;
+  /** The ids generation ends at (any of them), in place of the model's. Default: generation_config.json's eos_token_id, else config.json's. */
+  endIds?: readonly number[];
 }
 
 /** Continuous-batching generation over a DecoderSession. */
@@ -75,15 +78,15 @@ export class OrtEngine implements Engine {
     const executionProviders = options.executionProviders ?? ['cpu'];
     const session = await DecoderSession.open(dir, { executionProviders });
     let greedy = options.greedySearch === false ? undefined : await GreedySearchSession.open(dir, { executionProviders });
-    const { model, context } = decoderModel(session.config, session.vocabSize);
+    const { model, context } = decoderModel(session.config, session.vocabSize, readGenerationConfig(dir), options.endIds);
     const limits: SchedulerLimits = {
       maxBatchSize: options.maxBatchSize ?? 16,
       maxQueue: options.maxQueue ?? 1024,
       contextLength: options.contextLength ?? context,
       kvTokenBudget: options.kvTokenBudget ?? 16 * context,
     };
-    // The fast path must stop where the step loop does.
-    if (greedy !== undefined && greedy.endId !== (model.endId ?? -1)) {
+    // The fast path must stop where the step loop does (its operator stops at one end id).
+    if (greedy !== undefined && !sameEndIds(greedy.endId === -1 ? [] : [greedy.endId], model.endIds)) {
       await greedy.close();
       greedy = undefined;
     }

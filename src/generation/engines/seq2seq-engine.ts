@@ -12,10 +12,9 @@
  * rows of different lengths cannot share a step). Rows of requests that end or are cancelled leave the
  * cohort's caches at the next step; later requests form cohorts of their own, whose steps interleave.
  */
-import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import type { Observable } from 'rxjs';
 import { ChorusError } from '../../errors.ts';
+import { checkedEndIds, endIdsOf, readGenerationConfig } from '../../util/end-ids.ts';
 import { selectCacheRows, selectEncodedRows, Seq2SeqSession, type ExecutionProviders, type Seq2SeqOutput } from '../../runtime/index.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from '../core/engine.ts';
 import { RequestLedger } from '../core/request-ledger.ts';
@@ -28,22 +27,23 @@ export interface Seq2SeqEngineOptions {
   onRequestDone?: (metrics: RequestMetrics) => void;
   /** Most decoder rows in one cohort (a beam-search request takes beam_width). Default: 16. */
   maxBatchSize?: number;
+  /** The ids generation ends at (any of them), in place of the model's. Default: generation_config.json's eos_token_id, else config.json's. */
+  endIds?: readonly number[];
 }
 
 /**
  * An encoder-decoder's ids from its generation config (else config.json): the decoder's start, the end
- * id, the forced first and last tokens; and its positions (BART's max_position_embeddings, T5's
- * n_positions).
+ * ids, the forced first and last tokens; and its positions (BART's max_position_embeddings, T5's
+ * n_positions). `endIds` (a model definition's end_ids) replaces the end ids.
  */
-export function seq2seqModel(dir: string, config: Record<string, unknown>, vocabSize: number): { model: ModelIds; context: number } {
-  const generationFile = join(dir, 'generation_config.json');
-  const generation = existsSync(generationFile) ? (JSON.parse(readFileSync(generationFile, 'utf8')) as Record<string, unknown>) : {};
+export function seq2seqModel(dir: string, config: Record<string, unknown>, vocabSize: number, endIds?: readonly number[]): { model: ModelIds; context: number } {
+  const generation = readGenerationConfig(dir);
   const pick = (key: string): number | undefined => {
-    const value = generation[key] ?? config[key];
+    const value = generation?.[key] ?? config[key];
     return typeof value === 'number' ? value : undefined;
   };
   return {
-    model: { vocabSize, endId: pick('eos_token_id'), forcedBos: pick('forced_bos_token_id'), forcedEos: pick('forced_eos_token_id'), decoderStart: pick('decoder_start_token_id') ?? 0 },
+    model: { vocabSize, endIds: endIds === undefined ? endIdsOf(config, generation, vocabSize) : checkedEndIds(endIds, vocabSize), forcedBos: pick('forced_bos_token_id'), forcedEos: pick('forced_eos_token_id'), decoderStart: pick('decoder_start_token_id') ?? 0 },
     context: Number(config.max_position_embeddings ?? config.n_positions ?? 512),
   };
 }
@@ -68,7 +68,7 @@ export class Seq2SeqEngine implements Engine {
   static async open(dir: string, options: Seq2SeqEngineOptions = {}): Promise<Seq2SeqEngine> {
     const session = await Seq2SeqSession.open(dir, { executionProviders: options.executionProviders ?? ['cpu'] });
     if (session.vocabSize === 0) throw new ChorusError('CHORUS_UNSUPPORTED', `${dir} was built with task encode: it has no decoder to generate with`);
-    return new Seq2SeqEngine(session, seq2seqModel(dir, session.config, session.vocabSize).model, options.onRequestDone, options.maxBatchSize ?? 16);
+    return new Seq2SeqEngine(session, seq2seqModel(dir, session.config, session.vocabSize, options.endIds).model, options.onRequestDone, options.maxBatchSize ?? 16);
   }
 
   submit(request: GenerateRequest): Observable<TokenEvent> {

@@ -13,20 +13,24 @@ import type { Checkpoint } from '../checkpoint.ts';
 import { fileRanges, type FileRanges } from '../file-range.ts';
 import type { Tensor } from '../tensor.ts';
 import { mergeMegatronGpt, type MegatronRank } from './megatron-gpt.ts';
+import { nemoT5Checkpoint } from './nemo-t5.ts';
 import { stateDictOf } from './state-dict.ts';
 import { readTarEntries } from './tar.ts';
 import { readTorchFile } from './torch-file.ts';
 
-/** Reads a NeMo GPT model (`.nemo` file or unpacked directory), its ranks merged, as a GPT-2 checkpoint. */
+/**
+ * Reads a NeMo model (`.nemo` file or unpacked directory): a GPT, its ranks merged, as a GPT-2
+ * checkpoint; a T5 or UL2 (MegatronT5Model) as a T5 checkpoint (nemo-t5.ts).
+ */
 export function readNemoCheckpoint(source: string): Checkpoint {
-  const files = source.endsWith('.nemo') ? readTarEntries(fileRanges(source), source) : directoryFiles(source);
-  const configBytes = files.get('model_config.yaml');
-  if (configBytes === undefined) throw new ChorusError('CHORUS_FILE_MISSING', `${source} has no model_config.yaml`);
-  let config: Record<string, unknown>;
-  try {
-    config = parse(Buffer.from(configBytes.read(0, configBytes.size)).toString('utf8')) as Record<string, unknown>;
-  } catch (cause) {
-    throw new ChorusError('CHORUS_FILE_INVALID', `${source}: model_config.yaml is not YAML (${(cause as Error).message})`, { cause });
+  const { files, config } = openNemo(source);
+  if (isT5(config)) {
+    return nemoT5Checkpoint(source, config, () => {
+      const weights = files.get('model_weights.ckpt');
+      if (weights === undefined) throw new ChorusError('CHORUS_FILE_MISSING', `${source} has no model_weights.ckpt`);
+      const label = `${source}:model_weights.ckpt`;
+      return stateDictOf(readTorchFile(weights, label), label);
+    });
   }
   checkConfig(config, source);
   const tp = Number(config.tensor_model_parallel_size ?? 1);
@@ -54,6 +58,23 @@ export function readNemoCheckpoint(source: string): Checkpoint {
   });
 }
 
+/** Whether the NeMo model at `source` is a T5 or UL2 (an encoder-decoder), reading its model_config.yaml alone. */
+export function isNemoT5(source: string): boolean {
+  return isT5(openNemo(source).config);
+}
+
+/** A NeMo model's files (as byte ranges) and its parsed model_config.yaml. */
+function openNemo(source: string): { files: Map<string, FileRanges>; config: Record<string, unknown> } {
+  const files = source.endsWith('.nemo') ? readTarEntries(fileRanges(source), source) : directoryFiles(source);
+  const configBytes = files.get('model_config.yaml');
+  if (configBytes === undefined) throw new ChorusError('CHORUS_FILE_MISSING', `${source} has no model_config.yaml`);
+  try {
+    return { files, config: parse(Buffer.from(configBytes.read(0, configBytes.size)).toString('utf8')) as Record<string, unknown> };
+  } catch (cause) {
+    throw new ChorusError('CHORUS_FILE_INVALID', `${source}: model_config.yaml is not YAML (${(cause as Error).message})`, { cause });
+  }
+}
+
 /** The files of an unpacked .nemo directory that are read. */
 function directoryFiles(dir: string): Map<string, FileRanges> {
   const files = new Map<string, FileRanges>();
@@ -66,11 +87,15 @@ function directoryFiles(dir: string): Map<string, FileRanges> {
   return files;
 }
 
+/** Whether the model is NeMo's T5 (MegatronT5Model, which UL2 is too). */
+function isT5(config: Record<string, unknown>): boolean {
+  return /megatron_t5_model\.MegatronT5Model$|^MegatronT5Model$/.test(String(config.target ?? ''));
+}
+
 /** Refuses the NeMo GPT options a GPT-2 layout cannot express, naming them. */
 function checkConfig(config: Record<string, unknown>, source: string): void {
   const target = String(config.target ?? '');
-  if (/megatron_t5|MegatronT5/i.test(target)) throw new ChorusError('CHORUS_UNSUPPORTED', `${source}: ${target} (megatron_t5) is not supported yet; NeMo GPT (MegatronGPTModel) models are`, { param: 'target', value: target });
-  if (target !== '' && !/MegatronGPTModel/.test(target)) throw new ChorusError('CHORUS_UNSUPPORTED', `${source}: ${target} is not supported; NeMo GPT (MegatronGPTModel) models are`, { param: 'target', value: target });
+  if (target !== '' && !/MegatronGPTModel/.test(target)) throw new ChorusError('CHORUS_UNSUPPORTED', `${source}: ${target} is not supported; NeMo GPT (MegatronGPTModel) and T5 (MegatronT5Model) models are`, { param: 'target', value: target });
   const expect = (key: string, allowed: readonly unknown[], what: string): void => {
     const value = config[key];
     if (value !== undefined && value !== null && !allowed.includes(value)) {

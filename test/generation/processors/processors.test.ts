@@ -29,7 +29,7 @@ describe('logits processors on hand-made logits', () => {
   });
 
   test('minLength() forbids the end id until the output is long enough', () => {
-    const min = minLength(2, 3)!;
+    const min = minLength(2, [3])!;
     assert.deepEqual(list(min(logits(0, 0, 0, 5), sequenceState([], [1]))), [0, 0, 0, -Infinity]);
     assert.deepEqual(list(min(logits(0, 0, 0, 5), sequenceState([], [1, 2]))), [0, 0, 0, 5]);
   });

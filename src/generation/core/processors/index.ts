@@ -18,14 +18,14 @@ export type { LogitsProcessor } from './processor.ts';
 export { badWords, frequencyPenalty, minLength, presencePenalty, repetitionPenalty, temperature, topK, topP };
 export { nextTopP } from './top-p.ts';
 
-/** The processors a request's parameters call for, in order; empty when none changes anything. */
-export function logitsProcessors(params: ResolvedSamplingParams, vocabSize: number, endId: number | undefined): LogitsProcessor[] {
+/** The processors a request's parameters call for, in order (min_length bans `endIds`, or the request's end_id); empty when none changes anything. */
+export function logitsProcessors(params: ResolvedSamplingParams, vocabSize: number, endIds: readonly number[]): LogitsProcessor[] {
   return [
     repetitionPenalty(params.repetition_penalty),
     presencePenalty(params.presence_penalty),
     frequencyPenalty(params.frequency_penalty),
     badWords(params.bad_words),
-    minLength(params.min_length, params.end_id ?? endId),
+    minLength(params.min_length, params.end_id === undefined ? endIds : [params.end_id]),
     temperature(params.temperature),
     topK(params.runtime_top_k, vocabSize),
     topP(params.runtime_top_p, params.top_p_decay < 1),
@@ -39,10 +39,10 @@ export function processLogits(processors: readonly LogitsProcessor[], logits: Fl
 
 /**
  * The ids a step may not choose after `output`, as badWords and minLength mask them (the bad words'
- * last ids; the end id before min_length): for a sampler that runs where the logits are.
+ * last ids; the end ids before min_length): for a sampler that runs where the logits are.
  */
-export function bannedAfter(params: Pick<ResolvedSamplingParams, 'bad_words' | 'min_length'>, endId: number | undefined, output: readonly number[]): number[] {
+export function bannedAfter(params: Pick<ResolvedSamplingParams, 'bad_words' | 'min_length'>, endIds: readonly number[], output: readonly number[]): number[] {
   const bans = bannedIds(params.bad_words, output);
-  if (endId !== undefined && output.length < params.min_length) bans.push(endId);
+  if (output.length < params.min_length) bans.push(...endIds);
   return bans;
 }
