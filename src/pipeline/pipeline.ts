@@ -15,6 +15,7 @@ import type { EnsembleDefinition, PipelineDefinition, TensorSpec } from '../conf
 import { CompiledEnsemble, type ModelStore, type Tensor, type TensorRecord } from '../ensemble/index.ts';
 import { ChorusError, invalidArgument } from '../errors.ts';
 import { StopStringMatcher } from '../generation/core/index.ts';
+import { runDirect, runsDirect, type DirectModel } from './direct-run.ts';
 import type { Tokenizer } from '../tokenizers/index.ts';
 
 export interface ChatMessage {
@@ -106,7 +107,7 @@ const LIST_FIELDS = new Set(['top_p_reset_ids']);
 const OWN_FIELDS = new Set(['text_input', 'messages', 'stop', 'stream']);
 
 export class Pipeline {
-  private compiled: Promise<{ ensemble: CompiledEnsemble; fields: Record<string, string>; textOutput: string; seq2seq: boolean; chatTemplate: string | undefined; specials: Record<string, string>; readsSpecialText: boolean; tokenizer: Tokenizer | undefined }> | undefined;
+  private compiled: Promise<{ ensemble: CompiledEnsemble; fields: Record<string, string>; textOutput: string; seq2seq: boolean; chatTemplate: string | undefined; specials: Record<string, string>; readsSpecialText: boolean; tokenizer: Tokenizer | undefined; direct: DirectModel | undefined }> | undefined;
 
   constructor(
     readonly name: string,
@@ -123,6 +124,10 @@ export class Pipeline {
         .then((compiled) => {
           if (closed) return;
           const { inputs, stops } = this.inputs(request, compiled);
+          if (compiled.direct !== undefined && runsDirect(inputs)) {
+            upstream = runDirect(compiled.direct, inputs, stops, request.stream !== false).subscribe(subscriber);
+            return;
+          }
           const texts: string[] = [];
           const matchers: StopStringMatcher[] = [];
           const stopped: boolean[] = [];
@@ -283,7 +288,8 @@ export class Pipeline {
       }
     } else if (chatTemplate === 'tokenizer') chatTemplate = undefined;
     const tokenizer = tokenizerName === undefined ? undefined : await this.store.tokenizer(tokenizerName);
-    return { ensemble, fields, textOutput, seq2seq, chatTemplate, specials, readsSpecialText, tokenizer };
+    const direct = d.model !== undefined && tokenizer !== undefined ? { store: this.store, model: d.model, tokenizer, ensemble } : undefined;
+    return { ensemble, fields, textOutput, seq2seq, chatTemplate, specials, readsSpecialText, tokenizer, direct };
   }
 
   /** The request as ensemble input tensors, and its stop strings. */

@@ -80,7 +80,9 @@ export class Metrics {
   generation(model: string, metrics: RequestMetrics): void {
     this.queue.inc({ model }, Math.round(metrics.queueMs * 1000));
     if (Number.isFinite(metrics.timeToFirstTokenMs)) this.ttft.observe({ model }, metrics.timeToFirstTokenMs / 1000);
-    for (const gap of metrics.interTokenMs) this.itl.observe({ model }, gap / 1000);
+    // The model's series looked up once for all of the request's gaps.
+    const itl = this.itl.labels({ model });
+    for (const gap of metrics.interTokenMs) itl.observe(gap / 1000);
     this.tokens.observe({ model }, metrics.tokens);
   }
 

@@ -31,6 +31,8 @@ export class StreamDecoder {
   private prefixOffset: number;
   private readOffset: number;
   private readonly skipSpecialTokens: boolean;
+  /** The text of the window `ids[prefixOffset, readOffset)`, once decoded (each push needs it). */
+  private windowText: string | undefined;
 
   constructor(
     private readonly tokenizer: Tokenizer,
@@ -46,21 +48,26 @@ export class StreamDecoder {
   /** Adds ids; returns the text they complete (possibly ''). */
   push(...ids: number[]): string {
     this.ids.push(...ids);
-    const before = this.decode(this.prefixOffset, this.readOffset);
+    const before = (this.windowText ??= this.decode(this.prefixOffset, this.readOffset));
     const after = this.decode(this.prefixOffset, this.ids.length);
     if (after.length <= before.length || after.endsWith('\uFFFD') || !after.startsWith(before)) return '';
     // A window must open on visible text: SentencePiece drops every leading whitespace-only piece of
     // what it decodes, so a window opening on a lone "▁" would lose that space from the next delta.
-    if (/\S/u.test(this.decode(this.readOffset, this.ids.length))) this.prefixOffset = this.readOffset;
+    const added = this.decode(this.readOffset, this.ids.length);
+    if (/\S/u.test(added)) {
+      this.prefixOffset = this.readOffset;
+      this.windowText = added;
+    } else this.windowText = after;
     this.readOffset = this.ids.length;
     return after.slice(before.length);
   }
 
   /** Ends the stream: returns whatever was held back (an unfinished character decodes as U+FFFD). */
   flush(): string {
-    const before = this.decode(this.prefixOffset, this.readOffset);
+    const before = this.windowText ?? this.decode(this.prefixOffset, this.readOffset);
     const after = this.decode(this.prefixOffset, this.ids.length);
     this.prefixOffset = this.readOffset = this.ids.length;
+    this.windowText = '';
     return after.startsWith(before) ? after.slice(before.length) : after;
   }
 
