@@ -107,6 +107,7 @@ const LIST_FIELDS = new Set(['top_p_reset_ids']);
 const OWN_FIELDS = new Set(['text_input', 'messages', 'stop', 'stream']);
 
 export class Pipeline {
+  private template: { source: string; parsed: Template } | undefined;
   private compiled: Promise<{ ensemble: CompiledEnsemble; fields: Record<string, string>; textOutput: string; seq2seq: boolean; chatTemplate: string | undefined; specials: Record<string, string>; readsSpecialText: boolean; tokenizer: Tokenizer | undefined; direct: DirectModel | undefined }> | undefined;
 
   constructor(
@@ -346,7 +347,9 @@ export class Pipeline {
         throw invalidArgument(`messages[${i}]`, 'an object with string role and content', m);
       }
     });
-    return new Template(template).render({ messages, add_generation_prompt: true, ...specials });
+    // Parsed once: a template is the pipeline's (or its tokenizer's) for as long as the pipeline lives.
+    if (this.template?.source !== template) this.template = { source: template, parsed: new Template(template) };
+    return this.template.parsed.render({ messages, add_generation_prompt: true, ...specials });
   }
 }
 

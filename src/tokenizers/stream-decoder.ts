@@ -8,6 +8,10 @@
  * complete): then nothing moves and the next push tries again. Decoding from a window start instead of
  * from the first id keeps each push O(window), and because the window starts one emission back, a
  * SentencePiece piece that opens with "▁" keeps its space (only a text's first piece loses it).
+ *
+ * A byte-level tokenizer (one with `tokenBytes`: tiktoken's) needs no window: its ids' bytes go through
+ * a streaming UTF-8 decoder, which gives the same text as decoding them all at once, with no decode
+ * of the ids at each push.
  */
 import type { Tokenizer } from './tokenizer.ts';
 
@@ -33,6 +37,9 @@ export class StreamDecoder {
   private readonly skipSpecialTokens: boolean;
   /** The text of the window `ids[prefixOffset, readOffset)`, once decoded (each push needs it). */
   private windowText: string | undefined;
+  /** A byte-level tokenizer's bytes of an id, and the UTF-8 decoder they stream through. */
+  private readonly bytes: ((id: number) => Uint8Array) | undefined;
+  private readonly utf8 = new TextDecoder('utf-8');
 
   constructor(
     private readonly tokenizer: Tokenizer,
@@ -43,10 +50,12 @@ export class StreamDecoder {
     this.prefixOffset = 0;
     this.readOffset = this.ids.length;
     this.skipSpecialTokens = options.skipSpecialTokens ?? false;
+    this.bytes = tokenizer.tokenBytes?.bind(tokenizer);
   }
 
   /** Adds ids; returns the text they complete (possibly ''). */
   push(...ids: number[]): string {
+    if (this.bytes !== undefined) return this.pushBytes(ids);
     this.ids.push(...ids);
     const before = (this.windowText ??= this.decode(this.prefixOffset, this.readOffset));
     const after = this.decode(this.prefixOffset, this.ids.length);
@@ -62,8 +71,19 @@ export class StreamDecoder {
     return after.slice(before.length);
   }
 
+  /** A byte-level tokenizer's ids: their bytes through a streaming UTF-8 decoder, which holds a split character back. */
+  private pushBytes(ids: readonly number[]): string {
+    let text = '';
+    for (const id of ids) {
+      if (this.skipSpecialTokens && this.tokenizer.specialTokens.all.has(id)) continue;
+      text += this.utf8.decode(this.bytes!(id), { stream: true });
+    }
+    return text;
+  }
+
   /** Ends the stream: returns whatever was held back (an unfinished character decodes as U+FFFD). */
   flush(): string {
+    if (this.bytes !== undefined) return this.utf8.decode();
     const before = this.windowText ?? this.decode(this.prefixOffset, this.readOffset);
     const after = this.decode(this.prefixOffset, this.ids.length);
     this.prefixOffset = this.readOffset = this.ids.length;
