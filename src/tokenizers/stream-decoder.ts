@@ -26,6 +26,17 @@ export interface StreamDecoderOptions {
   context?: readonly number[];
 }
 
+/** The text of bytes that are all ASCII (null for others), remembered for each id's bytes. */
+const asciiTexts = new WeakMap<Uint8Array, string | null>();
+function asciiText(bytes: Uint8Array): string | null {
+  let text = asciiTexts.get(bytes);
+  if (text === undefined) {
+    text = bytes.every((b) => b < 0x80) ? String.fromCharCode(...bytes) : null;
+    asciiTexts.set(bytes, text);
+  }
+  return text;
+}
+
 /** How many context ids the first window starts with. */
 const CONTEXT_WINDOW = 6;
 
@@ -40,6 +51,7 @@ export class StreamDecoder {
   /** A byte-level tokenizer's bytes of an id, and the UTF-8 decoder they stream through. */
   private readonly bytes: ((id: number) => Uint8Array) | undefined;
   private readonly utf8 = new TextDecoder('utf-8');
+  private holding = false;
 
   constructor(
     private readonly tokenizer: Tokenizer,
@@ -71,19 +83,33 @@ export class StreamDecoder {
     return after.slice(before.length);
   }
 
-  /** A byte-level tokenizer's ids: their bytes through a streaming UTF-8 decoder, which holds a split character back. */
+  /**
+   * A byte-level tokenizer's ids: their bytes through a streaming UTF-8 decoder, which holds a split
+   * character back. An id of ASCII bytes alone, when the decoder holds nothing, is its text as it is.
+   */
   private pushBytes(ids: readonly number[]): string {
     let text = '';
     for (const id of ids) {
       if (this.skipSpecialTokens && this.tokenizer.specialTokens.all.has(id)) continue;
-      text += this.utf8.decode(this.bytes!(id), { stream: true });
+      const bytes = this.bytes!(id);
+      const ascii = this.holding ? null : asciiText(bytes);
+      if (ascii !== null) {
+        text += ascii;
+        continue;
+      }
+      text += this.utf8.decode(bytes, { stream: true });
+      // Whether the decoder may hold the start of a character: not after an ASCII byte.
+      this.holding = bytes.length > 0 ? bytes[bytes.length - 1]! >= 0x80 : this.holding;
     }
     return text;
   }
 
   /** Ends the stream: returns whatever was held back (an unfinished character decodes as U+FFFD). */
   flush(): string {
-    if (this.bytes !== undefined) return this.utf8.decode();
+    if (this.bytes !== undefined) {
+      this.holding = false;
+      return this.utf8.decode();
+    }
     const before = this.windowText ?? this.decode(this.prefixOffset, this.readOffset);
     const after = this.decode(this.prefixOffset, this.ids.length);
     this.prefixOffset = this.readOffset = this.ids.length;

@@ -126,6 +126,10 @@ async function handle(client: EngineClient, request: FastifyRequest<{ Body: Chat
   const offsets: number[] = [];
   const events = updates.pipe(
     map(({ choice, delta }) => {
+      // A token's chunk, the most of them, written as the object below would be.
+      if (!logprobs && choice.finishReason === null) {
+        return chunk(`{"index":${choice.index},${kind === 'chat' ? `"delta":{"content":${JSON.stringify(delta)}}` : `"text":${JSON.stringify(delta)}`},"finish_reason":null,"logprobs":null}`);
+      }
       let lp: unknown = null;
       if (logprobs) {
         const offset = offsets[choice.index] ?? 0;
