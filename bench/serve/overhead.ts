@@ -10,7 +10,9 @@
  * STREAMS concurrent streams of 128 new tokens each, REQUESTS requests per row. For each row: tokens/s,
  * against the stand-in's own rate (engine row); inter-token latency p50/p99 and TTFT p50 as the
  * client sees them; the serving process's main-thread CPU share and its CPU microseconds per token,
- * and what each layer adds per token (a row's CPU per token less the row under it).
+ * and what each layer adds per token (a row's CPU per token less the row under it); the tokens/s one
+ * core's main thread would carry at that cost. On a shared machine the served rates are bounded by the
+ * CPU the server gets; its CPU per token is the figure to compare.
  * Usage: node --import tsx bench/serve/overhead.ts [out.json]
  * Knobs: SERVE_STEP_MS=0.9  SERVE_STREAMS=64  SERVE_REQUESTS=640  SERVE_NEW=128
  *   SERVE_PROFILE=<dir> (a CPU profile of the server's main thread while it serves, written there;
@@ -18,7 +20,7 @@
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { lastValueFrom, tap } from 'rxjs';
 import { drive, mainThreadCpu, sse, type LoadResult, type Trace } from './load.ts';
@@ -141,10 +143,17 @@ const table = rows.map((r, i) => {
     'main thread CPU %': r.cpuPercent.toFixed(0),
     'CPU us/token': r.cpuUsPerToken.toFixed(2),
     'driver CPU %': r.driverCpuPercent.toFixed(0),
-    'layer adds us/token': under === undefined ? '' : (r.cpuUsPerToken - (i === 1 ? under.cpuUsPerToken : under.cpuUsPerToken)).toFixed(2),
+    'layer adds us/token': under === undefined ? '' : (r.cpuUsPerToken - under.cpuUsPerToken).toFixed(2),
+    // What one core's main thread carries at this cost, whatever share of the CPU it got here.
+    'tokens/s a core carries': Math.round(1e6 / r.cpuUsPerToken),
   };
 });
 console.table(table);
-const result = { bench: 'serve-overhead', createdAt: new Date().toISOString(), stepMs: STEP_MS, streams: STREAMS, requests: REQUESTS, newTokens: NEW, idealTokensPerSecond: (STREAMS * 1000) / STEP_MS, rows, table };
+const ideal = (STREAMS * 1000) / STEP_MS;
+for (const r of rows.slice(2)) {
+  const share = (us: number): string => `${((100 * us * ideal) / 1e6).toFixed(0)}%`;
+  console.log(`${r.name}: at ${Math.round(ideal)} tokens/s the server's main thread needs ${share(r.cpuUsPerToken)} of a core, ${share(r.cpuUsPerToken - rows[0]!.cpuUsPerToken)} of it above the engine's own`);
+}
+const result = { bench: 'serve-overhead', createdAt: new Date().toISOString(), stepMs: STEP_MS, streams: STREAMS, requests: REQUESTS, newTokens: NEW, idealTokensPerSecond: ideal, loadAverage: loadavg(), rows, table };
 writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
 console.log(`wrote ${out}`);
