@@ -14,7 +14,7 @@
  * core's main thread would carry at that cost. On a shared machine the served rates are bounded by the
  * CPU the server gets; its CPU per token is the figure to compare.
  * Usage: node --import tsx bench/serve/overhead.ts [out.json]
- * Knobs: SERVE_STEP_MS=0.9  SERVE_STREAMS=64  SERVE_REQUESTS=640  SERVE_NEW=128
+ * Knobs: SERVE_STEP_MS=0.9  SERVE_STREAMS=64  SERVE_REQUESTS=640  SERVE_NEW=128  SHARED=../shared (its news articles)
  *   SERVE_PROFILE=<dir> (a CPU profile of the server's main thread while it serves, written there;
  *   bench/serve/profile-summary.ts sums it up)
  */

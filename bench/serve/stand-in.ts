@@ -11,7 +11,8 @@ import { Subject } from 'rxjs';
 import { StandInEngine, standInRepository } from '../../test/helpers/stand-in-engine.ts';
 
 export const ROOT = join(import.meta.dirname, '../..');
-const ARTICLES = join(ROOT, '../shared/data/cnndm/summeval_cnndm_test100.jsonl');
+/** The news articles (SHARED: where ../shared is, as the GPU scripts take it). */
+const ARTICLES = join(process.env.SHARED ?? join(ROOT, '../shared'), 'data/cnndm/summeval_cnndm_test100.jsonl');
 
 export const tokenizer = new TiktokenAdapter({ encoding: 'gpt2' });
 

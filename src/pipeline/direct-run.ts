@@ -27,7 +27,10 @@ export function runsDirect(inputs: TensorRecord): boolean {
   return atMostOne('num_return_sequences') && atMostOne('beam_width') && none('is_return_log_probs') && none('top_logprobs');
 }
 
-/** Runs the request: an update per token that adds text, then the last one with the finish reason and usage. */
+/**
+ * Runs the request: streamed, an update per token that adds text, then the last one with the finish
+ * reason and usage; not streamed, the last one alone.
+ */
 export function runDirect(direct: DirectModel, inputs: TensorRecord, stops: string[], stream: boolean): Observable<PipelineUpdate> {
   return new Observable<PipelineUpdate>((subscriber) => {
     let engine: Subscription | undefined;
@@ -58,12 +61,14 @@ export function runDirect(direct: DirectModel, inputs: TensorRecord, stops: stri
     let generated = 0;
     let finish = '';
     let stopped = false;
+    // Not streamed, the text goes out once, with the last update (its delta then all of it).
+    let sent = '';
     const end = (): void => {
       if (closed) return;
       closed = true;
       const held = stopped ? '' : matcher.flush();
       text += held;
-      subscriber.next({ choices: [{ index: 0, text, delta: held, finishReason: stopped ? 'stop' : finish || 'length' }], usage: { promptTokens: prompt.length, completionTokens: generated } });
+      subscriber.next({ choices: [{ index: 0, text, delta: text.slice(sent.length), finishReason: stopped ? 'stop' : finish || 'length' }], usage: { promptTokens: prompt.length, completionTokens: generated } });
       subscriber.complete();
     };
     const add = (fresh: string): void => {
@@ -71,7 +76,10 @@ export function runDirect(direct: DirectModel, inputs: TensorRecord, stops: stri
       const { text: delta, stopped: hit } = matcher.push(fresh);
       if (delta !== '') {
         text += delta;
-        subscriber.next({ choices: [{ index: 0, text, delta }] });
+        if (stream) {
+          sent = text;
+          subscriber.next({ choices: [{ index: 0, text, delta }] });
+        }
       }
       if (hit) {
         stopped = true;

@@ -84,6 +84,20 @@ test(`${STREAMS} concurrent generate_stream streams each get every token, in ord
   }
 });
 
+test(`${STREAMS} concurrent requests not streamed each answer the engine's whole text`, async () => {
+  const answers = await Promise.all(
+    Array.from({ length: STREAMS }, async (_, i) => {
+      const response = await fetch(`${url}/v2/models/stand-in/generate`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ text_input: `Whole ${i}`, max_tokens: NEW, seed: 200 + i }) });
+      return { body: (await response.json()) as { text_output: string; finish_reason: string; usage: { completion_tokens: number } }, want: expected(`Whole ${i}`, 200 + i) };
+    }),
+  );
+  for (const { body, want } of answers) {
+    assert.equal(body.text_output, want);
+    assert.equal(body.finish_reason, 'length');
+    assert.equal(body.usage.completion_tokens, NEW);
+  }
+});
+
 test('a stop string ends the stream before it, and the engine stops the request', async () => {
   const prompt = 'Stop early';
   const full = expected(prompt, 7);
