@@ -52,8 +52,9 @@ let flushing = false;
 /** Writes every stream's waiting events: once per turn of the event loop, after the turn's tokens. */
 function flushAll(): void {
   flushing = false;
-  for (const flush of unwritten) flush();
+  const streams = [...unwritten];
   unwritten.clear();
+  for (const flush of streams) flush();
 }
 
 /**
@@ -74,7 +75,7 @@ export function sendEvents(request: FastifyRequest, reply: FastifyReply, stream:
     pending = '';
   };
   const add = (json: string): void => {
-    if (pending === '' && !unwritten.has(flush)) {
+    if (!unwritten.has(flush)) {
       unwritten.add(flush);
       if (!flushing) {
         flushing = true;
