@@ -39,6 +39,8 @@ function asciiText(bytes: Uint8Array): string | null {
 
 /** How many context ids the first window starts with. */
 const CONTEXT_WINDOW = 6;
+/** How many ids a window spans before it moves up (each push decodes the window once, a move once more). */
+const WINDOW_IDS = 8;
 
 /** Turns a stream of ids into a stream of text deltas. */
 export class StreamDecoder {
@@ -74,7 +76,9 @@ export class StreamDecoder {
     if (after.length <= before.length || after.endsWith('\uFFFD') || !after.startsWith(before)) return '';
     // A window must open on visible text: SentencePiece drops every leading whitespace-only piece of
     // what it decodes, so a window opening on a lone "▁" would lose that space from the next delta.
-    const added = this.decode(this.readOffset, this.ids.length);
+    // The window moves up to the last emission once it spans WINDOW_IDS ids: until then its text is
+    // `after`, with no decode of the new ids alone.
+    const added = this.readOffset - this.prefixOffset >= WINDOW_IDS ? this.decode(this.readOffset, this.ids.length) : '';
     if (/\S/u.test(added)) {
       this.prefixOffset = this.readOffset;
       this.windowText = added;
