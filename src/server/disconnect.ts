@@ -96,7 +96,6 @@ export function sendEvents(request: FastifyRequest, reply: FastifyReply, stream:
     }
     const finish = (): void => {
       reply.raw.off('close', onClose);
-      unwritten.delete(flush);
       if (!raw.writableEnded) {
         open();
         const last = options.last?.();
@@ -105,6 +104,7 @@ export function sendEvents(request: FastifyRequest, reply: FastifyReply, stream:
         raw.end(pending);
         pending = '';
       }
+      unwritten.delete(flush);
       resolve();
     };
     const subscription = stream.subscribe({

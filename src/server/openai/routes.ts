@@ -118,10 +118,9 @@ async function handle(client: EngineClient, request: FastifyRequest<{ Body: Chat
     };
   }
   const chunkObject = kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
-  // Every chunk is this envelope around its choices: written once, as JSON, around each chunk's.
-  const envelope = JSON.stringify({ id, object: chunkObject, created, model, choices: [] });
-  const [head, tail] = [envelope.slice(0, envelope.lastIndexOf('[]') + 1), envelope.slice(envelope.lastIndexOf('[]') + 1)];
-  const chunk = (choicesJson: string, extra = ''): string => `${head}${choicesJson}${tail.slice(0, -1)}${extra}}`;
+  // Every chunk is this envelope around its choices (and extra fields): its JSON up to `"choices":[`, once.
+  const head = JSON.stringify({ id, object: chunkObject, created, model, choices: [] }).slice(0, -2);
+  const chunk = (choicesJson: string, extra = ''): string => `${head}${choicesJson}]${extra}}`;
   const first = kind === 'chat' ? chunk(runs.map((_, index) => JSON.stringify({ index, delta: { role: 'assistant', content: '' }, finish_reason: null, logprobs: null })).join(',')) : undefined;
   const offsets: number[] = [];
   const events = updates.pipe(
