@@ -159,7 +159,7 @@ export const ModelDefinition = Type.Object(
     continuous_core: Type.Optional(
       Type.Boolean({
         description:
-          'The native engine, decoder-only with a cache of slots: run requests on the addon\'s continuous core, a thread that steps the model back to back, admitting and retiring requests between steps and handing each step\'s tokens to the server in one message, so that no step waits on the event loop. Beam searches, bad_words, factual-nucleus sampling (top_p_decay) and models that force tokens run on the step loop, after the core\'s requests drain. Default: false.',
+          'The native engine, decoder-only with a cache of slots: run requests on the addon\'s continuous core, a thread that steps the model back to back, admitting and retiring requests between steps and handing each step\'s tokens to the server in one message, so that no step waits on the event loop. Beam searches, bad_words, factual-nucleus sampling (top_p_decay) and models that force tokens run on the step loop, after the core\'s requests drain. Default: true on a GPU, false on the CPU.',
       }),
     ),
     batch_invariant: Type.Optional(

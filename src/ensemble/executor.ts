@@ -99,7 +99,7 @@ export class CompiledEnsemble {
   }
 
   /** Every required input given, nothing unknown, datatypes and shapes as declared. */
-  private checkInputs(inputs: Record<string, Tensor>): void {
+  checkInputs(inputs: Record<string, Tensor>): void {
     const specs = this.definition.inputs;
     for (const name of Object.keys(inputs)) {
       if (!(name in specs)) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `ensemble ${this.name} has no input ${name}; its inputs are: ${Object.keys(specs).join(', ')}`, { param: name });
@@ -166,7 +166,7 @@ function topologicalOrder(steps: readonly StepDefinition[]): StepDefinition[] {
 }
 
 /** The error, its message prefixed with the step's name (and the step kept on it). */
-function inStep(error: unknown, step: string): ChorusError {
+export function inStep(error: unknown, step: string): ChorusError {
   if (error instanceof ChorusError) {
     if (error.step !== undefined) return error;
     return new ChorusError(error.code, `step ${step}: ${error.message}`, { param: error.param, value: error.value, cause: error, step });

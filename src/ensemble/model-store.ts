@@ -64,6 +64,11 @@ export interface ModelStoreOptions {
   log?: (line: string) => void;
   /** Called when a generation request ends, with the model's name and the request's timings. */
   onRequestDone?: (model: string, metrics: RequestMetrics) => void;
+  /**
+   * Opens a generate model's engine in place of the one its definition and source give (a stand-in
+   * engine, to measure or test what runs above the engines); undefined: the usual one. Default: none.
+   */
+  engine?: (name: string, definition: ModelDefinition, onRequestDone?: (metrics: RequestMetrics) => void) => Engine | undefined;
 }
 
 export class ModelStore {
@@ -79,6 +84,7 @@ export class ModelStore {
   private readonly tokenizerFallbacks = new Map<string, string>();
   private readonly log: (line: string) => void;
   private readonly onRequestDone: ModelStoreOptions['onRequestDone'];
+  private readonly standIn: ModelStoreOptions['engine'];
   /** Who loads and unloads models. */
   readonly control: ModelControlMode;
 
@@ -89,6 +95,7 @@ export class ModelStore {
     this.log = options.log ?? ((line) => process.stderr.write(`${line}\n`));
     this.control = options.control ?? 'explicit';
     this.onRequestDone = options.onRequestDone;
+    this.standIn = options.engine;
   }
 
   /** The model, loading it on first use. A failed load answers its error until `load` or a change at the source. */
@@ -267,6 +274,12 @@ export class ModelStore {
     const value = definition.value;
     const placements = instancePlacements(value);
     if (value.engine === 'forward') return this.openForward(name, value, placements);
+    if (value.engine === 'generate' && this.standIn !== undefined) {
+      const hook = this.onRequestDone;
+      const engine = this.standIn(name, value, hook === undefined ? undefined : (metrics) => hook(name, metrics));
+      const context = value.max_sequence_length ?? 2048;
+      if (engine !== undefined) return { name, engine: 'generate', generator: engine, seq2seq: false, dir: '', outputRoom: (prompt) => context - prompt };
+    }
     const dir = await this.directory(name, value);
     if (value.engine === 'encode') {
       const sessions: Seq2SeqSession[] = [];

@@ -15,6 +15,7 @@ import type { EnsembleDefinition, PipelineDefinition, TensorSpec } from '../conf
 import { CompiledEnsemble, type ModelStore, type Tensor, type TensorRecord } from '../ensemble/index.ts';
 import { ChorusError, invalidArgument } from '../errors.ts';
 import { StopStringMatcher } from '../generation/core/index.ts';
+import { runDirect, runsDirect, type DirectModel } from './direct-run.ts';
 import type { Tokenizer } from '../tokenizers/index.ts';
 
 export interface ChatMessage {
@@ -106,7 +107,8 @@ const LIST_FIELDS = new Set(['top_p_reset_ids']);
 const OWN_FIELDS = new Set(['text_input', 'messages', 'stop', 'stream']);
 
 export class Pipeline {
-  private compiled: Promise<{ ensemble: CompiledEnsemble; fields: Record<string, string>; textOutput: string; seq2seq: boolean; chatTemplate: string | undefined; specials: Record<string, string>; readsSpecialText: boolean; tokenizer: Tokenizer | undefined }> | undefined;
+  private template: { source: string; parsed: Template } | undefined;
+  private compiled: Promise<{ ensemble: CompiledEnsemble; fields: Record<string, string>; textOutput: string; seq2seq: boolean; chatTemplate: string | undefined; specials: Record<string, string>; readsSpecialText: boolean; tokenizer: Tokenizer | undefined; direct: DirectModel | undefined }> | undefined;
 
   constructor(
     readonly name: string,
@@ -123,6 +125,10 @@ export class Pipeline {
         .then((compiled) => {
           if (closed) return;
           const { inputs, stops } = this.inputs(request, compiled);
+          if (compiled.direct !== undefined && runsDirect(inputs)) {
+            upstream = runDirect(compiled.direct, inputs, stops, request.stream !== false).subscribe(subscriber);
+            return;
+          }
           const texts: string[] = [];
           const matchers: StopStringMatcher[] = [];
           const stopped: boolean[] = [];
@@ -283,7 +289,8 @@ export class Pipeline {
       }
     } else if (chatTemplate === 'tokenizer') chatTemplate = undefined;
     const tokenizer = tokenizerName === undefined ? undefined : await this.store.tokenizer(tokenizerName);
-    return { ensemble, fields, textOutput, seq2seq, chatTemplate, specials, readsSpecialText, tokenizer };
+    const direct = d.model !== undefined && tokenizer !== undefined ? { store: this.store, model: d.model, tokenizer, ensemble } : undefined;
+    return { ensemble, fields, textOutput, seq2seq, chatTemplate, specials, readsSpecialText, tokenizer, direct };
   }
 
   /** The request as ensemble input tensors, and its stop strings. */
@@ -340,7 +347,9 @@ export class Pipeline {
         throw invalidArgument(`messages[${i}]`, 'an object with string role and content', m);
       }
     });
-    return new Template(template).render({ messages, add_generation_prompt: true, ...specials });
+    // Parsed once: a template is the pipeline's (or its tokenizer's) for as long as the pipeline lives.
+    if (this.template?.source !== template) this.template = { source: template, parsed: new Template(template) };
+    return this.template.parsed.render({ messages, add_generation_prompt: true, ...specials });
   }
 }
 

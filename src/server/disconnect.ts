@@ -45,17 +45,49 @@ export function cancelOnClose<T>(request: FastifyRequest, reply: FastifyReply, s
   });
 }
 
+/** Streams with events not yet written, and whether their write is scheduled. */
+const unwritten = new Set<() => void>();
+let flushing = false;
+
+/** Writes every stream's waiting events: once per turn of the event loop, after the turn's tokens. */
+function flushAll(): void {
+  flushing = false;
+  const streams = [...unwritten];
+  unwritten.clear();
+  for (const flush of streams) flush();
+}
+
 /**
- * Writes `data: <json>\n\n` events of a stream; ends with `data: [DONE]` when asked; stops when the client
- * leaves. The 200 and its headers wait for the first event: a request refused before it (a max_tokens
- * that cannot fit) answers with its error's status and body as a request that is not streamed does; one
- * that fails later gets the error as its last event.
+ * Writes a stream of events, each already JSON, as `data: <json>\n\n`; `first` goes before the first
+ * and `last()` after the last; ends with `data: [DONE]` when asked; stops when the client leaves. The
+ * events of one turn of the event loop (one engine step's token, or several steps' when the loop fell
+ * behind) go out in one write, after the turn. The 200 and its headers wait for the first event: a
+ * request refused before it (a max_tokens that cannot fit) answers with its error's status and body as
+ * a request that is not streamed does; one that fails later gets the error as its last event.
  */
-export function sendEvents<T>(request: FastifyRequest, reply: FastifyReply, stream: Observable<T>, options: { done?: boolean; error: (error: unknown) => unknown }): Promise<void> {
+export function sendEvents(request: FastifyRequest, reply: FastifyReply, stream: Observable<string>, options: { done?: boolean; first?: string; last?: () => string | undefined; error: (error: unknown) => unknown }): Promise<void> {
   reply.hijack();
   const raw = reply.raw;
+  let pending = '';
+  const flush = (): void => {
+    if (pending === '' || raw.writableEnded) return;
+    raw.write(pending);
+    pending = '';
+  };
+  const add = (json: string): void => {
+    if (!unwritten.has(flush)) {
+      unwritten.add(flush);
+      if (!flushing) {
+        flushing = true;
+        setImmediate(flushAll);
+      }
+    }
+    pending += `data: ${json}\n\n`;
+  };
   const open = (): void => {
-    if (!raw.headersSent) raw.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    if (raw.headersSent) return;
+    raw.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    if (options.first !== undefined) add(options.first);
   };
   return new Promise<void>((resolve) => {
     if (gone(reply)) {
@@ -66,15 +98,19 @@ export function sendEvents<T>(request: FastifyRequest, reply: FastifyReply, stre
       reply.raw.off('close', onClose);
       if (!raw.writableEnded) {
         open();
-        if (options.done) raw.write('data: [DONE]\n\n');
-        raw.end();
+        const last = options.last?.();
+        if (last !== undefined) add(last);
+        if (options.done) pending += 'data: [DONE]\n\n';
+        raw.end(pending);
+        pending = '';
       }
+      unwritten.delete(flush);
       resolve();
     };
     const subscription = stream.subscribe({
-      next: (event) => {
+      next: (json) => {
         open();
-        raw.write(`data: ${JSON.stringify(event)}\n\n`);
+        add(json);
       },
       error: (error: unknown) => {
         if (!raw.headersSent) {
@@ -84,13 +120,14 @@ export function sendEvents<T>(request: FastifyRequest, reply: FastifyReply, stre
           resolve();
           return;
         }
-        raw.write(`data: ${JSON.stringify(options.error(error))}\n\n`);
+        add(JSON.stringify(options.error(error)));
         finish();
       },
       complete: finish,
     });
     function onClose(): void {
       if (raw.writableFinished) return;
+      unwritten.delete(flush);
       subscription.unsubscribe();
       resolve();
     }

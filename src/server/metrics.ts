@@ -6,6 +6,7 @@
  */
 import client from 'prom-client';
 import type { EngineClient, ModelStats, RequestMetrics } from '../serving/index.ts';
+import { GapHistogram } from './gap-histogram.ts';
 
 export class Metrics {
   readonly registry = new client.Registry();
@@ -22,10 +23,9 @@ export class Metrics {
     buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
     registers: [this.registry],
   });
-  private readonly itl = new client.Histogram({
+  private readonly itl = new GapHistogram({
     name: 'chorus_inter_token_latency_seconds',
     help: 'Between consecutive generated tokens',
-    labelNames: ['model'],
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
     registers: [this.registry],
   });
@@ -80,7 +80,7 @@ export class Metrics {
   generation(model: string, metrics: RequestMetrics): void {
     this.queue.inc({ model }, Math.round(metrics.queueMs * 1000));
     if (Number.isFinite(metrics.timeToFirstTokenMs)) this.ttft.observe({ model }, metrics.timeToFirstTokenMs / 1000);
-    for (const gap of metrics.interTokenMs) this.itl.observe({ model }, gap / 1000);
+    this.itl.observeAll(model, metrics.interTokenMs.map((gap) => gap / 1000));
     this.tokens.observe({ model }, metrics.tokens);
   }
 

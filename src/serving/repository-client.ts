@@ -66,7 +66,7 @@ export class RepositoryClient implements EngineClient {
   }
 
   generate(pipeline: string, request: TextRequest): Observable<PipelineUpdate> {
-    return defer(() => this.service.pipeline(this.resolve(pipeline, ['pipeline']).name).run(request));
+    return defer(() => this.service.pipeline(this.has('pipeline', pipeline) ? pipeline : this.resolve(pipeline, ['pipeline']).name).run(request));
   }
 
   infer(name: string, inputs: TensorRecord, options: { stream?: boolean } = {}): Observable<TensorRecord> {

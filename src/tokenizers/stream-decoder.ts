@@ -8,6 +8,10 @@
  * complete): then nothing moves and the next push tries again. Decoding from a window start instead of
  * from the first id keeps each push O(window), and because the window starts one emission back, a
  * SentencePiece piece that opens with "▁" keeps its space (only a text's first piece loses it).
+ *
+ * A byte-level tokenizer (one with `tokenBytes`: tiktoken's) needs no window: its ids' bytes go through
+ * a streaming UTF-8 decoder, which gives the same text as decoding them all at once, with no decode
+ * of the ids at each push.
  */
 import type { Tokenizer } from './tokenizer.ts';
 
@@ -22,8 +26,21 @@ export interface StreamDecoderOptions {
   context?: readonly number[];
 }
 
+/** The text of bytes that are all ASCII (null for others), remembered for each id's bytes. */
+const asciiTexts = new WeakMap<Uint8Array, string | null>();
+function asciiText(bytes: Uint8Array): string | null {
+  let text = asciiTexts.get(bytes);
+  if (text === undefined) {
+    text = bytes.every((b) => b < 0x80) ? String.fromCharCode(...bytes) : null;
+    asciiTexts.set(bytes, text);
+  }
+  return text;
+}
+
 /** How many context ids the first window starts with. */
 const CONTEXT_WINDOW = 6;
+/** How many ids a window spans before it moves up (each push decodes the window once, a move once more). */
+const WINDOW_IDS = 8;
 
 /** Turns a stream of ids into a stream of text deltas. */
 export class StreamDecoder {
@@ -31,6 +48,12 @@ export class StreamDecoder {
   private prefixOffset: number;
   private readOffset: number;
   private readonly skipSpecialTokens: boolean;
+  /** The text of the window `ids[prefixOffset, readOffset)`, once decoded (each push needs it). */
+  private windowText: string | undefined;
+  /** A byte-level tokenizer's bytes of an id, and the UTF-8 decoder they stream through. */
+  private readonly bytes: ((id: number) => Uint8Array) | undefined;
+  private readonly utf8 = new TextDecoder('utf-8');
+  private holding = false;
 
   constructor(
     private readonly tokenizer: Tokenizer,
@@ -41,26 +64,60 @@ export class StreamDecoder {
     this.prefixOffset = 0;
     this.readOffset = this.ids.length;
     this.skipSpecialTokens = options.skipSpecialTokens ?? false;
+    this.bytes = tokenizer.tokenBytes?.bind(tokenizer);
   }
 
   /** Adds ids; returns the text they complete (possibly ''). */
   push(...ids: number[]): string {
+    if (this.bytes !== undefined) return this.pushBytes(ids);
     this.ids.push(...ids);
-    const before = this.decode(this.prefixOffset, this.readOffset);
+    const before = (this.windowText ??= this.decode(this.prefixOffset, this.readOffset));
     const after = this.decode(this.prefixOffset, this.ids.length);
     if (after.length <= before.length || after.endsWith('\uFFFD') || !after.startsWith(before)) return '';
     // A window must open on visible text: SentencePiece drops every leading whitespace-only piece of
     // what it decodes, so a window opening on a lone "▁" would lose that space from the next delta.
-    if (/\S/u.test(this.decode(this.readOffset, this.ids.length))) this.prefixOffset = this.readOffset;
+    // The window moves up to the last emission once it spans WINDOW_IDS ids: until then its text is
+    // `after`, with no decode of the new ids alone.
+    const added = this.readOffset - this.prefixOffset >= WINDOW_IDS ? this.decode(this.readOffset, this.ids.length) : '';
+    if (/\S/u.test(added)) {
+      this.prefixOffset = this.readOffset;
+      this.windowText = added;
+    } else this.windowText = after;
     this.readOffset = this.ids.length;
     return after.slice(before.length);
   }
 
+  /**
+   * A byte-level tokenizer's ids: their bytes through a streaming UTF-8 decoder, which holds a split
+   * character back. An id of ASCII bytes alone, when the decoder holds nothing, is its text as it is.
+   */
+  private pushBytes(ids: readonly number[]): string {
+    let text = '';
+    for (const id of ids) {
+      if (this.skipSpecialTokens && this.tokenizer.specialTokens.all.has(id)) continue;
+      const bytes = this.bytes!(id);
+      const ascii = this.holding ? null : asciiText(bytes);
+      if (ascii !== null) {
+        text += ascii;
+        continue;
+      }
+      text += this.utf8.decode(bytes, { stream: true });
+      // Whether the decoder may hold the start of a character: not after an ASCII byte.
+      this.holding = bytes.length > 0 ? bytes[bytes.length - 1]! >= 0x80 : this.holding;
+    }
+    return text;
+  }
+
   /** Ends the stream: returns whatever was held back (an unfinished character decodes as U+FFFD). */
   flush(): string {
-    const before = this.decode(this.prefixOffset, this.readOffset);
+    if (this.bytes !== undefined) {
+      this.holding = false;
+      return this.utf8.decode();
+    }
+    const before = this.windowText ?? this.decode(this.prefixOffset, this.readOffset);
     const after = this.decode(this.prefixOffset, this.ids.length);
     this.prefixOffset = this.readOffset = this.ids.length;
+    this.windowText = '';
     return after.startsWith(before) ? after.slice(before.length) : after;
   }
 

@@ -51,6 +51,8 @@ export class TiktokenAdapter implements Tokenizer {
   private readonly bpe: Tiktoken;
   private readonly textDecoder = new TextDecoder('utf-8');
   private readonly ordinaryCount: number;
+  /** Each id's bytes, once asked for. */
+  private readonly bytes: Array<Uint8Array | undefined> = [];
 
   constructor(options: TiktokenOptions) {
     let ranks: string;
@@ -108,5 +110,15 @@ export class TiktokenAdapter implements Tokenizer {
     if (hole >= 0) throw invalidArgument(`ids[${hole}]`, 'an id the encoding defines', ids[hole]);
     const kept = options.skipSpecialTokens ? ids.filter((id) => !this.specialTokens.all.has(id)) : ids;
     return this.textDecoder.decode(this.bpe.decode(Uint32Array.from(kept)));
+  }
+
+  tokenBytes(id: number): Uint8Array {
+    let bytes = this.bytes[id];
+    if (bytes === undefined) {
+      // Refused as decode refuses it.
+      this.decode([id]);
+      bytes = this.bytes[id] = this.bpe.decode_single_token_bytes(id);
+    }
+    return bytes;
   }
 }

@@ -36,6 +36,12 @@ export interface Tokenizer {
   readonly chatTemplate: string | undefined;
   encode(text: string, options?: EncodeOptions): number[];
   decode(ids: readonly number[], options?: DecodeOptions): string;
+  /**
+   * Byte-level tokenizers only (an id stands for the same bytes wherever it is, and `decode` is the
+   * UTF-8 text of the ids' bytes): the bytes of one id, so that text can be decoded incrementally.
+   * Throws for an id `decode` refuses.
+   */
+  tokenBytes?(id: number): Uint8Array;
 }
 
 /** Builds a `SpecialTokenIds`, keeping only ids that are set. */

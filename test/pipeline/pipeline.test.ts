@@ -78,6 +78,25 @@ describe('pipelines', () => {
     assert.notEqual(await text(2n ** 64n - 5n), await text(2n ** 64n - 6n));
   });
 
+  test('a plain request (run on the engine directly) answers as the same request through the ensemble (logprobs)', async () => {
+    const requests: TextRequest[] = [
+      { text_input: '' },
+      { text_input: 'Tom had a red ball.', max_tokens: 25, temperature: 0.9, seed: 3 },
+      { text_input: '', max_tokens: 40, stop: ['park', 'Lily'] },
+      { messages: [{ role: 'user', content: 'Tell me a story.' }], max_tokens: 12, top_k: 5, temperature: 1, seed: 11 },
+    ];
+    for (const request of requests) {
+      const direct = await updates('stories', request);
+      const ensemble = await updates('stories', { ...request, logprobs: true });
+      const [a, b] = [direct.at(-1)!, ensemble.at(-1)!];
+      assert.equal(joined(direct), joined(ensemble), JSON.stringify(request));
+      assert.equal(a.choices[0]!.text, b.choices[0]!.text);
+      assert.equal(a.choices[0]!.finishReason, b.choices[0]!.finishReason);
+      assert.deepEqual(a.usage, b.usage);
+      assert.ok(direct.slice(0, -1).every((u) => u.choices[0]!.logprobs === undefined) && ensemble.slice(0, -1).every((u) => u.choices[0]!.logprobs !== undefined), 'one path each');
+    }
+  });
+
   test('bad requests name the field', async () => {
     await assert.rejects(updates('stories', { text_input: '', max_tokens: -1 }), { message: 'max_tokens must be a non-negative integer, got -1' });
     await assert.rejects(updates('stories', { text_input: '', temperature: 'hot' as unknown as number }), { message: 'temperature must be a number, got "hot"' });

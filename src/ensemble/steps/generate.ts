@@ -38,8 +38,11 @@ export const generateStep: StepImpl = (inputs, context) =>
     switchMap((final) => from(context.store.model(context.target)).pipe(switchMap((model) => run(model, final, context.stream)))),
   );
 
-function run(model: LoadedModel, inputs: TensorRecord, stream: boolean): Observable<TensorRecord> {
-  if (model.engine !== 'generate') throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${model.name} has engine ${model.engine}; generate steps need engine generate`);
+/**
+ * The engine requests of a generate step's inputs: each row's prompt (cut at its input length) and its
+ * decoding parameters, its output length fitted to the model's context (or refused, naming both numbers).
+ */
+export function generateRequests(model: Extract<LoadedModel, { engine: 'generate' }>, inputs: TensorRecord): { prompts: number[][]; params: SamplingParams[] } {
   const ids = inputs.input_ids!;
   const batch = ids.shape[0] ?? 0;
   const lengths = perRow<number>(inputs.input_lengths!, batch, 'input_lengths');
@@ -59,7 +62,13 @@ function run(model: LoadedModel, inputs: TensorRecord, stream: boolean): Observa
     }
     return n;
   });
-  const params = prompts.map((_, r) => rowParams(inputs, r, batch, fitted?.[r]));
+  return { prompts, params: prompts.map((_, r) => rowParams(inputs, r, batch, fitted?.[r])) };
+}
+
+function run(model: LoadedModel, inputs: TensorRecord, stream: boolean): Observable<TensorRecord> {
+  if (model.engine !== 'generate') throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${model.name} has engine ${model.engine}; generate steps need engine generate`);
+  const { prompts, params } = generateRequests(model, inputs);
+  const batch = prompts.length;
   // Sized before the engine checks the parameters: never more than the beams there are (at most 64).
   const returned = Math.max(1, ...params.map((p) => Math.min(Number(p.num_return_sequences ?? 1) || 1, Number(p.beam_width ?? 1) || 1, 64)));
   const withLogProbs = params.some((p) => p.is_return_log_probs === true);

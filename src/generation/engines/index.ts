@@ -7,4 +7,4 @@ export { NativeEngine, nativeUnavailable, type NativeEngineOptions } from './nat
 export { Seq2SeqEngine, type Seq2SeqEngineOptions } from './seq2seq-engine.ts';
 export { EnginePool } from './engine-pool.ts';
 export { openEngine, type OpenEngineOptions } from './open-engine.ts';
-export { greedySearchWanted, instancePlacements, nativeRequested, rankGpus, runsOnGpu, type Placement } from './placement.ts';
+export { continuousCoreWanted, greedySearchWanted, instancePlacements, nativeRequested, rankGpus, runsOnGpu, type Placement } from './placement.ts';

@@ -13,7 +13,7 @@ import { seedState } from '../../util/random.ts';
 import type { RequestLedger } from '../core/request-ledger.ts';
 import type { Scheduler } from '../core/scheduler.ts';
 import { argmaxEligible, Sequence, type ActiveRequest, type ModelIds } from '../core/sequence.ts';
-import { sampledChoice } from './native-sampler.ts';
+import { sampledTop } from './native-sampler.ts';
 
 /** Whether the core runs `s` with exactly the tokens the step loop would give it. */
 export function coreTakes(s: ActiveRequest | undefined, model: ModelIds): s is Sequence {
@@ -161,14 +161,15 @@ export class CoreRunner {
       counters.decodeSteps++;
       counters.decodedRows += step.ids.length;
     }
+    // Every row of the step in one pass over its arrays; the most likely ids only for rows that asked.
     let ended = false;
-    step.ids.forEach((id, i) => {
-      const s = this.rows.get(id);
-      if (s === undefined || s.finished || s.cancelled) return;
-      const { choice, top } = sampledChoice(step.sampled, i);
-      s.accept(choice, undefined, top);
+    const { ids, sampled } = step;
+    for (let i = 0; i < ids.length; i++) {
+      const s = this.rows.get(ids[i]!);
+      if (s === undefined || s.finished || s.cancelled) continue;
+      s.accept({ token: sampled.tokens[i]!, logProb: sampled.logProbs[i]! }, undefined, s.params.top_logprobs > 0 ? sampledTop(sampled, i) : undefined);
       ended ||= s.finished;
-    });
+    }
     if (ended) this.pump();
   }
 }

@@ -10,7 +10,7 @@ import { ChorusError } from '../../errors.ts';
 import type { Engine, RequestMetrics } from '../core/engine.ts';
 import { NativeEngine, nativeUnavailable } from './native-engine.ts';
 import { OrtEngine } from './ort-engine.ts';
-import { greedySearchWanted, nativeByDefault, rankGpus, runsOnGpu, type Placement } from './placement.ts';
+import { continuousCoreWanted, greedySearchWanted, nativeByDefault, rankGpus, runsOnGpu, type Placement } from './placement.ts';
 import { Seq2SeqEngine } from './seq2seq-engine.ts';
 
 export interface OpenEngineOptions {
@@ -47,7 +47,7 @@ export async function openEngine(definition: ModelDefinition, dir: string, place
       maxQueue: definition.max_queue,
       contextLength: definition.max_sequence_length,
       cudaGraph: definition.cuda_graph ?? true,
-      continuous: definition.continuous_core ?? false,
+      continuous: continuousCoreWanted(definition, placement),
       batchInvariant: definition.batch_invariant ?? false,
       ...(definition.gpu_memory_utilization === undefined ? {} : { gpuMemoryUtilization: definition.gpu_memory_utilization }),
       log: options.log,

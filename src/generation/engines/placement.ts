@@ -48,6 +48,14 @@ export function gpuOf(placement: Placement): { deviceId?: number } | undefined {
   return undefined;
 }
 
+/**
+ * continuous_core, defaulting to true for an instance on a GPU (where a step waiting on the event loop
+ * leaves the device idle) and false on the CPU.
+ */
+export function continuousCoreWanted(value: ModelDefinition, placement: Placement): boolean {
+  return value.continuous_core ?? gpuOf(placement) !== undefined;
+}
+
 /** greedy_search, defaulting to true on GPUs. */
 export function greedySearchWanted(value: ModelDefinition): boolean {
   return value.greedy_search ?? (runsOnGpu(value) && value.dtype !== 'bf16');

@@ -26,7 +26,15 @@ export function registerGenerate(app: FastifyInstance, client: EngineClient): vo
     });
     app.post<Generate>(`${prefix}/generate_stream`, { schema: { body: GenerateBody } }, async (request, reply) => {
       const { envelope, deltas } = start(client, request, true);
-      await sendEvents(request, reply, deltas.pipe(map((event) => ({ ...envelope, ...event }))), { error: (error) => errorBody(error) });
+      // Each event is the envelope's fields, then the event's: the envelope written once, as JSON.
+      const head = JSON.stringify(envelope).slice(0, -1);
+      const events = deltas.pipe(
+        map((event) => {
+          const fields = JSON.stringify(event);
+          return fields === '{}' ? `${head}}` : `${head},${fields.slice(1)}`;
+        }),
+      );
+      await sendEvents(request, reply, events, { error: (error) => errorBody(error) });
     });
   }
 }

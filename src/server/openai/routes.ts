@@ -9,7 +9,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { concat, concatMap, defer, from, map, merge, mergeMap, of, tap, type Observable } from 'rxjs';
+import { filter, map, merge, tap, type Observable } from 'rxjs';
 import { ChorusError } from '../../errors.ts';
 import type { EngineClient, PipelineUpdate, TokenLogProb } from '../../serving/index.ts';
 import { cancelOnClose, sendEvents } from '../disconnect.ts';
@@ -77,22 +77,32 @@ async function handle(client: EngineClient, request: FastifyRequest<{ Body: Chat
     usage.completion_tokens += u.usage.completionTokens;
     usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
   };
-  // Each run's updates, its choices renumbered into the response's.
-  const updates: Observable<{ choice: Choice; delta: string }> = merge(
-    ...runs.map((run, r) =>
-      client.generate(model, run).pipe(
-        tap((u) => countUsage(u, r)),
-        mergeMap((u) => from(u.choices.filter((c) => c.index === 0).map((c) => ({ choice: { index: r, text: c.text, finishReason: finishReason(c.finishReason), logprobs: c.logprobs ?? [] }, delta: c.delta })))),
-      ),
+  // Each run's updates of its first choice, renumbered into the response's.
+  const streams = runs.map((run, r) =>
+    client.generate(model, run).pipe(
+      map((u) => {
+        countUsage(u, r);
+        const c = u.choices[0]?.index === 0 ? u.choices[0] : u.choices.find((c) => c.index === 0);
+        return c === undefined ? undefined : { choice: { index: r, text: c.text, finishReason: finishReason(c.finishReason), logprobs: c.logprobs ?? [] }, delta: c.delta };
+      }),
+      filter((u) => u !== undefined),
     ),
   );
+  const updates: Observable<{ choice: Choice; delta: string }> = streams.length === 1 ? streams[0]! : merge(...streams);
   const object = kind === 'chat' ? 'chat.completion' : 'text_completion';
   if (!stream) {
     const choices: Choice[] = runs.map((_, index) => ({ index, text: '', finishReason: null, logprobs: [] }));
     await cancelOnClose(
       request,
       reply,
-      updates.pipe(tap(({ choice }) => (choices[choice.index] = { ...choice, logprobs: [...choices[choice.index]!.logprobs, ...choice.logprobs] }))),
+      updates.pipe(
+        tap(({ choice }) => {
+          const held = choices[choice.index]!;
+          held.text = choice.text;
+          held.finishReason = choice.finishReason;
+          for (const t of choice.logprobs) held.logprobs.push(t);
+        }),
+      ),
     );
     return {
       id,
@@ -108,28 +118,35 @@ async function handle(client: EngineClient, request: FastifyRequest<{ Body: Chat
     };
   }
   const chunkObject = kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
-  const chunk = (choices: unknown[], extra: Record<string, unknown> = {}): Record<string, unknown> => ({ id, object: chunkObject, created, model, choices, ...extra });
-  const first = kind === 'chat' ? of(chunk(runs.map((_, index) => ({ index, delta: { role: 'assistant', content: '' }, finish_reason: null, logprobs: null })))) : of();
+  // Every chunk is this envelope around its choices (and extra fields): its JSON up to `"choices":[`, once.
+  const head = JSON.stringify({ id, object: chunkObject, created, model, choices: [] }).slice(0, -2);
+  const chunk = (choicesJson: string, extra = ''): string => `${head}${choicesJson}]${extra}}`;
+  const first = kind === 'chat' ? chunk(runs.map((_, index) => JSON.stringify({ index, delta: { role: 'assistant', content: '' }, finish_reason: null, logprobs: null })).join(',')) : undefined;
   const offsets: number[] = [];
-  const body$ = updates.pipe(
+  const events = updates.pipe(
     map(({ choice, delta }) => {
-      const offset = offsets[choice.index] ?? 0;
-      offsets[choice.index] = offset + choice.logprobs.reduce((sum, t) => sum + t.text.length, 0);
-      const lp = logprobs ? logprobsBody(kind, choice.logprobs, offset) : null;
-      return chunk([
-        kind === 'chat'
-          ? { index: choice.index, delta: delta === '' && choice.finishReason !== null ? {} : { content: delta }, finish_reason: choice.finishReason, logprobs: lp }
-          : { index: choice.index, text: delta, finish_reason: choice.finishReason, logprobs: lp },
-      ]);
+      // A token's chunk, the most of them, written as the object below would be.
+      if (!logprobs && choice.finishReason === null) {
+        return chunk(`{"index":${choice.index},${kind === 'chat' ? `"delta":{"content":${JSON.stringify(delta)}}` : `"text":${JSON.stringify(delta)}`},"finish_reason":null,"logprobs":null}`);
+      }
+      let lp: unknown = null;
+      if (logprobs) {
+        const offset = offsets[choice.index] ?? 0;
+        offsets[choice.index] = offset + choice.logprobs.reduce((sum, t) => sum + t.text.length, 0);
+        lp = logprobsBody(kind, choice.logprobs, offset);
+      }
+      return chunk(
+        JSON.stringify(
+          kind === 'chat'
+            ? { index: choice.index, delta: delta === '' && choice.finishReason !== null ? {} : { content: delta }, finish_reason: choice.finishReason, logprobs: lp }
+            : { index: choice.index, text: delta, finish_reason: choice.finishReason, logprobs: lp },
+        ),
+      );
     }),
   );
-  const tail = defer(() => (includeUsage ? of(chunk([], { usage })) : of()));
   // The role chunk goes out with the first update, so that a request refused before any (a max_tokens
   // that cannot fit) is answered with its error status rather than a 200.
-  const opened = defer(() => {
-    let sent = false;
-    return body$.pipe(concatMap((event) => (sent ? of(event) : ((sent = true), concat(first, of(event))))));
-  });
-  await sendEvents(request, reply, concat(opened, tail), { done: true, error: (error) => openAiErrorBody(error) });
+  const last = (): string | undefined => (includeUsage ? chunk('', `,"usage":${JSON.stringify(usage)}`) : undefined);
+  await sendEvents(request, reply, events, { done: true, first, last, error: (error) => openAiErrorBody(error) });
   return reply;
 }
