@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 
 #ifdef CHORUS_WITH_CUDA
@@ -39,6 +40,21 @@ void Check(cudaError_t status, const char* what) {
 }
 #endif
 
+// ONNX Runtime 1.29's XQA decode kernel (GroupQueryAttention's, fp16 and bf16) raises its shared-memory
+// limit once per process, on the device current at its first launch (a function-local static in
+// xqa/mha_impl.cuh); on any other device each of its launches fails with cudaErrorInvalidValue. XQA is
+// therefore left to the first device a decoder of the process runs on: a decoder on another device, or
+// one split over several, turns it off for the sessions made from then on (ORT_ENABLE_XQA=0, which each
+// GroupQueryAttention reads as its session loads; decode attention then goes to flash decoding). A value
+// the environment already has is kept.
+void KeepXqaToOneDevice(int device, bool severalDevices) {
+  static std::mutex lock;
+  static int first = -1;
+  std::lock_guard<std::mutex> held(lock);
+  if (first < 0) first = device;
+  if (severalDevices || device != first) setenv("ORT_ENABLE_XQA", "0", 0);
+}
+
 }  // namespace
 
 DeviceMemory DeviceMemoryOf(int device) {
@@ -55,6 +71,7 @@ DeviceMemory DeviceMemoryOf(int device) {
 }
 
 SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options), env_(ORT_LOGGING_LEVEL_ERROR, "chorus-native") {
+  if (options.cuda) KeepXqaToOneDevice(options.deviceId, !options.rankModels.empty());
   if (options.rankModels.empty()) {
     Load();
   } else {
