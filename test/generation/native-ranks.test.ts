@@ -71,3 +71,20 @@ test('weights larger than one GPU\'s share are refused unsplit, saying what they
   gpus.set(1, { free: 10 * GIB, total: 80 * GIB });
   assert.throws(() => plan({ n: 2, devices: [0, 1], weights: (file) => [0, 1].map((r) => rankWeightBytes(dir, 2, r, file)) }), /needs 13\.00 GiB of weights .* on GPU 1, which has 10\.00 GiB free/);
 });
+
+test('on CUDA a split model takes its paged decoder where the slots would fit too; one whole model keeps the slots', () => {
+  const GIB = 2 ** 30;
+  const dir = scratchDir('chorus-ranks-paged-');
+  for (const sub of [join('onnx'), join('onnx', 'tp2', 'rank0'), join('onnx', 'tp2', 'rank1')]) {
+    mkdirSync(join(dir, sub), { recursive: true });
+    for (const file of ['decoder_model_slots.onnx', 'decoder_model_paged.onnx']) writeFileSync(join(dir, sub, file), 'x');
+  }
+  const shape: MemoryShape = { layers: 2, kvHeads: 2, headDim: 16, heads: 2, vocab: 64, element: 2 };
+  const gpus = new Map([[0, { free: 79 * GIB, total: 80 * GIB }], [1, { free: 79 * GIB, total: 80 * GIB }]]);
+  const plan = (ranks?: { n: number; devices: number[]; weights: (file: string) => number[] }) =>
+    pagedPlan((device) => gpus.get(device)!, dir, 'decoder_model_paged.onnx', 'decoder_model_slots.onnx', { provider: 'cuda' }, shape, 4, 256, 0.9, ranks);
+  assert.equal(plan(), undefined);
+  const split = plan({ n: 2, devices: [0, 1], weights: () => [1024, 1024] });
+  assert.equal(split?.blockSize, 16);
+  assert.equal(split?.memoryUtilization, 0.9);
+});

@@ -139,7 +139,10 @@ export function pagedPlan(
       checkWeightsFit(weights[r]!, reserve, memory, utilization, deviceId);
       slotsFit &&= weights[r]! + reserve + slots * slotLength * tokenBytes(shape) <= Math.min(memory.free, memory.total * utilization);
     }
-    if (!paging || (wanted === 'auto' && slotsFit)) return undefined;
+    // A split model takes the paged decoder where it is built: its PagedAttention is the addon's own on
+    // every rank, where the slot decoder's GroupQueryAttention was seen failing on the ranks past GPU 0
+    // (ONNX Runtime's XQA kernel, set up for one device per process; slot-decoder.cc keeps it to one).
+    if (!paging || (wanted === 'auto' && slotsFit && ranks === undefined)) return undefined;
   } else if (wanted !== true) {
     return undefined;
   }
