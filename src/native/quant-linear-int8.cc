@@ -15,6 +15,11 @@
 #include <cmath>
 #include <vector>
 
+// GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*(), which it then reports as
+// used uninitialized.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace chorus {
 
 namespace {

@@ -76,9 +76,7 @@ CHORUS_HOST_DEVICE inline int QuantValue(const QuantLinearArgs& a, int n, int k)
   return (j & 1) ? byte >> 4 : byte & 15;
 }
 
-// Host: y of x on host memory, its outputs shared among `parallel`'s workers. `parallel(fn, tasks,
-// data)` calls fn(data, i) for each i in [0, tasks) (ONNX Runtime's intra-op threads).
-using ParallelRunner = void (*)(void* context, void (*fn)(void*, size_t), size_t tasks, void* data);
+// Host: y of x on host memory, its outputs shared among `parallel`'s workers (kernels.h).
 void QuantLinearHost(const QuantLinearArgs& args, ParallelRunner parallel, void* context);
 
 #ifdef CHORUS_WITH_CUDA
