@@ -91,10 +91,9 @@ function samePerm(a: Int32Array | undefined, b: Int32Array | undefined): boolean
  * (the slot and paged decoders), 8-bit projections go through the addon's QuantLinear instead, with the
  * bias and activation inside: on an H100 its decode GEMV reads int8 weights at 1.2-1.3x the speed of
  * MatMulNBits' (bench/results/quant-kernels-2026-11-25-h100.json), while MatMulNBits' 4-bit kernel is
- * the faster of the two at 4 bits; on the CPU it takes int8 activations too (accuracy_level 4, its
- * AVX-512 VNNI or AVX2 integer products: GPT-2 124M decodes 2.5-3x faster than in fp32, where its float
- * activations were slower than fp32's MatMul). The one place that picks the operator of a quantized
- * projection.
+ * the faster of the two at 4 bits; on the CPU it takes int8 activations as MatMulNBits does
+ * (accuracy_level 4: 2-4x fp32's MatMul a projection, where float activations were slower than it).
+ * The one place that picks the operator of a quantized projection.
  */
 export function quantizedMatMul(g: GraphBuilder, x: string, w: QuantizedValue, bias?: string, activation?: QuantizedActivation): string {
   const input = w.perm === undefined ? x : g.op('Gather', [x, w.perm.name], { axis: -1 });
