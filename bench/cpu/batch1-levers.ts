@@ -2,12 +2,14 @@
  * What moves the native engine's batch-1 step on the CPU, side by side in one run: each model built as
  * a slot decoder in fp32 and with int8 weights (LM head int8 and, apart, left in fp32), run with
  * ONNX Runtime's intra-op threads spinning or not, beside transformers.js 4.3's `generate` on the
- * portable fp32 build. A 16-token prompt then NEW_TOKENS greedy tokens. Every system runs once per
- * round, in turn, ROUNDS rounds after a warm-up: on shared cores a round's systems see the same load,
+ * portable fp32 build, and on one intra-op thread. A 16-token prompt then NEW_TOKENS greedy tokens.
+ * Every system runs once per round, in turn (each round starting one system later, 100 ms apart),
+ * ROUNDS rounds after a warm-up: on shared cores a round's systems see about the same load,
  * so each figure is the median over rounds of tokens/s and of the ratio to the round's fp32 native run
  * and to its transformers.js run.
  * Usage: node --import tsx bench/cpu/batch1-levers.ts
  *   BENCH_MODELS=gpt2,stories,qwen2 (default gpt2,stories), BENCH_NEW_TOKENS=64 (qwen2: 16),
+ *   BENCH_SYSTEMS=fp32,fp32-spin,fp32-1t,int8-head-fp32,int8,int8-spin,int8-1t (default all),
  *   BENCH_ROUNDS=5, BENCH_OUT=<json> (default bench/results/cpu-batch1-levers-<date>.json)
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -64,17 +66,25 @@ const MODELS: ModelCase[] = [
 
 /** One system under test: how its build differs and how its engine is opened. */
 interface NativeSystem {
+  key: string;
   name: string;
   build: Pick<BuildOptions, 'weights' | 'quantizeHead'>;
-  spinning: boolean;
+  spinning?: boolean;
+  threads?: number;
 }
 const NATIVE: NativeSystem[] = [
-  { name: 'native fp32', build: {}, spinning: false },
-  { name: 'native fp32, threads spinning', build: {}, spinning: true },
-  { name: 'native int8, LM head fp32', build: { weights: 'int8', quantizeHead: false }, spinning: false },
-  { name: 'native int8', build: { weights: 'int8' }, spinning: false },
-  { name: 'native int8, threads spinning', build: { weights: 'int8' }, spinning: true },
+  { key: 'fp32', name: 'native fp32', build: {} },
+  { key: 'fp32-spin', name: 'native fp32, threads spinning', build: {}, spinning: true },
+  { key: 'fp32-1t', name: 'native fp32, 1 thread', build: {}, threads: 1 },
+  { key: 'int8-head-fp32', name: 'native int8, LM head fp32', build: { weights: 'int8', quantizeHead: false } },
+  { key: 'int8', name: 'native int8', build: { weights: 'int8' } },
+  { key: 'int8-spin', name: 'native int8, threads spinning', build: { weights: 'int8' }, spinning: true },
+  { key: 'int8-1t', name: 'native int8, 1 thread', build: { weights: 'int8' }, threads: 1 },
 ];
+// The native fp32 run and transformers.js's are always measured: the ratios are to them.
+const systems = (process.env.BENCH_SYSTEMS ?? NATIVE.map((s) => s.key).join(',')).split(',');
+const unknownSystems = systems.filter((k) => !NATIVE.some((s) => s.key === k));
+if (unknownSystems.length > 0) throw new Error(`BENCH_SYSTEMS takes ${NATIVE.map((s) => s.key).join(', ')}, got ${unknownSystems.join(', ')}`);
 const TJS = 'transformers.js generate, fp32';
 
 interface Row {
@@ -100,11 +110,11 @@ async function benchModel(c: ModelCase): Promise<Row[]> {
   const runs = new Map<string, () => Promise<unknown>>();
   const weightBytes = new Map<string, number>();
   const engines: NativeEngine[] = [];
-  for (const s of NATIVE) {
+  for (const s of NATIVE.filter((n) => n.key === 'fp32' || systems.includes(n.key))) {
     const dir = join(work, `${c.key}-slots-${s.build.weights ?? 'fp32'}${s.build.quantizeHead === false ? '-head-fp32' : ''}`);
     const built = buildModel({ source, out: dir, flavor: 'cuda', slotDecoder: true, ...s.build });
     weightBytes.set(s.name, built.stats.weightBytes);
-    const engine = await NativeEngine.open(dir, { maxBatchSize: 1, slotLength: PROMPT + c.newTokens + 8, intraOpSpinning: s.spinning });
+    const engine = await NativeEngine.open(dir, { maxBatchSize: 1, slotLength: PROMPT + c.newTokens + 8, intraOpSpinning: s.spinning ?? false, ...(s.threads === undefined ? {} : { intraOpThreads: s.threads }) });
     engines.push(engine);
     runs.set(s.name, () => lastValueFrom(engine.submit({ inputIds: prompt, params }).pipe(toArray())));
   }
@@ -116,8 +126,12 @@ async function benchModel(c: ModelCase): Promise<Row[]> {
   runs.set(TJS, () => model.generate({ input_ids: ids, attention_mask: mask, max_new_tokens: c.newTokens, min_new_tokens: c.newTokens, do_sample: false }));
 
   const rates = new Map<string, number[]>([...runs.keys()].map((k) => [k, []]));
+  const order = [...runs];
   for (let round = 0; round <= rounds; round++) {
-    for (const [name, run] of runs) {
+    // Each round starts one system later, and each run waits for the threads of the one before to stop spinning.
+    for (let i = 0; i < order.length; i++) {
+      const [name, run] = order[(i + round) % order.length]!;
+      await new Promise((resolve) => setTimeout(resolve, 100));
       const started = performance.now();
       await run();
       if (round > 0) rates.get(name)!.push((c.newTokens * 1000) / (performance.now() - started));
