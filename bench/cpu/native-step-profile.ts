@@ -5,7 +5,7 @@
  * intra-op threads spinning or not. Median of three runs after a warm-up. With CHORUS_ORT_PROFILE=<prefix>
  * set, ONNX Runtime profiles every run too, and each model's ONNX Runtime time is split by operator.
  * Usage: node --import tsx bench/cpu/native-step-profile.ts
- *   BENCH_MODELS=stories,gpt2,qwen2 (default stories,gpt2), BENCH_STEPS=64,
+ *   BENCH_MODELS=stories,gpt2,qwen2 (default stories,gpt2), BENCH_STEPS=64, BENCH_WEIGHTS=int8 (default: fp32),
  *   BENCH_OUT=<json> (default bench/results/cpu-native-step-profile-<date>.json)
  */
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -45,6 +45,8 @@ const sources: Record<string, () => { name: string; source: string }> = {
   },
 };
 const wanted = (process.env.BENCH_MODELS ?? 'stories,gpt2').split(',');
+const int8 = process.env.BENCH_WEIGHTS === 'int8';
+if (!int8 && (process.env.BENCH_WEIGHTS ?? 'fp32') !== 'fp32') throw new Error(`BENCH_WEIGHTS takes fp32 or int8, got ${process.env.BENCH_WEIGHTS}`);
 for (const m of wanted) if (sources[m] === undefined) throw new Error(`BENCH_MODELS takes ${Object.keys(sources).join(', ')}, got ${m}`);
 mkdirSync(work, { recursive: true });
 
@@ -66,9 +68,10 @@ function takeProfiles(): Record<string, number> {
   return byOp;
 }
 for (const key of wanted) {
-  const { name, source } = sources[key]!();
+  const { name: model, source } = sources[key]!();
+  const name = int8 ? `${model}, int8 weights` : model;
   const dir = join(work, `${name.replace(/\W+/g, '-')}-slots`);
-  buildModel({ source, out: dir, flavor: 'cuda', slotDecoder: true });
+  buildModel({ source, out: dir, flavor: 'cuda', slotDecoder: true, ...(int8 ? { weights: 'int8' as const } : {}) });
   for (const spinning of [false, true]) {
     const engine = await NativeEngine.open(dir, { maxBatchSize: 16, slotLength: PROMPT + steps + 8, intraOpSpinning: spinning });
     for (const rows of [1, 16]) {

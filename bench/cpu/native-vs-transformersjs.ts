@@ -8,6 +8,7 @@
  * runs (the addon's counters): the rest is the addon's own work and JavaScript.
  * Usage: node --import tsx bench/cpu/native-vs-transformersjs.ts
  *   BENCH_MODELS=stories,gpt2,qwen2 (default), BENCH_NEW_TOKENS=64, BENCH_QWEN2_NEW_TOKENS=16,
+ *   BENCH_INT8=0 (leave out the native engine on int8 weights; transformers.js stays on fp32),
  *   BENCH_OUT=<json> (default bench/results/cpu-native-vs-transformersjs-<date>.json)
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -63,15 +64,25 @@ async function benchModel(c: ModelCase): Promise<Row[]> {
   };
   const chorus = (engine: Engine, batch: number[][]) => Promise.all(batch.map((p) => lastValueFrom(engine.submit({ inputIds: p, params }).pipe(toArray()))));
 
-  // The engine's default (intra-op threads: ONNX Runtime's, one a core; no spinning), and with ONNX Runtime's spinning.
-  for (const spinning of [false, true]) {
-    const native = await NativeEngine.open(slots, { maxBatchSize: CONCURRENT, slotLength: PROMPT + c.newTokens + 8, intraOpSpinning: spinning });
+  // The engine's default (intra-op threads: one a core, one in all under 16 MiB of weights; no spinning),
+  // with ONNX Runtime's spinning, and (BENCH_INT8, default on) the default on an int8 build of the same checkpoint.
+  const variants: Array<{ dir: string; spinning: boolean; label: string }> = [
+    { dir: slots, spinning: false, label: '' },
+    { dir: slots, spinning: true, label: ', threads spinning' },
+  ];
+  if (process.env.BENCH_INT8 !== '0') {
+    const int8 = join(work, `${slug}-slots-int8`);
+    buildModel({ source: c.source, out: int8, flavor: 'cuda', slotDecoder: true, weights: 'int8' });
+    variants.push({ dir: int8, spinning: false, label: ', int8 weights' });
+  }
+  for (const { dir, spinning, label } of variants) {
+    const native = await NativeEngine.open(dir, { maxBatchSize: CONCURRENT, slotLength: PROMPT + c.newTokens + 8, intraOpSpinning: spinning });
     for (const [setting, batch] of [['batch 1', one], [`${CONCURRENT} concurrent`, many]] as const) {
       const before = native.profile();
       const started = performance.now();
       const seconds = await timeIt(() => chorus(native, batch));
       const after = native.profile();
-      add(setting, `Chorus native engine${spinning ? ', threads spinning' : ''}`, batch.length, seconds, (after.sessionMs - before.sessionMs) / (performance.now() - started));
+      add(setting, `Chorus native engine${label}`, batch.length, seconds, (after.sessionMs - before.sessionMs) / (performance.now() - started));
     }
     await native.close();
   }

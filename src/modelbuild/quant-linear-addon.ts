@@ -24,11 +24,17 @@ export interface QuantizedShape {
   blockSize: number;
 }
 
-/** The addon's fused additions: a bias [N] (a name) and an activation. */
+/** The addon's fused additions: a bias [N] (a name) and an activation; and MatMulNBits' accuracy level. */
 export interface QuantLinearOptions {
   bias?: string;
   activation?: LinearActivation;
   name?: string;
+  /**
+   * 4: 8-bit weights take int8 activations on the CPU (each row quantized per block of the weights, as
+   * MatMulNBits' accuracy_level 4); 0 (the default): float activations, exact against the dequantized
+   * weights. CUDA ignores it.
+   */
+  accuracyLevel?: 0 | 4;
 }
 
 /**
@@ -43,6 +49,6 @@ export function quantLinear(g: GraphBuilder, x: string, w: QuantizedProjection, 
   if (!Number.isInteger(K) || K < 1 || !Number.isInteger(N) || N < 1) throw new RangeError(`K and N must be positive integers, got K ${K}, N ${N}`);
   const inputs = [x, w.weight, w.scales, w.zeroPoints ?? '', '', options.bias ?? ''];
   while (inputs[inputs.length - 1] === '') inputs.pop();
-  const attributes = { K, N, bits, block_size: blockSize, ...(options.activation === undefined ? {} : { activation: options.activation }) };
+  const attributes = { K, N, bits, block_size: blockSize, ...(options.accuracyLevel ? { accuracy_level: options.accuracyLevel } : {}), ...(options.activation === undefined ? {} : { activation: options.activation }) };
   return g.op('QuantLinear', inputs, attributes, { domain: 'chorus', ...(options.name === undefined ? {} : { name: options.name }) });
 }

@@ -1,7 +1,12 @@
 #include "kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace chorus {
 
@@ -105,6 +110,92 @@ float RoundTo(float value, FloatType type) {
     default:
       return value;
   }
+}
+
+namespace {
+
+// 8 running sums, which the compiler keeps in vector lanes.
+float DotPlain(const float* a, const float* b, int n) {
+  float sums[8] = {};
+  int k = 0;
+  for (; k + 8 <= n; k += 8) {
+    for (int i = 0; i < 8; i++) sums[i] += a[k + i] * b[k + i];
+  }
+  for (; k < n; k++) sums[0] += a[k] * b[k];
+  return ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]));
+}
+
+void WeightedSumPlain(const float* weights, const float* rows, size_t stride, int count, int dim, float* out) {
+  std::fill(out, out + dim, 0.0f);
+  for (int j = 0; j < count; j++) {
+    const float* row = rows + j * stride;
+    for (int d = 0; d < dim; d++) out[d] += weights[j] * row[d];
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) float DotAvx2(const float* a, const float* b, int n) {
+  __m256 first = _mm256_setzero_ps();
+  __m256 second = _mm256_setzero_ps();
+  int k = 0;
+  for (; k + 16 <= n; k += 16) {
+    first = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), first);
+    second = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), _mm256_loadu_ps(b + k + 8), second);
+  }
+  if (k + 8 <= n) {
+    first = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), first);
+    k += 8;
+  }
+  const __m256 both = _mm256_add_ps(first, second);
+  const __m128 half = _mm_add_ps(_mm256_castps256_ps128(both), _mm256_extractf128_ps(both, 1));
+  const __m128 pairs = _mm_add_ps(half, _mm_movehl_ps(half, half));
+  float total = _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
+  for (; k < n; k++) total += a[k] * b[k];
+  return total;
+}
+
+// Columns [first, first + 8 * C) of the weighted sum, in C registers over all the rows.
+template <int C>
+__attribute__((target("avx2,fma"))) void WeightedColumns(const float* weights, const float* rows, size_t stride, int count, int first, float* out) {
+  __m256 sums[C];
+  for (int c = 0; c < C; c++) sums[c] = _mm256_setzero_ps();
+  for (int j = 0; j < count; j++) {
+    const __m256 w = _mm256_set1_ps(weights[j]);
+    const float* row = rows + j * stride + first;
+    for (int c = 0; c < C; c++) sums[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(row + 8 * c), sums[c]);
+  }
+  for (int c = 0; c < C; c++) _mm256_storeu_ps(out + first + 8 * c, sums[c]);
+}
+
+__attribute__((target("avx2,fma"))) void WeightedSumAvx2(const float* weights, const float* rows, size_t stride, int count, int dim, float* out) {
+  int d = 0;
+  for (; d + 32 <= dim; d += 32) WeightedColumns<4>(weights, rows, stride, count, d, out);
+  for (; d + 8 <= dim; d += 8) WeightedColumns<1>(weights, rows, stride, count, d, out);
+  if (d < dim) {
+    std::fill(out + d, out + dim, 0.0f);
+    for (int j = 0; j < count; j++) {
+      for (int e = d; e < dim; e++) out[e] += weights[j] * rows[j * stride + e];
+    }
+  }
+}
+#endif
+
+}  // namespace
+
+void WeightedSumHost(const float* weights, const float* rows, size_t stride, int count, int dim, float* out) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2) return WeightedSumAvx2(weights, rows, stride, count, dim, out);
+#endif
+  WeightedSumPlain(weights, rows, stride, count, dim, out);
+}
+
+float DotHost(const float* a, const float* b, int n) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2) return DotAvx2(a, b, n);
+#endif
+  return DotPlain(a, b, n);
 }
 
 void ArgmaxRowsHost(const void* logits, FloatType type, int rows, int vocab, int32_t* out, const int32_t* banned) {

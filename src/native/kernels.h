@@ -28,6 +28,17 @@ void PutElement(void* data, FloatType type, size_t i, float value);
 // `value` rounded to the type and widened back.
 float RoundTo(float value, FloatType type);
 
+// Host: the dot product of n float32s, in running sums across vector lanes (AVX2 and FMA where the CPU
+// has them).
+float DotHost(const float* a, const float* b, int n);
+// Host: out[d] = sum over j < count of weights[j] * rows[j * stride + d], for d < dim (the sums kept in
+// vector registers across the rows where the CPU has AVX2 and FMA).
+void WeightedSumHost(const float* weights, const float* rows, size_t stride, int count, int dim, float* out);
+
+// Host work shared among workers: `parallel(context, fn, tasks, data)` calls fn(data, i) for each i in
+// [0, tasks) (ONNX Runtime's intra-op threads in a kernel).
+using ParallelRunner = void (*)(void* context, void (*fn)(void*, size_t), size_t tasks, void* data);
+
 // Host: the index of each row's largest logit (the lowest index among equals), rows x vocab; with
 // `banned`, row r passes over id banned[r] (-1: none), as a min_length that bans the end id does.
 void ArgmaxRowsHost(const void* logits, FloatType type, int rows, int vocab, int32_t* out, const int32_t* banned = nullptr);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "quant-linear-avx2.h"
+#include "quant-linear-int8.h"
 #include "quant-linear.h"
 
 namespace chorus {
@@ -81,6 +82,10 @@ void RunTask(void* data, size_t task) {
 }  // namespace
 
 void QuantLinearHost(const QuantLinearArgs& a, ParallelRunner parallel, void* context) {
+  if (QuantLinearInt8Runs(a)) {
+    QuantLinearInt8Host(a, parallel, context);
+    return;
+  }
   std::vector<float> x(static_cast<size_t>(a.rows) * a.in);
   for (size_t i = 0; i < x.size(); i++) x[i] = ElementAt(a.x, a.type, i);
   HostWork work{&a, x.data()};

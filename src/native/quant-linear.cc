@@ -93,8 +93,15 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
       // No attribute: no activation.
     }
     activation_ = ActivationNamed(name);
+    try {
+      accuracyLevel_ = kernel.GetAttribute<int64_t>("accuracy_level");
+    } catch (const Ort::Exception&) {
+      // No attribute: float activations.
+    }
     const char* gemv = std::getenv("CHORUS_QUANT_GEMV");
     plainGemv_ = gemv != nullptr && std::string(gemv) == "plain";
+    const char* host = std::getenv("CHORUS_QUANT_HOST");
+    int8Avx2_ = host != nullptr && std::string(host) == "avx2";
   }
 
   void Compute(OrtKernelContext* context) {
@@ -140,6 +147,8 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     args.blobBytes = static_cast<int>(blockSize_ * bits_ / 8);
     args.activation = activation_;
     args.type = type_;
+    args.int8Activations = accuracyLevel_ == 4;
+    args.int8Avx2 = int8Avx2_;
     args.x = x.GetTensorRawData();
     const Ort::ConstValue weight = ctx.GetInput(1);
     const std::vector<int64_t> weightShape = ShapeOf(weight);
@@ -203,10 +212,12 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
 #endif
 
   bool plainGemv_ = false;
+  bool int8Avx2_ = false;
   int64_t k_ = 0;
   int64_t n_ = 0;
   int64_t bits_ = 0;
   int64_t blockSize_ = 0;
+  int64_t accuracyLevel_ = 0;
   Activation activation_ = Activation::kNone;
 };
 

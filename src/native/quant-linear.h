@@ -10,13 +10,17 @@
 //            g_idx int32 [K]                  optional, refused (act-order checkpoints are reordered at build)
 //            bias [N]                         optional
 //   outputs  Y [..., N] = activation(A @ ((B - zero_points) * scales)^T + bias)
-//   attributes  K, N, bits (4 or 8), block_size (a power of 2, at least 16), activation as Linear's
+//   attributes  K, N, bits (4 or 8), block_size (a power of 2, at least 16), activation as Linear's,
+//               accuracy_level (MatMulNBits': 4 takes int8 activations for 8-bit weights on the CPU, where
+//               the CPU has AVX2; 0 or absent, float activations; CUDA ignores it)
 // The sum is taken in float32 and rounded as Linear rounds it (once with its bias, again after the
-// activation).
+// activation). With int8 activations each row of A is quantized per block of the weights first
+// (quant-linear-int8.cc).
 // On CUDA up to kQuantRowsKernelRows rows (decode steps) run as one kernel that reads each weight byte
 // once for all rows and dequantizes in registers: in float16 (and 4-bit bfloat16) on tensor cores
 // (quant-mma.cu; K and block_size multiples of 32), otherwise with float32 multiply-adds
-// (CHORUS_QUANT_GEMV=plain takes that one there too, when a session is made); more rows of float16 or
+// (CHORUS_QUANT_GEMV=plain takes that one there too, when a session is made; CHORUS_QUANT_HOST=avx2
+// takes the host's AVX2 int8 products where it has AVX-512 VNNI); more rows of float16 or
 // bfloat16, up to
 // kQuantTileRows, run as tensor-core tiles of weights dequantized in shared memory (the K axis split
 // across blocks until the GPU is full, the partial sums joined by a last launch that adds the bias and
@@ -50,6 +54,8 @@ struct QuantLinearArgs {
   int blobBytes; // blockSize * bits / 8
   Activation activation;
   FloatType type;
+  bool int8Activations;  // accuracy_level 4: int8 activations for 8-bit weights on the host
+  bool int8Avx2;         // those on AVX2 even where the CPU has AVX-512 VNNI (CHORUS_QUANT_HOST=avx2)
 };
 
 // The zero point of output n's block b (packed as MatMulNBits packs them), on the host and the device.
@@ -70,9 +76,7 @@ CHORUS_HOST_DEVICE inline int QuantValue(const QuantLinearArgs& a, int n, int k)
   return (j & 1) ? byte >> 4 : byte & 15;
 }
 
-// Host: y of x on host memory, its outputs shared among `parallel`'s workers. `parallel(fn, tasks,
-// data)` calls fn(data, i) for each i in [0, tasks) (ONNX Runtime's intra-op threads).
-using ParallelRunner = void (*)(void* context, void (*fn)(void*, size_t), size_t tasks, void* data);
+// Host: y of x on host memory, its outputs shared among `parallel`'s workers (kernels.h).
 void QuantLinearHost(const QuantLinearArgs& args, ParallelRunner parallel, void* context);
 
 #ifdef CHORUS_WITH_CUDA

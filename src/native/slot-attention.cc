@@ -58,14 +58,93 @@ AttentionAttributes AttentionAttributesOf(const OrtKernelInfo* info) {
   return a;
 }
 
-void SlotAttentionHost(const SlotAttentionArgs& a) {
-  std::vector<float> scores(a.capacity);
-  std::vector<float> sum(a.dim);
-  std::vector<float> query(a.dim);
+namespace {
+
+// Multiply-adds of keys and values below which the queries run on the calling thread alone.
+constexpr size_t kParallelProducts = size_t{1} << 18;
+
+// Query `task` of the attention: row r, token s, head h at task (r * tokens + s) * heads + h.
+void AttendQuery(void* data, size_t task) {
+  const SlotAttentionArgs& a = *static_cast<const SlotAttentionArgs*>(data);
+  thread_local std::vector<float> scores, sum, query;
+  scores.resize(a.capacity);
+  sum.resize(a.dim);
+  query.resize(a.dim);
+  const int h = static_cast<int>(task % a.heads);
+  const size_t y = task / a.heads;
+  const int r = static_cast<int>(y / a.tokens);
+  const int s = static_cast<int>(y % a.tokens);
   const int group = a.heads / a.kvHeads;
-  // float32 caches are read in place (the same products in the same order, without a call per element).
+  // float32 caches are read in place, in vector lanes, without a call per element.
   const float* keys32 = a.type == FloatType::kFloat32 ? static_cast<const float*>(a.cacheKey) : nullptr;
   const float* values32 = a.type == FloatType::kFloat32 ? static_cast<const float*>(a.cacheValue) : nullptr;
+  const int past = a.lengths[r] + (a.causal ? a.lengthsOffset : 0);
+  const size_t slot = static_cast<size_t>(r) * a.rowStride;
+  const int position = past + s;
+  const int n = a.causal ? position + 1 : past;
+  const int first = a.causal ? FirstKey(position, a.window) : 0;
+  const size_t q = y * a.queryStride + static_cast<size_t>(h) * a.dim;
+  const size_t head = slot + static_cast<size_t>(h / group) * a.headStride;
+  if (a.type == FloatType::kFloat32) {
+    const float* from = static_cast<const float*>(a.query) + q;
+    const float* bias = a.queryBias == nullptr ? nullptr : static_cast<const float*>(a.queryBias) + static_cast<size_t>(h) * a.dim;
+    for (int d = 0; d < a.dim; d++) query[d] = bias == nullptr ? from[d] : from[d] + bias[d];
+  } else {
+    for (int d = 0; d < a.dim; d++) query[d] = Biased(a.query, a.queryBias, a.type, q + d, static_cast<size_t>(h) * a.dim + d);
+  }
+  float highest = -INFINITY;
+  for (int j = first; j < n; j++) {
+    const size_t k = head + j * a.positionStride;
+    float dot = 0;
+    if (keys32 != nullptr) {
+      dot = DotHost(query.data(), keys32 + k, a.dim);
+    } else {
+      for (int d = 0; d < a.dim; d++) dot += query[d] * ElementAt(a.cacheKey, a.type, k + d);
+    }
+    float score = SoftCapped(dot * a.scale, a.softcap);
+    if (a.bias != nullptr) score += a.bias[static_cast<size_t>(h) * a.biasSpan + std::min(position - j, a.biasSpan - 1)];
+    scores[j] = score;
+    highest = std::max(highest, score);
+  }
+  float total = 0;
+  for (int j = first; j < n; j++) {
+    scores[j] = std::exp(scores[j] - highest);
+    total += scores[j];
+  }
+  if (values32 != nullptr) {
+    WeightedSumHost(scores.data() + first, values32 + head + static_cast<size_t>(first) * a.positionStride, a.positionStride, n - first, a.dim, sum.data());
+  } else {
+    std::fill(sum.begin(), sum.end(), 0.0f);
+    for (int j = first; j < n; j++) {
+      const size_t v = head + j * a.positionStride;
+      for (int d = 0; d < a.dim; d++) sum[d] += scores[j] * ElementAt(a.cacheValue, a.type, v + d);
+    }
+  }
+  const size_t out = (y * a.heads + h) * a.dim;
+  if (a.type == FloatType::kFloat32) {
+    for (int d = 0; d < a.dim; d++) static_cast<float*>(a.output)[out + d] = sum[d] / total;
+  } else {
+    for (int d = 0; d < a.dim; d++) Put(a.output, a.type, out + d, sum[d] / total);
+  }
+}
+
+// A float32 key and value (head_dim elements at `from`, their biases at `bias`) into the caches at `to`.
+void AppendFloat32(const SlotAttentionArgs& a, size_t from, size_t bias, size_t to) {
+  const float* keyBias = static_cast<const float*>(a.keyBias);
+  const float* valueBias = static_cast<const float*>(a.valueBias);
+  const float* key = static_cast<const float*>(a.key) + from;
+  const float* value = static_cast<const float*>(a.value) + from;
+  float* keys = static_cast<float*>(a.cacheKey) + to;
+  float* values = static_cast<float*>(a.cacheValue) + to;
+  for (int d = 0; d < a.dim; d++) {
+    keys[d] = keyBias == nullptr ? key[d] : key[d] + keyBias[bias + d];
+    values[d] = valueBias == nullptr ? value[d] : value[d] + valueBias[bias + d];
+  }
+}
+
+}  // namespace
+
+void SlotAttentionHost(const SlotAttentionArgs& a, ParallelRunner parallel, void* context) {
   for (int r = 0; r < a.rows; r++) {
     const int past = a.lengths[r] + (a.causal ? a.lengthsOffset : 0);
     if (past < 0 || past + (a.causal ? a.tokens : 0) > a.capacity || (!a.causal && past == 0)) {
@@ -77,6 +156,10 @@ void SlotAttentionHost(const SlotAttentionArgs& a) {
       const size_t y = static_cast<size_t>(r) * a.tokens + s;
       for (int k = 0; k < a.kvHeads; k++) {
         const size_t to = slot + k * a.headStride + (past + s) * a.positionStride;
+        if (a.type == FloatType::kFloat32) {
+          AppendFloat32(a, y * a.newStride + static_cast<size_t>(k) * a.dim, static_cast<size_t>(k) * a.dim, to);
+          continue;
+        }
         for (int d = 0; d < a.dim; d++) {
           const size_t from = y * a.newStride + static_cast<size_t>(k) * a.dim + d;
           Put(a.cacheKey, a.type, to + d, Biased(a.key, a.keyBias, a.type, from, static_cast<size_t>(k) * a.dim + d));
@@ -84,47 +167,19 @@ void SlotAttentionHost(const SlotAttentionArgs& a) {
         }
       }
     }
-    for (int s = 0; s < a.tokens; s++) {
-      const size_t y = static_cast<size_t>(r) * a.tokens + s;
-      const int position = past + s;
-      const int n = a.causal ? position + 1 : past;
-      const int first = a.causal ? FirstKey(position, a.window) : 0;
-      for (int h = 0; h < a.heads; h++) {
-        const size_t q = y * a.queryStride + static_cast<size_t>(h) * a.dim;
-        const size_t head = slot + static_cast<size_t>(h / group) * a.headStride;
-        for (int d = 0; d < a.dim; d++) query[d] = Biased(a.query, a.queryBias, a.type, q + d, static_cast<size_t>(h) * a.dim + d);
-        float highest = -INFINITY;
-        for (int j = first; j < n; j++) {
-          const size_t k = head + j * a.positionStride;
-          float dot = 0;
-          if (keys32 != nullptr) {
-            for (int d = 0; d < a.dim; d++) dot += query[d] * keys32[k + d];
-          } else {
-            for (int d = 0; d < a.dim; d++) dot += query[d] * ElementAt(a.cacheKey, a.type, k + d);
-          }
-          float score = SoftCapped(dot * a.scale, a.softcap);
-          if (a.bias != nullptr) score += a.bias[static_cast<size_t>(h) * a.biasSpan + std::min(position - j, a.biasSpan - 1)];
-          scores[j] = score;
-          highest = std::max(highest, score);
-        }
-        float total = 0;
-        for (int j = first; j < n; j++) {
-          scores[j] = std::exp(scores[j] - highest);
-          total += scores[j];
-        }
-        std::fill(sum.begin(), sum.end(), 0.0f);
-        for (int j = first; j < n; j++) {
-          const size_t v = head + j * a.positionStride;
-          if (values32 != nullptr) {
-            for (int d = 0; d < a.dim; d++) sum[d] += scores[j] * values32[v + d];
-          } else {
-            for (int d = 0; d < a.dim; d++) sum[d] += scores[j] * ElementAt(a.cacheValue, a.type, v + d);
-          }
-        }
-        const size_t out = (y * a.heads + h) * a.dim;
-        for (int d = 0; d < a.dim; d++) Put(a.output, a.type, out + d, sum[d] / total);
-      }
-    }
+  }
+  // Every new key is written before any query attends; then each query on its own (its sums in the
+  // same order on any number of workers). Waking the workers takes tens of microseconds, longer than a
+  // short context's queries take on one thread: below kParallelProducts they stay on this one.
+  void* data = const_cast<SlotAttentionArgs*>(&a);
+  const size_t queries = static_cast<size_t>(a.rows) * a.tokens * a.heads;
+  size_t keys = 0;
+  for (int r = 0; r < a.rows; r++) keys += static_cast<size_t>(std::min(a.lengths[r] + (a.causal ? a.lengthsOffset + a.tokens : 0), SlotScoreSpan(a)));
+  const size_t products = keys * a.tokens * a.heads * a.dim;
+  if (parallel == nullptr || products < kParallelProducts) {
+    for (size_t i = 0; i < queries; i++) AttendQuery(data, i);
+  } else {
+    parallel(context, AttendQuery, queries, data);
   }
 }
 
@@ -188,7 +243,11 @@ struct SlotKernelBase : KernelBase<Kernel> {
       return;
     }
 #endif
-    SlotAttentionHost(args);
+    SlotAttentionHost(args, RunParallel, ctx.GetOrtKernelContext());
+  }
+
+  static void RunParallel(void* context, void (*fn)(void*, size_t), size_t tasks, void* data) {
+    Ort::KernelContext(static_cast<OrtKernelContext*>(context)).ParallelFor(fn, tasks, 0, data);
   }
 };
 

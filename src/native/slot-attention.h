@@ -114,8 +114,9 @@ struct SlotAttentionArgs {
   FloatType type;
 };
 
-// Host: the attention on host memory; new keys and values (key given) are written first.
-void SlotAttentionHost(const SlotAttentionArgs& args);
+// Host: the attention on host memory; new keys and values (key given) are written first, then the
+// queries are shared among `parallel`'s workers (kernels.h; null: all on this thread).
+void SlotAttentionHost(const SlotAttentionArgs& args, ParallelRunner parallel = nullptr, void* context = nullptr);
 
 // The most keys one query of `args` attends over: its window's, or the slot's.
 CHORUS_HOST_DEVICE inline int SlotScoreSpan(const SlotAttentionArgs& a) { return a.causal && a.window > 0 && a.window < a.capacity ? a.window : a.capacity; }

@@ -112,6 +112,10 @@ export interface NativeEngineOptions extends Partial<SchedulerLimits> {
   rankDevices?: number[];
   /** Lines worth saying at load (the cache's size). */
   log?: (line: string) => void;
+  /**
+   * ONNX Runtime's intra-op threads. Default: one a core; on the CPU, one for models whose weights are
+   * under 16 MiB (stories260K: each product takes less than waking a thread to share it).
+   */
   intraOpThreads?: number;
   /** CPU: whether ONNX Runtime's intra-op threads spin between a run's parallel sections (default: not on the CPU). */
   intraOpSpinning?: boolean;
@@ -163,6 +167,18 @@ function nativeFor(dir: string): { addon: NativeAddon; info: BuildInfo; unavaila
   }
   if (info?.slotDecoder !== true) return { unavailable: `${dir} has no slot decoder (build it with chorus build --slot-decoder, and --flavor cuda for a decoder-only model)` };
   return { addon, info };
+}
+
+/** Weights under which a CPU session takes one intra-op thread. */
+const SMALL_MODEL_BYTES = 16 * 2 ** 20;
+
+/**
+ * A small model on the CPU runs on one intra-op thread: a step's 50-100 parallel sections each take a
+ * few microseconds, less than waking a second thread (bench/cpu/batch1-levers.ts: stories260K 1.3-2.3x
+ * at batch 1, 1.1-1.2x at 16 rows).
+ */
+function smallModelThreads(provider: 'cpu' | 'cuda' | undefined, dir: string): { intraOpThreads?: number } {
+  return (provider ?? 'cpu') === 'cpu' && weightBytes(dir, SLOT_DECODER_MODEL) < SMALL_MODEL_BYTES ? { intraOpThreads: 1 } : {};
 }
 
 /** Continuous batching over the native SlotDecoder. */
@@ -277,7 +293,7 @@ export class NativeEngine implements Engine {
       headDim: spec.headDim,
       vocab: spec.vocabSize,
       dtype: info.dtype,
-      ...(options.intraOpThreads === undefined ? {} : { intraOpThreads: options.intraOpThreads }),
+      ...(options.intraOpThreads === undefined ? smallModelThreads(options.provider, dir) : { intraOpThreads: options.intraOpThreads }),
       // On the CPU, threads that wait without spinning leave the cores to the other runs and the event loop.
       intraOpSpinning: options.intraOpSpinning ?? (options.provider ?? 'cpu') !== 'cpu',
       ...(options.cudaOptions === undefined ? {} : { cudaOptions: options.cudaOptions }),

@@ -91,13 +91,15 @@ function samePerm(a: Int32Array | undefined, b: Int32Array | undefined): boolean
  * (the slot and paged decoders), 8-bit projections go through the addon's QuantLinear instead, with the
  * bias and activation inside: on an H100 its decode GEMV reads int8 weights at 1.2-1.3x the speed of
  * MatMulNBits' (bench/results/quant-kernels-2026-11-25-h100.json), while MatMulNBits' 4-bit kernel is
- * the faster of the two at 4 bits. The one place that picks the operator of a quantized projection.
+ * the faster of the two at 4 bits; on the CPU it takes int8 activations as MatMulNBits does
+ * (accuracy_level 4: 2-4x fp32's MatMul a projection, where float activations were slower than it).
+ * The one place that picks the operator of a quantized projection.
  */
 export function quantizedMatMul(g: GraphBuilder, x: string, w: QuantizedValue, bias?: string, activation?: QuantizedActivation): string {
   const input = w.perm === undefined ? x : g.op('Gather', [x, w.perm.name], { axis: -1 });
   if (g.addonLinear && w.bits === 8) {
     const weights = { weight: w.packed, scales: w.scales, ...(w.zeroPoints === undefined ? {} : { zeroPoints: w.zeroPoints }) };
-    const fused = { ...(bias === undefined ? {} : { bias }), ...(activation === undefined ? {} : { activation: activation.name }) };
+    const fused = { accuracyLevel: 4 as const, ...(bias === undefined ? {} : { bias }), ...(activation === undefined ? {} : { activation: activation.name }) };
     return quantLinear(g, input, weights, { K: w.k, N: w.n, bits: 8, blockSize: w.blockSize }, fused);
   }
   const inputs = [input, w.packed, w.scales, w.zeroPoints ?? '', '', bias ?? ''];
