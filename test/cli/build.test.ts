@@ -40,7 +40,7 @@ test('chorus build takes a Megatron-LM checkpoint directory and a .nemo file, an
   assert.match(refused.stderr, /pytorch_model\.bin: refused: its pickle names posix\.system, which is not a tensor, a storage or a plain container \(the pickle was read, never run\)/);
 });
 
-test('chorus build --tensor-parallel 2 lists each rank\'s files, refuses a count that is not a whole number, and generate --model points to a definition', () => {
+test('chorus build --tensor-parallel 2 lists each rank\'s files, refuses a count that is not a whole number, generate --model points to a definition, and doctor shows each rank\'s share', () => {
   const dir = scratchDir('chorus-cli-build-tp-');
   assert.equal(chorus('make-checkpoint', '--arch', 'gpt2', '--size', 'tiny', '--seed', '1', '-o', join(dir, 'ckpt')).status, 0);
   const out = chorus('build', join(dir, 'ckpt'), '-o', join(dir, 'tp2'), '--flavor', 'cuda', '--slot-decoder', '--tensor-parallel', '2');
@@ -51,4 +51,6 @@ test('chorus build --tensor-parallel 2 lists each rank\'s files, refuses a count
   assert.match(chorus('build', join(dir, 'ckpt'), '-o', join(dir, 'x'), '--tensor-parallel', '1.5').stderr, /--tensor-parallel must be an integer >= 1, got "1\.5"/);
   assert.match(chorus('build', join(dir, 'ckpt'), '-o', join(dir, 'x'), '--tensor-parallel', '2').stderr, /tensor_parallel 2 writes the slot and paged decoders the native engine runs/);
   assert.match(chorus('generate', '--model', join(dir, 'tp2'), '--ids', 'hi').stderr, /is built split over 2 GPUs \(tensor_parallel 2\): generate through a pipeline whose model definition has tensor_parallel: 2/);
+  // 2 layers of 2 key/value heads of 16 a GPU, key and value, 4 bytes.
+  assert.match(chorus('doctor', '--model', join(dir, 'tp2')).stdout, /: split over 2 GPUs \(tensor_parallel 2\), fp32 weights: rank 0 [0-9.]+ KB, rank 1 [0-9.]+ KB; key\/value cache 0\.5 KiB a token on each GPU\n/);
 });

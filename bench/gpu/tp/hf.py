@@ -10,6 +10,7 @@ import sys
 import time
 
 import torch
+import transformers
 from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "speed"))
@@ -43,7 +44,7 @@ def main():
         print(json.dumps(row), flush=True)
         torch.cuda.empty_cache()
     memory = [torch.cuda.max_memory_allocated(i) / 2**20 for i in range(torch.cuda.device_count())]
-    result = {"gpu": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(), "torch": torch.__version__, "attention": attention, "devices": devices, "load_seconds": load_seconds, "max_memory_allocated_mib": memory, "rows": rows}
+    result = {"gpu": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(), "torch": torch.__version__, "transformers": transformers.__version__, "attention": attention, "devices": devices, "load_seconds": load_seconds, "max_memory_allocated_mib": memory, "rows": rows}
     json.dump(result, open(out, "w"), indent=2)
     print(f"transformers device_map=auto over {devices}: loaded in {load_seconds:.0f} s", flush=True)
 

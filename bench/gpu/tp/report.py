@@ -77,7 +77,7 @@ def main():
         },
         "served_tp2_64_streams_tokens_per_s": served_rate,
         "load": {"tp1": (tp1 or {}).get("load"), "tp2": (tp2 or {}).get("load"), "tp1_seconds": (tp1 or {}).get("load_seconds"), "tp2_seconds": (tp2 or {}).get("load_seconds")},
-        "transformers": {k: (hf or {}).get(k) for k in ["torch", "attention", "devices", "load_seconds", "max_memory_allocated_mib"]},
+        "transformers": {k: (hf or {}).get(k) for k in ["torch", "transformers", "attention", "devices", "load_seconds", "max_memory_allocated_mib"]},
         "phases_seconds": {p[0]: float(p[1]) for p in phases if len(p) == 3},
         "runs": {"tp1": tp1, "tp2": tp2, "hf": hf},
     }

@@ -6,7 +6,7 @@ import { ChorusError } from '../../errors.ts';
 import type { Checkpoint } from '../checkpoint.ts';
 import { oneOf, positiveInt, positiveNumber } from '../config-fields.ts';
 import type { DecoderSpec, DecoderWeights, Linear } from '../decoder-spec.ts';
-import type { Tensor } from '../tensor.ts';
+import { columns } from '../tensor-slice.ts';
 import type { DecoderArchitecture } from './architecture.ts';
 
 export const gpt2: DecoderArchitecture = {
@@ -74,22 +74,11 @@ export const gpt2: DecoderArchitecture = {
   },
 };
 
-/** Splits a linear layer's output columns into `parts` equal layers (lazy: each part is cut when it is read). */
+/** Splits a linear layer's output columns into `parts` equal layers (lazy: each part is read when it is written). */
 function splitColumns(layer: Linear, parts: number): Linear[] {
-  const [rows, cols] = layer.weight.dims as [number, number];
-  const width = cols / parts;
-  const { weight: whole, bias } = layer;
+  const width = layer.weight.dims[1]! / parts;
   return Array.from({ length: parts }, (_, part) => {
-    const weight: Tensor = {
-      dims: [rows, width],
-      get data() {
-        const source = whole.data;
-        const out = new Float32Array(rows * width);
-        for (let r = 0; r < rows; r++) out.set(source.subarray(r * cols + part * width, r * cols + (part + 1) * width), r * width);
-        return out;
-      },
-    };
-    const partBias: Tensor | undefined = bias === undefined ? undefined : { dims: [width], get data() { return bias.data.slice(part * width, (part + 1) * width); } };
-    return { weight, bias: partBias };
+    const span = { start: part * width, count: width };
+    return { weight: columns(layer.weight, span), bias: layer.bias === undefined ? undefined : columns(layer.bias, span) };
   });
 }
