@@ -1,11 +1,15 @@
 #include "rank-group.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
 namespace chorus {
 
 namespace {
+
+// How long GPU ranks get to end their calls by themselves after one of them failed.
+constexpr int64_t kAbortGraceMs = 200;
 
 std::string Seconds(double ms) {
   char text[32];
@@ -56,6 +60,7 @@ void RankGroup::Run(const std::function<void(int)>& work, bool watched) {
       w.done = false;
     }
     running_ = watched;
+    rootBusy_ = true;
   }
   if (!comm_->aborted().empty()) {
     comm_->Reset();
@@ -72,6 +77,7 @@ void RankGroup::Run(const std::function<void(int)>& work, bool watched) {
     Fail(0, std::current_exception(), "an unknown error");
   }
   std::unique_lock<std::mutex> lock(mutex_);
+  rootBusy_ = false;
   auto allDone = [&] {
     for (const Worker& w : workers_) {
       if (!w.done) return false;
@@ -89,13 +95,14 @@ void RankGroup::Run(const std::function<void(int)>& work, bool watched) {
               "); the model must be loaded again";
   }
   running_ = false;
+  abortDue_ = 0;
   const std::exception_ptr failure = failure_;
   const int rank = failedRank_;
   const std::string message = failureMessage_;
   const bool broken = !broken_.empty();
   lock.unlock();
   if (failure == nullptr) return;
-  if (!broken) {
+  if (!broken && !comm_->aborted().empty()) {
     comm_->Reset();
     epoch_++;
   }
@@ -158,8 +165,22 @@ void RankGroup::Serve(int rank) {
 void RankGroup::Watch() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!ending_) {
-    watch_.wait_for(lock, std::chrono::milliseconds(100));
-    if (ending_ || !running_ || !abortReason_.empty() || Now() - lastBeat_.load() <= timeoutMs_) continue;
+    watch_.wait_for(lock, std::chrono::milliseconds(abortDue_ > 0 ? std::max<int64_t>(1, abortDue_ - Now()) : 100));
+    if (ending_) break;
+    if (abortDue_ > 0 && Now() >= abortDue_) {
+      // A rank failed a moment ago: the communicator is aborted only where a rank is still in its call
+      // (waiting, maybe, in a collective the failed rank will never join).
+      abortDue_ = 0;
+      bool busy = rootBusy_;
+      for (const Worker& w : workers_) busy = busy || !w.done;
+      if (!busy) continue;
+      const std::string reason = abortReason_;
+      lock.unlock();
+      comm_->Abort(reason);
+      lock.lock();
+      continue;
+    }
+    if (!running_ || !abortReason_.empty() || Now() - lastBeat_.load() <= timeoutMs_) continue;
     const std::string reason = "the tensor-parallel group made no progress for " + Seconds(timeoutMs_) + " (a rank hung in a step), and was aborted";
     lock.unlock();
     Fail(-1, std::make_exception_ptr(std::runtime_error(reason)), reason);
@@ -178,12 +199,18 @@ void RankGroup::Fail(int rank, std::exception_ptr error, const std::string& mess
       failedRank_ = rank;
       failureMessage_ = message;
     }
-    if (abortReason_.empty()) abortReason_ = rank <= 0 ? message : "tensor-parallel rank " + std::to_string(rank) + " failed: " + message;
+    if (abortReason_.empty()) {
+      abortReason_ = rank <= 0 ? message : "tensor-parallel rank " + std::to_string(rank) + " failed: " + message;
+      // GPU ranks: the watchdog aborts the communicator a moment later, and only where a rank is still
+      // in its call; ranks that all failed alike (a bad argument) keep their communicators.
+      if (comm_->onDevice()) abortDue_ = Now() + kAbortGraceMs;
+    }
     reason = abortReason_;
   }
   noted_.notify_all();
   finished_.notify_all();
-  comm_->Abort(reason);
+  watch_.notify_all();
+  if (!comm_->onDevice()) comm_->Abort(reason);
 }
 
 }  // namespace chorus

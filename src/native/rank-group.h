@@ -3,9 +3,9 @@
 // its rank's context (collective.h), and returns when all have ended.
 //
 // Ranks never wait for each other forever: a rank that throws aborts the group (the others' waits in
-// a collective or at the step gate throw at once), a collective that waits past the timeout aborts it
-// (collective.h), and on GPUs a watchdog aborts a run that makes no progress (no step note, no Beat())
-// for the timeout. The caller gets one clear error; the communicator is reset for the next run.
+// a collective or at the step gate throw at once; on GPUs the communicator is aborted a moment later
+// if a rank is still in its call), a collective that waits past the timeout aborts it (collective.h),
+// and on GPUs a watchdog aborts a run that makes no progress (no step note, no Beat()) for the timeout. The caller gets one clear error; the communicator is reset for the next run.
 //
 // The step gate carries what only rank 0 decides to the others, in order: whether to stop after a
 // step (an Interrupt() comes to rank 0 only), and the sampler batch of each step of a run whose batch
@@ -85,6 +85,10 @@ class RankGroup {
   std::vector<std::deque<StepNote>> notes_;
   bool ending_ = false;
   bool running_ = false;
+  // Rank 0 is in its call; and (GPU ranks) when the watchdog is to abort the communicator after a
+  // failure, 0 for never.
+  bool rootBusy_ = false;
+  int64_t abortDue_ = 0;
   // A rank that did not end its job after an abort: the group takes no more runs.
   std::string broken_;
   int failedRank_ = -1;

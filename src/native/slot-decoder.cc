@@ -72,10 +72,17 @@ DeviceMemory DeviceMemoryOf(int device) {
 
 SlotDecoder::SlotDecoder(const SlotDecoderOptions& options) : options_(options), env_(ORT_LOGGING_LEVEL_ERROR, "chorus-native") {
   if (options.cuda) KeepXqaToOneDevice(options.deviceId, !options.rankModels.empty());
-  if (options.rankModels.empty()) {
-    Load();
-  } else {
-    LoadRanks();
+  // A load that fails gives back what it had taken (no destructor runs for a constructor that throws).
+  try {
+    if (options.rankModels.empty()) {
+      Load();
+    } else {
+      LoadRanks();
+    }
+  } catch (...) {
+    CloseRanks();
+    Release();
+    throw;
   }
 }
 
@@ -209,6 +216,10 @@ void SlotDecoder::Load() {
 
 SlotDecoder::~SlotDecoder() {
   CloseRanks();
+  Release();
+}
+
+void SlotDecoder::Release() {
 #ifdef CHORUS_WITH_CUDA
   if (options_.cuda) cudaSetDevice(options_.deviceId);
   // A greedy run may have left a step queued behind its last one read.

@@ -206,6 +206,9 @@ class SlotDecoder {
   // and at the end every other rank closed on its own thread.
   void LoadRanks();
   void CloseRanks();
+  // Gives back the session, the cache, the buffers and the stream (the destructor's work, and a failed
+  // load's).
+  void Release();
   // Rank 0 at the start of a public call: whether the call is to run on every rank (OnRanks).
   bool Fans() const { return ranks_ != nullptr && !fanned_; }
   // Runs call(d) for every rank's decoder d at once (rank 0's on this thread), each with its own

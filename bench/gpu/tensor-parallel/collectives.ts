@@ -2,8 +2,9 @@
  * The NCCL collectives on a two-GPU host, through the addon's runGraphRanks: a graph of AllReduce and
  * AllGather run on ranks 0 and 1 (GPUs 0 and 1) in fp32, fp16 and bf16, one row and several, as plain
  * runs and as captured CUDA graphs, each output checked against the sum and concatenation computed
- * here; then a rank that never runs its session: the watchdog must end the call with its error within
- * the timeout. Prints a table and writes <out>/tp-collectives.json.
+ * here; then a rank that never runs its session (the watchdog must end the call with its error within
+ * the timeout) and a rank that fails before its collective (the other must be freed at once). Prints a
+ * table and writes <out>/tp-collectives.json.
  * Usage: node --import tsx bench/gpu/tensor-parallel/collectives.ts [out-dir]
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -79,6 +80,20 @@ try {
 }
 const absent = { error: hung, seconds: (performance.now() - started) / 1000, ok: /made no progress|never arrived|aborted/.test(hung) };
 
+// A rank that fails before its collective (an input its graph does not have): rank 0, waiting in
+// NCCL, must be freed at once (its communicator aborted), not after the timeout.
+const failedAt = performance.now();
+let failedError = '';
+try {
+  const good = { name: 'x', type: 'float16' as const, dims: [1, 8], data: new Uint8Array(16) };
+  addon.runGraphRanks({ model: model('float16'), provider: 'cuda', dtype: 'fp16', deviceIds: [0, 1], timeoutMs: 60000 }, [[good], [{ ...good, name: 'not_an_input' }]]);
+  failedError = 'no error';
+} catch (error) {
+  failedError = String(error);
+}
+const failed = { error: failedError, seconds: (performance.now() - failedAt) / 1000, ok: /tensor-parallel rank 1 failed: .*not_an_input/.test(failedError) };
+
 console.table(rows.map((r) => ({ type: r.type, rows: r.rows, n: r.n, graph: r.cudaGraph, ok: r.ok, sum_err: r.sum_max_error, gather_wrong: r.gather_wrong, ms: r.ms_rank0, error: r.error })));
-console.log(`absent rank: ${absent.ok ? 'ok' : 'FAILED'} after ${absent.seconds.toFixed(1)} s: ${absent.error}`);
-writeFileSync(join(out, 'tp-collectives.json'), JSON.stringify({ rows, absent }, null, 2));
+console.log(`absent rank: ${absent.ok ? 'ok' : 'FAILED'} after ${absent.seconds.toFixed(1)} s (timeout 3 s): ${absent.error}`);
+console.log(`failing rank: ${failed.ok ? 'ok' : 'FAILED'} after ${failed.seconds.toFixed(1)} s (timeout 60 s): ${failed.error}`);
+writeFileSync(join(out, 'tp-collectives.json'), JSON.stringify({ rows, absent, failed }, null, 2));

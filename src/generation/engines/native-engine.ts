@@ -24,6 +24,7 @@
  * Sessions and copies run on libuv's worker threads: the event loop never waits on the GPU.
  */
 import { readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import type { Observable } from 'rxjs';
 import { ChorusError } from '../../errors.ts';
@@ -105,7 +106,8 @@ export interface NativeEngineOptions extends Partial<SchedulerLimits> {
   gpuMemoryUtilization?: number;
   /**
    * Decoder-only models built split over N ranks (tensor_parallel: N): run the N ranks at once, rank r
-   * on GPU rankDevices[r - 1] (rank 0 on deviceId), or on the CPU as threads of this process. Default: 1.
+   * on GPU rankDevices[r - 1] (rank 0 on deviceId), or on the CPU as threads of this process (each rank's
+   * session with its share of the cores, unless intraOpThreads is given). Default: 1.
    */
   tensorParallel?: number;
   /** CUDA with tensorParallel N: the GPUs of ranks 1..N-1, each its own. */
@@ -293,7 +295,7 @@ export class NativeEngine implements Engine {
       headDim: spec.headDim,
       vocab: spec.vocabSize,
       dtype: info.dtype,
-      ...(options.intraOpThreads === undefined ? smallModelThreads(options.provider, dir) : { intraOpThreads: options.intraOpThreads }),
+      ...(options.intraOpThreads === undefined ? (tp > 1 ? cpuRankThreads(options.provider, tp) : smallModelThreads(options.provider, dir)) : { intraOpThreads: options.intraOpThreads }),
       // On the CPU, threads that wait without spinning leave the cores to the other runs and the event loop.
       intraOpSpinning: options.intraOpSpinning ?? (options.provider ?? 'cpu') !== 'cpu',
       ...(options.cudaOptions === undefined ? {} : { cudaOptions: options.cudaOptions }),
@@ -727,6 +729,11 @@ export class NativeEngine implements Engine {
     for (let k = delivered; k < run.steps; k++) taking(stepOf(run, k), false);
     return run;
   }
+}
+
+/** CPU ranks share the cores: each rank's session takes its part of them (unless intraOpThreads says otherwise). */
+function cpuRankThreads(provider: 'cpu' | 'cuda' | undefined, ranks: number): { intraOpThreads?: number } {
+  return (provider ?? 'cpu') === 'cpu' && ranks > 1 ? { intraOpThreads: Math.max(1, Math.floor(availableParallelism() / ranks)) } : {};
 }
 
 /** Whether the continuous core can run this engine's requests; when it cannot, logs why (the step loop runs them). */
