@@ -240,18 +240,23 @@ void ContinuousCore::Step() {
   Retire(gone);
 }
 
+ContinuousCore::RunStart ContinuousCore::StartRun() const {
+  RunStart start;
+  int64_t room = kMaxGreedySteps;
+  for (const Row& row : rows_) {
+    start.tokens.push_back(row.token);
+    start.positions.push_back(row.length);
+    room = std::min<int64_t>(room, decoder_.options().maxLength - row.length);
+  }
+  start.maxSteps = static_cast<int>(std::max<int64_t>(1, room));
+  return start;
+}
+
 void ContinuousCore::GreedySteps(const std::vector<int32_t>& endIds) {
   const size_t n = rows_.size();
-  std::vector<int64_t> tokens(n);
-  std::vector<int64_t> positions(n);
+  const RunStart start = StartRun();
   std::vector<int32_t> remaining(n);
-  int64_t room = kMaxGreedySteps;
-  for (size_t r = 0; r < n; r++) {
-    tokens[r] = rows_[r].token;
-    positions[r] = rows_[r].length;
-    remaining[r] = rows_[r].request.maxTokens - rows_[r].taken;
-    room = std::min<int64_t>(room, decoder_.options().maxLength - rows_[r].length);
-  }
+  for (size_t r = 0; r < n; r++) remaining[r] = rows_[r].request.maxTokens - rows_[r].taken;
   // The run's steps as they come: a row that ends stops the run after the step under way (rows that
   // ended run along, unread, until it does), and so does a request or cancellation arriving.
   std::vector<bool> gone(n, false);
@@ -264,23 +269,16 @@ void ContinuousCore::GreedySteps(const std::vector<int32_t>& endIds) {
     }
     onStep_(std::move(out));
   };
-  const GreedyRun run = decoder_.DecodeGreedy(tokens, positions, remaining, endIds, static_cast<int>(std::max<int64_t>(1, room)), {}, {}, onStep);
+  const GreedyRun run = decoder_.DecodeGreedy(start.tokens, start.positions, remaining, endIds, start.maxSteps, {}, {}, onStep);
   for (Row& row : rows_) row.length += run.steps;
   Retire(gone);
 }
 
 void ContinuousCore::ChosenSteps() {
   const size_t n = rows_.size();
-  std::vector<int64_t> tokens(n);
-  std::vector<int64_t> positions(n);
+  const RunStart start = StartRun();
   std::vector<int32_t> takenBefore(n);
-  int64_t room = kMaxGreedySteps;
-  for (size_t r = 0; r < n; r++) {
-    tokens[r] = rows_[r].token;
-    positions[r] = rows_[r].length;
-    takenBefore[r] = rows_[r].taken;
-    room = std::min<int64_t>(room, decoder_.options().maxLength - rows_[r].length);
-  }
+  for (size_t r = 0; r < n; r++) takenBefore[r] = rows_[r].taken;
   // Step k's parameters may be asked for before step k - 1's tokens are taken: its bans go by k.
   const StepSample sampleStep = [&](int step, SampleBatch& batch) {
     for (size_t r = 0; r < n; r++) {
@@ -301,7 +299,7 @@ void ContinuousCore::ChosenSteps() {
     }
     onStep_(std::move(out));
   };
-  const int steps = decoder_.DecodeChosen(tokens, positions, static_cast<int>(std::max<int64_t>(1, room)), sampleStep, onStep);
+  const int steps = decoder_.DecodeChosen(start.tokens, start.positions, start.maxSteps, sampleStep, onStep);
   for (Row& row : rows_) row.length += steps;
   Retire(gone);
 }

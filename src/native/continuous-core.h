@@ -95,6 +95,14 @@ class ContinuousCore {
   // CUDA graphs, each step's choices feed the next on the device, queued before the host reads them).
   void ChosenSteps();
   static constexpr int64_t kMaxGreedySteps = 1024;
+  // What a run of steps starts from: each row's token and position, and the steps every row's slot
+  // leaves room for (at least 1, at most kMaxGreedySteps).
+  struct RunStart {
+    std::vector<int64_t> tokens;
+    std::vector<int64_t> positions;
+    int maxSteps;
+  };
+  RunStart StartRun() const;
   // Records a chosen token of `row`; true when the row ends with it.
   bool Take(Row& row, const SampleResult& chosen, CoreStep& out);
   // The sampler's parameters for `row`'s step after `taken` tokens (its draw taken now), its pairs and
