@@ -33,6 +33,16 @@ inline bool Given(const Ort::KernelContext& ctx, size_t index) {
   return ctx.GetInputCount() > index && static_cast<const OrtValue*>(ctx.GetInput(index)) != nullptr;
 }
 
+// Attribute `name` of the kernel, or `fallback` when the node has none.
+template <typename T>
+T AttributeOr(const Ort::ConstKernelInfo& kernel, const char* name, T fallback) {
+  try {
+    return kernel.GetAttribute<T>(name);
+  } catch (const Ort::Exception&) {
+    return fallback;
+  }
+}
+
 // `work`, its exception returned as operator `op`'s failure.
 template <typename Work>
 OrtStatusPtr Guarded(const char* op, Work&& work) {

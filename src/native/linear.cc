@@ -77,18 +77,9 @@ struct LinearKernel : KernelBase<LinearKernel> {
 
   LinearKernel(const OrtKernelInfo* info, bool cuda, FloatType type) : KernelBase(cuda, type) {
     Ort::ConstKernelInfo kernel(info);
-    std::string name;
-    try {
-      name = kernel.GetAttribute<std::string>("activation");
-    } catch (const Ort::Exception&) {
-      // No attribute: no activation.
-    }
-    activation_ = ActivationNamed(name);
-    try {
-      gated_ = kernel.GetAttribute<int64_t>("gated") != 0;
-    } catch (const Ort::Exception&) {
-      // No attribute: one projection.
-    }
+    // No attribute: no activation, one projection.
+    activation_ = ActivationNamed(AttributeOr<std::string>(kernel, "activation", ""));
+    gated_ = AttributeOr<int64_t>(kernel, "gated", 0) != 0;
   }
 
   void Compute(OrtKernelContext* context) {

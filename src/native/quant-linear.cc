@@ -86,18 +86,9 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     if (blockSize_ < 16 || (blockSize_ & (blockSize_ - 1)) != 0) {
       throw std::invalid_argument("block_size must be a power of 2 of at least 16, got " + std::to_string(blockSize_));
     }
-    std::string name;
-    try {
-      name = kernel.GetAttribute<std::string>("activation");
-    } catch (const Ort::Exception&) {
-      // No attribute: no activation.
-    }
-    activation_ = ActivationNamed(name);
-    try {
-      accuracyLevel_ = kernel.GetAttribute<int64_t>("accuracy_level");
-    } catch (const Ort::Exception&) {
-      // No attribute: float activations.
-    }
+    // No attribute: no activation, float activations.
+    activation_ = ActivationNamed(AttributeOr<std::string>(kernel, "activation", ""));
+    accuracyLevel_ = AttributeOr<int64_t>(kernel, "accuracy_level", 0);
     const char* gemv = std::getenv("CHORUS_QUANT_GEMV");
     plainGemv_ = gemv != nullptr && std::string(gemv) == "plain";
     const char* host = std::getenv("CHORUS_QUANT_HOST");

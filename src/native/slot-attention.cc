@@ -29,16 +29,6 @@ float Biased(const void* x, const void* bias, FloatType type, size_t i, size_t j
   return RoundTo(sum, type);
 }
 
-// Attribute `name` of the kernel, or `fallback` when the node has none.
-template <typename T>
-T AttributeOr(const Ort::ConstKernelInfo& kernel, const char* name, T fallback) {
-  try {
-    return kernel.GetAttribute<T>(name);
-  } catch (const Ort::Exception&) {
-    return fallback;
-  }
-}
-
 }  // namespace
 
 AttentionAttributes AttentionAttributesOf(const OrtKernelInfo* info) {
