@@ -130,6 +130,18 @@ Napi::Value AttendRows(const Napi::CallbackInfo& info) {
 #else
   if (device) throw Napi::Error::New(env, "this build of the native engine has no CUDA");
 #endif
+  // What both operators' arguments take alike: the shape, scale, window, softcap and float type.
+  const auto shapeOf = [&](auto& a) {
+    a.rows = rows;
+    a.tokens = tokens;
+    a.heads = heads;
+    a.kvHeads = kvHeads;
+    a.dim = dim;
+    a.scale = scale;
+    a.window = window;
+    a.softcap = softcap;
+    a.type = type;
+  };
   try {
     if (paged) {
       PagedAttentionArgs a{};
@@ -146,15 +158,7 @@ Napi::Value AttendRows(const Napi::CallbackInfo& info) {
       a.blockSize = blockSize;
       a.blocks = blocks;
       a.output = output.at(device);
-      a.rows = rows;
-      a.tokens = tokens;
-      a.heads = heads;
-      a.kvHeads = kvHeads;
-      a.dim = dim;
-      a.scale = scale;
-      a.window = window;
-      a.softcap = softcap;
-      a.type = type;
+      shapeOf(a);
       if (!device) {
         PagedAttentionHost(a);
       } else {
@@ -185,16 +189,8 @@ Napi::Value AttendRows(const Napi::CallbackInfo& info) {
       a.lengthsOffset = 1 - tokens;
       a.causal = true;
       a.output = output.at(device);
-      a.rows = rows;
-      a.tokens = tokens;
-      a.heads = heads;
-      a.kvHeads = kvHeads;
-      a.dim = dim;
+      shapeOf(a);
       a.capacity = capacity;
-      a.scale = scale;
-      a.window = window;
-      a.softcap = softcap;
-      a.type = type;
       // The new keys and values sit after the queries (and their biases after the queries').
       const size_t keyAt = static_cast<size_t>(heads) * dim * ElementBytes(type);
       const size_t valueAt = keyAt + static_cast<size_t>(kvHeads) * dim * ElementBytes(type);
