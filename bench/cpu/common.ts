@@ -4,6 +4,8 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
+import { lastValueFrom } from 'rxjs';
+import type { EngineClient, TextRequest } from '../../src/serving/index.ts';
 
 const ROOT = join(import.meta.dirname, '../..');
 
@@ -48,4 +50,22 @@ export async function serve(repository: string): Promise<{ url: string; child: C
     child.once('exit', (code) => reject(new Error(`chorus serve exited ${code}: ${log}`)));
   });
   return { url, child };
+}
+
+/**
+ * Output tokens/s of `requests` requests through the engine client, from `streams` clients each sending
+ * the next request as its last ends; `request(n)` is the n-th request.
+ */
+export async function clientRate(client: EngineClient, pipeline: string, streams: number, requests: number, request: (n: number) => TextRequest): Promise<number> {
+  let issued = 0;
+  let tokens = 0;
+  const started = performance.now();
+  const worker = async (): Promise<void> => {
+    while (issued < requests) {
+      const last = await lastValueFrom(client.generate(pipeline, request(issued++)));
+      tokens += last.usage?.completionTokens ?? 0;
+    }
+  };
+  await Promise.all(Array.from({ length: streams }, worker));
+  return tokens / ((performance.now() - started) / 1000);
 }

@@ -13,10 +13,9 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { lastValueFrom } from 'rxjs';
 import type { BenchResult } from '../../src/bench/index.ts';
 import { RepositoryClient } from '../../src/serving/index.ts';
-import { serve } from './common.ts';
+import { clientRate, serve } from './common.ts';
 
 const ROOT = join(import.meta.dirname, '../..');
 const STORIES = join(ROOT, '../shared/models/stories260K');
@@ -52,20 +51,8 @@ function prompts(): { file: string; texts: string[] } {
 }
 
 /** Output tokens/s of `requests` requests from STREAMS clients sending back to back, through the engine client. */
-async function inProcess(client: RepositoryClient, texts: string[], requests: number, seedBase: number): Promise<number> {
-  let issued = 0;
-  let tokens = 0;
-  const started = performance.now();
-  const worker = async (): Promise<void> => {
-    while (issued < requests) {
-      const n = issued++;
-      const request = { text_input: texts[n % texts.length]!, max_tokens: NEW_TOKENS, min_tokens: NEW_TOKENS, ...SAMPLING, seed: seedBase + n, stream: true };
-      const last = await lastValueFrom(client.generate('stories', request));
-      tokens += last.usage?.completionTokens ?? 0;
-    }
-  };
-  await Promise.all(Array.from({ length: STREAMS }, worker));
-  return tokens / ((performance.now() - started) / 1000);
+function inProcess(client: RepositoryClient, texts: string[], requests: number, seedBase: number): Promise<number> {
+  return clientRate(client, 'stories', STREAMS, requests, (n) => ({ text_input: texts[n % texts.length]!, max_tokens: NEW_TOKENS, min_tokens: NEW_TOKENS, ...SAMPLING, seed: seedBase + n, stream: true }));
 }
 
 /** The command line of one served measurement. */

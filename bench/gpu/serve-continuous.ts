@@ -24,7 +24,7 @@ import type { BenchResult } from '../../src/bench/index.ts';
 import { NativeEngine, type SamplingParams } from '../../src/generation/index.ts';
 import { buildModel } from '../../src/modelbuild/index.ts';
 import { RepositoryClient } from '../../src/serving/index.ts';
-import { serve } from '../cpu/common.ts';
+import { clientRate, serve } from '../cpu/common.ts';
 import { seededRows } from './speed/common.ts';
 
 const args = process.argv.slice(2);
@@ -127,29 +127,25 @@ function repository(core: boolean): string {
   return dir;
 }
 
-/** Output tokens/s of `requests` requests from `streams` clients back to back through the engine client. */
-async function clientRate(client: RepositoryClient, streams: number, requests: number, seedBase: number): Promise<number> {
-  let issued = 0;
-  let tokens = 0;
-  const started = performance.now();
-  const worker = async (): Promise<void> => {
-    while (issued < requests) {
-      const n = issued++;
-      const request = { text_input: texts[n % texts.length]!, max_tokens: NEW, min_tokens: NEW, temperature: SAMPLED.temperature, top_p: SAMPLED.runtime_top_p, seed: seedBase + n, stream: true };
-      const last = await lastValueFrom(client.generate(name, request));
-      tokens += last.usage?.completionTokens ?? 0;
-    }
-  };
-  await Promise.all(Array.from({ length: streams }, worker));
-  return tokens / ((performance.now() - started) / 1000);
+/** Output tokens/s of `requests` sampled requests from `streams` clients back to back through the engine client. */
+function clientRateOf(client: RepositoryClient, streams: number, requests: number, seedBase: number): Promise<number> {
+  return clientRate(client, name, streams, requests, (n) => ({
+    text_input: texts[n % texts.length]!,
+    max_tokens: NEW,
+    min_tokens: NEW,
+    temperature: SAMPLED.temperature,
+    top_p: SAMPLED.runtime_top_p,
+    seed: seedBase + n,
+    stream: true,
+  }));
 }
 
 const coreRepository = repository(true);
 const client = RepositoryClient.open(coreRepository, { log: () => {} });
 try {
-  await clientRate(client, STREAMS, STREAMS, 50_000);
-  row({ side: 'in process: engine client', mode: 'continuous core', load: '64 streams', tokensPerS: await clientRate(client, STREAMS, REQUESTS, 0) });
-  row({ side: 'in process: engine client', mode: 'continuous core', load: '1 stream', tokensPerS: await clientRate(client, 1, 8, 0) });
+  await clientRateOf(client, STREAMS, STREAMS, 50_000);
+  row({ side: 'in process: engine client', mode: 'continuous core', load: '64 streams', tokensPerS: await clientRateOf(client, STREAMS, REQUESTS, 0) });
+  row({ side: 'in process: engine client', mode: 'continuous core', load: '1 stream', tokensPerS: await clientRateOf(client, 1, 8, 0) });
 } finally {
   await client.close();
 }
