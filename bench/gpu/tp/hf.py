@@ -14,7 +14,7 @@ import transformers
 from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "speed"))
-from hf_common import seeded_rows  # noqa: E402
+from hf_common import seeded_rows, timed  # noqa: E402
 
 
 def main():
@@ -32,14 +32,7 @@ def main():
     for batch in batches:
         ids = torch.tensor(seeded_rows(batch, prompt, vocab), device=first)
         run = lambda: model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)  # noqa: E731
-        with torch.no_grad():
-            run()
-            torch.cuda.synchronize()
-            t0 = time.time()
-            run()
-            torch.cuda.synchronize()
-        seconds = time.time() - t0
-        row = {"setting": f"batch {batch}", "batch": batch, "tokens_per_s": batch * new / seconds, "ms_per_step": seconds * 1000 / new}
+        row = {"setting": f"batch {batch}", "batch": batch, **timed(run, batch, new)}
         rows.append(row)
         print(json.dumps(row), flush=True)
         torch.cuda.empty_cache()
