@@ -9,6 +9,7 @@ import { NativeEngine, OrtEngine, type Engine, type NativeEngineOptions, type Sa
 import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
 import { loadNative } from '../../src/native/index.ts';
 import { scratchDir } from '../helpers/scratch.ts';
+import { staggeredAlone, staggeredTogether } from '../helpers/staggered.ts';
 
 const { addon, reason } = loadNative();
 const skip = addon === undefined ? `the native addon: ${reason}` : false;
@@ -90,14 +91,8 @@ describe('NativeEngine, continuous core (CPU)', { skip }, () => {
 
   test('requests admitted while it runs, six in four slots, get the tokens they get alone', async () => {
     const engine = await open(dirs.llama, { continuous: true, maxBatchSize: 4 });
-    const prompts = [[3, 4, 5], [6], [7, 8, 9, 10, 11, 12], [13, 14], [15, 16, 17], [18, 19, 20, 21]];
-    const lengths = [30, 5, 22, 9, 40, 3];
-    const paramsOf = (i: number): SamplingParams =>
-      i % 2 === 0 ? { temperature: 0, request_output_len: lengths[i]! } : { temperature: 0.9, runtime_top_p: 0.9, runtime_top_k: 50, frequency_penalty: 0.3, random_seed: 100 + i, request_output_len: lengths[i]! };
-    const alone: number[][] = [];
-    for (const [i, p] of prompts.entries()) alone.push((await run(engine, p, paramsOf(i))).map((e) => e.token));
-    const together = await Promise.all(prompts.map((p, i) => new Promise<void>((resolve) => setTimeout(resolve, i * 3)).then(() => run(engine, p, paramsOf(i)))));
-    assert.deepEqual(together.map((events) => events.map((e) => e.token)), alone);
+    const alone = await staggeredAlone(engine);
+    assert.deepEqual(await staggeredTogether(engine), alone);
   });
 
   test('a stream cancelled mid-way frees its slot for a waiting request, and the others go on unchanged', async () => {

@@ -13,6 +13,7 @@ import { uniformStream } from '../../src/util/random.ts';
 import { STORIES } from '../helpers/paths.ts';
 import { buildSpec } from '../helpers/build-info.ts';
 import { scratchDir } from '../helpers/scratch.ts';
+import { STAGGERED_PROMPTS, staggeredAlone, staggeredParams, staggeredTogether } from '../helpers/staggered.ts';
 
 const { addon, reason } = loadNative();
 const skip = addon === undefined ? `the native addon: ${reason}` : false;
@@ -380,19 +381,13 @@ describe('NativeEngine (CPU)', { skip }, () => {
 
   test('requests that join a running batch and outlive the ones before them get the tokens they get alone, seeded draws included', async () => {
     const engine = await open(dirs.qwen2, true, 4);
-    const prompts = [[3, 4, 5], [6], [7, 8, 9, 10, 11, 12], [13, 14], [15, 16, 17], [18, 19, 20, 21]];
-    const lengths = [30, 5, 22, 9, 40, 3];
     // Greedy and sampled requests alternate; a seed must give the same draws whatever runs beside it.
-    const paramsOf = (i: number): SamplingParams =>
-      i % 2 === 0 ? { temperature: 0, request_output_len: lengths[i]! } : { temperature: 0.9, runtime_top_p: 0.9, runtime_top_k: 50, frequency_penalty: 0.3, random_seed: 100 + i, request_output_len: lengths[i]! };
-    const alone: number[][] = [];
-    for (const [i, p] of prompts.entries()) alone.push((await run(engine, p, paramsOf(i))).map((e) => e.token));
+    const alone = await staggeredAlone(engine);
     // Staggered: each arrives while earlier ones run; six requests share four slots.
-    const together = await Promise.all(prompts.map((p, i) => new Promise<void>((resolve) => setTimeout(resolve, i * 3)).then(() => run(engine, p, paramsOf(i)))));
-    assert.deepEqual(together.map((events) => events.map((e) => e.token)), alone);
+    assert.deepEqual(await staggeredTogether(engine), alone);
     // And the TypeScript engine draws the same tokens.
     const reference = await open(dirs.qwen2, false, 4);
-    assert.deepEqual(await Promise.all(prompts.map(async (p, i) => (await run(reference, p, paramsOf(i))).map((e) => e.token))), alone);
+    assert.deepEqual(await Promise.all(STAGGERED_PROMPTS.map(async (p, i) => (await run(reference, p, staggeredParams(i))).map((e) => e.token))), alone);
   });
 
   test('requests admitted together with prompts of one length prefill as one batch and get the TypeScript engine\'s tokens', async () => {
