@@ -168,6 +168,12 @@ export const ModelDefinition = Type.Object(
           'The native engine: a request\'s tokens do not depend on what shares its steps. Every decode step runs max_batch_size rows (free slots padded) and encoder-decoders encode each source alone; in fp16 on GPUs a matrix product otherwise rounds by how many rows it has, which moves near-ties. Costs the whole batch\'s step when few requests run. Default: false.',
       }),
     ),
+    paged_cache: Type.Optional(
+      Type.Union([Type.Boolean(), Type.Literal('auto')], {
+        description:
+          'The native engine on GPUs, decoder-only built with the paged decoder: hold the cache in blocks that requests take as they grow (true), or in whole slots of max_sequence_length (false). auto (the default) takes the slots when max_batch_size whole slots fit beside the weights, the blocks otherwise, and the blocks for a tensor_parallel model.',
+      }),
+    ),
     gpu_memory_utilization: Type.Optional(
       Type.Number({
         exclusiveMinimum: 0,

@@ -2,8 +2,11 @@
 # Tensor parallelism on a two-GPU host: a Llama-2-13B shape (random fp16 weights made by transformers)
 # built whole and split in 2, served as model definitions with tensor_parallel 1 and 2 on the native
 # engine; greedy tokens/s at batch 1 and 64 (128 new tokens), greedy ids of TP=2 against TP=1 (512
-# tokens, fp16; and fp32 on a small shape), transformers' device_map="auto" beside it, and the memory
-# check: with gpu_memory_utilization lowered below the weights, TP=1 is refused and TP=2 serves.
+# tokens, fp16; and fp32 on a small random shape and on stories260K, a small trained Llama), TP=2 over
+# its default paged cache and over slots (paged_cache: false), transformers' device_map="auto" beside
+# it, and the memory check: with gpu_memory_utilization lowered below the weights, TP=1 is refused and
+# TP=2 serves. TP=2's ids are counted against TP=1's step by step from TP=1's prefix (speed.ts,
+# TP_REFERENCE), so one near-tie does not decide the rest of a row.
 #   source /root/gpu-env/env.sh && OUT=<dir> bash bench/gpu/tp/run.sh [prepare|measure|all]
 # prepare: checkpoints and builds (about 5 minutes); measure: the rest (about 6); all (the default):
 # both. Each phase has its own time limit and is skipped once it succeeded (markers in $TP_WORK/done),
@@ -26,6 +29,7 @@ STARTED=$(date +%s)
 [ -f "$PHASES" ] || printf 'phase\tseconds\texit\n' > "$PHASES"
 CKPT=$WORK/llama-2-13b
 SMALL=$WORK/llama-small
+STORIES=$SHARED/models/stories260K/hf
 copy_out() { [ -n "${OUT:-}" ] && mkdir -p "$OUT" && cp -r "$RESULTS/." "$OUT/"; }
 trap copy_out EXIT
 
@@ -66,13 +70,18 @@ if [ "$STAGE" = prepare ] || [ "$STAGE" = all ]; then
     build $CKPT $WORK/tp2 fp16 2 > $RESULTS/tp-build-tp2.log 2>&1 & b=\$!
     wait \$a; ra=\$?; wait \$b; rb=\$?
     grep -h -E '^built|weights in' $RESULTS/tp-build-tp1.log $RESULTS/tp-build-tp2.log; exit \$((ra + rb))"
-  phase build-small 120 bash -c "build $SMALL $WORK/small-tp1 fp32 1 && build $SMALL $WORK/small-tp2 fp32 2"
+  phase build-small 120 bash -c "build $SMALL $WORK/small-tp1 fp32 1 && build $SMALL $WORK/small-tp2 fp32 2 &&
+    build $STORIES $WORK/stories-tp1 fp32 1 && build $STORIES $WORK/stories-tp2 fp32 2"
 fi
 
 if [ "$STAGE" = measure ] || [ "$STAGE" = all ]; then
   phase chorus-tp1 400 bash -c "chorus $WORK/tp1 1 tp1"
-  phase chorus-tp2 400 bash -c "chorus $WORK/tp2 2 tp2"
-  phase small-fp32 300 bash -c "chorus $WORK/small-tp1 1 small-tp1 TP_DTYPE=fp32 TP_BATCHES=1 && chorus $WORK/small-tp2 2 small-tp2 TP_DTYPE=fp32 TP_BATCHES=1"
+  phase chorus-tp2 400 bash -c "chorus $WORK/tp2 2 tp2 TP_REFERENCE=$RESULTS/tp1.json"
+  phase chorus-tp2-slots 400 bash -c "chorus $WORK/tp2 2 tp2-slots TP_PAGED=false TP_REFERENCE=$RESULTS/tp1.json"
+  # stories260K's context is 512: prompts of 16, 480 ids.
+  small="TP_DTYPE=fp32 TP_BATCHES=1 TP_NEW=64"
+  phase small-fp32 300 bash -c "chorus $WORK/small-tp1 1 small-tp1 $small && chorus $WORK/small-tp2 2 small-tp2 $small TP_REFERENCE=$RESULTS/small-tp1.json &&
+    chorus $WORK/stories-tp1 1 stories-tp1 $small TP_PROMPT=16 TP_IDS=480 && chorus $WORK/stories-tp2 2 stories-tp2 $small TP_PROMPT=16 TP_IDS=480 TP_REFERENCE=$RESULTS/stories-tp1.json"
   phase transformers 420 python3 bench/gpu/tp/hf.py "$CKPT" "$RESULTS/hf.json"
   # The memory check: each GPU's share set to 80% of the weights' bytes, one short request.
   util=$(python3 -c "

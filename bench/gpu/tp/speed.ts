@@ -5,11 +5,17 @@
  * (min_length too, so no request ends early), batch 1 and 64 (that many requests submitted together);
  * then TP_ID_ROWS rows of TP_IDS greedy ids kept for the TP=2 against TP=1 comparison. The load's log
  * lines (each GPU's share) are kept; a load that fails is recorded as `refused` with its message.
+ * With TP_REFERENCE (another run's <name>.json, same prompts), the ids are also counted against that
+ * run's: each row decodes from the reference's prefix, and where an id differs the step counts as
+ * unequal and the row goes on from the reference's prefix through that step (a new request), so one
+ * early near-tie does not decide the other steps (as bench/gpu/llama/parity.ts counts against
+ * transformers); the first difference decoding freely is kept too.
  * Usage: node --import tsx bench/gpu/tp/speed.ts <built-dir> <tensor-parallel> <name> <out-dir>
  *   -> <out-dir>/<name>.json
  * Knobs: TP_BATCHES=1,64  TP_PROMPT=128  TP_NEW=128  TP_IDS=512 (0: no ids run)  TP_ID_ROWS=4
  *   TP_DTYPE=fp16  TP_UTIL=<gpu_memory_utilization> (default: the engine's)  TP_MEASURE=0 (load, one
- *   short request, unload: the memory check)  TP_DEVICE=cuda
+ *   short request, unload: the memory check)  TP_DEVICE=cuda  TP_PAGED=auto|true|false (paged_cache)
+ *   TP_REFERENCE=<json>  TP_MAX_RESYNCS=32
  */
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -58,6 +64,7 @@ const definition = [
   `max_batch_size: ${Math.max(...batches, ID_ROWS)}`,
   `max_sequence_length: ${PROMPT + Math.max(NEW, IDS)}`,
   ...(process.env.TP_UTIL === undefined ? [] : [`gpu_memory_utilization: ${process.env.TP_UTIL}`]),
+  ...(process.env.TP_PAGED === undefined ? [] : [`paged_cache: ${process.env.TP_PAGED}`]),
 ];
 writeFileSync(join(repository, 'models', 'm.yaml'), `${definition.join('\n')}\n`);
 results.definition = definition;
@@ -96,6 +103,38 @@ async function run(prompts: number[][], tokens: number): Promise<number[][]> {
   return Promise.all(prompts.map(async (inputIds) => (await lastValueFrom(engine.submit({ inputIds, params, stream: true }).pipe(toArray()))).map((e) => e.token)));
 }
 
+/**
+ * Each row's ids against the reference's, counted step by step from the reference's own prefix (see the
+ * header): equal steps, the steps that differed, and where the free-running row first differed.
+ */
+async function agreement(prompts: number[][], reference: number[][], free: number[][]): Promise<Record<string, unknown>> {
+  const maxResyncs = Number(process.env.TP_MAX_RESYNCS ?? 32);
+  const rowsOut = await Promise.all(
+    prompts.map(async (prompt, r) => {
+      const want = reference[r]!.slice(0, IDS);
+      const firstFree = free[r]!.findIndex((id, i) => id !== want[i]);
+      // Steps before `position` agreed; the step at `position` differed.
+      let position = firstFree < 0 ? want.length : firstFree;
+      let equal = position;
+      const differed: number[] = [];
+      while (position < want.length) {
+        differed.push(position);
+        position += 1;
+        if (position >= want.length || differed.length > maxResyncs) break;
+        const [ids] = await run([[...prompt, ...want.slice(0, position)]], want.length - position);
+        let k = 0;
+        while (k < ids!.length && ids![k] === want[position + k]) k += 1;
+        equal += k;
+        position += k;
+      }
+      return { tokens: want.length, equal, differed, unchecked: want.length - Math.min(want.length, position), free_first_difference: firstFree < 0 ? null : firstFree };
+    }),
+  );
+  const tokens = rowsOut.reduce((sum, row) => sum + row.tokens, 0);
+  const equal = rowsOut.reduce((sum, row) => sum + row.equal, 0);
+  return { percent_equal: (100 * equal) / Math.max(1, tokens), tokens, equal, rows: rowsOut };
+}
+
 try {
   if (!measureAll) {
     const [ids] = await run(seededRows(1, PROMPT, vocab), 16);
@@ -117,8 +156,15 @@ try {
       save();
     }
     if (IDS > 0) {
-      results.ids = await run(seededRows(ID_ROWS, PROMPT, vocab), IDS);
+      const prompts = seededRows(ID_ROWS, PROMPT, vocab);
+      results.ids = await run(prompts, IDS);
       console.log(`${name}: ${ID_ROWS} rows of ${IDS} greedy ids kept`);
+      if (process.env.TP_REFERENCE !== undefined) {
+        const reference = JSON.parse(readFileSync(process.env.TP_REFERENCE, 'utf8')) as { name: string; ids?: number[][] };
+        if (reference.ids === undefined) throw new Error(`${process.env.TP_REFERENCE} has no ids`);
+        results.agreement = { against: reference.name, ...(await agreement(prompts, reference.ids, results.ids as number[][])) };
+        console.log(`${name}: ids against ${reference.name}: ${JSON.stringify(results.agreement)}`);
+      }
     }
   }
 } finally {

@@ -33,6 +33,9 @@ export async function openEngine(definition: ModelDefinition, dir: string, place
   if (!native && definition.batch_invariant === true) {
     throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: batch_invariant needs the native engine (the TypeScript engine's steps take as many rows as run); build it with npm run build:native`, { param: 'batch_invariant' });
   }
+  if (!native && definition.paged_cache === true) {
+    throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: paged_cache is the native engine's; ${nativeUnavailable(dir) ?? 'native_engine is false'}`, { param: 'paged_cache' });
+  }
   const tensorParallel = definition.tensor_parallel ?? 1;
   if (!native && tensorParallel > 1) {
     throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${name}: tensor_parallel ${tensorParallel} runs on the native engine only; ${nativeUnavailable(dir) ?? 'native_engine is false'}`, { param: 'tensor_parallel' });
@@ -50,6 +53,7 @@ export async function openEngine(definition: ModelDefinition, dir: string, place
       continuous: continuousCoreWanted(definition, placement),
       batchInvariant: definition.batch_invariant ?? false,
       ...(definition.gpu_memory_utilization === undefined ? {} : { gpuMemoryUtilization: definition.gpu_memory_utilization }),
+      ...(definition.paged_cache === undefined ? {} : { pagedCache: definition.paged_cache }),
       log: options.log,
       ...(definition.cuda_options === undefined ? {} : { cudaOptions: definition.cuda_options }),
       ...endIds,
