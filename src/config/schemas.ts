@@ -169,9 +169,10 @@ export const ModelDefinition = Type.Object(
       }),
     ),
     paged_cache: Type.Optional(
-      Type.Union([Type.Boolean(), Type.Literal('auto')], {
+      Type.Unsafe<boolean | 'auto'>({
+        enum: [true, false, 'auto'],
         description:
-          'The native engine on GPUs, decoder-only built with the paged decoder: hold the cache in blocks that requests take as they grow (true), or in whole slots of max_sequence_length (false). auto (the default) takes the slots when max_batch_size whole slots fit beside the weights, the blocks otherwise, and the blocks for a tensor_parallel model.',
+          'The native engine, decoder-only models built with the paged decoder: hold the cache in blocks that requests take as they grow (true), or in whole slots of max_sequence_length (false). auto (the default) takes the slots when max_batch_size whole slots fit beside the weights, the blocks otherwise, and the blocks for a tensor_parallel model.',
       }),
     ),
     gpu_memory_utilization: Type.Optional(

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -89,6 +90,8 @@ class NcclCommunicator : public Communicator {
  public:
   explicit NcclCommunicator(const std::vector<int>& devices) : Communicator(static_cast<int>(devices.size())), nccl_(LoadNccl()), devices_(devices) { Init(); }
 
+  // The ranks' captured steps are destroyed first (SlotDecoder::CloseRanks): ncclCommDestroy waits for
+  // every CUDA graph that captured the communicator's collectives.
   ~NcclCommunicator() override {
     for (ncclComm_t comm : comms_) {
       if (comm != nullptr) nccl_.commDestroy(comm);
@@ -124,10 +127,18 @@ class NcclCommunicator : public Communicator {
     if (!aborted_.empty()) return;
     aborted_ = reason.empty() ? "the tensor-parallel group was aborted" : reason;
     // Kernels waiting for a rank that will not come end, and the ranks' waits on their streams return.
+    // ncclCommAbort raises each communicator's abort flag at once, but the last one then waits until
+    // every CUDA graph that captured their collectives is destroyed (which the ranks do after the
+    // failed call, or as they close), so the aborts run on a thread of their own.
+    std::vector<ncclComm_t> doomed;
     for (ncclComm_t& comm : comms_) {
-      if (comm != nullptr) nccl_.commAbort(comm);
+      if (comm != nullptr) doomed.push_back(comm);
       comm = nullptr;
     }
+    const Nccl* nccl = &nccl_;
+    std::thread([nccl, doomed] {
+      for (ncclComm_t comm : doomed) nccl->commAbort(comm);
+    }).detach();
   }
 
   std::string aborted() const override {

@@ -62,9 +62,14 @@ void SlotDecoder::CloseRanks() {
   if (!ranks_) return;
   // Each follower closes on its own thread; where a rank is stuck (the group broken) they are left.
   try {
+    // Every rank's captured steps go before the communicators they captured (with the group below).
     ranks_->group->Run(
         [this](int rank) {
-          if (rank > 0) ranks_->followers[rank - 1].reset();
+          if (rank > 0) {
+            ranks_->followers[rank - 1].reset();
+          } else {
+            DropGraphs();
+          }
         },
         false);
   } catch (const std::exception&) {

@@ -219,6 +219,13 @@ SlotDecoder::~SlotDecoder() {
   Release();
 }
 
+void SlotDecoder::DropGraphs() {
+#ifdef CHORUS_WITH_CUDA
+  for (auto& [rows, graph] : graphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+#endif
+  graphs_.clear();
+}
+
 void SlotDecoder::Release() {
 #ifdef CHORUS_WITH_CUDA
   if (options_.cuda) cudaSetDevice(options_.deviceId);
@@ -248,7 +255,7 @@ void SlotDecoder::Release() {
   Free(minLeftDevice_);
   Free(sampleIndexDevice_);
 #ifdef CHORUS_WITH_CUDA
-  for (auto& [rows, graph] : graphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+  DropGraphs();
   for (auto& slot : events_) {
     for (void* event : slot) {
       if (event != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event));
@@ -836,8 +843,7 @@ void SlotDecoder::LaunchGraph(int rows, void* const* events) {
   }
   if (group_ != nullptr && graphEpoch_ != group_->epoch()) {
     // The group was aborted and its communicator made anew since these graphs were captured.
-    for (auto& [captured, graph] : graphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
-    graphs_.clear();
+    DropGraphs();
     graphEpoch_ = group_->epoch();
   }
   auto found = graphs_.find(rows);

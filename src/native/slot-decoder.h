@@ -209,6 +209,9 @@ class SlotDecoder {
   // Gives back the session, the cache, the buffers and the stream (the destructor's work, and a failed
   // load's).
   void Release();
+  // Destroys the captured steps. NCCL's communicators are not destroyed while a graph that captured
+  // their collectives lives (ncclCommDestroy waits for every one), so a split decoder's go first.
+  void DropGraphs();
   // Rank 0 at the start of a public call: whether the call is to run on every rank (OnRanks).
   bool Fans() const { return ranks_ != nullptr && !fanned_; }
   // Runs call(d) for every rank's decoder d at once (rank 0's on this thread), each with its own

@@ -38,3 +38,31 @@ test('a model definition with tensor_parallel: 2 builds split, loads its instanc
   await assert.rejects(store.model('typescript'), /model typescript failed to load: tensor_parallel 2 writes the slot and paged decoders the native engine runs/);
   await store.close();
 });
+
+test('paged_cache in a model definition picks the native engine cache; without the native engine it is refused', { skip: addon === undefined ? `the native addon: ${reason}` : false }, async () => {
+  const dir = scratchDir('chorus-paged-repository-');
+  mkdirSync(join(dir, 'models'));
+  makeCheckpoint({ arch: 'llama', size: 'tiny', seed: 4, out: join(dir, 'ckpt') });
+  const model = (extra: string): string => `engine: generate\nsource: ./ckpt\nmax_batch_size: 2\nmax_sequence_length: 64\n${extra}\n`;
+  writeFileSync(join(dir, 'models', 'paged.yaml'), model('native_engine: true\npaged_cache: true'));
+  writeFileSync(join(dir, 'models', 'slots.yaml'), model('native_engine: true\npaged_cache: false'));
+  writeFileSync(join(dir, 'models', 'typescript.yaml'), model('native_engine: false\npaged_cache: true'));
+  writeFileSync(join(dir, 'models', 'wrong.yaml'), model('native_engine: true\npaged_cache: sometimes'));
+  const { repository, diagnostics } = loadRepository(dir);
+  const errors = diagnostics.filter((d) => d.severity === 'error');
+  assert.equal(errors.length, 1, JSON.stringify(errors));
+  assert.match(errors[0]!.message, /paged_cache/);
+  const logs: string[] = [];
+  const store = new ModelStore(repository, { log: (line) => logs.push(line) });
+  const ids = async (name: string): Promise<number[]> => {
+    const m = await store.model(name);
+    if (m.engine !== 'generate') throw new Error(`${name} is not a generate model`);
+    const events = await lastValueFrom(m.generator.submit({ inputIds: [5, 6, 7, 8], params: { temperature: 0, request_output_len: 12 } }).pipe(toArray()));
+    return events.map((e) => e.token);
+  };
+  assert.deepEqual(await ids('paged'), await ids('slots'));
+  assert.ok(logs.some((line) => /^model paged: paged cache: \d+ tokens in \d+ blocks/.test(line)), logs.join('\n'));
+  assert.ok(!logs.some((line) => /^model slots: paged cache/.test(line)), logs.join('\n'));
+  await assert.rejects(store.model('typescript'), /model typescript failed to load: .*paged_cache is the native engine's/);
+  await store.close();
+});
