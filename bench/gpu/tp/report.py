@@ -1,5 +1,6 @@
 """The tensor-parallel benchmark's table and its one results file, from what run.sh's phases wrote.
-Usage: python3 bench/gpu/tp/report.py <results-dir> <checkpoint>
+Usage: python3 bench/gpu/tp/report.py <results-dir> <checkpoint>   (REPORT_GPUS="<name>, <memory>;..." where
+nvidia-smi is not there)
 Writes <results-dir>/tp-llama-2-13b.json and bench/results/tp-llama-2-13b-<date>-<gpu>.json.
 """
 import datetime
@@ -60,7 +61,8 @@ def main():
     try:
         gpus = subprocess.check_output(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"], text=True).strip().split("\n")
     except (OSError, subprocess.CalledProcessError):
-        gpus = ["no GPU"]
+        # Reporting elsewhere than on the GPU host: its GPUs as nvidia-smi named them there, one per ';'.
+        gpus = os.environ["REPORT_GPUS"].split(";") if os.environ.get("REPORT_GPUS") else ["no GPU"]
     phases = [line.split("\t") for line in open(os.path.join(results, "tp-phases.tsv")).read().strip().split("\n")[1:]]
     speed = []
     for batch, target in [(1, 1.6), (64, 1.5)]:
@@ -98,7 +100,7 @@ def main():
     }
     out = os.path.join(results, "tp-llama-2-13b.json")
     json.dump(report, open(out, "w"), indent=2)
-    gpu = re.sub(r"[^a-z0-9]+", "", gpus[0].split(",")[0].lower().replace("nvidia", ""))
+    gpu = re.sub(r"[^a-z0-9]+", "", (gpus[0].split(",")[0].lower().replace("nvidia", "").split() or ["gpu"])[0])
     dated = os.path.join("bench", "results", f"tp-llama-2-13b-{report['date']}-{gpu}x{len(gpus)}.json")
     json.dump({k: v for k, v in report.items() if k != "runs"}, open(dated, "w"), indent=2)
 

@@ -78,8 +78,9 @@ if [ "$STAGE" = measure ] || [ "$STAGE" = all ]; then
   phase chorus-tp1 400 bash -c "chorus $WORK/tp1 1 tp1"
   phase chorus-tp2 400 bash -c "chorus $WORK/tp2 2 tp2 TP_REFERENCE=$RESULTS/tp1.json"
   phase chorus-tp2-slots 400 bash -c "chorus $WORK/tp2 2 tp2-slots TP_PAGED=false TP_REFERENCE=$RESULTS/tp1.json"
-  # stories260K's context is 512: prompts of 16, 480 ids.
-  small="TP_DTYPE=fp32 TP_BATCHES=1 TP_NEW=64"
+  # fp32: TP=1 over the paged cache too, so that only the split differs (TP=1's slot decoder runs fp32
+  # attention on the CPU); stories260K's context is 512: prompts of 16, 480 ids.
+  small="TP_DTYPE=fp32 TP_BATCHES=1 TP_NEW=64 TP_PAGED=true"
   phase small-fp32 300 bash -c "chorus $WORK/small-tp1 1 small-tp1 $small && chorus $WORK/small-tp2 2 small-tp2 $small TP_REFERENCE=$RESULTS/small-tp1.json &&
     chorus $WORK/stories-tp1 1 stories-tp1 $small TP_PROMPT=16 TP_IDS=480 && chorus $WORK/stories-tp2 2 stories-tp2 $small TP_PROMPT=16 TP_IDS=480 TP_REFERENCE=$RESULTS/stories-tp1.json"
   phase transformers 420 python3 bench/gpu/tp/hf.py "$CKPT" "$RESULTS/hf.json"
