@@ -603,8 +603,13 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
   Napi::Value Close(const Napi::CallbackInfo& info) {
     if (busy_ > 0) throw Napi::Error::New(info.Env(), "the slot decoder has a step in flight; await it before close()");
     if (core_) throw Napi::Error::New(info.Env(), "the slot decoder's continuous core is running; await stopCore() before close()");
-    decoder_.reset();
-    return info.Env().Undefined();
+    // Given back on a worker thread, so the event loop goes on meanwhile (a large model's memory takes a
+    // moment to free; a split model's ranks close theirs at once, each on its own thread).
+    auto doomed = std::make_shared<std::unique_ptr<SlotDecoder>>(std::move(decoder_));
+    auto* task = new Task(info.Env(), busy_, [doomed] { doomed->reset(); }, nullptr);
+    Napi::Promise promise = task->Promise();
+    task->Queue();
+    return promise;
   }
 
   Napi::Value CacheBytes(const Napi::CallbackInfo& info) {

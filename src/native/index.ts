@@ -227,7 +227,8 @@ export interface NativeSlotDecoder {
   setBlockTable(table: Int32Array): void;
   /** Paged: copies whole blocks, destinations[i] <- sources[i], in every layer; no destination may be a source. */
   copyBlocks(sources: Int32Array, destinations: Int32Array): Promise<void>;
-  close(): void;
+  /** Gives back the sessions, cache and ranks (on a worker thread); no step may be in flight. */
+  close(): Promise<void>;
   readonly cacheBytes: number;
   /** Paged: the pool's blocks (0 otherwise). */
   readonly cacheBlocks: number;

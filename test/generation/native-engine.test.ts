@@ -267,7 +267,7 @@ describe('the native SlotDecoder', { skip }, () => {
     await assert.rejects(beams([group], [4, 5]), /at different positions/);
     await assert.rejects(beams([group, { ...group, width: 1, scores: Float64Array.from([0]) }]), /overlap at row 0/);
     assert.throws(() => beams([{ ...group, scores: [0, 1] as unknown as NativeBeamGroup['scores'] }]), /groups\[0\].scores must be a Float64Array/);
-    decoder.close();
+    await decoder.close();
     assert.throws(() => decoder.decode(Int32Array.from([1]), Int32Array.from([3]), new Int32Array(0)), /not loaded/);
   });
 
@@ -292,7 +292,7 @@ describe('the native SlotDecoder', { skip }, () => {
     await decoder.prefill(0, Int32Array.from([5, 6, 7]), new Int32Array(0));
     const alone = await decoder.decodeGreedy(first.argmax.subarray(0, 1), Int32Array.from([3]), Int32Array.from([9]), new Int32Array(0), 12);
     assert.deepEqual([...alone.tokens], seen.map(([, ids]) => ids[0]));
-    decoder.close();
+    await decoder.close();
   });
 
   test('hands each beam step\'s continuations and parents to onStep as the run goes, the same as the run returns', async () => {
@@ -318,7 +318,7 @@ describe('the native SlotDecoder', { skip }, () => {
     assert.deepEqual(seen, expected);
     // Each beam's continuations are 2 x width ids.
     assert.ok(seen.every(({ tops }) => tops.every((ids) => ids.length === 4)));
-    decoder.close();
+    await decoder.close();
   });
 });
 

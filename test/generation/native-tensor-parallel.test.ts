@@ -91,7 +91,7 @@ describe('an interrupt of a split decoder', { skip }, () => {
     await decoder.prefill(0, Int32Array.from([5, 6, 7]), new Int32Array(0));
     const run = await decoder.decodeGreedy(first.argmax, Int32Array.from([3]), Int32Array.from([10]), new Int32Array(0), 10);
     assert.equal(run.steps, 10);
-    decoder.close();
+    await decoder.close();
   });
 });
 
@@ -102,6 +102,6 @@ describe('a rank that fails', { skip }, () => {
     const decoder = new addon!.SlotDecoder(options);
     await decoder.load();
     for (let call = 0; call < 2; call++) await assert.rejects(decoder.prefill(0, Int32Array.from([5, 6, 7]), new Int32Array(0)), /^Error: tensor-parallel rank 1 failed: /);
-    decoder.close();
+    await decoder.close();
   });
 });

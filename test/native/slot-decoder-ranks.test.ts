@@ -50,8 +50,8 @@ describe('a SlotDecoder with ranks', { skip }, () => {
     };
     const [p, q] = await Promise.all([beams(one), beams(group)]);
     assert.deepEqual(q, p);
-    one.close();
-    group.close();
+    await one.close();
+    await group.close();
   });
 
   test('an interrupt that rank 0 takes stops every rank after the same step', async () => {
@@ -66,7 +66,7 @@ describe('a SlotDecoder with ranks', { skip }, () => {
     // Every rank stopped where rank 0 did: the next call runs them in step again.
     const again = await group.decodeGreedy(first.argmax, Int32Array.from([3]), Int32Array.from([4]), new Int32Array(0), 4);
     assert.equal(again.steps, 4);
-    group.close();
+    await group.close();
   });
 
   test('a rank that fails gives the caller its error, named with its rank, and the group goes on', async () => {
@@ -77,6 +77,6 @@ describe('a SlotDecoder with ranks', { skip }, () => {
     await group.load();
     await assert.rejects(group.prefill(0, Int32Array.from([5, 6, 7]), new Int32Array(0)), /^Error: tensor-parallel rank 1 failed: .*total_sequence_length/);
     await assert.rejects(group.prefill(0, Int32Array.from([5, 6, 7]), new Int32Array(0)), /tensor-parallel rank 1 failed/);
-    group.close();
+    await group.close();
   });
 });

@@ -169,6 +169,15 @@ try {
   }
 } finally {
   save();
-  await store.close();
+  // A close that does not end (the split model's communicators waiting on its ranks) is recorded, and
+  // the run ends anyway: its figures are written.
+  const CLOSE_SECONDS = 60;
+  const closed = await Promise.race([store.close().then(() => true), new Promise<false>((resolve) => setTimeout(() => resolve(false), CLOSE_SECONDS * 1000).unref())]);
+  if (!closed) {
+    results.close_hung = `the model did not close within ${CLOSE_SECONDS} s`;
+    console.log(`${name}: ${String(results.close_hung)}`);
+    save();
+    process.exit(3);
+  }
 }
 process.exit(0);

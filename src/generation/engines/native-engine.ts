@@ -391,7 +391,7 @@ export class NativeEngine implements Engine {
     await this.loop.idle();
     if (this.open) countNativeSession(false);
     this.open = false;
-    this.decoder.close();
+    await this.decoder.close();
   }
 
   private async run(): Promise<void> {
