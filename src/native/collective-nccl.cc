@@ -6,6 +6,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -128,17 +129,22 @@ class NcclCommunicator : public Communicator {
     aborted_ = reason.empty() ? "the tensor-parallel group was aborted" : reason;
     // Kernels waiting for a rank that will not come end, and the ranks' waits on their streams return.
     // ncclCommAbort raises each communicator's abort flag at once, but the last one then waits until
-    // every CUDA graph that captured their collectives is destroyed (which the ranks do after the
-    // failed call, or as they close), so the aborts run on a thread of their own.
+    // every CUDA graph that captured their collectives is destroyed (which the ranks do at their next
+    // captured step, or as they close), so the aborts run on a thread of their own.
     std::vector<ncclComm_t> doomed;
     for (ncclComm_t& comm : comms_) {
       if (comm != nullptr) doomed.push_back(comm);
       comm = nullptr;
     }
     const Nccl* nccl = &nccl_;
-    std::thread([nccl, doomed] {
+    try {
+      std::thread([nccl, doomed] {
+        for (ncclComm_t comm : doomed) nccl->commAbort(comm);
+      }).detach();
+    } catch (const std::system_error&) {
+      // No thread to be had: the flags still go up here, and the last abort may wait for the graphs.
       for (ncclComm_t comm : doomed) nccl->commAbort(comm);
-    }).detach();
+    }
   }
 
   std::string aborted() const override {

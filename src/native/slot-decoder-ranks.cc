@@ -60,6 +60,12 @@ std::vector<size_t> SlotDecoder::rankCacheBytes() const {
 
 void SlotDecoder::CloseRanks() {
   if (!ranks_) return;
+  // A load that failed making the group (NCCL missing, say) has no ranks to close.
+  if (!ranks_->group) {
+    ranks_.reset();
+    group_ = nullptr;
+    return;
+  }
   // Each follower closes on its own thread; where a rank is stuck (the group broken) they are left.
   try {
     // Every rank's captured steps go before the communicators they captured (with the group below).
@@ -73,9 +79,12 @@ void SlotDecoder::CloseRanks() {
         },
         false);
   } catch (const std::exception&) {
+    // A broken group: its stuck ranks are left to the process (their graphs with them); rank 0's own go.
+    DropGraphs();
     for (auto& follower : ranks_->followers) follower.release();
   }
   ranks_.reset();
+  group_ = nullptr;
 }
 
 bool SlotDecoder::AgreedStop() {

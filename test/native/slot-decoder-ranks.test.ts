@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { before, describe, test } from 'node:test';
 import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
@@ -78,5 +79,23 @@ describe('a SlotDecoder with ranks', { skip }, () => {
     await assert.rejects(group.prefill(0, Int32Array.from([5, 6, 7]), new Int32Array(0)), /^Error: tensor-parallel rank 1 failed: .*total_sequence_length/);
     await assert.rejects(group.prefill(0, Int32Array.from([5, 6, 7]), new Int32Array(0)), /tensor-parallel rank 1 failed/);
     await group.close();
+  });
+
+  test('GPU ranks whose communicator cannot be made fail the load with why, and the process goes on', () => {
+    // In a process of its own: NCCL's library is looked for once per process, and a crash must not take
+    // the test runner with it.
+    const script = `
+      const { loadNative } = await import(${JSON.stringify(join(import.meta.dirname, '../../src/native/index.ts'))});
+      const options = JSON.parse(process.argv[1]);
+      try {
+        await new (loadNative().addon.SlotDecoder)(options).load();
+        console.log('loaded');
+      } catch (error) {
+        console.log('refused: ' + error.message);
+      }`;
+    const options = { ...decoderOptions(dir), provider: 'cuda', rankModels: [decoderOptions(dir).model], rankDevices: [1] };
+    const out = execFileSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script, JSON.stringify(options)], { encoding: 'utf8', env: { ...process.env, CHORUS_NCCL_LIBRARY: join(root, 'no-libnccl.so.2') } });
+    // With CUDA in the build: NCCL's library is missing; without: the build has no CUDA.
+    assert.match(out, /^refused: .*(needs NCCL, and .*no-libnccl\.so\.2 could not be loaded|no CUDA)/m, out);
   });
 });
