@@ -47,6 +47,8 @@ export class HfTokenizerAdapter implements Tokenizer {
   readonly chatTemplate: string | undefined;
   private readonly tokenizer: HfTokenizer;
   private readonly cleanUpSpaces: boolean;
+  /** Byte-level BPE (GPT-2, Llama 3, Qwen): each id's bytes. */
+  readonly tokenBytes?: (id: number) => Uint8Array;
 
   constructor(tokenizerJson: object, options: HfTokenizerOptions = {}) {
     const config = options.config ?? {};
@@ -86,6 +88,31 @@ export class HfTokenizerAdapter implements Tokenizer {
       added,
     );
     this.chatTemplate = options.chatTemplate ?? defaultChatTemplate(config.chat_template);
+
+    // A byte-level BPE's decode is the UTF-8 text of its tokens' bytes (each character one byte of
+    // GPT-2's table), its added tokens written as their text: streaming needs no decode at each id.
+    // (decode turns the bytes before an added token to text on their own; a streaming UTF-8 decoder
+    // gives the same text, since an added token's text is whole characters.)
+    const json = tokenizerJson as { model?: { type?: unknown; merges?: unknown }; decoder?: { type?: unknown } | null };
+    // Older files leave the model's type out; a BPE is the one with merges.
+    const bpe = json.model?.type === 'BPE' || (json.model?.type === undefined && json.model?.merges !== undefined);
+    if (bpe && json.decoder?.type === 'ByteLevel' && !this.cleanUpSpaces) {
+      const addedIds = new Map<string, number>();
+      for (const [id, token] of this.tokenizer.get_added_tokens_decoder()) addedIds.set(token.content, id);
+      const bytes: Array<Uint8Array | undefined> = [];
+      const utf8 = new TextEncoder();
+      const added: Array<boolean | undefined> = [];
+      const isAdded = (id: number): boolean => (added[id] ??= addedIds.has(this.tokenizer.id_to_token(id) ?? '\u0000'));
+      this.tokenBytes = (id: number): Uint8Array => {
+        let known = bytes[id];
+        if (known === undefined) {
+          checkIds([id], this.vocabSize);
+          const token = this.tokenizer.id_to_token(id) ?? '';
+          known = bytes[id] = isAdded(id) ? utf8.encode(token) : Uint8Array.from([...token], (c) => UNICODE_TO_BYTE.get(c) ?? 0);
+        }
+        return known;
+      };
+    }
   }
 
   encode(text: string, options: EncodeOptions = {}): number[] {
@@ -101,6 +128,17 @@ export class HfTokenizerAdapter implements Tokenizer {
     });
   }
 }
+
+/** GPT-2's byte-level table, read backwards: the character that stands for each byte, to the byte. */
+const UNICODE_TO_BYTE = (() => {
+  const map = new Map<string, number>();
+  let next = 256;
+  for (let byte = 0; byte < 256; byte++) {
+    const printable = (byte >= 0x21 && byte <= 0x7e) || (byte >= 0xa1 && byte <= 0xac) || (byte >= 0xae && byte <= 0xff);
+    map.set(String.fromCodePoint(printable ? byte : next++), byte);
+  }
+  return map;
+})();
 
 function tokenText(value: unknown): string | undefined {
   if (typeof value === 'string') return value;

@@ -22,6 +22,8 @@ export class SentencePieceAdapter implements Tokenizer {
   readonly chatTemplate: string | undefined;
   private readonly addBos: boolean;
   private readonly addEos: boolean;
+  /** pieceText's answers so far (null: none). */
+  private readonly pieceTexts: Array<string | null | undefined> = [];
 
   private constructor(
     private readonly processor: SentencePieceProcessor,
@@ -72,6 +74,16 @@ export class SentencePieceAdapter implements Tokenizer {
       if (this.addEos && this.specialTokens.eos !== undefined) ids.push(this.specialTokens.eos);
     }
     return ids;
+  }
+
+  /** A normal piece's text ("▁" as a space); other pieces' texts depend on their neighbours. */
+  pieceText(id: number): string | undefined {
+    let text = this.pieceTexts[id];
+    if (text === undefined && id >= 0 && id < this.pieces.length) {
+      const piece = this.pieces[id]!;
+      text = this.pieceTexts[id] = piece.type === PieceType.NORMAL && !this.specialTokens.all.has(id) ? piece.piece.replaceAll('▁', ' ') : null;
+    }
+    return text ?? undefined;
   }
 
   /**

@@ -11,7 +11,9 @@
  *
  * A byte-level tokenizer (one with `tokenBytes`: tiktoken's) needs no window: its ids' bytes go through
  * a streaming UTF-8 decoder, which gives the same text as decoding them all at once, with no decode
- * of the ids at each push.
+ * of the ids at each push. A tokenizer with `pieceText` (SentencePiece's) skips the decode where it
+ * can: once the window holds visible text and nothing is held back, ids whose text is always the same
+ * add just that text; the others (byte pieces, special ids) take the decode.
  */
 import type { Tokenizer } from './tokenizer.ts';
 
@@ -54,6 +56,10 @@ export class StreamDecoder {
   private readonly bytes: ((id: number) => Uint8Array) | undefined;
   private readonly utf8 = new TextDecoder('utf-8');
   private holding = false;
+  /** A tokenizer's fixed text of an id, where it has one (`Tokenizer.pieceText`). */
+  private readonly pieceText: ((id: number) => string | undefined) | undefined;
+  /** Whether the window's text has a visible character (known without decoding it), else undefined. */
+  private windowVisible: boolean | undefined;
 
   constructor(
     private readonly tokenizer: Tokenizer,
@@ -65,11 +71,15 @@ export class StreamDecoder {
     this.readOffset = this.ids.length;
     this.skipSpecialTokens = options.skipSpecialTokens ?? false;
     this.bytes = tokenizer.tokenBytes?.bind(tokenizer);
+    this.pieceText = tokenizer.pieceText?.bind(tokenizer);
   }
 
   /** Adds ids; returns the text they complete (possibly ''). */
   push(...ids: number[]): string {
     if (this.bytes !== undefined) return this.pushBytes(ids);
+    const pieces = this.pushPieces(ids);
+    if (pieces !== undefined) return pieces;
+    this.windowVisible = undefined;
     this.ids.push(...ids);
     const before = (this.windowText ??= this.decode(this.prefixOffset, this.readOffset));
     const after = this.decode(this.prefixOffset, this.ids.length);
@@ -85,6 +95,33 @@ export class StreamDecoder {
     } else this.windowText = after;
     this.readOffset = this.ids.length;
     return after.slice(before.length);
+  }
+
+  /**
+   * Ids that each add their fixed text, after a window of visible text with nothing held back: that text,
+   * the window moving up as push does. Undefined (nothing done) where push must decode.
+   */
+  private pushPieces(ids: readonly number[]): string | undefined {
+    if (this.pieceText === undefined || this.readOffset !== this.ids.length || this.prefixOffset === this.readOffset) return undefined;
+    let text = '';
+    for (const id of ids) {
+      if (this.skipSpecialTokens && this.tokenizer.specialTokens.all.has(id)) return undefined;
+      const piece = this.pieceText(id);
+      if (piece === undefined) return undefined;
+      text += piece;
+    }
+    this.windowVisible ??= /\S/u.test((this.windowText ??= this.decode(this.prefixOffset, this.readOffset)));
+    if (!this.windowVisible) return undefined;
+    if (this.readOffset - this.prefixOffset >= WINDOW_IDS && /\S/u.test(text)) {
+      // The new ids open the next window; its text (decoded from its start) is left to the next decode.
+      this.prefixOffset = this.readOffset;
+      this.windowText = undefined;
+    } else if (this.windowText !== undefined) {
+      this.windowText += text;
+    }
+    this.ids.push(...ids);
+    this.readOffset = this.ids.length;
+    return text;
   }
 
   /**

@@ -42,6 +42,12 @@ export interface Tokenizer {
    * Throws for an id `decode` refuses.
    */
   tokenBytes?(id: number): Uint8Array;
+  /**
+   * Tokenizers whose text is their pieces' texts one after another (SentencePiece's): the text an id
+   * adds after visible text, where that is always the same; undefined for ids whose text depends on
+   * their neighbours (byte pieces, special and unknown ids), which are decoded with them instead.
+   */
+  pieceText?(id: number): string | undefined;
 }
 
 /** Builds a `SpecialTokenIds`, keeping only ids that are set. */

@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { before, describe, test } from 'node:test';
 import fc from 'fast-check';
-import { StreamDecoder, type Tokenizer } from '../../src/tokenizers/index.ts';
+import { readFileSync } from 'node:fs';
+import { HfTokenizerAdapter, StreamDecoder, type Tokenizer } from '../../src/tokenizers/index.ts';
+import { TOKENIZERS } from '../helpers/paths.ts';
 import { corpus } from '../helpers/corpus.ts';
 import { realTokenizers, type RealTokenizers } from '../helpers/tokenizers.ts';
 
@@ -82,4 +84,89 @@ describe('StreamDecoder property: 1,000 random id sequences per adapter', () => 
       );
     });
   }
+});
+
+describe('StreamDecoder over SentencePiece pieces', () => {
+  for (const name of ['t5Spm', 'llamaSpm'] as const) {
+    test(`${name}: chunks of any size after any context join to decode(context + ids) past the context`, () => {
+      const tokenizer = t[name];
+      const special = [...tokenizer.specialTokens.all];
+      const id = fc.oneof(
+        { weight: 18, arbitrary: fc.integer({ min: 0, max: tokenizer.vocabSize - 1 }).filter((i) => !special.includes(i)) },
+        { weight: 1, arbitrary: fc.constantFrom(...special) },
+      );
+      fc.assert(
+        fc.property(fc.array(id, { maxLength: 8 }), fc.array(fc.array(id, { minLength: 1, maxLength: 4 }), { minLength: 1, maxLength: 40 }), fc.boolean(), (context, chunks, skip) => {
+          const decoder = new StreamDecoder(tokenizer, { context, skipSpecialTokens: skip });
+          const text = chunks.map((chunk) => decoder.push(...chunk)).join('') + decoder.flush();
+          const ids = chunks.flat();
+          // What the ids add to the context's text, as push's own window does it: decode from a window of
+          // the context's last 6 ids.
+          const window = context.slice(-6);
+          const before = tokenizer.decode(window, { skipSpecialTokens: skip });
+          const after = tokenizer.decode([...window, ...ids], { skipSpecialTokens: skip });
+          return window.length === 0 ? text === after : after.startsWith(before) ? text === after.slice(before.length) : true;
+        }),
+        { seed: 20261125, numRuns: 500 },
+      );
+    });
+
+    test(`${name}: ordinary pieces after visible text are not decoded again one by one`, () => {
+      let decodes = 0;
+      const tokenizer = t[name];
+      const counting: Tokenizer = Object.assign(Object.create(Object.getPrototypeOf(tokenizer) as object) as Tokenizer, tokenizer, {
+        decode: (ids: readonly number[], options?: { skipSpecialTokens?: boolean }) => {
+          decodes += 1;
+          return tokenizer.decode(ids, options);
+        },
+      });
+      const ids = tokenizer.encode(texts.find((text) => text.length > 400 && /^[\x20-\x7e\n]+$/.test(text))!, { addSpecialTokens: false });
+      assert.ok(ids.length > 100);
+      const decoder = new StreamDecoder(counting, { skipSpecialTokens: true });
+      const text = ids.map((i) => decoder.push(i)).join('') + decoder.flush();
+      assert.equal(text, tokenizer.decode(ids, { skipSpecialTokens: true }));
+      assert.ok(decodes < ids.length / 4, `${decodes} decodes for ${ids.length} ids`);
+    });
+  }
+});
+
+describe('StreamDecoder over a byte-level tokenizer.json with added tokens', () => {
+  // GPT-2's tokenizer.json with two added tokens, as Qwen's and Llama 3's files have them: one special,
+  // one not (decode writes both as their text, the bytes before them decoded on their own).
+  const json = JSON.parse(readFileSync(`${TOKENIZERS}/gpt2/tokenizer.json`, 'utf8')) as { added_tokens: object[]; model: { vocab: Record<string, number> } };
+  json.added_tokens.push({ id: 50257, content: '<think>', single_word: false, lstrip: false, rstrip: false, normalized: false, special: false });
+  json.added_tokens.push({ id: 50258, content: '<|im_end|>', single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+  json.model.vocab['<think>'] = 50257;
+  json.model.vocab['<|im_end|>'] = 50258;
+  const tokenizer = new HfTokenizerAdapter(json);
+
+  test('streams each id\'s bytes, added tokens as their text, as decode does', () => {
+    assert.ok(tokenizer.tokenBytes !== undefined);
+    assert.deepEqual([...tokenizer.tokenBytes(50257)], [...Buffer.from('<think>')]);
+    const ids = tokenizer.encode('Hi<think> 東京 😀<|im_end|>done');
+    assert.ok(ids.includes(50257) && ids.includes(50258), JSON.stringify(ids));
+    for (const skip of [true, false]) assert.equal(stream(tokenizer, ids, skip).join(''), tokenizer.decode(ids, { skipSpecialTokens: skip }));
+    // A character split by an added token: decode writes U+FFFD for its bytes before it, and so does the stream.
+    const emoji = tokenizer.encode('😀');
+    assert.ok(emoji.length > 1);
+    const split = [emoji[0]!, 50257, ...emoji.slice(1)];
+    for (const skip of [true, false]) assert.equal(stream(tokenizer, split, skip).join(''), tokenizer.decode(split, { skipSpecialTokens: skip }));
+  });
+
+  test('for any ids, every prefix of the deltas is a prefix of decode(ids), and all of them is decode(ids)', () => {
+    const id = fc.oneof({ weight: 8, arbitrary: fc.integer({ min: 0, max: 50256 }) }, { weight: 1, arbitrary: fc.constantFrom(50256, 50257, 50258) });
+    fc.assert(
+      fc.property(fc.array(id, { minLength: 1, maxLength: 40 }), fc.boolean(), (ids, skip) => {
+        const deltas = stream(tokenizer, ids, skip);
+        const full = tokenizer.decode(ids, { skipSpecialTokens: skip });
+        let joined = '';
+        for (const delta of deltas) {
+          joined += delta;
+          if (!full.startsWith(joined)) return false;
+        }
+        return joined === full;
+      }),
+      { seed: 20261125, numRuns: 1000 },
+    );
+  });
 });
