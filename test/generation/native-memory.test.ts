@@ -61,4 +61,16 @@ describe('the native engine\'s memory plan', () => {
     assert.equal(plan(dir, { free: 79 * GIB, total: 80 * GIB }, false), undefined);
     assert.equal(plan(modelDir(13.5 * GIB, false), { free: 79 * GIB, total: 80 * GIB }), undefined);
   });
+
+  test('auto takes the paged cache where the slot decoder\'s attention would run on the host (fp32 rotary on CUDA)', () => {
+    const dir = modelDir(1 * GIB, true);
+    const fits = { free: 79 * GIB, total: 80 * GIB };
+    const host = (pagedCache: boolean | 'auto', built = dir): PagedDecoderOptions | undefined =>
+      pagedPlan(() => fits, built, 'decoder_model_paged.onnx', 'decoder_model_slots.onnx', { provider: 'cuda', pagedCache, slotAttentionOnHost: true }, { ...shape, element: 4 }, 8, 1024, 0.9);
+    assert.equal(plan(dir, fits, 'auto', 8, 1024), undefined);
+    assert.notEqual(host('auto'), undefined);
+    // Slots asked for, or no paged decoder built: the slots.
+    assert.equal(host(false), undefined);
+    assert.equal(host('auto', modelDir(1 * GIB, false)), undefined);
+  });
 });

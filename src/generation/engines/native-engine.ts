@@ -272,12 +272,14 @@ export class NativeEngine implements Engine {
     const tp = layout.n;
     if (tp > 1) shape.kvHeads = layout.kvHeads;
     const ranks = tp === 1 ? undefined : { n: tp, devices: layout.devices, weights: (file: string) => Array.from({ length: tp }, (_, r) => rankWeightBytes(dir, tp, r, file)) };
-    const paging = seq2seq ? undefined : pagedPlan((device) => addon.gpuMemory(device), dir, PAGED_DECODER_MODEL, SLOT_DECODER_MODEL, options, shape, slots, slotLength, utilization, ranks);
-    const modelFile = paging === undefined ? SLOT_DECODER_MODEL : PAGED_DECODER_MODEL;
     // ONNX Runtime's GroupQueryAttention, the slot decoder's attention for rotary models, has CUDA kernels
-    // for fp16 and bf16 only: in fp32 it runs on the CPU, copying to and from the device in every step, which
-    // no CUDA graph may capture (an attempt can abort the process inside ONNX Runtime).
-    const hostAttention = options.provider === 'cuda' && info.dtype === 'fp32' && paging === undefined && spec.positions?.kind === 'rotary';
+    // for fp16 and bf16 only: in fp32 it runs on the CPU, copying to and from the device in every step,
+    // which no CUDA graph may capture (an attempt can abort the process inside ONNX Runtime).
+    const slotAttentionOnHost = options.provider === 'cuda' && info.dtype === 'fp32' && spec.positions?.kind === 'rotary';
+    const paging = seq2seq ? undefined : pagedPlan((device) => addon.gpuMemory(device), dir, PAGED_DECODER_MODEL, SLOT_DECODER_MODEL, { ...options, slotAttentionOnHost }, shape, slots, slotLength, utilization, ranks);
+    const modelFile = paging === undefined ? SLOT_DECODER_MODEL : PAGED_DECODER_MODEL;
+    // Slots asked for anyway (or no paged decoder built): graphs off, as the attention runs on the CPU.
+    const hostAttention = slotAttentionOnHost && paging === undefined;
     if (hostAttention && options.cudaGraph === true) {
       options.log?.('CUDA graphs off: the fp32 slot decoder runs GroupQueryAttention on the CPU (fp16, bf16 or the paged cache run on the GPU alone)');
     }

@@ -75,6 +75,11 @@ export function checkWeightsFit(weights: number, reserve: number, memory: { free
 /** The native engine's options that choose and size a paged cache. */
 export interface PagingOptions {
   provider?: 'cpu' | 'cuda';
+  /**
+   * The slot decoder's attention would run on the host (ONNX Runtime's GroupQueryAttention in fp32):
+   * 'auto' then takes the paged decoder where it is built, whose attention is the addon's on the GPU.
+   */
+  slotAttentionOnHost?: boolean;
   deviceId?: number;
   pagedCache?: boolean | 'auto';
   blockSize?: number;
@@ -100,8 +105,8 @@ export interface PlannedRanks {
 /**
  * Whether the engine pages its cache, and how: on CUDA the weights (and the activations' reserve)
  * must fit what the GPU has (with `ranks`, each rank's share on its own GPU), else it fails saying so;
- * 'auto' pages there when `slots` whole slots would not fit beside them. Undefined: a cache of whole
- * slots.
+ * 'auto' pages there when `slots` whole slots would not fit beside them, for a split model, and where
+ * the slot decoder's attention would run on the host. Undefined: a cache of whole slots.
  */
 export function pagedPlan(
   gpuMemory: (device: number) => { free: number; total: number },
@@ -142,7 +147,7 @@ export function pagedPlan(
     // A split model takes the paged decoder where it is built: its PagedAttention is the addon's own on
     // every rank, where the slot decoder's GroupQueryAttention was seen failing on the ranks past GPU 0
     // (ONNX Runtime's XQA kernel, set up for one device per process; slot-decoder.cc keeps it to one).
-    if (!paging || (wanted === 'auto' && slotsFit && ranks === undefined)) return undefined;
+    if (!paging || (wanted === 'auto' && slotsFit && ranks === undefined && options.slotAttentionOnHost !== true)) return undefined;
   } else if (wanted !== true) {
     return undefined;
   }
