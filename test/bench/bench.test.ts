@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, test } from 'node:test';
-import { percentile, summarize, type BenchResult, type RequestRecord } from '../../src/bench/index.ts';
+import { percentile, summarize, timedRequest, type BenchResult, type RequestRecord } from '../../src/bench/index.ts';
 import { ROOT, STORIES } from '../helpers/paths.ts';
 import { startServer, type TestServer } from '../helpers/server.ts';
 import { scratchDir } from '../helpers/scratch.ts';
@@ -151,4 +152,28 @@ test('bench plot draws several results files as one chart', async () => {
   const svg = readFileSync(join(work, 'both.svg'), 'utf8');
   assert.ok(svg.includes('>openai<') && svg.includes('>kserve<'));
   await assert.rejects(chorus('bench', 'plot', join(work, 'prompts.txt')), /not a results file of chorus bench/);
+});
+
+test('a request with no answer within its limit, and a refused connection, are records with their cause', async () => {
+  // A server that takes the connection and never answers.
+  const sockets: Socket[] = [];
+  const silent = createServer((socket) => sockets.push(socket));
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  const port = (silent.address() as AddressInfo).port;
+  const target = { pipeline: 'stories', protocol: 'openai' as const, stream: true, timeoutS: 0.5 };
+  const quiet = await timedRequest({ ...target, url: `http://127.0.0.1:${port}` }, 'Once', { max_tokens: 4 }, 0, 0, performance.now());
+  assert.equal(quiet.ok, false);
+  assert.equal(quiet.status, 0);
+  assert.equal(quiet.error, 'no answer within 0.5 s');
+  for (const socket of sockets) socket.destroy();
+  await new Promise<void>((resolve) => silent.close(() => resolve()));
+  // The port is free now: the connection is refused.
+  const refused = await timedRequest({ ...target, url: `http://127.0.0.1:${port}` }, 'Once', { max_tokens: 4 }, 1, 0, performance.now());
+  assert.equal(refused.ok, false);
+  assert.match(refused.error ?? '', /ECONNREFUSED/);
+  // And a served request streams as before.
+  const ok = await timedRequest({ ...target, url: server.url, timeoutS: 30 }, 'Once', { max_tokens: 8, min_tokens: 8 }, 2, 0, performance.now());
+  assert.equal(ok.ok, true, ok.error);
+  assert.equal(ok.outputTokens, 8);
+  assert.ok(ok.ttftMs !== undefined && ok.itlMs.length > 0);
 });
