@@ -191,7 +191,7 @@ const agents = { http: new http.Agent({ keepAlive: true }), https: new https.Age
 
 /** POSTs `body` to `url`; resolves with the response once its head has come. */
 function post(url: string, head: Record<string, string>, body: string, signal: AbortSignal): Promise<http.IncomingMessage> {
-  const secure = url.startsWith('https:');
+  const secure = new URL(url).protocol === 'https:';
   return new Promise((resolve, reject) => {
     const request = (secure ? https : http).request(url, { method: 'POST', headers: { ...head, 'content-length': String(Buffer.byteLength(body)) }, agent: secure ? agents.https : agents.http, signal }, resolve);
     request.once('error', reject);

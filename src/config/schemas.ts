@@ -172,7 +172,7 @@ export const ModelDefinition = Type.Object(
       Type.Unsafe<boolean | 'auto'>({
         enum: [true, false, 'auto'],
         description:
-          'The native engine, decoder-only models built with the paged decoder: hold the cache in blocks that requests take as they grow (true), or in whole slots of max_sequence_length (false). auto (the default) takes the slots when max_batch_size whole slots fit beside the weights, the blocks otherwise, and the blocks for a tensor_parallel model.',
+          'The native engine, decoder-only models built with the paged decoder: hold the cache in blocks that requests take as they grow (true), or in whole slots of max_sequence_length (false). auto (the default) takes the slots when max_batch_size whole slots fit beside the weights, the blocks otherwise, and the blocks for a tensor_parallel model and, on GPUs, for an fp32 model with rotary positions (whose slot attention would run on the CPU). The continuous core runs a cache of slots only.',
       }),
     ),
     gpu_memory_utilization: Type.Optional(

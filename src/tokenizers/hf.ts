@@ -93,10 +93,16 @@ export class HfTokenizerAdapter implements Tokenizer {
     // GPT-2's table), its added tokens written as their text: streaming needs no decode at each id.
     // (decode turns the bytes before an added token to text on their own; a streaming UTF-8 decoder
     // gives the same text, since an added token's text is whole characters.)
-    const json = tokenizerJson as { model?: { type?: unknown; merges?: unknown }; decoder?: { type?: unknown } | null };
+    const json = tokenizerJson as { model?: { type?: unknown; merges?: unknown; end_of_word_suffix?: unknown }; decoder?: { type?: unknown } | null };
     // Older files leave the model's type out; a BPE is the one with merges.
     const bpe = json.model?.type === 'BPE' || (json.model?.type === undefined && json.model?.merges !== undefined);
-    if (bpe && json.decoder?.type === 'ByteLevel' && !this.cleanUpSpaces) {
+    // A stream skips the ids of specialTokens.all; decode skips the library's own special tokens: the
+    // two must be one set (a pad token named in the config that is a plain token, an added token the
+    // config lists as special, are not).
+    const librarySpecial = new Set((this.tokenizer as unknown as { all_special_ids?: number[] }).all_special_ids ?? []);
+    const sameSpecial = librarySpecial.size === this.specialTokens.all.size && [...librarySpecial].every((id) => this.specialTokens.all.has(id));
+    const suffix = json.model?.end_of_word_suffix;
+    if (bpe && json.decoder?.type === 'ByteLevel' && (suffix === undefined || suffix === null || suffix === '') && sameSpecial && !this.cleanUpSpaces) {
       const addedIds = new Map<string, number>();
       for (const [id, token] of this.tokenizer.get_added_tokens_decoder()) addedIds.set(token.content, id);
       const bytes: Array<Uint8Array | undefined> = [];

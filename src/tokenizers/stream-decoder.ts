@@ -54,7 +54,8 @@ export class StreamDecoder {
   private windowText: string | undefined;
   /** A byte-level tokenizer's bytes of an id, and the UTF-8 decoder they stream through. */
   private readonly bytes: ((id: number) => Uint8Array) | undefined;
-  private readonly utf8 = new TextDecoder('utf-8');
+  // A U+FEFF is text like any other (decode keeps it), wherever the non-ASCII bytes start.
+  private readonly utf8 = new TextDecoder('utf-8', { ignoreBOM: true });
   private holding = false;
   /** A tokenizer's fixed text of an id, where it has one (`Tokenizer.pieceText`). */
   private readonly pieceText: ((id: number) => string | undefined) | undefined;
@@ -110,7 +111,7 @@ export class StreamDecoder {
       if (piece === undefined) return undefined;
       text += piece;
     }
-    this.windowVisible ??= /\S/u.test((this.windowText ??= this.decode(this.prefixOffset, this.readOffset)));
+    this.windowVisible ??= this.visibleRun();
     if (!this.windowVisible) return undefined;
     if (this.readOffset - this.prefixOffset >= WINDOW_IDS && /\S/u.test(text)) {
       // The new ids open the next window; its text (decoded from its start) is left to the next decode.
@@ -122,6 +123,25 @@ export class StreamDecoder {
     this.ids.push(...ids);
     this.readOffset = this.ids.length;
     return text;
+  }
+
+  /**
+   * Whether the window ends in visible text of its own run: `decode` writes a special id as its piece
+   * and decodes the ids after it as a new run (whose leading spaces SentencePiece may drop), so the
+   * text that counts is that after the window's last written special id.
+   */
+  private visibleRun(): boolean {
+    let start = this.prefixOffset;
+    if (!this.skipSpecialTokens) {
+      for (let i = this.readOffset - 1; i >= this.prefixOffset; i--) {
+        if (this.tokenizer.specialTokens.all.has(this.ids[i]!)) {
+          start = i + 1;
+          break;
+        }
+      }
+    }
+    if (start === this.prefixOffset) return /\S/u.test((this.windowText ??= this.decode(this.prefixOffset, this.readOffset)));
+    return start < this.readOffset && /\S/u.test(this.decode(start, this.readOffset));
   }
 
   /**

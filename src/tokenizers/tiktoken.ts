@@ -49,7 +49,8 @@ export class TiktokenAdapter implements Tokenizer {
   readonly specialTokens: SpecialTokenIds;
   readonly chatTemplate: string | undefined;
   private readonly bpe: Tiktoken;
-  private readonly textDecoder = new TextDecoder('utf-8');
+  // tiktoken's text is its bytes' UTF-8: a U+FEFF at the start is kept, as anywhere else.
+  private readonly textDecoder = new TextDecoder('utf-8', { ignoreBOM: true });
   private readonly ordinaryCount: number;
   /** Each id's bytes, once asked for. */
   private readonly bytes: Array<Uint8Array | undefined> = [];

@@ -170,3 +170,31 @@ describe('StreamDecoder over a byte-level tokenizer.json with added tokens', () 
     );
   });
 });
+
+describe('StreamDecoder edge cases', () => {
+  test('a written special id starts a new run: the pieces after it stream as decode writes them', () => {
+    // T5's SentencePiece drops a run's leading space-only pieces: "</s>", "▁", "▁bar" decode to "</s> bar".
+    const ids = [1, 3, 1207];
+    assert.equal(t.t5Spm.decode(ids), '</s> bar');
+    assert.equal(stream(t.t5Spm, ids, false).join(''), '</s> bar');
+  });
+
+  test('a U+FEFF in the text streams as decode keeps it', () => {
+    for (const tokenizer of [t.gpt2Json, t.gpt2Tiktoken]) {
+      for (const text of ['Hi\uFEFFthere', '\uFEFFthere']) {
+        const ids = tokenizer.encode(text);
+        assert.equal(tokenizer.decode(ids), text);
+        assert.equal(stream(tokenizer, ids, false).join(''), text);
+      }
+    }
+  });
+
+  test('a tokenizer.json whose special tokens are not the library\'s streams through decode', () => {
+    // A pad token that is a plain token: decode keeps it where the stream's skip would drop it.
+    const json = JSON.parse(readFileSync(`${TOKENIZERS}/gpt2/tokenizer.json`, 'utf8')) as object;
+    const padded = new HfTokenizerAdapter(json, { config: { pad_token: '!' } });
+    assert.equal(padded.tokenBytes, undefined);
+    const ids = padded.encode('Hi! there');
+    assert.equal(stream(padded, ids, true).join(''), padded.decode(ids, { skipSpecialTokens: true }));
+  });
+});

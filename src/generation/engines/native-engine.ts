@@ -95,7 +95,8 @@ export interface NativeEngineOptions extends Partial<SchedulerLimits> {
    * Decoder-only models built with onnx/decoder_model_paged.onnx: the cache as a pool of blocks that
    * rows take as they grow (the addon's PagedAttention reads them through a block table), so that it
    * holds the tokens requests have rather than maxBatchSize x slotLength. true, false, or 'auto' (the
-   * default): paged on CUDA when the slots would not fit the GPU beside the weights.
+   * default): paged on CUDA when the slots would not fit the GPU beside the weights, for a split model,
+   * and for an fp32 rotary model (whose slot attention, GroupQueryAttention, would run on the CPU).
    */
   pagedCache?: boolean | 'auto';
   /** Paged: tokens per block. Default: 16. */
