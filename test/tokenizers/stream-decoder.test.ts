@@ -20,6 +20,17 @@ function stream(tokenizer: Tokenizer, ids: readonly number[], skipSpecialTokens:
   return deltas;
 }
 
+/** Whether every prefix of the deltas of `ids` is a prefix of decode(ids), and all of them is decode(ids). */
+function deltasMakeDecode(tokenizer: Tokenizer, ids: readonly number[], skip: boolean): boolean {
+  const full = tokenizer.decode(ids, { skipSpecialTokens: skip });
+  let joined = '';
+  for (const delta of stream(tokenizer, ids, skip)) {
+    joined += delta;
+    if (!full.startsWith(joined)) return false;
+  }
+  return joined === full;
+}
+
 const texts = corpus();
 
 describe('StreamDecoder over the corpus', () => {
@@ -70,16 +81,7 @@ describe('StreamDecoder property: 1,000 random id sequences per adapter', () => 
         { weight: 1, arbitrary: fc.constantFrom(...special) },
       );
       fc.assert(
-        fc.property(fc.array(id, { minLength: 1, maxLength: 40 }), fc.boolean(), (ids, skip) => {
-          const deltas = stream(tokenizer, ids, skip);
-          const full = tokenizer.decode(ids, { skipSpecialTokens: skip });
-          let joined = '';
-          for (const delta of deltas) {
-            joined += delta;
-            if (!full.startsWith(joined)) return false;
-          }
-          return joined === full;
-        }),
+        fc.property(fc.array(id, { minLength: 1, maxLength: 40 }), fc.boolean(), (ids, skip) => deltasMakeDecode(tokenizer, ids, skip)),
         { seed: 20261122, numRuns: 1000 },
       );
     });
@@ -156,16 +158,7 @@ describe('StreamDecoder over a byte-level tokenizer.json with added tokens', () 
   test('for any ids, every prefix of the deltas is a prefix of decode(ids), and all of them is decode(ids)', () => {
     const id = fc.oneof({ weight: 8, arbitrary: fc.integer({ min: 0, max: 50256 }) }, { weight: 1, arbitrary: fc.constantFrom(50256, 50257, 50258) });
     fc.assert(
-      fc.property(fc.array(id, { minLength: 1, maxLength: 40 }), fc.boolean(), (ids, skip) => {
-        const deltas = stream(tokenizer, ids, skip);
-        const full = tokenizer.decode(ids, { skipSpecialTokens: skip });
-        let joined = '';
-        for (const delta of deltas) {
-          joined += delta;
-          if (!full.startsWith(joined)) return false;
-        }
-        return joined === full;
-      }),
+      fc.property(fc.array(id, { minLength: 1, maxLength: 40 }), fc.boolean(), (ids, skip) => deltasMakeDecode(tokenizer, ids, skip)),
       { seed: 20261125, numRuns: 1000 },
     );
   });
