@@ -103,18 +103,15 @@ export class HfTokenizerAdapter implements Tokenizer {
     const sameSpecial = librarySpecial.size === this.specialTokens.all.size && [...librarySpecial].every((id) => this.specialTokens.all.has(id));
     const suffix = json.model?.end_of_word_suffix;
     if (bpe && json.decoder?.type === 'ByteLevel' && (suffix === undefined || suffix === null || suffix === '') && sameSpecial && !this.cleanUpSpaces) {
-      const addedIds = new Map<string, number>();
-      for (const [id, token] of this.tokenizer.get_added_tokens_decoder()) addedIds.set(token.content, id);
+      const added = new Set([...this.tokenizer.get_added_tokens_decoder().values()].map((token) => token.content));
       const bytes: Array<Uint8Array | undefined> = [];
       const utf8 = new TextEncoder();
-      const added: Array<boolean | undefined> = [];
-      const isAdded = (id: number): boolean => (added[id] ??= addedIds.has(this.tokenizer.id_to_token(id) ?? '\u0000'));
       this.tokenBytes = (id: number): Uint8Array => {
         let known = bytes[id];
         if (known === undefined) {
           checkIds([id], this.vocabSize);
           const token = this.tokenizer.id_to_token(id) ?? '';
-          known = bytes[id] = isAdded(id) ? utf8.encode(token) : Uint8Array.from([...token], (c) => UNICODE_TO_BYTE.get(c) ?? 0);
+          known = bytes[id] = added.has(token) ? utf8.encode(token) : Uint8Array.from([...token], (c) => UNICODE_TO_BYTE.get(c) ?? 0);
         }
         return known;
       };

@@ -106,7 +106,7 @@ export class StreamDecoder {
     if (this.pieceText === undefined || this.readOffset !== this.ids.length || this.prefixOffset === this.readOffset) return undefined;
     let text = '';
     for (const id of ids) {
-      if (this.skipSpecialTokens && this.tokenizer.specialTokens.all.has(id)) return undefined;
+      // Special ids have no fixed text (Tokenizer.pieceText): they take the decode, skipped or written.
       const piece = this.pieceText(id);
       if (piece === undefined) return undefined;
       text += piece;

@@ -46,7 +46,7 @@ import { argmaxEligible, bannedArgmaxEligible, Sequence, type ActiveRequest, typ
 import { seq2seqModel } from './seq2seq-engine.ts';
 import { TurnLoop } from './turn-loop.ts';
 import { coreTakes, CoreRunner } from './native-core.ts';
-import { rankFile, rankLayout, rankShares, rankWeightBytes } from './native-ranks.ts';
+import { rankFile, rankLayout, rankShares, rankWeights } from './native-ranks.ts';
 
 /** Options of `NativeEngine.open`. */
 export interface NativeEngineOptions extends Partial<SchedulerLimits> {
@@ -149,7 +149,7 @@ interface BuildInfo {
 
 /** The load log's weights half of the memory split: their size (every rank's) and how they are stored. */
 function weightsText(dir: string, model: string, info: BuildInfo, n: number): string {
-  const bytes = n === 1 ? weightBytes(dir, model) : Array.from({ length: n }, (_, r) => rankWeightBytes(dir, n, r, model)).reduce((a, b) => a + b, 0);
+  const bytes = n === 1 ? weightBytes(dir, model) : rankWeights(dir, n, model).reduce((a, b) => a + b, 0);
   return `weights ${gib(bytes)} (${info.weights === undefined ? info.dtype : `${info.weights.weights} projections, ${info.dtype} activations`})`;
 }
 
@@ -272,7 +272,7 @@ export class NativeEngine implements Engine {
     const layout = rankLayout(dir, options.tensorParallel ?? 1, info.tensor_parallel ?? 1, { numHeads: spec.numHeads ?? 0, numKvHeads: spec.numKvHeads ?? 0 }, cuda);
     const tp = layout.n;
     if (tp > 1) shape.kvHeads = layout.kvHeads;
-    const ranks = tp === 1 ? undefined : { n: tp, devices: layout.devices, weights: (file: string) => Array.from({ length: tp }, (_, r) => rankWeightBytes(dir, tp, r, file)) };
+    const ranks = tp === 1 ? undefined : { n: tp, devices: layout.devices, weights: (file: string) => rankWeights(dir, tp, file) };
     // ONNX Runtime's GroupQueryAttention, the slot decoder's attention for rotary models, has CUDA kernels
     // for fp16 and bf16 only: in fp32 it runs on the CPU, copying to and from the device in every step,
     // which no CUDA graph may capture (an attempt can abort the process inside ONNX Runtime).

@@ -31,6 +31,11 @@ export function rankWeightBytes(dir: string, n: number, rank: number, file: stri
   return size(join(onnx, rankFile(n, rank, file))) + size(join(onnx, rankFile(n, rank, 'decoder_model_slots.onnx_data')));
 }
 
+/** Every rank's bytes of weights for model `file`, rank 0's first. */
+export function rankWeights(dir: string, n: number, file: string): number[] {
+  return Array.from({ length: n }, (_, r) => rankWeightBytes(dir, n, r, file));
+}
+
 /**
  * The layout of `n` ranks over the build in `dir` (built split in `built`, 1 when not): refused by
  * name when the build is another split, or on CUDA when the instance lists other than n GPUs, one
@@ -63,9 +68,10 @@ export function rankLayout(dir: string, n: number, built: number, kv: { numHeads
 
 /** The load log's line of each rank's share: its weights and cache, on which GPU (or CPU thread). */
 export function rankShares(dir: string, layout: RankLayout, file: string, cacheBytes: number[]): string {
+  const weights = rankWeights(dir, layout.n, file);
   const shares = cacheBytes.map((cache, r) => {
     const where = layout.devices.length > 0 ? `GPU ${layout.devices[r]}` : `CPU rank ${r}`;
-    return `${where} ${gib(rankWeightBytes(dir, layout.n, r, file))} of weights and ${gib(cache)} of cache`;
+    return `${where} ${gib(weights[r] ?? 0)} of weights and ${gib(cache)} of cache`;
   });
   return `tensor_parallel ${layout.n}: ${shares.join('; ')}`;
 }
