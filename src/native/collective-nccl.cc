@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "collective.h"
+#include "cuda-check.h"
 
 #ifdef CHORUS_WITH_CUDA
 #include <cuda_runtime.h>
@@ -81,10 +82,6 @@ int NcclType(FloatType type) {
     default:
       return kNcclFloat32;
   }
-}
-
-void CheckCuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
 class NcclCommunicator : public Communicator {

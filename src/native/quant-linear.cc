@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda-check.h"
 #include "custom-op.h"
 
 #ifdef CHORUS_WITH_CUDA
@@ -45,10 +46,6 @@ constexpr int kCublasHandleResource = 10002;
 // The most scratch memory cuBLASLt may use in the prefill's GEMM.
 constexpr size_t kLtWorkspaceBytes = 4u << 20;
 
-void CudaCheck(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-}
-
 // At least `bytes` of device memory for work on `stream`, shared by every QuantLinear on that stream
 // (they run one after another on it). It grows only in a run that is not being captured; the buffers
 // it outgrows are kept, as graphs captured earlier still write there.
@@ -59,12 +56,12 @@ void* StreamScratch(void* stream, size_t bytes) {
   std::pair<void*, size_t>& buffer = buffers[stream];
   if (bytes <= buffer.second) return buffer.first;
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  CudaCheck(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capturing), "cudaStreamIsCapturing");
+  CheckCuda(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capturing), "cudaStreamIsCapturing");
   if (capturing != cudaStreamCaptureStatusNone) {
     throw std::runtime_error("the scratch memory would grow to " + std::to_string(bytes) + " bytes inside a captured run; run the same shape once uncaptured first");
   }
   void* made = nullptr;
-  CudaCheck(cudaMalloc(&made, bytes), "cudaMalloc of QuantLinear's scratch memory");
+  CheckCuda(cudaMalloc(&made, bytes), "cudaMalloc of QuantLinear's scratch memory");
   buffer = {made, bytes};
   return made;
 }
@@ -107,8 +104,8 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
       } else if (type_ != FloatType::kFloat32 && args.rows <= kQuantTileRows) {
         if (multiprocessors_ == 0) {
           int device = 0;
-          CudaCheck(cudaGetDevice(&device), "cudaGetDevice");
-          CudaCheck(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+          CheckCuda(cudaGetDevice(&device), "cudaGetDevice");
+          CheckCuda(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
         }
         const int splits = QuantTileSplits(args, multiprocessors_);
         QuantTilesDevice(args, splits, StreamScratch(stream, QuantTileScratchBytes(args, splits)), stream);
@@ -117,7 +114,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
         Ort::ThrowOnError(Ort::GetApi().KernelContext_GetResource(context, kCudaResourceVersion, kCublasHandleResource, &handle));
         Gemm(args, handle, stream);
       }
-      CudaCheck(cudaGetLastError(), "kernel");
+      CheckCuda(cudaGetLastError(), "kernel");
       return;
     }
 #endif

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cuda-check.h"
 #include "slot-decoder.h"
 
 #ifdef CHORUS_WITH_CUDA
@@ -14,16 +15,6 @@
 #endif
 
 namespace chorus {
-
-namespace {
-
-#ifdef CHORUS_WITH_CUDA
-void Check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-}
-#endif
-
-}  // namespace
 
 int SlotDecoder::DecodeChosen(std::vector<int64_t> tokens, std::vector<int64_t> positions, int maxSteps, const StepSample& sampleStep, const StepChosen& onStep) {
   if (Fans()) {
@@ -85,12 +76,12 @@ int SlotDecoder::DecodeChosenOnDevice(const std::vector<int64_t>& tokens, const 
   SampleBatch widest = batches[0];
   widest.bans.assign(sampledRows + widest.bans.size(), 0);
   const size_t batchBytes = SampleStagingBytes(widest);
-  if (hostSampled_ == nullptr) Check(cudaMallocHost(&hostSampled_, sizeof(SampleResult) * 2 * slots), "cudaMallocHost");
+  if (hostSampled_ == nullptr) CheckCuda(cudaMallocHost(&hostSampled_, sizeof(SampleResult) * 2 * slots), "cudaMallocHost");
   if (hostBatchBytes_ < batchBytes) {
     for (char*& batch : hostBatches_) {
       if (batch != nullptr) cudaFreeHost(batch);
       batch = nullptr;
-      Check(cudaMallocHost(&batch, batchBytes), "cudaMallocHost");
+      CheckCuda(cudaMallocHost(&batch, batchBytes), "cudaMallocHost");
     }
     hostBatchBytes_ = batchBytes;
   }
@@ -102,7 +93,7 @@ int SlotDecoder::DecodeChosenOnDevice(const std::vector<int64_t>& tokens, const 
 
   std::vector<int32_t> seqlens(positions.begin(), positions.end());
   StageInputs(tokens, positions, seqlens, {});
-  Check(cudaMemcpyAsync(sampleIndexDevice_, sampleIndex.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  CheckCuda(cudaMemcpyAsync(sampleIndexDevice_, sampleIndex.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
   // Step k: the graph, the argmax and the sampler on its logits, the chosen ids written as step k + 1's
   // inputs, the results' copies into slot k % 2 of the pinned buffers, and an event.
   auto queue = [&](int step) {
@@ -114,12 +105,12 @@ int SlotDecoder::DecodeChosenOnDevice(const std::vector<int64_t>& tokens, const 
     ArgmaxRowsDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, stream_);
     SampleRowsDevice(logits_, options_.floatType, options_.vocab, batch, hostBatches_[step % 2], sampleStaging_, sampleWork_, sampleMass_, sampledDevice_, stream_);
     AdvanceChosenDevice(argmaxDevice_, sampledDevice_, sampleIndexDevice_, rows, idsDevice_, positionsDevice_, seqlensDevice_, stream_);
-    Check(cudaGetLastError(), "decodeChosen's kernels");
-    Check(cudaMemcpyAsync(hostIds_ + (step % 2) * slots, argmaxDevice_, sizeof(int32_t) * rows, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+    CheckCuda(cudaGetLastError(), "decodeChosen's kernels");
+    CheckCuda(cudaMemcpyAsync(hostIds_ + (step % 2) * slots, argmaxDevice_, sizeof(int32_t) * rows, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
     if (sampledRows > 0) {
-      Check(cudaMemcpyAsync(hostSampled_ + (step % 2) * slots, sampledDevice_, sizeof(SampleResult) * sampledRows, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+      CheckCuda(cudaMemcpyAsync(hostSampled_ + (step % 2) * slots, sampledDevice_, sizeof(SampleResult) * sampledRows, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
     }
-    Check(cudaEventRecord(static_cast<cudaEvent_t>(events[2]), stream), "cudaEventRecord");
+    CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[2]), stream), "cudaEventRecord");
   };
   int steps = 0;
   bool stopping = false;
@@ -132,7 +123,7 @@ int SlotDecoder::DecodeChosenOnDevice(const std::vector<int64_t>& tokens, const 
       queue(step + 1);
     }
     void* const* events = events_[step % 2];
-    Check(cudaEventSynchronize(static_cast<cudaEvent_t>(events[2])), "cudaEventSynchronize");
+    CheckCuda(cudaEventSynchronize(static_cast<cudaEvent_t>(events[2])), "cudaEventSynchronize");
     AddGraphTime(events);
     onStep(step, hostIds_ + (step % 2) * slots, hostSampled_ + (step % 2) * slots);
     steps++;

@@ -1,5 +1,6 @@
 #include "slot-decoder.h"
 
+#include "cuda-check.h"
 #include "custom-op.h"
 #include "linear.h"
 
@@ -34,12 +35,6 @@ struct Timed {
   Clock::time_point start_;
 };
 
-#ifdef CHORUS_WITH_CUDA
-void Check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-}
-#endif
-
 // ONNX Runtime 1.29's XQA decode kernel (GroupQueryAttention's, fp16 and bf16) raises its shared-memory
 // limit once per process, on the device current at its first launch (a function-local static in
 // xqa/mha_impl.cuh); on any other device each of its launches fails with cudaErrorInvalidValue. XQA is
@@ -60,10 +55,10 @@ void KeepXqaToOneDevice(int device, bool severalDevices) {
 DeviceMemory DeviceMemoryOf(int device) {
   DeviceMemory memory;
 #ifdef CHORUS_WITH_CUDA
-  Check(cudaSetDevice(device), "cudaSetDevice");
+  CheckCuda(cudaSetDevice(device), "cudaSetDevice");
   size_t free = 0;
   size_t total = 0;
-  Check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  CheckCuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
   memory.free = static_cast<double>(free);
   memory.total = static_cast<double>(total);
 #endif
@@ -109,13 +104,13 @@ void SlotDecoder::Load() {
   if (const char* profile = std::getenv("CHORUS_ORT_PROFILE"); profile != nullptr && *profile != '\0') sessionOptions.EnableProfiling(profile);
   if (options.cuda) {
 #ifdef CHORUS_WITH_CUDA
-    Check(cudaSetDevice(options.deviceId), "cudaSetDevice");
+    CheckCuda(cudaSetDevice(options.deviceId), "cudaSetDevice");
     // MultiHeadAttention (the slot encoder's) leaves cuDNN's flash attention out unless the environment
     // asks for it: on bart-large it spent 74 ms of the host's time in each beam request's encode, where
     // the other kernels take 2 ms (and 10 ms against 7.5 for a greedy batch of 32 sources).
     setenv("ORT_ENABLE_CUDNN_FLASH_ATTENTION", "0", 0);
     cudaStream_t stream;
-    Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    CheckCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     stream_ = stream;
     Ort::CUDAProviderOptions cuda;
     std::map<std::string, std::string> settings = options.cudaOptions;
@@ -192,7 +187,7 @@ void SlotDecoder::Load() {
   if (options.cuda) {
     // The same addresses on the device, for the slot moves' kernels.
     bufferTable_ = static_cast<void**>(Allocate(sizeof(void*) * cacheBuffers_.size()));
-    Check(cudaMemcpy(bufferTable_, cacheBuffers_.data(), sizeof(void*) * cacheBuffers_.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+    CheckCuda(cudaMemcpy(bufferTable_, cacheBuffers_.data(), sizeof(void*) * cacheBuffers_.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
   }
   if (options.cuda) argmaxDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
   if (options.cuda) bannedDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
@@ -202,11 +197,11 @@ void SlotDecoder::Load() {
     seqlensDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
     minLeftDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
     if (seq2seq()) sourceLengthsDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
-    Check(cudaMallocHost(&hostIds_, sizeof(int32_t) * 2 * options.slots), "cudaMallocHost");
+    CheckCuda(cudaMallocHost(&hostIds_, sizeof(int32_t) * 2 * options.slots), "cudaMallocHost");
     for (auto& slot : events_) {
       for (void*& event : slot) {
         cudaEvent_t made;
-        Check(cudaEventCreate(&made), "cudaEventCreate");
+        CheckCuda(cudaEventCreate(&made), "cudaEventCreate");
         event = made;
       }
     }
@@ -313,7 +308,7 @@ void SlotDecoder::StageBlockTable() {
   if (!paged() || !blockTableStale_) return;
 #ifdef CHORUS_WITH_CUDA
   if (options_.cuda) {
-    Check(cudaMemcpyAsync(blockTableDevice_, blockTable_.data(), sizeof(int32_t) * blockTable_.size(), cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)),
+    CheckCuda(cudaMemcpyAsync(blockTableDevice_, blockTable_.data(), sizeof(int32_t) * blockTable_.size(), cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)),
           "cudaMemcpyAsync");
   }
 #endif
@@ -342,7 +337,7 @@ void SlotDecoder::CopyBlocks(const std::vector<int32_t>& src, const std::vector<
     }
   }
 #ifdef CHORUS_WITH_CUDA
-  if (options_.cuda) Check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+  if (options_.cuda) CheckCuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
 #endif
 }
 
@@ -351,8 +346,8 @@ void* SlotDecoder::Allocate(size_t bytes) {
 #ifdef CHORUS_WITH_CUDA
   if (options_.cuda) {
     void* p = nullptr;
-    Check(cudaMalloc(&p, bytes), "cudaMalloc (the cache of slots; lower the slots or their length)");
-    Check(cudaMemset(p, 0, bytes), "cudaMemset");
+    CheckCuda(cudaMalloc(&p, bytes), "cudaMalloc (the cache of slots; lower the slots or their length)");
+    CheckCuda(cudaMemset(p, 0, bytes), "cudaMemset");
     return p;
   }
 #endif
@@ -376,7 +371,7 @@ void SlotDecoder::Reserve(void*& buffer, size_t& capacity, size_t need, size_t g
   if (capacity >= need) return;
 #ifdef CHORUS_WITH_CUDA
   // Kernels queued on the stream may still read the old buffer.
-  if (options_.cuda && buffer != nullptr) Check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+  if (options_.cuda && buffer != nullptr) CheckCuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
 #endif
   Free(buffer);
   buffer = nullptr;
@@ -388,7 +383,7 @@ void SlotDecoder::Reserve(void*& buffer, size_t& capacity, size_t need, size_t g
 void SlotDecoder::CopyStrided(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t width, size_t height) {
 #ifdef CHORUS_WITH_CUDA
   if (options_.cuda) {
-    Check(cudaMemcpy2DAsync(dst, dstPitch, src, srcPitch, width, height, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream_)), "cudaMemcpy2DAsync");
+    CheckCuda(cudaMemcpy2DAsync(dst, dstPitch, src, srcPitch, width, height, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream_)), "cudaMemcpy2DAsync");
     return;
   }
 #endif
@@ -398,7 +393,7 @@ void SlotDecoder::CopyStrided(void* dst, size_t dstPitch, const void* src, size_
 void SlotDecoder::ToHost(void* dst, const void* src, size_t bytes) {
 #ifdef CHORUS_WITH_CUDA
   if (options_.cuda) {
-    Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream_)), "cudaMemcpyAsync");
+    CheckCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream_)), "cudaMemcpyAsync");
     return;
   }
 #endif
@@ -459,7 +454,7 @@ void SlotDecoder::Encode(int firstSlot, const std::vector<int64_t>& ids, int wid
     }
   }
 #ifdef CHORUS_WITH_CUDA
-  if (options_.cuda) Check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+  if (options_.cuda) CheckCuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
 #endif
 }
 
@@ -614,7 +609,7 @@ BeamRun SlotDecoder::DecodeBeams(std::vector<int64_t> tokens, std::vector<int64_
   }
 #ifdef CHORUS_WITH_CUDA
   // The last step's moves are done before its caller reads or steps the slots again.
-  if (options_.cuda) Check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+  if (options_.cuda) CheckCuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
 #endif
   return run;
 }
@@ -651,9 +646,9 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
   if (options_.cuda) {
     auto stream = static_cast<cudaStream_t>(stream_);
     if (argmax) {
-      if (!banned.empty()) Check(cudaMemcpyAsync(bannedDevice_, banned.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+      if (!banned.empty()) CheckCuda(cudaMemcpyAsync(bannedDevice_, banned.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
       ArgmaxRowsDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, stream_, banned.empty() ? nullptr : bannedDevice_);
-      Check(cudaGetLastError(), "argmax kernel");
+      CheckCuda(cudaGetLastError(), "argmax kernel");
     }
     // Every kernel is queued before the first copy to (pageable) host memory waits for them.
     Sample(sample, result);
@@ -661,7 +656,7 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
     if (!sample.rows.empty()) ToHost(result.sampled.data(), sampledDevice_, sizeof(SampleResult) * sample.rows.size());
     std::vector<char> staged(rowBytes * logitRows.size());
     for (size_t i = 0; i < logitRows.size(); i++) ToHost(staged.data() + i * rowBytes, static_cast<char*>(logits_) + logitRows[i] * rowBytes, rowBytes);
-    Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    CheckCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     if (graph) AddGraphTime(events_[0]);
     WidenRowsHost(staged.data(), options_.floatType, options_.vocab, nullptr, static_cast<int>(logitRows.size()), result.logits.data());
     return result;
@@ -750,7 +745,7 @@ void SlotDecoder::BindStep(Ort::IoBinding& io, std::vector<Ort::Value>& values, 
 void SlotDecoder::UseDevice() {
 #ifdef CHORUS_WITH_CUDA
   if (options_.cuda) {
-    Check(cudaSetDevice(options_.deviceId), "cudaSetDevice");
+    CheckCuda(cudaSetDevice(options_.deviceId), "cudaSetDevice");
     // Each call runs on a worker thread of a pool that every engine shares: a CUDA error another call
     // left on it (ONNX Runtime reads it after each kernel) is not this call's.
     cudaGetLastError();
@@ -762,11 +757,11 @@ void SlotDecoder::UseDevice() {
 void SlotDecoder::StageInputs(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions, const std::vector<int32_t>& seqlens,
                               const std::vector<int32_t>& sourceLengths) {
   auto stream = static_cast<cudaStream_t>(stream_);
-  Check(cudaMemcpyAsync(idsDevice_, ids.data(), sizeof(int64_t) * ids.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-  Check(cudaMemcpyAsync(positionsDevice_, positions.data(), sizeof(int64_t) * positions.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-  Check(cudaMemcpyAsync(seqlensDevice_, seqlens.data(), sizeof(int32_t) * seqlens.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  CheckCuda(cudaMemcpyAsync(idsDevice_, ids.data(), sizeof(int64_t) * ids.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  CheckCuda(cudaMemcpyAsync(positionsDevice_, positions.data(), sizeof(int64_t) * positions.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  CheckCuda(cudaMemcpyAsync(seqlensDevice_, seqlens.data(), sizeof(int32_t) * seqlens.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
   if (seq2seq()) {
-    Check(cudaMemcpyAsync(sourceLengthsDevice_, sourceLengths.data(), sizeof(int32_t) * sourceLengths.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    CheckCuda(cudaMemcpyAsync(sourceLengthsDevice_, sourceLengths.data(), sizeof(int32_t) * sourceLengths.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
   }
 }
 
@@ -804,7 +799,7 @@ std::string SlotDecoder::CaptureStep(int rows, void** exec) {
   BindStep(io, values, 0, rows, 1, inputs);
   Ort::RunOptions capture;
   capture.AddConfigEntry(kOrtRunOptionsConfigDisableSynchronizeExecutionProviders, "1");
-  Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  CheckCuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
   cudaGraph_t graph = nullptr;
   std::string failure;
   try {
@@ -830,9 +825,9 @@ void SlotDecoder::LaunchGraph(int rows, void* const* events) {
   if (!graphFailure_.empty()) {
     // Graphs are off for this decoder (a capture failed): the step runs as a session run bound at the
     // same device buffers.
-    Check(cudaEventRecord(static_cast<cudaEvent_t>(events[0]), stream), "cudaEventRecord");
+    CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[0]), stream), "cudaEventRecord");
     RunBoundStep(rows);
-    Check(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
+    CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
     return;
   }
   if (group_ != nullptr) {
@@ -852,7 +847,7 @@ void SlotDecoder::LaunchGraph(int rows, void* const* events) {
     // row's seqlens_k says how much counts). A plain run first sizes ONNX Runtime's memory for this
     // batch, so that the captured run allocates nothing; it is the step itself, and the graph
     // launched after it writes the same keys, values and logits again.
-    Check(cudaEventRecord(static_cast<cudaEvent_t>(events[0]), stream), "cudaEventRecord");
+    CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[0]), stream), "cudaEventRecord");
     RunBoundStep(rows);
     void* exec = nullptr;
     std::string failure = CaptureStep(rows, &exec);
@@ -870,25 +865,25 @@ void SlotDecoder::LaunchGraph(int rows, void* const* events) {
       // that way. The first line of the cause is kept for the engine's log.
       EndFailedCapture(stream);
       graphFailure_ = failure.substr(0, failure.find('\n'));
-      Check(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
+      CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
       return;
     }
     found = graphs_.emplace(rows, exec).first;
     if (group_ != nullptr) {
       // A rank of a group lets the plain run stand as the step, as where a capture fails: each rank
       // then runs the step's collectives once, whether its own capture succeeded or not.
-      Check(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
+      CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
       return;
     }
   }
-  Check(cudaEventRecord(static_cast<cudaEvent_t>(events[0]), stream), "cudaEventRecord");
-  Check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(found->second), stream), "cudaGraphLaunch");
-  Check(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
+  CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[0]), stream), "cudaEventRecord");
+  CheckCuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(found->second), stream), "cudaGraphLaunch");
+  CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
 }
 
 void SlotDecoder::AddGraphTime(void* const* events) {
   float ms = 0;
-  Check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(events[0]), static_cast<cudaEvent_t>(events[1])), "cudaEventElapsedTime");
+  CheckCuda(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(events[0]), static_cast<cudaEvent_t>(events[1])), "cudaEventElapsedTime");
   sessionMs_ += ms;
 }
 
@@ -907,7 +902,7 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
   // Under min_length (DecodeGreedy checked there is at most one end id then).
   advance.endId = endIds.empty() ? -1 : endIds[0];
   if (!minLeft.empty()) {
-    Check(cudaMemcpyAsync(minLeftDevice_, minLeft.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    CheckCuda(cudaMemcpyAsync(minLeftDevice_, minLeft.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
     advance.minLeft = minLeftDevice_;
   }
   // Step k: the graph, the argmax writing step k + 1's inputs, the ids' copy into slot k % 2 of the
@@ -917,9 +912,9 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
     void* const* events = events_[step % 2];
     LaunchGraph(rows, events);
     ArgmaxAdvanceDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, advance, stream_);
-    Check(cudaGetLastError(), "argmax kernel");
-    Check(cudaMemcpyAsync(hostIds_ + (step % 2) * options_.slots, argmaxDevice_, sizeof(int32_t) * rows, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
-    Check(cudaEventRecord(static_cast<cudaEvent_t>(events[2]), stream), "cudaEventRecord");
+    CheckCuda(cudaGetLastError(), "argmax kernel");
+    CheckCuda(cudaMemcpyAsync(hostIds_ + (step % 2) * options_.slots, argmaxDevice_, sizeof(int32_t) * rows, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+    CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[2]), stream), "cudaEventRecord");
   };
   std::vector<int32_t> left(remaining);
   GreedyRun run;
@@ -931,7 +926,7 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
     const bool more = !stopping && step + 1 < maxSteps && std::any_of(left.begin(), left.end(), [](int32_t n) { return n > 1; });
     if (more) queue(step + 1);
     void* const* events = events_[step % 2];
-    Check(cudaEventSynchronize(static_cast<cudaEvent_t>(events[2])), "cudaEventSynchronize");
+    CheckCuda(cudaEventSynchronize(static_cast<cudaEvent_t>(events[2])), "cudaEventSynchronize");
     AddGraphTime(events);
     const int32_t* ids = hostIds_ + (step % 2) * options_.slots;
     run.tokens.insert(run.tokens.end(), ids, ids + rows);
@@ -972,7 +967,7 @@ void SlotDecoder::Sample(const SampleBatch& sample, StepResult& result) {
     if (sampleMass_ == nullptr) sampleMass_ = static_cast<double*>(Allocate(sizeof(double) * options_.vocab * options_.slots));
     SampleRowsDevice(logits_, options_.floatType, options_.vocab, sample, sampleHostStaging_.data(), sampleStaging_, sampleWork_, sampleMass_,
                      sampledDevice_, stream_);
-    Check(cudaGetLastError(), "sampling kernel");
+    CheckCuda(cudaGetLastError(), "sampling kernel");
     return;
   }
 #endif
@@ -986,7 +981,7 @@ void SlotDecoder::CopySlots(const std::vector<int32_t>& src, const std::vector<i
   UseDevice();
   QueueCopies(src, dst, lengths, sourceLengths);
 #ifdef CHORUS_WITH_CUDA
-  if (options_.cuda) Check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+  if (options_.cuda) CheckCuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
 #endif
 }
 
@@ -1027,10 +1022,10 @@ void SlotDecoder::QueueCopies(const std::vector<int32_t>& src, const std::vector
         crossPositions += sourceLengths[i];
       }
     }
-    Check(cudaMemcpyAsync(copyIndex_, staged.data(), sizeof(int32_t) * staged.size(), cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)), "cudaMemcpyAsync");
+    CheckCuda(cudaMemcpyAsync(copyIndex_, staged.data(), sizeof(int32_t) * staged.size(), cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)), "cudaMemcpyAsync");
     MoveSlotsDevice(bufferTable_, buffers, slotBytes_, copyHeads_, copyPitch_, copyRowBytes_, static_cast<int>(count), 2, positions);
     if (cross) MoveSlotsDevice(bufferTable_ + buffers, buffers, crossSlotBytes_, 1, crossSlotBytes_, crossWidth, static_cast<int>(count), 4, crossPositions);
-    Check(cudaGetLastError(), "slot copy kernel");
+    CheckCuda(cudaGetLastError(), "slot copy kernel");
     return;
   }
 #endif

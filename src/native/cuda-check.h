@@ -1,0 +1,16 @@
+#pragma once
+// One CUDA runtime call's status turned into an exception naming the call: "what: <CUDA's message>".
+#ifdef CHORUS_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace chorus {
+
+inline void CheckCuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+}  // namespace chorus
+#endif
