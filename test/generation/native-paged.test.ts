@@ -84,13 +84,13 @@ describe('the paged native engine (CPU)', { skip }, () => {
   }
 
   test('admission waits while the cache is full, a cancelled stream\'s blocks go to the next request, and a request that can never fit is refused', async () => {
-    // 9 blocks of 4: 32 tokens, of which 32 - 2 x 3 = 26 may be reserved at once on 2 slots.
+    // 9 blocks of 4 (one kept aside): 32 tokens, reserved in whole blocks a row.
     const engine = await open(llama, { maxBatchSize: 2, pagedCache: true, blockSize: 4, cacheBlocks: 9 });
     const params = { temperature: 0, request_output_len: 14 } as const;
     const alone = ids(await run(engine, [3, 4, 5], params));
     await settle(() => engine.stats().running === 0);
     assert.equal(engine.pagedBlocks!.free, 8);
-    // 17 tokens each: the second waits for the first.
+    // 17 tokens each, 5 blocks (20 tokens): the second waits for the first.
     const first = run(engine, [3, 4, 5], params);
     const second = run(engine, [3, 4, 5], params);
     const watch = engine.submit({ inputIds: [6], params: { temperature: 0, request_output_len: 1 }, stream: true });
@@ -110,8 +110,8 @@ describe('the paged native engine (CPU)', { skip }, () => {
     assert.equal(seen.length, 3);
     await settle(() => engine.stats().running + engine.stats().waiting === 0);
     assert.equal(engine.pagedBlocks!.free, 8);
-    // 3 + 30 tokens never fit the 26 the cache may reserve; 3 + 2000 never fit a row either.
-    await assert.rejects(run(engine, [3, 4, 5], { temperature: 0, request_output_len: 30 }), { code: 'CHORUS_CANNOT_FIT', message: /33 tokens, more than the 26/ });
+    // 3 + 30 tokens never fit the cache's 32; 3 + 2000 never fit a row either.
+    await assert.rejects(run(engine, [3, 4, 5], { temperature: 0, request_output_len: 30 }), { code: 'CHORUS_CANNOT_FIT', message: /33 tokens, more than the 32/ });
     await assert.rejects(run(engine, [3, 4, 5], { temperature: 0, request_output_len: 2000 }), { code: 'CHORUS_CANNOT_FIT' });
   });
 

@@ -46,3 +46,23 @@ test('a cancelled waiting sequence leaves the queue without running', () => {
   assert.deepEqual(s.schedule(), { admitted: [], left: [a] });
   assert.equal(s.waiting.length, 0);
 });
+
+test('a paged cache reserves whole blocks a row, and every block of the pool can be reserved', () => {
+  // 9 blocks of 16: one sequence of exactly 144 tokens fits (a slack per row would have refused it).
+  const s = new Scheduler({ maxBatchSize: 4, maxQueue: 8, kvTokenBudget: 144, contextLength: 144, blockSize: 16 });
+  const whole = seq(144);
+  s.enqueue(whole);
+  assert.deepEqual(s.schedule().admitted, [whole]);
+  assert.equal(s.reserved(), 144);
+  whole.finished = true;
+  s.schedule();
+  // 17 tokens take 2 blocks (32); four such rows need 128 of the 144, a fifth would need 160.
+  const rows = [seq(17), seq(17), seq(17), seq(17)];
+  for (const r of rows) s.enqueue(r);
+  assert.deepEqual(s.schedule().admitted, rows);
+  assert.equal(s.reserved(), 128);
+  // Beam search: each of its rows rounds up on its own (3 rows of 20 tokens: 3 x 32).
+  const beams = { reservedTokens: 60, width: 3, cancelled: false, finished: false };
+  const t = new Scheduler({ maxBatchSize: 4, maxQueue: 8, kvTokenBudget: 80, contextLength: 144, blockSize: 16 });
+  assert.throws(() => t.enqueue(beams), { code: 'CHORUS_CANNOT_FIT', message: /20 tokens \(times beam_width 3: 96 in the cache\), more than the 16 this model can hold/ });
+});

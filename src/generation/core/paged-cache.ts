@@ -4,9 +4,8 @@
  * The addon reads the rows' block table (`table()`); rows past the running ones, and a step's padding
  * rows, point at one block kept aside that nothing else holds, so whatever they write lands there.
  *
- * Admission is the scheduler's: it reserves each request's prompt plus output tokens against
- * `tokenBudget()`, which leaves room for every row's last block being partly empty, so that the blocks
- * a running row asks for are always there.
+ * Admission is the scheduler's: it reserves each row's prompt plus output tokens in whole blocks
+ * against `tokens`, so that the blocks a running row asks for are always there.
  */
 import { ChorusError } from '../../errors.ts';
 
@@ -43,10 +42,6 @@ export class PagedCache {
     return this.free.length;
   }
 
-  /** Tokens requests may reserve together: every row's last block may be all but one token empty. */
-  tokenBudget(): number {
-    return Math.max(0, this.tokens - this.slots * (this.blockSize - 1));
-  }
 
   /** Row `row`'s blocks (empty for a row that holds none). */
   blocksOf(row: number): readonly number[] {

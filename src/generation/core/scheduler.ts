@@ -3,9 +3,10 @@
  * ONNX Runtime; the engine asks it what to do between decode steps.
  *
  * Invariant (checked at every `schedule()`): the rows of running sequences (one each, beam_width for beam
- * search) stay within maxBatchSize, and the tokens they reserve (rows * (prompt + request_output_len))
- * stay within kvTokenBudget. A sequence is admitted
- * in arrival order as soon as both hold with it added; one that could never fit is refused at submit.
+ * search) stay within maxBatchSize, and the tokens they reserve (rows * (prompt + request_output_len),
+ * each row's share rounded up to whole blocks when the cache comes in blocks) stay within kvTokenBudget.
+ * A sequence is admitted in arrival order as soon as both hold with it added; one that could never fit
+ * is refused at submit.
  */
 import { ChorusError } from '../../errors.ts';
 
@@ -31,6 +32,11 @@ export interface SchedulerLimits {
   kvTokenBudget: number;
   /** The model's context: a sequence reserving more can never run. */
   contextLength: number;
+  /**
+   * Tokens per cache block, when the cache is paged: each row then reserves whole blocks, and
+   * kvTokenBudget is the blocks' tokens. Unset: a row reserves exactly its tokens.
+   */
+  blockSize?: number;
 }
 
 /** The waiting and running sequences, and the admission rule. */
@@ -46,12 +52,11 @@ export class Scheduler<S extends Schedulable> {
     const width = sequence.width ?? 1;
     if (width > maxBatchSize) throw new ChorusError('CHORUS_CANNOT_FIT', `beam_width ${width} needs ${width} rows of a batch that holds ${maxBatchSize}`, { param: 'beam_width' });
     const perRow = sequence.reservedTokens / width;
-    if (perRow > contextLength || sequence.reservedTokens > kvTokenBudget) {
-      const beams = width > 1 ? ` (times beam_width ${width}: ${sequence.reservedTokens} in the cache)` : '';
-      throw new ChorusError(
-        'CHORUS_CANNOT_FIT',
-        `the prompt plus request_output_len is ${perRow} tokens${beams}, more than the ${Math.min(contextLength, Math.floor(kvTokenBudget / width))} this model can hold`,
-      );
+    if (perRow > contextLength || this.cost(sequence) > kvTokenBudget) {
+      const beams = width > 1 ? ` (times beam_width ${width}: ${this.cost(sequence)} in the cache)` : '';
+      const block = this.limits.blockSize ?? 1;
+      const most = Math.min(contextLength, Math.floor(kvTokenBudget / width / block) * block);
+      throw new ChorusError('CHORUS_CANNOT_FIT', `the prompt plus request_output_len is ${perRow} tokens${beams}, more than the ${most} this model can hold`);
     }
     if (this.waiting.length >= maxQueue) throw new ChorusError('CHORUS_OVERLOADED', `the queue holds ${maxQueue} waiting requests already; retry later`);
     this.waiting.push(sequence);
@@ -76,7 +81,7 @@ export class Scheduler<S extends Schedulable> {
       if (!this.fits(next, rows, reserved) || admits?.(next) === false) break;
       this.waiting.shift();
       admitted.push(next);
-      reserved += next.reservedTokens;
+      reserved += this.cost(next);
       rows += next.width ?? 1;
     }
     this.running = [...this.running, ...admitted];
@@ -91,7 +96,15 @@ export class Scheduler<S extends Schedulable> {
 
   /** Whether `next` fits beside running sequences of `rows` rows reserving `reserved` tokens. */
   private fits(next: S, rows: number, reserved: number): boolean {
-    return rows + (next.width ?? 1) <= this.limits.maxBatchSize && reserved + next.reservedTokens <= this.limits.kvTokenBudget;
+    return rows + (next.width ?? 1) <= this.limits.maxBatchSize && reserved + this.cost(next) <= this.limits.kvTokenBudget;
+  }
+
+  /** Cache tokens `sequence` reserves: its rows' tokens, each row's rounded up to whole blocks when paged. */
+  private cost(sequence: S): number {
+    const block = this.limits.blockSize;
+    if (block === undefined) return sequence.reservedTokens;
+    const width = sequence.width ?? 1;
+    return width * Math.ceil(sequence.reservedTokens / width / block) * block;
   }
 
   /** Batch rows taken by running sequences. */
@@ -101,6 +114,6 @@ export class Scheduler<S extends Schedulable> {
 
   /** Cache tokens reserved by running sequences. */
   reserved(): number {
-    return this.running.reduce((sum, s) => sum + s.reservedTokens, 0);
+    return this.running.reduce((sum, s) => sum + this.cost(s), 0);
   }
 }

@@ -316,11 +316,13 @@ export class NativeEngine implements Engine {
     let paged: PagedCache | undefined;
     if (paging !== undefined) {
       paged = new PagedCache(decoder.cacheBlocks, paging.blockSize, slots, Math.ceil(slotLength / paging.blockSize));
-      limits.kvTokenBudget = Math.min(limits.kvTokenBudget, paged.tokenBudget());
+      // Rows reserve whole blocks (the scheduler rounds each up), so every block of the pool can be reserved.
+      limits.blockSize = paged.blockSize;
+      limits.kvTokenBudget = Math.min(options.kvTokenBudget ?? paged.tokens, paged.tokens);
       decoder.setBlockTable(paged.table());
       const memory = decoder.deviceMemory;
       const device = memory.total > 0 ? ` (GPU: ${gib(memory.total - memory.free)} in use with the weights, of ${gib(memory.total)})` : '';
-      options.log?.(`paged cache: ${paged.tokens} tokens in ${paged.blocks - 1} blocks of ${paged.blockSize}, ${gib(decoder.cacheBytes)}${device}; ${Math.floor(paged.tokens / slotLength)} sequences of ${slotLength} tokens fit at once; ${weightsText(dir, PAGED_DECODER_MODEL, info, tp)}`);
+      options.log?.(`paged cache: ${paged.tokens} tokens in ${paged.blocks - 1} blocks of ${paged.blockSize}, ${gib(decoder.cacheBytes)}${device}; ${Math.floor((paged.blocks - 1) / paged.blocksPerRow)} sequences of ${slotLength} tokens fit at once; ${weightsText(dir, PAGED_DECODER_MODEL, info, tp)}`);
     } else {
       options.log?.(`cache: ${slots} slots of ${slotLength} tokens, ${gib(decoder.cacheBytes)}; ${weightsText(dir, SLOT_DECODER_MODEL, info, tp)}`);
     }
