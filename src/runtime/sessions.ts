@@ -13,7 +13,22 @@ let open = 0;
  */
 function keepFp32Exact(options: ort.InferenceSession.SessionOptions): void {
   const cuda = (options.executionProviders ?? []).some((p) => (typeof p === 'string' ? p : p.name) === 'cuda');
-  if (cuda && process.env.CHORUS_ALLOW_TF32 !== '1' && process.env.NVIDIA_TF32_OVERRIDE === undefined) process.env.NVIDIA_TF32_OVERRIDE = '0';
+  if (cuda && !tf32Allowed()) process.env.NVIDIA_TF32_OVERRIDE = '0';
+}
+
+function tf32Allowed(): boolean {
+  return process.env.CHORUS_ALLOW_TF32 === '1' || process.env.NVIDIA_TF32_OVERRIDE !== undefined;
+}
+
+/**
+ * The same rule for sessions the native addon opens on CUDA: NVIDIA_TF32_OVERRIDE=0 for the process, and
+ * ONNX Runtime's CUDA option use_tf32 off. Options that set use_tf32 themselves are left as they are.
+ * Returns the CUDA options to pass.
+ */
+export function exactFp32CudaOptions(cudaOptions: Record<string, string | number> | undefined): Record<string, string | number> | undefined {
+  if (cudaOptions?.use_tf32 !== undefined || (tf32Allowed() && process.env.NVIDIA_TF32_OVERRIDE !== '0')) return cudaOptions;
+  process.env.NVIDIA_TF32_OVERRIDE = '0';
+  return { use_tf32: 0, ...cudaOptions };
 }
 
 /** Opens a session on `file`. */

@@ -41,7 +41,7 @@ import { RequestLedger } from '../core/request-ledger.ts';
 import { Scheduler, type SchedulerLimits } from '../core/scheduler.ts';
 import { packSamplerRows, sampledChoice, sampledTop } from './native-sampler.ts';
 import type { SamplerRow } from '../core/sampler.ts';
-import { countNativeSession } from '../../runtime/index.ts';
+import { countNativeSession, exactFp32CudaOptions } from '../../runtime/index.ts';
 import { argmaxEligible, bannedArgmaxEligible, Sequence, type ActiveRequest, type ModelIds } from '../core/sequence.ts';
 import { seq2seqModel } from './seq2seq-engine.ts';
 import { TurnLoop } from './turn-loop.ts';
@@ -284,6 +284,7 @@ export class NativeEngine implements Engine {
     if (hostAttention && options.cudaGraph === true) {
       options.log?.('CUDA graphs off: the fp32 slot decoder runs GroupQueryAttention on the CPU (fp16, bf16 or the paged cache run on the GPU alone)');
     }
+    const cudaOptions = options.provider === 'cuda' ? exactFp32CudaOptions(options.cudaOptions) : options.cudaOptions;
     const decoder = new addon.SlotDecoder({
       model: join(dir, 'onnx', rankFile(tp, 0, modelFile)),
       ...(tp === 1 ? {} : { rankModels: Array.from({ length: tp - 1 }, (_, r) => join(dir, 'onnx', rankFile(tp, r + 1, modelFile))) }),
@@ -301,7 +302,8 @@ export class NativeEngine implements Engine {
       ...(options.intraOpThreads === undefined ? (tp > 1 ? cpuRankThreads(options.provider, tp) : smallModelThreads(options.provider, dir)) : { intraOpThreads: options.intraOpThreads }),
       // On the CPU, threads that wait without spinning leave the cores to the other runs and the event loop.
       intraOpSpinning: options.intraOpSpinning ?? (options.provider ?? 'cpu') !== 'cpu',
-      ...(options.cudaOptions === undefined ? {} : { cudaOptions: options.cudaOptions }),
+      // fp32 means fp32 on CUDA too, as for every session Chorus opens (runtime/sessions.ts).
+      ...(cudaOptions === undefined ? {} : { cudaOptions }),
       ...(sourceLimit === undefined ? {} : { encoderModel: join(dir, 'onnx', SLOT_ENCODER_MODEL), sourceLength: sourceLimit }),
       cudaGraph: (options.cudaGraph ?? false) && !hostAttention,
     });
