@@ -118,6 +118,9 @@ def main():
     for label, c in report["ids_counted"].items():
         if isinstance(c, dict):
             print(f"ids counted from TP=1's prefix ({label}): {c['percent_equal']:.2f}% of {c['tokens']}; steps that differed {[r['differed'] for r in c['rows']]}")
+            gaps = [m["gap"] for r in c["rows"] for m in r.get("margins", [])]
+            if gaps:
+                print(f"  TP=2's gap between its two best log-probabilities at those steps: largest {max(gaps):.2e}, median {sorted(gaps)[len(gaps) // 2]:.2e}")
     m = report["memory_check"]
     for tp in ["tp1", "tp2"]:
         verdict = f"refused: {m[tp]['refused']}" if m[tp]["refused"] else ("served" if m[tp]["served"] else "not measured")

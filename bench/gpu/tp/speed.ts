@@ -9,7 +9,8 @@
  * run's: each row decodes from the reference's prefix, and where an id differs the step counts as
  * unequal and the row goes on from the reference's prefix through that step (a new request), so one
  * early near-tie does not decide the other steps (as bench/gpu/llama/parity.ts counts against
- * transformers); the first difference decoding freely is kept too.
+ * transformers); the first difference decoding freely is kept too, and at each differing step this
+ * side's two best ids with the gap between their log-probabilities (how near a tie it was).
  * Usage: node --import tsx bench/gpu/tp/speed.ts <built-dir> <tensor-parallel> <name> <out-dir>
  *   -> <out-dir>/<name>.json
  * Knobs: TP_BATCHES=1,64  TP_PROMPT=128  TP_NEW=128  TP_IDS=512 (0: no ids run)  TP_ID_ROWS=4
@@ -117,8 +118,14 @@ async function agreement(prompts: number[][], reference: number[][], free: numbe
       let position = firstFree < 0 ? want.length : firstFree;
       let equal = position;
       const differed: number[] = [];
+      const margins: Array<{ step: number; ids: number[]; gap: number }> = [];
       while (position < want.length) {
         differed.push(position);
+        // This side's two best ids at the differing step and the gap between their log-probabilities
+        // (the logits' gap): how near a tie the step was.
+        const top = await lastValueFrom(engine.submit({ inputIds: [...prompt, ...want.slice(0, position)], params: { temperature: 0, request_output_len: 1, top_logprobs: 2 }, stream: true }).pipe(toArray()));
+        const best = top[0]?.topLogProbs ?? [];
+        if (best.length === 2) margins.push({ step: position, ids: best.map((b) => b.token), gap: best[0]!.logProb - best[1]!.logProb });
         position += 1;
         if (position >= want.length || differed.length > maxResyncs) break;
         const [ids] = await run([[...prompt, ...want.slice(0, position)]], want.length - position);
@@ -127,7 +134,7 @@ async function agreement(prompts: number[][], reference: number[][], free: numbe
         equal += k;
         position += k;
       }
-      return { tokens: want.length, equal, differed, unchecked: want.length - Math.min(want.length, position), free_first_difference: firstFree < 0 ? null : firstFree };
+      return { tokens: want.length, equal, differed, margins, unchecked: want.length - Math.min(want.length, position), free_first_difference: firstFree < 0 ? null : firstFree };
     }),
   );
   const tokens = rowsOut.reduce((sum, row) => sum + row.tokens, 0);
