@@ -43,6 +43,15 @@ struct HostBlock {
     }
     return counts;
   }
+  // Per bucket of bucketOf(i) (-1: none), the sum of weightOf(i), in index order.
+  template <class Bucket, class Weight>
+  void BucketSums(int n, Bucket bucketOf, Weight weightOf, double* sums) {
+    std::fill(sums, sums + kThresholdBuckets, 0.0);
+    for (int i = 0; i < n; i++) {
+      const int bucket = bucketOf(i);
+      if (bucket >= 0) sums[bucket] += weightOf(i);
+    }
+  }
   // The ids `keep` keeps, with their values, in id order (at most kCompact).
   template <class Keep>
   CompactRow Compact(int n, Keep keep, const float* w) {

@@ -87,6 +87,45 @@ struct DeviceBlock {
     return counts;
   }
 
+  // Per bucket of bucketOf(i) (-1: none), the sum of weightOf(i), into sums (every thread's copy): each
+  // thread sums its strided share in index order, then each warp's lanes in a fixed tree, then the warps
+  // in order.
+  template <class Bucket, class Weight>
+  __device__ void BucketSums(int n, Bucket bucketOf, Weight weightOf, double* sums) {
+    double local[kThresholdBuckets];
+#pragma unroll
+    for (int j = 0; j < kThresholdBuckets; j++) local[j] = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const int bucket = bucketOf(i);
+      if (bucket < 0) continue;
+      const double weight = weightOf(i);
+      // Unrolled, so that local stays in registers.
+#pragma unroll
+      for (int j = 0; j < kThresholdBuckets; j++) local[j] += j == bucket ? weight : 0.0;
+    }
+    double* slots = reinterpret_cast<double*>(shared);
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int warps = (blockDim.x + 31) >> 5;
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kThresholdBuckets; j++) {
+      double x = local[j];
+      for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_down_sync(0xffffffffu, x, offset);
+      if (lane == 0) slots[warp * kThresholdBuckets + j] = x;
+    }
+    __syncthreads();
+    if (threadIdx.x < kThresholdBuckets) {
+      double total = 0;
+      for (int w = 0; w < warps; w++) total += slots[w * kThresholdBuckets + threadIdx.x];
+      slots[warps * kThresholdBuckets + threadIdx.x] = total;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kThresholdBuckets; j++) sums[j] = slots[warps * kThresholdBuckets + j];
+    __syncthreads();
+  }
+
   // This thread's contiguous share [begin, end) of n items, in thread order.
   __device__ void Share(int n, int& begin, int& end) {
     const int chunk = (n + blockDim.x - 1) / blockDim.x;

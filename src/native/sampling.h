@@ -9,8 +9,8 @@
 // The algorithm of one row is written once, over a "block" of cooperating threads: the host runs it with
 // one thread (HostBlock, sampling.cc), the GPU with a CUDA block per row (sampling.cu). No row is sorted:
 // the k-th largest logit comes from a radix selection over the order-preserving integer keys of the
-// float32 logits, the value where the nucleus reaches p from a search over those keys (a pass per
-// probe), and once few ids remain possible they are gathered and the later stages run over them alone.
+// float32 logits, the value where the nucleus reaches p from a radix search over those keys (a pass per
+// 4-bit digit), and once few ids remain possible they are gathered and the later stages run over them alone.
 #pragma once
 
 #include <cmath>
@@ -151,40 +151,48 @@ struct CompactRow {
   CHORUS_HD void set(int i, float x) const { values[i] = x; }
 };
 
+// Buckets of a digit of the keys in the nucleus's search (ThresholdKey): 4 bits a pass.
+constexpr int kThresholdBuckets = 16;
+
 // The largest key t of the row's elements whose weight at or above t, sum over keys >= t of weightOf(i, x),
-// reaches `target` (for masses: the nucleus's last value). Each probe is one pass; the interval shrinks
-// to elements' own keys, so it ends within 32 probes. Returns false when even the whole row falls short.
+// reaches `target` (for masses: the nucleus's last value). A radix search from the top digit: each pass
+// sums the weights of the elements whose key shares the digits chosen so far into 16 buckets by the next
+// 4 bits (b.BucketSums), and takes the bucket where the weight from the top reaches the target; 8 passes
+// for 32-bit keys. Returns false when even the whole row falls short.
 template <class Block, class Row, class Weight>
 CHORUS_HD bool ThresholdKey(Block& b, const Row& row, double target, Weight weightOf, uint32_t& key) {
-  auto probe = [&](uint64_t at) {
-    Probe init{0.0, 0u, 0u, 0, 0};
-    return b.Reduce(row.n, init, [&](int i) {
-      const float x = row.value(i);
-      const uint32_t k = FloatKey(x);
-      Probe p{0.0, k, k, 0, 0};
-      if (k >= at) {
-        p.weight = weightOf(i, x);
-        p.hasAt = 1;
-      } else {
-        p.hasBelow = 1;
-      }
-      return p;
-    }, [](const Probe& x, const Probe& y) { return CombineProbes(x, y); });
-  };
-  Probe all = probe(0);
-  if (!(all.weight >= target)) return false;
-  uint64_t lo = all.lowestAt;  // weight at or above lo reaches the target
-  uint64_t hi = static_cast<uint64_t>(0xffffffffu) + 1;  // weight at or above hi does not
-  while (hi - lo > 1) {
-    const uint64_t mid = lo + (hi - lo) / 2;
-    const Probe p = probe(mid);
-    if (p.weight >= target) {
-      lo = p.lowestAt;
-    } else {
-      hi = static_cast<uint64_t>(p.highestBelow) + 1;
+  uint32_t prefix = 0;
+  uint32_t mask = 0;
+  double above = 0;  // the weight of the elements above the digits chosen so far
+  for (int shift = 28; shift >= 0; shift -= 4) {
+    double sums[kThresholdBuckets];
+    b.BucketSums(
+        row.n,
+        [&](int i) {
+          const uint32_t k = FloatKey(row.value(i));
+          return (k & mask) == prefix ? static_cast<int>((k >> shift) & 0xfu) : -1;
+        },
+        [&](int i) { return weightOf(i, row.value(i)); }, sums);
+    int bucket = kThresholdBuckets - 1;
+    double cumulative = above;
+    for (; bucket >= 0; bucket--) {
+      if (sums[bucket] > 0 && cumulative + sums[bucket] >= target) break;
+      cumulative += sums[bucket];
     }
+    if (bucket < 0) {
+      if (shift == 28) return false;
+      // The digits chosen so far reached the target, and their buckets summed apart fall an ulp short of
+      // it: the crossing is at their smallest key with weight.
+      bucket = 0;
+      while (bucket < kThresholdBuckets - 1 && !(sums[bucket] > 0)) bucket++;
+      cumulative = above;
+      for (int j = kThresholdBuckets - 1; j > bucket; j--) cumulative += sums[j];
+    }
+    above = cumulative;
+    prefix |= static_cast<uint32_t>(bucket) << shift;
+    mask |= 0xfu << shift;
   }
-  key = static_cast<uint32_t>(lo);
+  key = prefix;
   return true;
 }
 
@@ -220,7 +228,7 @@ CHORUS_HD inline double MassOf(float x, double max, double total) { return exp(x
 // Top-p over a row: the most likely ids, by value and then id, until their probability (under max and
 // total, those of the row before the nucleus) reaches p; the rest become -inf. `massAt(i, x)` is
 // MassOf(x, max, total) for element i of value x (read from where it was computed once, for a whole
-// row: the threshold's probes are a pass each).
+// row: the threshold's search is a pass per digit).
 template <class Block, class Row, class MassAt>
 CHORUS_HD void Nucleus(Block& b, const Row& row, double topP, double max, double total, MassAt massAt) {
   auto mass = [&](float x) { return MassOf(x, max, total); };
