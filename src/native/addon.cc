@@ -692,9 +692,11 @@ Napi::Value ArgmaxRows(const Napi::CallbackInfo& info) {
 #endif
 }
 
-// sampleRows(logits: Float32Array | Uint16Array (fp16 bits), vocab, sample, device): the sampler's
-// choices for the sample's rows of `logits`, on the GPU with device true (the engine's kernel), else on
-// the host: { tokens, logProbs, processed } (processed: each sampled row's logits after its processors).
+// sampleRows(logits: Float32Array | Uint16Array (fp16 bits), vocab, sample, device, repeat?): the
+// sampler's choices for the sample's rows of `logits`, on the GPU with device true (the engine's kernel),
+// else on the host: { tokens, logProbs, processed } (processed: each sampled row's logits after its
+// processors). With `repeat` on the GPU, the kernel runs that many more times between two events and
+// `kernelMs` is their mean (benchmarks).
 Napi::Value SampleRows(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const int vocab = info[1].As<Napi::Number>().Int32Value();
@@ -728,11 +730,28 @@ Napi::Value SampleRows(const Napi::CallbackInfo& info) {
     SampleRowsDevice(onDevice, logits.type, vocab, batch, hostStaging.data(), staging, static_cast<float*>(work), static_cast<double*>(mass), static_cast<SampleResult*>(results), nullptr);
     status = cudaGetLastError();
   }
+  const int repeat = info.Length() > 4 && info[4].IsNumber() ? info[4].As<Napi::Number>().Int32Value() : 0;
+  float kernelMs = 0;
+  if (status == cudaSuccess && repeat > 0) {
+    cudaEvent_t events[2];
+    cudaEventCreate(&events[0]);
+    cudaEventCreate(&events[1]);
+    cudaEventRecord(events[0], nullptr);
+    for (int i = 0; i < repeat; i++) {
+      SampleRowsDevice(onDevice, logits.type, vocab, batch, hostStaging.data(), staging, static_cast<float*>(work), static_cast<double*>(mass), static_cast<SampleResult*>(results), nullptr);
+    }
+    cudaEventRecord(events[1], nullptr);
+    status = cudaEventSynchronize(events[1]);
+    if (status == cudaSuccess) status = cudaEventElapsedTime(&kernelMs, events[0], events[1]);
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+  }
   if (status == cudaSuccess) status = cudaMemcpy(out.data(), results, sizeof(SampleResult) * batch.rows.size(), cudaMemcpyDeviceToHost);
   if (status == cudaSuccess) status = cudaMemcpy(processed.data(), work, sizeof(float) * processed.size(), cudaMemcpyDeviceToHost);
   for (void* p : {onDevice, staging, work, results, mass}) cudaFree(p);
   if (status != cudaSuccess) throw Napi::Error::New(env, std::string("CUDA: ") + cudaGetErrorString(status));
-  return SampledObject(env, out, &processed);
+  Napi::Object sampled = SampledObject(env, out, &processed);
+  if (repeat > 0) sampled.Set("kernelMs", Napi::Number::New(env, kernelMs / repeat));
+  return sampled;
 #else
   throw Napi::Error::New(env, "this build of the native engine has no CUDA");
 #endif

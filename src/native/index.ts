@@ -327,8 +327,12 @@ export interface NativeAddon {
   SlotDecoder: new (options: SlotDecoderOptions) => NativeSlotDecoder;
   /** Each row's argmax (the lowest index among equals): on the GPU with `device`, else on the host. */
   argmaxRows(logits: Float32Array | Uint16Array, vocab: number, device: boolean): Int32Array;
-  /** The sampler on the batch's rows of `logits`: on the GPU with `device` (the engine's kernel), else on the host; with each row's processed logits. */
-  sampleRows(logits: Float32Array | Uint16Array, vocab: number, sample: NativeSampleBatch, device: boolean): NativeSampled & { processed: Float32Array };
+  /**
+   * The sampler on the batch's rows of `logits`: on the GPU with `device` (the engine's kernel), else on
+   * the host; with each row's processed logits. With `repeat` on the GPU, the kernel's mean time over
+   * that many more runs (kernelMs, for benchmarks).
+   */
+  sampleRows(logits: Float32Array | Uint16Array, vocab: number, sample: NativeSampleBatch, device: boolean, repeat?: number): NativeSampled & { processed: Float32Array; kernelMs?: number };
   /** The attention kernels of `call` on the host, or on the GPU with `device` (the engine's kernels): the output [rows, tokens, heads * dim]. */
   attendRows(call: NativeAttentionCall, device: boolean): Float32Array | Uint16Array;
   cudaDevices(): number;

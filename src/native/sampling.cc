@@ -43,13 +43,16 @@ struct HostBlock {
     }
     return counts;
   }
-  // Per bucket of bucketOf(i) (-1: none), the sum of weightOf(i), in index order.
+  // Per bucket of bucketOf(i) (-1: none), the sum of weightOf(i), in index order, and the count.
   template <class Bucket, class Weight>
-  void BucketSums(int n, Bucket bucketOf, Weight weightOf, double* sums) {
+  void BucketSums(int n, Bucket bucketOf, Weight weightOf, double* sums, int* counts) {
     std::fill(sums, sums + kThresholdBuckets, 0.0);
+    std::fill(counts, counts + kThresholdBuckets, 0);
     for (int i = 0; i < n; i++) {
       const int bucket = bucketOf(i);
-      if (bucket >= 0) sums[bucket] += weightOf(i);
+      if (bucket < 0) continue;
+      sums[bucket] += weightOf(i);
+      counts[bucket]++;
     }
   }
   // The ids `keep` keeps, with their values, in id order (at most kCompact).

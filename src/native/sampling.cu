@@ -87,42 +87,65 @@ struct DeviceBlock {
     return counts;
   }
 
-  // Per bucket of bucketOf(i) (-1: none), the sum of weightOf(i), into sums (every thread's copy): each
-  // thread sums its strided share in index order, then each warp's lanes in a fixed tree, then the warps
-  // in order.
+  // Per bucket of bucketOf(i) (-1: none), the sum of weightOf(i) and the count, into sums and counts
+  // (every thread's copy): each thread sums its strided share in index order, then each warp's lanes in
+  // a fixed tree, then the warps in order.
   template <class Bucket, class Weight>
-  __device__ void BucketSums(int n, Bucket bucketOf, Weight weightOf, double* sums) {
+  __device__ void BucketSums(int n, Bucket bucketOf, Weight weightOf, double* sums, int* counts) {
     double local[kThresholdBuckets];
+    int many[kThresholdBuckets];
 #pragma unroll
-    for (int j = 0; j < kThresholdBuckets; j++) local[j] = 0;
+    for (int j = 0; j < kThresholdBuckets; j++) {
+      local[j] = 0;
+      many[j] = 0;
+    }
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
       const int bucket = bucketOf(i);
       if (bucket < 0) continue;
       const double weight = weightOf(i);
-      // Unrolled, so that local stays in registers.
+      // Unrolled, so that the sums stay in registers.
 #pragma unroll
-      for (int j = 0; j < kThresholdBuckets; j++) local[j] += j == bucket ? weight : 0.0;
+      for (int j = 0; j < kThresholdBuckets; j++) {
+        local[j] += j == bucket ? weight : 0.0;
+        many[j] += j == bucket ? 1 : 0;
+      }
     }
-    double* slots = reinterpret_cast<double*>(shared);
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int warps = (blockDim.x + 31) >> 5;
+    double* slots = reinterpret_cast<double*>(shared);
+    int* countSlots = reinterpret_cast<int*>(slots + (warps + 1) * kThresholdBuckets);
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < kThresholdBuckets; j++) {
       double x = local[j];
-      for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_down_sync(0xffffffffu, x, offset);
-      if (lane == 0) slots[warp * kThresholdBuckets + j] = x;
+      int c = many[j];
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        x += __shfl_down_sync(0xffffffffu, x, offset);
+        c += __shfl_down_sync(0xffffffffu, c, offset);
+      }
+      if (lane == 0) {
+        slots[warp * kThresholdBuckets + j] = x;
+        countSlots[warp * kThresholdBuckets + j] = c;
+      }
     }
     __syncthreads();
     if (threadIdx.x < kThresholdBuckets) {
       double total = 0;
-      for (int w = 0; w < warps; w++) total += slots[w * kThresholdBuckets + threadIdx.x];
+      int count = 0;
+      for (int w = 0; w < warps; w++) {
+        total += slots[w * kThresholdBuckets + threadIdx.x];
+        count += countSlots[w * kThresholdBuckets + threadIdx.x];
+      }
       slots[warps * kThresholdBuckets + threadIdx.x] = total;
+      countSlots[warps * kThresholdBuckets + threadIdx.x] = count;
     }
     __syncthreads();
 #pragma unroll
-    for (int j = 0; j < kThresholdBuckets; j++) sums[j] = slots[warps * kThresholdBuckets + j];
+    for (int j = 0; j < kThresholdBuckets; j++) {
+      sums[j] = slots[warps * kThresholdBuckets + j];
+      counts[j] = countSlots[warps * kThresholdBuckets + j];
+    }
     __syncthreads();
   }
 

@@ -102,23 +102,16 @@ CHORUS_HD inline uint32_t FloatKey(float x) {
   return (bits & 0x80000000u) != 0 ? ~bits : (bits | 0x80000000u);
 }
 
-// Per-thread running summary of a threshold probe.
-struct Probe {
-  double weight;      // count or probability mass at or above the probe
-  uint32_t lowestAt;  // the smallest key at or above it
-  uint32_t highestBelow;  // the largest key below it
-  int hasAt;
-  int hasBelow;
-};
-
-CHORUS_HD inline Probe CombineProbes(const Probe& a, const Probe& b) {
-  Probe out;
-  out.weight = a.weight + b.weight;
-  out.hasAt = a.hasAt | b.hasAt;
-  out.hasBelow = a.hasBelow | b.hasBelow;
-  out.lowestAt = !a.hasAt ? b.lowestAt : !b.hasAt ? a.lowestAt : (a.lowestAt < b.lowestAt ? a.lowestAt : b.lowestAt);
-  out.highestBelow = !a.hasBelow ? b.highestBelow : !b.hasBelow ? a.highestBelow : (a.highestBelow > b.highestBelow ? a.highestBelow : b.highestBelow);
-  return out;
+// The float whose key FloatKey gives (+0 for the key of zero).
+CHORUS_HD inline float KeyFloat(uint32_t key) {
+  const uint32_t bits = (key & 0x80000000u) != 0 ? (key & 0x7fffffffu) : ~key;
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+#endif
 }
 
 struct Best {
@@ -154,30 +147,45 @@ struct CompactRow {
 // Buckets of a digit of the keys in the nucleus's search (ThresholdKey): 4 bits a pass.
 constexpr int kThresholdBuckets = 16;
 
+// Where a row's weight from the top reaches a target: the key, the weight and count of the elements
+// above it, and those of the elements at it.
+struct Threshold {
+  uint32_t key;
+  double above;
+  double at;
+  int countAbove;
+  int countAt;
+};
+
 // The largest key t of the row's elements whose weight at or above t, sum over keys >= t of weightOf(i, x),
 // reaches `target` (for masses: the nucleus's last value). A radix search from the top digit: each pass
-// sums the weights of the elements whose key shares the digits chosen so far into 16 buckets by the next
-// 4 bits (b.BucketSums), and takes the bucket where the weight from the top reaches the target; 8 passes
-// for 32-bit keys. Returns false when even the whole row falls short.
+// sums the weights (and counts the elements) whose key shares the digits chosen so far into 16 buckets
+// by the next 4 bits (b.BucketSums), and takes the bucket where the weight from the top reaches the
+// target; 8 passes for 32-bit keys. Returns false when even the whole row falls short.
 template <class Block, class Row, class Weight>
-CHORUS_HD bool ThresholdKey(Block& b, const Row& row, double target, Weight weightOf, uint32_t& key) {
+CHORUS_HD bool ThresholdKey(Block& b, const Row& row, double target, Weight weightOf, Threshold& out) {
   uint32_t prefix = 0;
   uint32_t mask = 0;
   double above = 0;  // the weight of the elements above the digits chosen so far
+  int countAbove = 0;
+  double sums[kThresholdBuckets];
+  int counts[kThresholdBuckets];
+  int bucket = 0;
   for (int shift = 28; shift >= 0; shift -= 4) {
-    double sums[kThresholdBuckets];
     b.BucketSums(
         row.n,
         [&](int i) {
           const uint32_t k = FloatKey(row.value(i));
           return (k & mask) == prefix ? static_cast<int>((k >> shift) & 0xfu) : -1;
         },
-        [&](int i) { return weightOf(i, row.value(i)); }, sums);
-    int bucket = kThresholdBuckets - 1;
+        [&](int i) { return weightOf(i, row.value(i)); }, sums, counts);
+    bucket = kThresholdBuckets - 1;
     double cumulative = above;
+    int count = countAbove;
     for (; bucket >= 0; bucket--) {
       if (sums[bucket] > 0 && cumulative + sums[bucket] >= target) break;
       cumulative += sums[bucket];
+      count += counts[bucket];
     }
     if (bucket < 0) {
       if (shift == 28) return false;
@@ -186,13 +194,18 @@ CHORUS_HD bool ThresholdKey(Block& b, const Row& row, double target, Weight weig
       bucket = 0;
       while (bucket < kThresholdBuckets - 1 && !(sums[bucket] > 0)) bucket++;
       cumulative = above;
-      for (int j = kThresholdBuckets - 1; j > bucket; j--) cumulative += sums[j];
+      count = countAbove;
+      for (int j = kThresholdBuckets - 1; j > bucket; j--) {
+        cumulative += sums[j];
+        count += counts[j];
+      }
     }
     above = cumulative;
+    countAbove = count;
     prefix |= static_cast<uint32_t>(bucket) << shift;
     mask |= 0xfu << shift;
   }
-  key = prefix;
+  out = Threshold{prefix, above, sums[bucket], countAbove, counts[bucket]};
   return true;
 }
 
@@ -225,32 +238,31 @@ CHORUS_HD uint32_t KthLargestKey(Block& b, const Row& row, int k, int& atOrAbove
 // An id's probability under max and total (those of the row before the nucleus).
 CHORUS_HD inline double MassOf(float x, double max, double total) { return exp(x - max) / total; }
 
-// Top-p over a row: the most likely ids, by value and then id, until their probability (under max and
-// total, those of the row before the nucleus) reaches p; the rest become -inf. `massAt(i, x)` is
-// MassOf(x, max, total) for element i of value x (read from where it was computed once, for a whole
-// row: the threshold's search is a pass per digit).
-template <class Block, class Row, class MassAt>
-CHORUS_HD void Nucleus(Block& b, const Row& row, double topP, double max, double total, MassAt massAt) {
-  auto mass = [&](float x) { return MassOf(x, max, total); };
-  uint32_t last;
-  if (!ThresholdKey(b, row, topP, massAt, last)) return;
-  const double above = b.Reduce(row.n, 0.0, [&](int i) { return FloatKey(row.value(i)) > last ? massAt(i, row.value(i)) : 0.0; }, [](double a, double c) { return a + c; });
-  // Ties with the last value join in id order until the nucleus reaches p (always one).
-  const Best any = b.Reduce(row.n, Best{-INFINITY, 0}, [&](int i) { return FloatKey(row.value(i)) == last ? Best{row.value(i), 0} : Best{-INFINITY, 0}; },
-                            [](const Best& x, const Best& y) { return CombineBest(x, y); });
-  const double tie = mass(any.value);
-  const int tieCount = b.Reduce(row.n, 0, [&](int i) { return FloatKey(row.value(i)) == last ? 1 : 0; }, [](int a, int c) { return a + c; });
-  double cumulative = above + tie;
+// What the nucleus kept: how many ids, and their weight.
+struct Kept {
+  int count;
+  double weight;
+};
+
+// Top-p over a row, its threshold found (ThresholdKey with `target` and the same weights; `tie` is the
+// weight of one element at the threshold): the ids above it, and those at it in id order until the
+// weight reaches the target (always one), stay; the rest become -inf.
+template <class Block, class Row>
+CHORUS_HD Kept Nucleus(Block& b, const Row& row, double target, const Threshold& t, double tie) {
+  double cumulative = t.above + tie;
   int ties = 1;
-  while (cumulative < topP && ties < tieCount) {
+  while (cumulative < target && ties < t.countAt) {
     cumulative += tie;
     ties++;
   }
-  const int lastAt = b.FindFirst(row.n, [&](int i) { return FloatKey(row.value(i)) == last ? 1.0 : 0.0; }, static_cast<double>(ties), false);
+  const uint32_t last = t.key;
+  // Every tie joined: no id among them is cut.
+  const int lastAt = ties == t.countAt ? row.n : b.FindFirst(row.n, [&](int i) { return FloatKey(row.value(i)) == last ? 1.0 : 0.0; }, static_cast<double>(ties), false);
   b.ForEach(row.n, [&](int i) {
     const uint32_t k = FloatKey(row.value(i));
     if (k < last || (k == last && i > lastAt)) row.set(i, -INFINITY);
   });
+  return Kept{t.countAbove + ties, cumulative};
 }
 
 // log(sum(exp(values))) of a row, with the maximum taken out first (as the TypeScript logSumExp); -inf
@@ -263,11 +275,11 @@ CHORUS_HD double LogNorm(Block& b, int n, Value valueOf) {
   return max + log(sum);
 }
 
-// The choice over a processed row: its argmax (temperature 0) or the draw's id, walking the softmax in
-// id order; and log(softmax) there.
-template <class Block, class Row>
-CHORUS_HD SampleResult Choose(Block& b, const Row& row, const SampleParams& p) {
-  const double norm = LogNorm(b, row.n, [&](int i) { return row.value(i); });
+// The choice over a processed row, its log-normalizer `norm` known: its argmax (temperature 0) or the
+// draw's id, walking the ids in id order with weightOf(i) (exp(value - norm), or anything proportional
+// to it with `scale` its total) until their sum passes uniform * scale; and log(softmax) there.
+template <class Block, class Row, class Weight>
+CHORUS_HD SampleResult ChooseWith(Block& b, const Row& row, const SampleParams& p, double norm, Weight weightOf, double scale) {
   SampleResult result;
   if (norm == -INFINITY) {
     result.token = 0;
@@ -279,7 +291,7 @@ CHORUS_HD SampleResult Choose(Block& b, const Row& row, const SampleParams& p) {
   if (p.temperature == 0) {
     at = b.Reduce(row.n, Best{-INFINITY, row.n}, [&](int i) { return Best{row.value(i), i}; }, [](const Best& x, const Best& y) { return CombineBest(x, y); }).index;
   } else {
-    at = b.FindFirst(row.n, [&](int i) { return row.value(i) == -INFINITY ? 0.0 : exp(row.value(i) - norm); }, p.uniform, true);
+    at = b.FindFirst(row.n, weightOf, p.uniform * scale, true);
     // Rounding left the total a hair under 1 and the draw above it: the last possible id.
     if (at < 0) at = b.Reduce(row.n, -1, [&](int i) { return row.value(i) == -INFINITY ? -1 : i; }, [](int a, int c) { return a > c ? a : c; });
   }
@@ -298,6 +310,13 @@ CHORUS_HD SampleResult Choose(Block& b, const Row& row, const SampleParams& p) {
   }
   b.Sync();
   return result;
+}
+
+// The choice over a processed row (ChooseWith), its normalizer and the softmax computed here.
+template <class Block, class Row>
+CHORUS_HD SampleResult Choose(Block& b, const Row& row, const SampleParams& p) {
+  const double norm = LogNorm(b, row.n, [&](int i) { return row.value(i); });
+  return ChooseWith(b, row, p, norm, [&](int i) { return row.value(i) == -INFINITY ? 0.0 : exp(row.value(i) - norm); }, 1.0);
 }
 
 // Penalties, each id once: repetition (context and output), presence and frequency (output); then
@@ -356,9 +375,10 @@ CHORUS_HD SampleResult BeamRow(Block& b, float* w, int vocab, const SampleParams
 }
 
 // One row: processes `w` (vocab floats: the row's logits, widened) in place, then chooses (or, for a
-// beam, returns its continuations). Once top-k or a bound on the nucleus leaves at most Block::kCompact
-// possible ids, they are gathered (in id order) and the later stages run over them alone; `w` ends with
-// the processed row either way.
+// beam, returns its continuations). Once top-k, a bound on the nucleus or the nucleus leaves at most
+// Block::kCompact possible ids, they are gathered (in id order) and the later stages run over them alone;
+// `w` ends with the processed row either way. Top-p over a whole row reads each id's exp(value - max)
+// from b.mass, computed once: the bound, the threshold's passes and the draw weigh ids by it.
 template <class Block>
 CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SampleParams& p, const int32_t* seen, const int32_t* bans) {
   if (p.beamKeep > 0) return BeamRow(b, w, vocab, p, seen, bans);
@@ -377,33 +397,57 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
   }
   double max = 0;
   double total = 0;
+  bool nucleusDone = false;
   if (p.topP < 1) {
     max = b.Reduce(vocab, -INFINITY, [&](int v) { return w[v]; }, [](float a, float c) { return a > c ? a : c; });
-    total = b.Reduce(vocab, 0.0, [&](int v) { return exp(w[v] - max); }, [](double a, double c) { return a + c; });
-    // A bound on the nucleus: when the most likely kCompact / 2 ids already hold p, it lies among them.
     if (possible > Block::kCompact) {
-      // Each id's probability, once (b.mass: vocab doubles): the bound and the nucleus's probes over
-      // the whole row read it, a pass each.
-      b.ForEach(vocab, [&](int v) { b.mass[v] = MassOf(w[v], max, total); });
+      // The nucleus over the whole row, weighing each id by exp(value - max) (b.mass) against p times
+      // their total: the same ids as probabilities against p.
+      total = b.Reduce(vocab, 0.0, [&](int v) {
+        const double e = exp(w[v] - max);
+        b.mass[v] = e;
+        return e;
+      }, [](double a, double c) { return a + c; });
+      const double target = p.topP * total;
+      // A bound first (a trained model's rows): when the most likely kCompact / 2 ids already hold p, the
+      // nucleus lies among them, and runs over those alone once they are gathered.
       int atOrAbove;
       const uint32_t key = KthLargestKey(b, full, Block::kCompact / 2, atOrAbove);
       const double held = b.Reduce(vocab, 0.0, [&](int v) { return FloatKey(w[v]) >= key ? b.mass[v] : 0.0; }, [](double a, double c) { return a + c; });
-      if (held >= p.topP && atOrAbove <= Block::kCompact) {
+      if (held >= target && atOrAbove <= Block::kCompact) {
         floor = key;
         possible = atOrAbove;
         b.Update(vocab, w, [&](int, float x) { return FloatKey(x) < key ? -INFINITY : x; });
+      } else {
+        double kept = total;
+        Threshold t;
+        if (ThresholdKey(b, full, target, [&](int v, float) { return b.mass[v]; }, t)) {
+          const Kept nucleus = Nucleus(b, full, target, t, exp(static_cast<double>(KeyFloat(t.key)) - max));
+          floor = t.key;
+          possible = nucleus.count;
+          kept = nucleus.weight;
+        }
+        nucleusDone = true;
+        if (possible > Block::kCompact) {
+          return ChooseWith(b, full, p, max + log(kept), [&](int v) { return w[v] == -INFINITY ? 0.0 : b.mass[v]; }, kept);
+        }
       }
+    } else {
+      total = b.Reduce(vocab, 0.0, [&](int v) { return exp(w[v] - max); }, [](double a, double c) { return a + c; });
     }
   }
   if (possible <= Block::kCompact) {
     const uint32_t at = floor;
     const CompactRow compact = b.Compact(vocab, [&](int v) { return FloatKey(w[v]) >= at; }, w);
-    if (p.topP < 1) Nucleus(b, compact, p.topP, max, total, [&](int, float x) { return MassOf(x, max, total); });
+    if (p.topP < 1 && !nucleusDone) {
+      auto massAt = [&](int, float x) { return MassOf(x, max, total); };
+      Threshold t;
+      if (ThresholdKey(b, compact, p.topP, massAt, t)) Nucleus(b, compact, p.topP, t, MassOf(KeyFloat(t.key), max, total));
+    }
     const SampleResult result = Choose(b, compact, p);
     b.ForEach(compact.n, [&](int i) { w[compact.index(i)] = compact.value(i); });
     return result;
   }
-  if (p.topP < 1) Nucleus(b, full, p.topP, max, total, [&](int v, float) { return b.mass[v]; });
   return Choose(b, full, p);
 }
 
