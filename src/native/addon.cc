@@ -737,11 +737,13 @@ Napi::Value SampleRows(const Napi::CallbackInfo& info) {
     cudaEventCreate(&events[0]);
     cudaEventCreate(&events[1]);
     cudaEventRecord(events[0], nullptr);
+    // Each run stages its parameters in as an engine step does (a host copy and one small upload).
     for (int i = 0; i < repeat; i++) {
       SampleRowsDevice(onDevice, logits.type, vocab, batch, hostStaging.data(), staging, static_cast<float*>(work), static_cast<double*>(mass), static_cast<SampleResult*>(results), nullptr);
     }
     cudaEventRecord(events[1], nullptr);
-    status = cudaEventSynchronize(events[1]);
+    status = cudaGetLastError();
+    if (status == cudaSuccess) status = cudaEventSynchronize(events[1]);
     if (status == cudaSuccess) status = cudaEventElapsedTime(&kernelMs, events[0], events[1]);
     for (cudaEvent_t e : events) cudaEventDestroy(e);
   }

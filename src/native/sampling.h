@@ -244,15 +244,18 @@ struct Kept {
   double weight;
 };
 
-// Top-p over a row, its threshold found (ThresholdKey with `target` and the same weights; `tie` is the
-// weight of one element at the threshold): the ids above it, and those at it in id order until the
-// weight reaches the target (always one), stay; the rest become -inf.
+// Top-p over a row, its threshold found (ThresholdKey with the same weights; `tie` is the weight of one
+// element at the threshold, and a weight over `divisor` its probability): the ids above it, and those
+// at it in id order until the probability reaches topP (always one), stay; the rest become -inf. The
+// ties' probabilities add one at a time, as the TypeScript processor adds them. Returns the ids kept
+// and their weight.
 template <class Block, class Row>
-CHORUS_HD Kept Nucleus(Block& b, const Row& row, double target, const Threshold& t, double tie) {
-  double cumulative = t.above + tie;
+CHORUS_HD Kept Nucleus(Block& b, const Row& row, double topP, const Threshold& t, double tie, double divisor) {
+  const double tieP = tie / divisor;
+  double cumulative = t.above / divisor + tieP;
   int ties = 1;
-  while (cumulative < target && ties < t.countAt) {
-    cumulative += tie;
+  while (cumulative < topP && ties < t.countAt) {
+    cumulative += tieP;
     ties++;
   }
   const uint32_t last = t.key;
@@ -262,7 +265,7 @@ CHORUS_HD Kept Nucleus(Block& b, const Row& row, double target, const Threshold&
     const uint32_t k = FloatKey(row.value(i));
     if (k < last || (k == last && i > lastAt)) row.set(i, -INFINITY);
   });
-  return Kept{t.countAbove + ties, cumulative};
+  return Kept{t.countAbove + ties, t.above + ties * tie};
 }
 
 // log(sum(exp(values))) of a row, with the maximum taken out first (as the TypeScript logSumExp); -inf
@@ -400,7 +403,8 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
   bool nucleusDone = false;
   if (p.topP < 1) {
     max = b.Reduce(vocab, -INFINITY, [&](int v) { return w[v]; }, [](float a, float c) { return a > c ? a : c; });
-    if (possible > Block::kCompact) {
+    // (A row of -inf alone has no nucleus: Choose gives it token 0, as the TypeScript sampler does.)
+    if (possible > Block::kCompact && max != -INFINITY) {
       // The nucleus over the whole row, weighing each id by exp(value - max) (b.mass) against p times
       // their total: the same ids as probabilities against p.
       total = b.Reduce(vocab, 0.0, [&](int v) {
@@ -422,7 +426,7 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
         double kept = total;
         Threshold t;
         if (ThresholdKey(b, full, target, [&](int v, float) { return b.mass[v]; }, t)) {
-          const Kept nucleus = Nucleus(b, full, target, t, exp(static_cast<double>(KeyFloat(t.key)) - max));
+          const Kept nucleus = Nucleus(b, full, p.topP, t, exp(static_cast<double>(KeyFloat(t.key)) - max), total);
           floor = t.key;
           possible = nucleus.count;
           kept = nucleus.weight;
@@ -442,7 +446,7 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
     if (p.topP < 1 && !nucleusDone) {
       auto massAt = [&](int, float x) { return MassOf(x, max, total); };
       Threshold t;
-      if (ThresholdKey(b, compact, p.topP, massAt, t)) Nucleus(b, compact, p.topP, t, MassOf(KeyFloat(t.key), max, total));
+      if (ThresholdKey(b, compact, p.topP, massAt, t)) Nucleus(b, compact, p.topP, t, MassOf(KeyFloat(t.key), max, total), 1.0);
     }
     const SampleResult result = Choose(b, compact, p);
     b.ForEach(compact.n, [&](int i) { w[compact.index(i)] = compact.value(i); });

@@ -83,7 +83,7 @@ function check(rows: Row[], half: boolean, device: boolean): void {
       if (!Object.is(value, want.processed[v])) assert.fail(`row ${r}: processed logit ${v} is ${value}, the processors give ${want.processed[v]}`);
     }
     assert.equal(got.tokens[r], want.token, `row ${r}: token`);
-    assert.ok(Math.abs(got.logProbs[r]! - want.logProb) <= tolerance, `row ${r}: log-probability ${got.logProbs[r]} vs ${want.logProb}`);
+    assert.ok(Object.is(got.logProbs[r], want.logProb) || Math.abs(got.logProbs[r]! - want.logProb) <= tolerance, `row ${r}: log-probability ${got.logProbs[r]} vs ${want.logProb}`);
     const top = topLogProbs(want.processed, row.sequence.params.top_logprobs);
     assert.equal(got.topCounts[r], row.sequence.params.top_logprobs === 0 ? 0 : top.length, `row ${r}: top_logprobs count`);
     top.forEach((entry, j) => {
@@ -216,6 +216,25 @@ describe('the native sampler', { skip }, () => {
       assert.equal(counts.size, 12, 'only the top 12 ids are drawn');
       assert.ok(distance / 2 < 0.02, `total variation ${distance / 2} (${device ? 'GPU' : 'host'})`);
     }
+  });
+
+  test(`top-p over rows of exact ties and of -inf, as the TypeScript processors${gpu ? ', host and GPU' : ''}`, () => {
+    const random = uniformStream(31);
+    const shapes: Array<[(v: number) => number, number]> = [
+      [() => 0, 0.9],
+      [() => 0, 0.3],
+      [() => 2.5, 0.5],
+      [(v) => (v % 2 === 0 ? 0 : -3), 0.9],
+      [(v) => (v % 2 === 0 ? 0 : -3), 0.3],
+      [(v) => (v % 3 === 0 ? -Infinity : 1), 0.5],
+      [() => -Infinity, 0.9],
+    ];
+    const rows: Row[] = shapes.map(([value, topP]) => {
+      const sequence = sequenceAfter([1], [], { temperature: 1, runtime_top_p: topP });
+      return { logits: Float32Array.from({ length: VOCAB }, (_, v) => value(v)), sequence, sampler: { ...sequence.samplerRow()!, uniform: random() } };
+    });
+    check(rows, false, false);
+    if (gpu) check(rows, false, true);
   });
 
   test('refuses ids outside the vocabulary and parameters out of range, naming them', () => {

@@ -3,7 +3,8 @@
  * vocabulary (50,257), fp16 logits, by setting: greedy through the sampler, temperature alone, top-k 50,
  * and top_p 0.9 over flat rows (random logits, as a model with random weights gives: the nucleus keeps
  * most of the vocabulary) and over peaked rows (a trained model's: a few ids hold p). Each figure is the
- * mean over SAMPLER_REPEAT runs between two CUDA events (the addon's sampleRows with `repeat`).
+ * mean over SAMPLER_REPEAT runs between two CUDA events (the addon's sampleRows with `repeat`); each run
+ * stages its rows' parameters in first, as an engine step does.
  *   node --import tsx bench/gpu/sampler/speed.ts [out.json]
  */
 import { writeFileSync } from 'node:fs';
