@@ -8,8 +8,9 @@
  * submission to the last token) and the median time to first token. One warm-up request, then one run.
  *
  * CPU (this machine): stories260K (llama2.c) and a Qwen2-0.5B shape (random weights), f32; Chorus runs
- * its OrtEngine (min_length = new tokens, no early stop); llama.cpp the prebuilt CPU binary, no early
- * stop either (end tokens are yielded and generation goes on).
+ * its CPU default, the native engine (its TypeScript engine where the addon is not built), min_length =
+ * new tokens, no early stop; llama.cpp the prebuilt CPU binary, no early stop either (end tokens are
+ * yielded and generation goes on).
  *   node --import tsx bench/peer/side-by-side.ts
  * CUDA (bench/peer/cuda.sh sets it up): PEER_DEVICE=cuda PEER_CHECKPOINTS=<dir of HF checkpoints>:
  * fp16 / GGUF f16; Chorus runs its native engine with CUDA graphs (greedy rows pick on the device; a
@@ -25,7 +26,7 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Observable } from 'rxjs';
 import { exportGguf } from '../../src/export/gguf/index.ts';
-import { NativeEngine, OrtEngine, type Engine } from '../../src/generation/index.ts';
+import { NativeEngine, nativeUnavailable, OrtEngine, type Engine } from '../../src/generation/index.ts';
 import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
 import { applyOrtThreads } from './ort-threads.ts';
 import { ensurePeer, openPeer, peerGreedy } from './peer.ts';
@@ -111,14 +112,19 @@ function chorusRequest(engine: Engine, prompt: number[], steps: number) {
 }
 
 async function chorus(model: ModelCase, settings: number[]): Promise<Map<number, Run>> {
-  const dir = join(work, `${model.name.replace(/\W+/g, '-')}-chorus-${DEVICE}`);
+  const dir = join(work, `${model.name.replace(/\W+/g, '-')}-chorus-${DEVICE}-slots`);
   if (!existsSync(join(dir, 'chorus_build.json'))) {
-    buildModel(DEVICE === 'cpu' ? { source: model.source, out: dir } : { source: model.source, out: dir, dtype: 'fp16', flavor: 'cuda', slotDecoder: true });
+    buildModel({ source: model.source, out: dir, flavor: 'cuda', slotDecoder: true, ...(DEVICE === 'cuda' ? { dtype: 'fp16' as const } : {}) });
   }
+  // What a model definition opens by default: the native engine, or the TypeScript one without the addon.
+  const native = nativeUnavailable(dir) === undefined;
+  chorusEngine = DEVICE === 'cuda' ? 'native engine, CUDA graphs' : native ? 'native engine' : 'TypeScript engine';
   const engine: Engine =
-    DEVICE === 'cpu'
-      ? await OrtEngine.open(dir, { maxBatchSize: CONCURRENT })
-      : await NativeEngine.open(dir, { provider: 'cuda', maxBatchSize: CONCURRENT, slotLength: PROMPT + NEW, cudaGraph: true });
+    DEVICE === 'cuda'
+      ? await NativeEngine.open(dir, { provider: 'cuda', maxBatchSize: CONCURRENT, slotLength: PROMPT + NEW, cudaGraph: true })
+      : native
+        ? await NativeEngine.open(dir, { maxBatchSize: CONCURRENT, slotLength: PROMPT + NEW, ...(ortThreads === undefined ? {} : { intraOpThreads: ortThreads }) })
+        : await OrtEngine.open(dir, { maxBatchSize: CONCURRENT });
   const runs = new Map<number, Run>();
   try {
     await timed([chorusRequest(engine, prompts(1, model.vocab)[0]!, 4)]);
@@ -156,6 +162,7 @@ async function llamaCpp(model: ModelCase, settings: number[]): Promise<Map<numbe
 }
 
 const ortThreads = applyOrtThreads();
+let chorusEngine = '';
 const peer = await ensurePeer();
 if (!peer.ok) throw new Error(peer.reason);
 const models = (DEVICE === 'cpu' ? cpuModels() : cudaModels()).filter((m) => process.env.PEER_MODELS === undefined || process.env.PEER_MODELS.split(',').includes(m.name));
@@ -176,7 +183,7 @@ for (const model of models) {
     failures.push({ model: model.name, error: (error as Error).stack ?? String(error) });
     console.error(`${model.name}: failed: ${(error as Error).message}`);
   }
-  writeFileSync(out, `${JSON.stringify({ ...setup, rows, failures }, null, 2)}\n`);
+  writeFileSync(out, `${JSON.stringify({ ...setup, chorusEngine, rows, failures }, null, 2)}\n`);
 }
 
 const line = (cells: Array<string | number>): string => `| ${cells.join(' | ')} |`;
