@@ -726,8 +726,11 @@ Napi::Value SampleRows(const Napi::CallbackInfo& info) {
   if (status == cudaSuccess) status = cudaMalloc(&results, sizeof(SampleResult) * std::max<size_t>(1, batch.rows.size()));
   if (status == cudaSuccess) status = cudaMalloc(&mass, sizeof(double) * vocab * std::max<size_t>(1, batch.rows.size()));
   if (status == cudaSuccess) status = cudaMemcpy(onDevice, logits.data, logits.bytes, cudaMemcpyHostToDevice);
-  if (status == cudaSuccess) {
+  const auto sample = [&] {
     SampleRowsDevice(onDevice, logits.type, vocab, batch, hostStaging.data(), staging, static_cast<float*>(work), static_cast<double*>(mass), static_cast<SampleResult*>(results), nullptr);
+  };
+  if (status == cudaSuccess) {
+    sample();
     status = cudaGetLastError();
   }
   const int repeat = info.Length() > 4 && info[4].IsNumber() ? info[4].As<Napi::Number>().Int32Value() : 0;
@@ -738,9 +741,7 @@ Napi::Value SampleRows(const Napi::CallbackInfo& info) {
     cudaEventCreate(&events[1]);
     cudaEventRecord(events[0], nullptr);
     // Each run stages its parameters in as an engine step does (a host copy and one small upload).
-    for (int i = 0; i < repeat; i++) {
-      SampleRowsDevice(onDevice, logits.type, vocab, batch, hostStaging.data(), staging, static_cast<float*>(work), static_cast<double*>(mass), static_cast<SampleResult*>(results), nullptr);
-    }
+    for (int i = 0; i < repeat; i++) sample();
     cudaEventRecord(events[1], nullptr);
     status = cudaGetLastError();
     if (status == cudaSuccess) status = cudaEventSynchronize(events[1]);

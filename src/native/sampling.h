@@ -403,15 +403,16 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
   bool nucleusDone = false;
   if (p.topP < 1) {
     max = b.Reduce(vocab, -INFINITY, [&](int v) { return w[v]; }, [](float a, float c) { return a > c ? a : c; });
-    // (A row of -inf alone has no nucleus: Choose gives it token 0, as the TypeScript sampler does.)
-    if (possible > Block::kCompact && max != -INFINITY) {
-      // The nucleus over the whole row, weighing each id by exp(value - max) (b.mass) against p times
-      // their total: the same ids as probabilities against p.
-      total = b.Reduce(vocab, 0.0, [&](int v) {
-        const double e = exp(w[v] - max);
-        b.mass[v] = e;
-        return e;
-      }, [](double a, double c) { return a + c; });
+    // The nucleus over the whole row weighs each id by exp(value - max), kept in b.mass, against p times
+    // their total: the same ids as probabilities against p. (A row of -inf alone has no nucleus: Choose
+    // gives it token 0, as the TypeScript sampler does.)
+    const bool wholeRow = possible > Block::kCompact && max != -INFINITY;
+    total = b.Reduce(vocab, 0.0, [&](int v) {
+      const double e = exp(w[v] - max);
+      if (wholeRow) b.mass[v] = e;
+      return e;
+    }, [](double a, double c) { return a + c; });
+    if (wholeRow) {
       const double target = p.topP * total;
       // A bound first (a trained model's rows): when the most likely kCompact / 2 ids already hold p, the
       // nucleus lies among them, and runs over those alone once they are gathered.
@@ -436,8 +437,6 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
           return ChooseWith(b, full, p, max + log(kept), [&](int v) { return w[v] == -INFINITY ? 0.0 : b.mass[v]; }, kept);
         }
       }
-    } else {
-      total = b.Reduce(vocab, 0.0, [&](int v) { return exp(w[v] - max); }, [](double a, double c) { return a + c; });
     }
   }
   if (possible <= Block::kCompact) {

@@ -21,6 +21,15 @@ function stream(tokenizer: Tokenizer, ids: readonly number[], skipSpecialTokens:
 }
 
 /** Whether every prefix of the deltas of `ids` is a prefix of decode(ids), and all of them is decode(ids). */
+/** Ids of `tokenizer`, `ordinary` ordinary ones to each special one, so both kinds of boundary are crossed. */
+function mixedIds(tokenizer: Tokenizer, ordinary: number): fc.Arbitrary<number> {
+  const special = [...tokenizer.specialTokens.all];
+  return fc.oneof(
+    { weight: ordinary, arbitrary: fc.integer({ min: 0, max: tokenizer.vocabSize - 1 }).filter((i) => !special.includes(i)) },
+    { weight: 1, arbitrary: fc.constantFrom(...special) },
+  );
+}
+
 function deltasMakeDecode(tokenizer: Tokenizer, ids: readonly number[], skip: boolean): boolean {
   const full = tokenizer.decode(ids, { skipSpecialTokens: skip });
   let joined = '';
@@ -74,12 +83,7 @@ describe('StreamDecoder property: 1,000 random id sequences per adapter', () => 
   for (const name of ['gpt2Json', 'gpt2Tiktoken', 't5Json', 't5Spm', 'llamaSpm', 'llamaBin', 'storiesBin'] as const) {
     test(`${name}: for any ids, every prefix of the deltas is a prefix of decode(ids), and all of them is decode(ids)`, () => {
       const tokenizer = t[name];
-      const special = [...tokenizer.specialTokens.all];
-      // Mostly ordinary ids, some special ones, so both kinds of boundary are crossed.
-      const id = fc.oneof(
-        { weight: 9, arbitrary: fc.integer({ min: 0, max: tokenizer.vocabSize - 1 }).filter((i) => !special.includes(i)) },
-        { weight: 1, arbitrary: fc.constantFrom(...special) },
-      );
+      const id = mixedIds(tokenizer, 9);
       fc.assert(
         fc.property(fc.array(id, { minLength: 1, maxLength: 40 }), fc.boolean(), (ids, skip) => deltasMakeDecode(tokenizer, ids, skip)),
         { seed: 20261122, numRuns: 1000 },
@@ -92,11 +96,7 @@ describe('StreamDecoder over SentencePiece pieces', () => {
   for (const name of ['t5Spm', 'llamaSpm'] as const) {
     test(`${name}: chunks of any size after any context join to decode(context + ids) past the context`, () => {
       const tokenizer = t[name];
-      const special = [...tokenizer.specialTokens.all];
-      const id = fc.oneof(
-        { weight: 18, arbitrary: fc.integer({ min: 0, max: tokenizer.vocabSize - 1 }).filter((i) => !special.includes(i)) },
-        { weight: 1, arbitrary: fc.constantFrom(...special) },
-      );
+      const id = mixedIds(tokenizer, 18);
       fc.assert(
         fc.property(fc.array(id, { maxLength: 8 }), fc.array(fc.array(id, { minLength: 1, maxLength: 4 }), { minLength: 1, maxLength: 40 }), fc.boolean(), (context, chunks, skip) => {
           const decoder = new StreamDecoder(tokenizer, { context, skipSpecialTokens: skip });

@@ -42,7 +42,6 @@ export class PagedCache {
     return this.free.length;
   }
 
-
   /** Row `row`'s blocks (empty for a row that holds none). */
   blocksOf(row: number): readonly number[] {
     return this.rows[row] ?? [];

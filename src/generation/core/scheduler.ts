@@ -52,8 +52,9 @@ export class Scheduler<S extends Schedulable> {
     const width = sequence.width ?? 1;
     if (width > maxBatchSize) throw new ChorusError('CHORUS_CANNOT_FIT', `beam_width ${width} needs ${width} rows of a batch that holds ${maxBatchSize}`, { param: 'beam_width' });
     const perRow = sequence.reservedTokens / width;
-    if (perRow > contextLength || this.cost(sequence) > kvTokenBudget) {
-      const beams = width > 1 ? ` (times beam_width ${width}: ${this.cost(sequence)} in the cache)` : '';
+    const cost = this.cost(sequence);
+    if (perRow > contextLength || cost > kvTokenBudget) {
+      const beams = width > 1 ? ` (times beam_width ${width}: ${cost} in the cache)` : '';
       const block = this.limits.blockSize ?? 1;
       const most = Math.min(contextLength, Math.floor(kvTokenBudget / width / block) * block);
       throw new ChorusError('CHORUS_CANNOT_FIT', `the prompt plus request_output_len is ${perRow} tokens${beams}, more than the ${most} this model can hold`);
