@@ -61,9 +61,11 @@ export interface BuildOptions extends WeightsOptions {
    */
   slotDecoder?: boolean;
   /**
-   * The attention of a decoder-only slot decoder without rotary embeddings: the native addon's
-   * DecoderSlotAttention (`addon`, the default: one kernel a layer per step, the q, k and v bias
-   * inside) or ONNX Runtime's GroupQueryAttention (kept to compare with; rotary models always use it).
+   * The attention of a decoder-only slot decoder: the native addon's (`addon`, the default) or ONNX
+   * Runtime's GroupQueryAttention (kept to compare with). The addon's is DecoderSlotAttention without
+   * rotary embeddings, and for rotary models in fp16 and bf16 PagedAttention over the slots (the bias,
+   * Qwen3's q and k norms, the rotation and the new keys inside one kernel a step); rotary models in
+   * fp32, which the CPU runs, keep GroupQueryAttention.
    */
   slotAttention?: 'addon' | 'GroupQueryAttention';
   /**

@@ -63,7 +63,7 @@ interface GraphContext {
    * a multiple of 16 (those keep RotaryEmbedding and separate projections).
    */
   fused: boolean;
-  /** The slot decoder's attention for models without rotary embeddings (paged: for every model). */
+  /** The slot decoder's attention (see slotRotaryInAddon for rotary models; paged: for every model). */
   slotAttention: SlotAttentionKind;
   /** A tensor-parallel rank's split (the spec's heads are then the rank's). */
   tp: TensorParallelGraph | undefined;
@@ -435,17 +435,17 @@ function attend(
     // One projection for q, k and v (which also leaves ONNX Runtime nothing to pack into GroupQueryAttention itself).
     const packed = packedQkv(g, w, name);
     const project = (output: string): Projected => (c.tp === undefined ? projectBiasAfter(g, w.o, output, `${name}.o`) : rowParallel(g, c.tp, w.o, output, `${name}.o`));
-    if (c.slotAttention === 'paged') {
-      // The addon's operator: the bias added, q and k rotated, the new keys written into the row's blocks and attended.
+    if (c.slotAttention === 'paged' || slotRotaryInAddon(g, c)) {
+      // The addon's operator: the bias added, q and k normed (Qwen3) and rotated, the new keys written
+      // into the row's blocks (the slot decoder: its slot, with no block table) and attended.
       const projected = g.addonLinear ? addonLinear(g, h, packed.weight, undefined) : matMul(g, h, packed.weight);
-      // q and k normed before the operator rotates them: their bias added first.
-      const qkv = w.qNorm === undefined ? projected : normPackedQk(g, c, w, packed.bias === undefined ? projected : g.op('Add', [projected, packed.bias]), name);
-      const optional = [...(c.rotary === undefined ? ['', ''] : [c.rotary.cos, c.rotary.sin]), (w.qNorm === undefined ? packed.bias : undefined) ?? ''];
+      const norms = w.qNorm === undefined ? [] : [g.weight(`${name}.q_norm.weight`, w.qNorm.weight), g.weight(`${name}.k_norm.weight`, required(w.kNorm, `layer ${index} k norm`).weight)];
+      const optional = [c.cacheLengths!.blockTable ?? '', ...(c.rotary === undefined ? ['', ''] : [c.rotary.cos, c.rotary.sin]), packed.bias ?? '', ...norms];
       while (optional.at(-1) === '') optional.pop();
       const [output, presentKey, presentValue] = g.opMany(
         'PagedAttention',
-        [qkv, past.key, past.value, c.cacheLengths!.seqlensK, c.cacheLengths!.blockTable!, ...optional],
-        { num_heads: numHeads, kv_num_heads: numKvHeads, scale, ...addonExtras },
+        [projected, past.key, past.value, c.cacheLengths!.seqlensK, ...optional],
+        { num_heads: numHeads, kv_num_heads: numKvHeads, scale, ...addonExtras, ...(norms.length === 0 ? {} : { epsilon: float(c.spec.normEps) }) },
         { domain: 'chorus', outputs: 3 },
       );
       return { output: project(output!), presentKey: presentKey!, presentValue: presentValue! };
@@ -521,6 +521,16 @@ function attend(
   const context = g.op('MatMul', [probs, v5]);
   const merged = g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [context, g.int64([0, numHeads, -1, headDim])])], { perm: [0, 2, 1, 3] }), g.int64([0, 0, numHeads * headDim])]);
   return { output: { value: linear(g, w.o, merged, `${name}.o`) }, presentKey, presentValue };
+}
+
+/**
+ * Whether a rotary slot decoder takes the addon's PagedAttention over its slots (one block a row, no
+ * block table) rather than GroupQueryAttention: in fp16 and bf16 (CUDA's types), for heads the
+ * operator's kernels take (a multiple of 8 dimensions, up to 256). fp32 keeps GroupQueryAttention,
+ * which is also the CPU's.
+ */
+function slotRotaryInAddon(g: GraphBuilder, c: GraphContext): boolean {
+  return c.slotAttention === 'addon' && c.rotary !== undefined && c.tp === undefined && g.floatType !== 'float32' && c.spec.headDim % 8 === 0 && c.spec.headDim <= 256;
 }
 
 /** Qwen3's RMSNorm of each head of `x` [batch, seq, heads * head_dim], over head_dim. */

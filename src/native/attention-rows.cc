@@ -116,7 +116,15 @@ Napi::Value AttendRows(const Napi::CallbackInfo& info) {
   Buffer key = ArrayField(call, "key", type, true, cacheElements, false);
   Buffer value = ArrayField(call, "value", type, true, cacheElements, false);
   Buffer seqlens = ArrayField(call, "seqlens", type, false, rows, false);
-  Buffer table = ArrayField(call, "blockTable", type, false, static_cast<size_t>(rows) * maxBlocks, !paged);
+  // paged without a table: row r's one block is block r (a cache of slots, maxBlocks 1).
+  const bool tabled = paged && call.Has("blockTable") && !call.Get("blockTable").IsUndefined();
+  if (paged && !tabled && (maxBlocks != 1 || blocks < rows)) throw Napi::RangeError::New(env, "call without blockTable needs maxBlocks 1 and a block for each row");
+  Buffer table = ArrayField(call, "blockTable", type, false, static_cast<size_t>(rows) * maxBlocks, !tabled);
+  Buffer qNorm = ArrayField(call, "qNorm", type, true, static_cast<size_t>(dim), true);
+  Buffer kNorm = ArrayField(call, "kNorm", type, true, static_cast<size_t>(dim), true);
+  if (!paged && (qNorm.bytes != 0 || kNorm.bytes != 0)) throw Napi::RangeError::New(env, "call.qNorm and call.kNorm are PagedAttention's");
+  if ((qNorm.bytes == 0) != (kNorm.bytes == 0)) throw Napi::RangeError::New(env, "call.qNorm and call.kNorm come together");
+  const float epsilon = FloatField(call, "epsilon", 1e-6f);
   Buffer cos = ArrayField(call, "cos", type, true, static_cast<size_t>(rotaryPositions) * (dim / 2), !paged || rotaryPositions == 0);
   Buffer sin = ArrayField(call, "sin", type, true, static_cast<size_t>(rotaryPositions) * (dim / 2), !paged || rotaryPositions == 0);
   const size_t outputElements = static_cast<size_t>(rows) * tokens * heads * dim;
@@ -125,7 +133,7 @@ Napi::Value AttendRows(const Napi::CallbackInfo& info) {
 #ifdef CHORUS_WITH_CUDA
   OnDevice gpu{env, {}, nullptr};
   if (device) {
-    for (Buffer* b : {&qkv, &bias, &key, &value, &seqlens, &table, &cos, &sin, &output}) gpu.Up(*b);
+    for (Buffer* b : {&qkv, &bias, &key, &value, &seqlens, &table, &cos, &sin, &qNorm, &kNorm, &output}) gpu.Up(*b);
   }
 #else
   if (device) throw Napi::Error::New(env, "this build of the native engine has no CUDA");
@@ -153,7 +161,10 @@ Napi::Value AttendRows(const Napi::CallbackInfo& info) {
       a.keyCache = key.at(device);
       a.valueCache = value.at(device);
       a.seqlens = static_cast<const int32_t*>(seqlens.at(device));
-      a.blockTable = static_cast<const int32_t*>(table.at(device));
+      a.blockTable = tabled ? static_cast<const int32_t*>(table.at(device)) : nullptr;
+      a.qNorm = qNorm.at(device);
+      a.kNorm = kNorm.at(device);
+      a.epsilon = epsilon;
       a.maxBlocks = maxBlocks;
       a.blockSize = blockSize;
       a.blocks = blocks;

@@ -273,7 +273,7 @@ export interface NativeAttentionCall {
   softcap?: number;
   /** slot: positions per row's cache. */
   capacity?: number;
-  /** paged: the pool and the table. */
+  /** paged: the pool and the table (no table: row r's one block is block r, maxBlocks 1). */
   blockSize?: number;
   blocks?: number;
   maxBlocks?: number;
@@ -282,6 +282,10 @@ export interface NativeAttentionCall {
   rotaryPositions?: number;
   cos?: Float32Array | Uint16Array;
   sin?: Float32Array | Uint16Array;
+  /** paged: an RMSNorm of each query and key head before the rotation (Qwen3's), with its epsilon. */
+  qNorm?: Float32Array | Uint16Array;
+  kNorm?: Float32Array | Uint16Array;
+  epsilon?: number;
   /** paged on the GPU: splits of each row's positions (default: the engine's choice). */
   splits?: number;
 }

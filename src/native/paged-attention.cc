@@ -31,20 +31,27 @@ int PositionOf(const PagedAttentionArgs& a, int r, int s) {
 
 // Where position j of row r's key head k starts in a cache.
 size_t CacheAt(const PagedAttentionArgs& a, int r, int k, int j) {
-  const int block = a.blockTable[static_cast<size_t>(r) * a.maxBlocks + j / a.blockSize];
+  const int block = a.blockTable == nullptr ? r : a.blockTable[static_cast<size_t>(r) * a.maxBlocks + j / a.blockSize];
   if (block < 0 || block >= a.blocks) throw std::out_of_range("row " + std::to_string(r) + "'s block " + std::to_string(block) + " is outside 0.." + std::to_string(a.blocks - 1));
   return ((static_cast<size_t>(block) * a.kvHeads + k) * a.blockSize + j % a.blockSize) * a.dim;
 }
 
-// Head `head` of token row y's packed qkv (heads counted over q, k and v), biased and rotated at
-// `position` when rotate, each step rounded to the float type.
+// Head `head` of token row y's packed qkv (heads counted over q, k and v), biased, normed (q and k
+// heads, with norms) and rotated at `position` when rotate, each step rounded to the float type.
 void HeadOf(const PagedAttentionArgs& a, size_t y, int head, int position, bool rotate, float* out) {
   const size_t width = static_cast<size_t>(a.heads + 2 * a.kvHeads) * a.dim;
   const size_t at = y * width + static_cast<size_t>(head) * a.dim;
+  float squares = 0;
   for (int d = 0; d < a.dim; d++) {
     float x = ElementAt(a.qkv, a.type, at + d);
     if (a.bias != nullptr) x = RoundTo(x + ElementAt(a.bias, a.type, static_cast<size_t>(head) * a.dim + d), a.type);
     out[d] = x;
+    squares += x * x;
+  }
+  if (a.qNorm != nullptr && head < a.heads + a.kvHeads) {
+    const void* norm = head < a.heads ? a.qNorm : a.kNorm;
+    const float inverse = 1.0f / std::sqrt(squares / a.dim + a.epsilon);
+    for (int d = 0; d < a.dim; d++) out[d] = RoundTo(out[d] * inverse * ElementAt(norm, a.type, d), a.type);
   }
   if (!rotate || a.cos == nullptr) return;
   const int half = a.dim / 2;
@@ -117,7 +124,10 @@ namespace {
 struct PagedAttentionKernel : KernelBase<PagedAttentionKernel> {
   static constexpr const char* kName = "PagedAttention";
 
-  PagedAttentionKernel(const OrtKernelInfo* info, bool cuda, FloatType type) : KernelBase(cuda, type), attributes_(AttentionAttributesOf(info)) {}
+  PagedAttentionKernel(const OrtKernelInfo* info, bool cuda, FloatType type) : KernelBase(cuda, type), attributes_(AttentionAttributesOf(info)) {
+    epsilon_ = AttributeOr<float>(Ort::ConstKernelInfo(info), "epsilon", 1e-6f);
+    if (!(epsilon_ >= 0) || std::isinf(epsilon_)) throw std::invalid_argument("epsilon must be a finite number >= 0, got " + std::to_string(epsilon_));
+  }
 
   ~PagedAttentionKernel() {
 #ifdef CHORUS_WITH_CUDA
@@ -143,9 +153,15 @@ struct PagedAttentionKernel : KernelBase<PagedAttentionKernel> {
     }
     const Ort::ConstValue seqlens = ctx.GetInput(3);
     if (ShapeOf(seqlens) != std::vector<int64_t>{qkvShape[0]}) throw std::invalid_argument("seqlens_k must be [rows]");
-    const Ort::ConstValue table = ctx.GetInput(4);
-    const std::vector<int64_t> tableShape = ShapeOf(table);
-    if (tableShape.size() != 2 || tableShape[0] != qkvShape[0] || tableShape[1] < 1) throw std::invalid_argument("block_table must be [rows, max_blocks]");
+    const bool tabled = Given(ctx, 4);
+    std::vector<int64_t> tableShape{qkvShape[0], 1};
+    if (tabled) {
+      tableShape = ShapeOf(ctx.GetInput(4));
+      if (tableShape.size() != 2 || tableShape[0] != qkvShape[0] || tableShape[1] < 1) throw std::invalid_argument("block_table must be [rows, max_blocks]");
+    } else if (cacheShape[0] < qkvShape[0]) {
+      throw std::invalid_argument("without block_table, key_cache and value_cache must hold a block of each row: " + std::to_string(cacheShape[0]) + " blocks for " +
+                                  std::to_string(qkvShape[0]) + " rows");
+    }
     PagedAttentionArgs args{};
     args.qkv = qkv.GetTensorRawData();
     args.rows = static_cast<int>(qkvShape[0]);
@@ -161,7 +177,16 @@ struct PagedAttentionKernel : KernelBase<PagedAttentionKernel> {
     args.blockSize = static_cast<int>(cacheShape[2]);
     args.maxBlocks = static_cast<int>(tableShape[1]);
     args.seqlens = seqlens.GetTensorData<int32_t>();
-    args.blockTable = table.GetTensorData<int32_t>();
+    args.blockTable = tabled ? ctx.GetInput(4).GetTensorData<int32_t>() : nullptr;
+    args.epsilon = epsilon_;
+    if (Given(ctx, 8) != Given(ctx, 9)) throw std::invalid_argument("q_norm and k_norm come together");
+    if (Given(ctx, 8)) {
+      if (ShapeOf(ctx.GetInput(8)) != std::vector<int64_t>{dim} || ShapeOf(ctx.GetInput(9)) != std::vector<int64_t>{dim}) {
+        throw std::invalid_argument("q_norm and k_norm must be [head_dim] (" + std::to_string(dim) + ")");
+      }
+      args.qNorm = ctx.GetInput(8).GetTensorRawData();
+      args.kNorm = ctx.GetInput(9).GetTensorRawData();
+    }
     if (Given(ctx, 5) != Given(ctx, 6)) throw std::invalid_argument("cos_cache and sin_cache come together");
     if (Given(ctx, 5)) {
       const Ort::ConstValue cos = ctx.GetInput(5);
@@ -213,6 +238,7 @@ struct PagedAttentionKernel : KernelBase<PagedAttentionKernel> {
   }
 
   AttentionAttributes attributes_;
+  float epsilon_ = 1e-6f;
   int multiprocessors_ = 0;
   float* workspace_ = nullptr;
   size_t workspaceFloats_ = 0;
@@ -224,8 +250,9 @@ struct PagedAttentionKernel : KernelBase<PagedAttentionKernel> {
 OpList PagedAttentionOps(bool cuda, FloatType type) {
   const ONNXTensorElementDataType t = ElementOf(type);
   const ONNXTensorElementDataType i32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
-  // PagedAttention: qkv, key_cache, value_cache, seqlens_k, block_table, cos_cache, sin_cache, qkv_bias.
-  return {MakeOp<PagedAttentionKernel>(cuda, type, {t, t, t, i32, i32, t, t, t}, {5, 6, 7}, 3)};
+  // PagedAttention: qkv, key_cache, value_cache, seqlens_k, block_table, cos_cache, sin_cache, qkv_bias,
+  // q_norm, k_norm.
+  return {MakeOp<PagedAttentionKernel>(cuda, type, {t, t, t, i32, i32, t, t, t, t, t}, {4, 5, 6, 7, 8, 9}, 3)};
 }
 
 }  // namespace chorus

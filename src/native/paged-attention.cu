@@ -31,17 +31,47 @@ __device__ inline int PositionOf(const PagedAttentionArgs& a, int r, int s) {
 }
 
 __device__ inline size_t CacheAt(const PagedAttentionArgs& a, int r, int k, int j) {
-  const int block = min(max(a.blockTable[static_cast<size_t>(r) * a.maxBlocks + j / a.blockSize], 0), a.blocks - 1);
+  const int block = a.blockTable == nullptr ? r : min(max(a.blockTable[static_cast<size_t>(r) * a.maxBlocks + j / a.blockSize], 0), a.blocks - 1);
   return ((static_cast<size_t>(block) * a.kvHeads + k) * a.blockSize + j % a.blockSize) * a.dim;
 }
 
-// Element d of head `head` (counted over q, k and v) of token row y, biased, and rotated at
-// `position` when rotate, each step rounded to T (as the host's HeadOf).
+// The norm weights of head `head` (counted over q, k and v): q_norm's, k_norm's, or none.
 template <typename T>
-__device__ inline float HeadElement(const PagedAttentionArgs& a, size_t y, int head, int d, int position, bool rotate) {
+__device__ inline const T* NormOf(const PagedAttentionArgs& a, int head) {
+  if (a.qNorm == nullptr || head >= a.heads + a.kvHeads) return nullptr;
+  return static_cast<const T*>(head < a.heads ? a.qNorm : a.kNorm);
+}
+
+// Element e of head `head` of token row y, biased (rounded to T).
+template <typename T>
+__device__ inline float BiasedElement(const PagedAttentionArgs& a, size_t y, int head, int e) {
   const T* qkv = static_cast<const T*>(a.qkv) + y * static_cast<size_t>(a.heads + 2 * a.kvHeads) * a.dim + static_cast<size_t>(head) * a.dim;
-  const T* bias = a.bias == nullptr ? nullptr : static_cast<const T*>(a.bias) + static_cast<size_t>(head) * a.dim;
-  const auto at = [&](int e) { return bias == nullptr ? Load(qkv + e) : Rounded<T>(Load(qkv + e) + Load(bias + e)); };
+  if (a.bias == nullptr) return Load(qkv + e);
+  return Rounded<T>(Load(qkv + e) + Load(static_cast<const T*>(a.bias) + static_cast<size_t>(head) * a.dim + e));
+}
+
+// The inverse root mean square of head `head` of token row y (biased) where the head is normed, else 1.
+template <typename T>
+__device__ inline float InverseRms(const PagedAttentionArgs& a, size_t y, int head) {
+  if (NormOf<T>(a, head) == nullptr) return 1.0f;
+  float squares = 0;
+  for (int e = 0; e < a.dim; e++) {
+    const float x = BiasedElement<T>(a, y, head, e);
+    squares += x * x;
+  }
+  return rsqrtf(squares / a.dim + a.epsilon);
+}
+
+// Element d of head `head` (counted over q, k and v) of token row y, biased, normed (inverse rms
+// `inverse`, from InverseRms) and rotated at `position` when rotate, each step rounded to T (as the
+// host's HeadOf).
+template <typename T>
+__device__ inline float HeadElement(const PagedAttentionArgs& a, size_t y, int head, int d, int position, bool rotate, float inverse) {
+  const T* norm = NormOf<T>(a, head);
+  const auto at = [&](int e) {
+    const float x = BiasedElement<T>(a, y, head, e);
+    return norm == nullptr ? x : Rounded<T>(x * inverse * Load(norm + e));
+  };
   const float x = at(d);
   if (!rotate || a.cos == nullptr) return x;
   const int half = a.dim / 2;
@@ -59,11 +89,15 @@ __global__ void PagedAppendKernel(PagedAttentionArgs a) {
   const int k = blockIdx.y;
   const int position = PositionOf(a, r, y % a.tokens);
   const size_t to = CacheAt(a, r, k, position);
+  const float inverse = InverseRms<T>(a, y, a.heads + k);
   for (int d = threadIdx.x; d < a.dim; d += blockDim.x) {
-    static_cast<T*>(a.keyCache)[to + d] = Narrowed<T>(HeadElement<T>(a, y, a.heads + k, d, position, true));
-    static_cast<T*>(a.valueCache)[to + d] = Narrowed<T>(HeadElement<T>(a, y, a.heads + a.kvHeads + k, d, position, false));
+    static_cast<T*>(a.keyCache)[to + d] = Narrowed<T>(HeadElement<T>(a, y, a.heads + k, d, position, true, inverse));
+    static_cast<T*>(a.valueCache)[to + d] = Narrowed<T>(HeadElement<T>(a, y, a.heads + a.kvHeads + k, d, position, false, 1.0f));
   }
 }
+
+// The widest head the kernels take (16-byte vectors of 2-byte floats, 32 lanes).
+constexpr int kMaxDim = 256;
 
 // Block (token row, key head x chunk of G query heads, split). See the file's comment.
 template <typename T, int G>
@@ -98,8 +132,25 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionA
   float q[G][kPer];
 #pragma unroll
   for (int g = 0; g < G; g++) {
+    const float inverse = holds && g < count ? InverseRms<T>(a, y, first + g) : 1.0f;
 #pragma unroll
-    for (int i = 0; i < kPer; i++) q[g][i] = holds && g < count ? HeadElement<T>(a, y, first + g, lane * kPer + i, position, true) : 0.0f;
+    for (int i = 0; i < kPer; i++) q[g][i] = holds && g < count ? HeadElement<T>(a, y, first + g, lane * kPer + i, position, true, inverse) : 0.0f;
+  }
+  // A decode step's new key and value: written by the blocks of the split that holds the position (the
+  // same values from each chunk of query heads), and taken from here rather than read back.
+  __shared__ float freshKey[kMaxDim];
+  __shared__ float freshValue[kMaxDim];
+  const bool fresh = a.tokens == 1 && position >= start && position < end;
+  if (fresh) {
+    const float inverse = InverseRms<T>(a, y, a.heads + k);
+    const size_t to = CacheAt(a, r, k, position);
+    for (int d = threadIdx.x; d < a.dim; d += blockDim.x) {
+      freshKey[d] = HeadElement<T>(a, y, a.heads + k, d, position, true, inverse);
+      freshValue[d] = HeadElement<T>(a, y, a.heads + a.kvHeads + k, d, position, false, 1.0f);
+      static_cast<T*>(a.keyCache)[to + d] = Narrowed<T>(freshKey[d]);
+      static_cast<T*>(a.valueCache)[to + d] = Narrowed<T>(freshValue[d]);
+    }
+    __syncthreads();
   }
   float highest[G];
   float total[G];
@@ -131,15 +182,17 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionA
     }
 #pragma unroll
     for (int u = 0; u < kAhead; u++) {
-      const bool valid = base + u * groups + mine < end;
+      const int j = base + u * groups + mine;
+      const bool valid = j < end;
+      const bool own = fresh && j == position;
       const T* ke = reinterpret_cast<const T*>(&kv[u]);
       const T* ve = reinterpret_cast<const T*>(&vv[u]);
       float kf[kPer];
       float vf[kPer];
 #pragma unroll
       for (int i = 0; i < kPer; i++) {
-        kf[i] = Load(ke + i);
-        vf[i] = Load(ve + i);
+        kf[i] = own && holds ? freshKey[lane * kPer + i] : Load(ke + i);
+        vf[i] = own && holds ? freshValue[lane * kPer + i] : Load(ve + i);
       }
 #pragma unroll
       for (int g = 0; g < G; g++) {
@@ -256,7 +309,9 @@ void LaunchAll(const PagedAttentionArgs& a, int splits, float* workspace, cudaSt
   if (a.dim % kPer != 0 || a.dim / kPer > 32) {
     throw std::invalid_argument("PagedAttention on CUDA takes head_dim a multiple of " + std::to_string(kPer) + " up to " + std::to_string(32 * kPer) + ", not " + std::to_string(a.dim));
   }
-  PagedAppendKernel<T><<<dim3(a.rows * a.tokens, a.kvHeads), std::min(a.dim, 256), 0, stream>>>(a);
+  // A prefill's tokens attend over each other's keys: all are written first. A decode step's blocks
+  // write their own.
+  if (a.tokens > 1) PagedAppendKernel<T><<<dim3(a.rows * a.tokens, a.kvHeads), std::min(a.dim, 256), 0, stream>>>(a);
   switch (HeadsPerBlock(a)) {
     case 1: Launch<T, 1>(a, splits, workspace, stream); break;
     case 2: Launch<T, 2>(a, splits, workspace, stream); break;

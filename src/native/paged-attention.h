@@ -4,25 +4,31 @@
 //   inputs   qkv [rows, tokens, (heads + 2 * kv_heads) * dim]   queries, keys and values packed
 //            key_cache, value_cache [blocks, kv_heads, block_size, dim]
 //            seqlens_k int32 [rows]           each row's length after this run, minus one
-//            block_table int32 [rows, max_blocks]   row r's position j lives in block
-//                                             block_table[r, j / block_size] at j % block_size
+//            block_table int32 [rows, max_blocks]   optional: row r's position j lives in block
+//                                             block_table[r, j / block_size] at j % block_size.
+//                                             Absent: row r's one block is block r (a cache of slots,
+//                                             [rows, kv_heads, capacity, dim], as the slot decoder's)
 //            cos_cache, sin_cache [positions, dim / 2]   optional: rotary embeddings (rotate-half,
 //                                             Hugging Face's layout) applied to q and k at each token's position
 //            qkv_bias [(heads + 2 * kv_heads) * dim]   optional: added to qkv (rounded as an Add would)
+//            q_norm, k_norm [dim]             optional, together: an RMSNorm of each query and key head
+//                                             (Qwen3's), after the bias and before the rotation
 //   outputs  output [rows, tokens, heads * dim]
 //            present_key, present_value       the caches after the new keys and values were written
 //                                             (bind them to the caches' buffers to write in place)
 //   attributes  num_heads, kv_num_heads (int), scale (float), sliding_window (int), softcap (float):
-//               see AttentionAttributes (slot-attention.h)
+//               see AttentionAttributes (slot-attention.h); epsilon (float, default 1e-6): the norms'
 // Token s of row r sits at position seqlens_k[r] + 1 - tokens + s and attends over the keys up to it
 // (the last sliding_window of them, with a window; the blocks before stay in the table);
 // query head h reads key head h / (num_heads / kv_num_heads). The bias, then the rotation, are rounded
-// to the float type; scores, softmax and the weighted sum run in float32.
+// to the float type (a norm is taken in float32 and rounded once, as SimplifiedLayerNormalization's);
+// scores, softmax and the weighted sum run in float32.
 //
 // On CUDA the new keys and values are written by one launch, then one block per (token row, key head,
 // split of the row's positions) scores the group of query heads that share the key head against each
 // key and value it reads once (an online softmax), and a last launch joins the splits when there are
-// several. The splits are chosen from the launch's shape alone (enough blocks to fill the GPU), so
+// several. A decode step (one token a row) writes its new key and value in the block of the split
+// that holds its position, with no launch before it. The splits are chosen from the launch's shape alone (enough blocks to fill the GPU), so
 // the step can be captured in a CUDA graph: lengths and block tables are read on the device.
 #pragma once
 
@@ -39,11 +45,14 @@ struct PagedAttentionArgs {
   const void* cos;   // null: no rotary embeddings (then sin null too)
   const void* sin;
   int rotaryPositions;  // rows of cos and sin
+  const void* qNorm;    // null: no norms (then kNorm null too)
+  const void* kNorm;
+  float epsilon;
   void* keyCache;
   void* valueCache;
   const int32_t* seqlens;
-  const int32_t* blockTable;
-  int maxBlocks;  // the block table's columns
+  const int32_t* blockTable;  // null: row r's one block is block r
+  int maxBlocks;  // the block table's columns (1 without a table)
   int blockSize;
   int blocks;  // blocks in the caches
   void* output;

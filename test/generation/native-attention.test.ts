@@ -42,6 +42,10 @@ interface Case {
   bias?: boolean;
   rotary?: boolean;
   blockSize?: number;
+  /** paged: no block table, each row's one block its own (a cache of slots, blockSize = the rows' capacity). */
+  slots?: boolean;
+  /** paged: q and k heads normed (Qwen3). */
+  norms?: boolean;
 }
 
 const CASES: Case[] = [
@@ -51,6 +55,9 @@ const CASES: Case[] = [
   { name: 'slot prefill of 5, window 4, softcap 3, bias', op: 'slot', tokens: 5, heads: 4, kvHeads: 2, dim: 8, past: [0, 12], window: 4, softcap: 3, scale: 0.4, bias: true },
   { name: 'paged decode, window 6, rotary, bias', op: 'paged', tokens: 1, heads: 4, kvHeads: 1, dim: 16, past: [2, 13, 27], window: 6, softcap: 0, scale: 0.25, bias: true, rotary: true, blockSize: 4 },
   { name: 'paged prefill of 6, window 5, softcap 2', op: 'paged', tokens: 6, heads: 2, kvHeads: 2, dim: 8, past: [0, 10], window: 5, softcap: 2, scale: 0.5, rotary: true, blockSize: 4 },
+  { name: 'paged over slots (no table) decode, rotary, q/k norms', op: 'paged', tokens: 1, heads: 8, kvHeads: 2, dim: 16, past: [0, 11, 29], window: 0, softcap: 0, scale: 0.25, rotary: true, norms: true, slots: true },
+  { name: 'paged over slots prefill of 5, rotary, bias, q/k norms, window 4', op: 'paged', tokens: 5, heads: 4, kvHeads: 4, dim: 8, past: [0, 7], window: 4, softcap: 0, scale: 0.5, bias: true, rotary: true, norms: true, slots: true },
+  { name: 'paged decode, q/k norms, block table', op: 'paged', tokens: 1, heads: 4, kvHeads: 2, dim: 16, past: [3, 18], window: 0, softcap: 0, scale: 0.25, rotary: true, norms: true, blockSize: 4 },
   { name: 'paged decode, softcap 1, window past the row', op: 'paged', tokens: 1, heads: 8, kvHeads: 2, dim: 16, past: [7, 30], window: 64, softcap: 1, scale: 0.5, blockSize: 8 },
 ];
 
@@ -61,7 +68,7 @@ function callOf(c: Case, seed: number, poison = true): Float32Call {
   const rows = c.past.length;
   const width = (c.heads + 2 * c.kvHeads) * c.dim;
   const end = Math.max(...c.past) + c.tokens;
-  const blockSize = c.blockSize ?? 1;
+  const blockSize = c.slots === true ? end : (c.blockSize ?? 1);
   const maxBlocks = Math.ceil(end / blockSize);
   // Paged: block 0 is NaN throughout, and every row's blocks are spread over the rest in a shuffled order.
   const order = Array.from({ length: rows * maxBlocks }, (_, i) => i + 1);
@@ -71,14 +78,15 @@ function callOf(c: Case, seed: number, poison = true): Float32Call {
   }
   const readable = (r: number, j: number): boolean => j >= firstKey(c.past[r]!, c.window) && j < c.past[r]! + c.tokens;
   const blockTable =
-    c.op === 'paged'
+    c.op === 'paged' && c.slots !== true
       ? Int32Array.from({ length: rows * maxBlocks }, (_, i) => {
           const [r, b] = [Math.floor(i / maxBlocks), i % maxBlocks];
           const used = Array.from({ length: blockSize }, (_, o) => readable(r, b * blockSize + o)).some(Boolean);
           return used || !poison ? order[i]! : 0;
         })
       : undefined;
-  const cacheElements = (c.op === 'paged' ? rows * maxBlocks + 1 : rows) * c.kvHeads * (c.op === 'paged' ? blockSize : end) * c.dim;
+  const blocks = c.slots === true ? rows : rows * maxBlocks + 1;
+  const cacheElements = (c.op === 'paged' ? blocks : rows) * c.kvHeads * (c.op === 'paged' ? blockSize : end) * c.dim;
   const call: Float32Call = {
     op: c.op,
     rows,
@@ -94,20 +102,21 @@ function callOf(c: Case, seed: number, poison = true): Float32Call {
     slidingWindow: c.window,
     softcap: c.softcap,
     ...(c.bias === true ? { bias: uniform(width, 0.5) } : {}),
-    ...(c.op === 'slot' ? { capacity: end } : { blockSize, blocks: rows * maxBlocks + 1, maxBlocks, blockTable }),
+    ...(c.op === 'slot' ? { capacity: end } : { blockSize, blocks, maxBlocks, ...(blockTable === undefined ? {} : { blockTable }) }),
+    ...(c.norms === true ? { qNorm: uniform(c.dim, 1.5), kNorm: uniform(c.dim, 1.5), epsilon: 1e-5 } : {}),
   };
   if (c.rotary === true) {
     const angles = Array.from({ length: (end * c.dim) / 2 }, () => random() * 2 * Math.PI);
     Object.assign(call, { rotaryPositions: end, cos: Float32Array.from(angles, Math.cos), sin: Float32Array.from(angles, Math.sin) });
   }
   if (!poison) return call;
-  if (c.op === 'paged') {
+  if (c.op === 'paged' && c.slots !== true) {
     call.key.fill(Number.NaN, 0, c.kvHeads * blockSize * c.dim);
     call.value.fill(Number.NaN, 0, c.kvHeads * blockSize * c.dim);
   }
   for (let r = 0; r < rows; r++) {
     for (let j = 0; j < (c.op === 'slot' ? end : maxBlocks * blockSize); j++) {
-      if (readable(r, j) || (c.op === 'paged' && blockTable![r * maxBlocks + Math.floor(j / blockSize)] === 0)) continue;
+      if (readable(r, j) || (blockTable !== undefined && blockTable[r * maxBlocks + Math.floor(j / blockSize)] === 0)) continue;
       for (let k = 0; k < c.kvHeads; k++) {
         const at = cacheAt(call, r, k, j);
         call.key.fill(Number.NaN, at, at + c.dim);
@@ -252,7 +261,7 @@ describe('sliding_window and softcap on the operators, through the native engine
 /** The call in fp16 or bf16 (its float arrays as 16-bit bits). */
 function narrowed(call: Float32Call, dtype: 'fp16' | 'bf16'): NativeAttentionCall {
   const bits = (x: Float32Array | undefined): Uint16Array | undefined => (x === undefined ? undefined : Uint16Array.from(x, dtype === 'fp16' ? toHalfBits : toBfloat16Bits));
-  return { ...call, dtype, qkv: bits(call.qkv)!, key: bits(call.key)!, value: bits(call.value)!, bias: bits(call.bias), cos: bits(call.cos), sin: bits(call.sin) };
+  return { ...call, dtype, qkv: bits(call.qkv)!, key: bits(call.key)!, value: bits(call.value)!, bias: bits(call.bias), cos: bits(call.cos), sin: bits(call.sin), qNorm: bits(call.qNorm), kNorm: bits(call.kNorm) };
 }
 
 /** bfloat16 bits of a float32, rounded to nearest even (NaN kept NaN). */

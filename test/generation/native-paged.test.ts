@@ -15,6 +15,7 @@ const root = scratchDir('chorus-paged-');
 const llama = join(root, 'llama');
 const qwen2 = join(root, 'qwen2');
 const gpt2 = join(root, 'gpt2');
+const qwen3 = join(root, 'qwen3');
 
 function run(engine: Engine, inputIds: number[], params: SamplingParams): Promise<TokenEvent[]> {
   return lastValueFrom(engine.submit({ inputIds, params, stream: true }).pipe(toArray()));
@@ -31,6 +32,8 @@ describe('the paged native engine (CPU)', { skip }, () => {
     buildModel({ source: join(root, 'qwen2-ckpt'), out: qwen2, flavor: 'cuda', slotDecoder: true });
     makeCheckpoint({ arch: 'gpt2', size: 'tiny', seed: 13, out: join(root, 'gpt2-ckpt') });
     buildModel({ source: join(root, 'gpt2-ckpt'), out: gpt2, flavor: 'cuda', slotDecoder: true });
+    makeCheckpoint({ arch: 'qwen3', size: 'tiny', seed: 14, out: join(root, 'qwen3-ckpt') });
+    buildModel({ source: join(root, 'qwen3-ckpt'), out: qwen3, flavor: 'cuda', slotDecoder: true });
   });
   after(async () => {
     await Promise.all(engines.map((e) => e.close()));
@@ -59,6 +62,7 @@ describe('the paged native engine (CPU)', { skip }, () => {
     ['a tiny Llama', llama],
     ['a tiny Qwen2 (q, k and v biases)', qwen2],
     ['a tiny GPT-2 (learned positions, no rotary)', gpt2],
+    ['a tiny Qwen3 (q and k normed inside PagedAttention, in SimplifiedLayerNormalization before GroupQueryAttention)', qwen3],
   ] as const) {
     test(`greedy requests of different lengths get the contiguous slots' ids on ${name}, run together`, async () => {
       const contiguous = await open(dir, { maxBatchSize: 4, pagedCache: false });

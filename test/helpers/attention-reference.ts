@@ -7,7 +7,16 @@
 import type { NativeAttentionCall } from '../../src/native/index.ts';
 
 /** A float32 call (its float arrays Float32Arrays). */
-export type Float32Call = NativeAttentionCall & { qkv: Float32Array; key: Float32Array; value: Float32Array; bias?: Float32Array; cos?: Float32Array; sin?: Float32Array };
+export type Float32Call = NativeAttentionCall & {
+  qkv: Float32Array;
+  key: Float32Array;
+  value: Float32Array;
+  bias?: Float32Array;
+  cos?: Float32Array;
+  sin?: Float32Array;
+  qNorm?: Float32Array;
+  kNorm?: Float32Array;
+};
 
 /** The first key a query at `position` attends with a window (0: none). */
 export function firstKey(position: number, window: number): number {
@@ -17,17 +26,23 @@ export function firstKey(position: number, window: number): number {
 /** Where position j of row r's key head k starts in the call's caches. */
 export function cacheAt(c: NativeAttentionCall, r: number, k: number, j: number): number {
   if (c.op === 'slot') return ((r * c.kvHeads + k) * c.capacity! + j) * c.dim;
-  const block = c.blockTable![r * c.maxBlocks! + Math.floor(j / c.blockSize!)]!;
+  const block = c.blockTable === undefined ? r : c.blockTable[r * c.maxBlocks! + Math.floor(j / c.blockSize!)]!;
   return ((block * c.kvHeads + k) * c.blockSize! + (j % c.blockSize!)) * c.dim;
 }
 
-/** Head `head` (counted over q, k and v) of token row y, biased, and rotated at `position` when rotate (each step rounded to float32). */
+/**
+ * Head `head` (counted over q, k and v) of token row y, biased, normed (q and k heads, when the call has
+ * norms) and rotated at `position` when rotate (each step rounded to float32).
+ */
 function headOf(c: Float32Call, y: number, head: number, position: number, rotate: boolean): number[] {
   const width = (c.heads + 2 * c.kvHeads) * c.dim;
-  const x = Array.from({ length: c.dim }, (_, d) => {
+  const biased = Array.from({ length: c.dim }, (_, d) => {
     const value = c.qkv[y * width + head * c.dim + d]!;
     return c.bias === undefined ? value : Math.fround(value + c.bias[head * c.dim + d]!);
   });
+  const norm = head < c.heads ? c.qNorm : head < c.heads + c.kvHeads ? c.kNorm : undefined;
+  const inverse = 1 / Math.sqrt(biased.reduce((sum, v) => sum + v * v, 0) / c.dim + (c.epsilon ?? 1e-6));
+  const x = norm === undefined ? biased : biased.map((v, d) => Math.fround(v * inverse * norm[d]!));
   if (!rotate || c.cos === undefined) return x;
   const half = c.dim / 2;
   return x.map((v, d) => {

@@ -88,6 +88,16 @@ const phases =
           return [phase, { ms: ms(b.ns), graphKernels: ms(b.graph), otherKernels: ms(b.other), copies: ms(b.copy), idle: ms(b.idle), kernels: byKernel(spans, ms, (n) => n).slice(0, 15) }];
         }),
       );
+// One decode step as it ran, from the middle of the window: each kernel in order, its time and the gap
+// before it (where the GPU waited between kernels).
+const perStepCount = Math.max(1, Math.round(kernelCount / run.steps));
+const kernelSpans = window.filter((s) => !s.copy);
+const middle = Math.max(1, Math.floor(kernelSpans.length / 2));
+const sequence = kernelSpans.slice(middle, middle + perStepCount).map((s, i, all) => ({
+  name: (names.get(s.name) ?? String(s.name)).slice(0, 120),
+  us: (s.end - s.start) / 1e3,
+  gapUs: ((i === 0 ? s.start - kernelSpans[middle - 1]!.end : s.start - all[i - 1]!.end) / 1e3),
+}));
 const summary = {
   ...run,
   windowMs: all.ns / 1e6,
@@ -95,6 +105,7 @@ const summary = {
   kernelsPerStep: kernelCount / run.steps,
   kernels: kernels.slice(0, 25),
   ...(phases === undefined ? {} : { phases }),
+  sequence,
 };
 writeFileSync(outPath, JSON.stringify(summary, null, 2));
 const f = (ms: number): string => ms.toFixed(3);
@@ -102,6 +113,8 @@ console.log(`\n${run.model} batch ${run.batch} ${run.flags.join(' ')}: ${run.ste
 console.log(`  kernels in graphs ${f(summary.perStepMs.graphKernels)} + other kernels ${f(summary.perStepMs.otherKernels)} + copies ${f(summary.perStepMs.copies)} + idle ${f(summary.perStepMs.idle)}; ${summary.kernelsPerStep.toFixed(1)} kernels per step`);
 console.log('  | kernel | ms/step | per step | mean us | in graph |');
 for (const k of kernels.slice(0, 15)) console.log(`  | ${k.name.slice(0, 90)} | ${f(k.msPerStep)} | ${k.perStep.toFixed(1)} | ${k.meanUs.toFixed(1)} | ${(k.inGraph * 100).toFixed(0)}% |`);
+const gaps = sequence.reduce((sum, k) => sum + Math.max(0, k.gapUs), 0);
+console.log(`  one step in order: ${sequence.length} kernels, ${(sequence.reduce((sum, k) => sum + k.us, 0) / 1e3).toFixed(3)} ms of kernels, ${(gaps / 1e3).toFixed(3)} ms of gaps between them`);
 if (phases !== undefined) {
   for (const [phase, p] of Object.entries(phases)) {
     console.log(`  ${phase}: ${f(p.ms)} ms = kernels in graphs ${f(p.graphKernels)} + other kernels ${f(p.otherKernels)} + copies ${f(p.copies)} + idle ${f(p.idle)}`);
