@@ -63,9 +63,9 @@ export interface BuildOptions extends WeightsOptions {
   /**
    * The attention of a decoder-only slot decoder: the native addon's (`addon`, the default) or ONNX
    * Runtime's GroupQueryAttention (kept to compare with). The addon's is DecoderSlotAttention without
-   * rotary embeddings, and for rotary models in fp16 and bf16 PagedAttention over the slots (the bias,
-   * Qwen3's q and k norms, the rotation and the new keys inside one kernel a step); rotary models in
-   * fp32, which the CPU runs, keep GroupQueryAttention.
+   * rotary embeddings, and for Qwen3 in fp16 and bf16 PagedAttention over the slots (its q and k norms,
+   * the rotation and the new keys inside); other rotary models, and fp32 (which the CPU runs), keep
+   * GroupQueryAttention.
    */
   slotAttention?: 'addon' | 'GroupQueryAttention';
   /**

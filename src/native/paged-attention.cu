@@ -1,6 +1,6 @@
 // PagedAttention's CUDA kernels (paged-attention.h). One launch writes every new token's key and value
 // into its block; then one block of threads per (token row, key head, split) takes the query heads
-// that read that key head (up to 8 at a time) over its share of the row's positions: groups of lanes
+// that read that key head (up to 4 at a time) over its share of the row's positions: groups of lanes
 // read one position's key and value as 16-byte vectors (each read once for all the heads) and keep an
 // online softmax per head; the groups' partial sums are joined in shared memory, and with several
 // splits a last launch joins the splits.
@@ -99,9 +99,82 @@ __global__ void PagedAppendKernel(PagedAttentionArgs a) {
 // The widest head the kernels take (16-byte vectors of 2-byte floats, 32 lanes).
 constexpr int kMaxDim = 256;
 
+// The 16 bytes at p (16-byte aligned) as floats.
+template <typename T>
+__device__ inline void LoadVector(const T* p, float (&out)[16 / sizeof(T)]) {
+  const uint4 bits = *reinterpret_cast<const uint4*>(p);
+  const T* e = reinterpret_cast<const T*>(&bits);
+#pragma unroll
+  for (int i = 0; i < 16 / static_cast<int>(sizeof(T)); i++) out[i] = Load(e + i);
+}
+
+// HeadElement 16 bytes at a time: vector `lane` (elements lane * kPer on) of head `head` of token row
+// y, biased, normed and rotated at `position` when rotate, each step rounded to T. The `span` lanes
+// of a group call it together (a norm's sum of squares is shuffled among them); lanes at or past
+// `vectors` take part with zeros. For heads of an even number of vectors, 16-byte aligned (the
+// rotation's partner of vector v is vector v +- vectors / 2).
+template <typename T>
+__device__ inline void HeadVector(const PagedAttentionArgs& a, size_t y, int head, int lane, int vectors, int span, int position, bool rotate, float (&out)[16 / sizeof(T)]) {
+  constexpr int kPer = 16 / sizeof(T);
+  const bool holds = lane < vectors;
+  const int half = vectors / 2;
+  const int partner = lane < half ? lane + half : lane - half;
+  const T* x = static_cast<const T*>(a.qkv) + y * static_cast<size_t>(a.heads + 2 * a.kvHeads) * a.dim + static_cast<size_t>(head) * a.dim;
+  const T* bias = a.bias == nullptr ? nullptr : static_cast<const T*>(a.bias) + static_cast<size_t>(head) * a.dim;
+  const T* norm = NormOf<T>(a, head);
+  const bool rotated = rotate && a.cos != nullptr;
+  const auto biased = [&](int v, float (&o)[kPer]) {
+    LoadVector(x + v * kPer, o);
+    if (bias != nullptr) {
+      float b[kPer];
+      LoadVector(bias + v * kPer, b);
+#pragma unroll
+      for (int i = 0; i < kPer; i++) o[i] = Rounded<T>(o[i] + b[i]);
+    }
+  };
+  float own[kPer];
+  float other[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; i++) own[i] = other[i] = 0;
+  if (holds) {
+    biased(lane, own);
+    if (rotated) biased(partner, other);
+  }
+  if (norm != nullptr) {
+    float squares = 0;
+#pragma unroll
+    for (int i = 0; i < kPer; i++) squares += own[i] * own[i];
+    for (int offset = span / 2; offset > 0; offset >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+    const float inverse = rsqrtf(squares / a.dim + a.epsilon);
+    if (holds) {
+      float w[kPer];
+      LoadVector(norm + lane * kPer, w);
+#pragma unroll
+      for (int i = 0; i < kPer; i++) own[i] = Rounded<T>(own[i] * inverse * w[i]);
+      if (rotated) {
+        LoadVector(norm + partner * kPer, w);
+#pragma unroll
+        for (int i = 0; i < kPer; i++) other[i] = Rounded<T>(other[i] * inverse * w[i]);
+      }
+    }
+  }
+  if (!rotated || !holds) {
+#pragma unroll
+    for (int i = 0; i < kPer; i++) out[i] = own[i];
+    return;
+  }
+  float c[kPer];
+  float s[kPer];
+  const size_t table = static_cast<size_t>(position) * (a.dim / 2) + static_cast<size_t>(lane % half) * kPer;
+  LoadVector(static_cast<const T*>(a.cos) + table, c);
+  LoadVector(static_cast<const T*>(a.sin) + table, s);
+#pragma unroll
+  for (int i = 0; i < kPer; i++) out[i] = Rounded<T>(lane < half ? own[i] * c[i] - other[i] * s[i] : own[i] * c[i] + other[i] * s[i]);
+}
+
 // Block (token row, key head x chunk of G query heads, split). See the file's comment.
 template <typename T, int G>
-__global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionArgs a, int splits, float* workspace) {
+__global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionArgs a, int splits, float* workspace, bool vectorized) {
   constexpr int kPer = 16 / sizeof(T);
   extern __shared__ float shared[];
   const int y = blockIdx.x;
@@ -132,9 +205,16 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionA
   float q[G][kPer];
 #pragma unroll
   for (int g = 0; g < G; g++) {
-    const float inverse = holds && g < count ? InverseRms<T>(a, y, first + g) : 1.0f;
+    if (vectorized) {
+      float v[kPer];
+      HeadVector<T>(a, y, g < count ? first + g : first, lane, vectors, span, position, true, v);
 #pragma unroll
-    for (int i = 0; i < kPer; i++) q[g][i] = holds && g < count ? HeadElement<T>(a, y, first + g, lane * kPer + i, position, true, inverse) : 0.0f;
+      for (int i = 0; i < kPer; i++) q[g][i] = holds && g < count ? v[i] : 0.0f;
+    } else {
+      const float inverse = holds && g < count ? InverseRms<T>(a, y, first + g) : 1.0f;
+#pragma unroll
+      for (int i = 0; i < kPer; i++) q[g][i] = holds && g < count ? HeadElement<T>(a, y, first + g, lane * kPer + i, position, true, inverse) : 0.0f;
+    }
   }
   // A decode step's new key and value: written by the blocks of the split that holds the position (the
   // same values from each chunk of query heads), and taken from here rather than read back.
@@ -142,13 +222,33 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionA
   __shared__ float freshValue[kMaxDim];
   const bool fresh = a.tokens == 1 && position >= start && position < end;
   if (fresh) {
-    const float inverse = InverseRms<T>(a, y, a.heads + k);
     const size_t to = CacheAt(a, r, k, position);
-    for (int d = threadIdx.x; d < a.dim; d += blockDim.x) {
-      freshKey[d] = HeadElement<T>(a, y, a.heads + k, d, position, true, inverse);
-      freshValue[d] = HeadElement<T>(a, y, a.heads + a.kvHeads + k, d, position, false, 1.0f);
-      static_cast<T*>(a.keyCache)[to + d] = Narrowed<T>(freshKey[d]);
-      static_cast<T*>(a.valueCache)[to + d] = Narrowed<T>(freshValue[d]);
+    if (vectorized) {
+      float key[kPer];
+      float value[kPer];
+      HeadVector<T>(a, y, a.heads + k, lane, vectors, span, position, true, key);
+      HeadVector<T>(a, y, a.heads + a.kvHeads + k, lane, vectors, span, position, false, value);
+      if (mine == 0 && holds) {
+        T keyOut[kPer];
+        T valueOut[kPer];
+#pragma unroll
+        for (int i = 0; i < kPer; i++) {
+          freshKey[lane * kPer + i] = key[i];
+          freshValue[lane * kPer + i] = value[i];
+          keyOut[i] = Narrowed<T>(key[i]);
+          valueOut[i] = Narrowed<T>(value[i]);
+        }
+        reinterpret_cast<uint4*>(static_cast<T*>(a.keyCache) + to)[lane] = *reinterpret_cast<const uint4*>(keyOut);
+        reinterpret_cast<uint4*>(static_cast<T*>(a.valueCache) + to)[lane] = *reinterpret_cast<const uint4*>(valueOut);
+      }
+    } else {
+      const float inverse = InverseRms<T>(a, y, a.heads + k);
+      for (int d = threadIdx.x; d < a.dim; d += blockDim.x) {
+        freshKey[d] = HeadElement<T>(a, y, a.heads + k, d, position, true, inverse);
+        freshValue[d] = HeadElement<T>(a, y, a.heads + a.kvHeads + k, d, position, false, 1.0f);
+        static_cast<T*>(a.keyCache)[to + d] = Narrowed<T>(freshKey[d]);
+        static_cast<T*>(a.valueCache)[to + d] = Narrowed<T>(freshValue[d]);
+      }
     }
     __syncthreads();
   }
@@ -281,11 +381,12 @@ __global__ void PagedJoinKernel(PagedAttentionArgs a, int splits, const float* w
   }
 }
 
-// Query heads per block: the group's size rounded up to a power of two, at most 8.
+// Query heads per block: the group's size rounded up to a power of two, at most 4 (each head keeps
+// its query and sums in registers).
 int HeadsPerBlock(const PagedAttentionArgs& a) {
   const int group = a.heads / a.kvHeads;
   int g = 1;
-  while (g < group && g < 8) g <<= 1;
+  while (g < group && g < 4) g <<= 1;
   return g;
 }
 
@@ -299,7 +400,11 @@ void Launch(const PagedAttentionArgs& a, int splits, float* workspace, cudaStrea
   const int chunks = (a.heads / a.kvHeads + G - 1) / G;
   const size_t sharedBytes = sizeof(float) * groups * G * (a.dim + 2);
   const dim3 grid(a.rows * a.tokens, a.kvHeads * chunks, splits);
-  PagedAttentionKernel<T, G><<<grid, kThreads, sharedBytes, stream>>>(a, splits, workspace);
+  // The heads 16 bytes at a time where each one is an even number of aligned 16-byte vectors.
+  uintptr_t bits = reinterpret_cast<uintptr_t>(a.qkv) | reinterpret_cast<uintptr_t>(a.bias) | reinterpret_cast<uintptr_t>(a.cos) | reinterpret_cast<uintptr_t>(a.sin) |
+                   reinterpret_cast<uintptr_t>(a.qNorm) | reinterpret_cast<uintptr_t>(a.kNorm) | reinterpret_cast<uintptr_t>(a.keyCache) | reinterpret_cast<uintptr_t>(a.valueCache);
+  const bool vectorized = vectors % 2 == 0 && bits % 16 == 0;
+  PagedAttentionKernel<T, G><<<grid, kThreads, sharedBytes, stream>>>(a, splits, workspace, vectorized);
   if (splits > 1) PagedJoinKernel<T><<<dim3(a.rows * a.tokens, a.heads), std::min(a.dim, 256), 0, stream>>>(a, splits, workspace);
 }
 
@@ -315,8 +420,7 @@ void LaunchAll(const PagedAttentionArgs& a, int splits, float* workspace, cudaSt
   switch (HeadsPerBlock(a)) {
     case 1: Launch<T, 1>(a, splits, workspace, stream); break;
     case 2: Launch<T, 2>(a, splits, workspace, stream); break;
-    case 4: Launch<T, 4>(a, splits, workspace, stream); break;
-    default: Launch<T, 8>(a, splits, workspace, stream); break;
+    default: Launch<T, 4>(a, splits, workspace, stream); break;
   }
 }
 

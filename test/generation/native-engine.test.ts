@@ -111,8 +111,13 @@ describe('chorus build --slot-decoder', () => {
     assert.equal(qwen2.filter((op) => op.endsWith('DecoderSlotAttention')).length, 0);
   });
 
-  test('fp16 rotary slot decoders attend through PagedAttention over the slots: no block table, the bias and Qwen3\'s q/k norms inside', () => {
-    for (const [arch, seed] of [['qwen2', 21], ['qwen3', 22]] as const) {
+  test('fp16 Qwen3 slot decoders attend through PagedAttention over the slots (no block table, the q/k norms inside); Qwen2 through GroupQueryAttention', () => {
+    makeCheckpoint({ arch: 'qwen2', size: 'tiny', seed: 21, out: join(root, 'qwen2-fp16-slots-ckpt') });
+    buildModel({ source: join(root, 'qwen2-fp16-slots-ckpt'), out: join(root, 'qwen2-fp16-slots'), flavor: 'cuda', slotDecoder: true, dtype: 'fp16' });
+    const qwen2 = onnxProto.onnx.ModelProto.decode(readFileSync(join(root, 'qwen2-fp16-slots', 'onnx', 'decoder_model_slots.onnx'))).graph!.node!;
+    assert.equal(qwen2.filter((n) => n.opType === 'GroupQueryAttention').length, buildSpec<{ numLayers: number }>(join(root, 'qwen2-fp16-slots')).numLayers);
+    assert.equal(qwen2.filter((n) => n.opType === 'PagedAttention').length, 0);
+    for (const [arch, seed] of [['qwen3', 22]] as const) {
       const dir = join(root, `${arch}-fp16-slots`);
       makeCheckpoint({ arch, size: 'tiny', seed, out: `${dir}-ckpt` });
       buildModel({ source: `${dir}-ckpt`, out: dir, flavor: 'cuda', slotDecoder: true, dtype: 'fp16' });
@@ -121,18 +126,13 @@ describe('chorus build --slot-decoder', () => {
       assert.equal(attention.length, buildSpec<{ numLayers: number }>(dir).numLayers);
       assert.equal(model.node!.filter((n) => n.opType === 'GroupQueryAttention').length, 0);
       for (const node of attention) {
-        // qkv, the caches, seqlens_k, no block table, cos and sin, then the bias (Qwen2) or '' and the norms (Qwen3).
+        // qkv, the caches, seqlens_k, no block table, cos and sin, no bias, then the norms.
         assert.equal(node.input![4], '');
         assert.match(node.input![5]!, /cos/);
-        if (arch === 'qwen2') {
-          assert.equal(node.input!.length, 8);
-          assert.notEqual(node.input![7], '');
-        } else {
-          assert.deepEqual([node.input!.length, node.input![7]], [10, '']);
-          assert.match(node.input![8]!, /q_norm/);
-          assert.match(node.input![9]!, /k_norm/);
-          assert.ok(node.attribute!.some((a) => a.name === 'epsilon'));
-        }
+        assert.deepEqual([node.input!.length, node.input![7]], [10, '']);
+        assert.match(node.input![8]!, /q_norm/);
+        assert.match(node.input![9]!, /k_norm/);
+        assert.ok(node.attribute!.some((a) => a.name === 'epsilon'), arch);
       }
       // Qwen3's per-head norms are inside the operator: the only SimplifiedLayerNormalization left is the first layer's input norm.
       assert.equal(model.node!.filter((n) => n.opType === 'SimplifiedLayerNormalization').length, 1);
