@@ -252,6 +252,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "SlotDecoder",
                        {InstanceMethod("load", &SlotDecoderWrap::Load), InstanceMethod("prefill", &SlotDecoderWrap::Prefill),
+                        InstanceMethod("prefillRagged", &SlotDecoderWrap::PrefillRagged),
                         InstanceMethod("decode", &SlotDecoderWrap::Decode), InstanceMethod("decodeGreedy", &SlotDecoderWrap::DecodeGreedy),
                         InstanceMethod("decodeBeams", &SlotDecoderWrap::DecodeBeams),
                         InstanceMethod("interrupt", &SlotDecoderWrap::Interrupt), InstanceMethod("encode", &SlotDecoderWrap::Encode), InstanceMethod("copySlots", &SlotDecoderWrap::CopySlots),
@@ -364,6 +365,18 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     if (!info[4].IsUndefined() && !info[4].IsNumber()) throw Napi::TypeError::New(info.Env(), "prefill's prompts must be a number");
     const int prompts = info[4].IsUndefined() ? 1 : info[4].As<Napi::Number>().Int32Value();
     return QueueStep(info.Env(), [&decoder, slot, ids, rows, sample, prompts]() { return decoder.Prefill(slot, ids, rows, sample, prompts); });
+  }
+
+  Napi::Value PrefillRagged(const Napi::CallbackInfo& info) {
+    SlotDecoder& decoder = Loaded(info.Env());
+    const int slot = info[0].As<Napi::Number>().Int32Value();
+    if (!info[1].IsArray()) throw Napi::TypeError::New(info.Env(), "prefillRagged's prompts must be an array of Int32Arrays");
+    const Napi::Array list = info[1].As<Napi::Array>();
+    std::vector<std::vector<int64_t>> prompts;
+    for (uint32_t i = 0; i < list.Length(); i++) prompts.push_back(Int64s(list.Get(i), "prompts[i]"));
+    auto rows = Int32s(info[2], "logitRows");
+    auto sample = ParseSampleBatch(info[3], decoder.options().vocab);
+    return QueueStep(info.Env(), [&decoder, slot, prompts, rows, sample]() { return decoder.PrefillRagged(slot, prompts, rows, sample); });
   }
 
   Napi::Value Encode(const Napi::CallbackInfo& info) {

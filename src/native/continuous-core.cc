@@ -165,33 +165,45 @@ static SampleResult ArgmaxChoice(int32_t token) {
 void ContinuousCore::Admit(std::vector<Row>& waiting) {
   const size_t slots = static_cast<size_t>(decoder_.options().slots);
   while (!waiting.empty() && rows_.size() < slots) {
-    // Prompts of one length in a row prefill together, in batches of powers of two (ONNX Runtime plans
-    // each new shape it meets).
-    const size_t length = waiting[0].request.prompt.size();
-    size_t count = 1;
-    while (count < waiting.size() && count < slots - rows_.size() && waiting[count].request.prompt.size() == length) count++;
+    // The waiting requests prefill together, in batches of powers of two (ONNX Runtime plans each new
+    // shape it meets) of at most kPrefillTokens tokens once padded to the longest: prompts of one length
+    // in one run, prompts of different lengths in the decoder's two (PrefillRagged).
+    const size_t count = std::min(waiting.size(), slots - rows_.size());
     size_t group = 1;
     while (group * 2 <= count) group *= 2;
+    const auto longestOf = [&](size_t n) {
+      size_t most = 0;
+      for (size_t r = 0; r < n; r++) most = std::max(most, waiting[r].request.prompt.size());
+      return most;
+    };
+    while (group > 1 && group * longestOf(group) > kPrefillTokens) group /= 2;
+    const size_t length = waiting[0].request.prompt.size();
+    bool equal = true;
+    for (size_t r = 1; r < group; r++) equal = equal && waiting[r].request.prompt.size() == length;
     std::vector<int64_t> ids;
-    ids.reserve(group * length);
+    std::vector<std::vector<int64_t>> prompts;
     SampleBatch sample;
     for (size_t r = 0; r < group; r++) {
       Row& row = waiting[r];
-      ids.insert(ids.end(), row.request.prompt.begin(), row.request.prompt.end());
+      if (equal) {
+        ids.insert(ids.end(), row.request.prompt.begin(), row.request.prompt.end());
+      } else {
+        prompts.push_back(row.request.prompt);
+      }
       if (!row.request.argmax) {
         sample.rows.push_back(static_cast<int32_t>(r));
         sample.params.push_back(ParamsOf(row, sample, row.taken));
       }
     }
     const int first = static_cast<int>(rows_.size());
-    StepResult result = decoder_.Prefill(first, ids, {}, sample, static_cast<int>(group));
+    StepResult result = equal ? decoder_.Prefill(first, ids, {}, sample, static_cast<int>(group)) : decoder_.PrefillRagged(first, prompts, {}, sample);
     CoreStep out;
     out.prefill = true;
     std::vector<bool> gone(rows_.size(), false);
     size_t sampled = 0;
     for (size_t r = 0; r < group; r++) {
       Row& row = waiting[r];
-      row.length = static_cast<int64_t>(length);
+      row.length = static_cast<int64_t>(row.request.prompt.size());
       const SampleResult chosen = row.request.argmax ? ArgmaxChoice(result.argmax[r]) : result.sampled[sampled++];
       gone.push_back(Take(row, chosen, out));
       rows_.push_back(std::move(row));

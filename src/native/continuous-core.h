@@ -1,6 +1,6 @@
 // The native engine's continuous core: a thread of its own that steps a SlotDecoder back to back
 // without returning to JavaScript between steps. It admits submitted rows at step boundaries
-// (prefilling those of one prompt length together), chooses every row's token in the step (the raw
+// (prefilling the waiting ones together, whatever their lengths), chooses every row's token in the step (the raw
 // argmax, or the sampler where the logits are, with the row's own seeded stream and its penalties'
 // counts kept here), retires rows at their end id, their last token or a cancellation, and moves the
 // rows behind a retired one down into its slot. Each step's tokens go to `onStep` at once, all rows
@@ -95,6 +95,8 @@ class ContinuousCore {
   // CUDA graphs, each step's choices feed the next on the device, queued before the host reads them).
   void ChosenSteps();
   static constexpr int64_t kMaxGreedySteps = 1024;
+  // The most tokens one admission prefills, counting each prompt padded to the group's longest.
+  static constexpr size_t kPrefillTokens = 16384;
   // What a run of steps starts from: each row's token and position, and the steps every row's slot
   // leaves room for (at least 1, at most kMaxGreedySteps).
   struct RunStart {

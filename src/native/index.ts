@@ -162,6 +162,12 @@ export interface NativeSlotDecoder {
   /** Runs `prompts` prompts of one length (ids one after another; default 1) into slots slot, slot + 1, ... from position 0; a result row per prompt. */
   prefill(slot: number, ids: Int32Array, logitRows: Int32Array, sample?: NativeSampleBatch, prompts?: number): Promise<SlotStep>;
   /**
+   * Runs prompts of different lengths into slots slot, slot + 1, ... in two runs (each prompt but its
+   * last token right-padded to the longest, then each last token at its own position); a result row
+   * per prompt. Contiguous slots only.
+   */
+  prefillRagged(slot: number, prompts: Int32Array[], logitRows: Int32Array, sample?: NativeSampleBatch): Promise<SlotStep>;
+  /**
    * Encoder-decoders: encodes sources (right-padded to `width`, row after row, each of lengths[r]
    * tokens) into the cross-attention caches of slots firstSlot, firstSlot + 1, ...
    */

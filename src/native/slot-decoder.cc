@@ -417,6 +417,52 @@ StepResult SlotDecoder::Prefill(int slot, const std::vector<int64_t>& ids, const
   return Run(slot, prompts, length, ids, positions, std::vector<int32_t>(prompts, length - 1), length, logitRows, sample, false);
 }
 
+StepResult SlotDecoder::PrefillRagged(int slot, const std::vector<std::vector<int64_t>>& prompts, const std::vector<int32_t>& logitRows, const SampleBatch& sample) {
+  if (Fans()) return OnRanks([&](SlotDecoder& d) { return d.PrefillRagged(slot, prompts, logitRows, sample); });
+  Timed timed(callMs_);
+  UseDevice();
+  if (seq2seq()) throw std::logic_error("an encoder-decoder starts a request with encode(), then decodes from its start token");
+  // A paged row holds the blocks of its own length only: the padding would be written past them.
+  if (paged()) throw std::logic_error("a ragged prefill writes past each row's prompt: contiguous slots only");
+  const int rows = static_cast<int>(prompts.size());
+  if (rows < 1 || slot < 0 || slot + rows > options_.slots) {
+    throw std::out_of_range(std::to_string(rows) + " prompts from slot " + std::to_string(slot) + " are outside 0.." + std::to_string(options_.slots - 1));
+  }
+  size_t longest = 0;
+  for (const std::vector<int64_t>& prompt : prompts) {
+    if (prompt.empty() || prompt.size() > static_cast<size_t>(options_.maxLength)) {
+      throw std::out_of_range("a prompt of " + std::to_string(prompt.size()) + " tokens does not fit a slot of " + std::to_string(options_.maxLength));
+    }
+    longest = std::max(longest, prompt.size());
+  }
+  // Every row as long as the longest but one: its prompt, then its last token again as padding.
+  const int width = static_cast<int>(longest) - 1;
+  if (width > 0) {
+    std::vector<int64_t> ids;
+    std::vector<int64_t> positions;
+    ids.reserve(static_cast<size_t>(rows) * width);
+    positions.reserve(ids.capacity());
+    for (const std::vector<int64_t>& prompt : prompts) {
+      for (int i = 0; i < width; i++) {
+        ids.push_back(prompt[std::min<size_t>(i, prompt.size() - 1)]);
+        positions.push_back(i);
+      }
+    }
+    Run(slot, rows, width, ids, positions, std::vector<int32_t>(rows, width - 1), width, {}, SampleBatch{}, false);
+  }
+  std::vector<int64_t> last;
+  std::vector<int64_t> at;
+  std::vector<int32_t> seqlens;
+  int total = 0;
+  for (const std::vector<int64_t>& prompt : prompts) {
+    last.push_back(prompt.back());
+    at.push_back(static_cast<int64_t>(prompt.size()) - 1);
+    seqlens.push_back(static_cast<int32_t>(prompt.size()) - 1);
+    total = std::max(total, static_cast<int>(prompt.size()));
+  }
+  return Run(slot, rows, 1, last, at, seqlens, total, logitRows, sample, false);
+}
+
 void SlotDecoder::Encode(int firstSlot, const std::vector<int64_t>& ids, int width, const std::vector<int32_t>& lengths) {
   if (Fans()) return OnRanks([&](SlotDecoder& d) { d.Encode(firstSlot, ids, width, lengths); });
   Timed timed(callMs_);

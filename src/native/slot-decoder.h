@@ -128,6 +128,11 @@ class SlotDecoder {
   // Runs `ids` (`prompts` prompts of one length, one after another) into slots slot, slot + 1, ...
   // from position 0; the result has a row per prompt.
   StepResult Prefill(int slot, const std::vector<int64_t>& ids, const std::vector<int32_t>& logitRows, const SampleBatch& sample, int prompts = 1);
+  // Runs prompts of different lengths into slots slot, slot + 1, ... in two runs, whatever their
+  // lengths: every prompt but its last token, right-padded to the longest (each row's padding is
+  // written past its prompt, where its later steps write over it before reading there), then each
+  // prompt's last token at its own position. The result has a row per prompt, from the second run.
+  StepResult PrefillRagged(int slot, const std::vector<std::vector<int64_t>>& prompts, const std::vector<int32_t>& logitRows, const SampleBatch& sample);
   // Encoder-decoders: encodes rows (sources right-padded to `width`, ids row after row, each of
   // lengths[r] tokens) into the cross-attention slots firstSlot, firstSlot + 1, ...
   void Encode(int firstSlot, const std::vector<int64_t>& ids, int width, const std::vector<int32_t>& lengths);

@@ -299,6 +299,42 @@ describe('the native SlotDecoder', { skip }, () => {
     assert.throws(() => decoder.decode(Int32Array.from([1]), Int32Array.from([3]), new Int32Array(0)), /not loaded/);
   });
 
+  test('prefills prompts of different lengths together in two runs: each row and the step after it as its prompt alone', async () => {
+    const { spec, options } = gpt2SlotDecoder(16);
+    const V = spec.vocabSize;
+    const decoder = new addon!.SlotDecoder(options);
+    await decoder.load();
+    try {
+      for (const prompts of [
+        [[5, 6], [9, 10, 11, 12, 13, 14]],
+        [[7, 8, 9], [4]],
+      ]) {
+        const alone: Array<{ first: Float32Array; next: Float32Array; ids: number[] }> = [];
+        for (const prompt of prompts) {
+          const first = await decoder.prefill(0, Int32Array.from(prompt), Int32Array.from([0]));
+          const next = await decoder.decode(Int32Array.from([first.argmax[0]!]), Int32Array.from([prompt.length]), Int32Array.from([0]));
+          alone.push({ first: first.logits, next: next.logits, ids: [first.argmax[0]!, next.argmax[0]!] });
+        }
+        const ragged = await decoder.prefillRagged(0, prompts.map((p) => Int32Array.from(p)), Int32Array.from([0, 1]));
+        const next = await decoder.decode(Int32Array.from(ragged.argmax), Int32Array.from(prompts.map((p) => p.length)), Int32Array.from([0, 1]));
+        prompts.forEach((prompt, r) => {
+          assert.deepEqual([ragged.argmax[r], next.argmax[r]], alone[r]!.ids, `prompt ${prompt}`);
+          for (const [got, want] of [
+            [ragged.logits.subarray(r * V, (r + 1) * V), alone[r]!.first],
+            [next.logits.subarray(r * V, (r + 1) * V), alone[r]!.next],
+          ] as const) {
+            want.forEach((x, i) => assert.ok(Math.abs(got[i]! - x) < 1e-4, `prompt ${prompt}, logit ${i}: ${got[i]} against ${x}`));
+          }
+        });
+      }
+      await assert.rejects(decoder.prefillRagged(1, [Int32Array.from([1]), Int32Array.from([2, 3])], new Int32Array(0)), /2 prompts from slot 1 are outside 0..1/);
+      await assert.rejects(decoder.prefillRagged(0, [Int32Array.from([1]), new Int32Array(0)], new Int32Array(0)), /a prompt of 0 tokens does not fit/);
+      await assert.rejects(decoder.prefillRagged(0, [new Int32Array(17)], new Int32Array(0)), /17 tokens does not fit a slot of 16/);
+    } finally {
+      await decoder.close();
+    }
+  });
+
   test('hands each greedy step\'s ids to onStep as the run goes, the same ids the run returns', async () => {
     const decoder = new addon!.SlotDecoder(gpt2SlotDecoder(32).options);
     await decoder.load();
