@@ -1,5 +1,6 @@
-// PagedAttention's CUDA kernels (paged-attention.h). One launch writes every new token's key and value
-// into its block; then one block of threads per (token row, key head, split) takes the query heads
+// PagedAttention's CUDA kernels (paged-attention.h). A prefill's first launch writes every new token's
+// key and value into its block (a decode step's are written by the block whose split holds the
+// position); then one block of threads per (token row, key head, split) takes the query heads
 // that read that key head (up to 4 at a time) over its share of the row's positions: groups of lanes
 // read one position's key and value as 16-byte vectors (each read once for all the heads) and keep an
 // online softmax per head; the groups' partial sums are joined in shared memory, and with several
