@@ -166,17 +166,22 @@ void ContinuousCore::Admit(std::vector<Row>& waiting) {
   const size_t slots = static_cast<size_t>(decoder_.options().slots);
   while (!waiting.empty() && rows_.size() < slots) {
     // The waiting requests prefill together, in batches of powers of two (ONNX Runtime plans each new
-    // shape it meets) of at most kPrefillTokens tokens once padded to the longest: prompts of one length
-    // in one run, prompts of different lengths in the decoder's two (PrefillRagged).
+    // shape it meets) of at most kPrefillTokens tokens once padded to the longest, and at most twice
+    // their own tokens (a long prompt does not make short ones pay for its length): prompts of one
+    // length in one run, prompts of different lengths in the decoder's two (PrefillRagged).
     const size_t count = std::min(waiting.size(), slots - rows_.size());
     size_t group = 1;
     while (group * 2 <= count) group *= 2;
-    const auto longestOf = [&](size_t n) {
+    const auto fits = [&](size_t n) {
       size_t most = 0;
-      for (size_t r = 0; r < n; r++) most = std::max(most, waiting[r].request.prompt.size());
-      return most;
+      size_t tokens = 0;
+      for (size_t r = 0; r < n; r++) {
+        most = std::max(most, waiting[r].request.prompt.size());
+        tokens += waiting[r].request.prompt.size();
+      }
+      return n * most <= kPrefillTokens && n * most <= 2 * tokens;
     };
-    while (group > 1 && group * longestOf(group) > kPrefillTokens) group /= 2;
+    while (group > 1 && !fits(group)) group /= 2;
     const size_t length = waiting[0].request.prompt.size();
     bool equal = true;
     for (size_t r = 1; r < group; r++) equal = equal && waiting[r].request.prompt.size() == length;

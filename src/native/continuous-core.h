@@ -95,7 +95,8 @@ class ContinuousCore {
   // CUDA graphs, each step's choices feed the next on the device, queued before the host reads them).
   void ChosenSteps();
   static constexpr int64_t kMaxGreedySteps = 1024;
-  // The most tokens one admission prefills, counting each prompt padded to the group's longest.
+  // The most tokens one admission prefills, counting each prompt padded to the group's longest (a
+  // group's padded tokens are also at most twice its own).
   static constexpr size_t kPrefillTokens = 16384;
   // What a run of steps starts from: each row's token and position, and the steps every row's slot
   // leaves room for (at least 1, at most kMaxGreedySteps).
