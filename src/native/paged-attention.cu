@@ -82,6 +82,16 @@ __device__ inline float HeadElement(const PagedAttentionArgs& a, size_t y, int h
   return Rounded<T>(d < half ? x * c - at(d + half) * s : x * c + at(d - half) * s);
 }
 
+// Element d of token row y's key head k (normed with `inverse`, rotated) and of its value, written at
+// `to` in the caches; returns them as floats (key, value).
+template <typename T>
+__device__ inline float2 AppendElement(const PagedAttentionArgs& a, size_t y, int k, int d, int position, size_t to, float inverse) {
+  const float2 kv = make_float2(HeadElement<T>(a, y, a.heads + k, d, position, true, inverse), HeadElement<T>(a, y, a.heads + a.kvHeads + k, d, position, false, 1.0f));
+  static_cast<T*>(a.keyCache)[to + d] = Narrowed<T>(kv.x);
+  static_cast<T*>(a.valueCache)[to + d] = Narrowed<T>(kv.y);
+  return kv;
+}
+
 // Block (token row, key head): the token's key (rotated) and value into the row's block.
 template <typename T>
 __global__ void PagedAppendKernel(PagedAttentionArgs a) {
@@ -91,10 +101,7 @@ __global__ void PagedAppendKernel(PagedAttentionArgs a) {
   const int position = PositionOf(a, r, y % a.tokens);
   const size_t to = CacheAt(a, r, k, position);
   const float inverse = InverseRms<T>(a, y, a.heads + k);
-  for (int d = threadIdx.x; d < a.dim; d += blockDim.x) {
-    static_cast<T*>(a.keyCache)[to + d] = Narrowed<T>(HeadElement<T>(a, y, a.heads + k, d, position, true, inverse));
-    static_cast<T*>(a.valueCache)[to + d] = Narrowed<T>(HeadElement<T>(a, y, a.heads + a.kvHeads + k, d, position, false, 1.0f));
-  }
+  for (int d = threadIdx.x; d < a.dim; d += blockDim.x) AppendElement<T>(a, y, k, d, position, to, inverse);
 }
 
 // The widest head the kernels take (16-byte vectors of 2-byte floats, 32 lanes).
@@ -245,10 +252,9 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionA
     } else {
       const float inverse = InverseRms<T>(a, y, a.heads + k);
       for (int d = threadIdx.x; d < a.dim; d += blockDim.x) {
-        freshKey[d] = HeadElement<T>(a, y, a.heads + k, d, position, true, inverse);
-        freshValue[d] = HeadElement<T>(a, y, a.heads + a.kvHeads + k, d, position, false, 1.0f);
-        static_cast<T*>(a.keyCache)[to + d] = Narrowed<T>(freshKey[d]);
-        static_cast<T*>(a.valueCache)[to + d] = Narrowed<T>(freshValue[d]);
+        const float2 kv = AppendElement<T>(a, y, k, d, position, to, inverse);
+        freshKey[d] = kv.x;
+        freshValue[d] = kv.y;
       }
     }
     __syncthreads();

@@ -453,14 +453,12 @@ StepResult SlotDecoder::PrefillRagged(int slot, const std::vector<std::vector<in
   std::vector<int64_t> last;
   std::vector<int64_t> at;
   std::vector<int32_t> seqlens;
-  int total = 0;
   for (const std::vector<int64_t>& prompt : prompts) {
     last.push_back(prompt.back());
     at.push_back(static_cast<int64_t>(prompt.size()) - 1);
     seqlens.push_back(static_cast<int32_t>(prompt.size()) - 1);
-    total = std::max(total, static_cast<int>(prompt.size()));
   }
-  return Run(slot, rows, 1, last, at, seqlens, total, logitRows, sample, false);
+  return Run(slot, rows, 1, last, at, seqlens, static_cast<int>(longest), logitRows, sample, false);
 }
 
 void SlotDecoder::Encode(int firstSlot, const std::vector<int64_t>& ids, int width, const std::vector<int32_t>& lengths) {
