@@ -7,6 +7,7 @@
 import { ChorusError } from '../errors.ts';
 import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Norm } from './decoder-spec.ts';
 import type { FloatType } from './float-bits.ts';
+import { foldNormsIntoLinear } from './fold-norms.ts';
 import { float, GraphBuilder } from './graph.ts';
 import { GREEDY_PAD_ID } from './greedy-layout.ts';
 import { quantizedWeight } from './quant/graph.ts';
@@ -151,6 +152,7 @@ export function buildSlotDecoderGraph(
     g.output(`present.${i}.value`, p.value, floatType, ['batch_size', numKvHeads, 'max_length', headDim]);
   });
   g.output('logits', logits, floatType, ['batch_size', 1, vocabSize]);
+  foldNorms(g);
   return g;
 }
 
@@ -188,7 +190,16 @@ export function buildPagedDecoderGraph(
     g.output(`present.${i}.value`, p.value, floatType, ['blocks', numKvHeads, 'block_size', headDim]);
   });
   g.output('logits', logits, floatType, ['batch_size', 1, vocabSize]);
+  foldNorms(g);
   return g;
+}
+
+/**
+ * The slot decoders' RMSNorms folded into the addon's Linear after them (foldNormsIntoLinear), unless
+ * CHORUS_FOLD_NORMS=0 (to measure against).
+ */
+function foldNorms(g: GraphBuilder): void {
+  if (g.addonLinear && process.env.CHORUS_FOLD_NORMS !== '0') g.rewriteNodes(foldNormsIntoLinear);
 }
 
 /** Ids of the GreedySearch model: where generation ends, and what pads a prompt or a finished row. */

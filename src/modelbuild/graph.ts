@@ -11,7 +11,7 @@ import type { RawTensor } from './quant/nbits.ts';
 import { concatPieces, elementCount, encodedPieces, type Tensor } from './tensor.ts';
 
 const { onnx } = onnxProto;
-type NodeProto = onnxProto.onnx.INodeProto;
+export type NodeProto = onnxProto.onnx.INodeProto;
 type TensorProto = onnxProto.onnx.ITensorProto;
 type ValueInfoProto = onnxProto.onnx.IValueInfoProto;
 type AttributeProto = onnxProto.onnx.IAttributeProto;
@@ -221,6 +221,16 @@ export class GraphBuilder {
   }
 
   /**
+   * Rewrites the graph's nodes (a fusion pass): `pass` gets them in order, with the names of the graph's
+   * outputs, and returns the nodes that replace them, still in an order where each value is made
+   * before it is read.
+   */
+  rewriteNodes(pass: (nodes: readonly NodeProto[], outputs: ReadonlySet<string>) => NodeProto[]): void {
+    const next = pass(this.nodes, new Set(this.outputs.map((o) => o.name!)));
+    this.nodes.splice(0, this.nodes.length, ...next);
+  }
+
+  /**
    * The ModelProto bytes. Each weight is read, converted to the build's float type and embedded, or,
    * with `externalData` and over 1 KiB, appended to that file (or pointed at, if the file has it).
    */
@@ -311,7 +321,7 @@ function integerOrFloatTensor(name: string, type: ElementType, values: readonly 
   return { name, dims: [...dims], dataType: ELEMENT_TYPES[type], rawData: new Uint8Array(data.buffer) };
 }
 
-function attribute(name: string, value: AttributeValue): AttributeProto {
+export function attribute(name: string, value: AttributeValue): AttributeProto {
   const types = onnx.AttributeProto.AttributeType;
   if (typeof value === 'string') return { name, type: types.STRING, s: Buffer.from(value, 'utf8') };
   if (Array.isArray(value)) return { name, type: types.INTS, ints: value };

@@ -1,5 +1,7 @@
 #include "linear.h"
 
+#include <cmath>
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -34,7 +36,35 @@ float Round(float v, FloatType type) { return RoundTo(v, type); }
 
 }  // namespace
 
-void LinearHost(const LinearArgs& a) {
+void PreNormHost(const LinearArgs& a, void* normed) {
+  const size_t in = static_cast<size_t>(a.in);
+  std::vector<float> row(in);
+  for (int r = 0; r < a.rows; r++) {
+    const size_t at = static_cast<size_t>(r) * in;
+    float squares = 0;
+    for (size_t k = 0; k < in; k++) {
+      const float x = ElementAt(a.x, a.type, at + k);
+      row[k] = a.residual == nullptr ? x : Round(x + ElementAt(a.residual, a.type, at + k), a.type);
+      squares += row[k] * row[k];
+      if (a.sum != nullptr) PutElement(a.sum, a.type, at + k, row[k]);
+    }
+    const float inverse = 1.0f / std::sqrt(squares / static_cast<float>(in) + a.epsilon);
+    for (size_t k = 0; k < in; k++) PutElement(normed, a.type, at + k, Round(ElementAt(a.norm, a.type, k) * Round(row[k] * inverse, a.type), a.type));
+  }
+}
+
+void LinearHost(const LinearArgs& given) {
+  // A pre-norm: the product of the normed rows.
+  std::vector<uint8_t> normed;
+  LinearArgs a = given;
+  if (a.norm != nullptr) {
+    normed.resize(static_cast<size_t>(a.rows) * a.in * ElementBytes(a.type));
+    PreNormHost(given, normed.data());
+    a.x = normed.data();
+    a.norm = nullptr;
+    a.residual = nullptr;
+    a.sum = nullptr;
+  }
   const size_t in = static_cast<size_t>(a.in);
   std::vector<float> x(static_cast<size_t>(a.rows) * in);
   Widen(a.x, a.type, 0, x.size(), x.data());
@@ -80,6 +110,7 @@ struct LinearKernel : KernelBase<LinearKernel> {
     // No attribute: no activation, one projection.
     activation_ = ActivationNamed(AttributeOr<std::string>(kernel, "activation", ""));
     gated_ = AttributeOr<int64_t>(kernel, "gated", 0) != 0;
+    epsilon_ = AttributeOr<float>(kernel, "norm_epsilon", 1e-6f);
   }
 
   void Compute(OrtKernelContext* context) {
@@ -110,6 +141,21 @@ struct LinearKernel : KernelBase<LinearKernel> {
     for (size_t d = 0; d + 1 < shape.size(); d++) rows *= shape[d];
     if (rows > std::numeric_limits<int>::max()) throw std::invalid_argument("x has more rows than an int counts");
     args.rows = static_cast<int>(rows);
+    // The pre-norm: residual (input 3, x's shape), the norm's weight (input 4, [in]) and the sum (output 1).
+    if (Given(ctx, 4)) {
+      const Ort::ConstValue norm = ctx.GetInput(4);
+      if (ShapeOf(norm) != std::vector<int64_t>{args.in}) throw std::invalid_argument("norm must be [in] (" + std::to_string(args.in) + ")");
+      args.norm = norm.GetTensorRawData();
+      args.epsilon = epsilon_;
+      if (Given(ctx, 3)) {
+        const Ort::ConstValue residual = ctx.GetInput(3);
+        if (ShapeOf(residual) != shape) throw std::invalid_argument("residual must have x's shape");
+        args.residual = residual.GetTensorRawData();
+      }
+      if (ctx.GetOutputCount() > 1) args.sum = ctx.GetOutput(1, shape).GetTensorMutableRawData();
+    } else if (Given(ctx, 3)) {
+      throw std::invalid_argument("a residual (input 3) goes with a norm's weight (input 4)");
+    }
     shape.back() = args.out;
     Ort::UnownedValue y = ctx.GetOutput(0, shape);
     args.y = y.GetTensorMutableRawData();
@@ -117,6 +163,17 @@ struct LinearKernel : KernelBase<LinearKernel> {
 #ifdef CHORUS_WITH_CUDA
     if (cuda_) {
       void* stream = ctx.GetGPUComputeStream();
+      // A pre-norm the kernel cannot take: its own pass into scratch rows, then the product of those.
+      std::optional<Ort::MemoryAllocation> normed;
+      if (args.norm != nullptr && !LinearRowsFusesNorm(args)) {
+        Ort::Allocator allocator = ctx.GetAllocator(*y.GetTensorMemoryInfo());
+        normed.emplace(allocator.GetAllocation(static_cast<size_t>(args.rows) * args.in * ElementBytes(args.type)));
+        PreNormDevice(args, normed->get(), stream);
+        args.x = normed->get();
+        args.norm = nullptr;
+        args.residual = nullptr;
+        args.sum = nullptr;
+      }
       if (args.rows <= kLinearKernelRows) {
         LinearRowsDevice(args, stream);
       } else {
@@ -147,6 +204,7 @@ struct LinearKernel : KernelBase<LinearKernel> {
 
   Activation activation_ = Activation::kNone;
   bool gated_ = false;
+  float epsilon_ = 1e-6f;
 
 #ifdef CHORUS_WITH_CUDA
   // More rows: one GEMM by cuBLASLt, the bias (and a ReLU) in its epilogue, or by cublasGemmEx where
@@ -206,8 +264,8 @@ struct LinearKernel : KernelBase<LinearKernel> {
 
 OpList LinearOps(bool cuda, FloatType type) {
   const ONNXTensorElementDataType t = ElementOf(type);
-  // Linear: x, weight, bias.
-  return {MakeOp<LinearKernel>(cuda, type, {t, t, t}, {2}, 1)};
+  // Linear: x, weight, bias, residual, norm; y, sum.
+  return {MakeOp<LinearKernel>(cuda, type, {t, t, t, t, t}, {2, 3, 4}, 2)};
 }
 
 }  // namespace chorus

@@ -141,8 +141,13 @@ __device__ inline T Gate(float gate, float up, const T* bias, int o, int out, Ac
 constexpr int kOutputs = 4;
 constexpr int kWarpsPerBlock = kThreads / 32;
 
-template <typename T, int R>
-__global__ void __launch_bounds__(kThreads, 2) LinearRowsKernel(LinearArgs a) {
+// With a pre-norm (Norm), each 16 bytes of x is first x + residual (rounded, as the stream keeps it; block
+// 0 writes it to a.sum), whose squares the block sums along with its products, then scaled by the
+// norm's weights; each sum is scaled by its row's inverse root in the epilogue, before the bias.
+// Pre-normed single rows keep the plain kernel's 3 blocks a multiprocessor (at most 80 registers):
+// with 2, TinyLlama's gated MLP (2,816 blocks) took half as many waves again.
+template <typename T, int R, bool Norm>
+__global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKernel(LinearArgs a) {
   const bool gated = a.gated;
   const int first = blockIdx.x * (gated ? kOutputs / 2 : kOutputs);
   const T* x = static_cast<const T*>(a.x);
@@ -153,6 +158,9 @@ __global__ void __launch_bounds__(kThreads, 2) LinearRowsKernel(LinearArgs a) {
 #pragma unroll
     for (int r = 0; r < R; r++) acc[j][r] = 0;
   }
+  float squares[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) squares[r] = 0;
   // The weight row each of the block's kOutputs sums reads (gated: the gate's rows of outputs first and
   // first + 1, then their up rows, a.out rows on). Outputs past the end read row `first` again (in
   // bounds) and are not written.
@@ -186,16 +194,48 @@ __global__ void __launch_bounds__(kThreads, 2) LinearRowsKernel(LinearArgs a) {
     const uint4* xv = reinterpret_cast<const uint4*>(x);
     // One 16-byte column c of the block's weight rows against the same column of each row of x.
     auto use = [&](int c, const uint4 (&weights)[kOutputs]) {
-      Wide<T> wide[kOutputs];
+      if constexpr (Norm) {
+        // Each row's x + residual, rounded, its squares summed, scaled by the norm's weights; the weights
+        // widened per row (one row: once), so that few registers hold them (occupancy).
+        const Wide<T> scale = Widen16<T>(__ldg(static_cast<const uint4*>(a.norm) + c));
 #pragma unroll
-      for (int j = 0; j < kOutputs; j++) wide[j] = Widen16<T>(weights[j]);
+        for (int r = 0; r < R; r++) {
+          Wide<T> u = Widen16<T>(__ldg(xv + static_cast<size_t>(r) * n + c));
+          if (a.residual != nullptr) {
+            const Wide<T> skip = Widen16<T>(__ldg(static_cast<const uint4*>(a.residual) + static_cast<size_t>(r) * n + c));
+            uint4 out;
+            T* e = reinterpret_cast<T*>(&out);
 #pragma unroll
-      for (int r = 0; r < R; r++) {
-        const Wide<T> u = Widen16<T>(__ldg(xv + static_cast<size_t>(r) * n + c));
+            for (int i = 0; i < Wide<T>::kCount; i++) {
+              e[i] = Narrow<T>(u.v[i] + skip.v[i]);
+              u.v[i] = Load(e + i);
+            }
+            if (a.sum != nullptr && blockIdx.x == 0) static_cast<uint4*>(a.sum)[static_cast<size_t>(r) * n + c] = out;
+          }
 #pragma unroll
-        for (int j = 0; j < kOutputs; j++) {
+          for (int i = 0; i < Wide<T>::kCount; i++) {
+            squares[r] += u.v[i] * u.v[i];
+            u.v[i] *= scale.v[i];
+          }
 #pragma unroll
-          for (int i = 0; i < Wide<T>::kCount; i++) acc[j][r] += wide[j].v[i] * u.v[i];
+          for (int j = 0; j < kOutputs; j++) {
+            const Wide<T> w = Widen16<T>(weights[j]);
+#pragma unroll
+            for (int i = 0; i < Wide<T>::kCount; i++) acc[j][r] += w.v[i] * u.v[i];
+          }
+        }
+      } else {
+        Wide<T> wide[kOutputs];
+#pragma unroll
+        for (int j = 0; j < kOutputs; j++) wide[j] = Widen16<T>(weights[j]);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          const Wide<T> u = Widen16<T>(__ldg(xv + static_cast<size_t>(r) * n + c));
+#pragma unroll
+          for (int j = 0; j < kOutputs; j++) {
+#pragma unroll
+            for (int i = 0; i < Wide<T>::kCount; i++) acc[j][r] += wide[j].v[i] * u.v[i];
+          }
         }
       }
     };
@@ -228,14 +268,15 @@ __global__ void __launch_bounds__(kThreads, 2) LinearRowsKernel(LinearArgs a) {
   }
   // A dependent launch after this one may start pulling its own weights now.
   LetDependentsStart();
-  __shared__ float partial[kWarpsPerBlock][kOutputs * R];
+  // The products' partials, then (Norm) the rows' sums of squares.
+  __shared__ float partial[kWarpsPerBlock][(kOutputs + (Norm ? 1 : 0)) * R];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x / 32;
 #pragma unroll
-  for (int j = 0; j < kOutputs; j++) {
+  for (int j = 0; j < kOutputs + (Norm ? 1 : 0); j++) {
 #pragma unroll
     for (int r = 0; r < R; r++) {
-      float v = acc[j][r];
+      float v = j < kOutputs ? acc[j][r] : squares[r];
 #pragma unroll
       for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
       if (lane == 0) partial[warp][j * R + r] = v;
@@ -250,12 +291,21 @@ __global__ void __launch_bounds__(kThreads, 2) LinearRowsKernel(LinearArgs a) {
       float sum = 0;
 #pragma unroll
       for (int q = 0; q < kWarpsPerBlock; q++) sum += partial[q][t];
+      float inverse = 1;
+      if constexpr (Norm) {
+        float squares = 0;
+#pragma unroll
+        for (int q = 0; q < kWarpsPerBlock; q++) squares += partial[q][kOutputs * R + r];
+        inverse = rsqrtf(squares / a.in + a.epsilon);
+      }
+      sum *= inverse;
       T* y = static_cast<T*>(a.y) + static_cast<size_t>(r) * a.out + first + j;
       const T* bias = static_cast<const T*>(a.bias);
       if (gated) {
         float up = 0;
 #pragma unroll
         for (int q = 0; q < kWarpsPerBlock; q++) up += partial[q][t + 2 * R];
+        up *= inverse;
         *y = Gate<T>(sum, up, bias, first + j, a.out, a.activation);
       } else {
         *y = Finish<T>(sum, bias, first + j, a.activation);
@@ -331,7 +381,7 @@ std::atomic<bool> dependentLaunch{[] {
   return value == nullptr || std::string(value) != "0";
 }()};
 
-template <typename T, int R>
+template <typename T, int R, bool Norm>
 void LaunchRowsKernel(const LinearArgs& a, dim3 grid, cudaStream_t stream) {
   if (dependentLaunch.load(std::memory_order_relaxed)) {
     cudaLaunchConfig_t config = {};
@@ -343,26 +393,35 @@ void LaunchRowsKernel(const LinearArgs& a, dim3 grid, cudaStream_t stream) {
     attribute[0].val.programmaticStreamSerializationAllowed = 1;
     config.attrs = attribute;
     config.numAttrs = 1;
-    if (cudaLaunchKernelEx(&config, LinearRowsKernel<T, R>, a) == cudaSuccess) return;
+    if (cudaLaunchKernelEx(&config, LinearRowsKernel<T, R, Norm>, a) == cudaSuccess) return;
     cudaGetLastError();
     dependentLaunch.store(false);
   }
-  LinearRowsKernel<T, R><<<grid, kThreads, 0, stream>>>(a);
+  LinearRowsKernel<T, R, Norm><<<grid, kThreads, 0, stream>>>(a);
 }
 
-template <typename T>
+template <typename T, bool Norm>
 void LaunchRows(const LinearArgs& a, cudaStream_t stream) {
   const int perBlock = a.gated ? kOutputs / 2 : kOutputs;
   const dim3 grid((a.out + perBlock - 1) / perBlock);
+  if constexpr (Norm) {
+    switch (a.rows) {
+      case 1: LaunchRowsKernel<T, 1, true>(a, grid, stream); return;
+      case 2: LaunchRowsKernel<T, 2, true>(a, grid, stream); return;
+      case 3: LaunchRowsKernel<T, 3, true>(a, grid, stream); return;
+      case 4: LaunchRowsKernel<T, 4, true>(a, grid, stream); return;
+      default: throw std::invalid_argument("the pre-normed Linear kernel takes 1.." + std::to_string(kLinearNormRows) + " rows, not " + std::to_string(a.rows));
+    }
+  }
   switch (a.rows) {
-    case 1: LaunchRowsKernel<T, 1>(a, grid, stream); break;
-    case 2: LaunchRowsKernel<T, 2>(a, grid, stream); break;
-    case 3: LaunchRowsKernel<T, 3>(a, grid, stream); break;
-    case 4: LaunchRowsKernel<T, 4>(a, grid, stream); break;
-    case 5: LaunchRowsKernel<T, 5>(a, grid, stream); break;
-    case 6: LaunchRowsKernel<T, 6>(a, grid, stream); break;
-    case 7: LaunchRowsKernel<T, 7>(a, grid, stream); break;
-    case 8: LaunchRowsKernel<T, 8>(a, grid, stream); break;
+    case 1: LaunchRowsKernel<T, 1, false>(a, grid, stream); break;
+    case 2: LaunchRowsKernel<T, 2, false>(a, grid, stream); break;
+    case 3: LaunchRowsKernel<T, 3, false>(a, grid, stream); break;
+    case 4: LaunchRowsKernel<T, 4, false>(a, grid, stream); break;
+    case 5: LaunchRowsKernel<T, 5, false>(a, grid, stream); break;
+    case 6: LaunchRowsKernel<T, 6, false>(a, grid, stream); break;
+    case 7: LaunchRowsKernel<T, 7, false>(a, grid, stream); break;
+    case 8: LaunchRowsKernel<T, 8, false>(a, grid, stream); break;
     default: throw std::invalid_argument("the Linear kernel takes 1.." + std::to_string(kLinearKernelRows) + " rows, not " + std::to_string(a.rows));
   }
 }
@@ -567,12 +626,129 @@ bool LinearLtDevice(const LinearArgs& a, int first, int count, void* y, int ldy,
 void SetLinearDependentLaunch(bool on) { dependentLaunch.store(on); }
 bool LinearDependentLaunch() { return dependentLaunch.load(); }
 
+bool LinearRowsFusesNorm(const LinearArgs& a) {
+  const size_t element = ElementBytes(a.type);
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return a.rows <= kLinearNormRows && a.in * element % 16 == 0 && aligned(a.x) && aligned(a.weight) && aligned(a.norm) && aligned(a.residual) && aligned(a.sum);
+}
+
 void LinearRowsDevice(const LinearArgs& a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
+  if (a.norm != nullptr) {
+    if (!LinearRowsFusesNorm(a)) throw std::invalid_argument("a pre-normed Linear kernel takes rows of a multiple of 16 bytes, 16-byte aligned");
+    switch (a.type) {
+      case FloatType::kFloat16: LaunchRows<__half, true>(a, s); break;
+      case FloatType::kBFloat16: LaunchRows<__nv_bfloat16, true>(a, s); break;
+      default: LaunchRows<float, true>(a, s); break;
+    }
+    return;
+  }
   switch (a.type) {
-    case FloatType::kFloat16: LaunchRows<__half>(a, s); break;
-    case FloatType::kBFloat16: LaunchRows<__nv_bfloat16>(a, s); break;
-    default: LaunchRows<float>(a, s); break;
+    case FloatType::kFloat16: LaunchRows<__half, false>(a, s); break;
+    case FloatType::kBFloat16: LaunchRows<__nv_bfloat16, false>(a, s); break;
+    default: LaunchRows<float, false>(a, s); break;
+  }
+}
+
+namespace {
+
+// PreNormDevice: a block per row; the row's sum kept in y's place first (normed), then normed in place.
+template <typename T>
+__global__ void PreNormKernel(LinearArgs a, T* normed) {
+  const size_t row = blockIdx.x;
+  const T* x = static_cast<const T*>(a.x) + row * a.in;
+  const T* skip = a.residual == nullptr ? nullptr : static_cast<const T*>(a.residual) + row * a.in;
+  T* out = normed + row * a.in;
+  T* sum = a.sum == nullptr ? nullptr : static_cast<T*>(a.sum) + row * a.in;
+  float squares = 0;
+  for (int k = threadIdx.x; k < a.in; k += blockDim.x) {
+    const float v = skip == nullptr ? Load(x + k) : RoundTo<T>(Load(x + k) + Load(skip + k));
+    squares += v * v;
+    out[k] = Narrow<T>(v);
+    if (sum != nullptr) sum[k] = Narrow<T>(v);
+  }
+  __shared__ float warps[32];
+  for (int offset = 16; offset > 0; offset /= 2) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+  if ((threadIdx.x & 31) == 0) warps[threadIdx.x / 32] = squares;
+  __syncthreads();
+  float total = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); w++) total += warps[w];
+  const float inverse = rsqrtf(total / a.in + a.epsilon);
+  const T* scale = static_cast<const T*>(a.norm);
+  for (int k = threadIdx.x; k < a.in; k += blockDim.x) out[k] = Narrow<T>(Load(scale + k) * RoundTo<T>(Load(out + k) * inverse));
+}
+
+// PreNormKernel 16 bytes at a time, a row's vectors held in registers (up to kPreNormVectors a thread).
+constexpr int kPreNormVectors = 4;
+
+template <typename T>
+__global__ void PreNormVectorKernel(LinearArgs a, T* normed) {
+  constexpr int kPer = 16 / sizeof(T);
+  const int n = a.in / kPer;
+  const size_t row = blockIdx.x;
+  const uint4* x = static_cast<const uint4*>(a.x) + row * n;
+  const uint4* skip = a.residual == nullptr ? nullptr : static_cast<const uint4*>(a.residual) + row * n;
+  float v[kPreNormVectors][kPer];
+  float squares = 0;
+#pragma unroll
+  for (int u = 0; u < kPreNormVectors; u++) {
+    const int c = threadIdx.x + u * blockDim.x;
+    if (c >= n) continue;
+    const Wide<T> own = Widen16<T>(x[c]);
+    Wide<T> other;
+    if (skip != nullptr) other = Widen16<T>(skip[c]);
+    uint4 bits;
+    T* e = reinterpret_cast<T*>(&bits);
+#pragma unroll
+    for (int i = 0; i < kPer; i++) {
+      e[i] = Narrow<T>(skip == nullptr ? own.v[i] : own.v[i] + other.v[i]);
+      v[u][i] = Load(e + i);
+      squares += v[u][i] * v[u][i];
+    }
+    if (a.sum != nullptr) static_cast<uint4*>(a.sum)[row * n + c] = bits;
+  }
+  __shared__ float warps[32];
+  for (int offset = 16; offset > 0; offset /= 2) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+  if ((threadIdx.x & 31) == 0) warps[threadIdx.x / 32] = squares;
+  __syncthreads();
+  float total = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); w++) total += warps[w];
+  const float inverse = rsqrtf(total / a.in + a.epsilon);
+  const uint4* scale = static_cast<const uint4*>(a.norm);
+#pragma unroll
+  for (int u = 0; u < kPreNormVectors; u++) {
+    const int c = threadIdx.x + u * blockDim.x;
+    if (c >= n) continue;
+    const Wide<T> g = Widen16<T>(scale[c]);
+    uint4 bits;
+    T* e = reinterpret_cast<T*>(&bits);
+#pragma unroll
+    for (int i = 0; i < kPer; i++) e[i] = Narrow<T>(g.v[i] * RoundTo<T>(v[u][i] * inverse));
+    reinterpret_cast<uint4*>(normed)[row * n + c] = bits;
+  }
+}
+
+}  // namespace
+
+void PreNormDevice(const LinearArgs& a, void* normed, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  const size_t element = ElementBytes(a.type);
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const int vectors = static_cast<int>(a.in * element / 16);
+  if (a.in * element % 16 == 0 && aligned(a.x) && aligned(a.residual) && aligned(a.norm) && aligned(a.sum) && aligned(normed) && vectors <= 256 * kPreNormVectors) {
+    // A vector a thread up to 256 threads (whole warps), then up to kPreNormVectors each.
+    const int blockThreads = std::min(256, (vectors + 31) / 32 * 32);
+    switch (a.type) {
+      case FloatType::kFloat16: PreNormVectorKernel<__half><<<a.rows, blockThreads, 0, s>>>(a, static_cast<__half*>(normed)); break;
+      case FloatType::kBFloat16: PreNormVectorKernel<__nv_bfloat16><<<a.rows, blockThreads, 0, s>>>(a, static_cast<__nv_bfloat16*>(normed)); break;
+      default: PreNormVectorKernel<float><<<a.rows, blockThreads, 0, s>>>(a, static_cast<float*>(normed)); break;
+    }
+    return;
+  }
+  switch (a.type) {
+    case FloatType::kFloat16: PreNormKernel<__half><<<a.rows, 256, 0, s>>>(a, static_cast<__half*>(normed)); break;
+    case FloatType::kBFloat16: PreNormKernel<__nv_bfloat16><<<a.rows, 256, 0, s>>>(a, static_cast<__nv_bfloat16*>(normed)); break;
+    default: PreNormKernel<float><<<a.rows, 256, 0, s>>>(a, static_cast<float*>(normed)); break;
   }
 }
 

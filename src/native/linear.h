@@ -66,7 +66,19 @@ struct LinearArgs {
   Activation activation;
   FloatType type;
   bool gated = false;  // weight [2 * out, in]: y = activation(gate product) * up product
+  // A pre-norm (norm given): x is the residual stream's new delta, and the product is taken of
+  // RMSNorm(x + residual) * norm instead of x (residual null: of RMSNorm(x) * norm). sum, where given,
+  // receives x + residual (rounded to the float type), the stream's next value.
+  const void* residual = nullptr;
+  const void* norm = nullptr;
+  void* sum = nullptr;
+  float epsilon = 0;
 };
+
+// The pre-norm of a Linear (args.norm given) on its own: sum = x + residual (rounded to the float type;
+// written where args.sum is given) and normed = round(norm * round(sum * rsqrt(mean(sum^2) + epsilon))),
+// the RMSNorm transformers computes in half precision, [rows, in].
+void PreNormHost(const LinearArgs& args, void* normed);
 
 // Host: y of x, on host memory.
 void LinearHost(const LinearArgs& args);
@@ -80,7 +92,16 @@ constexpr int kLinearKernelRows = 8;
 // programmatic dependent launch (unless CHORUS_LINEAR_PDL=0 or SetLinearDependentLaunch(false)): it
 // starts while the kernel before it finishes, pulling its weights into L2, and reads x only once that
 // kernel's writes are visible.
+// A pre-norm (args.norm) goes into the kernel: each block takes the sum of squares of its rows along
+// with its products and scales its sums by the inverse root (the normed x not rounded on its way), and
+// block 0 writes args.sum. It needs in a multiple of 16 bytes and 16-byte aligned x, residual and norm
+// (LinearRowsFusesNorm), and at most kLinearNormRows rows.
 void LinearRowsDevice(const LinearArgs& args, void* stream);
+// The most rows the kernel takes with a pre-norm (more spill its registers: the separate pass then).
+constexpr int kLinearNormRows = 4;
+bool LinearRowsFusesNorm(const LinearArgs& args);
+// Device: PreNormHost's pass on `stream` (for the products cuBLAS takes), one block a row.
+void PreNormDevice(const LinearArgs& args, void* normed, void* stream);
 void SetLinearDependentLaunch(bool on);
 bool LinearDependentLaunch();
 // Device: y += bias, then the activation, in place (after a GEMM wrote y), on `stream`.

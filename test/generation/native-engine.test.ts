@@ -134,8 +134,8 @@ describe('chorus build --slot-decoder', () => {
         assert.match(node.input![9]!, /k_norm/);
         assert.ok(node.attribute!.some((a) => a.name === 'epsilon'), arch);
       }
-      // Qwen3's per-head norms are inside the operator: the only SimplifiedLayerNormalization left is the first layer's input norm.
-      assert.equal(model.node!.filter((n) => n.opType === 'SimplifiedLayerNormalization').length, 1);
+      // Qwen3's per-head norms are inside the operator, and the first layer's input norm inside its Linear.
+      assert.equal(model.node!.filter((n) => n.opType === 'SimplifiedLayerNormalization').length, 0);
     }
   });
 
@@ -188,6 +188,18 @@ describe('chorus build --slot-decoder', () => {
       assert.equal(nodes.filter((n) => n.opType === 'Linear').length, 4 * layers + 1, file);
       const linearOutputs = new Set(nodes.filter((n) => n.opType === 'Linear').flatMap((n) => n.output!));
       assert.equal(nodes.filter((n) => n.opType === 'Mul' && n.input!.some((name) => linearOutputs.has(name))).length, 0, file);
+      // Each layer's two RMSNorms go into the Linear after them (q, k and v's; the gated MLP's), the
+      // first without a residual; only the final norm, read by a Slice before the head, keeps its kernel.
+      const normed = nodes.filter((n) => n.opType === 'Linear' && n.input!.length === 5);
+      assert.equal(normed.length, 2 * layers, file);
+      assert.equal(normed.filter((n) => n.input![3] === '').length, 1, file);
+      assert.deepEqual(normed.map((n) => n.input![4]!.replace(/^layers\.\d+\./, '')), Array.from({ length: layers }, () => ['input_norm.weight', 'post_norm.weight']).flat(), file);
+      // Each one with a residual hands the sum on to the next norm, which reads it as its residual.
+      for (const node of normed.filter((n) => n.input![3] !== '')) {
+        assert.equal(node.output!.length, 2, file);
+        assert.ok(nodes.some((n) => n.input!.includes(node.output![1]!) && n.input!.indexOf(node.output![1]!) !== 0), file);
+      }
+      assert.deepEqual(nodes.filter((n) => /LayerNormalization$/.test(n.opType!)).map((n) => n.opType), ['SkipSimplifiedLayerNormalization'], file);
     }
   });
 

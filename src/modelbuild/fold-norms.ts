@@ -1,0 +1,62 @@
+/**
+ * The slot decoders' RMSNorms folded into the Linear that reads them: a decode step's norm is a kernel
+ * of its own, about 2 us plus a gap before the next, twice a layer; the addon's Linear takes the
+ * residual sum and the norm in the kernel that reads its weights (see src/native/linear.h).
+ */
+import { attribute, float, type NodeProto } from './graph.ts';
+import { MS } from './layers.ts';
+
+/** A node's float attribute, or undefined. */
+function floatAttribute(node: NodeProto, name: string): number | undefined {
+  const found = node.attribute?.find((a) => a.name === name);
+  return found?.f ?? undefined;
+}
+
+/**
+ * Folds each SkipSimplifiedLayerNormalization (no bias) and SimplifiedLayerNormalization whose normed
+ * output only one chorus Linear reads, as its x, into that Linear: its inputs gain the residual and the
+ * norm's weight, its outputs the residual sum where anything reads it. A norm read by anything else (a
+ * Slice before the head, a MatMul, a graph output) stays as it is, as does one whose sum is read before
+ * the Linear.
+ */
+export function foldNormsIntoLinear(nodes: readonly NodeProto[], outputs: ReadonlySet<string>): NodeProto[] {
+  const readers = new Map<string, number[]>();
+  nodes.forEach((node, index) => {
+    for (const input of node.input ?? []) {
+      if (input === '') continue;
+      const list = readers.get(input) ?? [];
+      list.push(index);
+      readers.set(input, list);
+    }
+  });
+  const dropped = new Set<number>();
+  const replaced = new Map<number, NodeProto>();
+  nodes.forEach((node, index) => {
+    const skip = node.opType === 'SkipSimplifiedLayerNormalization' && node.domain === MS && node.input?.length === 3;
+    const plain = node.opType === 'SimplifiedLayerNormalization' && (node.domain ?? '') === '' && node.input?.length === 2;
+    if (!skip && !plain) return;
+    const normed = node.output![0]!;
+    const consumers = readers.get(normed) ?? [];
+    if (consumers.length !== 1 || outputs.has(normed)) return;
+    const at = consumers[0]!;
+    const linear = nodes[at]!;
+    if (linear.opType !== 'Linear' || linear.domain !== 'chorus' || linear.input![0] !== normed || linear.input!.length > 3 || replaced.has(at)) return;
+    // Only the sum may be read (not the mean or the inverse deviation), and only after the Linear.
+    const sum = skip ? node.output![3] : undefined;
+    for (const other of [node.output![1], node.output![2]]) {
+      if (other !== undefined && other !== '' && (readers.has(other) || outputs.has(other))) return;
+    }
+    const sumRead = sum !== undefined && sum !== '' && (readers.has(sum) || outputs.has(sum));
+    if (sumRead && (readers.get(sum!) ?? []).some((reader) => reader < at)) return;
+    const epsilon = floatAttribute(node, 'epsilon') ?? 1e-5;
+    const [, weight, bias] = linear.input!;
+    replaced.set(at, {
+      ...linear,
+      input: [node.input![0]!, weight!, bias ?? '', skip ? node.input![1]! : '', skip ? node.input![2]! : node.input![1]!],
+      output: sumRead ? [linear.output![0]!, sum!] : [linear.output![0]!],
+      attribute: [...(linear.attribute ?? []), attribute('norm_epsilon', float(epsilon))],
+    });
+    dropped.add(index);
+  });
+  return nodes.flatMap((node, index) => (dropped.has(index) ? [] : [replaced.get(index) ?? node]));
+}

@@ -1,0 +1,159 @@
+/**
+ * The addon's Linear with a pre-norm (residual and RMSNorm weight as inputs 3 and 4, the sum as output
+ * 1), which the slot decoders fold their norms into: against a reference in float64 that rounds where
+ * transformers' half-precision RMSNorm does, on the CPU; on CUDA too where a device is present (the
+ * kernel's path up to 4 rows, the separate pass with the kernel or cuBLAS past it), against the host's.
+ */
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { decodeRaw, encodeFloats, type FloatType } from '../../src/modelbuild/float-bits.ts';
+import { float, GraphBuilder } from '../../src/modelbuild/graph.ts';
+import { loadNative, type GraphTensor } from '../../src/native/index.ts';
+import { ACTIVATIONS, roundTo, seeded } from '../helpers/quant.ts';
+import { scratchDir } from '../helpers/scratch.ts';
+
+const { addon, reason } = loadNative();
+const skip = addon === undefined ? `the native addon: ${reason}` : false;
+const cuda = addon !== undefined && addon.cuda && addon.cudaDevices() > 0;
+const root = scratchDir('chorus-linear-norm-');
+const DTYPES: Record<FloatType, 'fp32' | 'fp16' | 'bf16'> = { float32: 'fp32', float16: 'fp16', bfloat16: 'bf16' };
+const RAW: Record<FloatType, 'F32' | 'F16' | 'BF16'> = { float32: 'F32', float16: 'F16', bfloat16: 'BF16' };
+const EPSILON = 1e-5;
+
+interface Case {
+  rows: number;
+  in: number;
+  out: number;
+  type: FloatType;
+  residual: boolean;
+  gated?: boolean;
+  bias?: boolean;
+}
+
+interface Weights {
+  weight: Float32Array;
+  bias?: Float32Array;
+  norm: Float32Array;
+}
+
+function weightsOf(c: Case): Weights {
+  const products = c.gated === true ? 2 * c.out : c.out;
+  return {
+    weight: roundTo(seeded(products * c.in, 7 + c.in, 1 / Math.sqrt(c.in)), c.type),
+    ...(c.bias === true ? { bias: roundTo(seeded(products, 11, 0.5), c.type) } : {}),
+    norm: roundTo(seeded(c.in, 13, 0.5).map((v) => 1 + v), c.type),
+  };
+}
+
+/** A graph of one pre-normed Linear: x and residual in, y and the sum out. */
+function model(c: Case, w: Weights): string {
+  const g = new GraphBuilder(c.type);
+  const x = g.input('x', c.type, ['rows', c.in]);
+  const residual = c.residual ? g.input('residual', c.type, ['rows', c.in]) : '';
+  const products = c.gated === true ? 2 * c.out : c.out;
+  const inputs = [x, g.floatConstant([...w.weight], [products, c.in]), w.bias === undefined ? '' : g.floatConstant([...w.bias], [products]), residual, g.floatConstant([...w.norm], [c.in])];
+  const attributes = { norm_epsilon: float(EPSILON), ...(c.gated === true ? { gated: 1, activation: 'silu' } : {}) };
+  const [y, sum] = g.opMany('Linear', inputs, attributes, { domain: 'chorus', outputs: c.residual ? 2 : 1 });
+  g.output('y', y!, c.type, ['rows', c.out]);
+  if (c.residual) g.output('sum', sum!, c.type, ['rows', c.in]);
+  const path = join(root, `${JSON.stringify(c).replace(/[^a-z0-9]+/gi, '_')}.onnx`);
+  writeFileSync(path, g.serialize().model);
+  return path;
+}
+
+/** y and the sum in float64, rounded where transformers rounds: the sum, the normed value, its scaled value, each product with its bias. */
+function reference(c: Case, w: Weights, x: Float32Array, residual: Float32Array): { y: Float32Array; sum: Float32Array } {
+  const sum = c.residual ? roundTo(x.map((v, i) => v + residual[i]!), c.type) : x;
+  const normed = new Float32Array(c.rows * c.in);
+  for (let r = 0; r < c.rows; r++) {
+    const row = sum.subarray(r * c.in, (r + 1) * c.in);
+    const inverse = 1 / Math.sqrt(row.reduce((a, v) => a + v * v, 0) / c.in + EPSILON);
+    const scaled = roundTo(row.map((v) => v * inverse), c.type);
+    normed.set(roundTo(scaled.map((v, k) => v * w.norm[k]!), c.type), r * c.in);
+  }
+  const product = (r: number, o: number): number => {
+    let total = w.bias?.[o] ?? 0;
+    for (let k = 0; k < c.in; k++) total += normed[r * c.in + k]! * w.weight[o * c.in + k]!;
+    return roundTo(Float32Array.of(total), c.type)[0]!;
+  };
+  const y = new Float32Array(c.rows * c.out);
+  for (let r = 0; r < c.rows; r++) {
+    for (let o = 0; o < c.out; o++) {
+      if (c.gated === true) {
+        const gate = roundTo(Float32Array.of(ACTIVATIONS.silu!(product(r, o))), c.type)[0]!;
+        y[r * c.out + o] = roundTo(Float32Array.of(gate * product(r, c.out + o)), c.type)[0]!;
+      } else {
+        y[r * c.out + o] = product(r, o);
+      }
+    }
+  }
+  return { y, sum };
+}
+
+function run(path: string, c: Case, x: Float32Array, residual: Float32Array, provider: 'cpu' | 'cuda'): { y: Float32Array; sum?: Float32Array } {
+  const tensor = (name: string, values: Float32Array): GraphTensor => ({ name, type: c.type, dims: [c.rows, c.in], data: encodeFloats(values, c.type) });
+  const { outputs } = addon!.runGraph({ model: path, provider, dtype: DTYPES[c.type] }, [tensor('x', x), ...(c.residual ? [tensor('residual', residual)] : [])]);
+  assert.deepEqual(outputs[0]!.dims, [c.rows, c.out]);
+  return { y: decodeRaw(outputs[0]!.data, RAW[c.type]), ...(c.residual ? { sum: decodeRaw(outputs[1]!.data, RAW[c.type]) } : {}) };
+}
+
+/** The largest difference, in units of the largest magnitude of `expected`. */
+function relative(actual: Float32Array, expected: Float32Array): number {
+  const scale = expected.reduce((m, v) => Math.max(m, Math.abs(v)), 0) || 1;
+  return actual.reduce((m, v, i) => Math.max(m, Math.abs(v - expected[i]!)), 0) / scale;
+}
+
+/** A rounding step of the type, relative: what one last-bit difference in an output costs. */
+const ULP: Record<FloatType, number> = { float32: 2 ** -23, float16: 2 ** -10, bfloat16: 2 ** -7 };
+
+const CASES: Case[] = [
+  { rows: 1, in: 64, out: 40, type: 'float32', residual: true },
+  { rows: 3, in: 128, out: 24, type: 'float16', residual: true, bias: true },
+  { rows: 2, in: 64, out: 16, type: 'bfloat16', residual: true, gated: true },
+  { rows: 1, in: 96, out: 32, type: 'float16', residual: false },
+  { rows: 12, in: 64, out: 48, type: 'float16', residual: true, gated: true },
+  { rows: 5, in: 60, out: 20, type: 'float16', residual: true },
+  { rows: 4, in: 256, out: 24, type: 'bfloat16', residual: true, bias: true },
+  { rows: 6, in: 64, out: 16, type: 'float16', residual: true },
+  { rows: 40, in: 2048, out: 8, type: 'float16', residual: true },
+];
+
+describe('Linear with a pre-norm', { skip }, () => {
+  for (const c of CASES) {
+    const name = `${c.type}, ${c.rows} rows, in ${c.in}, out ${c.out}${c.residual ? ', with a residual' : ''}${c.gated === true ? ', gated' : ''}${c.bias === true ? ', bias' : ''}`;
+    test(`${name}: the host's y and sum are the reference's`, () => {
+      const w = weightsOf(c);
+      const x = roundTo(seeded(c.rows * c.in, 3 + c.rows, 2), c.type);
+      const residual = roundTo(seeded(c.rows * c.in, 5 + c.rows, 2), c.type);
+      const path = model(c, w);
+      const expected = reference(c, w, x, residual);
+      const host = run(path, c, x, residual, 'cpu');
+      // The host sums in float32, the reference in float64: a last-bit difference at most.
+      assert.ok(relative(host.y, expected.y) <= 2 * ULP[c.type] + 1e-6, `y differs by ${relative(host.y, expected.y)}`);
+      if (c.residual) assert.deepEqual([...host.sum!], [...expected.sum]);
+      if (!cuda) return;
+      // The device's kernel takes the normed row unrounded on its way (up to 4 rows): a few last bits.
+      const device = run(path, c, x, residual, 'cuda');
+      assert.ok(relative(device.y, host.y) <= 8 * ULP[c.type] + 1e-5, `the device's y differs from the host's by ${relative(device.y, host.y)}`);
+      if (c.residual) assert.deepEqual([...device.sum!], [...host.sum!]);
+    });
+  }
+
+  test('refuses a norm weight of the wrong size and a residual without a norm, naming them', () => {
+    const c: Case = { rows: 1, in: 16, out: 8, type: 'float32', residual: false };
+    const x = seeded(16, 1);
+    const one = (name: string, norm: number[] | undefined): string => {
+      const g = new GraphBuilder('float32');
+      const input = g.input('x', 'float32', ['rows', 16]);
+      const inputs = [input, g.floatConstant([...weightsOf(c).weight], [8, 16]), '', input, ...(norm === undefined ? [] : [g.floatConstant(norm, [norm.length])])];
+      g.output('y', g.op('Linear', inputs, {}, { domain: 'chorus' }), 'float32', ['rows', 8]);
+      const path = join(root, `${name}.onnx`);
+      writeFileSync(path, g.serialize().model);
+      return path;
+    };
+    assert.throws(() => run(one('short-norm', new Array<number>(8).fill(1)), c, x, x, 'cpu'), /norm must be \[in\] \(16\)/);
+    assert.throws(() => run(one('residual-alone', undefined), c, x, x, 'cpu'), /a residual \(input 3\) goes with a norm's weight \(input 4\)/);
+  });
+});
