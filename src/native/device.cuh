@@ -3,6 +3,9 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
 
 namespace chorus {
 
@@ -60,6 +63,43 @@ __device__ inline void StridedShare(int n, Read read, Use use) {
     for (int u = 0; u < Ahead; u++) use(v + u * stride, x[u]);
   }
   for (; v < n; v += stride) use(v, read(v));
+}
+
+// Programmatic dependent launch (sm_90 on): the wait for the kernel before this one in the stream (its
+// writes visible), and the signal that the kernel after this one may start. No-ops on older GPUs and
+// in plain launches.
+__device__ inline void WaitForPrevious() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ inline void LetDependentsStart() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ inline void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// kernel<<<grid, block, 0, stream>>>(args) as a programmatic dependent launch while `dependent` holds
+// (it may then start while the kernel before it finishes; turned off for good where the driver refuses
+// such a launch), else a plain one.
+template <typename... Params, typename... Args>
+inline void LaunchMaybeDependent(std::atomic<bool>& dependent, void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+  if (dependent.load(std::memory_order_relaxed)) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.stream = stream;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    if (cudaLaunchKernelEx(&config, kernel, args...) == cudaSuccess) return;
+    cudaGetLastError();
+    dependent.store(false);
+  }
+  kernel<<<grid, block, 0, stream>>>(args...);
 }
 
 }  // namespace chorus

@@ -105,20 +105,6 @@ __device__ inline T Finish(float sum, const T* bias, int o, Activation activatio
   return Narrow<T>(v);
 }
 
-// Programmatic dependent launch (sm_90 on): the wait for the kernel before this one in the stream (its
-// writes visible), and the signal that the kernel after this one may start. No-ops on older GPUs and
-// in plain launches.
-__device__ inline void WaitForPrevious() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ inline void LetDependentsStart() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ inline void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // A gated Linear's output: the gate's sum and the up projection's, each rounded with its bias, the
 // gate's activation rounded, then their product rounded.
@@ -383,21 +369,7 @@ std::atomic<bool> dependentLaunch{[] {
 
 template <typename T, int R, bool Norm>
 void LaunchRowsKernel(const LinearArgs& a, dim3 grid, cudaStream_t stream) {
-  if (dependentLaunch.load(std::memory_order_relaxed)) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = dim3(kThreads);
-    config.stream = stream;
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-    if (cudaLaunchKernelEx(&config, LinearRowsKernel<T, R, Norm>, a) == cudaSuccess) return;
-    cudaGetLastError();
-    dependentLaunch.store(false);
-  }
-  LinearRowsKernel<T, R, Norm><<<grid, kThreads, 0, stream>>>(a);
+  LaunchMaybeDependent(dependentLaunch, LinearRowsKernel<T, R, Norm>, grid, dim3(kThreads), stream, a);
 }
 
 template <typename T, bool Norm>
@@ -624,6 +596,7 @@ bool LinearLtDevice(const LinearArgs& a, int first, int count, void* y, int ldy,
 }
 
 void SetLinearDependentLaunch(bool on) { dependentLaunch.store(on); }
+std::atomic<bool>& LinearDependentLaunchFlag() { return dependentLaunch; }
 bool LinearDependentLaunch() { return dependentLaunch.load(); }
 
 bool LinearRowsFusesNorm(const LinearArgs& a) {

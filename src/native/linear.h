@@ -20,6 +20,7 @@
 // ONNX Runtime's own cuBLAS handle, then bias and activation in one pass (the GEMM's output rounded first).
 #pragma once
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -104,6 +105,8 @@ bool LinearRowsFusesNorm(const LinearArgs& args);
 void PreNormDevice(const LinearArgs& args, void* normed, void* stream);
 void SetLinearDependentLaunch(bool on);
 bool LinearDependentLaunch();
+// The switch itself, for the other decode kernels that go out as dependent launches (QuantLinear's).
+std::atomic<bool>& LinearDependentLaunchFlag();
 // Device: y += bias, then the activation, in place (after a GEMM wrote y), on `stream`.
 void BiasActivateDevice(const LinearArgs& args, void* stream);
 // Device: a gated Linear's y from `products` [rows, 2 * out] (the gate's and the up projection's

@@ -87,7 +87,8 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     activation_ = ActivationNamed(AttributeOr<std::string>(kernel, "activation", ""));
     accuracyLevel_ = AttributeOr<int64_t>(kernel, "accuracy_level", 0);
     const char* gemv = std::getenv("CHORUS_QUANT_GEMV");
-    plainGemv_ = gemv != nullptr && std::string(gemv) == "plain";
+    gemv_ = gemv == nullptr ? "" : gemv;
+    if (!gemv_.empty() && gemv_ != "plain" && gemv_ != "mma" && gemv_ != "wide") throw std::invalid_argument("CHORUS_QUANT_GEMV must be plain, mma or wide, not " + gemv_);
     const char* host = std::getenv("CHORUS_QUANT_HOST");
     int8Avx2_ = host != nullptr && std::string(host) == "avx2";
   }
@@ -100,7 +101,10 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     if (cuda_) {
       void* stream = ctx.GetGPUComputeStream();
       if (args.rows <= kQuantRowsKernelRows) {
-        if (plainGemv_ || !QuantMmaRowsDevice(args, stream)) QuantRowsDevice(args, stream);
+        // The wide kernel where it takes the product, else tensor cores, else the plain kernel
+        // (CHORUS_QUANT_GEMV names the first to try).
+        const bool done = (gemv_.empty() || gemv_ == "wide") && QuantWideRowsDevice(args, stream);
+        if (!done && (gemv_ == "plain" || !QuantMmaRowsDevice(args, stream))) QuantRowsDevice(args, stream);
       } else if (type_ != FloatType::kFloat32 && args.rows <= kQuantTileRows) {
         if (multiprocessors_ == 0) {
           int device = 0;
@@ -199,7 +203,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
   int multiprocessors_ = 0;
 #endif
 
-  bool plainGemv_ = false;
+  std::string gemv_;  // CHORUS_QUANT_GEMV: plain, mma, wide, or empty (the default order)
   bool int8Avx2_ = false;
   int64_t k_ = 0;
   int64_t n_ = 0;

@@ -17,12 +17,13 @@
 // activation). With int8 activations each row of A is quantized per block of the weights first
 // (quant-linear-int8.cc).
 // On CUDA up to kQuantRowsKernelRows rows (decode steps) run as one kernel that reads each weight byte
-// once for all rows and dequantizes in registers: in float16 (and 4-bit bfloat16) on tensor cores
-// (quant-mma.cu; K and block_size multiples of 32), otherwise with float32 multiply-adds
-// (CHORUS_QUANT_GEMV=plain takes that one there too, when a session is made; CHORUS_QUANT_HOST=avx2
-// takes the host's AVX2 int8 products where it has AVX-512 VNNI); more rows of float16 or
-// bfloat16, up to
-// kQuantTileRows, run as tensor-core tiles of weights dequantized in shared memory (the K axis split
+// once for all rows and dequantizes in registers: up to kQuantWideRows rows of float16 or bfloat16 with
+// 8-bit weights and K of 4096 or more, the wide kernel (Linear's layout of work: 4 outputs a block, 16
+// bytes of each weight row a thread);
+// otherwise in float16 (and 4-bit bfloat16) on tensor cores (quant-mma.cu; K and block_size multiples
+// of 32), else with float32 multiply-adds one warp an output (CHORUS_QUANT_GEMV=wide|mma|plain names
+// the first of them to try, when a session is made; CHORUS_QUANT_HOST=avx2 takes the host's AVX2 int8
+// products where it has AVX-512 VNNI); more rows of float16 or bfloat16, up to kQuantTileRows, run as tensor-core tiles of weights dequantized in shared memory (the K axis split
 // across blocks until the GPU is full, the partial sums joined by a last launch that adds the bias and
 // takes the activation); anything larger (prefills) dequantizes the weights once into scratch memory and
 // runs Linear's GEMM. Scratch memory is one buffer per CUDA stream, grown in a run that is not being
@@ -90,6 +91,11 @@ int QuantTileSplits(const QuantLinearArgs& args, int multiprocessors);
 size_t QuantTileScratchBytes(const QuantLinearArgs& args, int splits);
 // Device: y of x for at most kQuantRowsKernelRows rows, on `stream`.
 void QuantRowsDevice(const QuantLinearArgs& args, void* stream);
+// Device: the same by the wide kernel (4 outputs a block of 256 threads, as Linear's; float16 and
+// bfloat16, 8 bits, K at least 4096 and a multiple of 16, at most kQuantWideRows rows); false, running
+// nothing, where it does not take the product.
+constexpr int kQuantWideRows = 4;
+bool QuantWideRowsDevice(const QuantLinearArgs& args, void* stream);
 // Device: the same on tensor cores, where it takes them (float16, or bfloat16 of 4 bits; K and
 // block_size multiples of 32; x and the weights 16-byte aligned); false, running nothing, where not.
 bool QuantMmaRowsDevice(const QuantLinearArgs& args, void* stream);

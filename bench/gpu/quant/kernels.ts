@@ -1,8 +1,9 @@
 /**
  * Quantized projections on one GPU: the addon's QuantLinear against ONNX Runtime's MatMulNBits (CUDA
  * provider), with fp16 MatMul and the addon's Linear beside them, at M = 1, 8 and 64 rows for the
- * projection shapes of TinyLlama and Llama-2-7B, 4 and 8 bits (blocks of 128, no zero points); "QL
- * plain" is QuantLinear's float32 GEMV (CHORUS_QUANT_GEMV=plain) where float16 takes tensor cores. Each
+ * projection shapes of TinyLlama and Llama-2-7B, 4 and 8 bits (blocks of 128, no zero points);
+ * QuantLinear's decode kernels side by side: its default (the wide kernel up to 4 rows), "QL mma" the
+ * tensor-core GEMV and "QL plain" the float32 one (CHORUS_QUANT_GEMV=mma, plain). Each
  * timing is a CUDA graph of `copies` projections (weights of their own, 128 MB or more in all, so
  * they come from memory and not L2) replayed `QUANT_ITERATIONS` times; a projection's time is the
  * replay's over the copies. Effective bandwidth: its weights, scales, x and y over that time, and
@@ -47,8 +48,10 @@ const VARIANTS: Variant[] = [
   { name: 'int8 QuantLinear', op: 'QuantLinear', bits: 8 },
   { name: 'int4 MatMulNBits', op: 'MatMulNBits', bits: 4 },
   { name: 'int4 QuantLinear', op: 'QuantLinear', bits: 4 },
-  { name: 'int8 QL plain', op: 'QuantLinear', bits: 8, plainGemv: true },
-  { name: 'int4 QL plain', op: 'QuantLinear', bits: 4, plainGemv: true },
+  { name: 'int8 QL mma', op: 'QuantLinear', bits: 8, gemv: 'mma' },
+  { name: 'int4 QL mma', op: 'QuantLinear', bits: 4, gemv: 'mma' },
+  { name: 'int8 QL plain', op: 'QuantLinear', bits: 8, gemv: 'plain' },
+  { name: 'int4 QL plain', op: 'QuantLinear', bits: 4, gemv: 'plain' },
 ];
 const ROWS = [1, 8, 64];
 
@@ -99,7 +102,7 @@ for (const shape of SHAPES) {
     const copies = Math.max(2, Math.min(64, Math.ceil((128 << 20) / perCopy)));
     const path = join(work, 'model.onnx');
     let written = false;
-    for (const M of v.plainGemv === true ? ROWS.filter((m) => m <= 8) : ROWS) {
+    for (const M of v.gemv !== undefined ? ROWS.filter((m) => m <= 8) : ROWS) {
       const row: Row = { shape: shape.name, K, N, M, variant: v.name, copies };
       rows.push(row);
       if (Date.now() > deadline) {
@@ -109,7 +112,7 @@ for (const shape of SHAPES) {
       try {
         if (!written) writeFileSync(path, modelBytes(v, w, K, N, copies));
         written = true;
-        if (v.plainGemv === true) process.env.CHORUS_QUANT_GEMV = 'plain';
+        if (v.gemv !== undefined) process.env.CHORUS_QUANT_GEMV = v.gemv;
         let result: ReturnType<typeof addon.runGraph>;
         try {
           result = addon.runGraph({ model: path, provider: 'cuda', dtype: 'fp16', cudaGraph: true, iterations }, [{ name: 'x', type: 'float16', dims: [M, K], data: xs.get(M)! }]);

@@ -16,8 +16,8 @@ export interface Variant {
   name: string;
   op: Op;
   bits?: 4 | 8;
-  /** QuantLinear's float32 GEMV instead of the tensor-core one (CHORUS_QUANT_GEMV=plain). */
-  plainGemv?: boolean;
+  /** QuantLinear's decode kernel to try first at up to 8 rows (CHORUS_QUANT_GEMV; default: the wide one where it takes the product). */
+  gemv?: 'plain' | 'mma';
 }
 
 export const BLOCK_SIZE = 128;

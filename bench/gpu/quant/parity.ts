@@ -1,7 +1,8 @@
 /**
  * QuantLinear on CUDA against the same graph on the CPU (the addon's host path, which the CPU tests
- * check against ONNX Runtime's MatMulNBits): every CUDA path (at 1..8 rows the tensor-core GEMV of
- * float16 and 4-bit bfloat16 and the plain one, the tensor-core tiles up to 128 rows, the
+ * check against ONNX Runtime's MatMulNBits): every CUDA path (at 1..8 rows the wide kernel of 16-bit
+ * types up to 4 rows, the tensor-core GEMV of float16 and 4-bit bfloat16 and the plain one, the
+ * tensor-core tiles up to 128 rows, the
  * dequantize-and-GEMM beyond), 4 and 8 bits, with and without zero points, blocks of 32 and 128, K
  * with a partial last block, bias and SiLU, float16, bfloat16 and float32, the CUDA outputs those of
  * a replayed CUDA graph. Returns one line per case with its largest relative error.
@@ -28,8 +29,10 @@ const TOLERANCE: Record<FloatType, number> = { float32: 1e-4, float16: 4e-3, bfl
 
 export function parity(addon: NativeAddon, dir: string, deadline: number): ParityCase[] {
   const results: ParityCase[] = [];
-  // The tensor-core GEMV's shapes first (K and the block multiples of 32), then a partial last block.
+  // The wide kernel's (8 bits, K of 4096 or more), the tensor-core GEMV's (K and the block multiples of
+  // 32), then a partial last block.
   const shapes = [
+    { K: 4096, N: 24, block: 128 },
     { K: 256, N: 40, block: 32 },
     { K: 512, N: 136, block: 128 },
     { K: 200, N: 72, block: 32 },
@@ -37,7 +40,7 @@ export function parity(addon: NativeAddon, dir: string, deadline: number): Parit
   for (const type of ['float16', 'bfloat16', 'float32'] as const) {
     for (const bits of [4, 8] as const) {
       for (const zeroPoints of [false, true]) {
-        for (const { K, N, block } of type === 'float16' ? shapes : shapes.slice(0, 1)) {
+        for (const { K, N, block } of type === 'float16' ? shapes : shapes.slice(0, 2)) {
           const q = quantize(seeded(N * K, 3 + K, 0.2), N, K, bits, block, zeroPoints, type);
           const g = new GraphBuilder(type);
           const x = g.input('x', type, ['rows', K]);
@@ -50,11 +53,11 @@ export function parity(addon: NativeAddon, dir: string, deadline: number): Parit
           g.output('y', quantLinear(g, x, w, { K, N, bits, blockSize: block }, { bias, activation: 'silu' }), type, ['rows', N]);
           const path = join(dir, `parity-${type}-${bits}-${zeroPoints}-${K}.onnx`);
           writeFileSync(path, g.serialize().model);
-          // 16-bit steps of up to 8 rows run on tensor cores where they can, or (CHORUS_QUANT_GEMV=plain) as float32's do.
-          const cases = [1, 3, 8, 9, 64, 130].flatMap((M) => (type !== 'float32' && M <= 8 ? [[M, ''], [M, 'plain']] : [[M, '']]) as Array<[number, string]>);
+          // 16-bit steps of up to 8 rows run in the wide kernel (up to 4), on tensor cores (CHORUS_QUANT_GEMV=mma) or as float32's do (plain).
+          const cases = [1, 3, 4, 8, 9, 64, 130].flatMap((M) => (type !== 'float32' && M <= 8 ? [[M, ''], [M, 'mma'], [M, 'plain']] : [[M, '']]) as Array<[number, string]>);
           for (const [M, gemv] of cases) {
             if (Date.now() > deadline) return results;
-            const name = `${type} int${bits} ${zeroPoints ? 'zero points' : 'symmetric'} K ${K} block ${block} rows ${M}${gemv === '' ? '' : ' (plain GEMV)'}`;
+            const name = `${type} int${bits} ${zeroPoints ? 'zero points' : 'symmetric'} K ${K} block ${block} rows ${M}${gemv === '' ? '' : ` (${gemv} GEMV)`}`;
             const data = encodeFloats(roundTo(seeded(M * K, 17 + M), type), type);
             const inputs = [{ name: 'x', type, dims: [M, K], data }];
             try {
