@@ -545,13 +545,7 @@ function attend(
  */
 function slotRotaryInAddon(g: GraphBuilder, c: GraphContext): boolean {
   return (
-    c.slotAttention === 'addon' &&
-    c.rotary !== undefined &&
-    (c.spec.qkNorm === true || process.env.CHORUS_SLOT_PAGED === '1') &&
-    c.tp === undefined &&
-    g.floatType !== 'float32' &&
-    c.spec.headDim % 8 === 0 &&
-    c.spec.headDim <= 256
+    c.slotAttention === 'addon' && c.rotary !== undefined && c.spec.qkNorm === true && c.tp === undefined && g.floatType !== 'float32' && c.spec.headDim % 8 === 0 && c.spec.headDim <= 256
   );
 }
 

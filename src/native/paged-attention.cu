@@ -4,20 +4,17 @@
 // that read that key head (up to 4 at a time) over its share of the row's positions: groups of lanes
 // read one position's key and value as 16-byte vectors (each read once for all the heads) and keep an
 // online softmax per head; the groups' partial sums are joined in shared memory, and with several
-// splits a last launch joins the splits. A decode step whose rows fill the GPU unsplit takes the decode
-// kernel (PagedDecodeKernel) instead.
+// splits a last launch joins the splits.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cfloat>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
 #include "device.cuh"
-#include "linear.h"
 #include "paged-attention.h"
 #include "slot-attention.h"
 
@@ -370,7 +367,6 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionA
 // Block (token row, query head): the splits' partial sums joined.
 template <typename T>
 __global__ void PagedJoinKernel(PagedAttentionArgs a, int splits, const float* workspace) {
-  WaitForPrevious();
   const int y = blockIdx.x;
   const int h = blockIdx.y;
   const float* parts = workspace + (static_cast<size_t>(y) * a.heads + h) * splits * (a.dim + 2);
@@ -378,7 +374,6 @@ __global__ void PagedJoinKernel(PagedAttentionArgs a, int splits, const float* w
   for (int s = 0; s < splits; s++) {
     if (parts[s * (a.dim + 2) + 1] > 0) m = fmaxf(m, parts[s * (a.dim + 2)]);
   }
-  LetDependentsStart();
   for (int d = threadIdx.x; d < a.dim; d += blockDim.x) {
     float l = 0;
     float sum = 0;
@@ -393,198 +388,6 @@ __global__ void PagedJoinKernel(PagedAttentionArgs a, int splits, const float* w
   }
 }
 
-// A decode step (one token a row) whose rows and key heads fill the GPU without splitting positions,
-// groups of up to kMaxDecodeGroup query heads of 16-byte vectors: block (row, key head) takes every
-// query head of its key head over all the row's positions, a tile of kDecodeThreads positions at a time
-// in three passes: each thread takes one position's key and the scores of all the heads (the queries
-// from shared memory), then the tile's softmax per head (a running maximum and total across tiles),
-// then groups of lanes read the tile's values and add them up, weighted, per head. No shuffles or
-// exponentials per position and head, as the general kernel's online softmax takes. Measured on an
-// H100 (TinyLlama's shape, paged cache): at batch 64 4% faster than the general kernel; at batch 1,
-// where positions must be split, slower, so it takes unsplit steps only.
-constexpr int kDecodeThreads = 128;
-constexpr int kDecodeWarps = kDecodeThreads / 32;
-constexpr int kMaxDecodeGroup = 8;
-
-// Shared floats of the decode kernel: queries [G][dim], scores [G][tile], the warps' sums [warps][G][dim],
-// then per head the running maximum, total and the last tile's correction.
-size_t DecodeSharedFloats(int g, int dim) { return static_cast<size_t>(g) * dim * (1 + kDecodeWarps) + static_cast<size_t>(g) * kDecodeThreads + 3 * g; }
-
-template <typename T, int G>
-__global__ void __launch_bounds__(kDecodeThreads) PagedDecodeKernel(PagedAttentionArgs a) {
-  constexpr int kPer = 16 / sizeof(T);
-  WaitForPrevious();
-  const int r = blockIdx.x;
-  const int k = blockIdx.y;
-  const int group = a.heads / a.kvHeads;
-  const int first = k * group;
-  const int position = PositionOf(a, r, 0);
-  const int start = FirstKey(position, a.window);
-  const int end = position + 1;
-  const int vectors = a.dim / kPer;
-  int span = 1;
-  while (span < vectors) span <<= 1;
-  const int lane = threadIdx.x % span;
-  const int mine = threadIdx.x / span;
-  const int together = kDecodeThreads / span;  // heads, or value rows, a pass takes
-  const bool holds = lane < vectors;
-
-  extern __shared__ float shared[];
-  float* queries = shared;                                // [G][dim]
-  float* scores = queries + G * a.dim;                    // [G][kDecodeThreads]
-  float* sums = scores + G * kDecodeThreads;              // [warps][G][dim]
-  float* highest = sums + kDecodeWarps * G * a.dim;       // [G]
-  float* total = highest + G;                             // [G]
-  float* correction = total + G;                          // [G]
-
-  // The queries (biased, normed, rotated), every thread taking part in HeadVector's shuffles.
-  for (int base = 0; base < group; base += together) {
-    const int g = base + mine;
-    float v[kPer];
-    HeadVector<T>(a, r, first + min(g, group - 1), lane, vectors, span, position, true, v);
-    if (g < group && holds) {
-#pragma unroll
-      for (int i = 0; i < kPer; i++) queries[g * a.dim + lane * kPer + i] = v[i];
-    }
-  }
-  // The new key and value, written here (this block alone reads them).
-  {
-    float key[kPer];
-    float value[kPer];
-    HeadVector<T>(a, r, a.heads + k, lane, vectors, span, position, true, key);
-    HeadVector<T>(a, r, a.heads + a.kvHeads + k, lane, vectors, span, position, false, value);
-    if (mine == 0 && holds) {
-      const size_t to = CacheAt(a, r, k, position);
-      T keyOut[kPer];
-      T valueOut[kPer];
-#pragma unroll
-      for (int i = 0; i < kPer; i++) {
-        keyOut[i] = Narrowed<T>(key[i]);
-        valueOut[i] = Narrowed<T>(value[i]);
-      }
-      reinterpret_cast<uint4*>(static_cast<T*>(a.keyCache) + to)[lane] = *reinterpret_cast<const uint4*>(keyOut);
-      reinterpret_cast<uint4*>(static_cast<T*>(a.valueCache) + to)[lane] = *reinterpret_cast<const uint4*>(valueOut);
-    }
-  }
-  if (threadIdx.x < G) {
-    highest[threadIdx.x] = -INFINITY;
-    total[threadIdx.x] = 0;
-  }
-  __syncthreads();
-
-  const T* keys = static_cast<const T*>(a.keyCache);
-  const T* values = static_cast<const T*>(a.valueCache);
-  float acc[G][kPer];
-#pragma unroll
-  for (int g = 0; g < G; g++) {
-#pragma unroll
-    for (int i = 0; i < kPer; i++) acc[g][i] = 0;
-  }
-  const int warp = threadIdx.x / 32;
-  const int lane32 = threadIdx.x % 32;
-  for (int tile = start; tile < end; tile += kDecodeThreads) {
-    // Scores: this thread's position against every head's query; its value row pulled into L2 meanwhile.
-    const int j = tile + threadIdx.x;
-    float s[G];
-#pragma unroll
-    for (int g = 0; g < G; g++) s[g] = 0;
-    if (j < end) {
-      const size_t at = CacheAt(a, r, k, j);
-      for (int b = 0; b < a.dim * static_cast<int>(sizeof(T)); b += 128) PrefetchL2(reinterpret_cast<const char*>(values + at) + b);
-      for (int v = 0; v < vectors; v++) {
-        float kf[kPer];
-        LoadVector(keys + at + v * kPer, kf);
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-          if (g < group) {
-#pragma unroll
-            for (int i = 0; i < kPer; i++) s[g] += queries[g * a.dim + v * kPer + i] * kf[i];
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-      if (g < group) scores[g * kDecodeThreads + threadIdx.x] = j < end ? SoftCapped(s[g] * a.scale, a.softcap) : -INFINITY;
-    }
-    __syncthreads();
-    // The tile's softmax per head, a warp a head: its maximum, the running one, probabilities, total.
-    for (int g = warp; g < group; g += kDecodeWarps) {
-      float* row = scores + g * kDecodeThreads;
-      float most = -INFINITY;
-      for (int t = lane32; t < kDecodeThreads; t += 32) most = fmaxf(most, row[t]);
-      for (int offset = 16; offset > 0; offset /= 2) most = fmaxf(most, __shfl_xor_sync(0xffffffffu, most, offset));
-      const float before = highest[g];
-      const float next = fmaxf(before, most);
-      float sum = 0;
-      for (int t = lane32; t < kDecodeThreads; t += 32) {
-        const float p = row[t] == -INFINITY ? 0.0f : __expf(row[t] - next);
-        row[t] = p;
-        sum += p;
-      }
-      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      if (lane32 == 0) {
-        const float keep = before == -INFINITY ? 0.0f : __expf(before - next);
-        correction[g] = keep;
-        total[g] = total[g] * keep + sum;
-        highest[g] = next;
-      }
-    }
-    __syncthreads();
-    // The tile's values, weighted: lanes over the head's vectors, `together` rows at a time.
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-      const float keep = g < group ? correction[g] : 0.0f;
-#pragma unroll
-      for (int i = 0; i < kPer; i++) acc[g][i] *= keep;
-    }
-    if (holds) {
-      const int count = min(kDecodeThreads, end - tile);
-#pragma unroll 4
-      for (int t = mine; t < count; t += together) {
-        float vf[kPer];
-        LoadVector(values + CacheAt(a, r, k, tile + t) + lane * kPer, vf);
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-          if (g < group) {
-            const float p = scores[g * kDecodeThreads + t];
-#pragma unroll
-            for (int i = 0; i < kPer; i++) acc[g][i] += p * vf[i];
-          }
-        }
-      }
-    }
-    __syncthreads();
-  }
-  LetDependentsStart();
-  // The rows' groups of lanes summed: across a warp's groups by shuffles, then across the warps.
-#pragma unroll
-  for (int g = 0; g < G; g++) {
-#pragma unroll
-    for (int i = 0; i < kPer; i++) {
-      for (int offset = span; offset < 32; offset *= 2) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], offset);
-    }
-  }
-  if (lane32 < span && holds) {
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-      if (g < group) {
-#pragma unroll
-        for (int i = 0; i < kPer; i++) sums[(warp * G + g) * a.dim + lane * kPer + i] = acc[g][i];
-      }
-    }
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < group * a.dim; e += kDecodeThreads) {
-    const int g = e / a.dim;
-    const int d = e % a.dim;
-    float sum = 0;
-#pragma unroll
-    for (int w = 0; w < kDecodeWarps; w++) sum += sums[(w * G + g) * a.dim + d];
-    static_cast<T*>(a.output)[(static_cast<size_t>(r) * a.heads + first + g) * a.dim + d] = Narrowed<T>(sum / total[g]);
-  }
-}
-
 // Query heads per block: the group's size rounded up to a power of two, at most 4 (each head keeps
 // its query and sums in registers).
 int HeadsPerBlock(const PagedAttentionArgs& a) {
@@ -592,42 +395,6 @@ int HeadsPerBlock(const PagedAttentionArgs& a) {
   int g = 1;
   while (g < group && g < 4) g <<= 1;
   return g;
-}
-
-// Whether the heads load as 16-byte vectors: each an even number of aligned 16-byte vectors.
-template <typename T>
-bool Vectorized(const PagedAttentionArgs& a) {
-  constexpr int kPer = 16 / sizeof(T);
-  uintptr_t bits = reinterpret_cast<uintptr_t>(a.qkv) | reinterpret_cast<uintptr_t>(a.bias) | reinterpret_cast<uintptr_t>(a.cos) | reinterpret_cast<uintptr_t>(a.sin) |
-                   reinterpret_cast<uintptr_t>(a.qNorm) | reinterpret_cast<uintptr_t>(a.kNorm) | reinterpret_cast<uintptr_t>(a.keyCache) | reinterpret_cast<uintptr_t>(a.valueCache);
-  return a.dim % kPer == 0 && (a.dim / kPer) % 2 == 0 && bits % 16 == 0;
-}
-
-// The join after several splits, as a dependent launch (its start overlapping the attention's end).
-template <typename T>
-void LaunchJoin(const PagedAttentionArgs& a, int splits, float* workspace, cudaStream_t stream) {
-  LaunchMaybeDependent(LinearDependentLaunchFlag(), PagedJoinKernel<T>, dim3(a.rows * a.tokens, a.heads), dim3(std::min(a.dim, 256)), stream, a, splits, static_cast<const float*>(workspace));
-}
-
-template <typename T, int G>
-void LaunchDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
-  const size_t sharedBytes = sizeof(float) * DecodeSharedFloats(G, a.dim);
-  const dim3 grid(a.rows, a.kvHeads);
-  if (LinearDependentLaunchFlag().load(std::memory_order_relaxed)) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = dim3(kDecodeThreads);
-    config.dynamicSmemBytes = sharedBytes;
-    config.stream = stream;
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-    if (cudaLaunchKernelEx(&config, PagedDecodeKernel<T, G>, a) == cudaSuccess) return;
-    cudaGetLastError();
-  }
-  PagedDecodeKernel<T, G><<<grid, kDecodeThreads, sharedBytes, stream>>>(a);
 }
 
 template <typename T, int G>
@@ -640,14 +407,13 @@ void Launch(const PagedAttentionArgs& a, int splits, float* workspace, cudaStrea
   const int chunks = (a.heads / a.kvHeads + G - 1) / G;
   const size_t sharedBytes = sizeof(float) * groups * G * (a.dim + 2);
   const dim3 grid(a.rows * a.tokens, a.kvHeads * chunks, splits);
-  PagedAttentionKernel<T, G><<<grid, kThreads, sharedBytes, stream>>>(a, splits, workspace, Vectorized<T>(a));
-  if (splits > 1) LaunchJoin<T>(a, splits, workspace, stream);
+  // The heads 16 bytes at a time where each one is an even number of aligned 16-byte vectors.
+  uintptr_t bits = reinterpret_cast<uintptr_t>(a.qkv) | reinterpret_cast<uintptr_t>(a.bias) | reinterpret_cast<uintptr_t>(a.cos) | reinterpret_cast<uintptr_t>(a.sin) |
+                   reinterpret_cast<uintptr_t>(a.qNorm) | reinterpret_cast<uintptr_t>(a.kNorm) | reinterpret_cast<uintptr_t>(a.keyCache) | reinterpret_cast<uintptr_t>(a.valueCache);
+  const bool vectorized = vectors % 2 == 0 && bits % 16 == 0;
+  PagedAttentionKernel<T, G><<<grid, kThreads, sharedBytes, stream>>>(a, splits, workspace, vectorized);
+  if (splits > 1) PagedJoinKernel<T><<<dim3(a.rows * a.tokens, a.heads), std::min(a.dim, 256), 0, stream>>>(a, splits, workspace);
 }
-
-const bool decodeKernel = [] {
-  const char* value = std::getenv("CHORUS_PAGED_DECODE");
-  return value == nullptr || std::string(value) != "0";
-}();
 
 template <typename T>
 void LaunchAll(const PagedAttentionArgs& a, int splits, float* workspace, cudaStream_t stream) {
@@ -658,18 +424,6 @@ void LaunchAll(const PagedAttentionArgs& a, int splits, float* workspace, cudaSt
   // A prefill's tokens attend over each other's keys: all are written first. A decode step's blocks
   // write their own.
   if (a.tokens > 1) PagedAppendKernel<T><<<dim3(a.rows * a.tokens, a.kvHeads), std::min(a.dim, 256), 0, stream>>>(a);
-  // An unsplit decode step of groups of up to kMaxDecodeGroup heads of 16-byte vectors: the decode
-  // kernel (CHORUS_PAGED_DECODE=0: the general one).
-  const int group = a.heads / a.kvHeads;
-  if (a.tokens == 1 && splits == 1 && group <= kMaxDecodeGroup && Vectorized<T>(a) && decodeKernel) {
-    switch (group) {
-      case 1: LaunchDecode<T, 1>(a, stream); return;
-      case 2: LaunchDecode<T, 2>(a, stream); return;
-      case 3:
-      case 4: LaunchDecode<T, 4>(a, stream); return;
-      default: LaunchDecode<T, 8>(a, stream); return;
-    }
-  }
   switch (HeadsPerBlock(a)) {
     case 1: Launch<T, 1>(a, splits, workspace, stream); break;
     case 2: Launch<T, 2>(a, splits, workspace, stream); break;

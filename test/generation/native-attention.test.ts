@@ -59,7 +59,7 @@ const CASES: Case[] = [
   { name: 'paged over slots prefill of 5, rotary, bias, q/k norms, window 4', op: 'paged', tokens: 5, heads: 4, kvHeads: 4, dim: 8, past: [0, 7], window: 4, softcap: 0, scale: 0.5, bias: true, rotary: true, norms: true, slots: true },
   { name: 'paged decode, q/k norms, block table', op: 'paged', tokens: 1, heads: 4, kvHeads: 2, dim: 16, past: [3, 18], window: 0, softcap: 0, scale: 0.25, rotary: true, norms: true, blockSize: 4 },
   { name: 'paged decode, softcap 1, window past the row', op: 'paged', tokens: 1, heads: 8, kvHeads: 2, dim: 16, past: [7, 30], window: 64, softcap: 1, scale: 0.5, blockSize: 8 },
-  // Rows past one tile of the decode kernel (128 positions), groups of 1 and 8.
+  // Rows of up to 291 positions, groups of 1 and 8.
   { name: 'paged decode over three tiles, one head a key head', op: 'paged', tokens: 1, heads: 2, kvHeads: 2, dim: 16, past: [150, 290, 5], window: 0, softcap: 0, scale: 0.25, rotary: true, blockSize: 16 },
   { name: 'paged over slots decode, 8 heads a key head, window 140, softcap 1.5, bias', op: 'paged', tokens: 1, heads: 8, kvHeads: 1, dim: 32, past: [3, 200], window: 140, softcap: 1.5, scale: 0.2, bias: true, rotary: true, slots: true },
 ];
@@ -181,7 +181,7 @@ describe('the decoder attention kernels with sliding windows and soft-capped sco
     assert.throws(() => attend({ ...call, op: 'dense' as 'slot' }, false), /call.op must be 'slot' or 'paged'/);
   });
 
-  test('on the GPU: fp32 as the reference, fp16 and bf16 as the host kernels, paged in 1 and 3 splits (1: the decode kernel, where it takes the step)', { skip: gpu ? false : 'no CUDA device' }, () => {
+  test('on the GPU: fp32 as the reference, fp16 and bf16 as the host kernels, paged in 1 and 3 splits', { skip: gpu ? false : 'no CUDA device' }, () => {
     for (const c of CASES) {
       for (const splits of c.op === 'paged' ? [undefined, 1, 3] : [undefined]) {
         const call = { ...callOf(c, 11), ...(splits === undefined ? {} : { splits }) };
