@@ -17,7 +17,7 @@ prompts=$(realpath "$SHARED/data/cnndm/summeval_cnndm_test100.jsonl")
 export ORT_LOGGING_LEVEL=3
 run() { # name checkpoint tokenizer-yaml limit-seconds
   SERVE_LIMIT_S=$4 timeout $(($4 + 15)) node --import tsx bench/gpu/serve-continuous.ts "$1" "$2" "$3" "$prompts" "$OUT" 2>&1 \
-    | grep --line-buffered -v onnxruntime | tee "$OUT/serve-continuous-$1.log"
+    | grep --line-buffered -v '\[[VIW]:onnxruntime' | tee "$OUT/serve-continuous-$1.log"
 }
 for model in ${SERVE_MODELS:-gpt2 tinyllama}; do
   case $model in

@@ -28,5 +28,5 @@ stamp "random fp16 checkpoints"
 python3 bench/peer/make_checkpoints.py "$WORK/checkpoints" "${PEER_MODELS:-tinyllama-1.1b,llama-2-7b}" 2>&1 | grep -v Warning || true
 stamp "side by side (each model: chorus build, chorus export gguf, then the runs)"
 PEER_DEVICE=cuda PEER_CHECKPOINTS="$WORK/checkpoints" PEER_WORK="$WORK" OUT="$OUT" ORT_LOGGING_LEVEL=3 \
-  node --import tsx bench/peer/side-by-side.ts 2>&1 | grep --line-buffered -v onnxruntime | tee "$OUT/side-by-side.log"
+  node --import tsx bench/peer/side-by-side.ts 2>&1 | grep --line-buffered -v '\[[VIW]:onnxruntime' | tee "$OUT/side-by-side.log"
 stamp "done"

@@ -12,4 +12,4 @@ mkdir -p "$WORK" "$OUT"
 # transformers' own fp16/bf16 greedy ids on CUDA: the reference for the fp16 rows.
 timeout -k 10 120 python3 bench/gpu/arch/hf16.py "$WORK/hf16.json" 2>&1 | grep -v Warning | tee "$OUT/arch-hf16.log" || true
 [ -f "$WORK/hf16.json" ] && export HF_GREEDY="$WORK/hf16.json"
-ORT_LOGGING_LEVEL=3 timeout -k 10 "${ARCH_PARITY_TIMEOUT:-480}" node --import tsx bench/gpu/arch/parity.ts "$WORK" "$OUT" "${1:-}" "${ARCH_DEVICE:-cuda}" 2>&1 | grep --line-buffered -v onnxruntime | tee "$OUT/arch-parity.log"
+ORT_LOGGING_LEVEL=3 timeout -k 10 "${ARCH_PARITY_TIMEOUT:-480}" node --import tsx bench/gpu/arch/parity.ts "$WORK" "$OUT" "${1:-}" "${ARCH_DEVICE:-cuda}" 2>&1 | grep --line-buffered -v '\[[VIW]:onnxruntime' | tee "$OUT/arch-parity.log"

@@ -36,12 +36,13 @@ for model in "$@"; do
   if [ ! -f "$ckpt/config.json" ]; then say "$model: make.py failed or ran out of time"; rm -rf "$ckpt"; continue; fi
   rm -f "$WORK/$model-$dtype.json"
   LLAMA_CACHES=${ARCH_CACHES:-slots} LLAMA_FALLBACK=paged LLAMA_MAX_SEQUENCE=${ARCH_MAX_SEQUENCE:-2048} ORT_LOGGING_LEVEL=3 \
-    timeout -k 10 "$(cap 330)" node --import tsx bench/gpu/llama/speed.ts "$ckpt" "$WORK" "$model" "$dtype" 2>&1 | grep --line-buffered -v onnxruntime | tee -a "$LOG"
+    timeout -k 10 "$(cap 330)" node --import tsx bench/gpu/llama/speed.ts "$ckpt" "$WORK" "$model" "$dtype" 2>&1 | grep --line-buffered -v '\[[VIW]:onnxruntime' | tee -a "$LOG"
+  status=${PIPESTATUS[0]}
   if [ -f "$WORK/$model-$dtype.json" ]; then
     PYTHONUNBUFFERED=1 timeout -k 10 "$(cap 240)" python3 bench/gpu/llama/hf.py "$WORK/$model-$dtype.json" "$OUT" 2>&1 | grep -v Warning | tee -a "$LOG"
     ran+=("$model-$dtype")
   else
-    say "$model: the Chorus build or run failed or ran out of time (above)"
+    say "$model: the Chorus build or run failed (exit $status; 124: out of time), its output above"
   fi
   rm -rf "$WORK/$model-$dtype-built"
   [ "${ARCH_KEEP:-0}" = 1 ] || rm -rf "$ckpt"

@@ -16,6 +16,6 @@ python3 bench/gpu/llama/make.py "$shape" "$ckpt" --dtype float16 2>&1 | tail -1
 for variant in "$@"; do
   read -r tag settings <<<"$variant"
   echo "== $shape $tag ${settings:-}" | tee -a "$OUT/ab-$shape.log"
-  env ${settings:-} ORT_LOGGING_LEVEL=3 node --import tsx bench/gpu/llama/speed.ts "$ckpt" "$WORK" "$shape-$tag" fp16 2>&1 | grep --line-buffered -v onnxruntime | tee -a "$OUT/ab-$shape.log"
+  env ${settings:-} ORT_LOGGING_LEVEL=3 node --import tsx bench/gpu/llama/speed.ts "$ckpt" "$WORK" "$shape-$tag" fp16 2>&1 | grep --line-buffered -v '\[[VIW]:onnxruntime' | tee -a "$OUT/ab-$shape.log"
   rm -rf "$WORK/$shape-$tag-fp16-built"
 done

@@ -14,7 +14,7 @@ for shape in "${@:-tinyllama-1.1b}"; do
   ckpt=$WORK/$shape-float16
   python3 bench/gpu/llama/make.py "$shape" "$ckpt" --dtype float16 2>&1 | tail -1
   for fold in 0 1; do
-    CHORUS_FOLD_NORMS=$fold ORT_LOGGING_LEVEL=3 node --import tsx bench/gpu/llama/speed.ts "$ckpt" "$WORK" "$shape-fold$fold" fp16 2>&1 | grep --line-buffered -v onnxruntime | tee -a "$OUT/fold-$shape.log"
+    CHORUS_FOLD_NORMS=$fold ORT_LOGGING_LEVEL=3 node --import tsx bench/gpu/llama/speed.ts "$ckpt" "$WORK" "$shape-fold$fold" fp16 2>&1 | grep --line-buffered -v '\[[VIW]:onnxruntime' | tee -a "$OUT/fold-$shape.log"
     rm -rf "$WORK/$shape-fold$fold-fp16-built"
   done
 done

@@ -18,6 +18,6 @@ for shape in "${@:-tinyllama-1.1b}"; do
   timeout "${PARITY_TIMEOUT:-240}" python3 bench/gpu/llama/parity.py "$ckpt" "$WORK/parity-reference-$shape.json" --dtypes "${PARITY_DTYPES:-fp16,fp32}" \
     --prompts "${PARITY_PROMPTS:-4}" --prompt-len "${PARITY_PROMPT_LEN:-64}" --new "${PARITY_NEW:-512}" 2>&1 | grep -v Warning | tee "$OUT/llama-parity-$shape.log"
   ORT_LOGGING_LEVEL=3 timeout "${PARITY_TIMEOUT:-240}" node --import tsx bench/gpu/llama/parity.ts "$ckpt" "$WORK" "$shape" "$WORK/parity-reference-$shape.json" "$OUT/llama-parity-$shape.json" 2>&1 \
-    | grep --line-buffered -v onnxruntime | tee -a "$OUT/llama-parity-$shape.log" || true
+    | grep --line-buffered -v '\[[VIW]:onnxruntime' | tee -a "$OUT/llama-parity-$shape.log" || true
   rm -rf "$WORK/$shape"-fp*-parity
 done

@@ -16,7 +16,7 @@ for spec in "${@:-tinyllama-1.1b}"; do
   torch_dtype=float16
   ckpt=$WORK/$shape-$torch_dtype
   python3 bench/gpu/llama/make.py "$shape" "$ckpt" --dtype "$torch_dtype" ${LLAMA_SHARD_GB:+--shard-gb $LLAMA_SHARD_GB} 2>&1 | tail -1
-  ORT_LOGGING_LEVEL=3 node --import tsx bench/gpu/llama/speed.ts "$ckpt" "$WORK" "$shape" "$dtype" 2>&1 | grep --line-buffered -v onnxruntime | tee -a "$OUT/chorus-$shape-$dtype.log"
+  ORT_LOGGING_LEVEL=3 node --import tsx bench/gpu/llama/speed.ts "$ckpt" "$WORK" "$shape" "$dtype" 2>&1 | grep --line-buffered -v '\[[VIW]:onnxruntime' | tee -a "$OUT/chorus-$shape-$dtype.log"
   python3 bench/gpu/llama/hf.py "$WORK/$shape-$dtype.json" "$OUT" 2>&1 | grep -v Warning | tee -a "$OUT/hf-$shape-$dtype.log"
   # LLAMA_SERVE=<tokenizer.model>:<prompts.jsonl>: also serve the build and load it over HTTP.
   if [ -n "${LLAMA_SERVE:-}" ]; then

@@ -12,6 +12,6 @@ mkdir -p "$WORK" "$OUT"
 for spec in "$@"; do
   tag=$(echo "$spec" | tr ' /' '--')
   CUDA_INJECTION64_PATH=$PWD/build/profile/kernel-trace.so LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$PWD/build/profile CHORUS_KERNEL_TRACE=$WORK/$tag.csv \
-    ORT_LOGGING_LEVEL=3 node --import tsx bench/gpu/profile/steps.ts "$WORK" $spec "$WORK/$tag.json" 2>&1 | grep -v onnxruntime
+    ORT_LOGGING_LEVEL=3 node --import tsx bench/gpu/profile/steps.ts "$WORK" $spec "$WORK/$tag.json" 2>&1 | grep -v '\[[VIW]:onnxruntime'
   node --import tsx bench/gpu/profile/summary.ts "$WORK/$tag.csv" "$WORK/$tag.json" "$OUT/profile-$tag.json"
 done

@@ -8,4 +8,4 @@ cd "$(dirname "$0")/../../.."
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
 export OUT
-ORT_LOGGING_LEVEL=3 timeout 175 node --import tsx bench/gpu/quant/kernels.ts 2>&1 | grep --line-buffered -v onnxruntime | tee "$OUT/quant-kernels.log"
+ORT_LOGGING_LEVEL=3 timeout 175 node --import tsx bench/gpu/quant/kernels.ts 2>&1 | grep --line-buffered -v '\[[VIW]:onnxruntime' | tee "$OUT/quant-kernels.log"

@@ -28,7 +28,7 @@ timeout 150 python3 bench/gpu/llama/make.py "$shape" "$ckpt" --dtype float16 2>&
 for weights in ${variants//,/ }; do
   LLAMA_WEIGHTS=$weights LLAMA_CACHES=${QUANT_CACHES:-slots,paged} ORT_LOGGING_LEVEL=3 \
     timeout "$limit" node --import tsx bench/gpu/llama/speed.ts "$ckpt" "$WORK" "$shape" fp16 2>&1 \
-    | grep --line-buffered -v onnxruntime | tee -a "$OUT/quant-$shape-$weights.log"
+    | grep --line-buffered -v '\[[VIW]:onnxruntime' | tee -a "$OUT/quant-$shape-$weights.log"
   echo "$shape $weights: exit ${PIPESTATUS[0]}" | tee -a "$OUT/quant-$shape-$weights.log"
   rm -rf "$WORK/$shape-fp16"*-built
 done

@@ -6,5 +6,5 @@ cd "$(dirname "$0")/../../.."
 WORK=${SPEED_DIR:-/tmp/speed}
 OUT=${OUT:-$WORK/out}
 mkdir -p "$WORK" "$OUT"
-ORT_LOGGING_LEVEL=3 node --import tsx bench/gpu/speed/chorus.ts "$WORK" 2>&1 | grep --line-buffered -v onnxruntime | tee "$OUT/chorus.log"
+ORT_LOGGING_LEVEL=3 node --import tsx bench/gpu/speed/chorus.ts "$WORK" 2>&1 | grep --line-buffered -v '\[[VIW]:onnxruntime' | tee "$OUT/chorus.log"
 python3 bench/gpu/speed/hf.py "$WORK" "$OUT" 2>&1 | grep -v Warning | tee "$OUT/hf.log"

@@ -18,7 +18,7 @@ if [ -z "${CHORUS_NCCL_LIBRARY:-}" ] && ! ldconfig -p | grep -q 'libnccl.so.2 ';
 fi
 echo "NCCL: ${CHORUS_NCCL_LIBRARY:-libnccl.so.2 on the loader path}"
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
-node --import tsx bench/gpu/tensor-parallel/collectives.ts "$OUT" 2>&1 | grep --line-buffered -v onnxruntime | tee "$OUT/tp-collectives.log"
-node --import tsx bench/gpu/tensor-parallel/tiny-check.ts "$OUT" 2>&1 | grep --line-buffered -v onnxruntime | tee "$OUT/tp-tiny-check.log"
+node --import tsx bench/gpu/tensor-parallel/collectives.ts "$OUT" 2>&1 | grep --line-buffered -v '\[[VIW]:onnxruntime' | tee "$OUT/tp-collectives.log"
+node --import tsx bench/gpu/tensor-parallel/tiny-check.ts "$OUT" 2>&1 | grep --line-buffered -v '\[[VIW]:onnxruntime' | tee "$OUT/tp-tiny-check.log"
 [ "${1:-}" = quick ] && exit 0
 OUT=$OUT bash bench/gpu/tp/run.sh all

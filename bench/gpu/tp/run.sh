@@ -41,7 +41,7 @@ phase() {
   echo "== $name (limit ${limit} s)"
   local t0 rc
   t0=$(date +%s.%N)
-  timeout "$limit" "$@" 2>&1 | grep --line-buffered -v onnxruntime | tee -a "$RESULTS/tp-$name.log"
+  timeout "$limit" "$@" 2>&1 | grep --line-buffered -v '\[[VIW]:onnxruntime' | tee -a "$RESULTS/tp-$name.log"
   rc=${PIPESTATUS[0]}
   [ "$rc" = 0 ] && touch "$WORK/done/$name"
   printf '%s\t%s\t%s\n' "$name" "$(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t0 }")" "$rc" | tee -a "$PHASES"
