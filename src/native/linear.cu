@@ -116,7 +116,7 @@ __device__ inline T Gate(float gate, float up, const T* bias, int o, int out, Ac
 }
 
 // The decode steps' products (1..kLinearKernelRows rows of x): a block of kThreads takes kOutputs
-// consecutive outputs (gated: 2 outputs, their gate rows and up rows) and all of K. Its threads stride
+// consecutive outputs (gated: half as many, their gate rows and up rows) and all of K. Its threads stride
 // over the weight rows together, 16 bytes a thread and kAhead reads a row in flight, so each of the
 // block's rows is read once, coalesced, and each 16 bytes of x (read through L1, shared by the block's
 // rows) serves kOutputs weights. The block
@@ -132,44 +132,45 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 // norm's weights; each sum is scaled by its row's inverse root in the epilogue, before the bias.
 // Pre-normed single rows keep the plain kernel's 3 blocks a multiprocessor (at most 80 registers):
 // with 2, TinyLlama's gated MLP (2,816 blocks) took half as many waves again.
-template <typename T, int R, bool Norm>
+// O outputs a block (gated: O / 2, their gate and up rows), A reads of each row in flight.
+template <typename T, int R, bool Norm, int O = kOutputs, int A = kAhead>
 __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKernel(LinearArgs a) {
   const bool gated = a.gated;
-  const int first = blockIdx.x * (gated ? kOutputs / 2 : kOutputs);
+  const int first = blockIdx.x * (gated ? O / 2 : O);
   const T* x = static_cast<const T*>(a.x);
   const T* w = static_cast<const T*>(a.weight);
-  float acc[kOutputs][R];
+  float acc[O][R];
 #pragma unroll
-  for (int j = 0; j < kOutputs; j++) {
+  for (int j = 0; j < O; j++) {
 #pragma unroll
     for (int r = 0; r < R; r++) acc[j][r] = 0;
   }
   float squares[R];
 #pragma unroll
   for (int r = 0; r < R; r++) squares[r] = 0;
-  // The weight row each of the block's kOutputs sums reads (gated: the gate's rows of outputs first and
+  // The weight row each of the block's O sums reads (gated: the gate's rows of outputs first and
   // first + 1, then their up rows, a.out rows on). Outputs past the end read row `first` again (in
   // bounds) and are not written.
-  int rowOf[kOutputs];
+  int rowOf[O];
 #pragma unroll
-  for (int j = 0; j < kOutputs; j++) {
-    const int o = gated ? first + (j & 1) : first + j;
-    rowOf[j] = o >= a.out ? first : gated && j >= 2 ? a.out + o : o;
+  for (int j = 0; j < O; j++) {
+    const int o = gated ? first + j % (O / 2) : first + j;
+    rowOf[j] = o >= a.out ? first : gated && j >= O / 2 ? a.out + o : o;
   }
   constexpr int kPer = 16 / sizeof(T);
   const bool vectors = a.in % kPer == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
-  const uint4* wv[kOutputs];
+  const uint4* wv[O];
 #pragma unroll
-  for (int j = 0; j < kOutputs; j++) wv[j] = reinterpret_cast<const uint4*>(w + static_cast<size_t>(rowOf[j]) * a.in);
+  for (int j = 0; j < O; j++) wv[j] = reinterpret_cast<const uint4*>(w + static_cast<size_t>(rowOf[j]) * a.in);
   // Launched as a dependent launch, this block may start while the kernel before it (x's producer, or a
   // reader of the memory y takes) still runs: the weights, which no kernel writes, are pulled into L2
   // first, and x is read and y written only after the wait.
   if (vectors) {
 #pragma unroll
-    for (int u = 0; u < kAhead; u++) {
+    for (int u = 0; u < A; u++) {
       const int c = threadIdx.x + u * kThreads;
 #pragma unroll
-      for (int j = 0; j < kOutputs; j++) {
+      for (int j = 0; j < O; j++) {
         if (c < a.in / kPer) PrefetchL2(wv[j] + c);
       }
     }
@@ -179,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
     const int n = a.in / kPer;
     const uint4* xv = reinterpret_cast<const uint4*>(x);
     // One 16-byte column c of the block's weight rows against the same column of each row of x.
-    auto use = [&](int c, const uint4 (&weights)[kOutputs]) {
+    auto use = [&](int c, const uint4 (&weights)[O]) {
       if constexpr (Norm) {
         // Each row's x + residual, rounded, its squares summed, scaled by the norm's weights; the weights
         // widened per row (one row: once), so that few registers hold them (occupancy).
@@ -204,21 +205,21 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
             u.v[i] *= scale.v[i];
           }
 #pragma unroll
-          for (int j = 0; j < kOutputs; j++) {
+          for (int j = 0; j < O; j++) {
             const Wide<T> w = Widen16<T>(weights[j]);
 #pragma unroll
             for (int i = 0; i < Wide<T>::kCount; i++) acc[j][r] += w.v[i] * u.v[i];
           }
         }
       } else {
-        Wide<T> wide[kOutputs];
+        Wide<T> wide[O];
 #pragma unroll
-        for (int j = 0; j < kOutputs; j++) wide[j] = Widen16<T>(weights[j]);
+        for (int j = 0; j < O; j++) wide[j] = Widen16<T>(weights[j]);
 #pragma unroll
         for (int r = 0; r < R; r++) {
           const Wide<T> u = Widen16<T>(__ldg(xv + static_cast<size_t>(r) * n + c));
 #pragma unroll
-          for (int j = 0; j < kOutputs; j++) {
+          for (int j = 0; j < O; j++) {
 #pragma unroll
             for (int i = 0; i < Wide<T>::kCount; i++) acc[j][r] += wide[j].v[i] * u.v[i];
           }
@@ -226,20 +227,20 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
       }
     };
     int c = threadIdx.x;
-    for (; c + (kAhead - 1) * kThreads < n; c += kAhead * kThreads) {
-      uint4 ahead[kAhead][kOutputs];
+    for (; c + (A - 1) * kThreads < n; c += A * kThreads) {
+      uint4 ahead[A][O];
 #pragma unroll
-      for (int u = 0; u < kAhead; u++) {
+      for (int u = 0; u < A; u++) {
 #pragma unroll
-        for (int j = 0; j < kOutputs; j++) ahead[u][j] = __ldcs(wv[j] + c + u * kThreads);
+        for (int j = 0; j < O; j++) ahead[u][j] = __ldcs(wv[j] + c + u * kThreads);
       }
 #pragma unroll
-      for (int u = 0; u < kAhead; u++) use(c + u * kThreads, ahead[u]);
+      for (int u = 0; u < A; u++) use(c + u * kThreads, ahead[u]);
     }
     for (; c < n; c += kThreads) {
-      uint4 one[kOutputs];
+      uint4 one[O];
 #pragma unroll
-      for (int j = 0; j < kOutputs; j++) one[j] = __ldcs(wv[j] + c);
+      for (int j = 0; j < O; j++) one[j] = __ldcs(wv[j] + c);
       use(c, one);
     }
   } else {
@@ -248,21 +249,21 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
       for (int r = 0; r < R; r++) {
         const float xk = Load(x + static_cast<size_t>(r) * a.in + k);
 #pragma unroll
-        for (int j = 0; j < kOutputs; j++) acc[j][r] += Load(w + static_cast<size_t>(rowOf[j]) * a.in + k) * xk;
+        for (int j = 0; j < O; j++) acc[j][r] += Load(w + static_cast<size_t>(rowOf[j]) * a.in + k) * xk;
       }
     }
   }
   // A dependent launch after this one may start pulling its own weights now.
   LetDependentsStart();
   // The products' partials, then (Norm) the rows' sums of squares.
-  __shared__ float partial[kWarpsPerBlock][(kOutputs + (Norm ? 1 : 0)) * R];
+  __shared__ float partial[kWarpsPerBlock][(O + (Norm ? 1 : 0)) * R];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x / 32;
 #pragma unroll
-  for (int j = 0; j < kOutputs + (Norm ? 1 : 0); j++) {
+  for (int j = 0; j < O + (Norm ? 1 : 0); j++) {
 #pragma unroll
     for (int r = 0; r < R; r++) {
-      float v = j < kOutputs ? acc[j][r] : squares[r];
+      float v = j < O ? acc[j][r] : squares[r];
 #pragma unroll
       for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
       if (lane == 0) partial[warp][j * R + r] = v;
@@ -270,7 +271,7 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
   }
   __syncthreads();
   const int t = threadIdx.x;
-  if (t < (gated ? kOutputs / 2 : kOutputs) * R) {
+  if (t < (gated ? O / 2 : O) * R) {
     const int j = t / R;
     const int r = t % R;
     if (first + j < a.out) {
@@ -281,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
       if constexpr (Norm) {
         float squares = 0;
 #pragma unroll
-        for (int q = 0; q < kWarpsPerBlock; q++) squares += partial[q][kOutputs * R + r];
+        for (int q = 0; q < kWarpsPerBlock; q++) squares += partial[q][O * R + r];
         inverse = rsqrtf(squares / a.in + a.epsilon);
       }
       sum *= inverse;
@@ -290,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
       if (gated) {
         float up = 0;
 #pragma unroll
-        for (int q = 0; q < kWarpsPerBlock; q++) up += partial[q][t + 2 * R];
+        for (int q = 0; q < kWarpsPerBlock; q++) up += partial[q][t + O / 2 * R];
         up *= inverse;
         *y = Gate<T>(sum, up, bias, first + j, a.out, a.activation);
       } else {
@@ -367,33 +368,52 @@ std::atomic<bool> dependentLaunch{[] {
   return value == nullptr || std::string(value) != "0";
 }()};
 
+// Pre-normed single rows take 8 outputs a block, one read of each row in flight: the x side of the
+// product (x, residual and norm weight, three reads and the sum of squares) is then done once for 8
+// weight rows rather than 4, in half as many blocks, with as many bytes in flight.
+constexpr int kNormOutputs = 8;
+
+// CHORUS_LINEAR_NORM_OUTPUTS=4: pre-normed single rows as 4 outputs a block too (to compare).
+const bool normOutputs4 = [] {
+  const char* value = std::getenv("CHORUS_LINEAR_NORM_OUTPUTS");
+  return value != nullptr && std::string(value) == "4";
+}();
+
+template <typename T, int R, bool Norm, int O, int A>
+void LaunchRowsOf(const LinearArgs& a, cudaStream_t stream) {
+  const int perBlock = a.gated ? O / 2 : O;
+  const dim3 grid((a.out + perBlock - 1) / perBlock);
+  LaunchMaybeDependent(dependentLaunch, LinearRowsKernel<T, R, Norm, O, A>, grid, dim3(kThreads), stream, a);
+}
+
 template <typename T, int R, bool Norm>
-void LaunchRowsKernel(const LinearArgs& a, dim3 grid, cudaStream_t stream) {
-  LaunchMaybeDependent(dependentLaunch, LinearRowsKernel<T, R, Norm>, grid, dim3(kThreads), stream, a);
+void LaunchRowsKernel(const LinearArgs& a, cudaStream_t stream) {
+  if constexpr (Norm && R == 1) {
+    if (!normOutputs4) return LaunchRowsOf<T, R, Norm, kNormOutputs, 1>(a, stream);
+  }
+  LaunchRowsOf<T, R, Norm, kOutputs, kAhead>(a, stream);
 }
 
 template <typename T, bool Norm>
 void LaunchRows(const LinearArgs& a, cudaStream_t stream) {
-  const int perBlock = a.gated ? kOutputs / 2 : kOutputs;
-  const dim3 grid((a.out + perBlock - 1) / perBlock);
   if constexpr (Norm) {
     switch (a.rows) {
-      case 1: LaunchRowsKernel<T, 1, true>(a, grid, stream); return;
-      case 2: LaunchRowsKernel<T, 2, true>(a, grid, stream); return;
-      case 3: LaunchRowsKernel<T, 3, true>(a, grid, stream); return;
-      case 4: LaunchRowsKernel<T, 4, true>(a, grid, stream); return;
+      case 1: LaunchRowsKernel<T, 1, true>(a, stream); return;
+      case 2: LaunchRowsKernel<T, 2, true>(a, stream); return;
+      case 3: LaunchRowsKernel<T, 3, true>(a, stream); return;
+      case 4: LaunchRowsKernel<T, 4, true>(a, stream); return;
       default: throw std::invalid_argument("the pre-normed Linear kernel takes 1.." + std::to_string(kLinearNormRows) + " rows, not " + std::to_string(a.rows));
     }
   }
   switch (a.rows) {
-    case 1: LaunchRowsKernel<T, 1, false>(a, grid, stream); break;
-    case 2: LaunchRowsKernel<T, 2, false>(a, grid, stream); break;
-    case 3: LaunchRowsKernel<T, 3, false>(a, grid, stream); break;
-    case 4: LaunchRowsKernel<T, 4, false>(a, grid, stream); break;
-    case 5: LaunchRowsKernel<T, 5, false>(a, grid, stream); break;
-    case 6: LaunchRowsKernel<T, 6, false>(a, grid, stream); break;
-    case 7: LaunchRowsKernel<T, 7, false>(a, grid, stream); break;
-    case 8: LaunchRowsKernel<T, 8, false>(a, grid, stream); break;
+    case 1: LaunchRowsKernel<T, 1, false>(a, stream); break;
+    case 2: LaunchRowsKernel<T, 2, false>(a, stream); break;
+    case 3: LaunchRowsKernel<T, 3, false>(a, stream); break;
+    case 4: LaunchRowsKernel<T, 4, false>(a, stream); break;
+    case 5: LaunchRowsKernel<T, 5, false>(a, stream); break;
+    case 6: LaunchRowsKernel<T, 6, false>(a, stream); break;
+    case 7: LaunchRowsKernel<T, 7, false>(a, stream); break;
+    case 8: LaunchRowsKernel<T, 8, false>(a, stream); break;
     default: throw std::invalid_argument("the Linear kernel takes 1.." + std::to_string(kLinearKernelRows) + " rows, not " + std::to_string(a.rows));
   }
 }

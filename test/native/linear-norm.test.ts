@@ -118,6 +118,9 @@ const CASES: Case[] = [
   { rows: 4, in: 256, out: 24, type: 'bfloat16', residual: true, bias: true },
   { rows: 6, in: 64, out: 16, type: 'float16', residual: true },
   { rows: 40, in: 2048, out: 8, type: 'float16', residual: true },
+  // One row: the kernel's 8 outputs a block, past the last output and gated.
+  { rows: 1, in: 128, out: 20, type: 'float16', residual: true, gated: true, bias: true },
+  { rows: 1, in: 256, out: 44, type: 'bfloat16', residual: true },
 ];
 
 describe('Linear with a pre-norm', { skip }, () => {
