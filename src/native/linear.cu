@@ -645,6 +645,18 @@ void LinearRowsDevice(const LinearArgs& a, void* stream) {
 
 namespace {
 
+// The RMSNorm's inverse root of a row from each thread's sum of squares of its share: summed across the
+// block (every thread takes part), then 1 / sqrt(mean + epsilon).
+__device__ inline float InverseRoot(float squares, const LinearArgs& a) {
+  __shared__ float warps[32];
+  for (int offset = 16; offset > 0; offset /= 2) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+  if ((threadIdx.x & 31) == 0) warps[threadIdx.x / 32] = squares;
+  __syncthreads();
+  float total = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); w++) total += warps[w];
+  return rsqrtf(total / a.in + a.epsilon);
+}
+
 // PreNormDevice: a block per row; the row's sum kept in y's place first (normed), then normed in place.
 template <typename T>
 __global__ void PreNormKernel(LinearArgs a, T* normed) {
@@ -660,13 +672,7 @@ __global__ void PreNormKernel(LinearArgs a, T* normed) {
     out[k] = Narrow<T>(v);
     if (sum != nullptr) sum[k] = Narrow<T>(v);
   }
-  __shared__ float warps[32];
-  for (int offset = 16; offset > 0; offset /= 2) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
-  if ((threadIdx.x & 31) == 0) warps[threadIdx.x / 32] = squares;
-  __syncthreads();
-  float total = 0;
-  for (int w = 0; w < static_cast<int>(blockDim.x / 32); w++) total += warps[w];
-  const float inverse = rsqrtf(total / a.in + a.epsilon);
+  const float inverse = InverseRoot(squares, a);
   const T* scale = static_cast<const T*>(a.norm);
   for (int k = threadIdx.x; k < a.in; k += blockDim.x) out[k] = Narrow<T>(Load(scale + k) * RoundTo<T>(Load(out + k) * inverse));
 }
@@ -700,13 +706,7 @@ __global__ void PreNormVectorKernel(LinearArgs a, T* normed) {
     }
     if (a.sum != nullptr) static_cast<uint4*>(a.sum)[row * n + c] = bits;
   }
-  __shared__ float warps[32];
-  for (int offset = 16; offset > 0; offset /= 2) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
-  if ((threadIdx.x & 31) == 0) warps[threadIdx.x / 32] = squares;
-  __syncthreads();
-  float total = 0;
-  for (int w = 0; w < static_cast<int>(blockDim.x / 32); w++) total += warps[w];
-  const float inverse = rsqrtf(total / a.in + a.epsilon);
+  const float inverse = InverseRoot(squares, a);
   const uint4* scale = static_cast<const uint4*>(a.norm);
 #pragma unroll
   for (int u = 0; u < kPreNormVectors; u++) {

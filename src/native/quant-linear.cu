@@ -143,12 +143,7 @@ __global__ void __launch_bounds__(kWideThreads, R == 1 ? 3 : 2) QuantWideRowsKer
     rowOf[j] = min(first + j, a.out - 1);
     wv[j] = reinterpret_cast<const uint4*>(a.weight + static_cast<size_t>(rowOf[j]) * rowBytes);
   }
-  float acc[kWideOutputs][R];
-#pragma unroll
-  for (int j = 0; j < kWideOutputs; j++) {
-#pragma unroll
-    for (int r = 0; r < R; r++) acc[j][r] = 0;
-  }
+  float acc[kWideOutputs][R] = {};
 #pragma unroll
   for (int u = 0; u < kWideAhead; u++) {
     const int c = threadIdx.x + u * kWideThreads;
@@ -164,12 +159,7 @@ __global__ void __launch_bounds__(kWideThreads, R == 1 ? 3 : 2) QuantWideRowsKer
     // A block's values are whole chunks: chunk c holds values c * kPerChunk on, of block c / perBlock.
     const int b = c / perBlock;
     const int k0 = c * kPerChunk;
-    float part[kWideOutputs][R];
-#pragma unroll
-    for (int j = 0; j < kWideOutputs; j++) {
-#pragma unroll
-      for (int r = 0; r < R; r++) part[j][r] = 0;
-    }
+    float part[kWideOutputs][R] = {};
 #pragma unroll
     for (int s = 0; s < kPerChunk / 8; s++) {
       float xs[R][8];
