@@ -1,0 +1,56 @@
+/**
+ * foldNormsIntoLinear on hand-made node lists: which norms go into the Linear after them, and which
+ * stay because something else reads their output or their sum too early.
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { foldNormsIntoLinear } from '../../src/modelbuild/fold-norms.ts';
+import { attribute, float, type NodeProto } from '../../src/modelbuild/graph.ts';
+
+const MS = 'com.microsoft';
+
+function skipNorm(name: string, delta: string, residual: string, gamma: string): NodeProto {
+  return { opType: 'SkipSimplifiedLayerNormalization', domain: MS, name, input: [delta, residual, gamma], output: [`${name}.normed`, '', '', `${name}.sum`], attribute: [attribute('epsilon', float(1e-5))] };
+}
+
+function linear(name: string, x: string, extra: string[] = []): NodeProto {
+  return { opType: 'Linear', domain: 'chorus', name, input: [x, `${name}.weight`, ...extra], output: [`${name}.y`] };
+}
+
+function reader(name: string, input: string): NodeProto {
+  return { opType: 'Relu', name, input: [input], output: [`${name}.out`] };
+}
+
+describe('foldNormsIntoLinear', () => {
+  test('folds a residual norm read by one Linear: the delta as x, the residual and weight as inputs 3 and 4, the sum as output 1', () => {
+    const nodes = [skipNorm('n', 'delta', 'stream', 'gamma'), linear('q', 'n.normed', ['bias']), reader('next', 'n.sum')];
+    const folded = foldNormsIntoLinear(nodes, new Set());
+    assert.deepEqual(folded.map((n) => n.opType), ['Linear', 'Relu']);
+    assert.deepEqual(folded[0]!.input, ['delta', 'q.weight', 'bias', 'stream', 'gamma']);
+    assert.deepEqual(folded[0]!.output, ['q.y', 'n.sum']);
+    const epsilon = folded[0]!.attribute!.find((a) => a.name === 'norm_epsilon');
+    assert.ok(epsilon !== undefined && Math.abs(epsilon.f! - 1e-5) < 1e-12);
+  });
+
+  test('folds a plain norm with no residual, and leaves the sum out where nothing reads it', () => {
+    const plain: NodeProto = { opType: 'SimplifiedLayerNormalization', name: 'first', input: ['embed', 'gamma0'], output: ['first.normed'], attribute: [attribute('epsilon', float(1e-6))] };
+    const folded = foldNormsIntoLinear([plain, linear('qkv', 'first.normed'), skipNorm('n', 'delta', 'embed', 'gamma1'), linear('gate', 'n.normed')], new Set());
+    assert.deepEqual(folded.map((n) => n.opType), ['Linear', 'Linear']);
+    assert.deepEqual(folded[0]!.input, ['embed', 'qkv.weight', '', '', 'gamma0']);
+    assert.deepEqual(folded[1]!.input, ['delta', 'gate.weight', '', 'embed', 'gamma1']);
+    assert.deepEqual(folded[1]!.output, ['gate.y']);
+  });
+
+  test('keeps a norm whose output something else reads, that a graph output names, or whose sum is read before the Linear', () => {
+    const twoReaders = [skipNorm('n', 'd', 'r', 'g'), linear('q', 'n.normed'), reader('also', 'n.normed')];
+    assert.deepEqual(foldNormsIntoLinear(twoReaders, new Set()), twoReaders);
+    const output = [skipNorm('n', 'd', 'r', 'g'), linear('q', 'n.normed')];
+    assert.deepEqual(foldNormsIntoLinear(output, new Set(['n.normed'])), output);
+    const early = [skipNorm('n', 'd', 'r', 'g'), reader('before', 'n.sum'), linear('q', 'n.normed')];
+    assert.deepEqual(foldNormsIntoLinear(early, new Set()), early);
+    const biased: NodeProto[] = [{ ...skipNorm('n', 'd', 'r', 'g'), input: ['d', 'r', 'g', 'delta_bias'] }, linear('q', 'n.normed')];
+    assert.deepEqual(foldNormsIntoLinear(biased, new Set()), biased);
+    const notLinear = [skipNorm('n', 'd', 'r', 'g'), { ...linear('q', 'n.normed'), opType: 'MatMul', domain: '' }];
+    assert.deepEqual(foldNormsIntoLinear(notLinear, new Set()), notLinear);
+  });
+});
