@@ -8,8 +8,7 @@ import { MS } from './layers.ts';
 
 /** A node's float attribute, or undefined. */
 function floatAttribute(node: NodeProto, name: string): number | undefined {
-  const found = node.attribute?.find((a) => a.name === name);
-  return found?.f ?? undefined;
+  return node.attribute?.find((a) => a.name === name)?.f ?? undefined;
 }
 
 /**

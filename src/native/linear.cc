@@ -34,6 +34,16 @@ void Widen(const void* data, FloatType type, size_t from, size_t n, float* out) 
 
 float Round(float v, FloatType type) { return RoundTo(v, type); }
 
+// The plain product of rows `normed` (a pre-norm's pass wrote them from args' x) in args' place.
+LinearArgs OfNormedRows(const LinearArgs& args, const void* normed) {
+  LinearArgs plain = args;
+  plain.x = normed;
+  plain.norm = nullptr;
+  plain.residual = nullptr;
+  plain.sum = nullptr;
+  return plain;
+}
+
 }  // namespace
 
 void PreNormHost(const LinearArgs& a, void* normed) {
@@ -56,15 +66,11 @@ void PreNormHost(const LinearArgs& a, void* normed) {
 void LinearHost(const LinearArgs& given) {
   // A pre-norm: the product of the normed rows.
   std::vector<uint8_t> normed;
-  LinearArgs a = given;
-  if (a.norm != nullptr) {
-    normed.resize(static_cast<size_t>(a.rows) * a.in * ElementBytes(a.type));
+  if (given.norm != nullptr) {
+    normed.resize(static_cast<size_t>(given.rows) * given.in * ElementBytes(given.type));
     PreNormHost(given, normed.data());
-    a.x = normed.data();
-    a.norm = nullptr;
-    a.residual = nullptr;
-    a.sum = nullptr;
   }
+  const LinearArgs a = given.norm == nullptr ? given : OfNormedRows(given, normed.data());
   const size_t in = static_cast<size_t>(a.in);
   std::vector<float> x(static_cast<size_t>(a.rows) * in);
   Widen(a.x, a.type, 0, x.size(), x.data());
@@ -169,10 +175,7 @@ struct LinearKernel : KernelBase<LinearKernel> {
         Ort::Allocator allocator = ctx.GetAllocator(*y.GetTensorMemoryInfo());
         normed.emplace(allocator.GetAllocation(static_cast<size_t>(args.rows) * args.in * ElementBytes(args.type)));
         PreNormDevice(args, normed->get(), stream);
-        args.x = normed->get();
-        args.norm = nullptr;
-        args.residual = nullptr;
-        args.sum = nullptr;
+        args = OfNormedRows(args, normed->get());
       }
       if (args.rows <= kLinearKernelRows) {
         LinearRowsDevice(args, stream);

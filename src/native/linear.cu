@@ -105,7 +105,6 @@ __device__ inline T Finish(float sum, const T* bias, int o, Activation activatio
   return Narrow<T>(v);
 }
 
-
 // A gated Linear's output: the gate's sum and the up projection's, each rounded with its bias, the
 // gate's activation rounded, then their product rounded.
 template <typename T>
@@ -148,9 +147,9 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
   float squares[R];
 #pragma unroll
   for (int r = 0; r < R; r++) squares[r] = 0;
-  // The weight row each of the block's O sums reads (gated: the gate's rows of outputs first and
-  // first + 1, then their up rows, a.out rows on). Outputs past the end read row `first` again (in
-  // bounds) and are not written.
+  // The weight row each of the block's O sums reads (gated: the gate's rows of outputs first ..
+  // first + O / 2 - 1, then their up rows, a.out rows on). Outputs past the end read row `first` again
+  // (in bounds) and are not written.
   int rowOf[O];
 #pragma unroll
   for (int j = 0; j < O; j++) {

@@ -19,12 +19,12 @@
 // On CUDA up to kQuantRowsKernelRows rows (decode steps) run as one kernel that reads each weight byte
 // once for all rows and dequantizes in registers: up to kQuantWideRows rows of float16 or bfloat16 with
 // 8-bit weights and K of 4096 or more, the wide kernel (Linear's layout of work: 4 outputs a block, 16
-// bytes of each weight row a thread);
-// otherwise in float16 (and 4-bit bfloat16) on tensor cores (quant-mma.cu; K and block_size multiples
-// of 32), else with float32 multiply-adds one warp an output (CHORUS_QUANT_GEMV=wide|mma|plain names
-// the first of them to try, when a session is made; CHORUS_QUANT_HOST=avx2 takes the host's AVX2 int8
-// products where it has AVX-512 VNNI); more rows of float16 or bfloat16, up to kQuantTileRows, run as tensor-core tiles of weights dequantized in shared memory (the K axis split
-// across blocks until the GPU is full, the partial sums joined by a last launch that adds the bias and
+// bytes of each weight row a thread); otherwise in float16 (and 4-bit bfloat16) on tensor cores
+// (quant-mma.cu; K and block_size multiples of 32), else with float32 multiply-adds one warp an output
+// (CHORUS_QUANT_GEMV=wide|mma|plain names the first of them to try, when a session is made;
+// CHORUS_QUANT_HOST=avx2 takes the host's AVX2 int8 products where it has AVX-512 VNNI); more rows of
+// float16 or bfloat16, up to kQuantTileRows, run as tensor-core tiles of weights dequantized in shared
+// memory (the K axis split across blocks until the GPU is full, the partial sums joined by a last launch that adds the bias and
 // takes the activation); anything larger (prefills) dequantizes the weights once into scratch memory and
 // runs Linear's GEMM. Scratch memory is one buffer per CUDA stream, grown in a run that is not being
 // captured (so that a captured run of a shape that ran before allocates nothing) and kept for the life
