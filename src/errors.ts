@@ -10,6 +10,9 @@ export const ERROR_CODES = {
   CHORUS_CONFIG_INVALID: { status: 400, description: 'a repository definition failed validation' },
   CHORUS_UNAUTHORIZED: { status: 401, description: 'the API key is missing or wrong' },
   CHORUS_NOT_FOUND: { status: 404, description: 'a named tokenizer, model, ensemble or pipeline does not exist' },
+  CHORUS_METHOD_NOT_ALLOWED: { status: 405, description: 'the path exists, but answers other methods (the Allow header lists them)' },
+  CHORUS_TOO_LARGE: { status: 413, description: 'the request body is larger than the server\'s body limit' },
+  CHORUS_UNSUPPORTED_MEDIA_TYPE: { status: 415, description: 'the body is not of a content type the route takes (the OpenAI routes take application/json)' },
   CHORUS_FILE_MISSING: { status: 500, description: 'a file a definition points at does not exist' },
   CHORUS_FILE_INVALID: { status: 500, description: 'a file exists but cannot be parsed' },
   CHORUS_SOURCE_UNAVAILABLE: { status: 503, description: 'a remote source is not in the local cache and cannot be fetched' },
@@ -73,12 +76,15 @@ export function notFound(kind: string, name: string, names: Iterable<string>): C
 
 /** A short, bounded rendering of a value for an error message. */
 export function describe(value: unknown): string {
-  if (typeof value === 'string') return JSON.stringify(value.length > 60 ? `${value.slice(0, 57)}...` : value);
+  const bounded = (text: string): string => (text.length > 60 ? `${text.slice(0, 57)}...` : text);
+  if (typeof value === 'string') return JSON.stringify(bounded(value));
   if (value === undefined) return 'nothing';
+  // Infinity and NaN, which JSON writes as null; a bigint, which it cannot write.
+  if (typeof value === 'number' || typeof value === 'bigint') return bounded(String(value));
   try {
-    const json = JSON.stringify(value);
-    return json.length > 60 ? `${json.slice(0, 57)}...` : json;
+    return bounded(JSON.stringify(value));
   } catch {
-    return String(value);
+    // Nested past the stack, or holding a bigint: say what it is, without walking it.
+    return Array.isArray(value) ? `a list of ${value.length}` : typeof value === 'object' && value !== null ? 'an object' : bounded(String(value));
   }
 }

@@ -54,7 +54,9 @@ export function elementCount(shape: readonly number[]): number {
 /** A tensor, checked: every element fits the datatype and the count matches the shape. */
 export function tensor(datatype: Datatype, shape: number[], data: Element[], name = 'tensor'): Tensor {
   if (shape.some((d) => !Number.isInteger(d) || d < 0)) throw invalidArgument(`${name}.shape`, 'a list of non-negative integers', shape);
-  if (data.length !== elementCount(shape)) throw invalidArgument(`${name}.data`, `${elementCount(shape)} elements for shape [${shape.join(', ')}]`, `${data.length} elements`);
+  if (data.length !== elementCount(shape)) {
+    throw new ChorusError('CHORUS_INVALID_ARGUMENT', `${name}.data must hold ${elementCount(shape)} elements for shape [${shape.join(', ')}], got ${data.length}`, { param: `${name}.data` });
+  }
   const range = INTEGER_RANGES[datatype];
   const wide = WIDE_RANGES[datatype];
   data.forEach((v, i) => {

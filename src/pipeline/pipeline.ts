@@ -9,7 +9,7 @@
  * detokenize, built here, and maps the standard fields onto FasterTransformer's decoding inputs.
  */
 import { Template } from '@huggingface/jinja';
-import { Observable, type Subscription } from 'rxjs';
+import { catchError, Observable, throwError, type Subscription } from 'rxjs';
 import type { Datatype } from '../config/index.ts';
 import type { EnsembleDefinition, PipelineDefinition, TensorSpec } from '../config/index.ts';
 import { CompiledEnsemble, type ModelStore, type Tensor, type TensorRecord } from '../ensemble/index.ts';
@@ -100,6 +100,9 @@ const STANDARD_FIELDS: Record<string, [string, Datatype]> = {
   top_p_reset_ids: ['top_p_reset_ids', 'UINT32'],
 };
 
+/** Standard field -> the generate input it fills. */
+const STANDARD_PORTS: Record<string, string> = Object.fromEntries(Object.entries(STANDARD_FIELDS).map(([field, [port]]) => [field, port]));
+
 /** Standard fields that take a list of values (the rest take one). */
 const LIST_FIELDS = new Set(['top_p_reset_ids']);
 
@@ -108,7 +111,7 @@ const OWN_FIELDS = new Set(['text_input', 'messages', 'stop', 'stream']);
 
 export class Pipeline {
   private template: { source: string; parsed: Template } | undefined;
-  private compiled: Promise<{ ensemble: CompiledEnsemble; fields: Record<string, string>; textOutput: string; seq2seq: boolean; chatTemplate: string | undefined; specials: Record<string, string>; readsSpecialText: boolean; tokenizer: Tokenizer | undefined; direct: DirectModel | undefined }> | undefined;
+  private compiled: Promise<{ ensemble: CompiledEnsemble; fields: Record<string, string>; textOutput: string; seq2seq: boolean; chatTemplate: string | undefined; specials: Record<string, string>; readsSpecialText: boolean; tokenizer: Tokenizer | undefined; direct: DirectModel | undefined; promptBound: PromptBound | undefined }> | undefined;
 
   constructor(
     readonly name: string,
@@ -118,6 +121,14 @@ export class Pipeline {
 
   /** Runs a request; the stream's updates carry deltas, and the last one the finish reasons. */
   run(request: TextRequest): Observable<PipelineUpdate> {
+    return this.running(request).pipe(catchError((error: unknown) => throwError(() => this.inRequestTerms(error))));
+  }
+
+  private running(request: TextRequest): Observable<PipelineUpdate> {
+    // Chat needs a template: said before anything loads (a model pipeline's model takes seconds to).
+    if (request.messages !== undefined && this.definition.chat_template === undefined) {
+      return throwError(() => noChatTemplate(this.name));
+    }
     return new Observable<PipelineUpdate>((subscriber) => {
       let upstream: Subscription | undefined;
       let closed = false;
@@ -238,6 +249,20 @@ export class Pipeline {
     });
   }
 
+  /**
+   * An error as the request's fields name things: an input the pipeline maps a field to (runtime_top_k,
+   * request_output_len, ...) is named as the field (top_k, max_tokens, ...).
+   */
+  private inRequestTerms(error: unknown): unknown {
+    if (!(error instanceof ChorusError) || error.param === undefined) return error;
+    const fields = this.definition.model !== undefined ? STANDARD_PORTS : (this.definition.fields ?? {});
+    const port = /^[A-Za-z_][\w]*/.exec(error.param)?.[0];
+    const field = Object.entries(fields).find(([f, p]) => p === port && f !== p)?.[0];
+    if (port === undefined || field === undefined) return error;
+    const word = new RegExp(`\\b${port}\\b( \\(${field}\\))?`, 'g');
+    return new ChorusError(error.code, error.message.replace(word, field), { param: error.param.replace(port, field), value: error.value, cause: error, ...(error.step === undefined ? {} : { step: error.step }) });
+  }
+
   /** The ensemble (built for a model pipeline), compiled once. */
   private prepare(): NonNullable<Pipeline['compiled']> {
     if (this.compiled === undefined) {
@@ -259,9 +284,11 @@ export class Pipeline {
     let fields: Record<string, string>;
     let textOutput: string;
     let seq2seq = false;
+    let context: number | undefined;
     if (d.model !== undefined) {
       const model = await this.store.model(d.model);
       seq2seq = model.engine === 'generate' && model.seq2seq;
+      if (model.engine === 'generate' && !seq2seq) context = model.outputRoom(0);
       tokenizerName = d.tokenizer ?? repository.models.get(d.model)?.value.tokenizer;
       if (tokenizerName === undefined) throw new ChorusError('CHORUS_CONFIG_INVALID', `pipeline ${this.name}: model ${d.model} names no tokenizer; give the pipeline one`);
       ensemble = new CompiledEnsemble(`${this.name} (model pipeline)`, modelEnsemble(d.model, tokenizerName, seq2seq), this.store);
@@ -290,7 +317,7 @@ export class Pipeline {
     } else if (chatTemplate === 'tokenizer') chatTemplate = undefined;
     const tokenizer = tokenizerName === undefined ? undefined : await this.store.tokenizer(tokenizerName);
     const direct = d.model !== undefined && tokenizer !== undefined ? { store: this.store, model: d.model, tokenizer, ensemble } : undefined;
-    return { ensemble, fields, textOutput, seq2seq, chatTemplate, specials, readsSpecialText, tokenizer, direct };
+    return { ensemble, fields, textOutput, seq2seq, chatTemplate, specials, readsSpecialText, tokenizer, direct, promptBound: context === undefined || tokenizer === undefined ? undefined : promptBound(d.model!, context, tokenizer) };
   }
 
   /** The request as ensemble input tensors, and its stop strings. */
@@ -322,6 +349,11 @@ export class Pipeline {
       if ('add_special_tokens' in specs) inputs.add_special_tokens = { datatype: 'BOOL', shape: [1, 1], data: [add] };
     }
     if (typeof text !== 'string') throw invalidArgument('text_input', 'a string (or give messages)', text);
+    // A text that cannot fit is refused before it is tokenized (which would hold the event loop).
+    const bound = compiled.promptBound;
+    if (bound !== undefined && text.length > bound.bytes / 3 && Buffer.byteLength(text) > bound.bytes) {
+      throw new ChorusError('CHORUS_CANNOT_FIT', `the prompt is ${Buffer.byteLength(text)} bytes of text, more than fit the context of model ${bound.model} (${bound.context} tokens, at most ${bound.bytes} bytes)`, { param: 'prompt' });
+    }
     const textTensor = compiled.fields.text_input;
     if (textTensor === undefined) throw new ChorusError('CHORUS_CONFIG_INVALID', `pipeline ${this.name} maps no field to the text (fields.text_input)`);
     for (const [field, tensorName] of Object.entries(compiled.fields)) {
@@ -339,7 +371,7 @@ export class Pipeline {
   }
 
   private renderChat(messages: unknown, template: string | undefined, specials: Record<string, string>): string {
-    if (template === undefined) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `pipeline ${this.name} has no chat template: send text_input instead of messages`, { param: 'messages' });
+    if (template === undefined) throw noChatTemplate(this.name);
     if (!Array.isArray(messages) || messages.length === 0) throw invalidArgument('messages', 'a non-empty list of {role, content}', messages);
     messages.forEach((m: unknown, i) => {
       const message = m as Partial<ChatMessage> | null;
@@ -351,6 +383,49 @@ export class Pipeline {
     if (this.template?.source !== template) this.template = { source: template, parsed: new Template(template) };
     return this.template.parsed.render({ messages, add_generation_prompt: true, ...specials });
   }
+}
+
+/** The most bytes of text a prompt may have: past them it cannot fit the model's context. */
+interface PromptBound {
+  model: string;
+  context: number;
+  bytes: number;
+}
+
+/** Each tokenizer's most bytes of text one id spells (undefined where ids do not spell the text out). */
+const bytesPerId = new WeakMap<Tokenizer, number | undefined>();
+
+/**
+ * For tokenizers whose ids spell out the text's bytes (byte-level BPE, tiktoken, llama2.c: no
+ * normalizer drops or folds text), a prompt of more than context x the longest id's bytes cannot fit;
+ * 4x that leaves room for a Unicode normalization that composes characters. SentencePiece models may
+ * fold whitespace, so they have no such bound.
+ */
+function promptBound(model: string, context: number, tokenizer: Tokenizer): PromptBound | undefined {
+  if (!bytesPerId.has(tokenizer)) {
+    let most: number | undefined;
+    if (tokenizer.tokenBytes !== undefined || tokenizer.kind === 'llama2c') {
+      most = 1;
+      for (let id = 0; id < tokenizer.vocabSize; id++) {
+        let bytes: number;
+        try {
+          bytes = tokenizer.tokenBytes?.(id).length ?? Buffer.byteLength(tokenizer.decode([id])) + 1;
+        } catch {
+          // An id that decodes to no bytes of its own (a special one): its text, where it has one.
+          bytes = Buffer.byteLength(tokenizer.decode([id])) + 1;
+        }
+        most = Math.max(most, bytes);
+      }
+    }
+    bytesPerId.set(tokenizer, most);
+  }
+  const most = bytesPerId.get(tokenizer);
+  return most === undefined ? undefined : { model, context, bytes: 4 * context * most };
+}
+
+/** Chat messages sent to a pipeline without a chat template. */
+function noChatTemplate(pipeline: string): ChorusError {
+  return new ChorusError('CHORUS_INVALID_ARGUMENT', `pipeline ${pipeline} has no chat template: send the text as a prompt (POST /v1/completions, or text_input on generate)`, { param: 'messages' });
 }
 
 /** A request value as a tensor of the input's spec ([1, ...dims], -1 read as 1). */

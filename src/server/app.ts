@@ -4,9 +4,9 @@
  * Cross-cutting here: the optional API key (every route but health, metrics and the page), the body size
  * limit, CORS (off unless asked), error shapes, metrics.
  */
-import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
-import { ChorusError } from '../errors.ts';
-import { parseExactJson } from '../util/exact-json.ts';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { ChorusError, describe } from '../errors.ts';
+import { nestsDeeperThan, parseExactJson } from '../util/exact-json.ts';
 import type { EngineClient } from '../serving/index.ts';
 import { errorBody, openAiErrorBody, wireError } from './errors.ts';
 import { registerGenerate } from './generate/routes.ts';
@@ -34,9 +34,31 @@ const JSON_ANY_TYPE = /^\/v2\/models\/[^/]+(\/versions\/[^/]+)?\/(generate|gener
 /** On every answer from a pipeline, ensemble or model that runs a model on seeded random weights. */
 export const RANDOM_WEIGHTS_HEADER = 'x-chorus-random-weights';
 const PUBLIC = /^\/(v2\/health\/(live|ready)|metrics)$/;
+/** How deeply a JSON body may nest arrays and objects (a KServe tensor's data nests as deep as its rank). */
+export const MAX_JSON_DEPTH = 64;
+/** The longest model name a path may carry. */
+const MAX_NAME_LENGTH = 200;
+/** The methods the routes answer, for a 405's Allow header. */
+const METHODS = ['GET', 'POST'] as const;
 
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
-  const app = Fastify({ logger: options.logger ?? false, bodyLimit: options.bodyLimit ?? 64 * 1024 * 1024, ajv: { customOptions: AJV_OPTIONS } });
+  const bodyLimit = options.bodyLimit ?? 64 * 1024 * 1024;
+  const app = Fastify({
+    logger: options.logger ?? false,
+    bodyLimit,
+    ajv: { customOptions: AJV_OPTIONS },
+    // A URL the router cannot read (a bad percent-encoding, a name past its length) answers in the
+    // protocol's error shape, as every other refusal does.
+    frameworkErrors: (error, request, reply) => {
+      const path = request.url.split('?')[0]!;
+      const refused =
+        error.code === 'FST_ERR_MAX_PARAM_LENGTH'
+          ? new ChorusError('CHORUS_INVALID_ARGUMENT', `a name in the path is longer than ${MAX_NAME_LENGTH} characters`, { param: 'path' })
+          : new ChorusError('CHORUS_INVALID_ARGUMENT', `the path must be a valid URL path (percent-encoded UTF-8), got ${describe(path)}`, { param: 'path' });
+      void (reply as FastifyReply).code(400).send(path.startsWith('/v1/') ? openAiErrorBody(refused) : errorBody(refused));
+    },
+    routerOptions: { maxParamLength: MAX_NAME_LENGTH },
+  });
   // JSON bodies; on the generate and infer routes a body is JSON whatever its content type (curl -d
   // sends application/x-www-form-urlencoded), as Triton's are. Binary tensor bodies (with
   // Inference-Header-Content-Length), and other bodies elsewhere, arrive as buffers.
@@ -50,11 +72,18 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       done(null, undefined);
       return;
     }
+    let value: unknown;
     try {
-      done(null, parseExactJson(text));
+      value = parseExactJson(text);
     } catch (error) {
       done(new ChorusError('CHORUS_INVALID_ARGUMENT', `body must be valid JSON: ${(error as Error).message}`, { param: 'body' }), undefined);
+      return;
     }
+    if (nestsDeeperThan(value, MAX_JSON_DEPTH)) {
+      done(new ChorusError('CHORUS_INVALID_ARGUMENT', `body must nest arrays and objects at most ${MAX_JSON_DEPTH} deep`, { param: 'body' }), undefined);
+      return;
+    }
+    done(null, value);
   };
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, parseJson);
   const jsonOr = (other: (body: Buffer) => unknown) => (request: FastifyRequest, body: string | Buffer, done: (error: Error | null, body?: unknown) => void): void => {
@@ -79,13 +108,23 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   // Per-model request metrics, also for streamed (hijacked) replies and bodies that fail their schema;
   // every answer of a model on random weights says so in a header (set on the raw response, so
   // streamed replies carry it too).
+  // Only names the repository has get series: a name made up by a client is refused, not counted.
   app.addHook('preValidation', async (request, reply) => {
     const model = (request.params as { model?: string } | undefined)?.model ?? (request.body as { model?: unknown } | undefined)?.model;
-    if (typeof model !== 'string') return;
+    if (typeof model !== 'string' || !known(options.client, model)) return;
     if (options.client.randomWeights(model)) reply.raw.setHeader(RANDOM_WEIGHTS_HEADER, 'true');
     if (request.method !== 'POST') return;
     const end = options.metrics.begin(model);
     reply.raw.once('close', () => end(reply.raw.statusCode));
+  });
+  // The OpenAI routes take JSON only, as OpenAI's do: another body is a 415 that says so, rather than
+  // a missing field.
+  app.addHook('preValidation', async (request) => {
+    if (request.method !== 'POST' || !request.url.startsWith('/v1/')) return;
+    const type = request.headers['content-type']?.split(';')[0]!.trim().toLowerCase();
+    if (type !== 'application/json' || request.headers['inference-header-content-length'] !== undefined) {
+      throw new ChorusError('CHORUS_UNSUPPORTED_MEDIA_TYPE', `content-type must be application/json, got ${type === undefined ? 'none' : describe(type)}`, { param: 'content-type' });
+    }
   });
 
   app.setErrorHandler((raw, request, reply) => {
@@ -97,14 +136,28 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       reply.header('retry-after', '1');
       if (openAi && error.code === 'CHORUS_OVERLOADED') status = 429;
     }
-    // A client's mistake is news, not a fault: one line at info, no stack.
-    if (status >= 500) request.log.error(error);
+    if ((raw as { code?: string }).code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+      const tooLarge = new ChorusError('CHORUS_TOO_LARGE', `the body must be at most ${bodyLimit} bytes (the server's body limit)`, { param: 'body' });
+      void reply.code(413).send(openAi ? openAiErrorBody(tooLarge) : errorBody(tooLarge));
+      return;
+    }
+    // A client's mistake is news, not a fault: one line at info, no stack. So is a client that left.
+    if (status >= 500 && !(error instanceof ChorusError && error.code === 'CHORUS_CLOSED')) request.log.error(error);
     else request.log.info({ status, code: wireError(error).code, message: wireError(error).message }, 'request refused');
     void reply.code(status).send(openAi ? openAiErrorBody(error) : errorBody(error));
   });
   app.setNotFoundHandler((request, reply) => {
-    const error = new ChorusError('CHORUS_NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]}`);
-    void reply.code(404).send(request.url.startsWith('/v1/') ? openAiErrorBody(error) : errorBody(error));
+    const path = request.url.split('?')[0]!;
+    const openAi = path.startsWith('/v1/');
+    // A path that another method answers is a 405 naming the methods it takes.
+    const allowed = METHODS.filter((method) => method !== request.method && app.findRoute({ method, url: path }) !== null);
+    if (allowed.length > 0) {
+      const error = new ChorusError('CHORUS_METHOD_NOT_ALLOWED', `${path} takes ${allowed.join(' or ')}, not ${request.method}`, { param: 'method' });
+      void reply.code(405).header('allow', allowed.join(', ')).send(openAi ? openAiErrorBody(error) : errorBody(error));
+      return;
+    }
+    const error = new ChorusError('CHORUS_NOT_FOUND', `no route ${request.method} ${path}`);
+    void reply.code(404).send(openAi ? openAiErrorBody(error) : errorBody(error));
   });
   app.options('*', async (_request, reply) => reply.code(204).send());
 
@@ -117,4 +170,14 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   registerOpenAi(app, options.client);
   registerPlayground(app, options.client);
   return app;
+}
+
+/** Whether the repository has a pipeline, ensemble or model of this name. */
+function known(client: EngineClient, name: string): boolean {
+  try {
+    client.resolve(name);
+    return true;
+  } catch {
+    return false;
+  }
 }

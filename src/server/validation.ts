@@ -49,8 +49,12 @@ function described(schema: Annotated | undefined): string {
 
 /** The first schema failure of a request as a ChorusError naming the field. */
 export function validationError(errors: readonly ErrorObject[]): ChorusError {
-  // A union's own error says what the field may be; its branches' errors say less.
-  const error = errors.find((e) => e.keyword === 'anyOf') ?? errors[0];
+  // A union's own error says what the field may be; its branches' errors say less, unless a branch
+  // got inside the field (an object's member, a list's element) and failed there.
+  const union = errors.find((e) => e.keyword === 'anyOf');
+  const objectBranch = (e: ErrorObject): boolean => e.instancePath === union!.instancePath && (e.keyword === 'additionalProperties' || e.keyword === 'required');
+  const inside = union === undefined ? [] : errors.filter((e) => e.instancePath.startsWith(`${union.instancePath}/`) || objectBranch(e));
+  const error = inside.sort((a, b) => b.instancePath.length - a.instancePath.length)[0] ?? union ?? errors[0];
   if (error === undefined) return new ChorusError('CHORUS_INVALID_ARGUMENT', 'the request failed its schema');
   const at = fieldOf(error.instancePath);
   if (error.keyword === 'additionalProperties') {

@@ -33,3 +33,20 @@ export function stringifyExactJson(value: unknown): string {
   });
   return marked ? text.replace(MARKED, '$1') : text;
 }
+
+/**
+ * Whether a parsed JSON value nests arrays and objects more than `limit` deep. Walked with a stack of
+ * its own, so that any depth is safe to ask about (recursive code, JSON.stringify included, overflows the
+ * call stack at a few thousand levels).
+ */
+export function nestsDeeperThan(value: unknown, limit: number): boolean {
+  const stack: Array<{ value: object; depth: number }> = value !== null && typeof value === 'object' ? [{ value, depth: 1 }] : [];
+  while (stack.length > 0) {
+    const { value: at, depth } = stack.pop()!;
+    if (depth > limit) return true;
+    for (const child of Array.isArray(at) ? (at as unknown[]) : Object.values(at)) {
+      if (child !== null && typeof child === 'object') stack.push({ value: child as object, depth: depth + 1 });
+    }
+  }
+  return false;
+}

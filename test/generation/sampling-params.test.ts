@@ -16,7 +16,7 @@ test('validateSamplingParams() refuses bad values, naming the field and the allo
     [{ bad_words: [[1, 100]] }, 'bad_words[0][1] must be a token id, an integer in [0, 99], got 100'],
     [{ top_p_reset_ids: [-1] }, 'top_p_reset_ids[0] must be a token id, an integer in [0, 99], got -1'],
     [{ end_id: 100 }, 'end_id must be a token id, an integer in [0, 99], got 100'],
-    [{ num_return_sequences: 3, beam_width: 2 }, 'num_return_sequences must be an integer in [1, 2], got 3'],
+    [{ num_return_sequences: 3, beam_width: 2 }, 'num_return_sequences must be an integer in [1, 2] (at most beam_width, 2), got 3'],
     [{ top_p_decay: 0 }, 'top_p_decay must be a number in (0, 1], got 0'],
     [{ request_output_len: 0 }, 'request_output_len must be an integer in [1, 2^53], got 0'],
   ];

@@ -104,7 +104,35 @@ describe('pipelines', () => {
     await assert.rejects(updates('stories', { text_input: '', stop: [''] }), { message: 'stop must be a non-empty string or a list of them, got [""]' });
     await assert.rejects(updates('stories', {}), { message: 'text_input must be a string (or give messages), got nothing' });
     await assert.rejects(updates('stories', { messages: [{ role: 'user' } as unknown as { role: string; content: string }] }), { message: 'messages[0] must be an object with string role and content, got {"role":"user"}' });
-    await assert.rejects(updates('stories', { text_input: '', top_p: 1.5 }), { message: 'step generate: runtime_top_p must be a number in (0, 1], got 1.5' });
+    // An error from below names the request's field, not the input it fills.
+    await assert.rejects(updates('stories', { text_input: '', top_p: 1.5 }), { message: 'step generate: top_p must be a number in (0, 1], got 1.5', param: 'top_p' });
+    await assert.rejects(updates('stories', { text_input: '', top_k: 5, beam_width: 2 }), { message: /^step generate: top_k 5 has no effect with beam_width 2/, param: 'top_k' });
+  });
+
+  test('chat to a pipeline without a template is refused before its model loads', async () => {
+    const fresh = Service.open(REPOSITORY, { log: () => {} });
+    try {
+      await assert.rejects(lastValueFrom(fresh.pipeline('story-ensemble').run({ messages: [{ role: 'user', content: 'hi' }] })), {
+        message: 'pipeline story-ensemble has no chat template: send the text as a prompt (POST /v1/completions, or text_input on generate)',
+        param: 'messages',
+      });
+      assert.deepEqual(fresh.store.loadedModels(), [], 'nothing loaded');
+    } finally {
+      await fresh.close();
+    }
+  });
+
+  test('a prompt that cannot fit the context is refused: by its bytes before tokenizing, else by its tokens', async () => {
+    await assert.rejects(updates('stories', { text_input: 'Once upon a time. '.repeat(200_000) }), {
+      code: 'CHORUS_CANNOT_FIT',
+      param: 'prompt',
+      message: /^the prompt is 3600000 bytes of text, more than fit the context of model stories \(512 tokens, at most \d+ bytes\)$/,
+    });
+    await assert.rejects(updates('stories', { text_input: 'Once upon a time. '.repeat(300) }), {
+      code: 'CHORUS_CANNOT_FIT',
+      param: 'prompt',
+      message: /^step generate: the prompt is \d+ tokens; model stories holds 512 tokens, prompt and output together$/,
+    });
   });
 });
 

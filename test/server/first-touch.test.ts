@@ -47,15 +47,16 @@ test('without max_tokens the default shrinks to what the context leaves; an expl
   const refused = await send('/v2/models/long/generate', JSON.stringify({ text_input: 'Once upon a time', max_tokens: 600 }), 'application/json');
   assert.equal(refused.status, 400);
   const { error } = (await refused.json()) as { error: string };
-  assert.match(error, new RegExp(`max_tokens\\) 600 is more than the ${512 - answer.usage.prompt_tokens} tokens model stories has room for after a prompt of ${answer.usage.prompt_tokens}$`));
+  assert.match(error, new RegExp(`^step generate: max_tokens 600 is more than the ${512 - answer.usage.prompt_tokens} tokens model stories has room for after a prompt of ${answer.usage.prompt_tokens}$`));
   // Streamed, the same request is refused before any event: the status is the 400, not a 200.
   const streamed = await send('/v2/models/long/generate_stream', JSON.stringify({ text_input: 'Once upon a time', max_tokens: 600 }), 'application/json');
   assert.equal(streamed.status, 400);
-  assert.match(((await streamed.json()) as { error: string }).error, /max_tokens\) 600 is more than the \d+ tokens/);
+  assert.match(((await streamed.json()) as { error: string }).error, /^step generate: max_tokens 600 is more than the \d+ tokens/);
   const chat = await send('/v1/completions', JSON.stringify({ model: 'long', stream: true, max_tokens: 600, prompt: 'Once upon a time' }), 'application/json');
   assert.equal(chat.status, 400);
   const openAiError = ((await chat.json()) as { error: { message: string; param: string | null } }).error;
-  assert.match(openAiError.message, /max_tokens\) 600 is more than the \d+ tokens/);
+  assert.match(openAiError.message, /^step generate: max_tokens 600 is more than the \d+ tokens/);
+  assert.equal(openAiError.param, 'max_tokens');
   // One that fits streams as before.
   const fits = await send('/v2/models/long/generate_stream', JSON.stringify({ text_input: 'Once upon a time', max_tokens: 3 }), 'application/json');
   assert.equal(fits.status, 200);

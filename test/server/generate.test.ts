@@ -42,7 +42,7 @@ test('generate on an ensemble fills its inputs by name and answers its outputs b
 test('a stream refused before its first event answers its status; a client that leaves cancels its generation', async () => {
   const refused = await post('/v2/models/stories/generate_stream', { text_input: '', top_k: 5, beam_width: 2 });
   assert.equal(refused.status, 400);
-  assert.match(((await refused.json()) as { error: string }).error, /^step generate: runtime_top_k 5 has no effect with beam_width 2/);
+  assert.match(((await refused.json()) as { error: string }).error, /^step generate: top_k 5 has no effect with beam_width 2/);
   const stats = () => server.client.stats().find((s) => s.name === 'stories')!;
   await server.client.load('stories');
   const cancelledBefore = stats().requestsCancelled;

@@ -56,9 +56,12 @@ export function generateRequests(model: Extract<LoadedModel, { engine: 'generate
   // A length the request gave and the context cannot hold is refused, naming both numbers.
   const fitted = outputLen?.map((n, r) => {
     const room = model.outputRoom(prompts[r]!.length);
+    if (room < 1) {
+      throw new ChorusError('CHORUS_CANNOT_FIT', `the prompt is ${prompts[r]!.length} tokens; model ${model.name} holds ${room + prompts[r]!.length} tokens, prompt and output together`, { param: 'prompt' });
+    }
     if (inputs.request_output_len!.isDefault === true) return Math.max(1, Math.min(n, room));
     if (n > room) {
-      throw new ChorusError('CHORUS_CANNOT_FIT', `request_output_len (max_tokens) ${n} is more than the ${room} tokens model ${model.name} has room for after a prompt of ${prompts[r]!.length}`, { param: 'max_tokens' });
+      throw new ChorusError('CHORUS_CANNOT_FIT', `request_output_len (max_tokens) ${n} is more than the ${room} tokens model ${model.name} has room for after a prompt of ${prompts[r]!.length}`, { param: 'request_output_len' });
     }
     return n;
   });

@@ -94,6 +94,12 @@ export function validateSamplingParams(params: SamplingParams, vocabSize: number
       return phrase.map((v, j) => id(`${field}[${i}][${j}]`, v));
     });
   const beamWidth = int('beam_width', 1, 1, 64);
+  // As many sequences as there are beams, at most.
+  const returned = (beams: number): number => {
+    const value = params.num_return_sequences ?? 1;
+    if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > beams) throw invalidArgument('num_return_sequences', `an integer in [1, ${beams}] (at most beam_width, ${beams})`, value);
+    return value;
+  };
   const resolved: ResolvedSamplingParams = {
     request_output_len: int('request_output_len', 16, 1),
     runtime_top_k: int('runtime_top_k', 0, 0, vocabSize),
@@ -116,7 +122,7 @@ export function validateSamplingParams(params: SamplingParams, vocabSize: number
     top_p_reset_ids: (params.top_p_reset_ids ?? []).map((v, i) => id(`top_p_reset_ids[${i}]`, v)),
     bad_words: phrases('bad_words'),
     stop_words: phrases('stop_words'),
-    num_return_sequences: int('num_return_sequences', 1, 1, beamWidth),
+    num_return_sequences: returned(beamWidth),
     early_stopping: params.early_stopping ?? false,
   };
   if (typeof resolved.is_return_log_probs !== 'boolean') throw invalidArgument('is_return_log_probs', 'true or false', params.is_return_log_probs);

@@ -8,10 +8,11 @@
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { map, type Observable } from 'rxjs';
-import { ChorusError } from '../../errors.ts';
-import { tensorFromJson, type EngineClient, type ModelInfo, type PipelineUpdate, type Tensor, type TensorRecord, type TextRequest } from '../../serving/index.ts';
+import { ChorusError, invalidArgument } from '../../errors.ts';
+import { tensorFromJson, type EngineClient, type ModelInfo, type PipelineUpdate, type Tensor, type TensorRecord, type TextRequest, type TokenLogProb } from '../../serving/index.ts';
 import { cancelOnClose, sendEvents } from '../disconnect.ts';
 import { errorBody } from '../errors.ts';
+import { checkVersion, VERSION } from '../kserve/routes.ts';
 import { SAMPLING_FIELDS, samplingOf } from '../schemas/fields.ts';
 import { GenerateBody } from '../schemas/generate.ts';
 
@@ -42,21 +43,36 @@ export function registerGenerate(app: FastifyInstance, client: EngineClient): vo
 /** The request's answer (final) and its stream of events, for the named pipeline or ensemble. */
 function start(client: EngineClient, request: FastifyRequest<Generate>, streamed: boolean): { envelope: Record<string, unknown>; stream: Observable<Record<string, unknown>>; deltas: Observable<Record<string, unknown>> } {
   const name = request.params.model;
-  const { id, parameters, ...fields } = request.body;
+  const { id, parameters, stream, ...fields } = request.body;
   const all: Record<string, unknown> = { ...fields, ...parameters };
-  const envelope = { model_name: name, model_version: '1', ...(id === undefined ? {} : { id }) };
+  const asked = parameters?.stream ?? stream;
+  if (asked !== undefined && asked !== null && asked !== streamed) {
+    throw invalidArgument('stream', streamed ? 'true on generate_stream (or left out)' : 'false on generate (or left out): generate_stream streams', asked);
+  }
+  delete all.stream;
+  const envelope = { model_name: name, model_version: VERSION, ...(id === undefined ? {} : { id }) };
   const info = resolve(client, name);
+  checkVersion(info, request.params.version);
   if (info.kind === 'pipeline') {
     const updates = client.generate(name, { ...textFields(all), stream: streamed });
-    const answer = (u: PipelineUpdate, text: string): Record<string, unknown> => ({
+    const answer = (u: PipelineUpdate, text: string, logprobs: TokenLogProb[] | undefined): Record<string, unknown> => ({
       text_output: text,
+      ...(logprobs === undefined ? {} : { logprobs: logprobs.map((t) => ({ token: t.text, logprob: t.logprob, top_logprobs: t.top.map((a) => ({ token: a.text, logprob: a.logprob })) })) }),
       ...(u.choices[0]?.finishReason ? { finish_reason: u.choices[0].finishReason } : {}),
       ...(u.usage ? { usage: { prompt_tokens: u.usage.promptTokens, completion_tokens: u.usage.completionTokens } } : {}),
     });
+    // A whole answer's log-probabilities are every update's, in order.
+    const every: TokenLogProb[] = [];
+    const asksLogprobs = all.logprobs === true;
     return {
       envelope,
-      stream: updates.pipe(map((u) => answer(u, u.choices[0]?.text ?? ''))),
-      deltas: updates.pipe(map((u) => answer(u, u.choices[0]?.delta ?? ''))),
+      stream: updates.pipe(
+        map((u) => {
+          every.push(...(u.choices[0]?.logprobs ?? []));
+          return answer(u, u.choices[0]?.text ?? '', asksLogprobs ? every : undefined);
+        }),
+      ),
+      deltas: updates.pipe(map((u) => answer(u, u.choices[0]?.delta ?? '', asksLogprobs ? (u.choices[0]?.logprobs ?? []) : undefined))),
     };
   }
   const inputs: Record<string, Tensor> = {};
@@ -75,7 +91,7 @@ function resolve(client: EngineClient, name: string): ModelInfo {
     return client.resolve(name, ['pipeline', 'ensemble']);
   } catch (error) {
     if (!(error instanceof ChorusError) || error.code !== 'CHORUS_NOT_FOUND') throw error;
-    const names = [...client.models('pipeline'), ...client.models('ensemble')].map((m) => m.name);
+    const names = [...new Set([...client.models('pipeline'), ...client.models('ensemble')].map((m) => m.name))];
     throw new ChorusError('CHORUS_NOT_FOUND', `unknown model ${name}; generate serves pipelines and ensembles: ${names.sort().join(', ')}`, { param: 'model', value: name });
   }
 }

@@ -6,14 +6,25 @@
  * answers `text_output` with `prompt_tokens` and `completion_tokens`; a model can be loaded and unloaded.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { invalidArgument } from '../../errors.ts';
+import { ChorusError, describe, invalidArgument } from '../../errors.ts';
 import { DATATYPES, tensor, type Datatype, type Element, type EngineClient, type ModelInfo, type Tensor, type TensorInfo } from '../../serving/index.ts';
+import { Ajv } from 'ajv';
 import { cancelOnClose } from '../disconnect.ts';
+import { PipelineFields } from '../schemas/generate.ts';
+import { AJV_OPTIONS, validationError } from '../validation.ts';
 import { parseExactJson, stringifyExactJson } from '../../util/exact-json.ts';
 import { decodeRaw, encodeRaw, utf8 } from './binary.ts';
 import { VERSION as PACKAGE_VERSION } from '../../version.ts';
 
-const VERSION = '1';
+/** The one version every model, ensemble and pipeline answers as. */
+export const VERSION = '1';
+
+/** A path's version, when it names one, must be the model's. */
+export function checkVersion(info: ModelInfo, version: string | undefined): void {
+  if (version !== undefined && version !== info.version) {
+    throw new ChorusError('CHORUS_NOT_FOUND', `${info.name} has no version ${describe(version)}; its versions: ${info.version}`, { param: 'version', value: version });
+  }
+}
 
 interface InferInput {
   name: string;
@@ -38,12 +49,12 @@ export function registerKserve(app: FastifyInstance, client: EngineClient): void
   app.get('/v2/health/ready', async () => ({}));
 
   for (const prefix of ['/v2/models/:model', '/v2/models/:model/versions/:version']) {
-    app.get<{ Params: ModelParams }>(prefix, async (request) => metadata(target(client, request.params.model)));
+    app.get<{ Params: ModelParams }>(prefix, async (request) => metadata(target(client, request.params)));
     app.get<{ Params: ModelParams }>(`${prefix}/ready`, async (request, reply) => {
-      target(client, request.params.model);
+      target(client, request.params);
       return reply.code(200).send({});
     });
-    app.get<{ Params: ModelParams }>(`${prefix}/config`, async (request) => target(client, request.params.model).config);
+    app.get<{ Params: ModelParams }>(`${prefix}/config`, async (request) => target(client, request.params).config);
     app.post<{ Params: ModelParams }>(`${prefix}/infer`, async (request, reply) => infer(client, request, reply));
   }
 
@@ -60,9 +71,11 @@ export function registerKserve(app: FastifyInstance, client: EngineClient): void
   });
 }
 
-/** What a name answers as: an ensemble, a pipeline, or a model of the store. */
-function target(client: EngineClient, name: string): ModelInfo {
-  return client.resolve(name, ['ensemble', 'pipeline', 'model']);
+/** What a path's name (and version) answers as: an ensemble, a pipeline, or a model of the store. */
+function target(client: EngineClient, params: ModelParams): ModelInfo {
+  const info = client.resolve(params.model, ['ensemble', 'pipeline', 'model']);
+  checkVersion(info, params.version);
+  return info;
 }
 
 function metadata(info: ModelInfo): unknown {
@@ -72,8 +85,8 @@ function metadata(info: ModelInfo): unknown {
 
 async function infer(client: EngineClient, request: FastifyRequest<{ Params: ModelParams }>, reply: FastifyReply): Promise<unknown> {
   const name = request.params.model;
-  target(client, name);
-  const body = parseBody(request);
+  const info = target(client, request.params);
+  const body = parseBody(request, info);
   const inputs = Object.fromEntries(body.inputs.map((input) => [input.name, input.tensor]));
   const outputs = await cancelOnClose(request, reply, client.infer(name, inputs, { stream: false }));
   const wanted = body.outputs?.map((o) => o.name) ?? Object.keys(outputs);
@@ -95,8 +108,46 @@ async function infer(client: EngineClient, request: FastifyRequest<{ Params: Mod
   return reply.header('Inference-Header-Content-Length', header.length).type('application/octet-stream').send(Buffer.concat([header, ...chunks]));
 }
 
+/** The fields of an infer body, as KServe v2 has them. */
+const BODY_FIELDS = ['id', 'parameters', 'inputs', 'outputs'];
+const checkPipelineFields = new Ajv(AJV_OPTIONS).compile(PipelineFields);
+
+const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+
+/** A parameters object, where given: an object, its named boolean (if any) true or false. */
+function checkParameters(where: string, parameters: unknown, flag?: string): void {
+  if (parameters === undefined) return;
+  if (!isObject(parameters)) throw invalidArgument(where, 'an object', parameters);
+  if (flag !== undefined && parameters[flag] !== undefined && typeof parameters[flag] !== 'boolean') throw invalidArgument(`${where}.${flag}`, 'true or false', parameters[flag]);
+}
+
+/** A tensor's shape against the one its model declares (-1: any size), with or without the batch dimension. */
+function checkShape(label: string, shape: number[], declared: number[]): void {
+  const fits = (want: number[]): boolean => shape.length === want.length && shape.every((d, i) => want[i] === -1 || want[i] === d);
+  if (!fits(declared) && !(declared.length > 1 && fits(declared.slice(1)))) {
+    const without = declared.length > 1 ? ` or [${declared.slice(1).join(', ')}] without the batch dimension` : '';
+    throw new ChorusError('CHORUS_INVALID_ARGUMENT', `${label}.shape must be [${declared.join(', ')}]${without} (-1: any size), got [${shape.join(', ')}]`, { param: `${label}.shape` });
+  }
+}
+
+/**
+ * A pipeline's request fields given as tensors, checked as the generate extension checks them (the same
+ * bounds and messages): each one-element tensor is its field's value.
+ */
+function checkFields(inputs: Array<{ name: string; tensor: Tensor }>): void {
+  const fields: Record<string, unknown> = {};
+  for (const { name, tensor } of inputs) {
+    if (name === 'text_input' || !(name in PipelineFields.properties) || tensor.data.length !== 1) continue;
+    const value = tensor.data[0];
+    // A 64-bit integer (a seed) is checked where the pipeline takes it, exactly.
+    if (typeof value === 'bigint') continue;
+    fields[name] = value;
+  }
+  if (!checkPipelineFields(fields)) throw validationError(checkPipelineFields.errors ?? []);
+}
+
 /** The request's inputs as checked tensors, from JSON or from the binary extension. */
-function parseBody(request: FastifyRequest): { id?: string; parameters?: InferRequestBody['parameters']; outputs?: InferRequestBody['outputs']; inputs: Array<{ name: string; tensor: Tensor }> } {
+function parseBody(request: FastifyRequest, info: ModelInfo): { id?: string; parameters?: InferRequestBody['parameters']; outputs?: InferRequestBody['outputs']; inputs: Array<{ name: string; tensor: Tensor }> } {
   const headerLength = request.headers['inference-header-content-length'];
   let body: unknown;
   let raw: Buffer | undefined;
@@ -110,11 +161,15 @@ function parseBody(request: FastifyRequest): { id?: string; parameters?: InferRe
   } else {
     body = Buffer.isBuffer(request.body) ? parseJson(utf8(request.body, 'the request body')) : request.body;
   }
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalidArgument('body', 'a JSON object with inputs', body);
+  if (!isObject(body)) throw invalidArgument('body', 'a JSON object with inputs', body);
+  const unknown = Object.keys(body).find((field) => !BODY_FIELDS.includes(field));
+  if (unknown !== undefined) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `Unrecognized request argument supplied: ${unknown} (an infer body has ${BODY_FIELDS.join(', ')})`, { param: unknown });
   const b = body as Partial<InferRequestBody>;
   if (b.id !== undefined && typeof b.id !== 'string') throw invalidArgument('id', 'a string', b.id);
+  checkParameters('parameters', b.parameters, 'binary_data_output');
   if (!Array.isArray(b.inputs) || b.inputs.length === 0) throw invalidArgument('inputs', 'a non-empty list of tensors', b.inputs);
   if (b.outputs !== undefined && (!Array.isArray(b.outputs) || b.outputs.some((o) => typeof o?.name !== 'string'))) throw invalidArgument('outputs', 'a list of {name}', b.outputs);
+  b.outputs?.forEach((o, i) => checkParameters(`outputs[${i}].parameters`, o.parameters, 'binary_data'));
   let offset = 0;
   const inputs = b.inputs.map((input: Partial<InferInput>, i) => {
     const where = `inputs[${i}]`;
@@ -123,6 +178,9 @@ function parseBody(request: FastifyRequest): { id?: string; parameters?: InferRe
     const label = `inputs[${i}] (${input.name})`;
     if (!DATATYPES.includes(input.datatype as Datatype)) throw invalidArgument(`${label}.datatype`, `one of ${DATATYPES.join(', ')}`, input.datatype);
     if (!Array.isArray(input.shape) || input.shape.some((d) => !Number.isInteger(d) || d < 0)) throw invalidArgument(`${label}.shape`, 'a list of non-negative integers', input.shape);
+    const declared = info.inputs.find((t) => t.name === input.name);
+    if (declared !== undefined) checkShape(label, input.shape, declared.shape);
+    checkParameters(`${label}.parameters`, input.parameters);
     const size = input.parameters?.binary_data_size;
     let data: Element[];
     if (size !== undefined) {
@@ -136,11 +194,15 @@ function parseBody(request: FastifyRequest): { id?: string; parameters?: InferRe
     }
     return { name: input.name, tensor: tensor(input.datatype!, input.shape, data, label) };
   });
+  if (raw !== undefined && offset !== raw.length) {
+    throw new ChorusError('CHORUS_INVALID_ARGUMENT', `the binary body holds ${raw.length} bytes after its JSON header, and its inputs' binary_data_size take ${offset}`, { param: 'binary_data_size' });
+  }
   const names = new Set<string>();
   for (const input of inputs) {
-    if (names.has(input.name)) throw invalidArgument('inputs', 'tensors of different names', `${input.name} twice`);
+    if (names.has(input.name)) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `inputs must be tensors of different names, got ${input.name} twice`, { param: 'inputs' });
     names.add(input.name);
   }
+  if (info.kind === 'pipeline') checkFields(inputs);
   return { id: b.id, parameters: b.parameters, outputs: b.outputs, inputs };
 }
 

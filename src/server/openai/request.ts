@@ -21,6 +21,9 @@ export interface OpenAiRuns {
   logprobs: boolean;
 }
 
+/** The most completions (prompts times n) one request may ask for: the engines' default waiting queue. */
+export const MAX_COMPLETIONS = 1024;
+
 const REFUSED: Record<string, (value: unknown) => boolean> = {
   echo: (v) => v === true,
   logit_bias: (v) => v !== undefined && v !== null && (typeof v !== 'object' || Object.keys(v as object).length > 0),
@@ -35,8 +38,8 @@ export function openAiRuns(kind: OpenAiKind, body: ChatBody | CompletionBody): O
   }
   const n = body.n ?? 1;
   const stream = body.stream ?? false;
-  const base: TextRequest = { ...samplingOf(body), stream };
-  if (body.max_completion_tokens !== undefined && body.max_completion_tokens !== null) base.max_tokens = body.max_completion_tokens;
+  if (body.stream_options !== undefined && body.stream_options !== null && !stream) throw invalidArgument('stream_options', 'given only with stream: true', body.stream_options);
+  const base: TextRequest = { ...samplingOf({ ...body, ...(body.max_completion_tokens === undefined || body.max_completion_tokens === null ? {} : { max_tokens: body.max_completion_tokens }) }), stream };
   let logprobs: boolean;
   let prompts: TextRequest[];
   if (kind === 'chat') {
@@ -65,6 +68,16 @@ export function openAiRuns(kind: OpenAiKind, body: ChatBody | CompletionBody): O
     prompts = (typeof completion.prompt === 'string' ? [completion.prompt] : completion.prompt).map((text) => ({ ...base, text_input: text }));
   }
   if (logprobs) for (const p of prompts) p.logprobs = true;
-  const runs = prompts.flatMap((p) => Array.from({ length: n }, (_, i) => (n === 1 ? p : { ...p, seed: typeof p.seed === 'number' ? p.seed + i : typeof p.seed === 'bigint' ? p.seed + BigInt(i) : Math.floor(Math.random() * 2 ** 31) })));
+  if (prompts.length * n > MAX_COMPLETIONS) {
+    throw new ChorusError('CHORUS_INVALID_ARGUMENT', `${prompts.length} prompts times n ${n} make ${prompts.length * n} completions; a request makes at most ${MAX_COMPLETIONS}`, { param: prompts.length > 1 ? 'prompt' : 'n' });
+  }
+  const runs = prompts.flatMap((p) => Array.from({ length: n }, (_, i) => (n === 1 ? p : { ...p, seed: nthSeed(p.seed, i) })));
   return { model: body.model, runs, n, stream, includeUsage: body.stream_options?.include_usage === true, logprobs };
+}
+
+/** Seed `seed` + i of n samples (a bigint past 2^53 - 1, which the seed field takes exactly), or a random one. */
+function nthSeed(seed: TextRequest['seed'], i: number): number | bigint {
+  if (typeof seed === 'bigint') return seed + BigInt(i);
+  if (typeof seed !== 'number') return Math.floor(Math.random() * 2 ** 31);
+  return Number.isSafeInteger(seed + i) ? seed + i : BigInt(seed) + BigInt(i);
 }

@@ -9,6 +9,7 @@
  * vLLM's sampling parameters and Triton's backends do.
  */
 import { Type, type TSchema } from '@sinclair/typebox';
+import { invalidArgument } from '../../errors.ts';
 import type { TextRequest } from '../../serving/index.ts';
 
 /** What a valid value is, in words, for error messages. */
@@ -25,7 +26,7 @@ export function nullable<T extends TSchema>(schema: T) {
   return Type.Optional(Type.Union([schema, Type.Null()], { expected: (schema as TSchema & Partial<Described>).expected }));
 }
 
-const stopString = Type.String({ minLength: 1 });
+const stopString = Type.String({ minLength: 1, expected: 'a non-empty string' });
 
 /** The sampling fields, `temperature` up to `maxTemperature` when given. */
 export function samplingFields(maxTemperature?: number) {
@@ -34,7 +35,7 @@ export function samplingFields(maxTemperature?: number) {
     temperature: nullable(number(maxTemperature === undefined ? 'a number >= 0' : `a number in [0, ${maxTemperature}]`, { minimum: 0, ...(maxTemperature === undefined ? {} : { maximum: maxTemperature }) })),
     top_p: nullable(number('a number in (0, 1]', { exclusiveMinimum: 0, maximum: 1 })),
     top_k: nullable(integer(-1, undefined, 'an integer >= -1 (0 or -1: no top-k)')),
-    seed: nullable(integer(0, Number.MAX_SAFE_INTEGER, 'an integer in [0, 2^53]')),
+    seed: nullable(integer(0, Number.MAX_SAFE_INTEGER, 'an integer in [0, 2^53 - 1]')),
     stop: nullable(Type.Union([stopString, Type.Array(stopString)], { expected: 'a non-empty string or a list of them' })),
     presence_penalty: nullable(number('a number in [-2, 2]', { minimum: -2, maximum: 2 })),
     frequency_penalty: nullable(number('a number in [-2, 2]', { minimum: -2, maximum: 2 })),
@@ -48,7 +49,10 @@ export function samplingFields(maxTemperature?: number) {
 /** The sampling field names, in the order of samplingFields. */
 export const SAMPLING_FIELDS = Object.keys(samplingFields()) as Array<keyof ReturnType<typeof samplingFields>>;
 
-/** The body's sampling fields as a text request's (nulls dropped; top_k -1, vLLM's "off", is 0). */
+/**
+ * The body's sampling fields as a text request's (nulls dropped; top_k -1, vLLM's "off", is 0), with
+ * what no schema of one field can say: min_tokens at most max_tokens.
+ */
 export function samplingOf(body: Record<string, unknown>): TextRequest {
   const request: TextRequest = {};
   for (const field of SAMPLING_FIELDS) {
@@ -56,5 +60,7 @@ export function samplingOf(body: Record<string, unknown>): TextRequest {
     if (value !== undefined && value !== null) (request as Record<string, unknown>)[field] = value;
   }
   if (request.top_k === -1) request.top_k = 0;
+  const { min_tokens: least, max_tokens: most } = request;
+  if (typeof least === 'number' && typeof most === 'number' && least > most) throw invalidArgument('min_tokens', `at most max_tokens (${most})`, least);
   return request;
 }

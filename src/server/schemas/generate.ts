@@ -15,11 +15,21 @@ const fields = {
   ...samplingFields(),
 };
 
+/** A pipeline's standard request fields alone, as KServe infer gives them (one-element tensors by name). */
+export const PipelineFields = Type.Object(fields, { expected: 'a pipeline\'s request fields' });
+
+/** generate answers one text_output (n samples come from the OpenAI routes), streamed or not by its route. */
+const generateFields = {
+  ...fields,
+  n: nullable(integer(1, 1, '1 (generate answers one text; /v1/completions answers n)')),
+  stream: nullable(Type.Boolean({ expected: 'false on generate and true on generate_stream (or left out)' })),
+};
+
 export const GenerateBody = Type.Object(
   {
     id: Type.Optional(Type.String({ expected: 'a string' })),
-    parameters: Type.Optional(Type.Object(fields, { expected: 'an object of fields' })),
-    ...fields,
+    parameters: Type.Optional(Type.Object(generateFields, { expected: 'an object of fields' })),
+    ...generateFields,
   },
   { expected: 'a JSON object' },
 );

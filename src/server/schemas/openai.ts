@@ -7,25 +7,34 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { integer, nullable, samplingFields } from './fields.ts';
 
-/** Accepted so that a client's "unset" value passes; refused by name when actually used. */
-const refused = { echo: Type.Optional(Type.Unknown()), logit_bias: Type.Optional(Type.Unknown()), suffix: Type.Optional(Type.Unknown()), best_of: Type.Optional(Type.Unknown()), tools: Type.Optional(Type.Unknown()) };
+/** Checked as OpenAI types them, so that a client's "unset" value passes; refused by name when actually used. */
+const refused = {
+  echo: nullable(Type.Boolean({ expected: 'true or false (true is not supported)' })),
+  logit_bias: nullable(Type.Record(Type.String(), Type.Number(), { expected: 'an object of token ids to numbers (not supported when not empty)' })),
+  suffix: nullable(Type.String({ expected: 'a string (not supported when not empty)' })),
+  best_of: nullable(integer(1, 20, 'an integer in [1, 20] (not supported above 1)')),
+  tools: nullable(Type.Array(Type.Unknown(), { expected: 'a list of tools (not supported when not empty)' })),
+};
 
 const common = {
   model: Type.String({ minLength: 1, expected: 'the name of a model (a pipeline)' }),
   n: nullable(integer(1, 16, 'an integer in [1, 16]')),
   stream: nullable(Type.Boolean({ expected: 'true or false' })),
-  stream_options: nullable(Type.Object({ include_usage: Type.Optional(Type.Boolean({ expected: 'true or false' })) }, { expected: 'an object' })),
+  stream_options: nullable(Type.Object({ include_usage: Type.Optional(Type.Boolean({ expected: 'true or false' })) }, { additionalProperties: false, expected: 'an object {include_usage}, with stream: true' })),
   user: nullable(Type.String({ expected: 'a string' })),
   max_completion_tokens: nullable(integer(1, undefined, 'an integer >= 1')),
   ...samplingFields(2),
   ...refused,
 };
 
+/** OpenAI's message roles; the chat template reads the role as given. */
+export const ROLES = ['system', 'developer', 'user', 'assistant', 'tool'] as const;
+
 const textPart = Type.Object({ type: Type.String(), text: Type.Optional(Type.String()) }, { expected: 'a content part {type, ...}' });
 
 export const ChatMessage = Type.Object(
   {
-    role: Type.String(),
+    role: Type.Union(ROLES.map((role) => Type.Literal(role)), { expected: `one of ${ROLES.join(', ')}` }),
     content: Type.Union([Type.String(), Type.Array(textPart)], { expected: 'a string or a list of text parts' }),
     name: Type.Optional(Type.String({ expected: 'a string' })),
   },

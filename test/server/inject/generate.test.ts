@@ -29,8 +29,8 @@ const CASES: Case[] = [
   [{ text_input: 'x', max_tokens: 0 }, 400, /^max_tokens must be an integer >= 1, got 0$/],
   [{ text_input: 'x', top_logprobs: 21 }, 400, /^top_logprobs must be an integer in \[0, 20\], got 21$/],
   [{ text_input: 'x', logprobs: 'yes' }, 400, /^logprobs must be true or false, got "yes"$/],
-  [{ text_input: 'x', stop: [''] }, 400, /^stop must be a non-empty string or a list of them/],
-  [{ text_input: 'x', n: 0 }, 400, /^n must be an integer in \[1, 64\], got 0$/],
+  [{ text_input: 'x', stop: [''] }, 400, /^stop\[0\] must be a non-empty string, got ""$/],
+  [{ text_input: 'x', n: 0 }, 400, /^n must be 1 \(generate answers one text; \/v1\/completions answers n\), got 0$/],
 ];
 
 test(`${CASES.length} bad generate bodies: 400 and {"error": "..."} naming the field, on both routes`, async () => {

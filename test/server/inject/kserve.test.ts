@@ -54,7 +54,7 @@ test('infer in JSON: an ensemble\'s outputs by name, only those asked, with the 
   const bad: Array<[unknown, RegExp]> = [
     [{}, /^inputs must be a non-empty list of tensors, got nothing$/],
     [{ inputs: [{ name: 'x', datatype: 'INT31', shape: [1], data: [1] }] }, /^inputs\[0\] \(x\)\.datatype must be one of BOOL/],
-    [{ inputs: [{ name: 'x', datatype: 'INT32', shape: [2], data: [1] }] }, /^inputs\[0\] \(x\)\.data must be 2 elements/],
+    [{ inputs: [{ name: 'x', datatype: 'INT32', shape: [2], data: [1] }] }, /^inputs\[0\] \(x\)\.data must hold 2 elements/],
     [{ inputs: [{ name: 'x', datatype: 'INT32', shape: [1], data: [1] }], outputs: [{ name: 'z' }] }, /^outputs must be names of outputs of sum \(y, label\), got "z"$/],
   ];
   for (const [body, message] of bad) {

@@ -35,12 +35,19 @@ const CASES: Case[] = [
   [C, completion({ max_tokens: 1.5 }), 400, 'max_tokens', /^max_tokens must be an integer >= 1, got 1.5$/],
   [C, completion({ max_completion_tokens: -1 }), 400, 'max_completion_tokens', /^max_completion_tokens must be an integer >= 1/],
   [C, completion({ top_k: -2 }), 400, 'top_k', /^top_k must be an integer >= -1/],
-  [C, completion({ seed: -1 }), 400, 'seed', /^seed must be an integer in \[0, 2\^53\], got -1$/],
+  [C, completion({ seed: -1 }), 400, 'seed', /^seed must be an integer in \[0, 2\^53 - 1\], got -1$/],
   [C, completion({ n: 0 }), 400, 'n', /^n must be an integer in \[1, 16\], got 0$/],
   [C, completion({ n: 17 }), 400, 'n', /^n must be an integer in \[1, 16\], got 17$/],
   [C, completion({ stream: 'yes' }), 400, 'stream', /^stream must be true or false, got "yes"$/],
-  [C, completion({ stream_options: 'x' }), 400, 'stream_options', /^stream_options must be an object, got "x"$/],
-  [C, completion({ stop: [''] }), 400, 'stop', /^stop must be a non-empty string or a list of them, got \[""\]$/],
+  [C, completion({ stream_options: 'x' }), 400, 'stream_options', /^stream_options must be an object \{include_usage\}, with stream: true, got "x"$/],
+  [C, completion({ stream: true, stream_options: { include_usage: 'x' } }), 400, 'stream_options.include_usage', /^stream_options\.include_usage must be true or false, got "x"$/],
+  [C, completion({ stream: true, stream_options: { foo: 1 } }), 400, 'stream_options.foo', /^Unrecognized request argument supplied: foo$/],
+  [C, completion({ stream_options: { include_usage: true } }), 400, 'stream_options', /^stream_options must be given only with stream: true, got \{"include_usage":true\}$/],
+  [C, completion({ min_tokens: 10, max_tokens: 2 }), 400, 'min_tokens', /^min_tokens must be at most max_tokens \(2\), got 10$/],
+  [C, completion({ min_tokens: 10, max_completion_tokens: 2 }), 400, 'min_tokens', /^min_tokens must be at most max_tokens \(2\), got 10$/],
+  [C, completion({ prompt: Array.from({ length: 1025 }, () => 'x') }), 400, 'prompt', /^1025 prompts times n 1 make 1025 completions; a request makes at most 1024$/],
+  [C, completion({ prompt: [5] }), 400, 'prompt[0]', /^prompt\[0\] must be a string, got 5$/],
+  [C, completion({ stop: [''] }), 400, 'stop[0]', /^stop\[0\] must be a non-empty string, got ""$/],
   [C, completion({ stop: 7 }), 400, 'stop', /^stop must be a non-empty string or a list of them, got 7$/],
   [C, completion({ logprobs: 6 }), 400, 'logprobs', /^logprobs must be an integer in \[0, 5\], got 6$/],
   [C, completion({ top_logprobs: 2 }), 400, 'top_logprobs', /^Unrecognized request argument supplied: top_logprobs$/],
@@ -48,10 +55,13 @@ const CASES: Case[] = [
   [C, completion({ logit_bias: { 5: 1 } }), 400, 'logit_bias', /^logit_bias is not supported by this server$/],
   [C, completion({ echo: true }), 400, 'echo', /^echo is not supported/],
   [C, completion({ best_of: 3 }), 400, 'best_of', /^best_of is not supported/],
+  [C, completion({ best_of: 'x' }), 400, 'best_of', /^best_of must be an integer in \[1, 20\] \(not supported above 1\), got "x"$/],
+  [C, completion({ echo: 'yes' }), 400, 'echo', /^echo must be true or false \(true is not supported\), got "yes"$/],
+  [H, chat({ tools: 1 }), 400, 'tools', /^tools must be a list of tools \(not supported when not empty\), got 1$/],
   [C, [1, 2], 400, 'body', /^body must be a JSON object, got \[1,2\]$/],
   [H, { model: 'stories' }, 400, 'messages', /^messages must be a non-empty list of messages, got nothing$/],
   [H, chat({ messages: [] }), 400, 'messages', /^messages must be a non-empty list of messages, got \[\]$/],
-  [H, chat({ messages: [{ content: 'hi' }] }), 400, 'messages[0]', /^messages\[0\] must be an object with a role and content/],
+  [H, chat({ messages: [{ content: 'hi' }] }), 400, 'messages[0].role', /^messages\[0\]\.role must be one of system, developer, user, assistant, tool, got nothing$/],
   [H, chat({ messages: [{ role: 'user', content: 3 }] }), 400, 'messages[0].content', /^messages\[0\]\.content must be a string or a list of text parts, got 3$/],
   [H, chat({ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }), 400, 'messages[0].content[0]', /^messages\[0\]\.content\[0\] must be a text part/],
   [H, chat({ top_logprobs: 21, logprobs: true }), 400, 'top_logprobs', /^top_logprobs must be an integer in \[0, 20\], got 21$/],
@@ -60,6 +70,7 @@ const CASES: Case[] = [
   [H, chat({ temperature: 3 }), 400, 'temperature', /^temperature must be a number in \[0, 2\], got 3$/],
   [H, chat({ prompt: 'x' }), 400, 'prompt', /^Unrecognized request argument supplied: prompt$/],
   [H, chat({ tools: [{ type: 'function' }] }), 400, 'tools', /^tools is not supported/],
+  [H, chat({ messages: [{ role: 'wizard', content: 'hi' }] }), 400, 'messages[0].role', /^messages\[0\]\.role must be one of system, developer, user, assistant, tool, got "wizard"$/],
 ];
 
 test(`${CASES.length} bad OpenAI bodies: each its status and OpenAI's error shape naming the field`, async () => {
@@ -132,4 +143,11 @@ test('/v1/models lists the pipelines; /v1/models/{m} answers one or 404s', async
   const missing = await app.inject('/v1/models/nope');
   assert.equal(missing.statusCode, 404);
   assert.equal((missing.json() as { error: { param: string } }).error.param, 'model');
+});
+
+test('the fields Chorus cannot honour pass when a client sends their "unset" values', async () => {
+  const response = await post(C, completion({ echo: false, logit_bias: {}, suffix: '', best_of: 1, tools: [], max_tokens: 1 }));
+  assert.equal(response.statusCode, 200, response.body);
+  const nulls = await post(H, chat({ echo: null, logit_bias: null, suffix: null, best_of: null, tools: null, max_tokens: 1 }));
+  assert.equal(nulls.statusCode, 200, nulls.body);
 });
