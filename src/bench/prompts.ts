@@ -60,12 +60,18 @@ export function syntheticText(words: number, seed: number): string {
 
 /**
  * How many of `words` make `tokens` tokens, by the server's count: `measure` returns a text's token count
- * (undefined when the server reports none: then 0.75 words per token is assumed). A few measured guesses,
- * each scaled by the last ratio; the closest wins.
+ * (undefined when the server reports none: then 0.75 words per token is assumed). The first guess comes
+ * from a sample of 16 words (a tokenizer of a small vocabulary takes several tokens a word, and a guess
+ * of 0.75 words a token would overshoot a small model's context), then a few measured guesses, each
+ * scaled by the last ratio; the closest wins.
  */
 export async function fitWords(words: readonly string[], tokens: number, measure: (text: string) => Promise<number | undefined>): Promise<{ words: number; measured: number | undefined }> {
-  let keep = Math.min(words.length, Math.max(1, Math.round(tokens * 0.75)));
+  const sample = Math.min(words.length, 16, Math.max(1, Math.round(tokens / 4)));
+  const sampled = await measure(words.slice(0, sample).join(' '));
+  const perToken = sampled === undefined || sampled === 0 ? 0.75 : sample / sampled;
+  let keep = Math.min(words.length, Math.max(1, Math.round(tokens * perToken)));
   let best: { words: number; measured: number | undefined } = { words: keep, measured: undefined };
+  if (sampled === undefined) return best;
   const tried = new Set<number>();
   for (let attempt = 0; attempt < 8 && !tried.has(keep); attempt++) {
     tried.add(keep);

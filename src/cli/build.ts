@@ -1,7 +1,7 @@
 /** `chorus build` and `chorus make-checkpoint`. */
 import { Option, type Command } from 'commander';
 import cliProgress from 'cli-progress';
-import { buildModel, bytesText, CHECKPOINT_ARCHS, CHECKPOINT_DTYPES, makeCheckpoint, quantSummaryText, type BuildDtype, type BuildStage, type CheckpointArch, type CheckpointDtype, type CheckpointSize, type WeightsMode } from '../modelbuild/index.ts';
+import { buildModel, bytesText, checkGroupSize, CHECKPOINT_ARCHS, CHECKPOINT_DTYPES, makeCheckpoint, quantSummaryText, type BuildDtype, type BuildStage, type CheckpointArch, type CheckpointDtype, type CheckpointSize, type WeightsMode } from '../modelbuild/index.ts';
 import { invalidArgument } from '../errors.ts';
 
 export function registerBuild(program: Command): void {
@@ -22,7 +22,11 @@ export function registerBuild(program: Command): void {
     .option('--group-size <n>', 'int4: values per scale, 16, 32, 64, 128 or 256 (default 128; smaller for small models)')
     .addOption(new Option('--lm-head <weights>', 'int8 / int4: quantize the LM head too, or keep it float (default: quantized for int8, float for int4)').choices(['quantized', 'float']))
     .action((source: string, options: { out: string; dtype: BuildDtype; flavor: 'portable' | 'cuda'; task: 'generate' | 'encode'; outputAttentions?: boolean; greedySearch?: boolean; slotDecoder?: boolean; tokenizer?: string; tensorParallel?: string; weights: WeightsMode; groupSize?: string; lmHead?: 'quantized' | 'float' }) => {
-      if (options.groupSize !== undefined && !/^\d+$/.test(options.groupSize)) throw invalidArgument('--group-size', '16, 32, 64, 128 or 256', options.groupSize);
+      if (options.groupSize !== undefined) {
+        if (!/^\d+$/.test(options.groupSize)) throw invalidArgument('--group-size', '16, 32, 64, 128 or 256', options.groupSize);
+        checkGroupSize(Number(options.groupSize), '--group-size');
+        if (options.weights !== 'int4') throw invalidArgument('--group-size', 'given with --weights int4', options.groupSize);
+      }
       if (options.tensorParallel !== undefined && !/^[1-9]\d*$/.test(options.tensorParallel)) throw invalidArgument('--tensor-parallel', 'an integer >= 1', options.tensorParallel);
       const bar = new cliProgress.SingleBar(
         { format: 'build [{bar}] {percentage}% {written} {stage}', noTTYOutput: false, stream: process.stderr, clearOnComplete: false },

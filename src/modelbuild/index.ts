@@ -9,6 +9,6 @@ export { readSafetensors, writeSafetensors } from './safetensors.ts';
 export type { DecoderSpec, DecoderWeights } from './decoder-spec.ts';
 export type { Tensor } from './tensor.ts';
 export { quantSummaryText, type WeightsOptions } from './quant/build-weights.ts';
-export type { QuantSummary } from './quant/rtn.ts';
+export { checkGroupSize, type QuantSummary } from './quant/rtn.ts';
 export type { WeightsMode } from './quant/nbits.ts';
 export { makeCheckpoint, CHECKPOINT_ARCHS, CHECKPOINT_DTYPES, type CheckpointArch, type CheckpointDtype, type CheckpointSize, type MakeCheckpointOptions } from './make-checkpoint.ts';

@@ -24,6 +24,9 @@ test('chorus build --dtype bf16 reports the weights written, the time and the pe
   assert.ok(info.stats!.peakRssBytes > 10 * 1024 * 1024);
   assert.match(out.stdout, /^built .*: 2 layers, hidden 64, 8 heads \(4 kv\), vocab 512, bf16\n {2}[0-9.]+ KB of weights in [0-9.]+ s, peak RSS [0-9.]+ MB\n/);
   assert.match(chorus('build', join(dir, 'ckpt'), '-o', join(dir, 'x'), '--dtype', 'bf8').stderr, /--dtype.*bf8.*fp32, fp16, bf16/);
+  // A bad group size is named as the flag, before anything is read.
+  assert.match(chorus('build', join(dir, 'ckpt'), '-o', join(dir, 'x'), '--weights', 'int4', '--group-size', '48').stderr, /^chorus: --group-size must be one of 16, 32, 64, 128, 256, got 48\n/);
+  assert.match(chorus('build', join(dir, 'ckpt'), '-o', join(dir, 'x'), '--weights', 'int8', '--group-size', '32').stderr, /^chorus: --group-size must be given with --weights int4, got "32"\n/);
 });
 
 test('chorus build takes a Megatron-LM checkpoint directory and a .nemo file, and refuses a pickle that names os.system', () => {
