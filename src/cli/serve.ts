@@ -93,7 +93,7 @@ export function registerServe(program: Command): void {
       }
       const apiKey = options.apiKey;
       const app = await buildServer({ client, metrics, apiKey, corsOrigin: options.corsOrigin, logger: options.quiet ? false : { level: 'info' } });
-      const grpc = grpcPort === 0 ? undefined : await startGrpcServer({ engine: client, host: options.host, port: grpcPort, apiKey }).catch(async (error: unknown) => {
+      const grpc = grpcPort === 0 ? undefined : await startGrpcServer({ engine: client, host: options.host, port: grpcPort, apiKey, metrics }).catch(async (error: unknown) => {
         await client.close();
         throw error;
       });

@@ -6,10 +6,10 @@
  */
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { ChorusError, describe } from '../errors.ts';
-import { nestsDeeperThan, parseExactJson } from '../util/exact-json.ts';
 import type { EngineClient } from '../serving/index.ts';
-import { errorBody, openAiErrorBody, wireError } from './errors.ts';
+import { errorAnswer, errorBody, openAiErrorBody, wireError } from './errors.ts';
 import { registerGenerate } from './generate/routes.ts';
+import { parseJsonBody } from './json-body.ts';
 import { registerKserve } from './kserve/routes.ts';
 import type { Metrics } from './metrics.ts';
 import { registerOpenAi } from './openai/routes.ts';
@@ -34,8 +34,6 @@ const JSON_ANY_TYPE = /^\/v2\/models\/[^/]+(\/versions\/[^/]+)?\/(generate|gener
 /** On every answer from a pipeline, ensemble or model that runs a model on seeded random weights. */
 export const RANDOM_WEIGHTS_HEADER = 'x-chorus-random-weights';
 const PUBLIC = /^\/(v2\/health\/(live|ready)|metrics)$/;
-/** How deeply a JSON body may nest arrays and objects (a KServe tensor's data nests as deep as its rank). */
-export const MAX_JSON_DEPTH = 64;
 /** The longest model name a path may carry. */
 const MAX_NAME_LENGTH = 200;
 /** The methods the routes answer, for a 405's Allow header. */
@@ -74,13 +72,9 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     }
     let value: unknown;
     try {
-      value = parseExactJson(text);
+      value = parseJsonBody(text);
     } catch (error) {
-      done(new ChorusError('CHORUS_INVALID_ARGUMENT', `body must be valid JSON: ${(error as Error).message}`, { param: 'body' }), undefined);
-      return;
-    }
-    if (nestsDeeperThan(value, MAX_JSON_DEPTH)) {
-      done(new ChorusError('CHORUS_INVALID_ARGUMENT', `body must nest arrays and objects at most ${MAX_JSON_DEPTH} deep`, { param: 'body' }), undefined);
+      done(error as Error, undefined);
       return;
     }
     done(null, value);
@@ -131,11 +125,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     const openAi = request.url.startsWith('/v1/');
     const failed = (raw as { validation?: Parameters<typeof validationError>[0] }).validation;
     const error = failed === undefined ? raw : validationError(failed);
-    let { status } = wireError(error);
-    if (error instanceof ChorusError && (error.code === 'CHORUS_OVERLOADED' || error.code === 'CHORUS_CLOSED')) {
-      reply.header('retry-after', '1');
-      if (openAi && error.code === 'CHORUS_OVERLOADED') status = 429;
-    }
+    const { status, headers } = errorAnswer(error, openAi);
+    void reply.headers(headers);
     if ((raw as { code?: string }).code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
       const tooLarge = new ChorusError('CHORUS_TOO_LARGE', `the body must be at most ${bodyLimit} bytes (the server's body limit)`, { param: 'body' });
       void reply.code(413).send(openAi ? openAiErrorBody(tooLarge) : errorBody(tooLarge));

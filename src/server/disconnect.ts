@@ -5,7 +5,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Observable } from 'rxjs';
 import { ChorusError } from '../errors.ts';
-import { wireError } from './errors.ts';
+import { errorAnswer } from './errors.ts';
 
 /** Whether the client left before its request was handled (its 'close' has passed: nothing will tell). */
 function gone(reply: FastifyReply): boolean {
@@ -84,9 +84,11 @@ export function sendEvents(request: FastifyRequest, reply: FastifyReply, stream:
     }
     pending += `data: ${json}\n\n`;
   };
+  // The reply's own headers (CORS, set before the route ran) go out with the hijacked response's.
+  const own = reply.getHeaders() as Record<string, string>;
   const open = (): void => {
     if (raw.headersSent) return;
-    raw.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    raw.writeHead(200, { ...own, 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' });
     if (options.first !== undefined) add(options.first);
   };
   return new Promise<void>((resolve) => {
@@ -115,7 +117,8 @@ export function sendEvents(request: FastifyRequest, reply: FastifyReply, stream:
       error: (error: unknown) => {
         if (!raw.headersSent) {
           reply.raw.off('close', onClose);
-          raw.writeHead(wireError(error).status, { 'content-type': 'application/json; charset=utf-8' });
+          const { status, headers } = errorAnswer(error, request.url.startsWith('/v1/'));
+          raw.writeHead(status, { ...own, ...headers, 'content-type': 'application/json; charset=utf-8' });
           raw.end(JSON.stringify(options.error(error)));
           resolve();
           return;

@@ -33,3 +33,15 @@ export function openAiErrorBody(error: unknown): { error: { message: string; typ
   const type = w.status === 401 ? 'authentication_error' : w.status === 404 ? 'invalid_request_error' : w.status === 429 || w.code === 'CHORUS_OVERLOADED' ? 'rate_limit_error' : w.status < 500 ? 'invalid_request_error' : 'server_error';
   return { error: { message: w.message, type, param: w.param ?? null, code: w.code } };
 }
+
+/**
+ * An error's status and extra headers, as every route answers it (streamed or not): an overloaded or
+ * closed engine says when to retry, and the OpenAI routes answer a full queue 429, as OpenAI does.
+ */
+export function errorAnswer(error: unknown, openAi: boolean): { status: number; headers: Record<string, string> } {
+  const { status } = wireError(error);
+  if (error instanceof ChorusError && (error.code === 'CHORUS_OVERLOADED' || error.code === 'CHORUS_CLOSED')) {
+    return { status: openAi && error.code === 'CHORUS_OVERLOADED' ? 429 : status, headers: { 'retry-after': '1' } };
+  }
+  return { status, headers: {} };
+}

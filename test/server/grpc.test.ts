@@ -13,6 +13,7 @@ import * as protoLoader from '@grpc/proto-loader';
 import type { Engine } from '../../src/generation/index.ts';
 import { parseSourceOverride } from '../../src/repository/index.ts';
 import { PROTO_PATH, startGrpcServer, type GrpcServer } from '../../src/server/grpc/server.ts';
+import { Metrics } from '../../src/server/index.ts';
 import { tinyFtRepository } from '../helpers/ft-repository.ts';
 import { ROOT, STORIES } from '../helpers/paths.ts';
 import { startServer, type TestServer } from '../helpers/server.ts';
@@ -217,6 +218,69 @@ describe('ModelStreamInfer (decoupled)', () => {
     for (let i = 0; i < 200 && engine.generator.stats().running > 0; i++) await new Promise((resolve) => setTimeout(resolve, 10));
     assert.equal(engine.generator.stats().running, 0);
     assert.equal(engine.generator.stats().waiting, 0);
+  });
+});
+
+describe('client mistakes get the answers HTTP gives them', () => {
+  const text = (shape: number[], extra: Record<string, unknown> = {}) => ({ name: 'text_input', datatype: 'BYTES', shape, contents: { bytes_contents: [Buffer.from('Once')] }, ...extra });
+  const field = (name: string, datatype: string, contents: Record<string, unknown>) => ({ name, datatype, shape: [1, 1], contents });
+
+  test('versions, names, shapes, pipeline fields and contents: each refused naming what was wrong', async () => {
+    await assert.rejects(call('ModelReady', { name: 'stories', version: '9' }), { code: grpc.status.NOT_FOUND, details: 'stories has no version "9"; its versions: 1' });
+    await assert.rejects(call('ModelMetadata', { name: 'stories', version: '2' }), { code: grpc.status.NOT_FOUND });
+    await assert.rejects(call('ModelConfig', { name: '' }), { code: grpc.status.INVALID_ARGUMENT, details: /^name must be the name of a pipeline, ensemble or model/ });
+    assert.deepEqual(await call('ModelReady', { name: 'stories', version: '1' }), { ready: true });
+    const infer = (inputs: unknown[], extra: Record<string, unknown> = {}) => call('ModelInfer', { model_name: 'stories', inputs, ...extra });
+    const cases: Array<[Promise<unknown>, number, RegExp]> = [
+      [infer([text([1, 1])], { model_version: '9' }), grpc.status.NOT_FOUND, /^stories has no version "9"; its versions: 1$/],
+      [infer([text([])]), grpc.status.INVALID_ARGUMENT, /^inputs\[0\] \(text_input\)\.shape must be \[-1, 1\] or \[1\] without the batch dimension \(-1: any size\), got \[\]$/],
+      [infer([text([1, 1, 1])]), grpc.status.INVALID_ARGUMENT, /^inputs\[0\] \(text_input\)\.shape must be \[-1, 1\]/],
+      [infer([text([1, 1]), field('presence_penalty', 'FP32', { fp32_contents: [5] })]), grpc.status.INVALID_ARGUMENT, /^presence_penalty must be a number in \[-2, 2\], got 5$/],
+      [infer([text([1, 1]), field('repetition_penalty', 'FP32', { fp32_contents: [3] })]), grpc.status.INVALID_ARGUMENT, /^repetition_penalty must be a number in \(0, 2\], got 3$/],
+      [infer([text([1, 1]), field('stream', 'INT32', { int_contents: [7] })]), grpc.status.INVALID_ARGUMENT, /^stream must be one BOOL element, true or false, got 7$/],
+      [infer([text([1, 1]), field('max_tokens', 'INT32', { fp32_contents: [3] })]), grpc.status.INVALID_ARGUMENT, /^inputs\[1\] \(max_tokens\)\.contents: INT32 elements go in int_contents, got fp32_contents$/],
+      [infer([text([1, 1])], { raw_input_contents: [Buffer.from([4, 0, 0, 0, 79, 110, 99, 101])] }), grpc.status.INVALID_ARGUMENT, /^inputs\[0\] \(text_input\) gives both contents and raw_input_contents: give its elements one way$/],
+      [infer([text([1, 1])], { outputs: [{ name: 'nope' }] }), grpc.status.INVALID_ARGUMENT, /^outputs must be names of outputs of stories \(text_output, prompt_tokens, completion_tokens\), got "nope"$/],
+    ];
+    for (const [refused, code, details] of cases) await assert.rejects(refused, (error: grpc.ServiceError) => error.code === code && details.test(error.details), String(details));
+  });
+
+  test('a stream asking for the token counts gets them with its last response, the text with every one', async () => {
+    const stream = client.ModelStreamInfer(key);
+    const responses: StreamResponse[] = [];
+    const ended = new Promise<void>((resolve) => {
+      stream.on('data', (r: StreamResponse) => responses.push(r));
+      stream.on('end', resolve);
+    });
+    stream.write({ model_name: 'stories', id: 'counts', inputs: [text([1, 1]), field('max_tokens', 'INT32', { int_contents: [5] })], outputs: [{ name: 'text_output' }, { name: 'completion_tokens' }] });
+    stream.end();
+    await ended;
+    assert.ok(responses.every((r) => r.error_message === ''), responses.map((r) => r.error_message).join('; '));
+    assert.ok(responses.length > 2);
+    assert.ok(responses.slice(0, -1).every((r) => r.infer_response.outputs.map((o) => o.name).join() === 'text_output'));
+    const last = responses.at(-1)!.infer_response;
+    assert.deepEqual(last.outputs.map((o) => o.name), ['text_output', 'completion_tokens']);
+    assert.equal(last.raw_output_contents[1]!.readInt32LE(0), 5);
+  });
+
+  test('inference calls count in the request metrics HTTP keeps, by model', async () => {
+    const metrics = new Metrics();
+    const counted = await startGrpcServer({ engine: http.client, port: 0, metrics });
+    const Service = client.constructor as unknown as new (address: string, credentials: grpc.ChannelCredentials) => Client;
+    const other = new Service(`127.0.0.1:${counted.port}`, grpc.credentials.createInsecure());
+    try {
+      const once = (request: unknown) => new Promise<void>((resolve) => other.ModelInfer!(request, new grpc.Metadata(), () => resolve()));
+      await once({ model_name: 'stories', inputs: [text([1, 1]), field('max_tokens', 'INT32', { int_contents: [2] })] });
+      await once({ model_name: 'stories', inputs: [text([])] });
+      await once({ model_name: 'nope', inputs: [text([1, 1])] });
+      const exposed = await metrics.text();
+      assert.match(exposed, /nv_inference_request_success\{model="stories"\} 1\n/);
+      assert.match(exposed, /nv_inference_request_failure\{model="stories",reason="REJECTED"\} 1\n/);
+      assert.doesNotMatch(exposed, /model="nope"/);
+    } finally {
+      other.close();
+      await counted.close();
+    }
   });
 });
 

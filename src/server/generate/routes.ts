@@ -12,7 +12,7 @@ import { ChorusError, invalidArgument } from '../../errors.ts';
 import { tensorFromJson, type EngineClient, type ModelInfo, type PipelineUpdate, type Tensor, type TensorRecord, type TextRequest, type TokenLogProb } from '../../serving/index.ts';
 import { cancelOnClose, sendEvents } from '../disconnect.ts';
 import { errorBody } from '../errors.ts';
-import { checkVersion, VERSION } from '../kserve/routes.ts';
+import { checkVersion, VERSION } from '../kserve/checks.ts';
 import { SAMPLING_FIELDS, samplingOf } from '../schemas/fields.ts';
 import { GenerateBody } from '../schemas/generate.ts';
 

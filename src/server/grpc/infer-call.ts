@@ -2,11 +2,11 @@
 import type { Observable } from 'rxjs';
 import type { TensorRecord } from '../../serving/index.ts';
 import { invalidArgument } from '../../errors.ts';
+import { checkVersion, VERSION } from '../kserve/checks.ts';
 import type { GrpcEngine, ModelInfo } from './engine.ts';
 import { requestTensors, responseTensors, type InputMessage } from './tensors.ts';
 
-/** Every name has one version. */
-export const VERSION = '1';
+export { VERSION };
 
 /** ModelInferRequest, as the proto loader gives it. */
 export interface InferRequest {
@@ -23,18 +23,35 @@ export interface InferRequest {
 export interface InferCall {
   info: ModelInfo;
   run: Observable<TensorRecord>;
-  /** The requested output names (all when none were named); throws naming one the answer lacks. */
-  wanted: (outputs: TensorRecord) => string[];
+  /**
+   * The requested output names (all when none were named) that `outputs` holds. A partial answer (a
+   * stream's) may lack some (a pipeline's token counts come with its last); a final one that lacks one
+   * throws naming it.
+   */
+  wanted: (outputs: TensorRecord, final?: boolean) => string[];
+}
+
+/** A name (and version) as a GetModel-style request gives them, resolved: HTTP's rules, gRPC's field names. */
+export function resolveNamed(engine: GrpcEngine, name: string, version: string, field: string): ModelInfo {
+  if (name === '') throw invalidArgument(field, 'the name of a pipeline, ensemble or model', name);
+  const info = engine.resolve(name);
+  // An empty version is the latest, as Triton takes it.
+  checkVersion(info, version === '' ? undefined : version);
+  return info;
 }
 
 /** Resolves the request's model and tensors and starts it (the observable is cold until subscribed). */
 export function startInfer(engine: GrpcEngine, request: InferRequest, stream: boolean): InferCall {
-  if (request.model_name === '') throw invalidArgument('model_name', 'the name of a pipeline or ensemble', request.model_name);
-  const info = engine.resolve(request.model_name);
-  const inputs = requestTensors(request.inputs, request.raw_input_contents);
+  const info = resolveNamed(engine, request.model_name, request.model_version, 'model_name');
+  const declared = new Set(info.outputs.map((t) => t.name));
+  for (const { name } of request.outputs) {
+    if (declared.size > 0 && !declared.has(name)) throw invalidArgument('outputs', `names of outputs of ${info.name} (${[...declared].join(', ')})`, name);
+  }
+  const inputs = requestTensors(request.inputs, request.raw_input_contents, info);
   const run = engine.infer(info.name, inputs, { stream });
-  const wanted = (outputs: TensorRecord): string[] => {
+  const wanted = (outputs: TensorRecord, final = true): string[] => {
     const names = request.outputs.length > 0 ? request.outputs.map((o) => o.name) : Object.keys(outputs);
+    if (!final) return names.filter((name) => name in outputs);
     for (const name of names) if (!(name in outputs)) throw invalidArgument('outputs', `names of outputs of ${info.name} (${Object.keys(outputs).join(', ')})`, name);
     return names;
   };

@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { ChorusError } from '../../errors.ts';
+import type { Metrics } from '../metrics.ts';
 import type { GrpcEngine } from './engine.ts';
 import { inferenceHandlers } from './service.ts';
 import { grpcError } from './status.ts';
@@ -25,6 +26,8 @@ export interface GrpcServerOptions {
   apiKey?: string;
   /** Largest message received, bytes (the HTTP body limit). Default: 64 MiB. */
   maxMessageBytes?: number;
+  /** The HTTP server's request metrics, which inference calls then count in too. Default: none. */
+  metrics?: Metrics;
 }
 
 /** A listening gRPC server. */
@@ -44,7 +47,7 @@ export async function startGrpcServer(options: GrpcServerOptions): Promise<GrpcS
   const loaded = grpc.loadPackageDefinition(definition) as unknown as { inference: { GRPCInferenceService: { service: grpc.ServiceDefinition } } };
   const limit = options.maxMessageBytes ?? 64 * 1024 * 1024;
   const server = new grpc.Server({ 'grpc.max_receive_message_length': limit, 'grpc.max_send_message_length': -1 });
-  const handlers = inferenceHandlers(options.engine);
+  const handlers = inferenceHandlers(options.engine, options.metrics);
   const guarded = Object.fromEntries(Object.entries(handlers).map(([name, handler]) => [name, PUBLIC.has(name) || options.apiKey === undefined ? handler : authorized(handler, options.apiKey)]));
   server.addService(loaded.inference.GRPCInferenceService.service, guarded);
   const host = options.host ?? '127.0.0.1';

@@ -6,8 +6,9 @@
 import type * as grpc from '@grpc/grpc-js';
 import { last, type Subscription } from 'rxjs';
 import type { GrpcEngine, ModelInfo, TensorInfo } from './engine.ts';
-import { inferResponse, startInfer, VERSION, type InferRequest } from './infer-call.ts';
-import { grpcError } from './status.ts';
+import type { Metrics } from '../metrics.ts';
+import { inferResponse, resolveNamed, startInfer, VERSION, type InferRequest } from './infer-call.ts';
+import { counted, grpcError, statusOf } from './status.ts';
 import { streamInfer } from './stream-infer.ts';
 
 
@@ -33,19 +34,20 @@ function decoupled(info: ModelInfo): boolean {
   return info.kind === 'ensemble' && Array.isArray(steps) && steps.some((s: { generate?: unknown }) => s.generate !== undefined);
 }
 
-/** The service's handlers by RPC name. */
-export function inferenceHandlers(engine: GrpcEngine): grpc.UntypedServiceImplementation {
+/** The service's handlers by RPC name; with `metrics`, inference calls count as HTTP's do. */
+export function inferenceHandlers(engine: GrpcEngine, metrics?: Metrics): grpc.UntypedServiceImplementation {
+  const named = (r: Record<string, unknown>): ModelInfo => resolveNamed(engine, String(r.name ?? ''), String(r.version ?? ''), 'name');
   return {
     ServerLive: unary(() => ({ live: true })),
     ServerReady: unary(() => ({ ready: true })),
     ServerMetadata: unary(() => ({ name: 'chorus', version: '0.1.0', extensions: ['binary_tensor_data', 'model_repository', 'model_configuration', 'decoupled'] })),
-    ModelReady: unary((r) => ({ ready: engine.resolve(String(r.name)).state === 'READY' })),
+    ModelReady: unary((r) => ({ ready: named(r).state === 'READY' })),
     ModelMetadata: unary((r) => {
-      const info = engine.resolve(String(r.name));
+      const info = named(r);
       return { name: info.name, versions: [VERSION], platform: info.platform, inputs: metadataTensors(info.inputs), outputs: metadataTensors(info.outputs) };
     }),
     ModelConfig: unary((r) => {
-      const info = engine.resolve(String(r.name));
+      const info = named(r);
       const maxBatch = typeof info.config.max_batch_size === 'number' ? info.config.max_batch_size : 0;
       const description = typeof info.config.description === 'string' ? { description: { string_value: info.config.description } } : {};
       return {
@@ -77,24 +79,31 @@ export function inferenceHandlers(engine: GrpcEngine): grpc.UntypedServiceImplem
     }),
     ModelInfer: (call: grpc.ServerUnaryCall<InferRequest, unknown>, callback: grpc.sendUnaryData<unknown>) => {
       let subscription: Subscription | undefined;
+      // Counted as HTTP's requests are, once the name is one the repository has.
+      const end = counted(metrics, engine, call.request.model_name);
+      const answer = (error: unknown, value?: unknown): void => {
+        end?.(error === null ? 200 : statusOf(error));
+        if (error === null) callback(null, value as object);
+        else callback(grpcError(error));
+      };
       try {
-        const { run, wanted } = startInfer(engine, call.request, false);
-        subscription = run.pipe(last()).subscribe({
+        const started = startInfer(engine, call.request, false);
+        subscription = started.run.pipe(last()).subscribe({
           next: (outputs) => {
             try {
-              callback(null, inferResponse(call.request, outputs, wanted(outputs)) as object);
+              answer(null, inferResponse(call.request, outputs, started.wanted(outputs)));
             } catch (error) {
-              callback(grpcError(error));
+              answer(error);
             }
           },
-          error: (error: unknown) => callback(grpcError(error)),
+          error: (error: unknown) => answer(error),
         });
       } catch (error) {
-        callback(grpcError(error));
+        answer(error);
       }
       call.on('cancelled', () => subscription?.unsubscribe());
     },
-    ModelStreamInfer: streamInfer(engine),
+    ModelStreamInfer: streamInfer(engine, metrics),
   };
 }
 

@@ -14,9 +14,10 @@ import { Subscription } from 'rxjs';
 import type { TensorRecord } from '../../serving/index.ts';
 import type { GrpcEngine } from './engine.ts';
 import { inferResponse, startInfer, VERSION, type InferCall, type InferRequest } from './infer-call.ts';
-import { grpcError } from './status.ts';
+import type { Metrics } from '../metrics.ts';
+import { counted, grpcError, statusOf } from './status.ts';
 
-export function streamInfer(engine: GrpcEngine): (call: grpc.ServerDuplexStream<InferRequest, unknown>) => void {
+export function streamInfer(engine: GrpcEngine, metrics?: Metrics): (call: grpc.ServerDuplexStream<InferRequest, unknown>) => void {
   return (call) => {
     const running = new Set<Subscription>();
     let ended = false;
@@ -27,25 +28,30 @@ export function streamInfer(engine: GrpcEngine): (call: grpc.ServerDuplexStream<
       call.write({ error_message: grpcError(error).details, infer_response: { model_name: request.model_name, model_version: VERSION, id: request.id } });
     };
     call.on('data', (request: InferRequest) => {
+      const end = counted(metrics, engine, request.model_name);
       let started: InferCall;
       try {
         started = startInfer(engine, request, true);
       } catch (error) {
+        end?.(statusOf(error));
         fail(request, error);
         return;
       }
       const { info, run, wanted } = started;
       const emptyFinal = request.parameters.triton_enable_empty_final_response?.bool_param === true;
       const sent: string[] = [];
-      let held: { outputs: TensorRecord; names: string[] } | undefined;
+      let held: { outputs: TensorRecord; whole: TensorRecord } | undefined;
       const send = (final: boolean): void => {
-        if (held !== undefined) call.write({ infer_response: inferResponse(request, held.outputs, held.names, final) });
+        // Each response holds the outputs asked for that it has; the last must have them all.
+        if (held !== undefined) call.write({ infer_response: inferResponse(request, held.outputs, wanted(held.whole, final), final) });
         held = undefined;
       };
       const subscription = new Subscription();
       running.add(subscription);
+      let status = 200;
       const done = (): void => {
         running.delete(subscription);
+        end?.(status);
         settle();
       };
       subscription.add(
@@ -53,22 +59,33 @@ export function streamInfer(engine: GrpcEngine): (call: grpc.ServerDuplexStream<
           next: (outputs) => {
             try {
               send(false);
-              held = { outputs: info.kind === 'pipeline' ? deltas(outputs, sent) : outputs, names: wanted(outputs) };
+              held = { outputs: info.kind === 'pipeline' ? deltas(outputs, sent) : outputs, whole: outputs };
               if (emptyFinal) send(false);
             } catch (error) {
               subscription.unsubscribe();
+              status = statusOf(error);
               fail(request, error);
               done();
             }
           },
           error: (error: unknown) => {
-            send(false);
+            try {
+              send(false);
+            } catch {
+              // The request failed: its error is what the client hears.
+            }
+            status = statusOf(error);
             fail(request, error);
             done();
           },
           complete: () => {
-            if (held === undefined) call.write({ infer_response: { model_name: request.model_name, model_version: VERSION, id: request.id, parameters: { triton_final_response: { bool_param: true } } } });
-            else send(true);
+            try {
+              if (held === undefined) call.write({ infer_response: { model_name: request.model_name, model_version: VERSION, id: request.id, parameters: { triton_final_response: { bool_param: true } } } });
+              else send(true);
+            } catch (error) {
+              status = statusOf(error);
+              fail(request, error);
+            }
             done();
           },
         }),

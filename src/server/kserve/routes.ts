@@ -6,25 +6,14 @@
  * answers `text_output` with `prompt_tokens` and `completion_tokens`; a model can be loaded and unloaded.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { ChorusError, describe, invalidArgument } from '../../errors.ts';
+import { ChorusError, invalidArgument } from '../../errors.ts';
 import { DATATYPES, tensor, type Datatype, type Element, type EngineClient, type ModelInfo, type Tensor, type TensorInfo } from '../../serving/index.ts';
-import { Ajv } from 'ajv';
 import { cancelOnClose } from '../disconnect.ts';
-import { PipelineFields } from '../schemas/generate.ts';
-import { AJV_OPTIONS, validationError } from '../validation.ts';
-import { parseExactJson, stringifyExactJson } from '../../util/exact-json.ts';
+import { checkFields, checkShape, checkVersion, VERSION } from './checks.ts';
+import { stringifyExactJson } from '../../util/exact-json.ts';
+import { parseJsonBody } from '../json-body.ts';
 import { decodeRaw, encodeRaw, utf8 } from './binary.ts';
 import { VERSION as PACKAGE_VERSION } from '../../version.ts';
-
-/** The one version every model, ensemble and pipeline answers as. */
-export const VERSION = '1';
-
-/** A path's version, when it names one, must be the model's. */
-export function checkVersion(info: ModelInfo, version: string | undefined): void {
-  if (version !== undefined && version !== info.version) {
-    throw new ChorusError('CHORUS_NOT_FOUND', `${info.name} has no version ${describe(version)}; its versions: ${info.version}`, { param: 'version', value: version });
-  }
-}
 
 interface InferInput {
   name: string;
@@ -110,7 +99,6 @@ async function infer(client: EngineClient, request: FastifyRequest<{ Params: Mod
 
 /** The fields of an infer body, as KServe v2 has them. */
 const BODY_FIELDS = ['id', 'parameters', 'inputs', 'outputs'];
-const checkPipelineFields = new Ajv(AJV_OPTIONS).compile(PipelineFields);
 
 const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
 
@@ -119,31 +107,6 @@ function checkParameters(where: string, parameters: unknown, flag?: string): voi
   if (parameters === undefined) return;
   if (!isObject(parameters)) throw invalidArgument(where, 'an object', parameters);
   if (flag !== undefined && parameters[flag] !== undefined && typeof parameters[flag] !== 'boolean') throw invalidArgument(`${where}.${flag}`, 'true or false', parameters[flag]);
-}
-
-/** A tensor's shape against the one its model declares (-1: any size), with or without the batch dimension. */
-function checkShape(label: string, shape: number[], declared: number[]): void {
-  const fits = (want: number[]): boolean => shape.length === want.length && shape.every((d, i) => want[i] === -1 || want[i] === d);
-  if (!fits(declared) && !(declared.length > 1 && fits(declared.slice(1)))) {
-    const without = declared.length > 1 ? ` or [${declared.slice(1).join(', ')}] without the batch dimension` : '';
-    throw new ChorusError('CHORUS_INVALID_ARGUMENT', `${label}.shape must be [${declared.join(', ')}]${without} (-1: any size), got [${shape.join(', ')}]`, { param: `${label}.shape` });
-  }
-}
-
-/**
- * A pipeline's request fields given as tensors, checked as the generate extension checks them (the same
- * bounds and messages): each one-element tensor is its field's value.
- */
-function checkFields(inputs: Array<{ name: string; tensor: Tensor }>): void {
-  const fields: Record<string, unknown> = {};
-  for (const { name, tensor } of inputs) {
-    if (name === 'text_input' || !(name in PipelineFields.properties) || tensor.data.length !== 1) continue;
-    const value = tensor.data[0];
-    // A 64-bit integer (a seed) is checked where the pipeline takes it, exactly.
-    if (typeof value === 'bigint') continue;
-    fields[name] = value;
-  }
-  if (!checkPipelineFields(fields)) throw validationError(checkPipelineFields.errors ?? []);
 }
 
 /** The request's inputs as checked tensors, from JSON or from the binary extension. */
@@ -156,10 +119,10 @@ function parseBody(request: FastifyRequest, info: ModelInfo): { id?: string; par
     const buffer = request.body;
     if (!Buffer.isBuffer(buffer)) throw invalidArgument('Inference-Header-Content-Length', 'sent with a binary body (application/octet-stream)', headerLength);
     if (!Number.isInteger(length) || length < 0 || length > buffer.length) throw invalidArgument('Inference-Header-Content-Length', `an integer in [0, ${buffer.length}] (the body's size)`, headerLength);
-    body = parseJson(utf8(buffer.subarray(0, length), 'the JSON header'));
+    body = parseJsonBody(utf8(buffer.subarray(0, length), 'the JSON header'), 'the JSON header');
     raw = buffer.subarray(length);
   } else {
-    body = Buffer.isBuffer(request.body) ? parseJson(utf8(request.body, 'the request body')) : request.body;
+    body = Buffer.isBuffer(request.body) ? parseJsonBody(utf8(request.body, 'the request body')) : request.body;
   }
   if (!isObject(body)) throw invalidArgument('body', 'a JSON object with inputs', body);
   const unknown = Object.keys(body).find((field) => !BODY_FIELDS.includes(field));
@@ -184,6 +147,7 @@ function parseBody(request: FastifyRequest, info: ModelInfo): { id?: string; par
     const size = input.parameters?.binary_data_size;
     let data: Element[];
     if (size !== undefined) {
+      if (input.data !== undefined) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `${label} gives both data and parameters.binary_data_size: give its elements one way`, { param: `${label}.data` });
       if (raw === undefined) throw invalidArgument(`${label}.parameters.binary_data_size`, 'used only with a binary body (Inference-Header-Content-Length)', size);
       if (!Number.isInteger(size) || size < 0 || offset + size > raw.length) throw invalidArgument(`${label}.parameters.binary_data_size`, `an integer that fits the ${raw.length - offset} binary bytes left`, size);
       data = decodeRaw(input.datatype!, raw.subarray(offset, offset + size), input.name);
@@ -206,10 +170,4 @@ function parseBody(request: FastifyRequest, info: ModelInfo): { id?: string; par
   return { id: b.id, parameters: b.parameters, outputs: b.outputs, inputs };
 }
 
-function parseJson(text: string): unknown {
-  try {
-    return parseExactJson(text);
-  } catch (error) {
-    throw invalidArgument('body', 'valid JSON', (error as Error).message);
-  }
-}
+

@@ -5,6 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
+import { ChorusError } from '../../../src/errors.ts';
 import { buildServer, Metrics } from '../../../src/server/index.ts';
 import { FakeEngineClient } from '../../helpers/fake-client.ts';
 import { sseData } from '../../helpers/server.ts';
@@ -216,6 +217,52 @@ test('KServe infer refuses what it would otherwise ignore: wrong parameters, unk
   const junk = await raw('/v2/models/sum/infer', Buffer.concat([header, Buffer.alloc(4), Buffer.from('junk')]), { 'content-type': 'application/octet-stream', 'inference-header-content-length': String(header.length) });
   assert.equal(junk.statusCode, 400);
   assert.equal(message(junk.body, false), 'the binary body holds 8 bytes after its JSON header, and its inputs\' binary_data_size take 4');
+});
+
+test('a binary body\'s JSON header is held to the same depth, and a tensor given both ways is refused', async () => {
+  const header = Buffer.from(`{"inputs":[{"name":"x","datatype":"INT32","shape":[1,1],"data":${nested(20_000, '1')},"parameters":{"binary_data_size":4}}]}`);
+  const deep = await raw('/v2/models/sum/infer', Buffer.concat([header, Buffer.alloc(4)]), { 'content-type': 'application/octet-stream', 'inference-header-content-length': String(header.length) });
+  assert.equal(deep.statusCode, 400);
+  assert.equal(message(deep.body, false), 'the JSON header must nest arrays and objects at most 64 deep');
+  const both = Buffer.from(JSON.stringify({ inputs: [{ name: 'x', datatype: 'INT32', shape: [1, 1], data: [7], parameters: { binary_data_size: 4 } }] }));
+  const twice = await raw('/v2/models/sum/infer', Buffer.concat([both, Buffer.alloc(4)]), { 'content-type': 'application/octet-stream', 'inference-header-content-length': String(both.length) });
+  assert.equal(twice.statusCode, 400);
+  assert.equal(message(twice.body, false), 'inputs[0] (x) gives both data and parameters.binary_data_size: give its elements one way');
+});
+
+test('a full queue answers a stream as it answers a whole request: 503 (429 on OpenAI routes) with Retry-After; streams keep CORS headers', async () => {
+  const overloaded = new FakeEngineClient({ pipelines: ['stories'], words: () => [new ChorusError('CHORUS_OVERLOADED', 'the queue is full')] });
+  const busy = await buildServer({ client: overloaded, metrics: new Metrics(), corsOrigin: 'http://example.com' });
+  try {
+    for (const [url, body, status] of [
+      ['/v2/models/stories/generate_stream', { text_input: 'x' }, 503],
+      ['/v1/completions', { model: 'stories', prompt: 'x', stream: true }, 429],
+      ['/v1/chat/completions', { model: 'stories', messages: [{ role: 'user', content: 'x' }], stream: true }, 429],
+      ['/v1/completions', { model: 'stories', prompt: 'x' }, 429],
+    ] as const) {
+      const response = await busy.inject({ method: 'POST', url, payload: body });
+      assert.equal(response.statusCode, status, url);
+      assert.equal(response.headers['retry-after'], '1', url);
+      assert.equal(response.headers['access-control-allow-origin'], 'http://example.com', url);
+      assert.equal(message(response.body, url.startsWith('/v1/')), 'the queue is full');
+    }
+  } finally {
+    await busy.close();
+  }
+  const open = await buildServer({ client: new FakeEngineClient({ pipelines: ['stories'] }), metrics: new Metrics(), corsOrigin: 'http://example.com' });
+  try {
+    for (const [url, payload] of [
+      ['/v2/models/stories/generate_stream', { text_input: 'x' }],
+      ['/v1/completions', { model: 'stories', prompt: 'x', stream: true }],
+    ] as const) {
+      const streamed = await open.inject({ method: 'POST', url, payload });
+      assert.equal(streamed.statusCode, 200, streamed.body);
+      assert.match(String(streamed.headers['content-type']), /^text\/event-stream/);
+      assert.equal(streamed.headers['access-control-allow-origin'], 'http://example.com', url);
+    }
+  } finally {
+    await open.close();
+  }
 });
 
 test('after all of it the server is whole: healthy, nothing running', async () => {
