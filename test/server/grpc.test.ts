@@ -59,6 +59,20 @@ const call = (method: string, request: unknown, metadata = key): Promise<Record<
 const u32 = (values: number[]): Buffer => Buffer.concat(values.map((v) => { const b = Buffer.alloc(4); b.writeUInt32LE(v); return b; }));
 const int32s = (raw: Buffer): number[] => Array.from({ length: raw.length / 4 }, (_, i) => raw.readInt32LE(i * 4));
 
+/** Every response of a ModelStreamInfer call that sends `requests` and ends its side. */
+function streamed(...requests: unknown[]): Promise<StreamResponse[]> {
+  const stream = client.ModelStreamInfer(key);
+  const responses: StreamResponse[] = [];
+  const ended = new Promise<StreamResponse[]>((resolve, reject) => {
+    stream.on('data', (r: StreamResponse) => responses.push(r));
+    stream.on('end', () => resolve(responses));
+    stream.on('error', reject);
+  });
+  for (const request of requests) stream.write(request);
+  stream.end();
+  return ended;
+}
+
 describe('unary RPCs', () => {
   test('health, server and model metadata, readiness and configuration', async () => {
     assert.deepEqual(await call('ServerLive', {}, new grpc.Metadata()), { live: true });
@@ -146,16 +160,7 @@ describe('ModelStreamInfer (decoupled)', () => {
   });
 
   test('one response per step whose texts join to the HTTP answer, then a final response', async () => {
-    const stream = client.ModelStreamInfer(key);
-    const responses: StreamResponse[] = [];
-    const ended = new Promise<void>((resolve, reject) => {
-      stream.on('data', (r: StreamResponse) => responses.push(r));
-      stream.on('end', resolve);
-      stream.on('error', reject);
-    });
-    stream.write(prompt('Once upon a time', 24));
-    stream.end();
-    await ended;
+    const responses = await streamed(prompt('Once upon a time', 24));
     assert.ok(responses.every((r) => r.error_message === ''), JSON.stringify(responses.slice(0, 3)));
     const steps = responses;
     assert.ok(steps.length >= 10, `a response per step (${steps.length})`);
@@ -175,15 +180,7 @@ describe('ModelStreamInfer (decoupled)', () => {
   });
 
   test('with triton_enable_empty_final_response, responses come as they are made and an empty one ends the request', async () => {
-    const stream = client.ModelStreamInfer(key);
-    const responses: StreamResponse[] = [];
-    const ended = new Promise<void>((resolve) => {
-      stream.on('data', (r: StreamResponse) => responses.push(r));
-      stream.on('end', resolve);
-    });
-    stream.write({ ...prompt('Lily', 6), parameters: { triton_enable_empty_final_response: { bool_param: true } } });
-    stream.end();
-    await ended;
+    const responses = await streamed({ ...prompt('Lily', 6), parameters: { triton_enable_empty_final_response: { bool_param: true } } });
     const final = responses.at(-1)!;
     assert.equal(final.infer_response.parameters.triton_final_response!.bool_param, true);
     assert.deepEqual(final.infer_response.outputs, []);
@@ -192,16 +189,7 @@ describe('ModelStreamInfer (decoupled)', () => {
   });
 
   test('a failing request answers error_message and the stream goes on', async () => {
-    const stream = client.ModelStreamInfer(key);
-    const responses: StreamResponse[] = [];
-    const ended = new Promise<void>((resolve) => {
-      stream.on('data', (r: StreamResponse) => responses.push(r));
-      stream.on('end', resolve);
-    });
-    stream.write({ ...prompt('x', 2), model_name: 'nope' });
-    stream.write(prompt('Lily', 2));
-    stream.end();
-    await ended;
+    const responses = await streamed({ ...prompt('x', 2), model_name: 'nope' }, prompt('Lily', 2));
     assert.match(responses[0]!.error_message, /unknown model nope/);
     assert.equal(responses.at(-1)!.infer_response.parameters.triton_final_response!.bool_param, true);
   });
@@ -246,15 +234,7 @@ describe('client mistakes get the answers HTTP gives them', () => {
   });
 
   test('a stream asking for the token counts gets them with its last response, the text with every one', async () => {
-    const stream = client.ModelStreamInfer(key);
-    const responses: StreamResponse[] = [];
-    const ended = new Promise<void>((resolve) => {
-      stream.on('data', (r: StreamResponse) => responses.push(r));
-      stream.on('end', resolve);
-    });
-    stream.write({ model_name: 'stories', id: 'counts', inputs: [text([1, 1]), field('max_tokens', 'INT32', { int_contents: [5] })], outputs: [{ name: 'text_output' }, { name: 'completion_tokens' }] });
-    stream.end();
-    await ended;
+    const responses = await streamed({ model_name: 'stories', id: 'counts', inputs: [text([1, 1]), field('max_tokens', 'INT32', { int_contents: [5] })], outputs: [{ name: 'text_output' }, { name: 'completion_tokens' }] });
     assert.ok(responses.every((r) => r.error_message === ''), responses.map((r) => r.error_message).join('; '));
     assert.ok(responses.length > 2);
     assert.ok(responses.slice(0, -1).every((r) => r.infer_response.outputs.map((o) => o.name).join() === 'text_output'));
