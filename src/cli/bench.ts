@@ -125,6 +125,7 @@ export function registerBench(program: Command): void {
       const durationS = nonNegative('--duration', options.duration);
       const warmup = nonNegative('--warmup', options.warmup)!;
       const timeoutS = nonNegative('--timeout', options.timeout)!;
+      if (timeoutS === 0) throw invalidArgument('--timeout', 'a number of seconds > 0', options.timeout);
       const outputTokens = positiveInt('--output-tokens', options.outputTokens);
       const temperature = nonNegative('--temperature', options.temperature);
       const topP = options.topP === undefined ? undefined : Number(options.topP);

@@ -3,6 +3,7 @@ import { Option, type Command } from 'commander';
 import cliProgress from 'cli-progress';
 import { buildModel, bytesText, checkGroupSize, CHECKPOINT_ARCHS, CHECKPOINT_DTYPES, makeCheckpoint, quantSummaryText, type BuildDtype, type BuildStage, type CheckpointArch, type CheckpointDtype, type CheckpointSize, type WeightsMode } from '../modelbuild/index.ts';
 import { invalidArgument } from '../errors.ts';
+import { makeDirectory, replaceDirectory } from '../util/output-dir.ts';
 
 export function registerBuild(program: Command): void {
   program
@@ -27,6 +28,7 @@ export function registerBuild(program: Command): void {
         checkGroupSize(Number(options.groupSize), '--group-size');
         if (options.weights !== 'int4') throw invalidArgument('--group-size', 'given with --weights int4', options.groupSize);
       }
+      if (options.lmHead !== undefined && options.weights !== 'int8' && options.weights !== 'int4') throw invalidArgument('--lm-head', 'given with --weights int8 or int4', options.lmHead);
       if (options.tensorParallel !== undefined && !/^[1-9]\d*$/.test(options.tensorParallel)) throw invalidArgument('--tensor-parallel', 'an integer >= 1', options.tensorParallel);
       const bar = new cliProgress.SingleBar(
         { format: 'build [{bar}] {percentage}% {written} {stage}', noTTYOutput: false, stream: process.stderr, clearOnComplete: false },
@@ -35,9 +37,12 @@ export function registerBuild(program: Command): void {
       bar.start(1, 0, { stage: 'read checkpoint', written: '' });
       let result;
       try {
-        result = buildModel({
+        // Built beside --out and moved into place when whole: a failed build leaves no half-written
+        // model, and a rebuild no files of the last one.
+        result = replaceDirectory(options.out, '--out', { file: 'chorus_build.json', what: 'chorus build output' }, (staging) =>
+          buildModel({
           source,
-          out: options.out,
+          out: staging,
           dtype: options.dtype,
           flavor: options.flavor,
           task: options.task,
@@ -54,7 +59,8 @@ export function registerBuild(program: Command): void {
             bar.setTotal(total);
             bar.update(done, { written: `${bytesText(done)}/${bytesText(total)}` });
           },
-        });
+          }),
+        );
         bar.update(bar.getTotal(), { stage: 'done' });
       } finally {
         bar.stop();
@@ -88,6 +94,7 @@ export function registerBuild(program: Command): void {
     .requiredOption('-o, --out <dir>', 'the output directory')
     .action((options: { arch: CheckpointArch; size: CheckpointSize; dtype: CheckpointDtype; seed: string; out: string }) => {
       if (!/^\d+$/.test(options.seed)) throw invalidArgument('--seed', 'a non-negative integer', options.seed);
+      makeDirectory(options.out, '--out');
       const config = makeCheckpoint({ arch: options.arch, size: options.size, seed: Number(options.seed), out: options.out, dtype: options.dtype });
       process.stdout.write(`wrote ${options.out}: ${String(config.model_type)} ${options.size}, seed ${options.seed}\n`);
     });

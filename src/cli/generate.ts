@@ -46,39 +46,62 @@ export function registerGenerate(program: Command): void {
     .option('--ids', 'print token ids instead of text')
     .argument('<prompt>', 'the prompt text ("" for none)')
     .action(async (prompt: string, options: GenerateOptions) => {
-      if ((options.model === undefined) === (options.pipeline === undefined)) throw new ChorusError('CHORUS_INVALID_ARGUMENT', 'give --model <path> or --pipeline <name>, one of them', { param: '--model' });
-      if (options.pipeline !== undefined) {
-        await generateWithPipeline(options.pipeline, prompt, options);
-        return;
-      }
-      const dir = await modelDirectory(options.model!);
-      const tokenizer = options.tokenizer !== undefined ? await resolveTokenizer(options.tokenizer, undefined) : await openTokenizerPath(dir);
-      const params = samplingParams(options);
-      const inputIds = tokenizer.encode(prompt);
-      const seq2seq = existsSync(join(dir, 'onnx', 'encoder_model.onnx'));
-      const engine: Engine = seq2seq ? await Seq2SeqEngine.open(dir) : await OrtEngine.open(dir);
       try {
-        // A decoder-only model continues the prompt, which is context for the text's first piece.
-        await printGeneration(engine, tokenizer, inputIds, params, options, seq2seq ? [] : inputIds);
-      } finally {
-        await engine.close();
+        await generate(prompt, options);
+      } catch (error) {
+        throw asFlags(error);
       }
     });
 }
 
+/** The numeric flags: each flag, its option, the engine parameter it sets, and the pipeline field it sets. */
+const NUMERIC_FLAGS: Array<[flag: string, option: keyof GenerateOptions, param: keyof SamplingParams, field: string]> = [
+  ['--max-tokens', 'maxTokens', 'request_output_len', 'max_tokens'],
+  ['--temperature', 'temperature', 'temperature', 'temperature'],
+  ['--top-k', 'topK', 'runtime_top_k', 'top_k'],
+  ['--top-p', 'topP', 'runtime_top_p', 'top_p'],
+  ['--seed', 'seed', 'random_seed', 'seed'],
+  ['--beam-width', 'beamWidth', 'beam_width', 'beam_width'],
+  ['--num-return', 'numReturn', 'num_return_sequences', 'n'],
+  ['--len-penalty', 'lenPenalty', 'len_penalty', 'len_penalty'],
+];
+
+/** The flag each engine parameter and pipeline field comes from. */
+const FLAGS: Record<string, string> = Object.fromEntries(NUMERIC_FLAGS.flatMap(([flag, , param, field]) => [[param, flag], [field, flag]]));
+
+/** An error about an engine parameter or pipeline field, said of the flag that set it. */
+function asFlags(error: unknown): unknown {
+  if (!(error instanceof ChorusError) || error.param === undefined) return error;
+  const flag = FLAGS[error.param];
+  if (flag === undefined) return error;
+  const message = error.message.replace(new RegExp(`\\b${error.param}\\b( \\([a-z_]+\\))?`), flag);
+  return new ChorusError(error.code, message, { param: flag, value: error.value, cause: error });
+}
+
+async function generate(prompt: string, options: GenerateOptions): Promise<void> {
+  if ((options.model === undefined) === (options.pipeline === undefined)) throw new ChorusError('CHORUS_INVALID_ARGUMENT', 'give --model <path> or --pipeline <name>, one of them', { param: '--model' });
+  if (options.pipeline !== undefined) {
+    await generateWithPipeline(options.pipeline, prompt, options);
+    return;
+  }
+  const dir = await modelDirectory(options.model!);
+  const tokenizer = options.tokenizer !== undefined ? await resolveTokenizer(options.tokenizer, undefined) : await openTokenizerPath(dir);
+  const params = samplingParams(options);
+  const inputIds = tokenizer.encode(prompt);
+  const seq2seq = existsSync(join(dir, 'onnx', 'encoder_model.onnx'));
+  const engine: Engine = seq2seq ? await Seq2SeqEngine.open(dir) : await OrtEngine.open(dir);
+  try {
+    // A decoder-only model continues the prompt, which is context for the text's first piece.
+    await printGeneration(engine, tokenizer, inputIds, params, options, seq2seq ? [] : inputIds);
+  } finally {
+    await engine.close();
+  }
+}
+
 /** The numeric flags given: each flag's value, the engine parameter it sets, and the pipeline field it sets. */
 function numericFlags(options: GenerateOptions): Array<{ param: keyof SamplingParams; field: string; value: number }> {
-  const table: Array<[string, string | undefined, keyof SamplingParams, string]> = [
-    ['--max-tokens', options.maxTokens, 'request_output_len', 'max_tokens'],
-    ['--temperature', options.temperature, 'temperature', 'temperature'],
-    ['--top-k', options.topK, 'runtime_top_k', 'top_k'],
-    ['--top-p', options.topP, 'runtime_top_p', 'top_p'],
-    ['--seed', options.seed, 'random_seed', 'seed'],
-    ['--beam-width', options.beamWidth, 'beam_width', 'beam_width'],
-    ['--num-return', options.numReturn, 'num_return_sequences', 'n'],
-    ['--len-penalty', options.lenPenalty, 'len_penalty', 'len_penalty'],
-  ];
-  return table.flatMap(([flag, value, param, field]) => {
+  return NUMERIC_FLAGS.flatMap(([flag, option, param, field]) => {
+    const value = options[option] as string | undefined;
     if (value === undefined) return [];
     const parsed = Number(value);
     if (value.trim() === '' || !Number.isFinite(parsed)) throw invalidArgument(flag, 'a number', value);

@@ -46,6 +46,9 @@ export function registerInfer(program: Command): void {
         return;
       }
       if (options.ensemble === undefined) throw invalidArgument('--ensemble', 'the ensemble to run (or give --request <file>)', undefined);
+      for (const [flag, value] of [['--url', options.url], ['--api-key', options.apiKey], ['--model', options.model]] as const) {
+        if (value !== undefined) throw invalidArgument(flag, 'given with --request (--ensemble runs in process)', value);
+      }
       const service = openService(options);
       try {
         const ensemble = service.ensemble(options.ensemble);

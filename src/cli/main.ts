@@ -18,7 +18,7 @@ export function buildProgram(): Command {
   const program = new Command('chorus')
     .description('Ensemble inference pipelines for transformer text models')
     .version(VERSION, '-V, --version', 'print the version')
-    .showHelpAfterError()
+    .showHelpAfterError('(add --help for usage)')
     .enablePositionalOptions()
     .exitOverride();
   registerValidate(program);
@@ -46,7 +46,17 @@ export async function run(argv: readonly string[]): Promise<number> {
       process.stderr.write(`chorus: ${error.message}\n`);
       return 1;
     }
-    throw error;
+    // What the system refused (a path, a port, a full disk) is the user's to fix: one line, as
+    // ChorusErrors are. Anything else is a fault: one line too, with the stack under CHORUS_DEBUG=1.
+    const errno = (error as NodeJS.ErrnoException | undefined)?.code;
+    const message = error instanceof Error ? error.message : String(error);
+    if (typeof errno === 'string' && /^E[A-Z]+$/.test(errno)) {
+      process.stderr.write(`chorus: ${message}\n`);
+      return 1;
+    }
+    if (process.env.CHORUS_DEBUG === '1') throw error;
+    process.stderr.write(`chorus: internal error: ${message} (CHORUS_DEBUG=1 shows where)\n`);
+    return 1;
   }
 }
 

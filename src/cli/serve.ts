@@ -75,6 +75,8 @@ export function registerServe(program: Command): void {
       if (!Number.isInteger(port) || port < 0 || port > 65535) throw invalidArgument('--port', 'an integer in [0, 65535]', options.port);
       const grpcPort = Number(options.grpcPort);
       if (!Number.isInteger(grpcPort) || grpcPort < 0 || grpcPort > 65535) throw invalidArgument('--grpc-port', 'an integer in [0, 65535] (0: no gRPC)', options.grpcPort);
+      if (grpcPort !== 0 && grpcPort === port) throw invalidArgument('--grpc-port', `a port other than --port (${port})`, options.grpcPort);
+      if (options.apiKey !== undefined && options.apiKey.trim() === '') throw invalidArgument('--api-key', `a key that is not empty (or leave it and ${SERVE_ENV.apiKey} out)`, options.apiKey);
       const deadline = Number(options.shutdownTimeout);
       if (!Number.isFinite(deadline) || deadline < 0) throw invalidArgument('--shutdown-timeout', 'a number of seconds >= 0', options.shutdownTimeout);
       const control = options.modelControlMode as ModelControlMode;

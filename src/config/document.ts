@@ -34,7 +34,13 @@ export class DefinitionDocument {
         message: `YAML: ${error.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '')}`,
       } satisfies Diagnostic;
     });
-    this.value = this.doc.toJS({ maxAliasCount: 100 }) as unknown;
+    try {
+      this.value = this.doc.toJS({ maxAliasCount: 100 }) as unknown;
+    } catch (error) {
+      // Aliases that expand past the bound (a YAML "billion laughs"), said as a syntax error of the file.
+      this.value = undefined;
+      this.syntaxErrors.push({ file, line: 1, column: 1, severity: 'error', message: `YAML: ${(error as Error).message}` });
+    }
   }
 
   /**

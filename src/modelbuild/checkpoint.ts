@@ -114,7 +114,14 @@ export function readHfCheckpoint(dir: string): Checkpoint {
 export function readConfig(dir: string): ModelConfig {
   const configFile = join(dir, 'config.json');
   if (!existsSync(configFile)) throw new ChorusError('CHORUS_FILE_MISSING', `${dir} has no config.json`);
-  return JSON.parse(readFileSync(configFile, 'utf8')) as ModelConfig;
+  let config: unknown;
+  try {
+    config = JSON.parse(readFileSync(configFile, 'utf8'));
+  } catch (error) {
+    throw new ChorusError('CHORUS_FILE_INVALID', `${configFile} is not valid JSON: ${(error as Error).message}`, { param: 'config.json', cause: error });
+  }
+  if (typeof config !== 'object' || config === null || Array.isArray(config)) throw new ChorusError('CHORUS_FILE_INVALID', `${configFile} must hold a JSON object`, { param: 'config.json' });
+  return config as ModelConfig;
 }
 
 /** The tensors of every shard an index lists; a missing shard is named with a tensor it should hold. */

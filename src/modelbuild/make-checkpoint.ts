@@ -2,9 +2,10 @@
  * `chorus make-checkpoint`: a random, seeded checkpoint in the Hugging Face format (config.json +
  * model.safetensors) for tests and benchmarks. The same seed gives the same bytes.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { invalidArgument } from '../errors.ts';
+import { makeDirectory } from '../util/output-dir.ts';
 import { uniformStream } from '../util/random.ts';
 import { writeSafetensors } from './safetensors.ts';
 import type { Tensor } from './tensor.ts';
@@ -291,7 +292,7 @@ export function makeCheckpoint(options: MakeCheckpointOptions): Record<string, u
 }
 
 function writeCheckpoint(out: string, config: Record<string, unknown>, tensors: Map<string, Tensor>, dtype: CheckpointDtype): Record<string, unknown> {
-  mkdirSync(out, { recursive: true });
+  makeDirectory(out, 'out');
   writeFileSync(join(out, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
   writeSafetensors(join(out, 'model.safetensors'), tensors, { dtype: CHECKPOINT_DTYPES[dtype] });
   return config;

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import type { BuildInfo } from '../../src/modelbuild/index.ts';
@@ -8,7 +8,8 @@ import { ROOT } from '../helpers/paths.ts';
 import { scratchDir } from '../helpers/scratch.ts';
 
 function chorus(...args: string[]): { status: number | null; stdout: string; stderr: string } {
-  const result = spawnSync(process.execPath, [join(ROOT, 'bin/chorus.js'), ...args], { encoding: 'utf8', cwd: ROOT });
+  // A minute at most: a command that never returns fails the test rather than hanging it.
+  const result = spawnSync(process.execPath, [join(ROOT, 'bin/chorus.js'), ...args], { encoding: 'utf8', cwd: ROOT, timeout: 60_000 });
   return { status: result.status, stdout: result.stdout, stderr: result.stderr };
 }
 
@@ -56,4 +57,49 @@ test('chorus build --tensor-parallel 2 lists each rank\'s files, refuses a count
   assert.match(chorus('generate', '--model', join(dir, 'tp2'), '--ids', 'hi').stderr, /is built split over 2 GPUs \(tensor_parallel 2\): generate through a pipeline whose model definition has tensor_parallel: 2/);
   // 2 layers of 2 key/value heads of 16 a GPU, key and value, 4 bytes.
   assert.match(chorus('doctor', '--model', join(dir, 'tp2')).stdout, /: split over 2 GPUs \(tensor_parallel 2\), fp32 weights: rank 0 [0-9.]+ KB, rank 1 [0-9.]+ KB; key\/value cache 0\.5 KiB a token on each GPU\n/);
+});
+
+test('chorus build writes its output whole or not at all, and never into a directory of other files', () => {
+  const dir = scratchDir('chorus-cli-build-out-');
+  assert.equal(chorus('make-checkpoint', '--arch', 'llama', '--size', 'tiny', '--seed', '1', '-o', join(dir, 'ckpt')).status, 0);
+  const out = join(dir, 'built');
+  assert.equal(chorus('build', join(dir, 'ckpt'), '-o', out, '--greedy-search').status, 0);
+  assert.ok(readdirSync(join(out, 'onnx')).includes('decoder_model_greedy.onnx'));
+  // A rebuild replaces the last build: none of its files stay.
+  assert.equal(chorus('build', join(dir, 'ckpt'), '-o', out).status, 0);
+  assert.ok(!readdirSync(join(out, 'onnx')).includes('decoder_model_greedy.onnx'));
+  // A failed build leaves the last one as it was, and nothing beside it.
+  cpSync(join(dir, 'ckpt'), join(dir, 'broken'), { recursive: true });
+  writeFileSync(join(dir, 'broken', 'config.json'), '{"model_type": "llama",');
+  const broken = chorus('build', join(dir, 'broken'), '-o', out);
+  assert.equal(broken.status, 1);
+  assert.match(broken.stderr, /^chorus: .*broken\/config\.json is not valid JSON: /);
+  assert.equal(broken.stderr.split('\n').length, 2, 'one line');
+  assert.ok(existsSync(join(out, 'chorus_build.json')));
+  assert.deepEqual(readdirSync(dir).sort(), ['broken', 'built', 'ckpt']);
+  // A directory of other files (the checkpoint itself, say) is refused, not written into.
+  const intoSource = chorus('build', join(dir, 'ckpt'), '-o', join(dir, 'ckpt'));
+  assert.equal(intoSource.status, 1);
+  assert.match(intoSource.stderr, /^chorus: --out .*ckpt holds other files \(no chorus_build\.json\): give a new or empty directory, or an earlier chorus build output\n$/);
+  mkdirSync(join(dir, 'empty'));
+  assert.equal(chorus('build', join(dir, 'ckpt'), '-o', join(dir, 'empty')).status, 0);
+  assert.match(chorus('build', join(dir, 'ckpt'), '-o', '').stderr, /^chorus: --out must be a directory path, got ""\n$/);
+  assert.match(chorus('build', join(dir, 'ckpt'), '-o', join(dir, 'x'), '--lm-head', 'float').stderr, /^chorus: --lm-head must be given with --weights int8 or int4, got "float"\n$/);
+  // Under /proc, where Node's recursive mkdir never returns: refused at once.
+  assert.match(chorus('build', join(dir, 'ckpt'), '-o', '/proc/chorus-x/y').stderr, /^chorus: --out \/proc\/chorus-x: cannot make \/proc\/chorus-x \(ENOENT\)\n$/);
+  assert.match(chorus('make-checkpoint', '--arch', 'llama', '--seed', '1', '-o', '/proc/chorus-x').stderr, /^chorus: --out \/proc\/chorus-x: cannot make \/proc\/chorus-x \(ENOENT\)\n$/);
+});
+
+test('chorus export gguf never writes over a file it reads, and leaves no half-written file', () => {
+  const dir = scratchDir('chorus-cli-export-');
+  assert.equal(chorus('make-checkpoint', '--arch', 'llama', '--size', 'tiny', '--seed', '1', '-o', join(dir, 'ckpt')).status, 0);
+  const weights = readFileSync(join(dir, 'ckpt', 'model.safetensors'));
+  const over = chorus('export', 'gguf', join(dir, 'ckpt'), '--out', join(dir, 'ckpt', 'model.safetensors'));
+  assert.equal(over.status, 1);
+  assert.match(over.stderr, /^chorus: out .*model\.safetensors is a file the export reads: write the \.gguf elsewhere\n$/);
+  assert.deepEqual(readFileSync(join(dir, 'ckpt', 'model.safetensors')), weights);
+  // A checkpoint made here has no tokenizer: the export fails, and no file (partial or whole) is left.
+  const failed = chorus('export', 'gguf', join(dir, 'ckpt'), '--out', join(dir, 'x.gguf'));
+  assert.equal(failed.status, 1);
+  assert.deepEqual(readdirSync(dir), ['ckpt']);
 });

@@ -51,7 +51,12 @@ test('bad input gets a clear error and a non-zero exit', () => {
   assert.match(uncached.stderr, /tokenizer llama2: meta-llama\/Llama-2-7b-hf is not in the cache/);
   const missingArgument = chorus('tokenize', 'x');
   assert.equal(missingArgument.status, 1);
-  assert.match(missingArgument.stderr, /required option '-t, --tokenizer <name\|path>' not specified/);
+  assert.equal(missingArgument.stderr, "error: required option '-t, --tokenizer <name|path>' not specified\n(add --help for usage)\n");
+  // What the system refuses is one line too, and flags that cannot go together are refused.
+  const noDirectory = chorus('infer', '--ensemble', 'gpt', '--input', 'x=1', '--url', 'http://127.0.0.1:1');
+  assert.equal(noDirectory.stderr, 'chorus: --url must be given with --request (--ensemble runs in process), got "http://127.0.0.1:1"\n');
+  assert.equal(chorus('serve', '--api-key', ' ', '--port', '0').stderr, 'chorus: --api-key must be a key that is not empty (or leave it and CHORUS_API_KEY out), got " "\n');
+  assert.equal(chorus('serve', '--port', '8123', '--grpc-port', '8123').stderr, 'chorus: --grpc-port must be a port other than --port (8123), got "8123"\n');
 });
 
 test('chorus validate exits 1 and prints file:line:column for a broken repository, 0 for the bundled one', () => {
@@ -100,7 +105,9 @@ test('chorus generate on stories260K.bin (built on the fly) prints the documente
 test('chorus generate refuses what it cannot do, saying why', () => {
   const beam = chorus('generate', '-m', `${STORIES}/stories260K.bin`, '--beam-width', '4', '--top-k', '40', 'x');
   assert.equal(beam.status, 1);
-  assert.match(beam.stderr, /runtime_top_k 40 has no effect with beam_width 4/);
+  // Errors name the flags the user gave, not the engine's parameters.
+  assert.match(beam.stderr, /^chorus: --top-k 40 has no effect with beam_width 4/);
+  assert.match(chorus('generate', '-m', `${STORIES}/stories260K.bin`, '--max-tokens', '0', 'x').stderr, /^chorus: --max-tokens must be an integer in \[1, 2\^53\], got 0\n$/);
   assert.match(chorus('generate', '-m', `${STORIES}/stories260K.bin`, '--temperature', 'hot', 'x').stderr, /--temperature must be a number, got "hot"/);
   assert.match(chorus('generate', '-m', '/nonexistent', 'x').stderr, /--model \/nonexistent does not exist/);
 });

@@ -3,8 +3,8 @@
  * file that llama.cpp and the programs built on it load: metadata, the tokenizer, and every weight in
  * F32, F16 or Q8_0.
  */
-import { existsSync, rmSync, statSync } from 'node:fs';
-import { basename } from 'node:path';
+import { existsSync, renameSync, rmSync, statSync } from 'node:fs';
+import { basename, dirname, join, relative, resolve } from 'node:path';
 import { ChorusError, invalidArgument } from '../../errors.ts';
 import { architectureFor, readHfCheckpoint, readLlama2cCheckpoint, type Checkpoint } from '../../modelbuild/index.ts';
 import { writeGguf, type GgufValue } from './container.ts';
@@ -45,6 +45,7 @@ export function exportGguf(options: ExportGgufOptions): ExportGgufResult {
   const fileType = options.type ?? 'f16';
   if (!GGUF_FILE_TYPES.includes(fileType)) throw invalidArgument('type', GGUF_FILE_TYPES.join(', '), fileType);
   if (!existsSync(options.source)) throw new ChorusError('CHORUS_FILE_MISSING', `export source ${options.source} does not exist`, { param: 'source' });
+  checkOut(options);
   const checkpoint: Checkpoint = statSync(options.source).isFile() ? readLlama2cCheckpoint(options.source) : readHfCheckpoint(options.source);
   const architecture = architectureFor(checkpoint.config);
   if (architecture.kind !== 'decoder') {
@@ -65,13 +66,31 @@ export function exportGguf(options: ExportGgufOptions): ExportGgufResult {
     ...model.metadata,
     ...vocabMetadata(vocab, model.bpePre, model.addBos),
   ]);
+  // Written beside the output and renamed when whole: no half-written or unfaithful file is left
+  // behind, and a file of that name is replaced only by a finished one.
+  const partial = join(dirname(resolve(options.out)), `.${basename(options.out)}.partial-${process.pid}`);
   let bytes: number;
   try {
-    bytes = writeGguf(options.out, metadata, model.tensors);
+    bytes = writeGguf(partial, metadata, model.tensors);
     checkpoint.finish();
+    renameSync(partial, options.out);
   } catch (error) {
-    rmSync(options.out, { force: true }); // no half-written or unfaithful file left behind
+    rmSync(partial, { force: true });
     throw error;
   }
   return { out: options.out, arch: model.arch, tensors: model.tensors.length, bytes, vocabSize: vocab.tokens.length, tokenizer };
+}
+
+/**
+ * The output may not be a file the export reads (the source, its tokenizer, or a file of a source
+ * directory): replacing it would destroy the checkpoint. A directory is not a file to write.
+ */
+function checkOut(options: ExportGgufOptions): void {
+  const out = resolve(options.out);
+  if (options.out === '' || (existsSync(out) && statSync(out).isDirectory())) throw invalidArgument('out', 'the path of the .gguf file to write, not a directory', options.out);
+  const source = resolve(options.source);
+  const inside = statSync(source).isDirectory() && !relative(source, out).startsWith('..') && existsSync(out);
+  if (out === source || inside || (options.tokenizer !== undefined && out === resolve(options.tokenizer))) {
+    throw new ChorusError('CHORUS_INVALID_ARGUMENT', `out ${options.out} is a file the export reads: write the .gguf elsewhere`, { param: 'out' });
+  }
 }
