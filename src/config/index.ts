@@ -13,5 +13,6 @@ export {
   type StepDefinition,
   type TensorSpec,
 } from './schemas.ts';
+export { LIST_FIELDS, STANDARD_FIELDS } from './request-fields.ts';
 export { STEP_PORTS, type PortSpec, type StepPorts } from './step-ports.ts';
 export { validateSchema, pathText } from './validate-schema.ts';

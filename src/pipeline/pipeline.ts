@@ -10,8 +10,7 @@
  */
 import { Template } from '@huggingface/jinja';
 import { catchError, Observable, throwError, type Subscription } from 'rxjs';
-import type { Datatype } from '../config/index.ts';
-import type { EnsembleDefinition, PipelineDefinition, TensorSpec } from '../config/index.ts';
+import { LIST_FIELDS, STANDARD_FIELDS, type EnsembleDefinition, type PipelineDefinition, type TensorSpec } from '../config/index.ts';
 import { CompiledEnsemble, type ModelStore, type Tensor, type TensorRecord } from '../ensemble/index.ts';
 import { ChorusError, invalidArgument } from '../errors.ts';
 import { StopStringMatcher } from '../generation/core/index.ts';
@@ -79,32 +78,8 @@ export interface PipelineUpdate {
   usage?: { promptTokens: number; completionTokens: number };
 }
 
-/** Standard request fields of a model pipeline: field -> generate input (port) and its datatype. */
-const STANDARD_FIELDS: Record<string, [string, Datatype]> = {
-  max_tokens: ['request_output_len', 'UINT32'],
-  temperature: ['temperature', 'FP32'],
-  top_p: ['runtime_top_p', 'FP32'],
-  top_k: ['runtime_top_k', 'UINT32'],
-  seed: ['random_seed', 'UINT64'],
-  beam_width: ['beam_width', 'UINT32'],
-  n: ['num_return_sequences', 'UINT32'],
-  presence_penalty: ['presence_penalty', 'FP32'],
-  frequency_penalty: ['frequency_penalty', 'FP32'],
-  repetition_penalty: ['repetition_penalty', 'FP32'],
-  min_tokens: ['min_length', 'UINT32'],
-  len_penalty: ['len_penalty', 'FP32'],
-  logprobs: ['is_return_log_probs', 'BOOL'],
-  top_logprobs: ['top_logprobs', 'UINT32'],
-  top_p_decay: ['top_p_decay', 'FP32'],
-  top_p_min: ['top_p_min', 'FP32'],
-  top_p_reset_ids: ['top_p_reset_ids', 'UINT32'],
-};
-
 /** Standard field -> the generate input it fills. */
 const STANDARD_PORTS: Record<string, string> = Object.fromEntries(Object.entries(STANDARD_FIELDS).map(([field, [port]]) => [field, port]));
-
-/** Standard fields that take a list of values (the rest take one). */
-const LIST_FIELDS = new Set(['top_p_reset_ids']);
 
 /** Fields every pipeline takes itself (not mapped to tensors). */
 const OWN_FIELDS = new Set(['text_input', 'messages', 'stop', 'stream']);

@@ -1,5 +1,7 @@
 /** Rules for pipeline definitions: what they run exists, and their fields reach the ensemble's inputs. */
+import { LIST_FIELDS, STANDARD_FIELDS } from '../config/index.ts';
 import type { Diagnostic } from '../config/diagnostic.ts';
+import { describe } from '../errors.ts';
 import { checkTemplate } from './check-tokenizers.ts';
 import { checkReference } from './references.ts';
 import { diagnosticAt, type Repository } from './repository.ts';
@@ -34,6 +36,11 @@ export function checkPipelines(repository: Repository): Diagnostic[] {
         for (const field of Object.keys(value.defaults ?? {})) {
           if (!(field in (value.fields ?? {}))) at(['defaults', field], `default for ${field}, which is not one of this pipeline's fields`, true);
         }
+        if (!('text_input' in (value.fields ?? {}))) at(['fields'], `fields maps no input to text_input, the request's text (inputs of ensemble ${value.ensemble}: ${Object.keys(inputs).join(', ')})`, true);
+        const outputs = Object.keys(ensemble.value.outputs);
+        if (value.text_output !== undefined && !outputs.includes(value.text_output)) {
+          at(['text_output'], `text_output ${value.text_output} is not an output of ensemble ${value.ensemble} (outputs: ${outputs.join(', ')})`);
+        }
       }
     }
     if (value.model !== undefined) {
@@ -48,10 +55,27 @@ export function checkPipelines(repository: Repository): Diagnostic[] {
         at(['model'], `model ${value.model} names no tokenizer; give the pipeline a tokenizer`);
       }
       if (value.fields !== undefined) at(['fields'], 'fields applies to ensemble pipelines; a model pipeline takes the standard request fields', true);
+      for (const [field, given] of Object.entries(value.defaults ?? {})) {
+        const problem = defaultProblem(field, given);
+        if (problem !== undefined) at(['defaults', field], problem, problem.startsWith('default for'));
+      }
     }
     if (value.chat_template !== undefined && value.chat_template !== 'tokenizer') {
       out.push(...checkTemplate(definition, ['chat_template'], value.chat_template));
     }
   }
   return out;
+}
+
+/** What is wrong with a model pipeline's default for `field`, if anything: a field it has, of its type. */
+function defaultProblem(field: string, value: unknown): string | undefined {
+  if (field === 'stop') return typeof value === 'string' || (Array.isArray(value) && value.every((v) => typeof v === 'string')) ? undefined : `defaults.stop must be a string or a list of strings, got ${describe(value)}`;
+  const standard = STANDARD_FIELDS[field];
+  if (standard === undefined) return `default for ${field}, which is not a field of a model pipeline (fields: stop, ${Object.keys(STANDARD_FIELDS).join(', ')})`;
+  const datatype = standard[1];
+  const one = (v: unknown): boolean =>
+    datatype === 'BOOL' ? typeof v === 'boolean' : datatype.startsWith('UINT') ? Number.isInteger(v) && (v as number) >= 0 : typeof v === 'number' && Number.isFinite(v);
+  const ok = LIST_FIELDS.has(field) ? Array.isArray(value) && value.every(one) : one(value);
+  const [single, list] = datatype === 'BOOL' ? ['true or false', 'a list of true or false'] : datatype.startsWith('UINT') ? ['an integer >= 0', 'a list of integers >= 0'] : ['a number', 'a list of numbers'];
+  return ok ? undefined : `defaults.${field} must be ${LIST_FIELDS.has(field) ? list : single}, got ${describe(value)}`;
 }
