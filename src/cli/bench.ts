@@ -3,10 +3,10 @@
  * rates, prints a summary table, writes every request's timings as JSON (and, with --plot, the chart);
  * `chorus bench plot results.json...` draws throughput against latency as SVG and PNG.
  */
-import { writeFileSync } from 'node:fs';
+import { closeSync, existsSync, openSync, unlinkSync, writeFileSync } from 'node:fs';
 import cliProgress from 'cli-progress';
 import type { Command } from 'commander';
-import { invalidArgument } from '../errors.ts';
+import { ChorusError, invalidArgument } from '../errors.ts';
 import {
   countPromptTokens,
   fitWords,
@@ -48,6 +48,17 @@ interface BenchCliOptions {
   out?: string;
   plot?: boolean;
   quiet?: boolean;
+}
+
+/** A file path the command can write: opened for appending once (and removed again if it was new). */
+function writableFile(path: string, flag: string): void {
+  const existed = existsSync(path);
+  try {
+    closeSync(openSync(path, 'a'));
+    if (!existed) unlinkSync(path);
+  } catch (error) {
+    throw new ChorusError('CHORUS_INVALID_ARGUMENT', `${flag} ${path} cannot be written (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`, { param: flag });
+  }
 }
 
 function positiveInt(flag: string, value: string | undefined): number | undefined {
@@ -112,6 +123,8 @@ export function registerBench(program: Command): void {
     .enablePositionalOptions()
     .action(async (options: BenchCliOptions) => {
       if (options.pipeline === undefined) throw invalidArgument('--pipeline', 'the name of a pipeline on the server', undefined);
+      // Where the results go is checked before the run, which could take minutes to lose.
+      if (options.out !== undefined) writableFile(options.out, '--out');
       if (!PROTOCOLS.includes(options.protocol as Protocol)) throw invalidArgument('--protocol', PROTOCOLS.join(', '), options.protocol);
       const protocol = options.protocol as Protocol;
       if (options.stream && protocol === 'kserve') throw invalidArgument('--stream', 'used with --protocol openai or generate (KServe infer answers whole)', true);

@@ -22,6 +22,7 @@ const MODELS = ['decoder_model_paged.onnx', 'decoder_model_slots.onnx', 'decoder
 /** The lines `doctor --model` prints for `dir`; `gpu`: the free and total memory of GPU 0, when there is one. */
 export function modelMemoryLines(dir: string, gpu: { free: number; total: number } | undefined): string[] {
   const file = join(dir, 'chorus_build.json');
+  if (!existsSync(dir)) throw new ChorusError('CHORUS_FILE_MISSING', `--model ${dir} does not exist`, { param: '--model' });
   if (!existsSync(file)) throw new ChorusError('CHORUS_FILE_MISSING', `--model ${dir} has no chorus_build.json; give a directory chorus build wrote`, { param: '--model' });
   const built = JSON.parse(readFileSync(file, 'utf8')) as Built;
   if ((built.tensor_parallel ?? 1) > 1) return rankMemoryLines(dir, built, built.tensor_parallel!);

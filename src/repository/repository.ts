@@ -60,7 +60,7 @@ export function readRepository(dir: string, checks: readonly RepositoryCheck[] =
   };
   const diagnostics: Diagnostic[] = [];
   if (!existsSync(root) || !statSync(root).isDirectory()) {
-    diagnostics.push({ file: dir, line: 1, column: 1, severity: 'error', message: 'repository directory does not exist' });
+    diagnostics.push({ file: dir, line: 1, column: 1, severity: 'error', message: existsSync(root) ? 'the repository is a file, not a directory' : 'repository directory does not exist' });
     return { repository, diagnostics };
   }
   let found = 0;

@@ -57,13 +57,17 @@ test('bad input gets a clear error and a non-zero exit', () => {
   assert.equal(noDirectory.stderr, 'chorus: --url must be given with --request (--ensemble runs in process), got "http://127.0.0.1:1"\n');
   assert.equal(chorus('serve', '--api-key', ' ', '--port', '0').stderr, 'chorus: --api-key must be a key that is not empty (or leave it and CHORUS_API_KEY out), got " "\n');
   assert.equal(chorus('serve', '--port', '8123', '--grpc-port', '8123').stderr, 'chorus: --grpc-port must be a port other than --port (8123), got "8123"\n');
+  // Where results go is checked before a run that could take minutes to lose.
+  assert.equal(chorus('bench', '--pipeline', 'stories', '--url', 'http://127.0.0.1:1', '--out', '/proc/chorus-results.json').stderr, 'chorus: --out /proc/chorus-results.json cannot be written (ENOENT)\n');
+  assert.match(chorus('doctor', '--model', '/nonexistent').stderr, /^chorus: --model \/nonexistent does not exist\n$/);
+  assert.match(chorus('validate', join(ROOT, 'package.json')).stdout + chorus('validate', join(ROOT, 'package.json')).stderr, /the repository is a file, not a directory/);
 });
 
 test('chorus validate exits 1 and prints file:line:column for a broken repository, 0 for the bundled one', () => {
   const broken = chorus('validate', 'test/fixtures/repositories/broken');
   assert.equal(broken.status, 1);
   assert.match(broken.stdout, /^test\/fixtures\/repositories\/broken\/tokenizers\/typo\.yaml:2:1: error: unknown field "encodng"/m);
-  assert.match(broken.stdout, /; 35 errors, 4 warnings\n$/);
+  assert.match(broken.stdout, /; 41 errors, 4 warnings\n$/);
   const bundled = chorus('validate');
   assert.equal(bundled.status, 0);
   assert.match(
