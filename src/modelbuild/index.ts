@@ -1,6 +1,6 @@
 export { buildModel, BUILD_STAGES, type BuildOptions, type BuildResult, type BuildStage, type BuildInfo, type BuildStats, type BuildDtype } from './build.ts';
 export { bytesText, percentSteps } from './progress.ts';
-export { readHfCheckpoint, Checkpoint, type ModelConfig } from './checkpoint.ts';
+export { readConfig, readHfCheckpoint, Checkpoint, type ModelConfig } from './checkpoint.ts';
 export { architectureFor } from './arch/index.ts';
 export { readLlama2cCheckpoint } from './llama2c-checkpoint.ts';
 export { readCheckpoint, checkpointKind, type CheckpointKind } from './read-checkpoint.ts';

@@ -2,6 +2,8 @@
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Diagnostic } from '../config/diagnostic.ts';
+import { ChorusError } from '../errors.ts';
+import { architectureFor, readConfig } from '../modelbuild/index.ts';
 import { tokenizerFileCandidates } from './tokenizer-files.ts';
 import { diagnosticAt, type Definition, type Repository } from './repository.ts';
 import { describeSource, isRemote } from './fetch-source.ts';
@@ -23,6 +25,7 @@ export function checkSources(repository: Repository): Diagnostic[] {
   }
   for (const definition of repository.models.values()) {
     const dir = checkSource(definition, definition.value.source, repository.dir, out);
+    if (dir !== undefined) checkCheckpointConfig(definition, dir, out);
     const file = definition.value.file;
     if (dir !== undefined && file !== undefined && !existsSync(join(dir, file))) {
       // A hub id's cache directory fills as files are fetched: a file not there yet is fetched on load.
@@ -57,4 +60,21 @@ function checkSource(definition: Definition<'tokenizer' | 'model'>, source: stri
     out.push(diagnosticAt(definition, ['source'], `source path ${resolved.path} does not exist`));
   }
   return undefined;
+}
+
+/**
+ * A checkpoint directory's config.json, read as a build reads it: not JSON, or naming an architecture or
+ * option the builder does not take, is an error here rather than a 503 at the first request. A built
+ * directory (chorus_build.json) was checked when it was built.
+ */
+function checkCheckpointConfig(definition: Definition<'model'>, dir: string, out: Diagnostic[]): void {
+  if (!statSync(dir).isDirectory() || !existsSync(join(dir, 'config.json')) || existsSync(join(dir, 'chorus_build.json'))) return;
+  try {
+    const config = readConfig(dir);
+    architectureFor(config).spec(config);
+  } catch (error) {
+    if (!(error instanceof ChorusError)) throw error;
+    const file = join(dir, 'config.json');
+    out.push(diagnosticAt(definition, ['source'], error.message.includes(file) ? error.message : `${file}: ${error.message.replace(/^config\.json: /, '')}`));
+  }
 }

@@ -112,3 +112,22 @@ test('end_ids applies to engine generate: on another engine it is an error at it
   const found = loadRepository(dir).diagnostics.filter((d) => d.message.includes('end_ids'));
   assert.deepEqual(found.map((d) => [relative(dir, d.file), d.line, d.message]), [['models/encoder.yaml', 3, 'end_ids applies to engine generate, not encode']]);
 });
+
+test('a checkpoint whose config.json a build would refuse is an error at validate, not a 503 at the first request', () => {
+  const dir = scratchDir('chorus-validate-config-');
+  mkdirSync(join(dir, 'models'));
+  const checkpoint = (name: string, config: string): void => {
+    mkdirSync(join(dir, name));
+    writeFileSync(join(dir, name, 'config.json'), config);
+    writeFileSync(join(dir, 'models', `${name}.yaml`), `engine: generate\nsource: ./${name}\n`);
+  };
+  checkpoint('truncated', '{"model_type": "llama",');
+  checkpoint('yarn', JSON.stringify({ model_type: 'llama', hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 4, vocab_size: 100, rope_scaling: { rope_type: 'yarn', factor: 4 } }));
+  checkpoint('unknown', JSON.stringify({ model_type: 'mamba' }));
+  const { diagnostics } = loadRepository(dir);
+  const said = (name: string): string => diagnostics.find((d) => d.file.endsWith(`${name}.yaml`) && d.message.includes('config.json'))?.message ?? '(none)';
+  assert.match(said('truncated'), /^\/.*truncated\/config\.json is not valid JSON: /);
+  assert.match(said('yarn'), /^\/.*yarn\/config\.json: .*yarn/);
+  assert.match(said('unknown'), /unknown\/config\.json: .*mamba/);
+  assert.ok(diagnostics.filter((d) => d.message.includes('config.json')).every((d) => d.severity === 'error'));
+});
