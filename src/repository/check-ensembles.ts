@@ -4,7 +4,7 @@
  * once; datatypes agree along each edge; every ensemble output is made; the steps form no cycle.
  */
 import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { isAbsolute, relative, resolve } from 'node:path';
 import type { Diagnostic } from '../config/diagnostic.ts';
 import type { Datatype } from '../config/datatypes.ts';
 import { STEP_KINDS, type StepDefinition, type StepKind } from '../config/schemas.ts';
@@ -121,7 +121,10 @@ function checkTarget(repository: Repository, definition: Definition<'ensemble'>,
     out.push(...checkReference(repository, definition, path, 'tokenizer', target));
   } else if (kind === 'script') {
     const file = resolve(repository.dir, target);
-    if (!existsSync(file)) out.push(diagnosticAt(definition, path, `script ${file} does not exist`));
+    // A script is part of the repository: a path outside it would run whatever file the machine has there.
+    if (isAbsolute(target) || relative(resolve(repository.dir), file).startsWith('..')) {
+      out.push(diagnosticAt(definition, path, `script must be a path inside the repository, relative to it; got ${target}`));
+    } else if (!existsSync(file)) out.push(diagnosticAt(definition, path, `script ${file} does not exist`));
   } else {
     out.push(...checkReference(repository, definition, path, 'model', target));
     const model = repository.models.get(target);

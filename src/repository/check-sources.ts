@@ -64,7 +64,7 @@ function checkSource(definition: Definition<'tokenizer' | 'model'>, source: stri
 
 /**
  * A checkpoint directory's config.json, read as a build reads it: not JSON, or naming an architecture or
- * option the builder does not take, is an error here rather than a 503 at the first request. A built
+ * option the builder does not take, is said here, before the first request meets it as a 503. A built
  * directory (chorus_build.json) was checked when it was built.
  */
 function checkCheckpointConfig(definition: Definition<'model'>, dir: string, out: Diagnostic[]): void {
@@ -75,6 +75,9 @@ function checkCheckpointConfig(definition: Definition<'model'>, dir: string, out
   } catch (error) {
     if (!(error instanceof ChorusError)) throw error;
     const file = join(dir, 'config.json');
-    out.push(diagnosticAt(definition, ['source'], error.message.includes(file) ? error.message : `${file}: ${error.message.replace(/^config\.json: /, '')}`));
+    // A warning, so that one model's checkpoint does not keep the rest of the repository from serving:
+    // that model answers 503 with this message, as any model that fails to load does.
+    const problem = error.message.includes(file) ? error.message : `${file}: ${error.message.replace(/^config\.json: /, '')}`;
+    out.push(diagnosticAt(definition, ['source'], `loading it will fail: ${problem}`, { severity: 'warning' }));
   }
 }

@@ -113,7 +113,7 @@ test('end_ids applies to engine generate: on another engine it is an error at it
   assert.deepEqual(found.map((d) => [relative(dir, d.file), d.line, d.message]), [['models/encoder.yaml', 3, 'end_ids applies to engine generate, not encode']]);
 });
 
-test('a checkpoint whose config.json a build would refuse is an error at validate, not a 503 at the first request', () => {
+test('a checkpoint whose config.json a build would refuse is said at validate, as a warning: the rest of the repository still serves', () => {
   const dir = scratchDir('chorus-validate-config-');
   mkdirSync(join(dir, 'models'));
   const checkpoint = (name: string, config: string): void => {
@@ -126,8 +126,25 @@ test('a checkpoint whose config.json a build would refuse is an error at validat
   checkpoint('unknown', JSON.stringify({ model_type: 'mamba' }));
   const { diagnostics } = loadRepository(dir);
   const said = (name: string): string => diagnostics.find((d) => d.file.endsWith(`${name}.yaml`) && d.message.includes('config.json'))?.message ?? '(none)';
-  assert.match(said('truncated'), /^\/.*truncated\/config\.json is not valid JSON: /);
-  assert.match(said('yarn'), /^\/.*yarn\/config\.json: .*yarn/);
-  assert.match(said('unknown'), /unknown\/config\.json: .*mamba/);
-  assert.ok(diagnostics.filter((d) => d.message.includes('config.json')).every((d) => d.severity === 'error'));
+  assert.match(said('truncated'), /^loading it will fail: \/.*truncated\/config\.json is not valid JSON: /);
+  assert.match(said('yarn'), /^loading it will fail: \/.*yarn\/config\.json: rope_scaling of type "yarn" is not supported/);
+  assert.match(said('unknown'), /^loading it will fail: \/.*unknown\/config\.json: .*mamba/);
+  assert.ok(diagnostics.filter((d) => d.message.includes('config.json')).every((d) => d.severity === 'warning'));
+});
+
+test('a script step must name a file inside the repository', () => {
+  const dir = scratchDir('chorus-validate-script-');
+  mkdirSync(join(dir, 'ensembles'));
+  const ensemble = (name: string, script: string): void =>
+    writeFileSync(
+      join(dir, 'ensembles', `${name}.yaml`),
+      `inputs:\n  x: { datatype: FP32, dims: [-1] }\noutputs:\n  y: { datatype: FP32, dims: [-1] }\nsteps:\n  - name: s\n    script: ${script}\n    inputs: { x: x }\n    outputs: { y: y }\n`,
+    );
+  ensemble('absolute', '/etc/passwd');
+  ensemble('outside', '../elsewhere/step.ts');
+  const { diagnostics } = loadRepository(dir);
+  const said = (name: string): string[] => diagnostics.filter((d) => d.file.endsWith(`${name}.yaml`)).map((d) => `${d.line}: ${d.message}`);
+  assert.deepEqual(said('absolute'), ['7: script must be a path inside the repository, relative to it; got /etc/passwd']);
+  assert.deepEqual(said('outside'), ['7: script must be a path inside the repository, relative to it; got ../elsewhere/step.ts']);
+  assert.ok(diagnostics.every((d) => d.severity === 'error'), 'errors: a repository with them is not served');
 });
