@@ -74,6 +74,21 @@ export function notFound(kind: string, name: string, names: Iterable<string>): C
   return new ChorusError('CHORUS_NOT_FOUND', `no ${kind} named ${name}; there are: ${[...names].join(', ') || 'none'}`, { param: kind, value: name });
 }
 
+/**
+ * `error` said in other terms: the name `from` in its message (with a gloss in parentheses after it, as
+ * in "request_output_len (max_tokens)") and at the head of its param becomes `to`. For a layer that
+ * knows a lower one's names by its own: a pipeline's request fields, the CLI's flags.
+ */
+export function renamed(error: ChorusError, from: string, to: string): ChorusError {
+  const word = new RegExp(`\\b${from}\\b( \\([a-z_]+\\))?`, 'g');
+  return new ChorusError(error.code, error.message.replace(word, to), {
+    ...(error.param === undefined ? {} : { param: error.param.replace(from, to) }),
+    value: error.value,
+    cause: error,
+    ...(error.step === undefined ? {} : { step: error.step }),
+  });
+}
+
 /** A short, bounded rendering of a value for an error message. */
 export function describe(value: unknown): string {
   const bounded = (text: string): string => (text.length > 60 ? `${text.slice(0, 57)}...` : text);

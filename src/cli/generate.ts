@@ -2,7 +2,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command } from 'commander';
-import { ChorusError, invalidArgument } from '../errors.ts';
+import { ChorusError, invalidArgument, renamed } from '../errors.ts';
 import { OrtEngine, Seq2SeqEngine, type Engine, type SamplingParams } from '../generation/index.ts';
 import type { TextRequest } from '../pipeline/index.ts';
 import { builtModelDirectory, tensorParallelBuild } from '../repository/index.ts';
@@ -73,9 +73,7 @@ const FLAGS: Record<string, string> = Object.fromEntries(NUMERIC_FLAGS.flatMap((
 function asFlags(error: unknown): unknown {
   if (!(error instanceof ChorusError) || error.param === undefined) return error;
   const flag = FLAGS[error.param];
-  if (flag === undefined) return error;
-  const message = error.message.replace(new RegExp(`\\b${error.param}\\b( \\([a-z_]+\\))?`), flag);
-  return new ChorusError(error.code, message, { param: flag, value: error.value, cause: error });
+  return flag === undefined ? error : renamed(error, error.param, flag);
 }
 
 async function generate(prompt: string, options: GenerateOptions): Promise<void> {

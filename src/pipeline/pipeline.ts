@@ -12,7 +12,7 @@ import { Template } from '@huggingface/jinja';
 import { catchError, Observable, throwError, type Subscription } from 'rxjs';
 import { LIST_FIELDS, STANDARD_FIELDS, type EnsembleDefinition, type PipelineDefinition, type TensorSpec } from '../config/index.ts';
 import { CompiledEnsemble, type ModelStore, type Tensor, type TensorRecord } from '../ensemble/index.ts';
-import { ChorusError, invalidArgument } from '../errors.ts';
+import { ChorusError, invalidArgument, renamed } from '../errors.ts';
 import { StopStringMatcher } from '../generation/core/index.ts';
 import { runDirect, runsDirect, type DirectModel } from './direct-run.ts';
 import type { Tokenizer } from '../tokenizers/index.ts';
@@ -233,9 +233,7 @@ export class Pipeline {
     const fields = this.definition.model !== undefined ? STANDARD_PORTS : (this.definition.fields ?? {});
     const port = /^[A-Za-z_][\w]*/.exec(error.param)?.[0];
     const field = Object.entries(fields).find(([f, p]) => p === port && f !== p)?.[0];
-    if (port === undefined || field === undefined) return error;
-    const word = new RegExp(`\\b${port}\\b( \\(${field}\\))?`, 'g');
-    return new ChorusError(error.code, error.message.replace(word, field), { param: error.param.replace(port, field), value: error.value, cause: error, ...(error.step === undefined ? {} : { step: error.step }) });
+    return port === undefined || field === undefined ? error : renamed(error, port, field);
   }
 
   /** The ensemble (built for a model pipeline), compiled once. */

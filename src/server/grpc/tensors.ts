@@ -79,18 +79,11 @@ function typed(datatype: Datatype, contents: Contents, label: string): Element[]
   const field = FIELDS[datatype];
   const elsewhere = (Object.keys(contents) as Array<keyof Contents>).find((other) => other !== field && (contents[other]?.length ?? 0) > 0);
   if (elsewhere !== undefined) throw new ChorusError('CHORUS_INVALID_ARGUMENT', `${label}.contents: ${datatype} elements go in ${field ?? 'raw_input_contents'}, got ${elsewhere}`, { param: `${label}.contents` });
-  const wide = (values: Long[] | undefined): Element[] => (values ?? []).map((v) => wideElement(BigInt(v)));
-  switch (datatype) {
-    case 'BOOL': return contents.bool_contents ?? [];
-    case 'INT8': case 'INT16': case 'INT32': return contents.int_contents ?? [];
-    case 'INT64': return wide(contents.int64_contents);
-    case 'UINT8': case 'UINT16': case 'UINT32': return contents.uint_contents ?? [];
-    case 'UINT64': return wide(contents.uint64_contents);
-    case 'FP32': return contents.fp32_contents ?? [];
-    case 'FP64': return contents.fp64_contents ?? [];
-    case 'BYTES': return (contents.bytes_contents ?? []).map((b) => utf8(Buffer.from(b), label));
-    default: throw invalidArgument(`${label}.contents`, `raw_input_contents: ${datatype} has no typed contents field`, 'contents');
-  }
+  if (field === undefined) throw invalidArgument(`${label}.contents`, `raw_input_contents: ${datatype} has no typed contents field`, 'contents');
+  const values = contents[field] ?? [];
+  if (field === 'int64_contents' || field === 'uint64_contents') return (values as Long[]).map((v) => wideElement(BigInt(v)));
+  if (field === 'bytes_contents') return (values as Buffer[]).map((b) => utf8(Buffer.from(b), label));
+  return values as Element[];
 }
 
 /** Outputs as descriptions and raw buffers, in the order of `names`. */
