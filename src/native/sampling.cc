@@ -16,6 +16,25 @@ struct HostBlock {
   int counts[256];
   float values[kCompact];
   int indices[kCompact];
+  // The nucleus's buckets (sampling.h's MassBucket): fixed-point sums of weights and counts, running
+  // totals from the top once scanned.
+  unsigned long long massSums[kMassBuckets];
+  int massCounts[kMassBuckets];
+
+  void ClearMassBuckets() {
+    std::fill(massSums, massSums + kMassBuckets, 0ull);
+    std::fill(massCounts, massCounts + kMassBuckets, 0);
+  }
+  void AddMass(int bucket, double weight) {
+    massSums[bucket] += MassUnits(weight);
+    massCounts[bucket]++;
+  }
+  void ScanMassBuckets() {
+    for (int j = 1; j < kMassBuckets; j++) {
+      massSums[j] += massSums[j - 1];
+      massCounts[j] += massCounts[j - 1];
+    }
+  }
 
   void Sync() {}
   template <class F>

@@ -12,9 +12,16 @@ namespace {
 constexpr int kSampleThreads = 512;
 constexpr int kCompactIds = 2048;
 // Shared memory per block: one reduction slot of up to 32 bytes per thread, a histogram of 256 counts,
-// and the gathered ids with their values.
+// the gathered ids with their values, and the nucleus's buckets (sums, then counts).
 constexpr size_t kReduceBytes = kSampleThreads * 32;
-constexpr size_t kSharedBytes = kReduceBytes + 256 * sizeof(int) + kCompactIds * (sizeof(float) + sizeof(int));
+constexpr size_t kCountsAt = kReduceBytes;
+constexpr size_t kValuesAt = kCountsAt + 256 * sizeof(int);
+constexpr size_t kIndicesAt = kValuesAt + kCompactIds * sizeof(float);
+constexpr size_t kMassSumsAt = kIndicesAt + kCompactIds * sizeof(int);
+constexpr size_t kMassCountsAt = kMassSumsAt + kMassBuckets * sizeof(unsigned long long);
+constexpr size_t kSharedBytes = kMassCountsAt + kMassBuckets * sizeof(int);
+static_assert(kMassSumsAt % 8 == 0, "the buckets' sums are 8-byte aligned");
+static_assert(kSharedBytes <= 48 * 1024, "the sampler's shared memory fits a plain launch");
 
 struct DeviceBlock {
   static constexpr int kCompact = kCompactIds;
@@ -24,8 +31,46 @@ struct DeviceBlock {
   int* counts;
   float* values;
   int* indices;
+  unsigned long long* massSums;
+  int* massCounts;
 
   __device__ void Sync() { __syncthreads(); }
+
+  // The nucleus's buckets (sampling.h's MassBucket): cleared, added to by any thread (integer sums, so
+  // the order does not matter), then scanned into running totals from the top.
+  __device__ void ClearMassBuckets() {
+    for (int j = threadIdx.x; j < kMassBuckets; j += blockDim.x) {
+      massSums[j] = 0;
+      massCounts[j] = 0;
+    }
+    __syncthreads();
+  }
+  __device__ void AddMass(int bucket, double weight) {
+    atomicAdd(&massSums[bucket], MassUnits(weight));
+    atomicAdd(&massCounts[bucket], 1);
+  }
+  __device__ void ScanMassBuckets() {
+    __syncthreads();
+    int begin, end;
+    Share(kMassBuckets, begin, end);
+    unsigned long long sum = 0;
+    int count = 0;
+    for (int j = begin; j < end; j++) {
+      sum += massSums[j];
+      count += massCounts[j];
+    }
+    unsigned long long sumTotal;
+    int countTotal;
+    sum = ExclusiveScan(sum, sumTotal);
+    count = ExclusiveScan(count, countTotal);
+    for (int j = begin; j < end; j++) {
+      sum += massSums[j];
+      massSums[j] = sum;
+      count += massCounts[j];
+      massCounts[j] = count;
+    }
+    __syncthreads();
+  }
 
   template <class F>
   __device__ void ForEach(int n, F f) {
@@ -156,22 +201,38 @@ struct DeviceBlock {
     end = min(n, begin + chunk);
   }
 
-  // A scan of one value per thread through shared memory, in a fixed order: every thread gets the sum
-  // of the values of the threads before it, and `total` the sum of all.
+  // A scan of one value per thread in a fixed order: each warp's lanes by shuffles, the warps' totals by
+  // the first warp. Every thread gets the sum of the values of the threads before it, and `total` the
+  // sum of all.
   template <class T>
   __device__ T ExclusiveScan(T value, T& total) {
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int warps = (blockDim.x + 31) >> 5;
+    T x = value;
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const T y = __shfl_up_sync(0xffffffffu, x, offset);
+      if (lane >= offset) x += y;
+    }
     T* sums = reinterpret_cast<T*>(shared);
     __syncthreads();
-    sums[threadIdx.x] = value;
+    if (lane == 31) sums[warp] = x;
     __syncthreads();
-    for (int offset = 1; offset < static_cast<int>(blockDim.x); offset <<= 1) {
-      const T add = static_cast<int>(threadIdx.x) >= offset ? sums[threadIdx.x - offset] : T(0);
-      __syncthreads();
-      sums[threadIdx.x] += add;
-      __syncthreads();
+    if (warp == 0) {
+      T y = lane < warps ? sums[lane] : T(0);
+#pragma unroll
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        const T z = __shfl_up_sync(0xffffffffu, y, offset);
+        if (lane >= offset) y += z;
+      }
+      if (lane < warps) sums[lane] = y;
     }
-    const T before = threadIdx.x == 0 ? T(0) : sums[threadIdx.x - 1];
-    total = sums[blockDim.x - 1];
+    T inWarp = __shfl_up_sync(0xffffffffu, x, 1);
+    if (lane == 0) inWarp = T(0);
+    __syncthreads();
+    const T before = warp == 0 ? inWarp : sums[warp - 1] + inWarp;
+    total = sums[warps - 1];
     __syncthreads();
     return before;
   }
@@ -259,8 +320,10 @@ template <typename T>
 __global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(const T* logits, int vocab, const int32_t* rows, const SampleParams* params, const int32_t* seen,
                                                                    const int32_t* bans, float* work, double* mass, SampleResult* out) {
   extern __shared__ char shared[];
-  DeviceBlock block{mass + static_cast<size_t>(blockIdx.x) * vocab, shared, reinterpret_cast<int*>(shared + kReduceBytes), reinterpret_cast<float*>(shared + kReduceBytes + 256 * sizeof(int)),
-                    reinterpret_cast<int*>(shared + kReduceBytes + 256 * sizeof(int) + kCompactIds * sizeof(float))};
+  DeviceBlock block{mass + static_cast<size_t>(blockIdx.x) * vocab,       shared,
+                    reinterpret_cast<int*>(shared + kCountsAt),           reinterpret_cast<float*>(shared + kValuesAt),
+                    reinterpret_cast<int*>(shared + kIndicesAt),          reinterpret_cast<unsigned long long*>(shared + kMassSumsAt),
+                    reinterpret_cast<int*>(shared + kMassCountsAt)};
   const T* row = logits + static_cast<size_t>(rows[blockIdx.x]) * vocab;
   float* w = work + static_cast<size_t>(blockIdx.x) * vocab;
   block.Strided<float>(vocab, [&](int v) { return Load(row + v); }, [&](int v, float x) { w[v] = x; });

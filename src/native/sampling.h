@@ -9,8 +9,12 @@
 // The algorithm of one row is written once, over a "block" of cooperating threads: the host runs it with
 // one thread (HostBlock, sampling.cc), the GPU with a CUDA block per row (sampling.cu). No row is sorted:
 // the k-th largest logit comes from a radix selection over the order-preserving integer keys of the
-// float32 logits, the value where the nucleus reaches p from a radix search over those keys (a pass per
-// 4-bit digit), and once few ids remain possible they are gathered and the later stages run over them alone.
+// float32 logits. Top-p over a whole row sums each id's weight into buckets by how far it lies below the
+// row's maximum, in the same pass as the row's total: the buckets show where the weight from the top
+// reaches p, and only the ids of that bucket (or of every bucket up to it, when few) are searched exactly,
+// gathered; a radix search over the whole row's keys (a pass per 4-bit digit) is left for rows where the
+// crossing bucket alone holds too many ids. Once few ids remain possible they are gathered and the later
+// stages run over them alone.
 #pragma once
 
 #include <cmath>
@@ -162,12 +166,12 @@ struct Threshold {
 // sums the weights (and counts the elements) whose key shares the digits chosen so far into 16 buckets
 // by the next 4 bits (b.BucketSums), and takes the bucket where the weight from the top reaches the
 // target; 8 passes for 32-bit keys. Returns false when even the whole row falls short.
+// `above` and `countAbove` start with the weight and count of ids outside the row that lie above all of it.
 template <class Block, class Row, class Weight>
-CHORUS_HD bool ThresholdKey(Block& b, const Row& row, double target, Weight weightOf, Threshold& out) {
+CHORUS_HD bool ThresholdKey(Block& b, const Row& row, double target, Weight weightOf, Threshold& out, double above = 0, int countAbove = 0) {
   uint32_t prefix = 0;
   uint32_t mask = 0;
-  double above = 0;  // the weight of the elements above the digits chosen so far
-  int countAbove = 0;
+  // above, countAbove: the weight and count of the elements above the digits chosen so far
   double sums[kThresholdBuckets];
   int counts[kThresholdBuckets];
   int bucket = 0;
@@ -233,6 +237,50 @@ CHORUS_HD uint32_t KthLargestKey(Block& b, const Row& row, int k, int& atOrAbove
   }
   atOrAbove = k - remaining + inBucket;
   return prefix;
+}
+
+// The nucleus's buckets: an id with value x goes to bucket floor((max - x) * kMassBucketsPerUnit), the
+// last bucket taking the rest (weights under exp(-32)) and -inf. A larger value never lands in a later
+// bucket, and equal values share one. Each bucket sums its ids' weights exp(x - max) in fixed point
+// (kMassFixedScale units of weight, each weight truncated), so that the sums come out the same in any
+// order: a vocabulary of up to 2^19 ids stays below 2^64.
+constexpr int kMassBuckets = 1024;
+constexpr float kMassBucketsPerUnit = 32;
+constexpr double kMassFixedScale = 35184372088832.0;  // 2^45
+
+CHORUS_HD inline int MassBucket(float x, float max) {
+  const float below = (max - x) * kMassBucketsPerUnit;
+  return below < static_cast<float>(kMassBuckets - 1) ? static_cast<int>(below) : kMassBuckets - 1;
+}
+
+CHORUS_HD inline unsigned long long MassUnits(double weight) { return static_cast<unsigned long long>(weight * kMassFixedScale); }
+
+// Where the weight from the top reaches the target, by buckets: the crossing lies in buckets lo..hi
+// (usually one), countBefore ids lie in the buckets before lo and countThrough in those up to hi.
+struct MassRange {
+  int lo;
+  int hi;
+  int countBefore;
+  int countThrough;
+};
+
+// The crossing's buckets, from the buckets' sums (b.ScanMassBuckets turns them into running totals from
+// the top). Truncation leaves the true weight through bucket j within [sums[j], sums[j] + counts[j]]
+// units; a relative margin covers the rounding of the double sums the exact search compares.
+template <class Block>
+CHORUS_HD MassRange CrossingBuckets(Block& b, double target) {
+  b.ScanMassBuckets();
+  const unsigned long long* sums = b.massSums;
+  const int* counts = b.massCounts;
+  constexpr double kMargin = 1e-9;
+  auto first = [](int a, int c) { return a < c ? a : c; };
+  const int lo = b.Reduce(kMassBuckets, kMassBuckets - 1, [&](int j) {
+    return (static_cast<double>(sums[j]) + counts[j]) / kMassFixedScale * (1 + kMargin) >= target ? j : kMassBuckets - 1;
+  }, first);
+  const int hi = b.Reduce(kMassBuckets, kMassBuckets - 1, [&](int j) {
+    return static_cast<double>(sums[j]) / kMassFixedScale * (1 - kMargin) >= target ? j : kMassBuckets - 1;
+  }, first);
+  return MassRange{lo, hi, lo == 0 ? 0 : counts[lo - 1], counts[hi]};
 }
 
 // An id's probability under max and total (those of the row before the nucleus).
@@ -381,7 +429,8 @@ CHORUS_HD SampleResult BeamRow(Block& b, float* w, int vocab, const SampleParams
 // beam, returns its continuations). Once top-k, a bound on the nucleus or the nucleus leaves at most
 // Block::kCompact possible ids, they are gathered (in id order) and the later stages run over them alone;
 // `w` ends with the processed row either way. Top-p over a whole row reads each id's exp(value - max)
-// from b.mass, computed once: the bound, the threshold's passes and the draw weigh ids by it.
+// from b.mass, computed once with the row's total and its buckets (CrossingBuckets): the exact
+// threshold's search and the draw weigh ids by it.
 template <class Block>
 CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SampleParams& p, const int32_t* seen, const int32_t* bans) {
   if (p.beamKeep > 0) return BeamRow(b, w, vocab, p, seen, bans);
@@ -407,26 +456,45 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
     // their total: the same ids as probabilities against p. (A row of -inf alone has no nucleus: Choose
     // gives it token 0, as the TypeScript sampler does.)
     const bool wholeRow = possible > Block::kCompact && max != -INFINITY;
+    const float top = static_cast<float>(max);
+    if (wholeRow) b.ClearMassBuckets();
     total = b.Reduce(vocab, 0.0, [&](int v) {
       const double e = exp(w[v] - max);
-      if (wholeRow) b.mass[v] = e;
+      if (wholeRow) {
+        b.mass[v] = e;
+        b.AddMass(MassBucket(w[v], top), e);
+      }
       return e;
     }, [](double a, double c) { return a + c; });
     if (wholeRow) {
       const double target = p.topP * total;
-      // A bound first (a trained model's rows): when the most likely kCompact / 2 ids already hold p, the
-      // nucleus lies among them, and runs over those alone once they are gathered.
-      int atOrAbove;
-      const uint32_t key = KthLargestKey(b, full, Block::kCompact / 2, atOrAbove);
-      const double held = b.Reduce(vocab, 0.0, [&](int v) { return FloatKey(w[v]) >= key ? b.mass[v] : 0.0; }, [](double a, double c) { return a + c; });
-      if (held >= target && atOrAbove <= Block::kCompact) {
-        floor = key;
-        possible = atOrAbove;
-        b.Update(vocab, w, [&](int, float x) { return FloatKey(x) < key ? -INFINITY : x; });
+      const MassRange range = CrossingBuckets(b, target);
+      if (range.countThrough <= Block::kCompact) {
+        // A trained model's row: the ids up to the crossing's buckets are few, and the nucleus lies among
+        // them; they alone go on, gathered.
+        const int hi = range.hi;
+        b.Update(vocab, w, [&](int, float x) { return MassBucket(x, top) > hi ? -INFINITY : x; });
+        floor = FloatKey(-INFINITY) + 1;
+        possible = range.countThrough;
       } else {
         double kept = total;
         Threshold t;
-        if (ThresholdKey(b, full, target, [&](int v, float) { return b.mass[v]; }, t)) {
+        bool found = false;
+        auto massOf = [&](int v, float) { return b.mass[v]; };
+        if (range.countThrough - range.countBefore <= Block::kCompact) {
+          // A flat row: the threshold lies among the ids of the crossing's buckets, searched gathered, with
+          // the exact weight of the ids above them.
+          const int lo = range.lo;
+          const int hi = range.hi;
+          const double above = b.Reduce(vocab, 0.0, [&](int v) { return MassBucket(w[v], top) < lo ? b.mass[v] : 0.0; }, [](double a, double c) { return a + c; });
+          const CompactRow crossing = b.Compact(vocab, [&](int v) {
+            const int bucket = MassBucket(w[v], top);
+            return bucket >= lo && bucket <= hi;
+          }, w);
+          found = ThresholdKey(b, crossing, target, [&](int i, float) { return b.mass[crossing.index(i)]; }, t, above, range.countBefore);
+        }
+        if (!found) found = ThresholdKey(b, full, target, massOf, t);
+        if (found) {
           const Kept nucleus = Nucleus(b, full, p.topP, t, exp(static_cast<double>(KeyFloat(t.key)) - max), total);
           floor = t.key;
           possible = nucleus.count;
