@@ -3,6 +3,7 @@
 #include "sampling.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -16,26 +17,34 @@ struct HostBlock {
   int counts[256];
   float values[kCompact];
   int indices[kCompact];
-  // The nucleus's buckets (sampling.h's MassBucket): fixed-point sums of weights and counts, running
-  // totals from the top once scanned.
+  // The nucleus's buckets (sampling.h's MassBucket): 32-bit fixed-point sums of weights and counts,
+  // then running totals from the top (64-bit) once scanned.
+  unsigned massAdds[kMassBuckets];
   unsigned long long massSums[kMassBuckets];
   int massCounts[kMassBuckets];
 
   void ClearMassBuckets() {
-    std::fill(massSums, massSums + kMassBuckets, 0ull);
+    std::fill(massAdds, massAdds + kMassBuckets, 0u);
     std::fill(massCounts, massCounts + kMassBuckets, 0);
   }
   void AddMass(int bucket, double weight) {
-    massSums[bucket] += MassUnits(weight);
+    massAdds[bucket] += MassUnits(weight);
     massCounts[bucket]++;
   }
-  void ScanMassBuckets() {
-    for (int j = 1; j < kMassBuckets; j++) {
-      massSums[j] += massSums[j - 1];
-      massCounts[j] += massCounts[j - 1];
+  // False when a bucket held too many ids for its sum.
+  bool ScanMassBuckets() {
+    bool usable = true;
+    unsigned long long sum = 0;
+    int count = 0;
+    for (int j = 0; j < kMassBuckets; j++) {
+      usable = usable && massCounts[j] < kMassBucketIds;
+      sum += massAdds[j];
+      count += massCounts[j];
+      massSums[j] = sum;
+      massCounts[j] = count;
     }
+    return usable;
   }
-
   void Sync() {}
   template <class F>
   void ForEach(int n, F f) {
@@ -45,6 +54,23 @@ struct HostBlock {
   template <class F>
   void Update(int n, float* w, F f) {
     for (int i = 0; i < n; i++) w[i] = f(i, w[i]);
+  }
+
+  // Update, returning the largest new value.
+  template <class F>
+  float UpdateMax(int n, float* w, F f) {
+    float max = -INFINITY;
+    for (int i = 0; i < n; i++) {
+      w[i] = f(i, w[i]);
+      max = w[i] > max ? w[i] : max;
+    }
+    return max;
+  }
+  void Mark(int) {}
+  // use(i, read(i)) for each i < n.
+  template <class Read, class Use>
+  void Each(int n, Read read, Use use) {
+    for (int i = 0; i < n; i++) use(i, read(i));
   }
   template <class T, class Map, class Combine>
   T Reduce(int n, T init, Map map, Combine combine) {
@@ -74,17 +100,44 @@ struct HostBlock {
       counts[bucket]++;
     }
   }
-  // The ids `keep` keeps, with their values, in id order (at most kCompact).
-  template <class Keep>
-  CompactRow Compact(int n, Keep keep, const float* w) {
+  // The ids `keep` keeps (keep(id, value)), with their values, in id order (at most kCompact); with
+  // `cut`, the others become -inf in w. CompactSum also sums sumOf(id, value) over the ids, in id order.
+  template <class Keep, class Sum>
+  CompactRow CompactSum(int n, Keep keep, float* w, bool cut, Sum sumOf, double& sum) {
     int m = 0;
-    for (int v = 0; v < n && m < kCompact; v++) {
-      if (!keep(v)) continue;
-      values[m] = w[v];
-      indices[m] = v;
+    sum = 0;
+    for (int v = 0; v < n; v++) {
+      sum += sumOf(v, w[v]);
+      if (!keep(v, w[v])) {
+        if (cut) w[v] = -INFINITY;
+        continue;
+      }
+      if (m < kCompact) {
+        values[m] = w[v];
+        indices[m] = v;
+      }
       m++;
     }
-    return CompactRow{values, indices, m};
+    return CompactRow{values, indices, std::min(m, kCompact)};
+  }
+  template <class Keep>
+  CompactRow Compact(int n, Keep keep, float* w, bool cut) {
+    double unused;
+    return CompactSum(n, keep, w, cut, [](int, float) { return 0.0; }, unused);
+  }
+  // A gathered row's keys sorted, largest first, ties in row order.
+  uint32_t sortKeys[kCompact];
+  int sortAt[kCompact];
+  template <class Key>
+  SortedKeys SortByKey(int n, Key keyOf) {
+    for (int i = 0; i < n; i++) {
+      sortKeys[i] = keyOf(i);
+      sortAt[i] = i;
+    }
+    std::stable_sort(sortAt, sortAt + n, [&](int a, int c) { return sortKeys[a] > sortKeys[c]; });
+    std::vector<uint32_t> keys(sortKeys, sortKeys + n);
+    for (int i = 0; i < n; i++) sortKeys[i] = keys[sortAt[i]];
+    return SortedKeys{sortKeys, sortAt};
   }
   // The k first elements (k <= kMaxTopLogProbs) in the order of values, largest first, then of indices,
   // into out; returns how many (min(k, n)).

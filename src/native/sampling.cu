@@ -3,6 +3,11 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <string>
+
+#include <cstdio>
+#include <cstdlib>
 #include "device.cuh"
 #include "sampling.h"
 
@@ -12,16 +17,19 @@ namespace {
 constexpr int kSampleThreads = 512;
 constexpr int kCompactIds = 2048;
 // Shared memory per block: one reduction slot of up to 32 bytes per thread, a histogram of 256 counts,
-// the gathered ids with their values, and the nucleus's buckets (sums, then counts).
+// the gathered ids with their values, the nucleus's buckets (running sums, counts, 32-bit sums), and
+// a gathered row's sorted keys with their positions.
 constexpr size_t kReduceBytes = kSampleThreads * 32;
 constexpr size_t kCountsAt = kReduceBytes;
 constexpr size_t kValuesAt = kCountsAt + 256 * sizeof(int);
 constexpr size_t kIndicesAt = kValuesAt + kCompactIds * sizeof(float);
 constexpr size_t kMassSumsAt = kIndicesAt + kCompactIds * sizeof(int);
 constexpr size_t kMassCountsAt = kMassSumsAt + kMassBuckets * sizeof(unsigned long long);
-constexpr size_t kSharedBytes = kMassCountsAt + kMassBuckets * sizeof(int);
+constexpr size_t kMassAddsAt = kMassCountsAt + kMassBuckets * sizeof(int);
+constexpr size_t kSortKeysAt = kMassAddsAt + kMassBuckets * sizeof(unsigned);
+constexpr size_t kSortAtAt = kSortKeysAt + kCompactIds * sizeof(uint32_t);
+constexpr size_t kSharedBytes = kSortAtAt + kCompactIds * sizeof(int);
 static_assert(kMassSumsAt % 8 == 0, "the buckets' sums are 8-byte aligned");
-static_assert(kSharedBytes <= 48 * 1024, "the sampler's shared memory fits a plain launch");
 
 struct DeviceBlock {
   static constexpr int kCompact = kCompactIds;
@@ -37,39 +45,43 @@ struct DeviceBlock {
   __device__ void Sync() { __syncthreads(); }
 
   // The nucleus's buckets (sampling.h's MassBucket): cleared, added to by any thread (integer sums, so
-  // the order does not matter), then scanned into running totals from the top.
+  // the order does not matter), then scanned into running totals from the top; false when a bucket held
+  // too many ids for its 32-bit sum.
+  unsigned* massAdds;
   __device__ void ClearMassBuckets() {
     for (int j = threadIdx.x; j < kMassBuckets; j += blockDim.x) {
-      massSums[j] = 0;
+      massAdds[j] = 0;
       massCounts[j] = 0;
     }
     __syncthreads();
   }
   __device__ void AddMass(int bucket, double weight) {
-    atomicAdd(&massSums[bucket], MassUnits(weight));
+    atomicAdd(&massAdds[bucket], MassUnits(weight));
     atomicAdd(&massCounts[bucket], 1);
   }
-  __device__ void ScanMassBuckets() {
+  __device__ bool ScanMassBuckets() {
     __syncthreads();
     int begin, end;
     Share(kMassBuckets, begin, end);
     unsigned long long sum = 0;
     int count = 0;
+    bool usable = true;
     for (int j = begin; j < end; j++) {
-      sum += massSums[j];
+      sum += massAdds[j];
       count += massCounts[j];
+      usable = usable && massCounts[j] < kMassBucketIds;
     }
     unsigned long long sumTotal;
     int countTotal;
     sum = ExclusiveScan(sum, sumTotal);
     count = ExclusiveScan(count, countTotal);
     for (int j = begin; j < end; j++) {
-      sum += massSums[j];
+      sum += massAdds[j];
       massSums[j] = sum;
       count += massCounts[j];
       massCounts[j] = count;
     }
-    __syncthreads();
+    return __syncthreads_and(usable);
   }
 
   template <class F>
@@ -97,6 +109,27 @@ struct DeviceBlock {
   __device__ void Update(int n, float* w, F f) {
     Strided<float>(n, [&](int i) { return w[i]; }, [&](int i, float x) { w[i] = f(i, x); });
     __syncthreads();
+  }
+
+  // Update, returning the largest new value.
+  template <class F>
+  __device__ float UpdateMax(int n, float* w, F f) {
+    float max = -INFINITY;
+    Strided<float>(n, [&](int i) { return w[i]; }, [&](int i, float x) {
+      const float y = f(i, x);
+      w[i] = y;
+      max = y > max ? y : max;
+    });
+    return Combined(max, [](float a, float c) { return a > c ? a : c; });
+  }
+
+  // Phase marks (CHORUS_SAMPLER_MARKS=1 in the environment, for profiling): the clock at each of block
+  // 0's phases, printed when it ends.
+  long long* marks = nullptr;
+  __device__ void Mark(int k) {
+    if (marks == nullptr) return;
+    __syncthreads();
+    if (threadIdx.x == 0) marks[k] = clock64();
   }
 
   // Every thread's `value` combined, in a fixed tree order; every thread gets the result.
@@ -237,26 +270,155 @@ struct DeviceBlock {
     return before;
   }
 
-  // The ids `keep` keeps, with their values, in id order (at most kCompact): each thread gathers a
-  // contiguous chunk at the offset the scan of the chunks' counts gives it.
+  // This warp's segment of n elements: the warps take consecutive segments (multiples of 32), in order,
+  // which their lanes read together, 32 consecutive elements at a time.
+  __device__ void WarpSegment(int n, int& begin, int& end) {
+    const int warps = blockDim.x >> 5;
+    const int segment = ((n + warps - 1) / warps + 31) & ~31;
+    begin = min(n, static_cast<int>(threadIdx.x >> 5) * segment);
+    end = min(n, begin + segment);
+  }
+
+  // use(i, read(i)) for each i < n (a thread's strided share, read ahead).
+  template <class Read, class Use>
+  __device__ void Each(int n, Read read, Use use) {
+    Strided<float>(n, read, use);
+    __syncthreads();
+  }
+
+  // The ids `keep` keeps (keep(id, value)), with their values, in id order (at most kCompact): each warp
+  // counts its segment's, the warps' counts are scanned, and each warp gathers its own at its offset;
+  // with `cut`, the others become -inf in w on the way.
   template <class Keep>
-  __device__ CompactRow Compact(int n, Keep keep, const float* w) {
+  __device__ CompactRow Compact(int n, Keep keep, float* w, bool cut) {
+    constexpr int kAhead = 4;
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int warps = blockDim.x >> 5;
+    int begin, end;
+    WarpSegment(n, begin, end);
+    int count = 0;
+    for (int base = begin; base < end; base += 32 * kAhead) {
+      float x[kAhead];
+#pragma unroll
+      for (int u = 0; u < kAhead; u++) {
+        const int v = base + u * 32 + lane;
+        x[u] = v < end ? w[v] : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kAhead; u++) {
+        const int v = base + u * 32 + lane;
+        count += __popc(__ballot_sync(0xffffffffu, v < end && keep(v, x[u])));
+      }
+    }
+    int* counts = reinterpret_cast<int*>(shared);
+    __syncthreads();
+    if (lane == 0) counts[warp] = count;
+    __syncthreads();
+    int at = 0;
+    int total = 0;
+    for (int q = 0; q < warps; q++) {
+      if (q < warp) at += counts[q];
+      total += counts[q];
+    }
+    __syncthreads();
+    for (int base = begin; base < end; base += 32 * kAhead) {
+      float x[kAhead];
+#pragma unroll
+      for (int u = 0; u < kAhead; u++) {
+        const int v = base + u * 32 + lane;
+        x[u] = v < end ? w[v] : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kAhead; u++) {
+        const int v = base + u * 32 + lane;
+        const bool kept = v < end && keep(v, x[u]);
+        const unsigned mask = __ballot_sync(0xffffffffu, kept);
+        if (kept) {
+          const int position = at + __popc(mask & ((1u << lane) - 1u));
+          if (position < kCompact) {
+            values[position] = x[u];
+            indices[position] = v;
+          }
+        } else if (cut && v < end) {
+          w[v] = -INFINITY;
+        }
+        at += __popc(mask);
+      }
+    }
+    __syncthreads();
+    return CompactRow{values, indices, min(total, kCompact)};
+  }
+  // Compact that also sums sumOf(id, value) over the ids: each thread takes a contiguous chunk (summing
+  // as it counts, then the threads in a fixed tree), the chunks' counts are scanned, and each gathers
+  // its own (measured faster than the warps' segments when the sum reads each id's weight).
+  template <class Keep, class Sum>
+  __device__ CompactRow CompactSum(int n, Keep keep, float* w, bool cut, Sum sumOf, double& sum) {
     int begin, end;
     Share(n, begin, end);
     int local = 0;
-    for (int v = begin; v < end; v++) local += keep(v) ? 1 : 0;
+    double localSum = 0;
+    for (int v = begin; v < end; v++) {
+      const float x = w[v];
+      local += keep(v, x) ? 1 : 0;
+      localSum += sumOf(v, x);
+    }
+    sum = Combined(localSum, [](double a, double c) { return a + c; });
     int total;
     int at = ExclusiveScan(local, total);
     for (int v = begin; v < end; v++) {
-      if (!keep(v)) continue;
+      const float x = w[v];
+      if (!keep(v, x)) {
+        if (cut) w[v] = -INFINITY;
+        continue;
+      }
       if (at < kCompact) {
-        values[at] = w[v];
+        values[at] = x;
         indices[at] = v;
       }
       at++;
     }
     __syncthreads();
     return CompactRow{values, indices, min(total, kCompact)};
+  }
+
+  // A gathered row's keys (n <= kCompact) sorted, largest first, ties in row order: a bitonic sort in
+  // shared memory over the next power of two, padded with keys that sort last.
+  uint32_t* sortKeys;
+  int* sortAt;
+  template <class Key>
+  __device__ SortedKeys SortByKey(int n, Key keyOf) {
+    int m = 1;
+    while (m < n) m <<= 1;
+    for (int i = threadIdx.x; i < m; i += blockDim.x) {
+      sortKeys[i] = i < n ? keyOf(i) : 0u;
+      sortAt[i] = i < n ? i : kCompactIds + i;
+    }
+    __syncthreads();
+    // a goes before c: a larger key, or an equal key earlier in the row.
+    auto before = [](uint32_t ka, int ia, uint32_t kc, int ic) { return ka > kc || (ka == kc && ia < ic); };
+    for (int k = 2; k <= m; k <<= 1) {
+      for (int j = k >> 1; j > 0; j >>= 1) {
+        for (int i = threadIdx.x; i < m; i += blockDim.x) {
+          const int partner = i ^ j;
+          if (partner <= i) continue;
+          const uint32_t ka = sortKeys[i];
+          const uint32_t kc = sortKeys[partner];
+          const int ia = sortAt[i];
+          const int ic = sortAt[partner];
+          // Runs with (i & k) == 0 end in the sorted order, the others in the reverse.
+          const bool swap = (i & k) == 0 ? before(kc, ic, ka, ia) : before(ka, ia, kc, ic);
+          if (swap) {
+            sortKeys[i] = kc;
+            sortKeys[partner] = ka;
+            sortAt[i] = ic;
+            sortAt[partner] = ia;
+          }
+        }
+        __syncthreads();
+      }
+    }
+    return SortedKeys{sortKeys, sortAt};
   }
 
   // The k first elements (k <= kMaxTopLogProbs) in the order of values, largest first, then of indices,
@@ -293,8 +455,12 @@ struct DeviceBlock {
     return found;
   }
 
-  // Each thread sums a contiguous chunk, the chunks' sums are scanned, and the thread whose chunk holds
-  // the crossing walks it; the first crossing wins.
+  // Each thread sums a contiguous chunk, the chunks' sums are scanned, and each thread walks its chunk
+  // from the sum before it; the first crossing wins. Weights are never negative, so a thread whose sum
+  // before passes the target crosses at its first element, and one whose chunk ends short of the target
+  // (by more than the rounding its walk may add up differently) never crosses: only the thread whose
+  // chunk holds the crossing walks. (A walk by warps over segments was measured slower: its one warp's
+  // steps wait on each read.)
   template <class Weight>
   __device__ int FindFirst(int n, Weight weight, double target, bool strict) {
     int begin, end;
@@ -304,11 +470,16 @@ struct DeviceBlock {
     double total;
     double sum = ExclusiveScan(local, total);
     int found = n;
-    for (int v = begin; v < end; v++) {
-      sum += weight(v);
-      if (strict ? target < sum : sum >= target) {
-        found = v;
-        break;
+    auto passes = [&](double s) { return strict ? target < s : s >= target; };
+    if (begin < end && passes(sum)) {
+      found = begin;
+    } else if (begin < end && (sum + local) * (1 + 1e-9) >= target) {
+      for (int v = begin; v < end; v++) {
+        sum += weight(v);
+        if (passes(sum)) {
+          found = v;
+          break;
+        }
       }
     }
     const int first = Combined(found, [](int a, int c) { return a < c ? a : c; });
@@ -318,18 +489,36 @@ struct DeviceBlock {
 
 template <typename T>
 __global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(const T* logits, int vocab, const int32_t* rows, const SampleParams* params, const int32_t* seen,
-                                                                   const int32_t* bans, float* work, double* mass, SampleResult* out) {
+                                                                   const int32_t* bans, float* work, double* mass, SampleResult* out, bool withMarks) {
   extern __shared__ char shared[];
   DeviceBlock block{mass + static_cast<size_t>(blockIdx.x) * vocab,       shared,
                     reinterpret_cast<int*>(shared + kCountsAt),           reinterpret_cast<float*>(shared + kValuesAt),
                     reinterpret_cast<int*>(shared + kIndicesAt),          reinterpret_cast<unsigned long long*>(shared + kMassSumsAt),
                     reinterpret_cast<int*>(shared + kMassCountsAt)};
+  block.massAdds = reinterpret_cast<unsigned*>(shared + kMassAddsAt);
+  block.sortKeys = reinterpret_cast<uint32_t*>(shared + kSortKeysAt);
+  block.sortAt = reinterpret_cast<int*>(shared + kSortAtAt);
   const T* row = logits + static_cast<size_t>(rows[blockIdx.x]) * vocab;
   float* w = work + static_cast<size_t>(blockIdx.x) * vocab;
+  const long long start = clock64();
   block.Strided<float>(vocab, [&](int v) { return Load(row + v); }, [&](int v, float x) { w[v] = x; });
   __syncthreads();
+  __shared__ long long marks[12];
+  if (withMarks) {
+    if (threadIdx.x < 12) marks[threadIdx.x] = 0;
+    __syncthreads();
+    if (threadIdx.x == 0) marks[0] = clock64();
+    block.marks = marks;
+  }
   const SampleResult result = SampleRow(block, w, vocab, params[blockIdx.x], seen, bans);
   if (threadIdx.x == 0) out[blockIdx.x] = result;
+  if (withMarks) __syncthreads();
+  if (withMarks && threadIdx.x == 0 && blockIdx.x == 0) {
+    const long long done = clock64();
+    printf("marks %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", marks[0] - start, marks[1] ? marks[1] - marks[0] : -1, marks[2] ? marks[2] - marks[0] : -1,
+           marks[3] ? marks[3] - marks[0] : -1, marks[4] ? marks[4] - marks[0] : -1, marks[5] ? marks[5] - marks[0] : -1, marks[6] ? marks[6] - marks[0] : -1,
+           marks[7] ? marks[7] - marks[0] : -1, marks[8] ? marks[8] - marks[0] : -1, done - marks[0], 0ll);
+  }
 }
 
 __global__ void AdvanceChosenKernel(const int32_t* argmax, const SampleResult* sampled, const int32_t* sampleIndex, int rows, int64_t* tokens,
@@ -370,15 +559,31 @@ void SampleRowsDevice(const void* logits, FloatType type, int vocab, const Sampl
   const auto* paramsDevice = reinterpret_cast<const SampleParams*>(base + rowsBytes);
   const auto* seenDevice = reinterpret_cast<const int32_t*>(base + rowsBytes + paramsBytes);
   const auto* bansDevice = reinterpret_cast<const int32_t*>(base + rowsBytes + paramsBytes + seenBytes);
+  static const bool marks = [] {
+    const char* value = std::getenv("CHORUS_SAMPLER_MARKS");
+    return value != nullptr && std::string(value) == "1";
+  }();
+  auto launch = [&](auto kernel, const auto* typed) {
+    // Past 48 KiB of shared memory a kernel must ask, once on each device.
+    static std::atomic<unsigned long long> asked{0};
+    int device = 0;
+    cudaGetDevice(&device);
+    const unsigned long long bit = 1ull << (device & 63);
+    if ((asked.load() & bit) == 0) {
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSharedBytes));
+      asked.fetch_or(bit);
+    }
+    kernel<<<rows, kSampleThreads, kSharedBytes, s>>>(typed, vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, mass, out, marks);
+  };
   switch (type) {
     case FloatType::kFloat16:
-      SampleRowsKernel<__half><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const __half*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, mass, out);
+      launch(SampleRowsKernel<__half>, static_cast<const __half*>(logits));
       break;
     case FloatType::kBFloat16:
-      SampleRowsKernel<__nv_bfloat16><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const __nv_bfloat16*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, mass, out);
+      launch(SampleRowsKernel<__nv_bfloat16>, static_cast<const __nv_bfloat16*>(logits));
       break;
     default:
-      SampleRowsKernel<float><<<rows, kSampleThreads, kSharedBytes, s>>>(static_cast<const float*>(logits), vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, mass, out);
+      launch(SampleRowsKernel<float>, static_cast<const float*>(logits));
   }
 }
 

@@ -151,6 +151,12 @@ struct CompactRow {
 // Buckets of a digit of the keys in the nucleus's search (ThresholdKey): 4 bits a pass.
 constexpr int kThresholdBuckets = 16;
 
+// A gathered row's keys sorted, largest first (ties in row order), with each one's position in the row.
+struct SortedKeys {
+  const uint32_t* keys;
+  const int* at;
+};
+
 // Where a row's weight from the top reaches a target: the key, the weight and count of the elements
 // above it, and those of the elements at it.
 struct Threshold {
@@ -241,23 +247,27 @@ CHORUS_HD uint32_t KthLargestKey(Block& b, const Row& row, int k, int& atOrAbove
 
 // The nucleus's buckets: an id with value x goes to bucket floor((max - x) * kMassBucketsPerUnit), the
 // last bucket taking the rest (weights under exp(-32)) and -inf. A larger value never lands in a later
-// bucket, and equal values share one. Each bucket sums its ids' weights exp(x - max) in fixed point
-// (kMassFixedScale units of weight, each weight truncated), so that the sums come out the same in any
-// order: a vocabulary of up to 2^19 ids stays below 2^64.
+// bucket, and equal values share one. Each bucket sums its ids' weights exp(x - max) in 32-bit fixed
+// point (kMassFixedScale units of weight, each weight truncated), so that the sums come out the same in
+// any order and cost one integer add; a bucket of 65,536 ids or more could wrap, and then the buckets
+// are not used.
 constexpr int kMassBuckets = 1024;
 constexpr float kMassBucketsPerUnit = 32;
-constexpr double kMassFixedScale = 35184372088832.0;  // 2^45
+constexpr double kMassFixedScale = 65536.0;
+constexpr int kMassBucketIds = 65536;
 
 CHORUS_HD inline int MassBucket(float x, float max) {
   const float below = (max - x) * kMassBucketsPerUnit;
   return below < static_cast<float>(kMassBuckets - 1) ? static_cast<int>(below) : kMassBuckets - 1;
 }
 
-CHORUS_HD inline unsigned long long MassUnits(double weight) { return static_cast<unsigned long long>(weight * kMassFixedScale); }
+CHORUS_HD inline unsigned MassUnits(double weight) { return static_cast<unsigned>(weight * kMassFixedScale); }
 
 // Where the weight from the top reaches the target, by buckets: the crossing lies in buckets lo..hi
 // (usually one), countBefore ids lie in the buckets before lo and countThrough in those up to hi.
+// Not `usable` when a bucket held too many ids for its sum.
 struct MassRange {
+  bool usable;
   int lo;
   int hi;
   int countBefore;
@@ -265,11 +275,12 @@ struct MassRange {
 };
 
 // The crossing's buckets, from the buckets' sums (b.ScanMassBuckets turns them into running totals from
-// the top). Truncation leaves the true weight through bucket j within [sums[j], sums[j] + counts[j]]
-// units; a relative margin covers the rounding of the double sums the exact search compares.
+// the top, 64-bit, in massSums and massCounts). Truncation leaves the true weight through bucket j within
+// [sums[j], sums[j] + counts[j]] units; a relative margin covers the rounding of the double sums the
+// exact search compares.
 template <class Block>
 CHORUS_HD MassRange CrossingBuckets(Block& b, double target) {
-  b.ScanMassBuckets();
+  const bool usable = b.ScanMassBuckets();
   const unsigned long long* sums = b.massSums;
   const int* counts = b.massCounts;
   constexpr double kMargin = 1e-9;
@@ -280,7 +291,7 @@ CHORUS_HD MassRange CrossingBuckets(Block& b, double target) {
   const int hi = b.Reduce(kMassBuckets, kMassBuckets - 1, [&](int j) {
     return static_cast<double>(sums[j]) / kMassFixedScale * (1 - kMargin) >= target ? j : kMassBuckets - 1;
   }, first);
-  return MassRange{lo, hi, lo == 0 ? 0 : counts[lo - 1], counts[hi]};
+  return MassRange{usable, lo, hi, lo == 0 ? 0 : counts[lo - 1], counts[hi]};
 }
 
 // An id's probability under max and total (those of the row before the nucleus).
@@ -295,10 +306,11 @@ struct Kept {
 // Top-p over a row, its threshold found (ThresholdKey with the same weights; `tie` is the weight of one
 // element at the threshold, and a weight over `divisor` its probability): the ids above it, and those
 // at it in id order until the probability reaches topP (always one), stay; the rest become -inf. The
-// ties' probabilities add one at a time, as the TypeScript processor adds them. Returns the ids kept
-// and their weight.
-template <class Block, class Row>
-CHORUS_HD Kept Nucleus(Block& b, const Row& row, double topP, const Threshold& t, double tie, double divisor) {
+// ties' probabilities add one at a time, as the TypeScript processor adds them. The ties are looked for
+// in `tieRow`, a part of the row (in its order) that holds every element at the threshold; rowOf maps its
+// positions to the row's. Returns the ids kept and their weight.
+template <class Block, class Row, class TieRow, class RowOf>
+CHORUS_HD Kept NucleusAmong(Block& b, const Row& row, const TieRow& tieRow, RowOf rowOf, double topP, const Threshold& t, double tie, double divisor) {
   const double tieP = tie / divisor;
   double cumulative = t.above / divisor + tieP;
   int ties = 1;
@@ -308,12 +320,41 @@ CHORUS_HD Kept Nucleus(Block& b, const Row& row, double topP, const Threshold& t
   }
   const uint32_t last = t.key;
   // Every tie joined: no id among them is cut.
-  const int lastAt = ties == t.countAt ? row.n : b.FindFirst(row.n, [&](int i) { return FloatKey(row.value(i)) == last ? 1.0 : 0.0; }, static_cast<double>(ties), false);
-  b.ForEach(row.n, [&](int i) {
-    const uint32_t k = FloatKey(row.value(i));
+  int lastAt = row.n;
+  if (ties < t.countAt) {
+    const int at = b.FindFirst(tieRow.n, [&](int i) { return FloatKey(tieRow.value(i)) == last ? 1.0 : 0.0; }, static_cast<double>(ties), false);
+    lastAt = at < 0 ? -1 : rowOf(at);
+  }
+  b.Each(row.n, [&](int i) { return row.value(i); }, [&](int i, float x) {
+    const uint32_t k = FloatKey(x);
     if (k < last || (k == last && i > lastAt)) row.set(i, -INFINITY);
   });
   return Kept{t.countAbove + ties, t.above + ties * tie};
+}
+
+template <class Block, class Row>
+CHORUS_HD Kept Nucleus(Block& b, const Row& row, double topP, const Threshold& t, double tie, double divisor) {
+  return NucleusAmong(b, row, row, [](int i) { return i; }, topP, t, tie, divisor);
+}
+
+// ThresholdKey over a gathered row (at most Block::kCompact elements), from its elements sorted by key,
+// largest first (ties in row order): the first position where the weights summed in that order (after
+// `above`) reach the target gives the key, and the run of equal keys around it the weight and count at
+// it. False when even the whole row falls short.
+template <class Block, class Row, class Weight>
+CHORUS_HD bool ThresholdSorted(Block& b, const Row& row, double target, Weight weightOf, Threshold& out, double above = 0, int countAbove = 0) {
+  const SortedKeys sorted = b.SortByKey(row.n, [&](int i) { return FloatKey(row.value(i)); });
+  auto weight = [&](int j) { return weightOf(sorted.at[j], row.value(sorted.at[j])); };
+  const int crossing = b.FindFirst(row.n, weight, target - above, false);
+  if (crossing < 0) return false;
+  const uint32_t key = sorted.keys[crossing];
+  const int first = b.Reduce(row.n, row.n, [&](int j) { return sorted.keys[j] == key ? j : row.n; }, [](int a, int c) { return a < c ? a : c; });
+  const int last = b.Reduce(row.n, -1, [&](int j) { return sorted.keys[j] == key ? j : -1; }, [](int a, int c) { return a > c ? a : c; });
+  const double before = b.Reduce(first, 0.0, weight, [](double a, double c) { return a + c; });
+  const double at = b.Reduce(last - first + 1, 0.0, [&](int j) { return weight(first + j); }, [](double a, double c) { return a + c; });
+  b.Sync();
+  out = Threshold{key, above + before, at, countAbove + first, last - first + 1};
+  return true;
 }
 
 // log(sum(exp(values))) of a row, with the maximum taken out first (as the TypeScript logSumExp); -inf
@@ -435,7 +476,19 @@ template <class Block>
 CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SampleParams& p, const int32_t* seen, const int32_t* bans) {
   if (p.beamKeep > 0) return BeamRow(b, w, vocab, p, seen, bans);
   PenalizeAndBan(b, w, p, seen, bans);
-  if (p.temperature != 0 && p.temperature != 1) b.Update(vocab, w, [&](int, float x) { return static_cast<float>(x / p.temperature); });
+  // Top-p needs the row's maximum: taken in the temperature's pass when there is one (top-k keeps it).
+  float rowMax = -INFINITY;
+  bool maxKnown = false;
+  if (p.temperature != 0 && p.temperature != 1) {
+    auto scaled = [&](int, float x) { return static_cast<float>(x / p.temperature); };
+    if (p.topP < 1) {
+      rowMax = b.UpdateMax(vocab, w, scaled);
+      maxKnown = true;
+    } else {
+      b.Update(vocab, w, scaled);
+    }
+  }
+  b.Mark(1);
 
   const FullRow full{w, vocab};
   // Ids below `floor` (a key) are impossible from here on; `possible` of them are at or above it.
@@ -450,13 +503,17 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
   double max = 0;
   double total = 0;
   bool nucleusDone = false;
+  float top = -INFINITY;
+  // A trained model's row (below): ids in buckets past cutBucket are cut when gathered.
+  int cutBucket = -1;
   if (p.topP < 1) {
-    max = b.Reduce(vocab, -INFINITY, [&](int v) { return w[v]; }, [](float a, float c) { return a > c ? a : c; });
+    max = maxKnown ? rowMax : b.Reduce(vocab, -INFINITY, [&](int v) { return w[v]; }, [](float a, float c) { return a > c ? a : c; });
+    b.Mark(2);
     // The nucleus over the whole row weighs each id by exp(value - max), kept in b.mass, against p times
     // their total: the same ids as probabilities against p. (A row of -inf alone has no nucleus: Choose
     // gives it token 0, as the TypeScript sampler does.)
     const bool wholeRow = possible > Block::kCompact && max != -INFINITY;
-    const float top = static_cast<float>(max);
+    top = static_cast<float>(max);
     if (wholeRow) b.ClearMassBuckets();
     total = b.Reduce(vocab, 0.0, [&](int v) {
       const double e = exp(w[v] - max);
@@ -466,40 +523,48 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
       }
       return e;
     }, [](double a, double c) { return a + c; });
+    b.Mark(3);
     if (wholeRow) {
       const double target = p.topP * total;
       const MassRange range = CrossingBuckets(b, target);
-      if (range.countThrough <= Block::kCompact) {
+      b.Mark(4);
+      if (range.usable && range.countThrough <= Block::kCompact) {
         // A trained model's row: the ids up to the crossing's buckets are few, and the nucleus lies among
-        // them; they alone go on, gathered.
-        const int hi = range.hi;
-        b.Update(vocab, w, [&](int, float x) { return MassBucket(x, top) > hi ? -INFINITY : x; });
-        floor = FloatKey(-INFINITY) + 1;
+        // them; they alone go on, gathered, and the rest are cut as they are.
+        cutBucket = range.hi;
         possible = range.countThrough;
       } else {
         double kept = total;
         Threshold t;
         bool found = false;
         auto massOf = [&](int v, float) { return b.mass[v]; };
-        if (range.countThrough - range.countBefore <= Block::kCompact) {
-          // A flat row: the threshold lies among the ids of the crossing's buckets, searched gathered, with
-          // the exact weight of the ids above them.
+        if (range.usable && range.countThrough - range.countBefore <= Block::kCompact) {
+          // A flat row: the threshold lies among the ids of the crossing's buckets, gathered (and the exact
+          // weight of the ids above them summed on the way), and so do the ties at it.
           const int lo = range.lo;
           const int hi = range.hi;
-          const double above = b.Reduce(vocab, 0.0, [&](int v) { return MassBucket(w[v], top) < lo ? b.mass[v] : 0.0; }, [](double a, double c) { return a + c; });
-          const CompactRow crossing = b.Compact(vocab, [&](int v) {
-            const int bucket = MassBucket(w[v], top);
+          double above = 0;
+          const CompactRow crossing = b.CompactSum(vocab, [&](int, float x) {
+            const int bucket = MassBucket(x, top);
             return bucket >= lo && bucket <= hi;
-          }, w);
-          found = ThresholdKey(b, crossing, target, [&](int i, float) { return b.mass[crossing.index(i)]; }, t, above, range.countBefore);
+          }, w, false, [&](int v, float x) { return MassBucket(x, top) < lo ? b.mass[v] : 0.0; }, above);
+          b.Mark(6);
+          found = ThresholdSorted(b, crossing, target, [&](int i, float) { return b.mass[crossing.index(i)]; }, t, above, range.countBefore);
+          b.Mark(7);
+          if (found) {
+            const Kept nucleus = NucleusAmong(b, full, crossing, [&](int i) { return crossing.index(i); }, p.topP, t, exp(static_cast<double>(KeyFloat(t.key)) - max), total);
+            floor = t.key;
+            possible = nucleus.count;
+            kept = nucleus.weight;
+          }
         }
-        if (!found) found = ThresholdKey(b, full, target, massOf, t);
-        if (found) {
+        if (!found && ThresholdKey(b, full, target, massOf, t)) {
           const Kept nucleus = Nucleus(b, full, p.topP, t, exp(static_cast<double>(KeyFloat(t.key)) - max), total);
           floor = t.key;
           possible = nucleus.count;
           kept = nucleus.weight;
         }
+        b.Mark(8);
         nucleusDone = true;
         if (possible > Block::kCompact) {
           return ChooseWith(b, full, p, max + log(kept), [&](int v) { return w[v] == -INFINITY ? 0.0 : b.mass[v]; }, kept);
@@ -507,17 +572,24 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
       }
     }
   }
-  if (possible <= Block::kCompact) {
-    const uint32_t at = floor;
-    const CompactRow compact = b.Compact(vocab, [&](int v) { return FloatKey(w[v]) >= at; }, w);
+  // The possible ids gathered: the nucleus among them unless done, the choice, and their values back.
+  auto gathered = [&](const CompactRow& compact) {
     if (p.topP < 1 && !nucleusDone) {
       auto massAt = [&](int, float x) { return MassOf(x, max, total); };
       Threshold t;
-      if (ThresholdKey(b, compact, p.topP, massAt, t)) Nucleus(b, compact, p.topP, t, MassOf(KeyFloat(t.key), max, total), 1.0);
+      if (ThresholdSorted(b, compact, p.topP, massAt, t)) Nucleus(b, compact, p.topP, t, MassOf(KeyFloat(t.key), max, total), 1.0);
     }
     const SampleResult result = Choose(b, compact, p);
     b.ForEach(compact.n, [&](int i) { w[compact.index(i)] = compact.value(i); });
     return result;
+  };
+  if (cutBucket >= 0) {
+    const int hi = cutBucket;
+    return gathered(b.Compact(vocab, [&](int, float x) { return MassBucket(x, top) <= hi; }, w, true));
+  }
+  if (possible <= Block::kCompact) {
+    const uint32_t at = floor;
+    return gathered(b.Compact(vocab, [&](int, float x) { return FloatKey(x) >= at; }, w, false));
   }
   return Choose(b, full, p);
 }
