@@ -286,18 +286,13 @@ struct DeviceBlock {
     __syncthreads();
   }
 
-  // The ids `keep` keeps (keep(id, value)), with their values, in id order (at most kCompact): each warp
-  // counts its segment's, the warps' counts are scanned, and each warp gathers its own at its offset;
-  // with `cut`, the others become -inf in w on the way.
-  template <class Keep>
-  __device__ CompactRow Compact(int n, Keep keep, float* w, bool cut) {
+  // f(id, value, inside) over this warp's segment [begin, end) of w, 32 ids at a time with kAhead rows of
+  // 32 read ahead; every lane calls f at every step (`inside` false past the end), so that f may vote
+  // across the warp, and f may write the ids it is given.
+  template <class F>
+  __device__ void ForSegment(const float* w, int begin, int end, F f) {
     constexpr int kAhead = 4;
     const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    const int warps = blockDim.x >> 5;
-    int begin, end;
-    WarpSegment(n, begin, end);
-    int count = 0;
     for (int base = begin; base < end; base += 32 * kAhead) {
       float x[kAhead];
 #pragma unroll
@@ -306,11 +301,22 @@ struct DeviceBlock {
         x[u] = v < end ? w[v] : 0.f;
       }
 #pragma unroll
-      for (int u = 0; u < kAhead; u++) {
-        const int v = base + u * 32 + lane;
-        count += __popc(__ballot_sync(0xffffffffu, v < end && keep(v, x[u])));
-      }
+      for (int u = 0; u < kAhead; u++) f(base + u * 32 + lane, x[u], base + u * 32 + lane < end);
     }
+  }
+
+  // The ids `keep` keeps (keep(id, value)), with their values, in id order (at most kCompact): each warp
+  // counts its segment's, the warps' counts are scanned, and each warp gathers its own at its offset;
+  // with `cut`, the others become -inf in w on the way.
+  template <class Keep>
+  __device__ CompactRow Compact(int n, Keep keep, float* w, bool cut) {
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int warps = blockDim.x >> 5;
+    int begin, end;
+    WarpSegment(n, begin, end);
+    int count = 0;
+    ForSegment(w, begin, end, [&](int v, float x, bool inside) { count += __popc(__ballot_sync(0xffffffffu, inside && keep(v, x))); });
     int* counts = reinterpret_cast<int*>(shared);
     __syncthreads();
     if (lane == 0) counts[warp] = count;
@@ -322,33 +328,24 @@ struct DeviceBlock {
       total += counts[q];
     }
     __syncthreads();
-    for (int base = begin; base < end; base += 32 * kAhead) {
-      float x[kAhead];
-#pragma unroll
-      for (int u = 0; u < kAhead; u++) {
-        const int v = base + u * 32 + lane;
-        x[u] = v < end ? w[v] : 0.f;
-      }
-#pragma unroll
-      for (int u = 0; u < kAhead; u++) {
-        const int v = base + u * 32 + lane;
-        const bool kept = v < end && keep(v, x[u]);
-        const unsigned mask = __ballot_sync(0xffffffffu, kept);
-        if (kept) {
-          const int position = at + __popc(mask & ((1u << lane) - 1u));
-          if (position < kCompact) {
-            values[position] = x[u];
-            indices[position] = v;
-          }
-        } else if (cut && v < end) {
-          w[v] = -INFINITY;
+    ForSegment(w, begin, end, [&](int v, float x, bool inside) {
+      const bool kept = inside && keep(v, x);
+      const unsigned mask = __ballot_sync(0xffffffffu, kept);
+      if (kept) {
+        const int position = at + __popc(mask & ((1u << lane) - 1u));
+        if (position < kCompact) {
+          values[position] = x;
+          indices[position] = v;
         }
-        at += __popc(mask);
+      } else if (cut && inside) {
+        w[v] = -INFINITY;
       }
-    }
+      at += __popc(mask);
+    });
     __syncthreads();
     return CompactRow{values, indices, min(total, kCompact)};
   }
+
   // Compact that also sums sumOf(id, value) over the ids: each thread takes a contiguous chunk (summing
   // as it counts, then the threads in a fixed tree), the chunks' counts are scanned, and each gathers
   // its own (measured faster than the warps' segments when the sum reads each id's weight).
