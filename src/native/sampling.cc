@@ -31,6 +31,7 @@ struct HostBlock {
     massAdds[bucket] += MassUnits(weight);
     massCounts[bucket]++;
   }
+  void AddCount(int bucket) { massCounts[bucket]++; }
   // False when a bucket held too many ids for its sum.
   bool ScanMassBuckets() {
     bool usable = true;

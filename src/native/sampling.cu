@@ -59,6 +59,7 @@ struct DeviceBlock {
     atomicAdd(&massAdds[bucket], MassUnits(weight));
     atomicAdd(&massCounts[bucket], 1);
   }
+  __device__ void AddCount(int bucket) { atomicAdd(&massCounts[bucket], 1); }
   __device__ bool ScanMassBuckets() {
     __syncthreads();
     int begin, end;

@@ -294,6 +294,16 @@ CHORUS_HD MassRange CrossingBuckets(Block& b, double target) {
   return MassRange{usable, lo, hi, lo == 0 ? 0 : counts[lo - 1], counts[hi]};
 }
 
+// The first bucket through which the buckets' counts (AddCount) reach k: hi, with countThrough ids up to
+// it.
+template <class Block>
+CHORUS_HD MassRange CountedBuckets(Block& b, int k) {
+  const bool usable = b.ScanMassBuckets();
+  const int* counts = b.massCounts;
+  const int hi = b.Reduce(kMassBuckets, kMassBuckets - 1, [&](int j) { return counts[j] >= k ? j : kMassBuckets - 1; }, [](int a, int c) { return a < c ? a : c; });
+  return MassRange{usable, hi, hi, hi == 0 ? 0 : counts[hi - 1], counts[hi]};
+}
+
 // An id's probability under max and total (those of the row before the nucleus).
 CHORUS_HD inline double MassOf(float x, double max, double total) { return exp(x - max) / total; }
 
@@ -481,7 +491,7 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
   bool maxKnown = false;
   if (p.temperature != 0 && p.temperature != 1) {
     auto scaled = [&](int, float x) { return static_cast<float>(x / p.temperature); };
-    if (p.topP < 1) {
+    if (p.topP < 1 || p.topK > 0) {
       rowMax = b.UpdateMax(vocab, w, scaled);
       maxKnown = true;
     } else {
@@ -494,11 +504,41 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
   // Ids below `floor` (a key) are impossible from here on; `possible` of them are at or above it.
   uint32_t floor = 0;
   int possible = vocab;
-  // Top-k: below the k-th largest value becomes -inf (ties with it stay).
+  // Top-k: below the k-th largest value becomes -inf (ties with it stay). The ids are counted into the
+  // nucleus's buckets by how far they lie below the maximum; when the k largest lie among at most
+  // Block::kCompact ids of the first buckets, those are gathered (the rest cut on the way) and the k-th
+  // is taken among them, sorted; otherwise by a radix selection over the whole row.
+  CompactRow topK{nullptr, nullptr, 0};
+  bool topKGathered = false;
   if (p.topK > 0 && p.topK < vocab) {
-    floor = KthLargestKey(b, full, p.topK, possible);
-    const uint32_t kth = floor;
-    b.Update(vocab, w, [&](int, float x) { return FloatKey(x) < kth ? -INFINITY : x; });
+    if (!maxKnown) rowMax = b.Reduce(vocab, -INFINITY, [&](int v) { return w[v]; }, [](float a, float c) { return a > c ? a : c; });
+    maxKnown = true;
+    if (rowMax != -INFINITY) {
+      const float kMax = rowMax;
+      b.ClearMassBuckets();
+      b.Each(vocab, [&](int v) { return w[v]; }, [&](int, float x) { b.AddCount(MassBucket(x, kMax)); });
+      const MassRange range = CountedBuckets(b, p.topK);
+      if (range.usable && range.hi < kMassBuckets - 1 && range.countThrough <= Block::kCompact) {
+        const int hi = range.hi;
+        topK = b.Compact(vocab, [&](int, float x) { return MassBucket(x, kMax) <= hi; }, w, true);
+        const SortedKeys sorted = b.SortByKey(topK.n, [&](int i) { return FloatKey(topK.value(i)); });
+        const uint32_t kth = sorted.keys[p.topK - 1];
+        possible = b.Reduce(topK.n, 0, [&](int i) { return sorted.keys[i] >= kth ? 1 : 0; }, [](int a, int c) { return a + c; });
+        b.Each(topK.n, [&](int i) { return topK.value(i); }, [&](int i, float x) {
+          if (FloatKey(x) < kth) {
+            topK.set(i, -INFINITY);
+            w[topK.index(i)] = -INFINITY;
+          }
+        });
+        floor = kth;
+        topKGathered = true;
+      }
+    }
+    if (!topKGathered) {
+      floor = KthLargestKey(b, full, p.topK, possible);
+      const uint32_t kth = floor;
+      b.Update(vocab, w, [&](int, float x) { return FloatKey(x) < kth ? -INFINITY : x; });
+    }
   }
   double max = 0;
   double total = 0;
@@ -509,13 +549,17 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
   if (p.topP < 1) {
     max = maxKnown ? rowMax : b.Reduce(vocab, -INFINITY, [&](int v) { return w[v]; }, [](float a, float c) { return a > c ? a : c; });
     b.Mark(2);
+    if (topKGathered) {
+      // Every possible id is gathered: the total over them (the rest are -inf) is the row's.
+      total = b.Reduce(topK.n, 0.0, [&](int i) { return exp(topK.value(i) - max); }, [](double a, double c) { return a + c; });
+    }
     // The nucleus over the whole row weighs each id by exp(value - max), kept in b.mass, against p times
     // their total: the same ids as probabilities against p. (A row of -inf alone has no nucleus: Choose
     // gives it token 0, as the TypeScript sampler does.)
     const bool wholeRow = possible > Block::kCompact && max != -INFINITY;
     top = static_cast<float>(max);
     if (wholeRow) b.ClearMassBuckets();
-    total = b.Reduce(vocab, 0.0, [&](int v) {
+    if (!topKGathered) total = b.Reduce(vocab, 0.0, [&](int v) {
       const double e = exp(w[v] - max);
       if (wholeRow) {
         b.mass[v] = e;
@@ -587,6 +631,8 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
     const int hi = cutBucket;
     return gathered(b.Compact(vocab, [&](int, float x) { return MassBucket(x, top) <= hi; }, w, true));
   }
+  // Top-k's gathered ids (those it cut are -inf among them) unless the nucleus cut the row since.
+  if (topKGathered && !nucleusDone) return gathered(topK);
   if (possible <= Block::kCompact) {
     const uint32_t at = floor;
     return gathered(b.Compact(vocab, [&](int, float x) { return FloatKey(x) >= at; }, w, false));
