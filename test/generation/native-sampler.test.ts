@@ -28,10 +28,10 @@ const END = VOCAB - 1;
 const ROWS = 1000;
 
 /** A sequence of `params` that has generated `output` after `prompt`. */
-function sequenceAfter(prompt: number[], output: number[], params: SamplingParams): Sequence {
+function sequenceAfter(prompt: number[], output: number[], params: SamplingParams, vocab = VOCAB): Sequence {
   let made: Sequence | undefined;
   new Observable<TokenEvent>((subscriber) => {
-    made = new Sequence(prompt, validateSamplingParams({ request_output_len: 1000, ...params }, VOCAB), { vocabSize: VOCAB, endIds: [END] }, subscriber, () => {});
+    made = new Sequence(prompt, validateSamplingParams({ request_output_len: 1000, ...params }, vocab), { vocabSize: vocab, endIds: [vocab - 1] }, subscriber, () => {});
   }).subscribe();
   for (const token of output) made!.accept({ token, logProb: 0 });
   return made!;
@@ -70,16 +70,16 @@ function reference(row: Row): { processed: Float32Array; token: number; logProb:
   return { processed, ...choice };
 }
 
-function check(rows: Row[], half: boolean, device: boolean): void {
-  const flat = new Float32Array(rows.length * VOCAB);
-  rows.forEach((row, r) => flat.set(row.logits, r * VOCAB));
+function check(rows: Row[], half: boolean, device: boolean, vocab = VOCAB): void {
+  const flat = new Float32Array(rows.length * vocab);
+  rows.forEach((row, r) => flat.set(row.logits, r * vocab));
   const input = half ? Uint16Array.from(flat, (x) => toHalfBits(x)) : flat;
-  const got = addon!.sampleRows(input, VOCAB, packSamplerRows(rows.map((row, r) => ({ row: r, sampler: row.sampler }))), device);
+  const got = addon!.sampleRows(input, vocab, packSamplerRows(rows.map((row, r) => ({ row: r, sampler: row.sampler }))), device);
   const tolerance = device ? 1e-5 : 1e-9;
   rows.forEach((row, r) => {
     const want = reference(row);
-    for (let v = 0; v < VOCAB; v++) {
-      const value = got.processed[r * VOCAB + v]!;
+    for (let v = 0; v < vocab; v++) {
+      const value = got.processed[r * vocab + v]!;
       if (!Object.is(value, want.processed[v])) assert.fail(`row ${r}: processed logit ${v} is ${value}, the processors give ${want.processed[v]}`);
     }
     assert.equal(got.tokens[r], want.token, `row ${r}: token`);
@@ -235,6 +235,27 @@ describe('the native sampler', { skip }, () => {
     });
     check(rows, false, false);
     if (gpu) check(rows, false, true);
+  });
+
+  test(`top-p and top-k where one of the sampler's buckets holds 65,536 ids or more, as the TypeScript processors${gpu ? ', host and GPU' : ''}`, () => {
+    // 70,000 ids of one value (its bucket's fixed-point sum could wrap), and rows where most ids share it.
+    const vocab = 70_000;
+    const random = uniformStream(41);
+    const shapes: Array<[(v: number) => number, SamplingParams]> = [
+      [() => 1, { temperature: 1, runtime_top_p: 0.6 }],
+      [(v) => (v % 700 === 0 ? 2 : 1), { temperature: 0.8, runtime_top_p: 0.9 }],
+      [(v) => (v % 700 === 0 ? 2 : 1), { temperature: 1, runtime_top_k: 30_000 }],
+      [(v) => (v < 100 ? 3 + v / 100 : 1), { temperature: 1, runtime_top_k: 50, runtime_top_p: 0.8 }],
+      // Spread-out values for contrast: the buckets serve.
+      [(v) => Math.fround(Math.sin(v * 12.9898) * 3), { temperature: 0.7, runtime_top_p: 0.9 }],
+      [(v) => Math.fround(Math.sin(v * 12.9898) * 3), { temperature: 0.7, runtime_top_k: 40 }],
+    ];
+    const rows: Row[] = shapes.map(([value, params]) => {
+      const sequence = sequenceAfter([1], [], params, vocab);
+      return { logits: Float32Array.from({ length: vocab }, (_, v) => value(v)), sequence, sampler: { ...sequence.samplerRow()!, uniform: random() } };
+    });
+    check(rows, false, false, vocab);
+    if (gpu) check(rows, false, true, vocab);
   });
 
   test('refuses ids outside the vocabulary and parameters out of range, naming them', () => {
