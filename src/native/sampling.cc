@@ -136,8 +136,7 @@ struct HostBlock {
       sortAt[i] = i;
     }
     std::stable_sort(sortAt, sortAt + n, [&](int a, int c) { return sortKeys[a] > sortKeys[c]; });
-    std::vector<uint32_t> keys(sortKeys, sortKeys + n);
-    for (int i = 0; i < n; i++) sortKeys[i] = keys[sortAt[i]];
+    for (int i = 0; i < n; i++) sortKeys[i] = keyOf(sortAt[i]);
     return SortedKeys{sortKeys, sortAt};
   }
   // The k first elements (k <= kMaxTopLogProbs) in the order of values, largest first, then of indices,

@@ -4,10 +4,10 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <string>
-
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+
 #include "device.cuh"
 #include "sampling.h"
 
@@ -39,15 +39,22 @@ struct DeviceBlock {
   int* counts;
   float* values;
   int* indices;
+  // The nucleus's buckets (sampling.h's MassBucket): 32-bit sums, then running totals and counts.
+  unsigned* massAdds;
   unsigned long long* massSums;
   int* massCounts;
+  // A gathered row's sorted keys and their positions (SortByKey).
+  uint32_t* sortKeys;
+  int* sortAt;
+  // Phase marks (CHORUS_SAMPLER_MARKS=1 in the environment, for profiling): the clock at each of block
+  // 0's phases, printed when it ends; none when null.
+  long long* marks;
 
   __device__ void Sync() { __syncthreads(); }
 
-  // The nucleus's buckets (sampling.h's MassBucket): cleared, added to by any thread (integer sums, so
-  // the order does not matter), then scanned into running totals from the top; false when a bucket held
-  // too many ids for its 32-bit sum.
-  unsigned* massAdds;
+  // The nucleus's buckets: cleared, added to by any thread (integer sums, so the order does not
+  // matter), then scanned into running totals from the top; false when a bucket held too many ids for
+  // its 32-bit sum.
   __device__ void ClearMassBuckets() {
     for (int j = threadIdx.x; j < kMassBuckets; j += blockDim.x) {
       massAdds[j] = 0;
@@ -124,9 +131,6 @@ struct DeviceBlock {
     return Combined(max, [](float a, float c) { return a > c ? a : c; });
   }
 
-  // Phase marks (CHORUS_SAMPLER_MARKS=1 in the environment, for profiling): the clock at each of block
-  // 0's phases, printed when it ends.
-  long long* marks = nullptr;
   __device__ void Mark(int k) {
     if (marks == nullptr) return;
     __syncthreads();
@@ -382,8 +386,6 @@ struct DeviceBlock {
 
   // A gathered row's keys (n <= kCompact) sorted, largest first, ties in row order: a bitonic sort in
   // shared memory over the next power of two, padded with keys that sort last.
-  uint32_t* sortKeys;
-  int* sortAt;
   template <class Key>
   __device__ SortedKeys SortByKey(int n, Key keyOf) {
     int m = 1;
@@ -489,33 +491,36 @@ template <typename T>
 __global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(const T* logits, int vocab, const int32_t* rows, const SampleParams* params, const int32_t* seen,
                                                                    const int32_t* bans, float* work, double* mass, SampleResult* out, bool withMarks) {
   extern __shared__ char shared[];
-  DeviceBlock block{mass + static_cast<size_t>(blockIdx.x) * vocab,       shared,
-                    reinterpret_cast<int*>(shared + kCountsAt),           reinterpret_cast<float*>(shared + kValuesAt),
-                    reinterpret_cast<int*>(shared + kIndicesAt),          reinterpret_cast<unsigned long long*>(shared + kMassSumsAt),
-                    reinterpret_cast<int*>(shared + kMassCountsAt)};
-  block.massAdds = reinterpret_cast<unsigned*>(shared + kMassAddsAt);
-  block.sortKeys = reinterpret_cast<uint32_t*>(shared + kSortKeysAt);
-  block.sortAt = reinterpret_cast<int*>(shared + kSortAtAt);
+  __shared__ long long marks[8];
+  DeviceBlock block{mass + static_cast<size_t>(blockIdx.x) * vocab,
+                    shared,
+                    reinterpret_cast<int*>(shared + kCountsAt),
+                    reinterpret_cast<float*>(shared + kValuesAt),
+                    reinterpret_cast<int*>(shared + kIndicesAt),
+                    reinterpret_cast<unsigned*>(shared + kMassAddsAt),
+                    reinterpret_cast<unsigned long long*>(shared + kMassSumsAt),
+                    reinterpret_cast<int*>(shared + kMassCountsAt),
+                    reinterpret_cast<uint32_t*>(shared + kSortKeysAt),
+                    reinterpret_cast<int*>(shared + kSortAtAt),
+                    withMarks ? marks : nullptr};
   const T* row = logits + static_cast<size_t>(rows[blockIdx.x]) * vocab;
   float* w = work + static_cast<size_t>(blockIdx.x) * vocab;
   const long long start = clock64();
   block.Strided<float>(vocab, [&](int v) { return Load(row + v); }, [&](int v, float x) { w[v] = x; });
   __syncthreads();
-  __shared__ long long marks[12];
   if (withMarks) {
-    if (threadIdx.x < 12) marks[threadIdx.x] = 0;
+    if (threadIdx.x < 8) marks[threadIdx.x] = 0;
     __syncthreads();
     if (threadIdx.x == 0) marks[0] = clock64();
-    block.marks = marks;
   }
   const SampleResult result = SampleRow(block, w, vocab, params[blockIdx.x], seen, bans);
   if (threadIdx.x == 0) out[blockIdx.x] = result;
   if (withMarks) __syncthreads();
   if (withMarks && threadIdx.x == 0 && blockIdx.x == 0) {
     const long long done = clock64();
-    printf("marks %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", marks[0] - start, marks[1] ? marks[1] - marks[0] : -1, marks[2] ? marks[2] - marks[0] : -1,
-           marks[3] ? marks[3] - marks[0] : -1, marks[4] ? marks[4] - marks[0] : -1, marks[5] ? marks[5] - marks[0] : -1, marks[6] ? marks[6] - marks[0] : -1,
-           marks[7] ? marks[7] - marks[0] : -1, marks[8] ? marks[8] - marks[0] : -1, done - marks[0], 0ll);
+    // The load, then each mark's clock from the start (-1: not reached), then the end's.
+    auto at = [&](int k) { return marks[k] != 0 ? marks[k] - marks[0] : -1ll; };
+    printf("marks %lld %lld %lld %lld %lld %lld %lld %lld\n", marks[0] - start, at(1), at(2), at(3), at(4), at(5), at(6), done - marks[0]);
   }
 }
 

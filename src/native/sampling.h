@@ -7,14 +7,13 @@
 // store into a Float32Array and computing in double where they compute in JavaScript numbers.
 //
 // The algorithm of one row is written once, over a "block" of cooperating threads: the host runs it with
-// one thread (HostBlock, sampling.cc), the GPU with a CUDA block per row (sampling.cu). No row is sorted:
-// the k-th largest logit comes from a radix selection over the order-preserving integer keys of the
-// float32 logits. Top-p over a whole row sums each id's weight into buckets by how far it lies below the
-// row's maximum, in the same pass as the row's total: the buckets show where the weight from the top
-// reaches p, and only the ids of that bucket (or of every bucket up to it, when few) are searched exactly,
-// gathered; a radix search over the whole row's keys (a pass per 4-bit digit) is left for rows where the
-// crossing bucket alone holds too many ids. Once few ids remain possible they are gathered and the later
-// stages run over them alone.
+// one thread (HostBlock, sampling.cc), the GPU with a CUDA block per row (sampling.cu). No whole row is
+// sorted. Top-k and top-p count (top-p also weighs) each id into buckets by how far it lies below the
+// row's maximum: the buckets show where the k-th largest lies, or where the weight from the top reaches
+// p, and only the ids up to there (or of the crossing bucket alone) are gathered and searched exactly,
+// sorted by their order-preserving integer keys. A radix selection (top-k) or search (top-p, a pass per
+// 4-bit digit) over the whole row's keys is left for rows where the buckets hold too many ids. Once few
+// ids remain possible they are gathered and the later stages run over them alone.
 #pragma once
 
 #include <cmath>
@@ -486,17 +485,16 @@ template <class Block>
 CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SampleParams& p, const int32_t* seen, const int32_t* bans) {
   if (p.beamKeep > 0) return BeamRow(b, w, vocab, p, seen, bans);
   PenalizeAndBan(b, w, p, seen, bans);
-  // Top-p needs the row's maximum: taken in the temperature's pass when there is one (top-k keeps it).
+  // Top-k and top-p bucket ids by the row's maximum: taken in the temperature's pass when there is one
+  // (top-k keeps it).
+  const bool needMax = p.topP < 1 || (p.topK > 0 && p.topK < vocab);
   float rowMax = -INFINITY;
-  bool maxKnown = false;
   if (p.temperature != 0 && p.temperature != 1) {
     auto scaled = [&](int, float x) { return static_cast<float>(x / p.temperature); };
-    if (p.topP < 1 || p.topK > 0) {
-      rowMax = b.UpdateMax(vocab, w, scaled);
-      maxKnown = true;
-    } else {
-      b.Update(vocab, w, scaled);
-    }
+    if (needMax) rowMax = b.UpdateMax(vocab, w, scaled);
+    else b.Update(vocab, w, scaled);
+  } else if (needMax) {
+    rowMax = b.Reduce(vocab, -INFINITY, [&](int v) { return w[v]; }, [](float a, float c) { return a > c ? a : c; });
   }
   b.Mark(1);
 
@@ -511,16 +509,13 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
   CompactRow topK{nullptr, nullptr, 0};
   bool topKGathered = false;
   if (p.topK > 0 && p.topK < vocab) {
-    if (!maxKnown) rowMax = b.Reduce(vocab, -INFINITY, [&](int v) { return w[v]; }, [](float a, float c) { return a > c ? a : c; });
-    maxKnown = true;
     if (rowMax != -INFINITY) {
-      const float kMax = rowMax;
       b.ClearMassBuckets();
-      b.Each(vocab, [&](int v) { return w[v]; }, [&](int, float x) { b.AddCount(MassBucket(x, kMax)); });
+      b.Each(vocab, [&](int v) { return w[v]; }, [&](int, float x) { b.AddCount(MassBucket(x, rowMax)); });
       const MassRange range = CountedBuckets(b, p.topK);
       if (range.usable && range.hi < kMassBuckets - 1 && range.countThrough <= Block::kCompact) {
         const int hi = range.hi;
-        topK = b.Compact(vocab, [&](int, float x) { return MassBucket(x, kMax) <= hi; }, w, true);
+        topK = b.Compact(vocab, [&](int, float x) { return MassBucket(x, rowMax) <= hi; }, w, true);
         const SortedKeys sorted = b.SortByKey(topK.n, [&](int i) { return FloatKey(topK.value(i)); });
         const uint32_t kth = sorted.keys[p.topK - 1];
         possible = b.Reduce(topK.n, 0, [&](int i) { return sorted.keys[i] >= kth ? 1 : 0; }, [](int a, int c) { return a + c; });
@@ -543,12 +538,10 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
   double max = 0;
   double total = 0;
   bool nucleusDone = false;
-  float top = -INFINITY;
   // A trained model's row (below): ids in buckets past cutBucket are cut when gathered.
   int cutBucket = -1;
   if (p.topP < 1) {
-    max = maxKnown ? rowMax : b.Reduce(vocab, -INFINITY, [&](int v) { return w[v]; }, [](float a, float c) { return a > c ? a : c; });
-    b.Mark(2);
+    max = rowMax;
     if (topKGathered) {
       // Every possible id is gathered: the total over them (the rest are -inf) is the row's.
       total = b.Reduce(topK.n, 0.0, [&](int i) { return exp(topK.value(i) - max); }, [](double a, double c) { return a + c; });
@@ -557,21 +550,20 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
     // their total: the same ids as probabilities against p. (A row of -inf alone has no nucleus: Choose
     // gives it token 0, as the TypeScript sampler does.)
     const bool wholeRow = possible > Block::kCompact && max != -INFINITY;
-    top = static_cast<float>(max);
     if (wholeRow) b.ClearMassBuckets();
     if (!topKGathered) total = b.Reduce(vocab, 0.0, [&](int v) {
       const double e = exp(w[v] - max);
       if (wholeRow) {
         b.mass[v] = e;
-        b.AddMass(MassBucket(w[v], top), e);
+        b.AddMass(MassBucket(w[v], rowMax), e);
       }
       return e;
     }, [](double a, double c) { return a + c; });
-    b.Mark(3);
+    b.Mark(2);
     if (wholeRow) {
       const double target = p.topP * total;
       const MassRange range = CrossingBuckets(b, target);
-      b.Mark(4);
+      b.Mark(3);
       if (range.usable && range.countThrough <= Block::kCompact) {
         // A trained model's row: the ids up to the crossing's buckets are few, and the nucleus lies among
         // them; they alone go on, gathered, and the rest are cut as they are.
@@ -589,12 +581,12 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
           const int hi = range.hi;
           double above = 0;
           const CompactRow crossing = b.CompactSum(vocab, [&](int, float x) {
-            const int bucket = MassBucket(x, top);
+            const int bucket = MassBucket(x, rowMax);
             return bucket >= lo && bucket <= hi;
-          }, w, false, [&](int v, float x) { return MassBucket(x, top) < lo ? b.mass[v] : 0.0; }, above);
-          b.Mark(6);
+          }, w, false, [&](int v, float x) { return MassBucket(x, rowMax) < lo ? b.mass[v] : 0.0; }, above);
+          b.Mark(4);
           found = ThresholdSorted(b, crossing, target, [&](int i, float) { return b.mass[crossing.index(i)]; }, t, above, range.countBefore);
-          b.Mark(7);
+          b.Mark(5);
           if (found) {
             const Kept nucleus = NucleusAmong(b, full, crossing, [&](int i) { return crossing.index(i); }, p.topP, t, exp(static_cast<double>(KeyFloat(t.key)) - max), total);
             floor = t.key;
@@ -608,7 +600,7 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
           possible = nucleus.count;
           kept = nucleus.weight;
         }
-        b.Mark(8);
+        b.Mark(6);
         nucleusDone = true;
         if (possible > Block::kCompact) {
           return ChooseWith(b, full, p, max + log(kept), [&](int v) { return w[v] == -INFINITY ? 0.0 : b.mass[v]; }, kept);
@@ -629,10 +621,11 @@ CHORUS_HD SampleResult SampleRow(Block& b, float* w, int vocab, const SamplePara
   };
   if (cutBucket >= 0) {
     const int hi = cutBucket;
-    return gathered(b.Compact(vocab, [&](int, float x) { return MassBucket(x, top) <= hi; }, w, true));
+    return gathered(b.Compact(vocab, [&](int, float x) { return MassBucket(x, rowMax) <= hi; }, w, true));
   }
-  // Top-k's gathered ids (those it cut are -inf among them) unless the nucleus cut the row since.
-  if (topKGathered && !nucleusDone) return gathered(topK);
+  // Top-k's gathered ids (those it cut are -inf among them); the nucleus, never over the whole row
+  // then, runs among them.
+  if (topKGathered) return gathered(topK);
   if (possible <= Block::kCompact) {
     const uint32_t at = floor;
     return gathered(b.Compact(vocab, [&](int, float x) { return FloatKey(x) >= at; }, w, false));
