@@ -6,8 +6,6 @@ import { checkVersion, VERSION } from '../kserve/checks.ts';
 import type { GrpcEngine, ModelInfo } from './engine.ts';
 import { requestTensors, responseTensors, type InputMessage } from './tensors.ts';
 
-export { VERSION };
-
 /** ModelInferRequest, as the proto loader gives it. */
 export interface InferRequest {
   model_name: string;

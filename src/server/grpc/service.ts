@@ -7,7 +7,8 @@ import type * as grpc from '@grpc/grpc-js';
 import { last, type Subscription } from 'rxjs';
 import type { GrpcEngine, ModelInfo, TensorInfo } from './engine.ts';
 import type { Metrics } from '../metrics.ts';
-import { inferResponse, resolveNamed, startInfer, VERSION, type InferRequest } from './infer-call.ts';
+import { VERSION } from '../kserve/checks.ts';
+import { inferResponse, resolveNamed, startInfer, type InferRequest } from './infer-call.ts';
 import { counted, grpcError, statusOf } from './status.ts';
 import { streamInfer } from './stream-infer.ts';
 

@@ -13,7 +13,8 @@ import type * as grpc from '@grpc/grpc-js';
 import { Subscription } from 'rxjs';
 import type { TensorRecord } from '../../serving/index.ts';
 import type { GrpcEngine } from './engine.ts';
-import { inferResponse, startInfer, VERSION, type InferCall, type InferRequest } from './infer-call.ts';
+import { VERSION } from '../kserve/checks.ts';
+import { inferResponse, startInfer, type InferCall, type InferRequest } from './infer-call.ts';
 import type { Metrics } from '../metrics.ts';
 import { counted, grpcError, statusOf } from './status.ts';
 
