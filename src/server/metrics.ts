@@ -59,6 +59,9 @@ export class Metrics {
     gauge('chorus_engine_running_requests', 'Requests in the running batch', (s) => s.running);
     gauge('chorus_engine_queue_depth', 'Requests waiting to join the batch', (s) => s.waiting);
     gauge('chorus_engine_greedy_search_runs', 'Batches run through the GreedySearch fast path since the model loaded', (s) => s.greedySearchRuns);
+    gauge('chorus_engine_prefill_steps', 'Prefill steps (each admits a group of waiting requests) since the model loaded', (s) => s.prefillSteps);
+    gauge('chorus_engine_decode_steps', 'Decode steps since the model loaded', (s) => s.decodeSteps);
+    gauge('chorus_engine_decoded_rows', 'Rows over all decode steps since the model loaded', (s) => s.decodedRows);
     gauge('chorus_engine_batch_occupancy', 'Mean rows per decode step since the model loaded', (s) => (s.decodeSteps === 0 ? 0 : s.decodedRows / s.decodeSteps));
   }
 

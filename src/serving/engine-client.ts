@@ -83,7 +83,8 @@ export interface ModelStats {
   waiting: number;
   /** Batches run through the GreedySearch fast path since it loaded. */
   greedySearchRuns: number;
-  /** Decode steps, and rows over all of them, since it loaded. */
+  /** Prefill steps (each admits a group of waiting requests), decode steps, and rows over all decode steps, since it loaded. */
+  prefillSteps: number;
   decodeSteps: number;
   decodedRows: number;
   /** Requests finished (cancelled ones included) and cancelled, and tokens generated, since it loaded. */

@@ -97,7 +97,7 @@ export class RepositoryClient implements EngineClient {
     return this.service.store.loadedModels().flatMap((model) => {
       if (model.engine !== 'generate') return [];
       const s = model.generator.stats();
-      return [{ name: model.name, running: s.running, waiting: s.waiting, greedySearchRuns: s.greedySearchRuns, decodeSteps: s.decodeSteps, decodedRows: s.decodedRows, requestsFinished: s.requestsFinished, requestsCancelled: s.requestsCancelled, tokensGenerated: s.tokensGenerated }];
+      return [{ name: model.name, running: s.running, waiting: s.waiting, greedySearchRuns: s.greedySearchRuns, prefillSteps: s.prefillSteps, decodeSteps: s.decodeSteps, decodedRows: s.decodedRows, requestsFinished: s.requestsFinished, requestsCancelled: s.requestsCancelled, tokensGenerated: s.tokensGenerated }];
     });
   }
 

@@ -123,7 +123,7 @@ export class FakeEngineClient implements EngineClient {
   }
 
   stats(): ModelStats[] {
-    return [...this.loaded].map((name) => ({ name, running: this.active, waiting: 0, greedySearchRuns: 0, decodeSteps: 10, decodedRows: 20, requestsFinished: 0, requestsCancelled: this.cancelled, tokensGenerated: 0 }));
+    return [...this.loaded].map((name) => ({ name, running: this.active, waiting: 0, greedySearchRuns: 0, prefillSteps: 2, decodeSteps: 10, decodedRows: 20, requestsFinished: 0, requestsCancelled: this.cancelled, tokensGenerated: 0 }));
   }
 
   /** A model reports a finished request (for metrics). */

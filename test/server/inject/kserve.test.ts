@@ -121,6 +121,9 @@ test('metrics: request counters per model, engine gauges from the client\'s stat
   assert.match(text, /nv_inference_request_success\{model="stories"\} 1\n/);
   assert.match(text, /nv_inference_request_failure\{model="stories",reason="REJECTED"\} 1\n/, 'a body that fails its schema counts');
   assert.match(text, /chorus_engine_batch_occupancy\{model="stories"\} 2\n/);
+  assert.match(text, /chorus_engine_prefill_steps\{model="stories"\} 2\n/);
+  assert.match(text, /chorus_engine_decode_steps\{model="stories"\} 10\n/);
+  assert.match(text, /chorus_engine_decoded_rows\{model="stories"\} 20\n/);
   assert.match(text, /chorus_time_to_first_token_seconds_count\{model="stories"\} 1\n/);
   assert.match(text, /chorus_inter_token_latency_seconds_count\{model="stories"\} 2\n/);
   assert.match(text, /nv_inference_queue_duration_us\{model="stories"\} 2000\n/);
