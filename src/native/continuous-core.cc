@@ -1,10 +1,74 @@
 #include "continuous-core.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
+#include <unistd.h>
+
 namespace chorus {
+
+namespace {
+
+// CHORUS_CORE_TRACE=<file>: a line per arrival, admission and run of steps (milliseconds since the
+// first line's process began tracing), to see where a request's first token waits.
+class CoreTrace {
+ public:
+  CoreTrace() {
+    const char* value = std::getenv("CHORUS_CORE_TRACE");
+    if (value == nullptr || *value == '\0') return;
+    // %p in the path: this process's id (a server and its bench each write their own).
+    std::string path = value;
+    const size_t at = path.find("%p");
+    if (at != std::string::npos) path.replace(at, 2, std::to_string(getpid()));
+    file_ = std::fopen(path.c_str(), "a");
+  }
+  ~CoreTrace() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  bool on() const { return file_ != nullptr; }
+  double Now() const { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count(); }
+  template <typename... Args>
+  void Line(const char* format, Args... args) {
+    if (file_ == nullptr) return;
+    std::fprintf(file_, format, args...);
+    std::fputc('\n', file_);
+    std::fflush(file_);
+  }
+
+ private:
+  std::FILE* file_ = nullptr;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+CoreTrace& Trace() {
+  static CoreTrace trace;
+  return trace;
+}
+
+// CHORUS_CORE_BUCKETS=0: admissions prefill their exact shapes (to compare).
+bool PrefillBuckets() {
+  static const bool on = [] {
+    const char* value = std::getenv("CHORUS_CORE_BUCKETS");
+    return value == nullptr || std::string(value) != "0";
+  }();
+  return on;
+}
+
+// CHORUS_CORE_GROUPS=pow2: admissions prefill groups of a power of two rows (to compare).
+bool PowerOfTwoGroups() {
+  static const bool on = [] {
+    const char* value = std::getenv("CHORUS_CORE_GROUPS");
+    return value != nullptr && std::string(value) == "pow2";
+  }();
+  return on;
+}
+
+}  // namespace
 
 ContinuousCore::ContinuousCore(SlotDecoder& decoder, CoreOnStep onStep, CoreOnError onError)
     : decoder_(decoder), onStep_(std::move(onStep)), onError_(std::move(onError)) {
@@ -85,6 +149,7 @@ void ContinuousCore::Loop() {
     }
     // After a failure every row was failed by the caller: what comes until it stops the core is dropped.
     if (failed) continue;
+    if (!arrived.empty()) Trace().Line("%.3f arrived %zu running %zu waiting %zu", Trace().Now(), arrived.size(), rows_.size(), waiting_.size());
     for (CoreRequest& request : arrived) {
       Row row;
       row.request = std::move(request);
@@ -164,14 +229,19 @@ static SampleResult ArgmaxChoice(int32_t token) {
 
 void ContinuousCore::Admit(std::vector<Row>& waiting) {
   const size_t slots = static_cast<size_t>(decoder_.options().slots);
+  const int maxLength = decoder_.options().maxLength;
   while (!waiting.empty() && rows_.size() < slots) {
-    // The waiting requests prefill together, in batches of powers of two (ONNX Runtime plans each new
-    // shape it meets) of at most kPrefillTokens tokens once padded to the longest, and at most twice
-    // their own tokens (a long prompt does not make short ones pay for its length): prompts of one
-    // length in one run, prompts of different lengths in the decoder's two (PrefillRagged).
+    // The waiting requests that fit the free slots prefill together, at most kPrefillTokens tokens once
+    // padded to the longest and at most twice their own tokens (a long prompt does not make short ones
+    // pay for its length), in the decoder's ragged prefill: a run of every prompt but its last token,
+    // padded, then a run of the last tokens. ONNX Runtime meets each shape's first run slowly (5 to 20
+    // ms for GPT-2 on an H100, against 1 to 2 after), so the shapes come from a few buckets: the first
+    // run's width a multiple of kPrefillWidthStep and, where the free slots allow, its rows a power of
+    // two (the padding rows run a one-token prompt in free slots, and are dropped).
     const size_t count = std::min(waiting.size(), slots - rows_.size());
     size_t group = 1;
     while (group * 2 <= count) group *= 2;
+    if (!PowerOfTwoGroups()) group = count;
     const auto fits = [&](size_t n) {
       size_t most = 0;
       size_t tokens = 0;
@@ -181,9 +251,20 @@ void ContinuousCore::Admit(std::vector<Row>& waiting) {
       }
       return n * most <= kPrefillTokens && n * most <= 2 * tokens;
     };
-    while (group > 1 && !fits(group)) group /= 2;
+    while (group > 1 && !fits(group)) group = PowerOfTwoGroups() ? group / 2 : group - 1;
+    size_t longest = 0;
+    for (size_t r = 0; r < group; r++) longest = std::max(longest, waiting[r].request.prompt.size());
+    const bool buckets = PrefillBuckets();
+    int width = 0;
+    size_t runRows = group;
+    if (buckets) {
+      width = std::min(static_cast<int>((longest - 1 + kPrefillWidthStep - 1) / kPrefillWidthStep * kPrefillWidthStep), maxLength - 1);
+      size_t power = 1;
+      while (power < group) power *= 2;
+      if (rows_.size() + power <= slots && power * static_cast<size_t>(std::max(width, 1)) <= kPrefillTokens) runRows = power;
+    }
     const size_t length = waiting[0].request.prompt.size();
-    bool equal = true;
+    bool equal = !buckets;
     for (size_t r = 1; r < group; r++) equal = equal && waiting[r].request.prompt.size() == length;
     std::vector<int64_t> ids;
     std::vector<std::vector<int64_t>> prompts;
@@ -200,8 +281,16 @@ void ContinuousCore::Admit(std::vector<Row>& waiting) {
         sample.params.push_back(ParamsOf(row, sample, row.taken));
       }
     }
+    prompts.resize(equal ? 0 : runRows, std::vector<int64_t>{0});
     const int first = static_cast<int>(rows_.size());
-    StepResult result = equal ? decoder_.Prefill(first, ids, {}, sample, static_cast<int>(group)) : decoder_.PrefillRagged(first, prompts, {}, sample);
+    const double began = Trace().on() ? Trace().Now() : 0;
+    StepResult result = equal ? decoder_.Prefill(first, ids, {}, sample, static_cast<int>(group)) : decoder_.PrefillRagged(first, prompts, {}, sample, width);
+    if (Trace().on()) {
+      size_t tokens = 0;
+      for (size_t r = 0; r < group; r++) tokens += waiting[r].request.prompt.size();
+      Trace().Line("%.3f prefill rows %zu (run %zu x %d) tokens %zu waiting %zu running %d ms %.3f", began, group, equal ? group : runRows, equal ? static_cast<int>(length) : width, tokens,
+                   waiting.size(), first, Trace().Now() - began);
+    }
     CoreStep out;
     out.prefill = true;
     std::vector<bool> gone(rows_.size(), false);
@@ -286,7 +375,9 @@ void ContinuousCore::GreedySteps(const std::vector<int32_t>& endIds) {
     }
     onStep_(std::move(out));
   };
+  const double began = Trace().on() ? Trace().Now() : 0;
   const GreedyRun run = decoder_.DecodeGreedy(start.tokens, start.positions, remaining, endIds, start.maxSteps, {}, {}, onStep);
+  Trace().Line("%.3f greedy rows %zu steps %d ms %.3f", began, n, run.steps, Trace().Now() - began);
   for (Row& row : rows_) row.length += run.steps;
   Retire(gone);
 }
@@ -316,7 +407,9 @@ void ContinuousCore::ChosenSteps() {
     }
     onStep_(std::move(out));
   };
+  const double began = Trace().on() ? Trace().Now() : 0;
   const int steps = decoder_.DecodeChosen(start.tokens, start.positions, start.maxSteps, sampleStep, onStep);
+  Trace().Line("%.3f chosen rows %zu steps %d ms %.3f", began, n, steps, Trace().Now() - began);
   for (Row& row : rows_) row.length += steps;
   Retire(gone);
 }

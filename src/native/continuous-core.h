@@ -98,6 +98,8 @@ class ContinuousCore {
   // The most tokens one admission prefills, counting each prompt padded to the group's longest (a
   // group's padded tokens are also at most twice its own).
   static constexpr size_t kPrefillTokens = 16384;
+  // The ragged prefill's first run is a multiple of this wide (shape buckets).
+  static constexpr size_t kPrefillWidthStep = 32;
   // What a run of steps starts from: each row's token and position, and the steps every row's slot
   // leaves room for (at least 1, at most kMaxGreedySteps).
   struct RunStart {

@@ -417,8 +417,8 @@ StepResult SlotDecoder::Prefill(int slot, const std::vector<int64_t>& ids, const
   return Run(slot, prompts, length, ids, positions, std::vector<int32_t>(prompts, length - 1), length, logitRows, sample, false);
 }
 
-StepResult SlotDecoder::PrefillRagged(int slot, const std::vector<std::vector<int64_t>>& prompts, const std::vector<int32_t>& logitRows, const SampleBatch& sample) {
-  if (Fans()) return OnRanks([&](SlotDecoder& d) { return d.PrefillRagged(slot, prompts, logitRows, sample); });
+StepResult SlotDecoder::PrefillRagged(int slot, const std::vector<std::vector<int64_t>>& prompts, const std::vector<int32_t>& logitRows, const SampleBatch& sample, int least) {
+  if (Fans()) return OnRanks([&](SlotDecoder& d) { return d.PrefillRagged(slot, prompts, logitRows, sample, least); });
   Timed timed(callMs_);
   UseDevice();
   if (seq2seq()) throw std::logic_error("an encoder-decoder starts a request with encode(), then decodes from its start token");
@@ -435,8 +435,9 @@ StepResult SlotDecoder::PrefillRagged(int slot, const std::vector<std::vector<in
     }
     longest = std::max(longest, prompt.size());
   }
-  // Every row as long as the longest but one: its prompt, then its last token again as padding.
-  const int width = static_cast<int>(longest) - 1;
+  // Every row as long as the longest but one (or the least width asked for): its prompt, then its last
+  // token again as padding, written past its prompt where its next tokens overwrite it.
+  const int width = std::max(static_cast<int>(longest) - 1, std::min(least, options_.maxLength - 1));
   if (width > 0) {
     std::vector<int64_t> ids;
     std::vector<int64_t> positions;

@@ -132,7 +132,9 @@ class SlotDecoder {
   // lengths: every prompt but its last token, right-padded to the longest (each row's padding is
   // written past its prompt, where its later steps write over it before reading there), then each
   // prompt's last token at its own position. The result has a row per prompt, from the second run.
-  StepResult PrefillRagged(int slot, const std::vector<std::vector<int64_t>>& prompts, const std::vector<int32_t>& logitRows, const SampleBatch& sample);
+  // `width`: the first run's least width (a caller's shape bucket: ONNX Runtime meets fewer new
+  // shapes), at most the slot's length less 1.
+  StepResult PrefillRagged(int slot, const std::vector<std::vector<int64_t>>& prompts, const std::vector<int32_t>& logitRows, const SampleBatch& sample, int width = 0);
   // Encoder-decoders: encodes rows (sources right-padded to `width`, ids row after row, each of
   // lengths[r] tokens) into the cross-attention slots firstSlot, firstSlot + 1, ...
   void Encode(int firstSlot, const std::vector<int64_t>& ids, int width, const std::vector<int32_t>& lengths);
