@@ -1,13 +1,15 @@
 // The slot attention's CUDA kernels (slot-attention.h): one block per (token row, query head). The block
 // writes the token's new key and value (when given), then each warp scores positions (lanes split the
 // head's dimensions), the block takes the softmax, and groups of head_dim threads sum the values of
-// every group-th position.
+// every group-th position. Prefills of several tokens a row go by tiles of queries instead.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cfloat>
+#include <cstdlib>
+#include <string>
 
 #include "device.cuh"
 #include "slot-attention.h"
@@ -315,6 +317,137 @@ __global__ void SlotAppendKernel(SlotAttentionArgs a) {
   }
 }
 
+// Prefills (causal, several new tokens a row, their keys and values in the cache already): a block per
+// (row, tile of kPrefillQueries tokens, query head) walks the keys in tiles of kPrefillKeys positions
+// with an online softmax (a running maximum and total per query), the tiles staged in shared memory
+// as float32, so that each key is read once per tile of queries rather than once per query. Thread t
+// takes query t / 8 of the tile: its scores of keys t % 8 + 8i, and the weighted sum's dimensions
+// t % 8 + 8i (heads of at most kPrefillMaxDim).
+constexpr int kPrefillQueries = 32;
+constexpr int kPrefillKeys = 32;
+constexpr int kPrefillThreads = 256;
+constexpr int kPrefillLanes = kPrefillThreads / kPrefillQueries;  // 8: a query's threads, in one warp
+constexpr int kPrefillMaxDim = 128;
+
+size_t PrefillSharedBytes(int dim) {
+  const size_t pitch = static_cast<size_t>(dim) + 1;
+  return sizeof(float) * ((kPrefillQueries + 2 * kPrefillKeys) * pitch + kPrefillQueries * (kPrefillKeys + 1));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kPrefillThreads) PrefillAttentionKernel(SlotAttentionArgs a) {
+  extern __shared__ float shared[];
+  const int dim = a.dim;
+  const int pitch = dim + 1;
+  float* qs = shared;                          // [queries][pitch]
+  float* ks = qs + kPrefillQueries * pitch;    // [keys][pitch]
+  float* vs = ks + kPrefillKeys * pitch;       // [keys][pitch]
+  float* ps = vs + kPrefillKeys * pitch;       // [queries][keys + 1]: the tile's softmax numerators
+  const int r = blockIdx.y;
+  const int h = blockIdx.z;
+  const int s0 = blockIdx.x * kPrefillQueries;
+  const int count = min(kPrefillQueries, a.tokens - s0);
+  const int kv = h / (a.heads / a.kvHeads);
+  const int base = min(max(a.lengths[r] + a.lengthsOffset, 0), a.capacity - a.tokens);
+  const size_t slot = static_cast<size_t>(r) * a.rowStride + static_cast<size_t>(kv) * a.headStride;
+  const T* query = static_cast<const T*>(a.query);
+  const T* queryBias = static_cast<const T*>(a.queryBias);
+  const T* cacheKey = static_cast<const T*>(a.cacheKey);
+  const T* cacheValue = static_cast<const T*>(a.cacheValue);
+  for (int i = threadIdx.x; i < kPrefillQueries * dim; i += kPrefillThreads) {
+    const int q = i / dim;
+    const int d = i % dim;
+    float v = 0;
+    if (q < count) {
+      const size_t y = static_cast<size_t>(r) * a.tokens + s0 + q;
+      const T x = Biased(query, queryBias, y * a.queryStride + static_cast<size_t>(h) * dim + d, static_cast<size_t>(h) * dim + d);
+      v = Load(&x);
+    }
+    qs[q * pitch + d] = v;
+  }
+  const int q = threadIdx.x / kPrefillLanes;
+  const int sub = threadIdx.x % kPrefillLanes;
+  const bool live = q < count;
+  const int position = base + s0 + q;
+  const int oldest = FirstKey(position, a.window);
+  // The keys some query of the tile reads: from its first query's oldest to its last query's position.
+  const int first = FirstKey(base + s0, a.window);
+  const int end = base + s0 + count;
+  constexpr int kScores = kPrefillKeys / kPrefillLanes;
+  constexpr int kSums = kPrefillMaxDim / kPrefillLanes;
+  float highest = -INFINITY;
+  float total = 0;
+  float sums[kSums];
+#pragma unroll
+  for (int i = 0; i < kSums; i++) sums[i] = 0;
+  for (int k0 = first; k0 < end; k0 += kPrefillKeys) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < kPrefillKeys * dim; i += kPrefillThreads) {
+      const int k = i / dim;
+      const int d = i % dim;
+      const int j = k0 + k;
+      float key = 0;
+      float value = 0;
+      if (j < end) {
+        const size_t at = slot + static_cast<size_t>(j) * a.positionStride + d;
+        key = Load(cacheKey + at);
+        value = Load(cacheValue + at);
+      }
+      ks[k * pitch + d] = key;
+      vs[k * pitch + d] = value;
+    }
+    __syncthreads();
+    float scores[kScores];
+    float tileHighest = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kScores; i++) {
+      const int k = sub + kPrefillLanes * i;
+      const int j = k0 + k;
+      float score = -INFINITY;
+      if (live && j < end && j >= oldest && j <= position) {
+        float dot = 0;
+        for (int d = 0; d < dim; d++) dot += qs[q * pitch + d] * ks[k * pitch + d];
+        score = ScoreOf(a, dot, h, position, j);
+      }
+      scores[i] = score;
+      tileHighest = fmaxf(tileHighest, score);
+    }
+    // A query's 8 threads are 8 aligned lanes of one warp.
+#pragma unroll
+    for (int offset = kPrefillLanes / 2; offset > 0; offset >>= 1) tileHighest = fmaxf(tileHighest, __shfl_xor_sync(0xffffffffu, tileHighest, offset));
+    const float next = fmaxf(highest, tileHighest);
+    const float carry = next == -INFINITY ? 1.0f : __expf(highest - next);
+    float added = 0;
+#pragma unroll
+    for (int i = 0; i < kScores; i++) {
+      const float e = scores[i] == -INFINITY ? 0.0f : __expf(scores[i] - next);
+      ps[q * (kPrefillKeys + 1) + sub + kPrefillLanes * i] = e;
+      added += e;
+    }
+#pragma unroll
+    for (int offset = kPrefillLanes / 2; offset > 0; offset >>= 1) added += __shfl_xor_sync(0xffffffffu, added, offset);
+    total = total * carry + added;
+    highest = next;
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < kSums; i++) {
+      const int d = sub + kPrefillLanes * i;
+      if (d < dim) {
+        float acc = sums[i] * carry;
+        for (int k = 0; k < kPrefillKeys; k++) acc += ps[q * (kPrefillKeys + 1) + k] * vs[k * pitch + d];
+        sums[i] = acc;
+      }
+    }
+  }
+  if (!live) return;
+  T* output = static_cast<T*>(a.output) + ((static_cast<size_t>(r) * a.tokens + s0 + q) * a.heads + h) * dim;
+#pragma unroll
+  for (int i = 0; i < kSums; i++) {
+    const int d = sub + kPrefillLanes * i;
+    if (d < dim) Store(output + d, sums[i] / total);
+  }
+}
+
 }  // namespace
 
 void SlotAttentionDevice(const SlotAttentionArgs& a, void* stream) {
@@ -324,6 +457,22 @@ void SlotAttentionDevice(const SlotAttentionArgs& a, void* stream) {
   uintptr_t bits = reinterpret_cast<uintptr_t>(a.query) | reinterpret_cast<uintptr_t>(a.queryBias) | reinterpret_cast<uintptr_t>(a.key) |
                    reinterpret_cast<uintptr_t>(a.value) | reinterpret_cast<uintptr_t>(a.keyBias) | reinterpret_cast<uintptr_t>(a.valueBias) |
                    reinterpret_cast<uintptr_t>(a.cacheKey) | reinterpret_cast<uintptr_t>(a.cacheValue) | reinterpret_cast<uintptr_t>(a.output);
+  // Several new tokens a row (their keys written already): the tiled kernel (CHORUS_PREFILL_TILES=0: the
+  // per-query kernel, to compare).
+  static const bool tiles = [] {
+    const char* value = std::getenv("CHORUS_PREFILL_TILES");
+    return value == nullptr || std::string(value) != "0";
+  }();
+  if (tiles && a.causal && a.tokens > 1 && a.key == nullptr && a.bias == nullptr && a.dim <= kPrefillMaxDim && PrefillSharedBytes(a.dim) <= 48 * 1024) {
+    const dim3 tiles((a.tokens + kPrefillQueries - 1) / kPrefillQueries, a.rows, a.heads);
+    const size_t bytes = PrefillSharedBytes(a.dim);
+    switch (a.type) {
+      case FloatType::kFloat16: PrefillAttentionKernel<__half><<<tiles, kPrefillThreads, bytes, s>>>(a); break;
+      case FloatType::kBFloat16: PrefillAttentionKernel<__nv_bfloat16><<<tiles, kPrefillThreads, bytes, s>>>(a); break;
+      default: PrefillAttentionKernel<float><<<tiles, kPrefillThreads, bytes, s>>>(a); break;
+    }
+    return;
+  }
   // In halves: every stride a whole number of 16-byte vectors.
   bits |= 2 * (a.queryStride | a.newStride | a.rowStride | a.headStride | a.positionStride);
   if (a.type == FloatType::kFloat16 && a.dim % 8 == 0 && a.dim / 8 <= 32 && bits % 16 == 0) {

@@ -59,6 +59,9 @@ const CASES: Case[] = [
   { name: 'paged over slots prefill of 5, rotary, bias, q/k norms, window 4', op: 'paged', tokens: 5, heads: 4, kvHeads: 4, dim: 8, past: [0, 7], window: 4, softcap: 0, scale: 0.5, bias: true, rotary: true, norms: true, slots: true },
   { name: 'paged decode, q/k norms, block table', op: 'paged', tokens: 1, heads: 4, kvHeads: 2, dim: 16, past: [3, 18], window: 0, softcap: 0, scale: 0.25, rotary: true, norms: true, blockSize: 4 },
   { name: 'paged decode, softcap 1, window past the row', op: 'paged', tokens: 1, heads: 8, kvHeads: 2, dim: 16, past: [7, 30], window: 64, softcap: 1, scale: 0.5, blockSize: 8 },
+  // Prefills over several tiles of queries and keys (the GPU's tiled prefill kernel: 32 of each).
+  { name: 'slot prefill of 70 over three tiles, rows from 0 and 45, 2 heads a key head', op: 'slot', tokens: 70, heads: 4, kvHeads: 2, dim: 64, past: [0, 45], window: 0, softcap: 0, scale: 0.125 },
+  { name: 'slot prefill of 40, window 20, softcap 2, bias, 2 heads a key head', op: 'slot', tokens: 40, heads: 2, kvHeads: 1, dim: 32, past: [0, 9, 33], window: 20, softcap: 2, scale: 0.2, bias: true },
   // Rows of up to 291 positions, groups of 1 and 8.
   { name: 'paged decode over three tiles, one head a key head', op: 'paged', tokens: 1, heads: 2, kvHeads: 2, dim: 16, past: [150, 290, 5], window: 0, softcap: 0, scale: 0.25, rotary: true, blockSize: 16 },
   { name: 'paged over slots decode, 8 heads a key head, window 140, softcap 1.5, bias', op: 'paged', tokens: 1, heads: 8, kvHeads: 1, dim: 32, past: [3, 200], window: 140, softcap: 1.5, scale: 0.2, bias: true, rotary: true, slots: true },
