@@ -24,7 +24,10 @@ export interface BenchOptions {
   requests?: number;
   /** Seconds per setting during which new requests start. */
   durationS?: number;
-  /** Requests sent one by one before the sweep, not counted. */
+  /**
+   * Requests sent before the sweep, not counted: as many at once as the sweep's highest concurrency
+   * (one at a time for request rates), so that the server has met the batch sizes it is measured at.
+   */
   warmup?: number;
   /** Seed of the request-rate arrival times. */
   seed?: number;
@@ -83,7 +86,13 @@ export async function runBench(options: BenchOptions): Promise<BenchSettingResul
   if (prompts.length === 0) throw invalidArgument('prompts', 'at least one prompt', prompts);
   const requests = requestsPerSetting(options.requests, options.durationS);
   if (requests === undefined && options.settings.some((s) => s.requestRate === Infinity)) throw invalidArgument('--requests', 'a count when --request-rate has inf (all at once needs a number of requests)', undefined);
-  for (let i = 0; i < (options.warmup ?? 0); i++) await timedRequest(target, prompts[i % prompts.length]!, sampling, -1, i % prompts.length, performance.now());
+  const warmup = options.warmup ?? 0;
+  let warmed = 0;
+  const warmer = async (): Promise<void> => {
+    for (let i = warmed++; i < warmup; i = warmed++) await timedRequest(target, prompts[i % prompts.length]!, sampling, -1, i % prompts.length, performance.now());
+  };
+  const warmers = Math.min(warmup, Math.max(1, ...options.settings.map((s) => s.concurrency ?? 1)));
+  await Promise.all(Array.from({ length: warmers }, warmer));
   const results: BenchSettingResult[] = [];
   let sent = 0;
   for (const setting of options.settings) {

@@ -112,7 +112,7 @@ export function registerBench(program: Command): void {
     .option('--request-seed <n>', 'each request samples with its own seed: n, n+1, ... (default: none sent)')
     .option('--requests <n>', 'requests per setting (default 32, or unlimited with --duration)')
     .option('--duration <seconds>', 'per setting, start requests for this long')
-    .option('--warmup <n>', 'requests sent before measuring, not counted', '1')
+    .option('--warmup <n>', 'requests sent before measuring, not counted (as many at once as the highest --concurrency)', '1')
     .option('--stream', 'stream answers (not with kserve): time to first token and inter-token latency')
     .option('--api-key <key>', 'sent as Authorization: Bearer <key> (default: $CHORUS_API_KEY)')
     .option('--timeout <seconds>', 'per-request limit', '600')
