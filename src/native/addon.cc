@@ -258,7 +258,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
                         InstanceMethod("interrupt", &SlotDecoderWrap::Interrupt), InstanceMethod("encode", &SlotDecoderWrap::Encode), InstanceMethod("copySlots", &SlotDecoderWrap::CopySlots),
                         InstanceMethod("setBlockTable", &SlotDecoderWrap::SetBlockTable), InstanceMethod("copyBlocks", &SlotDecoderWrap::CopyBlocks),
                         InstanceAccessor("cacheBlocks", &SlotDecoderWrap::CacheBlocks, nullptr), InstanceAccessor("deviceMemory", &SlotDecoderWrap::PlannedMemory, nullptr),
-                        InstanceMethod("startCore", &SlotDecoderWrap::StartCore), InstanceMethod("coreSubmit", &SlotDecoderWrap::CoreSubmit),
+                        InstanceMethod("startCore", &SlotDecoderWrap::StartCore), InstanceMethod("warmCore", &SlotDecoderWrap::WarmCore), InstanceMethod("coreSubmit", &SlotDecoderWrap::CoreSubmit),
                         InstanceMethod("coreCancel", &SlotDecoderWrap::CoreCancel), InstanceMethod("stopCore", &SlotDecoderWrap::StopCore),
                         InstanceMethod("close", &SlotDecoderWrap::Close), InstanceAccessor("cacheBytes", &SlotDecoderWrap::CacheBytes, nullptr),
                         InstanceAccessor("sessionMs", &SlotDecoderWrap::SessionMs, nullptr), InstanceAccessor("callMs", &SlotDecoderWrap::CallMs, nullptr),
@@ -476,6 +476,16 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
   }
 
   // startCore(onStep): the continuous core's thread starts stepping this decoder (continuous-core.h).
+  // warmCore(budgetMs): runs the prefill shapes the continuous core admits with, narrowest first, for
+  // up to budgetMs (ContinuousCore::WarmPrefills); resolves with how many ran.
+  Napi::Value WarmCore(const Napi::CallbackInfo& info) {
+    SlotDecoder& decoder = Loaded(info.Env());
+    if (!info[0].IsNumber() || !(info[0].As<Napi::Number>().DoubleValue() >= 0)) throw Napi::TypeError::New(info.Env(), "warmCore takes a budget in milliseconds (a number >= 0)");
+    const double budget = info[0].As<Napi::Number>().DoubleValue();
+    auto ran = std::make_shared<int>(0);
+    return Queue(info.Env(), [&decoder, budget, ran]() { *ran = ContinuousCore::WarmPrefills(decoder, budget); }, [ran](Napi::Env e) { return Napi::Number::New(e, *ran); });
+  }
+
   // onStep({ ids, sampled }) gets each step's tokens on the event loop, onStep(error) a failure, after
   // which the core takes nothing more until it is stopped.
   Napi::Value StartCore(const Napi::CallbackInfo& info) {

@@ -227,6 +227,24 @@ static SampleResult ArgmaxChoice(int32_t token) {
   return result;
 }
 
+int ContinuousCore::WarmPrefills(SlotDecoder& decoder, double budgetMs) {
+  const auto started = std::chrono::steady_clock::now();
+  const auto spent = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(); };
+  const int slots = decoder.options().slots;
+  const int maxLength = decoder.options().maxLength;
+  int ran = 0;
+  for (int width = static_cast<int>(kPrefillWidthStep); width < maxLength; width += static_cast<int>(kPrefillWidthStep)) {
+    for (int rows = 1; rows <= slots; rows *= 2) {
+      // The admissions' most: kPrefillTokens of prompts, padded up to twice that.
+      if (static_cast<size_t>(rows) * width > 2 * kPrefillTokens) break;
+      if (spent() >= budgetMs) return ran;
+      decoder.PrefillRagged(0, std::vector<std::vector<int64_t>>(static_cast<size_t>(rows), std::vector<int64_t>(static_cast<size_t>(width) + 1, 0)), {}, SampleBatch{}, width);
+      ran++;
+    }
+  }
+  return ran;
+}
+
 void ContinuousCore::Admit(std::vector<Row>& waiting) {
   const size_t slots = static_cast<size_t>(decoder_.options().slots);
   const int maxLength = decoder_.options().maxLength;
@@ -236,8 +254,9 @@ void ContinuousCore::Admit(std::vector<Row>& waiting) {
     // pay for its length), in the decoder's ragged prefill: a run of every prompt but its last token,
     // padded, then a run of the last tokens. ONNX Runtime meets each shape's first run slowly (5 to 20
     // ms for GPT-2 on an H100, against 1 to 2 after), so the shapes come from a few buckets: the first
-    // run's width a multiple of kPrefillWidthStep and, where the free slots allow, its rows a power of
-    // two (the padding rows run a one-token prompt in free slots, and are dropped).
+    // run's width a multiple of kPrefillWidthStep and its rows a power of two: padded where the free
+    // slots allow (the padding rows run a one-token prompt in free slots, and are dropped), else the
+    // largest power of two of the group now and the rest in the next prefill.
     const size_t count = std::min(waiting.size(), slots - rows_.size());
     size_t group = 1;
     while (group * 2 <= count) group *= 2;
@@ -252,17 +271,21 @@ void ContinuousCore::Admit(std::vector<Row>& waiting) {
       return n * most <= kPrefillTokens && n * most <= 2 * tokens;
     };
     while (group > 1 && !fits(group)) group = PowerOfTwoGroups() ? group / 2 : group - 1;
-    size_t longest = 0;
-    for (size_t r = 0; r < group; r++) longest = std::max(longest, waiting[r].request.prompt.size());
     const bool buckets = PrefillBuckets();
-    int width = 0;
     size_t runRows = group;
     if (buckets) {
-      width = std::min(static_cast<int>((longest - 1 + kPrefillWidthStep - 1) / kPrefillWidthStep * kPrefillWidthStep), maxLength - 1);
       size_t power = 1;
       while (power < group) power *= 2;
-      if (rows_.size() + power <= slots && power * static_cast<size_t>(std::max(width, 1)) <= kPrefillTokens) runRows = power;
+      if (rows_.size() + power <= slots) {
+        runRows = power;
+      } else if (power > group) {
+        // No room to pad: the largest power of two of them now, the rest in the next prefill.
+        group = runRows = power / 2;
+      }
     }
+    size_t longest = 0;
+    for (size_t r = 0; r < group; r++) longest = std::max(longest, waiting[r].request.prompt.size());
+    const int width = buckets ? std::min(static_cast<int>((longest - 1 + kPrefillWidthStep - 1) / kPrefillWidthStep * kPrefillWidthStep), maxLength - 1) : 0;
     const size_t length = waiting[0].request.prompt.size();
     bool equal = !buckets;
     for (size_t r = 1; r < group; r++) equal = equal && waiting[r].request.prompt.size() == length;

@@ -71,6 +71,11 @@ class ContinuousCore {
   // Ends the thread after the step under way and waits for it.
   void Stop();
 
+  // Before the core starts: runs `decoder`'s prefill shapes the core's admissions use (rows a power of
+  // two up to the slots, first runs kPrefillWidthStep, 2 kPrefillWidthStep, ... wide), narrowest first,
+  // until `budgetMs` is spent (ONNX Runtime meets each shape's first run slowly); returns how many ran.
+  static int WarmPrefills(SlotDecoder& decoder, double budgetMs);
+
   // A uniform draw in (0, 1) from mulberry32 state `state` (advanced), as src/util/random.ts draws it.
   static double Draw(uint32_t& state);
 

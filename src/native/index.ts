@@ -167,6 +167,8 @@ export interface NativeSlotDecoder {
    * per prompt. Contiguous slots only.
    */
   prefillRagged(slot: number, prompts: Int32Array[], logitRows: Int32Array, sample?: NativeSampleBatch): Promise<SlotStep>;
+  /** Runs the prefill shapes the continuous core admits with, narrowest first, for up to `budgetMs`; resolves with how many ran. */
+  warmCore(budgetMs: number): Promise<number>;
   /**
    * Encoder-decoders: encodes sources (right-padded to `width`, row after row, each of lengths[r]
    * tokens) into the cross-attention caches of slots firstSlot, firstSlot + 1, ...

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -84,6 +84,25 @@ describe('NativeEngine, continuous core (CPU)', { skip }, () => {
       assert.equal(core.stats().running + core.stats().waiting, 0);
     });
   }
+
+  test('warmCore runs the admissions\' prefill shapes within its budget, and leaves the decoder\'s answers as they were', async () => {
+    const spec = JSON.parse(readFileSync(join(dirs.gpt2, 'chorus_build.json'), 'utf8')).spec as { numLayers: number; numKvHeads: number; headDim: number; vocabSize: number };
+    const options = { model: join(dirs.gpt2, 'onnx', 'decoder_model_slots.onnx'), provider: 'cpu' as const, slots: 4, maxLength: 100, layers: spec.numLayers, kvHeads: spec.numKvHeads, headDim: spec.headDim, vocab: spec.vocabSize, dtype: 'fp32' as const };
+    const prompts = [Int32Array.from([5, 6, 7, 8, 9]), Int32Array.from([12, 13, 14])];
+    const answer = async (decoder: InstanceType<NonNullable<typeof addon>['SlotDecoder']>): Promise<number[]> => [...(await decoder.prefillRagged(0, prompts, new Int32Array(0))).argmax];
+    const fresh = new addon!.SlotDecoder(options);
+    const warmed = new addon!.SlotDecoder(options);
+    try {
+      await Promise.all([fresh.load(), warmed.load()]);
+      assert.equal(await warmed.warmCore(0), 0);
+      // Widths 32, 64 and 96 (under the slot's 100) by rows 1, 2 and 4.
+      assert.equal(await warmed.warmCore(60_000), 9);
+      assert.deepEqual(await answer(warmed), await answer(fresh));
+      await assert.rejects(async () => warmed.warmCore(-1), /budget in milliseconds/);
+    } finally {
+      await Promise.all([fresh.close(), warmed.close()]);
+    }
+  });
 
   test('sampled rows without penalties (min_length, top_logprobs and greedy rows beside them) step back to back with the step loop\'s tokens', async () => {
     const core = await open(dirs.llama, { continuous: true, maxBatchSize: 4 });

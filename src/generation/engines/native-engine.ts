@@ -330,13 +330,21 @@ export class NativeEngine implements Engine {
     }
     if (tp > 1) options.log?.(rankShares(dir, layout, modelFile, decoder.rankCacheBytes));
     const continuous = options.continuous === true && continuousAvailable(seq2seq, paged !== undefined, options.batchInvariant === true, options.log);
-    // The core's batch sizes come and go with arrivals: every size's decode step is captured now (a
-    // capture takes 1 to 12 ms on an H100), not while the rows wait. CHORUS_GRAPH_WARMUP=0: on first use.
-    if (continuous && options.provider === 'cuda' && options.cudaGraph === true && !hostAttention && process.env.CHORUS_GRAPH_WARMUP !== '0') {
+    // The core's batch sizes and prefill shapes come and go with arrivals, and each one's first run is
+    // slow (a graph capture 1 to 12 ms, a prefill shape's first run 5 to 20 ms, for GPT-2 on an H100):
+    // every batch size's decode step is captured now, and the prefill shapes run narrowest first for up
+    // to 3 s, not while rows wait. CHORUS_GRAPH_WARMUP=0: on first use.
+    if (continuous && options.provider === 'cuda' && process.env.CHORUS_GRAPH_WARMUP !== '0') {
       const started = performance.now();
-      for (let rows = 1; rows <= slots; rows++) await decoder.decode(new Int32Array(rows), new Int32Array(rows), new Int32Array(0));
-      const failure = decoder.graphFailure;
-      options.log?.(failure === '' ? `CUDA graphs: the decode step of 1 to ${slots} rows captured in ${Math.round(performance.now() - started)} ms` : `CUDA graphs: off (${failure})`);
+      const graphs = options.cudaGraph === true && !hostAttention;
+      if (graphs) for (let rows = 1; rows <= slots; rows++) await decoder.decode(new Int32Array(rows), new Int32Array(rows), new Int32Array(0));
+      const captured = performance.now();
+      const shapes = await decoder.warmCore(PREFILL_WARMUP_MS);
+      const failure = graphs ? decoder.graphFailure : '';
+      const ms = (from: number, to: number): string => `${Math.round(to - from)} ms`;
+      options.log?.(
+        `warm-up: ${graphs ? (failure === '' ? `the decode step of 1 to ${slots} rows captured as CUDA graphs in ${ms(started, captured)}` : `CUDA graphs off (${failure})`) + ', ' : ''}${shapes} prefill shapes in ${ms(captured, performance.now())}`,
+      );
     }
     const engine = new NativeEngine(decoder, limits, model, options.onRequestDone, sourceLimit, slotLength, options.batchInvariant === true ? slots : undefined, greedySteps, paged, continuous);
     engine.log = options.log;
@@ -750,6 +758,9 @@ export class NativeEngine implements Engine {
 function cpuRankThreads(provider: 'cpu' | 'cuda' | undefined, ranks: number): { intraOpThreads?: number } {
   return (provider ?? 'cpu') === 'cpu' && ranks > 1 ? { intraOpThreads: Math.max(1, Math.floor(availableParallelism() / ranks)) } : {};
 }
+
+/** The most milliseconds an engine with the continuous core spends on its prefill shapes at load. */
+const PREFILL_WARMUP_MS = 3000;
 
 /** Whether the continuous core can run this engine's requests; when it cannot, logs why (the step loop runs them). */
 function continuousAvailable(seq2seq: boolean, paged: boolean, batchInvariant: boolean, log: ((line: string) => void) | undefined): boolean {
