@@ -10,7 +10,6 @@
  * containers; a flag on the command line wins.
  * `npm start` runs it with exec, so the signals npm passes on reach it.
  */
-import { availableParallelism } from 'node:os';
 import { Option, type Command } from 'commander';
 import { invalidArgument } from '../errors.ts';
 import type { ModelControlMode } from '../ensemble/index.ts';
@@ -31,7 +30,6 @@ interface ServeOptions extends RepositoryOptions {
   shutdownTimeout: string;
   load: string[];
   quiet?: boolean;
-  tokenizerThreads: string;
 }
 
 /** Flag -> the environment variable it falls back to (`--repository`'s is CHORUS_REPOSITORY). */
@@ -46,13 +44,7 @@ export const SERVE_ENV = {
   grpcPort: 'CHORUS_GRPC_PORT',
   modelControlMode: 'CHORUS_MODEL_CONTROL_MODE',
   repositoryPollSecs: 'CHORUS_REPOSITORY_POLL_SECS',
-  tokenizerThreads: 'CHORUS_TOKENIZER_THREADS',
 } as const;
-
-/** --tokenizer-threads auto: a thread per tokenizer for every two cores past the first two, up to 4. */
-export function autoTokenizerThreads(cores: number): number {
-  return Math.max(0, Math.min(4, Math.floor((cores - 2) / 2)));
-}
 
 export function registerServe(program: Command): void {
   const command = program.command('serve');
@@ -78,11 +70,6 @@ export function registerServe(program: Command): void {
         .env(SERVE_ENV.load),
     )
     .addOption(new Option('--quiet', 'no request log').env(SERVE_ENV.quiet))
-    .addOption(
-      new Option('--tokenizer-threads <n>', 'threads each tokenizer encodes long prompts on, beside the event loop (0: none; auto: one for every two cores past the first two, up to 4)')
-        .default('auto')
-        .env(SERVE_ENV.tokenizerThreads),
-    )
     .action(async (options: ServeOptions) => {
       const port = Number(options.port);
       if (!Number.isInteger(port) || port < 0 || port > 65535) throw invalidArgument('--port', 'an integer in [0, 65535]', options.port);
@@ -100,9 +87,7 @@ export function registerServe(program: Command): void {
       const remote = options.repository !== undefined && isS3Repository(options.repository) ? options.repository : undefined;
       const dir = remote === undefined ? (options.repository ?? bundledRepositoryDir()) : (await syncS3Repository(remote, log)).dir;
       const metrics = new Metrics();
-      const tokenizerThreads = options.tokenizerThreads === 'auto' ? autoTokenizerThreads(availableParallelism()) : Number(options.tokenizerThreads);
-      if (!Number.isInteger(tokenizerThreads) || tokenizerThreads < 0 || tokenizerThreads > 64) throw invalidArgument('--tokenizer-threads', 'auto or an integer in [0, 64]', options.tokenizerThreads);
-      const client = RepositoryClient.open(dir, { sourceOverrides: sourceOverrides(options), control, tokenizerThreads });
+      const client = RepositoryClient.open(dir, { sourceOverrides: sourceOverrides(options), control });
       if (control !== 'explicit') await client.loadAll();
       for (const model of options.load) {
         process.stderr.write(`chorus: loading ${model}\n`);

@@ -16,7 +16,7 @@ import { encodeBatch, forwardBatch } from './batch-runs.ts';
 import { LoadFailures } from './load-failures.ts';
 import type { TensorRecord } from './steps/step.ts';
 import type { BuildOptions } from '../modelbuild/index.ts';
-import { builtModelDirectory, fallbackCheckpoint, isDecoderOnlySource, fetchSource, isRemote, openTokenizerDefinition, resolveSource, TokenizerPool, type Repository } from '../repository/index.ts';
+import { builtModelDirectory, fallbackCheckpoint, isDecoderOnlySource, fetchSource, isRemote, openTokenizerDefinition, resolveSource, type Repository } from '../repository/index.ts';
 import { createSession, Seq2SeqSession } from '../runtime/index.ts';
 import type { Tokenizer } from '../tokenizers/index.ts';
 
@@ -69,11 +69,6 @@ export interface ModelStoreOptions {
    * engine, to measure or test what runs above the engines); undefined: the usual one. Default: none.
    */
   engine?: (name: string, definition: ModelDefinition, onRequestDone?: (metrics: RequestMetrics) => void) => Engine | undefined;
-  /**
-   * Threads each tokenizer encodes long texts on (a TokenizerPool each), so that the event loop does
-   * not. Default: 0 (every text encoded where it is asked for).
-   */
-  tokenizerThreads?: number;
 }
 
 export class ModelStore {
@@ -83,9 +78,6 @@ export class ModelStore {
   private readonly ready = new Set<string>();
   private readonly failures = new LoadFailures();
   private readonly tokenizers = new Map<string, Promise<Tokenizer>>();
-  /** The opened tokenizers' thread pools. */
-  private readonly pools = new Set<TokenizerPool>();
-  private readonly tokenizerThreads: number;
   /** Models whose load decided between their source (false) and their random-weights fallback (true). */
   private readonly random = new Map<string, boolean>();
   /** Tokenizers served by their fallback: name -> the fallback's name. */
@@ -104,7 +96,6 @@ export class ModelStore {
     this.control = options.control ?? 'explicit';
     this.onRequestDone = options.onRequestDone;
     this.standIn = options.engine;
-    this.tokenizerThreads = options.tokenizerThreads ?? 0;
   }
 
   /** The model, loading it on first use. A failed load answers its error until `load` or a change at the source. */
@@ -153,14 +144,6 @@ export class ModelStore {
       const fetching = missing ? fetchSource(resolved, { file, log: (line) => this.log(`tokenizer ${name}: ${line}`) }).catch((error: unknown) => Promise.reject(prefixed(error, `tokenizer ${name}`))) : Promise.resolve();
       opening = fetching
         .then(() => openTokenizerDefinition(name, definition.value, this.repository.dir))
-        .then((tokenizer) => {
-          if (this.tokenizerThreads > 0) {
-            const pool = new TokenizerPool(this.tokenizerThreads, { name, definition: definition.value, repositoryDir: this.repository.dir }, this.log);
-            this.pools.add(pool);
-            tokenizer.encodeOffThread = (text, options) => pool.encode(text, options, tokenizer);
-          }
-          return tokenizer;
-        })
         .catch((error: unknown) => {
           const fallback = definition.value.fallback;
           if (!(error instanceof ChorusError) || error.code !== 'CHORUS_SOURCE_UNAVAILABLE' || fallback === undefined) throw error;
@@ -225,8 +208,6 @@ export class ModelStore {
   /** Forgets every opened tokenizer, so the next use reads its definition and files again. */
   forgetTokenizers(): void {
     this.tokenizers.clear();
-    for (const pool of this.pools) pool.retire();
-    this.pools.clear();
   }
 
   private byRequest(action: 'load' | 'unload', name: string): void {
@@ -285,8 +266,6 @@ export class ModelStore {
   /** Unloads everything. */
   async close(): Promise<void> {
     await Promise.all([...this.models.keys()].map((name) => this.release(name)));
-    await Promise.all([...this.pools].map((pool) => pool.close()));
-    this.pools.clear();
   }
 
   private async open(name: string): Promise<LoadedModel> {

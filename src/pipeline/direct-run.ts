@@ -40,19 +40,17 @@ export function runDirect(direct: DirectModel, inputs: TensorRecord, stops: stri
       closed = true;
       subscriber.error(step === '' ? error : inStep(error, step));
     };
-    let prompt: number[] = [];
+    let prompt: number[];
     try {
       direct.ensemble.checkInputs(inputs);
     } catch (error) {
       fail('')(error);
       return undefined;
     }
-    // The prompt's ids: on the tokenizer's thread pool where it has one (the event loop left free), else here.
-    let encoded: Promise<number[]>;
     try {
       const text = inputs.text_input!.data[0] as string;
       const add = inputs.add_special_tokens === undefined ? true : (inputs.add_special_tokens.data[0] as boolean);
-      encoded = direct.tokenizer.encodeOffThread?.(text, { addSpecialTokens: add }) ?? Promise.resolve(direct.tokenizer.encode(text, { addSpecialTokens: add }));
+      prompt = direct.tokenizer.encode(text, { addSpecialTokens: add });
     } catch (error) {
       fail('tokenize')(error);
       return undefined;
@@ -89,10 +87,8 @@ export function runDirect(direct: DirectModel, inputs: TensorRecord, stops: stri
         end();
       }
     };
-    const ready = Promise.all([encoded.catch((error: unknown) => Promise.reject(inStep(error, 'tokenize'))), direct.store.model(direct.model)]);
-    ready.then(([ids, model]) => {
+    direct.store.model(direct.model).then((model) => {
       if (closed) return;
-      prompt = ids;
       if (model.engine !== 'generate') throw new ChorusError('CHORUS_CONFIG_INVALID', `model ${model.name} has engine ${model.engine}; generate steps need engine generate`);
       const { prompts, params } = generateRequests(model, {
         ...inputs,

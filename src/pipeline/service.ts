@@ -21,8 +21,6 @@ export interface ServiceOptions {
   control?: ModelControlMode;
   /** Engines in place of the generate models' own (ModelStoreOptions.engine). Default: none. */
   engine?: ModelStoreOptions['engine'];
-  /** Threads each tokenizer encodes long texts on (ModelStoreOptions.tokenizerThreads). Default: 0. */
-  tokenizerThreads?: number;
 }
 
 export class Service {
@@ -48,7 +46,7 @@ export class Service {
     const { repository, diagnostics } = loadRepository(dir, { sourceOverrides: options.sourceOverrides });
     const errors = diagnostics.filter((d) => d.severity === 'error');
     if (errors.length > 0) throw new ChorusError('CHORUS_CONFIG_INVALID', `repository ${dir} has ${errors.length} error(s):\n${errors.map(formatDiagnostic).join('\n')}`);
-    return new Service(repository, new ModelStore(repository, { log, onRequestDone: options.onRequestDone, control: options.control, engine: options.engine, tokenizerThreads: options.tokenizerThreads }), { ...options, log });
+    return new Service(repository, new ModelStore(repository, { log, onRequestDone: options.onRequestDone, control: options.control, engine: options.engine }), { ...options, log });
   }
 
   /** Loads every model of the repository (what the none and poll control modes do at start). */

@@ -1,7 +1,6 @@
 export { readRepository, mapOf, diagnosticAt, type Repository, type Definition, type LoadedRepository, type RepositoryCheck } from './repository.ts';
 export { loadRepository, REPOSITORY_CHECKS } from './validate.ts';
 export { openTokenizerDefinition } from './open-tokenizer.ts';
-export { POOL_MIN_CHARS, TokenizerPool } from './tokenizer-pool.ts';
 export { resolveSource, cacheDir, isHubSource, type ResolvedSource } from './source.ts';
 export { bundledRepositoryDir } from './bundled.ts';
 export { builtModelDirectory, fallbackCheckpoint, isBuiltModel, isDecoderOnlySource, tensorParallelBuild } from './model-dir.ts';

@@ -35,11 +35,6 @@ export interface Tokenizer {
   /** The Jinja chat template, where the tokenizer files or the definition give one. */
   readonly chatTemplate: string | undefined;
   encode(text: string, options?: EncodeOptions): number[];
-  /**
-   * `encode` on another thread, where the tokenizer has a pool of them (`chorus serve
-   * --tokenizer-threads`): the same ids, with the event loop left free meanwhile.
-   */
-  encodeOffThread?(text: string, options?: EncodeOptions): Promise<number[]>;
   decode(ids: readonly number[], options?: DecodeOptions): string;
   /**
    * Byte-level tokenizers only (an id stands for the same bytes wherever it is, and `decode` is the

@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { buildProgram } from '../../src/cli/main.ts';
-import { autoTokenizerThreads, SERVE_ENV } from '../../src/cli/serve.ts';
+import { SERVE_ENV } from '../../src/cli/serve.ts';
 import { ROOT } from '../helpers/paths.ts';
 import { scratchDir } from '../helpers/scratch.ts';
 
@@ -70,8 +70,4 @@ test('a bad value from the environment is refused as the flag would be, and an u
   const load = run({ CHORUS_LOAD: 'stories,nope' });
   assert.equal(load.status, 1);
   assert.match(load.stderr, /nope/);
-});
-
-test('--tokenizer-threads auto: a thread for every two cores past the first two, up to 4', () => {
-  assert.deepEqual([1, 2, 3, 4, 6, 8, 10, 16, 128].map(autoTokenizerThreads), [0, 0, 0, 1, 2, 3, 4, 4, 4]);
 });
