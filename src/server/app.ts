@@ -9,6 +9,7 @@ import { ChorusError, describe } from '../errors.ts';
 import type { EngineClient } from '../serving/index.ts';
 import { errorAnswer, errorBody, openAiErrorBody, wireError } from './errors.ts';
 import { registerGenerate } from './generate/routes.ts';
+import { pacedClient } from './intake.ts';
 import { parseJsonBody } from './json-body.ts';
 import { registerKserve } from './kserve/routes.ts';
 import type { Metrics } from './metrics.ts';
@@ -156,9 +157,11 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   const finished = options.client.requestsDone.subscribe(({ model, metrics }) => options.metrics.generation(model, metrics));
   app.addHook('onClose', async () => finished.unsubscribe());
   app.get('/metrics', async (_request, reply) => reply.type('text/plain; version=0.0.4').send(await options.metrics.text()));
-  registerKserve(app, options.client);
-  registerGenerate(app, options.client);
-  registerOpenAi(app, options.client);
+  // Text and tensor requests reach the client one per turn of the event loop (intake.ts; CHORUS_INTAKE_PACING=0: not).
+  const paced = process.env.CHORUS_INTAKE_PACING === '0' ? options.client : pacedClient(options.client);
+  registerKserve(app, paced);
+  registerGenerate(app, paced);
+  registerOpenAi(app, paced);
   registerPlayground(app, options.client);
   return app;
 }
