@@ -11,7 +11,8 @@
  *    core and, unless SERVE_BASELINE=0, without it.
  * The verdict is served (64 streams, core) over in process (engine client, 64 streams).
  * Usage: node --import tsx bench/gpu/serve-continuous.ts <name> <checkpoint-or-built-dir> <tokenizer-yaml> <prompts.jsonl> <out-dir>
- * Knobs: SERVE_REQUESTS=128 (per setting)  SERVE_BASELINE=1  SERVE_LIMIT_S=330 (writes what it has and exits 124 past it)
+ * Knobs: SERVE_REQUESTS=128 (per setting)  SERVE_BASELINE=1  SERVE_ENGINE=1 (0: no engine rows)
+ *   SERVE_LIMIT_S=330 (writes what it has and exits 124 past it)
  *   SERVE_DEVICE=cuda (cpu: a dry run of the script itself, fp32)
  * Writes <out-dir>/serve-continuous-<name>.json; prints a table.
  */
@@ -19,12 +20,12 @@ import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { lastValueFrom, toArray } from 'rxjs';
+import { lastValueFrom, tap, toArray } from 'rxjs';
 import type { BenchResult } from '../../src/bench/index.ts';
 import { NativeEngine, type SamplingParams } from '../../src/generation/index.ts';
 import { buildModel } from '../../src/modelbuild/index.ts';
 import { RepositoryClient } from '../../src/serving/index.ts';
-import { clientRate, serve } from '../cpu/common.ts';
+import { serve } from '../cpu/common.ts';
 import { seededRows } from './speed/common.ts';
 
 const args = process.argv.slice(2);
@@ -85,7 +86,7 @@ async function engineRate(engine: NativeEngine, prompts: number[][], params: (i:
 const prompts = seededRows(STREAMS, PROMPT_IDS, vocab);
 const greedy = (): SamplingParams => ({ temperature: 0, request_output_len: NEW });
 const sampled = (i: number): SamplingParams => ({ ...SAMPLED, random_seed: 1000 + i, request_output_len: NEW });
-for (const continuous of [true, false]) {
+for (const continuous of process.env.SERVE_ENGINE === '0' ? [] : [true, false]) {
   const engine = await NativeEngine.open(built, { provider: DEVICE, maxBatchSize: STREAMS, slotLength: 512, cudaGraph: true, continuous });
   try {
     const mode = continuous ? 'continuous core' : 'step loop';
@@ -127,25 +128,81 @@ function repository(core: boolean): string {
   return dir;
 }
 
-/** Output tokens/s of `requests` sampled requests from `streams` clients back to back through the engine client. */
-function clientRateOf(client: RepositoryClient, streams: number, requests: number, seedBase: number): Promise<number> {
-  return clientRate(client, name, streams, requests, (n) => ({
-    text_input: texts[n % texts.length]!,
-    max_tokens: NEW,
-    min_tokens: NEW,
-    temperature: SAMPLED.temperature,
-    top_p: SAMPLED.runtime_top_p,
-    seed: seedBase + n,
-    stream: true,
-  }));
+/** What the engine did over a setting: prefill steps, mean rows a decode step, engine-side TTFT and queue time. */
+interface EngineSide {
+  prefillSteps: number;
+  occupancy: number;
+  engineTtftMs?: number;
+  queueMs?: number;
+}
+type Counters = { prefill: number; decode: number; rows: number; ttftSum?: number; ttftCount?: number; queueUs?: number };
+function engineSide(before: Counters, after: Counters): EngineSide {
+  const requests = (after.ttftCount ?? 0) - (before.ttftCount ?? 0);
+  return {
+    prefillSteps: after.prefill - before.prefill,
+    occupancy: (after.rows - before.rows) / Math.max(1, after.decode - before.decode),
+    ...(requests > 0 ? { engineTtftMs: (1000 * (after.ttftSum! - before.ttftSum!)) / requests, queueMs: (after.queueUs! - before.queueUs!) / 1000 / requests } : {}),
+  };
+}
+function clientCounters(client: RepositoryClient): Counters {
+  // Not loaded yet: nothing done.
+  const s = client.stats().find((m) => m.name === name);
+  return { prefill: s?.prefillSteps ?? 0, decode: s?.decodeSteps ?? 0, rows: s?.decodedRows ?? 0 };
+}
+/** The server's engine counters and request timings for the model, from its /metrics. */
+async function servedCounters(url: string): Promise<Counters> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  // Before the model's first request: not loaded, nothing done.
+  const value = (metric: string): number => Number(new RegExp(`^${metric}\\{[^}]*model="${name}"[^}]*\\} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
+  return {
+    prefill: value('chorus_engine_prefill_steps'),
+    decode: value('chorus_engine_decode_steps'),
+    rows: value('chorus_engine_decoded_rows'),
+    ttftSum: value('chorus_time_to_first_token_seconds_sum'),
+    ttftCount: value('chorus_time_to_first_token_seconds_count'),
+    queueUs: value('nv_inference_queue_duration_us'),
+  };
+}
+
+/**
+ * Output tokens/s and TTFT p50 of `requests` sampled requests from `streams` clients back to back through
+ * the engine client, and what the engine did meanwhile.
+ */
+async function clientRateOf(client: RepositoryClient, streams: number, requests: number, seedBase: number): Promise<{ tokensPerS: number; ttftP50Ms: number } & EngineSide> {
+  const before = clientCounters(client);
+  const firsts: number[] = [];
+  let issued = 0;
+  let tokens = 0;
+  const started = performance.now();
+  const worker = async (): Promise<void> => {
+    while (issued < requests) {
+      const n = issued++;
+      const sent = performance.now();
+      let first: number | undefined;
+      const last = await lastValueFrom(
+        client.generate(name, { text_input: texts[n % texts.length]!, max_tokens: NEW, min_tokens: NEW, temperature: SAMPLED.temperature, top_p: SAMPLED.runtime_top_p, seed: seedBase + n, stream: true }).pipe(
+          tap((u) => {
+            if (first === undefined && (u.choices[0]?.delta ?? '') !== '') first = performance.now() - sent;
+          }),
+        ),
+      );
+      if (first !== undefined) firsts.push(first);
+      tokens += last.usage?.completionTokens ?? 0;
+    }
+  };
+  await Promise.all(Array.from({ length: streams }, worker));
+  const tokensPerS = tokens / ((performance.now() - started) / 1000);
+  firsts.sort((a, b) => a - b);
+  return { tokensPerS, ttftP50Ms: firsts[Math.floor(firsts.length / 2)] ?? Number.NaN, ...engineSide(before, clientCounters(client)) };
 }
 
 const coreRepository = repository(true);
-const client = RepositoryClient.open(coreRepository, { log: () => {} });
+// The engine's load lines (its cache, its warm-up) go to the output; the rest is quiet.
+const client = RepositoryClient.open(coreRepository, { log: (line) => /warm-up|cache:/.test(line) && console.log(line) });
 try {
   await clientRateOf(client, STREAMS, STREAMS, 50_000);
-  row({ side: 'in process: engine client', mode: 'continuous core', load: '64 streams', tokensPerS: await clientRateOf(client, STREAMS, REQUESTS, 0) });
-  row({ side: 'in process: engine client', mode: 'continuous core', load: '1 stream', tokensPerS: await clientRateOf(client, 1, 8, 0) });
+  row({ side: 'in process: engine client', mode: 'continuous core', load: '64 streams', ...(await clientRateOf(client, STREAMS, REQUESTS, 0)) });
+  row({ side: 'in process: engine client', mode: 'continuous core', load: '1 stream', ...(await clientRateOf(client, 1, 8, 0)) });
 } finally {
   await client.close();
 }
@@ -164,8 +221,10 @@ for (const core of BASELINE ? [true, false] : [true]) {
   try {
     const mode = core ? 'continuous core' : 'step loop';
     for (const [concurrency, stream, load] of [[STREAMS, true, '64 streams'], [STREAMS, false, '64 whole'], [1, true, '1 stream']] as const) {
+      const before = await servedCounters(server.url);
       const s = await bench(server.url, concurrency, concurrency === 1 ? 8 : REQUESTS, stream, `${core ? 'core' : 'loop'}-${concurrency}-${stream}`);
-      row({ side: 'served: chorus bench (OpenAI)', mode, load, tokensPerS: s.outputTokensPerS, ok: s.ok, requests: s.requests, ttftP50Ms: s.ttftMs?.p50, itlP50Ms: s.itlMs?.p50 });
+      // The engine's side covers the bench's warm-up requests too.
+      row({ side: 'served: chorus bench (OpenAI)', mode, load, tokensPerS: s.outputTokensPerS, ok: s.ok, requests: s.requests, ttftP50Ms: s.ttftMs?.p50, itlP50Ms: s.itlMs?.p50, ...engineSide(before, await servedCounters(server.url)) });
     }
   } finally {
     server.child.kill('SIGTERM');
@@ -181,8 +240,11 @@ results.servedOverInProcess = servedRate !== undefined && inProcess !== undefine
 results.sampledOverGreedy = engineSampled !== undefined && engineGreedy !== undefined ? engineSampled / engineGreedy : undefined;
 save();
 console.log(`\n${name}: ${STREAMS} streams, ${NEW} new tokens, sampled = temperature ${SAMPLED.temperature}, top_p ${SAMPLED.runtime_top_p}, a seed each`);
-console.log('| side | mode | load | output tokens/s | TTFT p50 ms | ITL p50 ms |');
-console.log('| --- | --- | --- | ---: | ---: | ---: |');
-for (const r of rows) console.log(`| ${String(r.side)} | ${String(r.mode)} | ${String(r.load)} | ${(r.tokensPerS as number).toFixed(0)} | ${(r.ttftP50Ms as number | undefined)?.toFixed(1) ?? '-'} | ${(r.itlP50Ms as number | undefined)?.toFixed(2) ?? '-'} |`);
+console.log('| side | mode | load | output tokens/s | TTFT p50 ms | ITL p50 ms | engine TTFT / queue ms (mean) | prefill steps | rows a decode step |');
+console.log('| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |');
+const fixed = (v: unknown, digits: number): string => (typeof v === 'number' && Number.isFinite(v) ? v.toFixed(digits) : '-');
+for (const r of rows) {
+  console.log(`| ${String(r.side)} | ${String(r.mode)} | ${String(r.load)} | ${fixed(r.tokensPerS, 0)} | ${fixed(r.ttftP50Ms, 1)} | ${fixed(r.itlP50Ms, 2)} | ${fixed(r.engineTtftMs, 1)} / ${fixed(r.queueMs, 1)} | ${fixed(r.prefillSteps, 0)} | ${fixed(r.occupancy, 1)} |`);
+}
 console.log(`served / in process (64 streams, core): ${(results.servedOverInProcess as number | undefined)?.toFixed(2) ?? '-'}; in-process sampled / greedy (batch 64, core): ${(results.sampledOverGreedy as number | undefined)?.toFixed(2) ?? '-'}`);
 process.exit(0);

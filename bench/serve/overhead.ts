@@ -4,9 +4,10 @@
  * SERVE_STEP_MS whatever the event loop does, as the native continuous core) under
  *   - engine: its own `submit` streams, consumed in process;
  *   - client: the engine client in process (pipeline, tokenizer, detokenizer, stop strings);
- *   - chat SSE and generate_stream: `chorus serve`'s server (buildServer over the same client) in a
- *     process of its own, driven over HTTP by this one (OpenAI /v1/chat/completions with stream and
- *     include_usage; Triton /v2/models/stand-in/generate_stream).
+ *   - chat SSE, completions SSE and generate_stream: `chorus serve`'s server (buildServer over the same
+ *     client) in a process of its own, driven over HTTP by this one (OpenAI /v1/chat/completions and
+ *     /v1/completions with stream and include_usage, as `chorus bench` sends them; Triton
+ *     /v2/models/stand-in/generate_stream).
  * STREAMS concurrent streams of 128 new tokens each, REQUESTS requests per row. For each row: tokens/s,
  * against the stand-in's own rate (engine row); inter-token latency p50/p99 and TTFT p50 as the
  * client sees them; the serving process's main-thread CPU share and its CPU microseconds per token,
@@ -114,6 +115,14 @@ try {
       sse(`${url}/v1/chat/completions`, { model: 'stand-in', messages: [{ role: 'user', content: prompt(i) }], max_tokens: NEW, seed: i, stream: true, stream_options: { include_usage: true }, ...sampling }, (data) => {
         const chunk = JSON.parse(data) as { choices: Array<{ delta?: { content?: string } }>; usage?: { completion_tokens: number } };
         return { text: chunk.choices[0]?.delta?.content ?? '', completion: chunk.usage?.completion_tokens };
+      }),
+    ),
+  );
+  rows.push(
+    await measure('completions SSE', server.pid!, (i) =>
+      sse(`${url}/v1/completions`, { model: 'stand-in', prompt: prompt(i), max_tokens: NEW, seed: i, stream: true, stream_options: { include_usage: true }, ...sampling }, (data) => {
+        const chunk = JSON.parse(data) as { choices: Array<{ text?: string }>; usage?: { completion_tokens: number } };
+        return { text: chunk.choices[0]?.text ?? '', completion: chunk.usage?.completion_tokens };
       }),
     ),
   );
