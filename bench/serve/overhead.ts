@@ -19,13 +19,12 @@
  *   SERVE_PROFILE=<dir> (a CPU profile of the server's main thread while it serves, written there;
  *   bench/serve/profile-summary.ts sums it up)
  */
-import { spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { lastValueFrom, tap } from 'rxjs';
 import { drive, mainThreadCpu, sse, type LoadResult, type Trace } from './load.ts';
-import { prompts, ROOT, standIn, standInClient, textIds, tokenizer } from './stand-in.ts';
+import { prompts, ROOT, standIn, standInClient, standInServer, textIds, tokenizer } from './stand-in.ts';
 
 const STEP_MS = Number(process.env.SERVE_STEP_MS ?? 0.9);
 const STREAMS = Number(process.env.SERVE_STREAMS ?? 64);
@@ -98,17 +97,7 @@ rows.push(
 await client.close();
 
 // The server in its own process.
-const args = ['--import', 'tsx', join(ROOT, 'bench/serve/server.ts'), mkdtempSync(join(tmpdir(), 'serve-overhead-')), String(STEP_MS), String(STREAMS)];
-const server = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, ...(PROFILE === undefined ? {} : { SERVE_PROFILE: PROFILE }) } });
-const url = await new Promise<string>((resolve, reject) => {
-  let said = '';
-  server.stdout.on('data', (chunk: Buffer) => {
-    said += chunk.toString();
-    const found = /listening on (\S+)/.exec(said);
-    if (found) resolve(found[1]!);
-  });
-  server.once('exit', (code) => reject(new Error(`the server exited ${code}`)));
-});
+const { url, server } = await standInServer('serve-overhead-', STEP_MS, STREAMS, { ...process.env, ...(PROFILE === undefined ? {} : { SERVE_PROFILE: PROFILE }) });
 try {
   rows.push(
     await measure('chat SSE', server.pid!, (i) =>

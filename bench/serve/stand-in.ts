@@ -2,7 +2,9 @@
  * What the serving overhead bench shares with its server process: the stand-in's text (news articles
  * as GPT-2 ids), the prompts, and a client over a repository whose generate model is the stand-in.
  */
-import { readFileSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { TiktokenAdapter } from '../../src/tokenizers/index.ts';
 import { Service } from '../../src/pipeline/index.ts';
@@ -49,4 +51,23 @@ export function standInClient(dir: string, stepMs: number, maxBatchSize: number)
     engine: (_name, _definition, onRequestDone) => standIn(ids, stepMs, maxBatchSize, onRequestDone),
   });
   return new RepositoryClient(service, done);
+}
+
+/**
+ * bench/serve/server.ts in a process of its own over a stand-in of `maxBatchSize` rows stepping every
+ * `stepMs` (its repository in a fresh temporary folder named from `prefix`); resolves with its URL once it listens.
+ */
+export async function standInServer(prefix: string, stepMs: number, maxBatchSize: number, env: NodeJS.ProcessEnv = process.env): Promise<{ url: string; server: ChildProcess }> {
+  const args = ['--import', 'tsx', join(ROOT, 'bench/serve/server.ts'), mkdtempSync(join(tmpdir(), prefix)), String(stepMs), String(maxBatchSize)];
+  const server = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'], env });
+  const url = await new Promise<string>((resolve, reject) => {
+    let said = '';
+    server.stdout!.on('data', (chunk: Buffer) => {
+      said += chunk.toString();
+      const found = /listening on (\S+)/.exec(said);
+      if (found) resolve(found[1]!);
+    });
+    server.once('exit', (code) => reject(new Error(`the server exited ${code}`)));
+  });
+  return { url, server };
 }

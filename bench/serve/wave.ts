@@ -5,12 +5,8 @@
  * Usage: node --import tsx bench/serve/wave.ts
  * Knobs: WAVE_REQUESTS=64 WAVE_ROUNDS=5 WAVE_NEW=16 SERVE_STEP_MS=0.9 SERVE_PROFILE=<dir>
  */
-import { spawn } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { mainThreadCpu, quantile, sse } from './load.ts';
-import { prompts, ROOT } from './stand-in.ts';
+import { prompts, standInServer } from './stand-in.ts';
 
 const REQUESTS = Number(process.env.WAVE_REQUESTS ?? 64);
 const ROUNDS = Number(process.env.WAVE_ROUNDS ?? 5);
@@ -18,17 +14,7 @@ const NEW = Number(process.env.WAVE_NEW ?? 16);
 const STEP_MS = Number(process.env.SERVE_STEP_MS ?? 0.9);
 const texts = prompts();
 
-const args = ['--import', 'tsx', join(ROOT, 'bench/serve/server.ts'), mkdtempSync(join(tmpdir(), 'serve-wave-')), String(STEP_MS), String(REQUESTS)];
-const server = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'], env: process.env });
-const url = await new Promise<string>((resolve, reject) => {
-  let said = '';
-  server.stdout.on('data', (chunk: Buffer) => {
-    said += chunk.toString();
-    const found = /listening on (\S+)/.exec(said);
-    if (found) resolve(found[1]!);
-  });
-  server.once('exit', (code) => reject(new Error(`the server exited ${code}`)));
-});
+const { url, server } = await standInServer('serve-wave-', STEP_MS, REQUESTS);
 try {
   for (let round = 0; round < ROUNDS; round++) {
     const cpu = mainThreadCpu(server.pid!);
