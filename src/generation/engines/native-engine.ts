@@ -330,22 +330,7 @@ export class NativeEngine implements Engine {
     }
     if (tp > 1) options.log?.(rankShares(dir, layout, modelFile, decoder.rankCacheBytes));
     const continuous = options.continuous === true && continuousAvailable(seq2seq, paged !== undefined, options.batchInvariant === true, options.log);
-    // The core's batch sizes and prefill shapes come and go with arrivals, and each one's first run is
-    // slow (a graph capture 1 to 12 ms, a prefill shape's first run 5 to 20 ms, for GPT-2 on an H100):
-    // every batch size's decode step is captured now, and the prefill shapes run narrowest first for up
-    // to 3 s, not while rows wait. CHORUS_GRAPH_WARMUP=0: on first use.
-    if (continuous && options.provider === 'cuda' && process.env.CHORUS_GRAPH_WARMUP !== '0') {
-      const started = performance.now();
-      const graphs = options.cudaGraph === true && !hostAttention;
-      if (graphs) for (let rows = 1; rows <= slots; rows++) await decoder.decode(new Int32Array(rows), new Int32Array(rows), new Int32Array(0));
-      const captured = performance.now();
-      const shapes = await decoder.warmCore(PREFILL_WARMUP_MS);
-      const failure = graphs ? decoder.graphFailure : '';
-      const ms = (from: number, to: number): string => `${Math.round(to - from)} ms`;
-      options.log?.(
-        `warm-up: ${graphs ? (failure === '' ? `the decode step of 1 to ${slots} rows captured as CUDA graphs in ${ms(started, captured)}` : `CUDA graphs off (${failure})`) + ', ' : ''}${shapes} prefill shapes in ${ms(captured, performance.now())}`,
-      );
-    }
+    if (continuous && options.provider === 'cuda' && process.env.CHORUS_GRAPH_WARMUP !== '0') await warmCore(decoder, slots, options.cudaGraph === true && !hostAttention, options.log);
     const engine = new NativeEngine(decoder, limits, model, options.onRequestDone, sourceLimit, slotLength, options.batchInvariant === true ? slots : undefined, greedySteps, paged, continuous);
     engine.log = options.log;
     return engine;
@@ -761,6 +746,31 @@ function cpuRankThreads(provider: 'cpu' | 'cuda' | undefined, ranks: number): { 
 
 /** The most milliseconds an engine with the continuous core spends on its prefill shapes at load. */
 const PREFILL_WARMUP_MS = 3000;
+
+/**
+ * The core's batch sizes and prefill shapes come and go with arrivals, and each one's first run is slow
+ * (a graph capture 1 to 14 ms, a prefill shape's first run 10 to 15 ms, for GPT-2 on an H100): every
+ * batch size's decode step is captured at load, and the prefill shapes run narrowest first for up to
+ * PREFILL_WARMUP_MS, not while rows wait (CHORUS_GRAPH_WARMUP=0: on first use). A warm-up that fails
+ * (the device's memory) says so and leaves the rest to first use.
+ */
+async function warmCore(decoder: NativeSlotDecoder, slots: number, graphs: boolean, log: ((line: string) => void) | undefined): Promise<void> {
+  const started = performance.now();
+  const ms = (from: number, to: number): string => `${Math.round(to - from)} ms`;
+  let done = '';
+  try {
+    if (graphs) {
+      for (let rows = 1; rows <= slots; rows++) await decoder.decode(new Int32Array(rows), new Int32Array(rows), new Int32Array(0));
+      const failure = decoder.graphFailure;
+      done = failure === '' ? `the decode step of 1 to ${slots} rows captured as CUDA graphs in ${ms(started, performance.now())}, ` : `CUDA graphs off (${failure}), `;
+    }
+    const captured = performance.now();
+    const shapes = await decoder.warmCore(PREFILL_WARMUP_MS);
+    log?.(`warm-up: ${done}${shapes} prefill shapes in ${ms(captured, performance.now())}`);
+  } catch (error) {
+    log?.(`warm-up: ${done}stopped after ${ms(started, performance.now())} (${(error as Error).message}); the rest warms on first use`);
+  }
+}
 
 /** Whether the continuous core can run this engine's requests; when it cannot, logs why (the step loop runs them). */
 function continuousAvailable(seq2seq: boolean, paged: boolean, batchInvariant: boolean, log: ((line: string) => void) | undefined): boolean {
