@@ -7,7 +7,8 @@
 // store into a Float32Array and computing in double where they compute in JavaScript numbers.
 //
 // The algorithm of one row is written once, over a "block" of cooperating threads: the host runs it with
-// one thread (HostBlock, sampling.cc), the GPU with a CUDA block per row (sampling.cu). No whole row is
+// one thread (HostBlock, sampling.cc), the GPU with a CUDA block per row, or a cluster of blocks per row
+// when few rows are sampled (sampling.cu: the passes over the whole row split between them). No whole row is
 // sorted. Top-k and top-p count (top-p also weighs) each id into buckets by how far it lies below the
 // row's maximum: the buckets show where the k-th largest lies, or where the weight from the top reaches
 // p, and only the ids up to there (or of the crossing bucket alone) are gathered and searched exactly,
