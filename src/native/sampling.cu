@@ -58,6 +58,8 @@ constexpr size_t kSharedBytes = kStageIndicesAt + kCompactIds * sizeof(int);
 // Blocks a row takes when few rows are sampled (a cluster of the portable size; 16, which sm_90 allows
 // too, measured slower: 0.076 against 0.070 ms for a flat top-p row on an H100).
 constexpr int kClusterRanks = 8;
+// The most blocks a clustered launch takes (the H100's 132 SMs hold one each).
+constexpr int kClusterBlocks = 128;
 static_assert(kMassSumsAt % 8 == 0, "the buckets' sums are 8-byte aligned");
 
 struct DeviceBlock {
@@ -749,7 +751,13 @@ void SampleRowsDevice(const void* logits, FloatType type, int vocab, const Sampl
   }();
   static const int clusterRows = [] {
     const char* value = std::getenv("CHORUS_SAMPLER_CLUSTER_ROWS");
-    return value == nullptr ? 8 : std::atoi(value);
+    return value == nullptr ? kClusterBlocks / 2 : std::atoi(value);
+  }();
+  // CHORUS_SAMPLER_CLUSTER_RANKS=2, 4 or 8: every clustered row takes that many blocks (to test).
+  static const int forcedRanks = [] {
+    const char* value = std::getenv("CHORUS_SAMPLER_CLUSTER_RANKS");
+    const int ranks = value == nullptr ? 0 : std::atoi(value);
+    return ranks == 2 || ranks == 4 || ranks == 8 ? ranks : 0;
   }();
   auto launch = [&](auto kernel, const auto* typed) {
     // Past 48 KiB of shared memory a kernel must ask, once on each device.
@@ -761,8 +769,8 @@ void SampleRowsDevice(const void* logits, FloatType type, int vocab, const Sampl
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSharedBytes));
       asked.fetch_or(bit);
     }
-    // Few rows take a cluster of kClusterRanks blocks each (whole rows longer than a gather only):
-    // CHORUS_SAMPLER_CLUSTER_ROWS, default 8 (0: one block a row).
+    // Up to CHORUS_SAMPLER_CLUSTER_ROWS rows (default 64; 0: none) take a cluster each, of as many
+    // blocks (8, 4 or 2) as keep the launch within kClusterBlocks (whole rows longer than a gather only).
     static std::atomic<unsigned long long> hopper{0};
     static std::atomic<unsigned long long> checked{0};
     if ((checked.load() & bit) == 0) {
@@ -771,7 +779,14 @@ void SampleRowsDevice(const void* logits, FloatType type, int vocab, const Sampl
       if (major >= 9) hopper.fetch_or(bit);
       checked.fetch_or(bit);
     }
-    const int ranks = rows <= clusterRows && vocab > kCompactIds && (hopper.load() & bit) != 0 ? kClusterRanks : 1;
+    int ranks = 1;
+    if (rows <= clusterRows && vocab > kCompactIds && (hopper.load() & bit) != 0) {
+      ranks = forcedRanks;
+      if (ranks == 0) {
+        ranks = kClusterRanks;
+        while (ranks > 1 && rows * ranks > kClusterBlocks) ranks /= 2;
+      }
+    }
     if (ranks == 1) {
       kernel<<<rows, kSampleThreads, kSharedBytes, s>>>(typed, vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, mass, out, marks, 1);
       return;
