@@ -102,6 +102,29 @@ struct DeviceBlock {
     hi = min(n, lo + chunk);
   }
   __device__ void ClusterSync() { ClusterBarrier(); }
+  // A pass over n items: this rank's part [lo, hi) of them (all of them unless the pass is split), and
+  // where a gather over it writes (the staging when split, else the gathered row).
+  struct Part {
+    bool split;
+    int lo;
+    int hi;
+    float* values;
+    int* indices;
+  };
+  __device__ Part PartOf(int n) const {
+    Part part{Split(n), 0, n, values, indices};
+    if (part.split) {
+      RankRange(n, part.lo, part.hi);
+      part.values = stageValues;
+      part.indices = stageIndices;
+    }
+    return part;
+  }
+  // The end of a pass's writes: every rank's, when it was split.
+  __device__ void PassDone(const Part& part) {
+    if (part.split) ClusterSync();
+    else __syncthreads();
+  }
   // Every rank's `value` (the same in all of a block's threads), in rank order, into out[0..ranks).
   template <class T>
   __device__ void Gathered(T value, T* out) {
@@ -198,44 +221,35 @@ struct DeviceBlock {
   template <class T, class Map, class Combine>
   __device__ T Reduce(int n, T init, Map map, Combine combine) {
     T acc = init;
-    if (Split(n)) {
-      int lo, hi;
-      RankRange(n, lo, hi);
-      Strided<T>(hi - lo, [&](int i) { return map(lo + i); }, [&](int, T x) { acc = combine(acc, x); });
-      return AcrossRanks(Combined(acc, combine), combine);
-    }
-    Strided<T>(n, map, [&](int, T x) { acc = combine(acc, x); });
-    return Combined(acc, combine);
+    const Part part = PartOf(n);
+    Strided<T>(part.hi - part.lo, [&](int i) { return map(part.lo + i); }, [&](int, T x) { acc = combine(acc, x); });
+    acc = Combined(acc, combine);
+    return part.split ? AcrossRanks(acc, combine) : acc;
   }
 
   // w[i] = f(i, w[i]) for each i < n.
   template <class F>
   __device__ void Update(int n, float* w, F f) {
-    if (Split(n)) {
-      int lo, hi;
-      RankRange(n, lo, hi);
-      Strided<float>(hi - lo, [&](int i) { return w[lo + i]; }, [&](int i, float x) { w[lo + i] = f(lo + i, x); });
-      ClusterSync();
-      return;
-    }
-    Strided<float>(n, [&](int i) { return w[i]; }, [&](int i, float x) { w[i] = f(i, x); });
-    __syncthreads();
+    const Part part = PartOf(n);
+    const int lo = part.lo;
+    Strided<float>(part.hi - lo, [&](int i) { return w[lo + i]; }, [&](int i, float x) { w[lo + i] = f(lo + i, x); });
+    PassDone(part);
   }
 
   // Update, returning the largest new value.
   template <class F>
   __device__ float UpdateMax(int n, float* w, F f) {
     float max = -INFINITY;
-    int lo = 0, hi = n;
-    if (Split(n)) RankRange(n, lo, hi);
-    Strided<float>(hi - lo, [&](int i) { return w[lo + i]; }, [&](int i, float x) {
+    const Part part = PartOf(n);
+    const int lo = part.lo;
+    Strided<float>(part.hi - lo, [&](int i) { return w[lo + i]; }, [&](int i, float x) {
       const float y = f(lo + i, x);
       w[lo + i] = y;
       max = y > max ? y : max;
     });
     const auto larger = [](float a, float c) { return a > c ? a : c; };
     max = Combined(max, larger);
-    return Split(n) ? AcrossRanks(max, larger) : max;
+    return part.split ? AcrossRanks(max, larger) : max;
   }
 
   __device__ void Mark(int k) {
@@ -419,15 +433,10 @@ struct DeviceBlock {
   // use(i, read(i)) for each i < n (a thread's strided share, read ahead).
   template <class Read, class Use>
   __device__ void Each(int n, Read read, Use use) {
-    if (Split(n)) {
-      int lo, hi;
-      RankRange(n, lo, hi);
-      Strided<float>(hi - lo, [&](int i) { return read(lo + i); }, [&](int i, float x) { use(lo + i, x); });
-      ClusterSync();
-      return;
-    }
-    Strided<float>(n, read, use);
-    __syncthreads();
+    const Part part = PartOf(n);
+    const int lo = part.lo;
+    Strided<float>(part.hi - lo, [&](int i) { return read(lo + i); }, [&](int i, float x) { use(lo + i, x); });
+    PassDone(part);
   }
 
   // f(id, value, inside) over this warp's segment [begin, end) of w, 32 ids at a time with kAhead rows of
@@ -457,13 +466,9 @@ struct DeviceBlock {
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int warps = blockDim.x >> 5;
-    const bool split = Split(n);
-    int lo = 0, hi = n;
-    if (split) RankRange(n, lo, hi);
-    float* toValues = split ? stageValues : values;
-    int* toIndices = split ? stageIndices : indices;
+    const Part part = PartOf(n);
     int begin, end;
-    WarpSegment(lo, hi, begin, end);
+    WarpSegment(part.lo, part.hi, begin, end);
     int count = 0;
     ForSegment(w, begin, end, [&](int v, float x, bool inside) { count += __popc(__ballot_sync(0xffffffffu, inside && keep(v, x))); });
     int* counts = reinterpret_cast<int*>(shared);
@@ -483,8 +488,8 @@ struct DeviceBlock {
       if (kept) {
         const int position = at + __popc(mask & ((1u << lane) - 1u));
         if (position < kCompact) {
-          toValues[position] = x;
-          toIndices[position] = v;
+          part.values[position] = x;
+          part.indices[position] = v;
         }
       } else if (cut && inside) {
         w[v] = -INFINITY;
@@ -492,7 +497,7 @@ struct DeviceBlock {
       at += __popc(mask);
     });
     __syncthreads();
-    if (split) total = GatherParts(total);
+    if (part.split) total = GatherParts(total);
     return CompactRow{values, indices, min(total, kCompact)};
   }
 
@@ -501,15 +506,11 @@ struct DeviceBlock {
   // its own (measured faster than the warps' segments when the sum reads each id's weight).
   template <class Keep, class Sum>
   __device__ CompactRow CompactSum(int n, Keep keep, float* w, bool cut, Sum sumOf, double& sum) {
-    const bool split = Split(n);
-    int lo = 0, hi = n;
-    if (split) RankRange(n, lo, hi);
-    float* toValues = split ? stageValues : values;
-    int* toIndices = split ? stageIndices : indices;
+    const Part part = PartOf(n);
     int begin, end;
-    Share(hi - lo, begin, end);
-    begin += lo;
-    end += lo;
+    Share(part.hi - part.lo, begin, end);
+    begin += part.lo;
+    end += part.lo;
     int local = 0;
     double localSum = 0;
     for (int v = begin; v < end; v++) {
@@ -519,7 +520,7 @@ struct DeviceBlock {
     }
     const auto add = [](double a, double c) { return a + c; };
     sum = Combined(localSum, add);
-    if (split) sum = AcrossRanks(sum, add);
+    if (part.split) sum = AcrossRanks(sum, add);
     int total;
     int at = ExclusiveScan(local, total);
     for (int v = begin; v < end; v++) {
@@ -529,13 +530,13 @@ struct DeviceBlock {
         continue;
       }
       if (at < kCompact) {
-        toValues[at] = x;
-        toIndices[at] = v;
+        part.values[at] = x;
+        part.indices[at] = v;
       }
       at++;
     }
     __syncthreads();
-    if (split) total = GatherParts(total);
+    if (part.split) total = GatherParts(total);
     return CompactRow{values, indices, min(total, kCompact)};
   }
 
@@ -618,18 +619,16 @@ struct DeviceBlock {
   // steps wait on each read.)
   template <class Weight>
   __device__ int FindFirst(int n, Weight weight, double target, bool strict) {
-    const bool split = Split(n);
-    int lo = 0, hi = n;
-    if (split) RankRange(n, lo, hi);
+    const Part part = PartOf(n);
     int begin, end;
-    Share(hi - lo, begin, end);
-    begin += lo;
-    end += lo;
+    Share(part.hi - part.lo, begin, end);
+    begin += part.lo;
+    end += part.lo;
     double local = 0;
     for (int v = begin; v < end; v++) local += weight(v);
     double total;
     double sum = ExclusiveScan(local, total);
-    if (split) {
+    if (part.split) {
       // The ranks before this one, in rank order.
       double totals[kClusterRanks];
       Gathered(total, totals);
@@ -650,7 +649,7 @@ struct DeviceBlock {
     }
     const auto least = [](int a, int c) { return a < c ? a : c; };
     int first = Combined(found, least);
-    if (split) first = AcrossRanks(first, least);
+    if (part.split) first = AcrossRanks(first, least);
     return first >= n ? -1 : first;
   }
 };
@@ -682,15 +681,10 @@ __global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(const T* logi
   const T* row = logits + static_cast<size_t>(rows[r]) * vocab;
   float* w = work + static_cast<size_t>(r) * vocab;
   const long long start = clock64();
-  if (ranks > 1) {
-    int lo, hi;
-    block.RankRange(vocab, lo, hi);
-    block.Strided<float>(hi - lo, [&](int v) { return Load(row + lo + v); }, [&](int v, float x) { w[lo + v] = x; });
-    block.ClusterSync();
-  } else {
-    block.Strided<float>(vocab, [&](int v) { return Load(row + v); }, [&](int v, float x) { w[v] = x; });
-    __syncthreads();
-  }
+  const DeviceBlock::Part part = block.PartOf(vocab);
+  const int lo = part.lo;
+  block.Strided<float>(part.hi - lo, [&](int v) { return Load(row + lo + v); }, [&](int v, float x) { w[lo + v] = x; });
+  block.PassDone(part);
   if (withMarks) {
     if (threadIdx.x < 8) marks[threadIdx.x] = 0;
     __syncthreads();
