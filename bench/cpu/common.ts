@@ -4,7 +4,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
-import { lastValueFrom } from 'rxjs';
+import { lastValueFrom, tap } from 'rxjs';
 import type { EngineClient, TextRequest } from '../../src/serving/index.ts';
 
 const ROOT = join(import.meta.dirname, '../..');
@@ -54,18 +54,30 @@ export async function serve(repository: string): Promise<{ url: string; child: C
 
 /**
  * Output tokens/s of `requests` requests through the engine client, from `streams` clients each sending
- * the next request as its last ends; `request(n)` is the n-th request.
+ * the next request as its last ends; `request(n)` is the n-th request. With each streamed request's
+ * milliseconds to its first text, in order.
  */
-export async function clientRate(client: EngineClient, pipeline: string, streams: number, requests: number, request: (n: number) => TextRequest): Promise<number> {
+export async function clientRate(client: EngineClient, pipeline: string, streams: number, requests: number, request: (n: number) => TextRequest): Promise<{ tokensPerS: number; ttftMs: number[] }> {
   let issued = 0;
   let tokens = 0;
+  const ttftMs: number[] = [];
   const started = performance.now();
   const worker = async (): Promise<void> => {
     while (issued < requests) {
-      const last = await lastValueFrom(client.generate(pipeline, request(issued++)));
+      const sent = performance.now();
+      let first: number | undefined;
+      const last = await lastValueFrom(
+        client.generate(pipeline, request(issued++)).pipe(
+          tap((u) => {
+            if (first === undefined && (u.choices[0]?.delta ?? '') !== '') first = performance.now() - sent;
+          }),
+        ),
+      );
+      if (first !== undefined) ttftMs.push(first);
       tokens += last.usage?.completionTokens ?? 0;
     }
   };
   await Promise.all(Array.from({ length: streams }, worker));
-  return tokens / ((performance.now() - started) / 1000);
+  ttftMs.sort((a, b) => a - b);
+  return { tokensPerS: tokens / ((performance.now() - started) / 1000), ttftMs };
 }

@@ -51,8 +51,8 @@ function prompts(): { file: string; texts: string[] } {
 }
 
 /** Output tokens/s of `requests` requests from STREAMS clients sending back to back, through the engine client. */
-function inProcess(client: RepositoryClient, texts: string[], requests: number, seedBase: number): Promise<number> {
-  return clientRate(client, 'stories', STREAMS, requests, (n) => ({ text_input: texts[n % texts.length]!, max_tokens: NEW_TOKENS, min_tokens: NEW_TOKENS, ...SAMPLING, seed: seedBase + n, stream: true }));
+async function inProcess(client: RepositoryClient, texts: string[], requests: number, seedBase: number): Promise<number> {
+  return (await clientRate(client, 'stories', STREAMS, requests, (n) => ({ text_input: texts[n % texts.length]!, max_tokens: NEW_TOKENS, min_tokens: NEW_TOKENS, ...SAMPLING, seed: seedBase + n, stream: true }))).tokensPerS;
 }
 
 /** The command line of one served measurement. */

@@ -20,12 +20,12 @@ import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { lastValueFrom, tap, toArray } from 'rxjs';
+import { lastValueFrom, toArray } from 'rxjs';
 import type { BenchResult } from '../../src/bench/index.ts';
 import { NativeEngine, type SamplingParams } from '../../src/generation/index.ts';
 import { buildModel } from '../../src/modelbuild/index.ts';
 import { RepositoryClient } from '../../src/serving/index.ts';
-import { serve } from '../cpu/common.ts';
+import { clientRate, serve } from '../cpu/common.ts';
 import { seededRows } from './speed/common.ts';
 
 const args = process.argv.slice(2);
@@ -170,30 +170,16 @@ async function servedCounters(url: string): Promise<Counters> {
  */
 async function clientRateOf(client: RepositoryClient, streams: number, requests: number, seedBase: number): Promise<{ tokensPerS: number; ttftP50Ms: number } & EngineSide> {
   const before = clientCounters(client);
-  const firsts: number[] = [];
-  let issued = 0;
-  let tokens = 0;
-  const started = performance.now();
-  const worker = async (): Promise<void> => {
-    while (issued < requests) {
-      const n = issued++;
-      const sent = performance.now();
-      let first: number | undefined;
-      const last = await lastValueFrom(
-        client.generate(name, { text_input: texts[n % texts.length]!, max_tokens: NEW, min_tokens: NEW, temperature: SAMPLED.temperature, top_p: SAMPLED.runtime_top_p, seed: seedBase + n, stream: true }).pipe(
-          tap((u) => {
-            if (first === undefined && (u.choices[0]?.delta ?? '') !== '') first = performance.now() - sent;
-          }),
-        ),
-      );
-      if (first !== undefined) firsts.push(first);
-      tokens += last.usage?.completionTokens ?? 0;
-    }
-  };
-  await Promise.all(Array.from({ length: streams }, worker));
-  const tokensPerS = tokens / ((performance.now() - started) / 1000);
-  firsts.sort((a, b) => a - b);
-  return { tokensPerS, ttftP50Ms: firsts[Math.floor(firsts.length / 2)] ?? Number.NaN, ...engineSide(before, clientCounters(client)) };
+  const { tokensPerS, ttftMs } = await clientRate(client, name, streams, requests, (n) => ({
+    text_input: texts[n % texts.length]!,
+    max_tokens: NEW,
+    min_tokens: NEW,
+    temperature: SAMPLED.temperature,
+    top_p: SAMPLED.runtime_top_p,
+    seed: seedBase + n,
+    stream: true,
+  }));
+  return { tokensPerS, ttftP50Ms: ttftMs[Math.floor(ttftMs.length / 2)] ?? Number.NaN, ...engineSide(before, clientCounters(client)) };
 }
 
 const coreRepository = repository(true);
