@@ -1,7 +1,7 @@
 /** `chorus build` and `chorus make-checkpoint`. */
 import { Option, type Command } from 'commander';
 import cliProgress from 'cli-progress';
-import { buildModel, bytesText, checkGroupSize, CHECKPOINT_ARCHS, CHECKPOINT_DTYPES, makeCheckpoint, quantSummaryText, type BuildDtype, type BuildStage, type CheckpointArch, type CheckpointDtype, type CheckpointSize, type WeightsMode } from '../modelbuild/index.ts';
+import { buildModel, bytesText, checkGroupSize, CHECKPOINT_ARCHS, CHECKPOINT_DTYPES, makeCheckpoint, quantSummaryText, type BuildDtype, type BuildStage, type CheckpointArch, type CheckpointDtype, type CheckpointSize, type SlotDecoderAttention, type WeightsMode } from '../modelbuild/index.ts';
 import { invalidArgument } from '../errors.ts';
 import { makeDirectory, replaceDirectory } from '../util/output-dir.ts';
 
@@ -17,12 +17,17 @@ export function registerBuild(program: Command): void {
     .option('--output-attentions', 'encoders: also output each layer\'s attention probabilities (attentions.N)')
     .option('--greedy-search', 'decoder-only: also write onnx/decoder_model_greedy.onnx, the whole greedy decode loop in one ONNX Runtime GreedySearch operator')
     .option('--slot-decoder', 'also write onnx/decoder_model_slots.onnx (and an encoder-decoder\'s onnx/encoder_model_slots.onnx), the models the native engine runs over a cache kept on the device; decoder-only models need --flavor cuda')
+    .addOption(
+      new Option('--slot-attention <kind>', "with --slot-decoder, decoder-only: the slot decoder's attention; PagedAttention takes every fp16/bf16 rotary model through the addon's decode kernel (the faster for one or a few streams, the slower for many)")
+        .choices(['addon', 'GroupQueryAttention', 'PagedAttention'])
+        .default('addon'),
+    )
     .option('--tensor-parallel <n>', 'decoder-only, with --slot-decoder: split the model over n GPUs (Megatron-style), each rank\'s decoders in onnx/tp<n>/rank<r>/ (default 1)')
     .option('--tokenizer <file>', 'llama2.c sources: the tokenizer.bin (default: found beside the model)')
     .addOption(new Option('--weights <weights>', 'decoder-only: the projections as the checkpoint stores them (float, or GPTQ / AWQ 4-bit), or quantized to int8 (per output channel) or int4 (groups); --dtype stays the activations\' type').choices(['checkpoint', 'int8', 'int4']).default('checkpoint'))
     .option('--group-size <n>', 'int4: values per scale, 16, 32, 64, 128 or 256 (default 128; smaller for small models)')
     .addOption(new Option('--lm-head <weights>', 'int8 / int4: quantize the LM head too, or keep it float (default: quantized for int8, float for int4)').choices(['quantized', 'float']))
-    .action((source: string, options: { out: string; dtype: BuildDtype; flavor: 'portable' | 'cuda'; task: 'generate' | 'encode'; outputAttentions?: boolean; greedySearch?: boolean; slotDecoder?: boolean; tokenizer?: string; tensorParallel?: string; weights: WeightsMode; groupSize?: string; lmHead?: 'quantized' | 'float' }) => {
+    .action((source: string, options: { out: string; dtype: BuildDtype; flavor: 'portable' | 'cuda'; task: 'generate' | 'encode'; outputAttentions?: boolean; greedySearch?: boolean; slotDecoder?: boolean; slotAttention: SlotDecoderAttention; tokenizer?: string; tensorParallel?: string; weights: WeightsMode; groupSize?: string; lmHead?: 'quantized' | 'float' }) => {
       if (options.groupSize !== undefined) {
         if (!/^\d+$/.test(options.groupSize)) throw invalidArgument('--group-size', '16, 32, 64, 128 or 256', options.groupSize);
         checkGroupSize(Number(options.groupSize), '--group-size');
@@ -49,6 +54,7 @@ export function registerBuild(program: Command): void {
           outputAttentions: options.outputAttentions ?? false,
           greedySearch: options.greedySearch ?? false,
           slotDecoder: options.slotDecoder ?? false,
+          slotAttention: options.slotAttention,
           tokenizer: options.tokenizer,
           weights: options.weights,
           ...(options.groupSize === undefined ? {} : { groupSize: Number(options.groupSize) }),

@@ -13,7 +13,7 @@ import { ChorusError, invalidArgument } from '../errors.ts';
 import { endIdsOf, readGenerationConfig } from '../util/end-ids.ts';
 import { architectureFor } from './arch/index.ts';
 import type { Checkpoint } from './checkpoint.ts';
-import { buildDecoderGraph, buildGreedySearchGraph, buildPagedDecoderGraph, buildSlotDecoderGraph, PAGED_DECODER_MODEL } from './decoder-graph.ts';
+import { buildDecoderGraph, buildGreedySearchGraph, buildPagedDecoderGraph, buildSlotDecoderGraph, PAGED_DECODER_MODEL, type SlotDecoderAttention } from './decoder-graph.ts';
 import { ExternalDataFile } from './external-data.ts';
 import { FLOAT_WIDTH, type FloatType } from './float-bits.ts';
 import { GREEDY_MODEL, SLOT_DECODER_MODEL, SLOT_ENCODER_MODEL } from './greedy-layout.ts';
@@ -61,13 +61,15 @@ export interface BuildOptions extends WeightsOptions {
    */
   slotDecoder?: boolean;
   /**
-   * The attention of a decoder-only slot decoder: the native addon's (`addon`, the default) or ONNX
-   * Runtime's GroupQueryAttention (kept to compare with). The addon's is DecoderSlotAttention without
-   * rotary embeddings, and for Qwen3 in fp16 and bf16 PagedAttention over the slots (its q and k norms,
-   * the rotation and the new keys inside); other rotary models, and fp32 (which the CPU runs), keep
-   * GroupQueryAttention.
+   * The attention of a decoder-only slot decoder: the native addon's (`addon`, the default), ONNX
+   * Runtime's GroupQueryAttention (kept to compare with), or `PagedAttention`. The addon's is
+   * DecoderSlotAttention without rotary embeddings, and for Qwen3 in fp16 and bf16 PagedAttention over
+   * the slots (its q and k norms, the rotation and the new keys inside); other rotary models keep
+   * GroupQueryAttention, the faster with many rows. `PagedAttention` takes every fp16 or bf16 rotary
+   * model through PagedAttention over the slots: the faster for one or a few streams (its decode
+   * kernel), the slower for many. fp32 rotary models (which the CPU runs) keep GroupQueryAttention.
    */
-  slotAttention?: 'addon' | 'GroupQueryAttention';
+  slotAttention?: SlotDecoderAttention;
   /**
    * The slot models' projections: the native addon's Linear (bias and activation inside it, a kernel of
    * its own for decode steps of up to 4 rows) or MatMul. Default: Linear in fp16, MatMul in fp32 (which

@@ -70,8 +70,15 @@ interface GraphContext {
   tp: TensorParallelGraph | undefined;
 }
 
-/** The slot decoder's attention: the addon's DecoderSlotAttention, GroupQueryAttention, or the addon's PagedAttention. */
-type SlotAttentionKind = 'addon' | 'GroupQueryAttention' | 'paged';
+/**
+ * The slot decoder's attention: the addon's (DecoderSlotAttention, or PagedAttention over the slots for
+ * Qwen3), GroupQueryAttention, the addon's PagedAttention over the slots for every rotary model
+ * (`PagedAttention`), or the paged decoder's PagedAttention through a block table (`paged`).
+ */
+type SlotAttentionKind = SlotDecoderAttention | 'paged';
+
+/** What a build may ask of the slot decoder's attention (BuildOptions.slotAttention). */
+export type SlotDecoderAttention = 'addon' | 'GroupQueryAttention' | 'PagedAttention';
 
 /** The paged decoder's file, beside the slot decoder (its weights in the same data file). */
 export const PAGED_DECODER_MODEL = 'decoder_model_paged.onnx';
@@ -130,7 +137,7 @@ export function buildSlotDecoderGraph(
   spec: DecoderSpec,
   weights: DecoderWeights,
   floatType: FloatType,
-  attention: 'addon' | 'GroupQueryAttention' = 'addon',
+  attention: SlotDecoderAttention = 'addon',
   projections: SlotLinear = defaultSlotLinear(floatType),
   tp?: TensorParallelGraph,
 ): GraphBuilder {
@@ -461,7 +468,7 @@ function attend(
       );
       return { output: project(output!), presentKey: presentKey!, presentValue: presentValue! };
     }
-    if (c.fused && c.rotary === undefined && c.slotAttention === 'addon') {
+    if (c.fused && c.rotary === undefined && (c.slotAttention === 'addon' || c.slotAttention === 'PagedAttention')) {
       // The addon's operator: the bias added, the new keys written and attended in one kernel a step.
       const qkv = g.addonLinear ? addonLinear(g, h, packed.weight, undefined) : matMul(g, h, packed.weight);
       const [output, presentKey, presentValue] = g.opMany(
@@ -536,17 +543,17 @@ function attend(
 
 /**
  * Whether a rotary slot decoder takes the addon's PagedAttention over its slots (one block a row, no
- * block table) rather than GroupQueryAttention: for models with q and k norms (Qwen3), whose norms
- * GroupQueryAttention cannot take (measured on an H100, Qwen3-1.7B fp16: 2.08 ms a step at batch 1
- * against 3.12, 3.88 at batch 64 against 4.79); in fp16 and bf16 (CUDA's types), for heads the
- * operator's kernels take (a multiple of 8 dimensions, up to 256). Other rotary models keep
- * GroupQueryAttention, faster for them (TinyLlama-1.1B: 1.34 ms against 1.49 at batch 1), and so
- * does fp32, the CPU's.
+ * block table) rather than GroupQueryAttention, in fp16 and bf16 (CUDA's types), for heads the
+ * operator's kernels take (a multiple of 8 dimensions, up to 256): by default for models with q and
+ * k norms (Qwen3), which GroupQueryAttention cannot take (measured on an H100, Qwen3-1.7B fp16: 2.08
+ * ms a step at batch 1 against 3.12, 3.88 at batch 64 against 4.79); for every rotary model with
+ * `PagedAttention`, which favours few rows (TinyLlama-1.1B: 949 tokens/s against 873 at batch 1, but
+ * 23,757 against 30,569 at batch 64, where ONNX Runtime's tensor-core kernel leads). fp32 (which the
+ * CPU runs) keeps GroupQueryAttention.
  */
 function slotRotaryInAddon(g: GraphBuilder, c: GraphContext): boolean {
-  return (
-    c.slotAttention === 'addon' && c.rotary !== undefined && c.spec.qkNorm === true && c.tp === undefined && g.floatType !== 'float32' && c.spec.headDim % 8 === 0 && c.spec.headDim <= 256
-  );
+  const wanted = c.slotAttention === 'PagedAttention' || (c.slotAttention === 'addon' && c.spec.qkNorm === true);
+  return wanted && c.rotary !== undefined && c.tp === undefined && g.floatType !== 'float32' && c.spec.headDim % 8 === 0 && c.spec.headDim <= 256;
 }
 
 /** Qwen3's RMSNorm of each head of `x` [batch, seq, heads * head_dim], over head_dim. */

@@ -182,7 +182,10 @@ Napi::Value AttendRows(const Napi::CallbackInfo& info) {
         const int splits = Field(call, "splits", PagedAttentionSplits(a, multiprocessors), false);
         if (splits < 1) throw Napi::RangeError::New(env, "call.splits must be >= 1");
         const size_t floats = PagedAttentionWorkspaceFloats(a, splits);
-        if (floats > 0) Check(env, cudaMalloc(reinterpret_cast<void**>(&gpu.workspace), floats * sizeof(float)));
+        if (floats > 0) {
+          Check(env, cudaMalloc(reinterpret_cast<void**>(&gpu.workspace), floats * sizeof(float)));
+          Check(env, cudaMemset(gpu.workspace, 0, floats * sizeof(float)));
+        }
         PagedAttentionDevice(a, splits, gpu.workspace, nullptr);
 #endif
       }

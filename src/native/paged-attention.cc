@@ -225,6 +225,8 @@ struct PagedAttentionKernel : KernelBase<PagedAttentionKernel> {
         if (workspace_ != nullptr) retired_.push_back(workspace_);
         void* made = nullptr;
         if (cudaMalloc(&made, floats * sizeof(float)) != cudaSuccess) throw std::runtime_error("cudaMalloc of the attention's workspace failed");
+        // The decode kernel's counters start at zero (and are left there).
+        if (cudaMemsetAsync(made, 0, floats * sizeof(float), static_cast<cudaStream_t>(ctx.GetGPUComputeStream())) != cudaSuccess) throw std::runtime_error("zeroing the attention's workspace failed");
         workspace_ = static_cast<float*>(made);
         workspaceFloats_ = floats;
       }

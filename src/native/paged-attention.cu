@@ -11,10 +11,13 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include "device.cuh"
+#include "linear.h"
 #include "paged-attention.h"
 #include "slot-attention.h"
 
@@ -22,6 +25,9 @@ namespace chorus {
 namespace {
 
 constexpr int kThreads = 128;
+// Floats of the splits' partial sums in the workspace: per (token row, query head, split) its maximum,
+// total and dim sums.
+size_t PagedAttentionPartFloats(const PagedAttentionArgs& a, int splits) { return static_cast<size_t>(a.rows) * a.tokens * a.heads * splits * (a.dim + 2); }
 constexpr int kMaxSplits = 16;
 // Positions whose keys and values a lane reads before it uses any.
 constexpr int kAhead = 2;
@@ -116,37 +122,65 @@ __device__ inline void LoadVector(const T* p, float (&out)[16 / sizeof(T)]) {
   for (int i = 0; i < 16 / static_cast<int>(sizeof(T)); i++) out[i] = Load(e + i);
 }
 
-// HeadElement 16 bytes at a time: vector `lane` (elements lane * kPer on) of head `head` of token row
-// y, biased, normed and rotated at `position` when rotate, each step rounded to T. The `span` lanes
-// of a group call it together (a norm's sum of squares is shuffled among them); lanes at or past
-// `vectors` take part with zeros. For heads of an even number of vectors, 16-byte aligned (the
-// rotation's partner of vector v is vector v +- vectors / 2).
+// The rotary tables' 16 bytes for vector `lane` of a head of `vectors` vectors at `position` (each
+// half of the head takes the same cos and sin).
 template <typename T>
-__device__ inline void HeadVector(const PagedAttentionArgs& a, size_t y, int head, int lane, int vectors, int span, int position, bool rotate, float (&out)[16 / sizeof(T)]) {
+__device__ inline void RotaryVectors(const PagedAttentionArgs& a, int lane, int vectors, int position, float (&c)[16 / sizeof(T)], float (&s)[16 / sizeof(T)]) {
+  constexpr int kPer = 16 / sizeof(T);
+  const size_t table = static_cast<size_t>(position) * (a.dim / 2) + static_cast<size_t>(lane % (vectors / 2)) * kPer;
+  LoadVector(static_cast<const T*>(a.cos) + table, c);
+  LoadVector(static_cast<const T*>(a.sin) + table, s);
+}
+
+// The 16-byte vectors of head `head` of token row y that vector `lane` of it needs: its own and,
+// rotated, its rotation partner's (vector lane +- vectors / 2); for the qkv input (`from` a.qkv, row
+// y) or the bias (`from` a.bias, y 0). Lanes at or past `vectors` read vector 0 (and drop it), so
+// that every load is unconditional and a block can have all of its heads' loads in flight at once.
+struct HeadBits {
+  uint4 own;
+  uint4 other;
+};
+
+template <typename T>
+__device__ inline HeadBits LoadHead(const PagedAttentionArgs& a, const void* from, size_t y, int head, int lane, int vectors, bool rotated) {
+  const int l = lane < vectors ? lane : 0;
+  const int half = vectors / 2;
+  const int partner = l < half ? l + half : l - half;
+  const uint4* x = reinterpret_cast<const uint4*>(static_cast<const T*>(from) + (y * static_cast<size_t>(a.heads + 2 * a.kvHeads) + head) * a.dim);
+  HeadBits bits;
+  bits.own = x[l];
+  bits.other = rotated ? x[partner] : make_uint4(0, 0, 0, 0);
+  return bits;
+}
+
+// HeadElement 16 bytes at a time: vector `lane` (elements lane * kPer on) of head `head`, from its
+// loaded vectors (LoadHead: `raw` of the input, `bias` of a.bias where there is one), biased, normed
+// and rotated with the tables' vectors c and s (RotaryVectors) when rotate, each step rounded to T.
+// The `span` lanes of a group call it together (a norm's sum of squares is shuffled among them);
+// lanes at or past `vectors` take part with zeros. For heads of an even number of vectors, 16-byte
+// aligned.
+template <typename T>
+__device__ inline void FinishHead(const PagedAttentionArgs& a, int head, int lane, int vectors, int span, bool rotate, const HeadBits& raw, const HeadBits& bias,
+                                  const float (&c)[16 / sizeof(T)], const float (&s)[16 / sizeof(T)], float (&out)[16 / sizeof(T)]) {
   constexpr int kPer = 16 / sizeof(T);
   const bool holds = lane < vectors;
   const int half = vectors / 2;
   const int partner = lane < half ? lane + half : lane - half;
-  const T* x = static_cast<const T*>(a.qkv) + y * static_cast<size_t>(a.heads + 2 * a.kvHeads) * a.dim + static_cast<size_t>(head) * a.dim;
-  const T* bias = a.bias == nullptr ? nullptr : static_cast<const T*>(a.bias) + static_cast<size_t>(head) * a.dim;
   const T* norm = NormOf<T>(a, head);
   const bool rotated = rotate && a.cos != nullptr;
-  const auto biased = [&](int v, float (&o)[kPer]) {
-    LoadVector(x + v * kPer, o);
-    if (bias != nullptr) {
-      float b[kPer];
-      LoadVector(bias + v * kPer, b);
+  const auto biased = [&](const uint4& x, const uint4& b, float (&o)[kPer]) {
+    const T* xe = reinterpret_cast<const T*>(&x);
+    const T* be = reinterpret_cast<const T*>(&b);
 #pragma unroll
-      for (int i = 0; i < kPer; i++) o[i] = Rounded<T>(o[i] + b[i]);
-    }
+    for (int i = 0; i < kPer; i++) o[i] = a.bias == nullptr ? Load(xe + i) : Rounded<T>(Load(xe + i) + Load(be + i));
   };
   float own[kPer];
   float other[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; i++) own[i] = other[i] = 0;
   if (holds) {
-    biased(lane, own);
-    if (rotated) biased(partner, other);
+    biased(raw.own, bias.own, own);
+    if (rotated) biased(raw.other, bias.other, other);
   }
   if (norm != nullptr) {
     float squares = 0;
@@ -171,13 +205,30 @@ __device__ inline void HeadVector(const PagedAttentionArgs& a, size_t y, int hea
     for (int i = 0; i < kPer; i++) out[i] = own[i];
     return;
   }
-  float c[kPer];
-  float s[kPer];
-  const size_t table = static_cast<size_t>(position) * (a.dim / 2) + static_cast<size_t>(lane % half) * kPer;
-  LoadVector(static_cast<const T*>(a.cos) + table, c);
-  LoadVector(static_cast<const T*>(a.sin) + table, s);
 #pragma unroll
   for (int i = 0; i < kPer; i++) out[i] = Rounded<T>(lane < half ? own[i] * c[i] - other[i] * s[i] : own[i] * c[i] + other[i] * s[i]);
+}
+
+// LoadHead and FinishHead in one.
+template <typename T>
+__device__ inline void HeadVectorAt(const PagedAttentionArgs& a, size_t y, int head, int lane, int vectors, int span, bool rotate, const float (&c)[16 / sizeof(T)],
+                                    const float (&s)[16 / sizeof(T)], float (&out)[16 / sizeof(T)]) {
+  const bool rotated = rotate && a.cos != nullptr;
+  const HeadBits raw = LoadHead<T>(a, a.qkv, y, head, lane, vectors, rotated);
+  HeadBits bias{};
+  // The bias is [(heads + 2 * kv_heads) * dim]: row 0 of the same layout.
+  if (a.bias != nullptr) bias = LoadHead<T>(a, a.bias, 0, head, lane, vectors, rotated);
+  FinishHead<T>(a, head, lane, vectors, span, rotate, raw, bias, c, s, out);
+}
+
+// HeadVectorAt at `position`, its rotary vectors read here.
+template <typename T>
+__device__ inline void HeadVector(const PagedAttentionArgs& a, size_t y, int head, int lane, int vectors, int span, int position, bool rotate, float (&out)[16 / sizeof(T)]) {
+  constexpr int kPer = 16 / sizeof(T);
+  float c[kPer] = {};
+  float s[kPer] = {};
+  if (rotate && a.cos != nullptr && lane < vectors) RotaryVectors<T>(a, lane, vectors, position, c, s);
+  HeadVectorAt<T>(a, y, head, lane, vectors, span, rotate, c, s, out);
 }
 
 // Block (token row, key head x chunk of G query heads, split). See the file's comment.
@@ -388,9 +439,299 @@ __global__ void PagedJoinKernel(PagedAttentionArgs a, int splits, const float* w
   }
 }
 
+// A decode step (one token a row, heads of an even number of aligned 16-byte vectors): block (row,
+// key head x chunk of G query heads, split), its lane groups over the split's positions as the general
+// kernel's, but with nothing waiting on a load that could have been in flight already:
+// - the first round's keys and values (AheadOf(G) positions a lane group) and the rotary vectors are
+//   read before the wait for the kernel before (a dependent launch), which wrote the queries alone;
+// - the queries of the chunk's heads and the new key and value are read together after it;
+// - each round takes one softmax update per head for its positions (not one a position);
+// - with several splits, the split that finishes last joins them (a counter per block column in the
+//   workspace, left at zero), rather than a launch after.
+// Positions a lane group reads at once: fewer for more heads a block (their queries and sums take
+// registers too).
+__host__ __device__ constexpr int AheadOf(int g) { return g >= 4 ? 2 : 4; }
+
+template <typename T, int G>
+__global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs a, int splits, float* workspace, int* counters) {
+  constexpr int kPer = 16 / sizeof(T);
+  constexpr int kAheadDecode = AheadOf(G);
+  __shared__ float sums[G * (kThreads / 32) * 32 * kPer];  // [warps][G][dim]
+  __shared__ float maxima[G * (kThreads / 32)];             // [warps][G]
+  __shared__ float totals[G * (kThreads / 32)];
+  __shared__ float freshKey[kMaxDim];
+  __shared__ float freshValue[kMaxDim];
+  __shared__ bool joins;
+  const int r = blockIdx.x;
+  const int group = a.heads / a.kvHeads;
+  const int chunks = (group + G - 1) / G;
+  const int k = blockIdx.y / chunks;
+  const int first = k * group + (blockIdx.y % chunks) * G;
+  const int count = min(G, k * group + group - first);
+  const int split = blockIdx.z;
+  const int position = PositionOf(a, r, 0);
+  const int oldest = FirstKey(position, a.window);
+  const int n = position + 1;
+  const int per = (n - oldest + splits - 1) / splits;
+  const int start = oldest + split * per;
+  const int end = min(n, start + per);
+  const bool fresh = position >= start && position < end;
+
+  const int vectors = a.dim / kPer;
+  int span = 1;
+  while (span < vectors) span <<= 1;
+  const int groups = kThreads / span;
+  const int lane = threadIdx.x % span;
+  const int mine = threadIdx.x / span;
+  const bool holds = lane < vectors;
+  const T* keys = static_cast<const T*>(a.keyCache);
+  const T* values = static_cast<const T*>(a.valueCache);
+
+  uint4 kv[kAheadDecode];
+  uint4 vv[kAheadDecode];
+  const auto read = [&](int base) {
+#pragma unroll
+    for (int u = 0; u < kAheadDecode; u++) {
+      const int j = base + u * groups + mine;
+      kv[u] = make_uint4(0, 0, 0, 0);
+      vv[u] = make_uint4(0, 0, 0, 0);
+      if (j < end && holds) {
+        const size_t at = CacheAt(a, r, k, j);
+        kv[u] = reinterpret_cast<const uint4*>(keys + at)[lane];
+        vv[u] = reinterpret_cast<const uint4*>(values + at)[lane];
+      }
+    }
+  };
+  read(start);
+  float c[kPer] = {};
+  float s[kPer] = {};
+  const bool rotated = a.cos != nullptr;
+  if (rotated && holds) RotaryVectors<T>(a, lane, vectors, position, c, s);
+  WaitForPrevious();
+
+  // The chunk's queries and the new key and value (read by every block, written by the split that
+  // holds the position): every load first, then the bias, norms and rotation.
+  HeadBits raw[G + 2];
+  HeadBits bias[G + 2];
+#pragma unroll
+  for (int g = 0; g < G + 2; g++) {
+    const int head = g < G ? first + min(g, count - 1) : g == G ? a.heads + k : a.heads + a.kvHeads + k;
+    raw[g] = LoadHead<T>(a, a.qkv, r, head, lane, vectors, rotated && g <= G);
+  }
+  if (a.bias != nullptr) {
+#pragma unroll
+    for (int g = 0; g < G + 2; g++) {
+      const int head = g < G ? first + min(g, count - 1) : g == G ? a.heads + k : a.heads + a.kvHeads + k;
+      bias[g] = LoadHead<T>(a, a.bias, 0, head, lane, vectors, rotated && g <= G);
+    }
+  }
+  float q[G][kPer];
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    float v[kPer];
+    FinishHead<T>(a, first + min(g, count - 1), lane, vectors, span, true, raw[g], bias[g], c, s, v);
+#pragma unroll
+    for (int i = 0; i < kPer; i++) q[g][i] = holds && g < count ? v[i] : 0.0f;
+  }
+  float key[kPer];
+  float value[kPer];
+  FinishHead<T>(a, a.heads + k, lane, vectors, span, true, raw[G], bias[G], c, s, key);
+  FinishHead<T>(a, a.heads + a.kvHeads + k, lane, vectors, span, false, raw[G + 1], bias[G + 1], c, s, value);
+  if (fresh) {
+    if (mine == 0 && holds) {
+      const size_t to = CacheAt(a, r, k, position);
+      T keyOut[kPer];
+      T valueOut[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; i++) {
+        freshKey[lane * kPer + i] = key[i];
+        freshValue[lane * kPer + i] = value[i];
+        keyOut[i] = Narrowed<T>(key[i]);
+        valueOut[i] = Narrowed<T>(value[i]);
+      }
+      reinterpret_cast<uint4*>(static_cast<T*>(a.keyCache) + to)[lane] = *reinterpret_cast<const uint4*>(keyOut);
+      reinterpret_cast<uint4*>(static_cast<T*>(a.valueCache) + to)[lane] = *reinterpret_cast<const uint4*>(valueOut);
+    }
+    __syncthreads();
+  }
+
+  float highest[G];
+  float total[G];
+  float acc[G][kPer];
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    highest[g] = -INFINITY;
+    total[g] = 0;
+#pragma unroll
+    for (int i = 0; i < kPer; i++) acc[g][i] = 0;
+  }
+  for (int base = start; base < end; base += kAheadDecode * groups) {
+    // This round's keys and values aside, the next round's loads go out before this one is used.
+    uint4 kr[kAheadDecode];
+    uint4 vr[kAheadDecode];
+#pragma unroll
+    for (int u = 0; u < kAheadDecode; u++) {
+      kr[u] = kv[u];
+      vr[u] = vv[u];
+    }
+    if (base + kAheadDecode * groups < end) read(base + kAheadDecode * groups);
+    float score[kAheadDecode][G];
+    float vf[kAheadDecode][kPer];
+#pragma unroll
+    for (int u = 0; u < kAheadDecode; u++) {
+      const int j = base + u * groups + mine;
+      const bool own = fresh && j == position && holds;
+      const T* ke = reinterpret_cast<const T*>(&kr[u]);
+      const T* ve = reinterpret_cast<const T*>(&vr[u]);
+      float kf[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; i++) {
+        kf[i] = own ? freshKey[lane * kPer + i] : Load(ke + i);
+        vf[u][i] = own ? freshValue[lane * kPer + i] : Load(ve + i);
+      }
+#pragma unroll
+      for (int g = 0; g < G; g++) {
+        float dot = 0;
+#pragma unroll
+        for (int i = 0; i < kPer; i++) dot += q[g][i] * kf[i];
+        for (int offset = span / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+        score[u][g] = j < end && g < count ? SoftCapped(dot * a.scale, a.softcap) : -INFINITY;
+      }
+    }
+    // One update of each head's running softmax for the round's positions (the same in every lane
+    // of a group: the scores were summed across them).
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+      float next = highest[g];
+#pragma unroll
+      for (int u = 0; u < kAheadDecode; u++) next = fmaxf(next, score[u][g]);
+      if (next == -INFINITY) continue;
+      const float keep = __expf(highest[g] - next);
+      total[g] *= keep;
+#pragma unroll
+      for (int i = 0; i < kPer; i++) acc[g][i] *= keep;
+#pragma unroll
+      for (int u = 0; u < kAheadDecode; u++) {
+        const float p = __expf(score[u][g] - next);
+        total[g] += p;
+#pragma unroll
+        for (int i = 0; i < kPer; i++) acc[g][i] += p * vf[u][i];
+      }
+      highest[g] = next;
+    }
+  }
+  // The projection after may start pulling its weights.
+  LetDependentsStart();
+  // The lane groups of a warp joined by shuffles (each pair's sums scaled to the larger maximum).
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    for (int offset = span; offset < 32; offset *= 2) {
+      const float theirs = __shfl_xor_sync(0xffffffffu, highest[g], offset);
+      const float theirTotal = __shfl_xor_sync(0xffffffffu, total[g], offset);
+      const float m = fmaxf(highest[g], theirs);
+      const float mineScale = highest[g] == -INFINITY ? 0.0f : __expf(highest[g] - m);
+      const float theirScale = theirs == -INFINITY ? 0.0f : __expf(theirs - m);
+      total[g] = total[g] * mineScale + theirTotal * theirScale;
+#pragma unroll
+      for (int i = 0; i < kPer; i++) acc[g][i] = acc[g][i] * mineScale + __shfl_xor_sync(0xffffffffu, acc[g][i], offset) * theirScale;
+      highest[g] = m;
+    }
+  }
+  // Then the warps' in shared memory: [warps][G] maxima and totals, [warps][G][dim] sums.
+  const int warp = threadIdx.x / 32;
+  if (threadIdx.x % 32 < span) {
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+      if (lane == 0) {
+        maxima[warp * G + g] = highest[g];
+        totals[warp * G + g] = total[g];
+      }
+      if (holds) {
+#pragma unroll
+        for (int i = 0; i < kPer; i++) sums[(warp * G + g) * a.dim + lane * kPer + i] = acc[g][i];
+      }
+    }
+  }
+  __syncthreads();
+  constexpr int kWarps = kThreads / 32;
+  for (int e = threadIdx.x; e < count * a.dim; e += kThreads) {
+    const int g = e / a.dim;
+    const int d = e % a.dim;
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; w++) m = fmaxf(m, maxima[w * G + g]);
+    float l = 0;
+    float sum = 0;
+    if (m != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kWarps; w++) {
+        const float scale = maxima[w * G + g] == -INFINITY ? 0.0f : __expf(maxima[w * G + g] - m);
+        l += totals[w * G + g] * scale;
+        sum += sums[(w * G + g) * a.dim + d] * scale;
+      }
+    }
+    const int h = first + g;
+    if (splits == 1) {
+      static_cast<T*>(a.output)[(static_cast<size_t>(r) * a.heads + h) * a.dim + d] = Narrowed<T>(sum / l);
+    } else {
+      float* part = workspace + ((static_cast<size_t>(r) * a.heads + h) * splits + split) * (a.dim + 2);
+      if (d == 0) {
+        part[0] = m;
+        part[1] = l;
+      }
+      part[2 + d] = sum;
+    }
+  }
+  if (splits == 1) return;
+  // The last split of this (row, chunk) to finish joins them all.
+  __threadfence();
+  __syncthreads();
+  int* counter = counters + static_cast<size_t>(r) * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0) joins = atomicAdd(counter, 1) == splits - 1;
+  __syncthreads();
+  if (!joins) return;
+  __threadfence();
+  // Each thread reads every split's maximum, total and sum for its elements at once (one round trip
+  // to L2, the maxima and totals read by many threads together), then joins them.
+  for (int e = threadIdx.x; e < count * a.dim; e += kThreads) {
+    const int g = e / a.dim;
+    const int d = e % a.dim;
+    const int h = first + g;
+    const float* parts = workspace + (static_cast<size_t>(r) * a.heads + h) * splits * (a.dim + 2);
+    float m[kMaxSplits];
+    float l[kMaxSplits];
+    float sum[kMaxSplits];
+#pragma unroll
+    for (int p = 0; p < kMaxSplits; p++) {
+      const float* part = parts + p * (a.dim + 2);
+      m[p] = p < splits ? __ldcg(part) : -INFINITY;
+      l[p] = p < splits ? __ldcg(part + 1) : 0.0f;
+      sum[p] = p < splits ? __ldcg(part + 2 + d) : 0.0f;
+    }
+    float most = -INFINITY;
+#pragma unroll
+    for (int p = 0; p < kMaxSplits; p++) most = l[p] > 0 ? fmaxf(most, m[p]) : most;
+    float total = 0;
+    float out = 0;
+#pragma unroll
+    for (int p = 0; p < kMaxSplits; p++) {
+      const float scale = l[p] > 0 ? __expf(m[p] - most) : 0.0f;
+      total += l[p] * scale;
+      out += sum[p] * scale;
+    }
+    static_cast<T*>(a.output)[(static_cast<size_t>(r) * a.heads + h) * a.dim + d] = Narrowed<T>(out / total);
+  }
+  if (threadIdx.x == 0) *counter = 0;
+}
+
+// Rows x key heads under which a decode step takes one query head a block: few blocks, whose
+// positions are split, and whose time is each block's chain of dependent steps (shorter for one head).
+constexpr long kFewDecodeBlocks = 64;
+
 // Query heads per block: the group's size rounded up to a power of two, at most 4 (each head keeps
-// its query and sums in registers).
+// its query and sums in registers); one for a decode step of few rows and key heads.
 int HeadsPerBlock(const PagedAttentionArgs& a) {
+  if (a.tokens == 1 && static_cast<long>(a.rows) * a.kvHeads < kFewDecodeBlocks) return 1;
   const int group = a.heads / a.kvHeads;
   int g = 1;
   while (g < group && g < 4) g <<= 1;
@@ -415,11 +756,45 @@ void Launch(const PagedAttentionArgs& a, int splits, float* workspace, cudaStrea
   if (splits > 1) PagedJoinKernel<T><<<dim3(a.rows * a.tokens, a.heads), std::min(a.dim, 256), 0, stream>>>(a, splits, workspace);
 }
 
+// Whether a launch of `a` can take the decode kernel: one token a row, heads of an even number of
+// 16-byte vectors, every pointer 16-byte aligned; CHORUS_PAGED_DECODE=0 keeps the general kernel
+// (read at each launch, to compare the two in one process).
+template <typename T>
+bool DecodeKernelFits(const PagedAttentionArgs& a) {
+  constexpr int kPer = 16 / sizeof(T);
+  const char* setting = std::getenv("CHORUS_PAGED_DECODE");
+  if (a.tokens != 1 || (setting != nullptr && std::strcmp(setting, "0") == 0)) return false;
+  uintptr_t bits = reinterpret_cast<uintptr_t>(a.qkv) | reinterpret_cast<uintptr_t>(a.bias) | reinterpret_cast<uintptr_t>(a.cos) | reinterpret_cast<uintptr_t>(a.sin) |
+                   reinterpret_cast<uintptr_t>(a.qNorm) | reinterpret_cast<uintptr_t>(a.kNorm) | reinterpret_cast<uintptr_t>(a.keyCache) | reinterpret_cast<uintptr_t>(a.valueCache);
+  return (a.dim / kPer) % 2 == 0 && bits % 16 == 0;
+}
+
+template <typename T, int G>
+void LaunchDecode(const PagedAttentionArgs& a, int splits, float* workspace, cudaStream_t stream) {
+  const int chunks = (a.heads / a.kvHeads + G - 1) / G;
+  const dim3 grid(a.rows, a.kvHeads * chunks, splits);
+  int* counters = reinterpret_cast<int*>(workspace + (splits > 1 ? PagedAttentionPartFloats(a, splits) : 0));
+  LaunchMaybeDependent(LinearDependentLaunchFlag(), PagedDecodeKernel<T, G>, grid, dim3(kThreads), stream, a, splits, workspace, counters);
+}
+
 template <typename T>
 void LaunchAll(const PagedAttentionArgs& a, int splits, float* workspace, cudaStream_t stream) {
   constexpr int kPer = 16 / sizeof(T);
   if (a.dim % kPer != 0 || a.dim / kPer > 32) {
     throw std::invalid_argument("PagedAttention on CUDA takes head_dim a multiple of " + std::to_string(kPer) + " up to " + std::to_string(32 * kPer) + ", not " + std::to_string(a.dim));
+  }
+  // The decode kernel where the positions are split (few rows); the general kernel, as fast there,
+  // takes the steps of many rows.
+  // CHORUS_PAGED_DECODE=2: the decode kernel for every decode step (to compare).
+  const char* setting = std::getenv("CHORUS_PAGED_DECODE");
+  const bool everyStep = setting != nullptr && std::strcmp(setting, "2") == 0;
+  if ((splits > 1 || everyStep) && DecodeKernelFits<T>(a)) {
+    switch (HeadsPerBlock(a)) {
+      case 1: LaunchDecode<T, 1>(a, splits, workspace, stream); break;
+      case 2: LaunchDecode<T, 2>(a, splits, workspace, stream); break;
+      default: LaunchDecode<T, 4>(a, splits, workspace, stream); break;
+    }
+    return;
   }
   // A prefill's tokens attend over each other's keys: all are written first. A decode step's blocks
   // write their own.
@@ -445,7 +820,10 @@ int PagedAttentionSplits(const PagedAttentionArgs& a, int multiprocessors) {
 }
 
 size_t PagedAttentionWorkspaceFloats(const PagedAttentionArgs& a, int splits) {
-  return splits <= 1 ? 0 : static_cast<size_t>(a.rows) * a.tokens * a.heads * splits * (a.dim + 2);
+  if (splits <= 1) return 0;
+  // The splits' partial sums, then the decode kernel's counters (one per row and block column: at
+  // most one per row and query head).
+  return PagedAttentionPartFloats(a, splits) + static_cast<size_t>(a.rows) * a.heads;
 }
 
 void PagedAttentionDevice(const PagedAttentionArgs& a, int splits, float* workspace, void* stream) {

@@ -28,7 +28,10 @@
 // split of the row's positions) scores the group of query heads that share the key head against each
 // key and value it reads once (an online softmax), and a last launch joins the splits when there are
 // several. A decode step (one token a row) writes its new key and value in the block of the split
-// that holds its position, with no launch before it. The splits are chosen from the launch's shape alone (enough blocks to fill the GPU), so
+// that holds its position, with no launch before it, and takes the decode kernel where its heads are
+// 16-byte vectors: its first keys and values read before the wait for the projection before it (a
+// dependent launch), one softmax update per head a round of positions, and the splits joined by the
+// one that finishes last. The splits are chosen from the launch's shape alone (enough blocks to fill the GPU), so
 // the step can be captured in a CUDA graph: lengths and block tables are read on the device.
 #pragma once
 
@@ -72,7 +75,8 @@ void PagedAttentionHost(const PagedAttentionArgs& args);
 
 #ifdef CHORUS_WITH_CUDA
 // Device: how many splits a launch of `args` takes on a device of `multiprocessors`, and the float32
-// workspace it then needs (0 with one split).
+// workspace it then needs (0 with one split), zeroed once when it is allocated (the decode kernel's
+// counters, which each launch leaves at zero).
 int PagedAttentionSplits(const PagedAttentionArgs& args, int multiprocessors);
 size_t PagedAttentionWorkspaceFloats(const PagedAttentionArgs& args, int splits);
 // Device: the attention on device memory, on `stream`, in `splits` splits (workspace: as above).

@@ -65,6 +65,11 @@ const CASES: Case[] = [
   // Rows of up to 291 positions, groups of 1 and 8.
   { name: 'paged decode over three tiles, one head a key head', op: 'paged', tokens: 1, heads: 2, kvHeads: 2, dim: 16, past: [150, 290, 5], window: 0, softcap: 0, scale: 0.25, rotary: true, blockSize: 16 },
   { name: 'paged over slots decode, 8 heads a key head, window 140, softcap 1.5, bias', op: 'paged', tokens: 1, heads: 8, kvHeads: 1, dim: 32, past: [3, 200], window: 140, softcap: 1.5, scale: 0.2, bias: true, rotary: true, slots: true },
+  // Decode steps at real head sizes (the GPU's decode kernel: a lane group of 8, 12 or 16 vectors a
+  // head, several rounds of positions a split, the splits joined by the last to finish).
+  { name: 'paged over slots decode, dim 64, 8 heads a key head, rows of 1 to 230 positions', op: 'paged', tokens: 1, heads: 16, kvHeads: 2, dim: 64, past: [0, 77, 229], window: 0, softcap: 0, scale: 0.125, rotary: true, slots: true },
+  { name: 'paged decode, dim 96, one head a key head, bias, block table', op: 'paged', tokens: 1, heads: 3, kvHeads: 3, dim: 96, past: [40, 181], window: 0, softcap: 0, scale: 0.1, bias: true, rotary: true, blockSize: 16 },
+  { name: 'paged over slots decode, dim 128, q/k norms, window 100', op: 'paged', tokens: 1, heads: 4, kvHeads: 2, dim: 128, past: [12, 150], window: 100, softcap: 0, scale: 0.09, rotary: true, norms: true, slots: true },
 ];
 
 /** The case's call on seeded random float32 data, with NaN wherever no query of the call may read. */
@@ -184,20 +189,23 @@ describe('the decoder attention kernels with sliding windows and soft-capped sco
     assert.throws(() => attend({ ...call, op: 'dense' as 'slot' }, false), /call.op must be 'slot' or 'paged'/);
   });
 
-  test('on the GPU: fp32 as the reference, fp16 and bf16 as the host kernels, paged in 1 and 3 splits', { skip: gpu ? false : 'no CUDA device' }, () => {
-    for (const c of CASES) {
-      for (const splits of c.op === 'paged' ? [undefined, 1, 3] : [undefined]) {
+  // CHORUS_PAGED_DECODE=0: PagedAttention's decode steps in the general kernel (read at each launch).
+  test('on the GPU: fp32 as the reference, fp16 and bf16 as the host kernels, paged in 1, 3 and 16 splits, decode kernel and general', { skip: gpu ? false : 'no CUDA device' }, (t) => {
+    t.after(() => delete process.env.CHORUS_PAGED_DECODE);
+    for (const [c, decode] of CASES.flatMap((c) => (c.op === 'paged' && c.tokens === 1 ? ['1', '0'] : ['1']).map((d) => [c, d] as const))) {
+      process.env.CHORUS_PAGED_DECODE = decode;
+      for (const splits of c.op === 'paged' ? [undefined, 1, 3, 16] : [undefined]) {
         const call = { ...callOf(c, 11), ...(splits === undefined ? {} : { splits }) };
         const want = referenceAttention(call);
         const output = attend(call, true) as Float32Array;
-        assert.ok(maxDiff(output, want.output) < 1e-4, `${c.name} (splits ${splits}): fp32 output off by ${maxDiff(output, want.output)}`);
+        assert.ok(maxDiff(output, want.output) < 1e-4, `${c.name} (splits ${splits}, decode ${decode}): fp32 output off by ${maxDiff(output, want.output)}`);
         assert.ok(maxDiff(call.key, want.key) < 1e-5, `${c.name}: fp32 keys off by ${maxDiff(call.key, want.key)}`);
         for (const [dtype, tolerance] of [['fp16', 4e-3], ['bf16', 3e-2]] as const) {
           const host = narrowed(callOf(c, 11), dtype);
           const device = { ...narrowed(callOf(c, 11), dtype), ...(splits === undefined ? {} : { splits }) };
           const widen = dtype === 'fp16' ? fromHalfBits : fromBfloat16Bits;
           const [a, b] = [Array.from(attend(host, false), widen), Array.from(attend(device, true), widen)];
-          assert.ok(maxDiff(a, b) < tolerance, `${c.name} (splits ${splits}): ${dtype} output off by ${maxDiff(a, b)}`);
+          assert.ok(maxDiff(a, b) < tolerance, `${c.name} (splits ${splits}, decode ${decode}): ${dtype} output off by ${maxDiff(a, b)}`);
           assert.ok(maxDiff(Array.from(host.key, widen), Array.from(device.key, widen)) < tolerance, `${c.name}: ${dtype} keys`);
         }
       }

@@ -139,6 +139,29 @@ describe('chorus build --slot-decoder', () => {
     }
   });
 
+  test("slotAttention PagedAttention takes every fp16 rotary model through PagedAttention over the slots (Qwen2's bias inside); GPT-2 keeps DecoderSlotAttention, fp32 GroupQueryAttention", () => {
+    const opsOf = (dir: string): onnxProto.onnx.INodeProto[] => onnxProto.onnx.ModelProto.decode(readFileSync(join(dir, 'onnx', 'decoder_model_slots.onnx'))).graph!.node!;
+    const layersOf = (dir: string): number => buildSpec<{ numLayers: number }>(dir).numLayers;
+    const qwen2 = join(root, 'qwen2-fp16-paged-attention');
+    buildModel({ source: join(root, 'qwen2-fp16-slots-ckpt'), out: qwen2, flavor: 'cuda', slotDecoder: true, dtype: 'fp16', slotAttention: 'PagedAttention' });
+    const attention = opsOf(qwen2).filter((n) => n.opType === 'PagedAttention');
+    assert.equal(attention.length, layersOf(qwen2));
+    assert.equal(opsOf(qwen2).filter((n) => n.opType === 'GroupQueryAttention').length, 0);
+    for (const node of attention) {
+      // qkv, the caches, seqlens_k, no block table, cos and sin, the qkv bias; no norms.
+      assert.equal(node.input!.length, 8);
+      assert.equal(node.input![4], '');
+      assert.match(node.input![5]!, /cos/);
+      assert.match(node.input![7]!, /bias/);
+    }
+    const gpt2 = join(root, 'gpt2-fp16-paged-attention');
+    buildModel({ source: join(root, 'gpt2-build-ckpt'), out: gpt2, flavor: 'cuda', slotDecoder: true, dtype: 'fp16', slotAttention: 'PagedAttention' });
+    assert.equal(opsOf(gpt2).filter((n) => n.opType === 'DecoderSlotAttention').length, layersOf(gpt2));
+    const fp32 = join(root, 'qwen2-fp32-paged-attention');
+    buildModel({ source: join(root, 'qwen2-fp16-slots-ckpt'), out: fp32, flavor: 'cuda', slotDecoder: true, slotAttention: 'PagedAttention' });
+    assert.equal(opsOf(fp32).filter((n) => n.opType === 'GroupQueryAttention').length, layersOf(fp32));
+  });
+
   test("projects through the addon's Linear in float16 (gelu_new inside, the head's weight as it is), MatMul in float32", () => {
     const out = join(root, 'gpt2-build-fp16');
     buildModel({ source: join(root, 'gpt2-build-ckpt'), out, flavor: 'cuda', dtype: 'fp16', slotDecoder: true });

@@ -13,6 +13,7 @@
  *   LLAMA_MAX_SEQUENCE=4096 (the paged rows' limit)  LLAMA_FALLBACK=paged (measured when a cache fails)
  *   LLAMA_WEIGHTS=int8|int4 (quantized projections; the results file is then <name>-<dtype>-<weights>.json)
  *   LLAMA_GROUP_SIZE=128 (int4)  LLAMA_CUDA_GRAPH=0 (plain runs)
+ *   LLAMA_SLOT_ATTENTION=GroupQueryAttention (the slot decoder's attention, to compare with the addon's)
  */
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -42,7 +43,8 @@ function gpuMemoryMiB(): number {
 
 const dir = join(work, `${name}-${variant}-built`);
 const buildStarted = performance.now();
-const built = buildModel({ source: checkpoint, out: dir, dtype, flavor: 'cuda', slotDecoder: true, weights, ...groupSize });
+const slotAttention = process.env.LLAMA_SLOT_ATTENTION === undefined ? {} : { slotAttention: process.env.LLAMA_SLOT_ATTENTION as NonNullable<BuildOptions['slotAttention']> };
+const built = buildModel({ source: checkpoint, out: dir, dtype, flavor: 'cuda', slotDecoder: true, weights, ...groupSize, ...slotAttention });
 const build = { seconds: (performance.now() - buildStarted) / 1000, peak_rss_mib: process.resourceUsage().maxRSS / 1024, weight_bytes: built.stats.weightBytes, quantization: built.quantization };
 console.log(`${name} ${variant}: built in ${build.seconds.toFixed(1)} s, peak RSS ${build.peak_rss_mib.toFixed(0)} MiB`);
 
