@@ -442,25 +442,24 @@ __global__ void PagedJoinKernel(PagedAttentionArgs a, int splits, const float* w
 // A decode step (one token a row, heads of an even number of aligned 16-byte vectors): block (row,
 // key head x chunk of G query heads, split), its lane groups over the split's positions as the general
 // kernel's, but with nothing waiting on a load that could have been in flight already:
-// - the first round's keys and values (AheadOf(G) positions a lane group) and the rotary vectors are
+// - the first round's keys and values (A positions a lane group) and the rotary vectors are
 //   read before the wait for the kernel before (a dependent launch), which wrote the queries alone;
 // - the queries of the chunk's heads and the new key and value are read together after it;
 // - each round takes one softmax update per head for its positions (not one a position);
 // - with several splits, the split that finishes last joins them (a counter per block column in the
 //   workspace, left at zero), rather than a launch after.
-// Positions a lane group reads at once: fewer for more heads a block (their queries and sums take
-// registers too).
-__host__ __device__ constexpr int AheadOf(int g) { return g >= 4 ? 2 : 4; }
+// Positions a lane group reads at once (A): 2 for 4 heads a block (their queries and sums take
+// registers too) and for lane groups of up to 8 lanes (16 groups a block: 32 positions a round, as many
+// as a split of a short row holds), else 4. Measured alone at batch 1 (192 positions, one head a
+// block): heads of 64 halves 5.6 against 5.8 us with 4; heads of 128 halves 5.9 against 6.4 with 2.
 
-template <typename T, int G>
+template <typename T, int G, int A>
 __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs a, int splits, float* workspace, int* counters) {
   constexpr int kPer = 16 / sizeof(T);
-  constexpr int kAheadDecode = AheadOf(G);
+  constexpr int kAheadDecode = A;
   __shared__ float sums[G * (kThreads / 32) * 32 * kPer];  // [warps][G][dim]
   __shared__ float maxima[G * (kThreads / 32)];             // [warps][G]
   __shared__ float totals[G * (kThreads / 32)];
-  __shared__ float freshKey[kMaxDim];
-  __shared__ float freshValue[kMaxDim];
   __shared__ bool joins;
   const int r = blockIdx.x;
   const int group = a.heads / a.kvHeads;
@@ -537,22 +536,18 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs
   float value[kPer];
   FinishHead<T>(a, a.heads + k, lane, vectors, span, true, raw[G], bias[G], c, s, key);
   FinishHead<T>(a, a.heads + a.kvHeads + k, lane, vectors, span, false, raw[G + 1], bias[G + 1], c, s, value);
-  if (fresh) {
-    if (mine == 0 && holds) {
-      const size_t to = CacheAt(a, r, k, position);
-      T keyOut[kPer];
-      T valueOut[kPer];
+  // Every lane holds its part of them: the lane group that scores the position takes them from here.
+  if (fresh && mine == 0 && holds) {
+    const size_t to = CacheAt(a, r, k, position);
+    T keyOut[kPer];
+    T valueOut[kPer];
 #pragma unroll
-      for (int i = 0; i < kPer; i++) {
-        freshKey[lane * kPer + i] = key[i];
-        freshValue[lane * kPer + i] = value[i];
-        keyOut[i] = Narrowed<T>(key[i]);
-        valueOut[i] = Narrowed<T>(value[i]);
-      }
-      reinterpret_cast<uint4*>(static_cast<T*>(a.keyCache) + to)[lane] = *reinterpret_cast<const uint4*>(keyOut);
-      reinterpret_cast<uint4*>(static_cast<T*>(a.valueCache) + to)[lane] = *reinterpret_cast<const uint4*>(valueOut);
+    for (int i = 0; i < kPer; i++) {
+      keyOut[i] = Narrowed<T>(key[i]);
+      valueOut[i] = Narrowed<T>(value[i]);
     }
-    __syncthreads();
+    reinterpret_cast<uint4*>(static_cast<T*>(a.keyCache) + to)[lane] = *reinterpret_cast<const uint4*>(keyOut);
+    reinterpret_cast<uint4*>(static_cast<T*>(a.valueCache) + to)[lane] = *reinterpret_cast<const uint4*>(valueOut);
   }
 
   float highest[G];
@@ -586,8 +581,8 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs
       float kf[kPer];
 #pragma unroll
       for (int i = 0; i < kPer; i++) {
-        kf[i] = own ? freshKey[lane * kPer + i] : Load(ke + i);
-        vf[u][i] = own ? freshValue[lane * kPer + i] : Load(ve + i);
+        kf[i] = own ? key[i] : Load(ke + i);
+        vf[u][i] = own ? value[i] : Load(ve + i);
       }
 #pragma unroll
       for (int g = 0; g < G; g++) {
@@ -774,7 +769,14 @@ void LaunchDecode(const PagedAttentionArgs& a, int splits, float* workspace, cud
   const int chunks = (a.heads / a.kvHeads + G - 1) / G;
   const dim3 grid(a.rows, a.kvHeads * chunks, splits);
   int* counters = reinterpret_cast<int*>(workspace + (splits > 1 ? PagedAttentionPartFloats(a, splits) : 0));
-  LaunchMaybeDependent(LinearDependentLaunchFlag(), PagedDecodeKernel<T, G>, grid, dim3(kThreads), stream, a, splits, workspace, counters);
+  constexpr int kPer = 16 / sizeof(T);
+  int span = 1;
+  while (span < a.dim / kPer) span <<= 1;
+  if (G >= 4 || span <= 8) {
+    LaunchMaybeDependent(LinearDependentLaunchFlag(), PagedDecodeKernel<T, G, 2>, grid, dim3(kThreads), stream, a, splits, workspace, counters);
+  } else {
+    LaunchMaybeDependent(LinearDependentLaunchFlag(), PagedDecodeKernel<T, G, 4>, grid, dim3(kThreads), stream, a, splits, workspace, counters);
+  }
 }
 
 template <typename T>
