@@ -231,6 +231,102 @@ __device__ inline void HeadVector(const PagedAttentionArgs& a, size_t y, int hea
   HeadVectorAt<T>(a, y, head, lane, vectors, span, rotate, c, s, out);
 }
 
+// Vector `lane` of the cache row at `to`: the floats narrowed to T, 16 bytes at once.
+template <typename T>
+__device__ inline void WriteVector(void* cache, size_t to, int lane, const float (&v)[16 / sizeof(T)]) {
+  T out[16 / sizeof(T)];
+#pragma unroll
+  for (int i = 0; i < 16 / static_cast<int>(sizeof(T)); i++) out[i] = Narrowed<T>(v[i]);
+  reinterpret_cast<uint4*>(static_cast<T*>(cache) + to)[lane] = *reinterpret_cast<const uint4*>(out);
+}
+
+// Each of G heads' running softmax over the positions a lane group has read: its maximum score, its
+// total and its weighted sums of the values (kPer dimensions a lane).
+template <int G, int kPer>
+struct RunningSoftmax {
+  float highest[G];
+  float total[G];
+  float acc[G][kPer];
+  __device__ RunningSoftmax() {
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+      highest[g] = -INFINITY;
+      total[g] = 0;
+#pragma unroll
+      for (int i = 0; i < kPer; i++) acc[g][i] = 0;
+    }
+  }
+};
+
+// The keys and values of positions base + u * groups + mine (u < Ahead) of key head k of row r, as
+// 16-byte vectors `lane` (zeros at or past `end`, or where the lane holds none): every load issued
+// before any is used.
+template <typename T, int Ahead>
+__device__ inline void ReadPositions(const PagedAttentionArgs& a, int r, int k, int base, int groups, int mine, int end, bool holds, int lane, uint4 (&kv)[Ahead],
+                                     uint4 (&vv)[Ahead]) {
+#pragma unroll
+  for (int u = 0; u < Ahead; u++) {
+    const int j = base + u * groups + mine;
+    kv[u] = make_uint4(0, 0, 0, 0);
+    vv[u] = make_uint4(0, 0, 0, 0);
+    if (j < end && holds) {
+      const size_t at = CacheAt(a, r, k, j);
+      kv[u] = reinterpret_cast<const uint4*>(static_cast<const T*>(a.keyCache) + at)[lane];
+      vv[u] = reinterpret_cast<const uint4*>(static_cast<const T*>(a.valueCache) + at)[lane];
+    }
+  }
+}
+
+// A lane group's running softmax of each of the G heads into shared memory at `slot`: [slot][G] maxima
+// and totals (by its lane 0), [slot][G][dim] sums (by each lane holding a vector).
+template <int G, int kPer>
+__device__ inline void StorePart(float* maxima, float* totals, float* sums, int dim, int slot, int lane, bool holds, const float (&highest)[G], const float (&total)[G],
+                                 const float (&acc)[G][kPer]) {
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    if (lane == 0) {
+      maxima[slot * G + g] = highest[g];
+      totals[slot * G + g] = total[g];
+    }
+    if (holds) {
+#pragma unroll
+      for (int i = 0; i < kPer; i++) sums[(slot * G + g) * dim + lane * kPer + i] = acc[g][i];
+    }
+  }
+}
+
+// Element e (head e / dim, dimension e % dim) of the chunk's heads with `parts` partial softmaxes in
+// shared memory ([parts][G] maxima and totals, [parts][G][dim] sums) joined: the row's output with one
+// split, else the split's partial (maximum, total, sums) in the workspace.
+template <typename T, int G>
+__device__ inline void JoinParts(const PagedAttentionArgs& a, const float* maxima, const float* totals, const float* sums, int parts, int e, size_t y, int first, int split,
+                                 int splits, float* workspace) {
+  const int g = e / a.dim;
+  const int d = e % a.dim;
+  float m = -INFINITY;
+  for (int w = 0; w < parts; w++) m = fmaxf(m, maxima[w * G + g]);
+  float l = 0;
+  float s = 0;
+  if (m != -INFINITY) {
+    for (int w = 0; w < parts; w++) {
+      const float scale = maxima[w * G + g] == -INFINITY ? 0.0f : __expf(maxima[w * G + g] - m);
+      l += totals[w * G + g] * scale;
+      s += sums[(w * G + g) * a.dim + d] * scale;
+    }
+  }
+  const int h = first + g;
+  if (splits == 1) {
+    static_cast<T*>(a.output)[(y * a.heads + h) * a.dim + d] = Narrowed<T>(s / l);
+  } else {
+    float* part = workspace + ((y * a.heads + h) * splits + split) * (a.dim + 2);
+    if (d == 0) {
+      part[0] = m;
+      part[1] = l;
+    }
+    part[2 + d] = s;
+  }
+}
+
 // Block (token row, key head x chunk of G query heads, split). See the file's comment.
 template <typename T, int G>
 __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionArgs a, int splits, float* workspace, bool vectorized) {
@@ -288,17 +384,13 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionA
       HeadVector<T>(a, y, a.heads + k, lane, vectors, span, position, true, key);
       HeadVector<T>(a, y, a.heads + a.kvHeads + k, lane, vectors, span, position, false, value);
       if (mine == 0 && holds) {
-        T keyOut[kPer];
-        T valueOut[kPer];
 #pragma unroll
         for (int i = 0; i < kPer; i++) {
           freshKey[lane * kPer + i] = key[i];
           freshValue[lane * kPer + i] = value[i];
-          keyOut[i] = Narrowed<T>(key[i]);
-          valueOut[i] = Narrowed<T>(value[i]);
         }
-        reinterpret_cast<uint4*>(static_cast<T*>(a.keyCache) + to)[lane] = *reinterpret_cast<const uint4*>(keyOut);
-        reinterpret_cast<uint4*>(static_cast<T*>(a.valueCache) + to)[lane] = *reinterpret_cast<const uint4*>(valueOut);
+        WriteVector<T>(a.keyCache, to, lane, key);
+        WriteVector<T>(a.valueCache, to, lane, value);
       }
     } else {
       const float inverse = InverseRms<T>(a, y, a.heads + k);
@@ -310,34 +402,16 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionA
     }
     __syncthreads();
   }
-  float highest[G];
-  float total[G];
-  float acc[G][kPer];
-#pragma unroll
-  for (int g = 0; g < G; g++) {
-    highest[g] = -INFINITY;
-    total[g] = 0;
-#pragma unroll
-    for (int i = 0; i < kPer; i++) acc[g][i] = 0;
-  }
-  const T* keys = static_cast<const T*>(a.keyCache);
-  const T* values = static_cast<const T*>(a.valueCache);
+  RunningSoftmax<G, kPer> state;
+  float (&highest)[G] = state.highest;
+  float (&total)[G] = state.total;
+  float (&acc)[G][kPer] = state.acc;
   // Every lane of a group goes through each pass (the shuffles take the whole warp); each pass reads
   // kAhead positions' keys and values before it uses any, so that their loads are in flight together.
   for (int base = start; base < end; base += kAhead * groups) {
     uint4 kv[kAhead];
     uint4 vv[kAhead];
-#pragma unroll
-    for (int u = 0; u < kAhead; u++) {
-      const int j = base + u * groups + mine;
-      kv[u] = make_uint4(0, 0, 0, 0);
-      vv[u] = make_uint4(0, 0, 0, 0);
-      if (j < end && holds) {
-        const size_t at = CacheAt(a, r, k, j);
-        kv[u] = reinterpret_cast<const uint4*>(keys + at)[lane];
-        vv[u] = reinterpret_cast<const uint4*>(values + at)[lane];
-      }
-    }
+    ReadPositions<T, kAhead>(a, r, k, base, groups, mine, end, holds, lane, kv, vv);
 #pragma unroll
     for (int u = 0; u < kAhead; u++) {
       const int j = base + u * groups + mine;
@@ -375,44 +449,9 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionA
   float* maxima = shared;
   float* totals = maxima + groups * G;
   float* sums = totals + groups * G;
-#pragma unroll
-  for (int g = 0; g < G; g++) {
-    if (lane == 0) {
-      maxima[mine * G + g] = highest[g];
-      totals[mine * G + g] = total[g];
-    }
-    if (holds) {
-#pragma unroll
-      for (int i = 0; i < kPer; i++) sums[(mine * G + g) * a.dim + lane * kPer + i] = acc[g][i];
-    }
-  }
+  StorePart<G, kPer>(maxima, totals, sums, a.dim, mine, lane, holds, highest, total, acc);
   __syncthreads();
-  for (int e = threadIdx.x; e < count * a.dim; e += blockDim.x) {
-    const int g = e / a.dim;
-    const int d = e % a.dim;
-    float m = -INFINITY;
-    for (int w = 0; w < groups; w++) m = fmaxf(m, maxima[w * G + g]);
-    float l = 0;
-    float s = 0;
-    if (m != -INFINITY) {
-      for (int w = 0; w < groups; w++) {
-        const float scale = __expf(maxima[w * G + g] - m);
-        l += totals[w * G + g] * scale;
-        s += sums[(w * G + g) * a.dim + d] * scale;
-      }
-    }
-    const int h = first + g;
-    if (splits == 1) {
-      static_cast<T*>(a.output)[(static_cast<size_t>(y) * a.heads + h) * a.dim + d] = Narrowed<T>(s / l);
-    } else {
-      float* part = workspace + ((static_cast<size_t>(y) * a.heads + h) * splits + split) * (a.dim + 2);
-      if (d == 0) {
-        part[0] = m;
-        part[1] = l;
-      }
-      part[2 + d] = s;
-    }
-  }
+  for (int e = threadIdx.x; e < count * a.dim; e += blockDim.x) JoinParts<T, G>(a, maxima, totals, sums, groups, e, y, first, split, splits, workspace);
 }
 
 // Block (token row, query head): the splits' partial sums joined.
@@ -483,24 +522,9 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs
   const int lane = threadIdx.x % span;
   const int mine = threadIdx.x / span;
   const bool holds = lane < vectors;
-  const T* keys = static_cast<const T*>(a.keyCache);
-  const T* values = static_cast<const T*>(a.valueCache);
-
   uint4 kv[kAheadDecode];
   uint4 vv[kAheadDecode];
-  const auto read = [&](int base) {
-#pragma unroll
-    for (int u = 0; u < kAheadDecode; u++) {
-      const int j = base + u * groups + mine;
-      kv[u] = make_uint4(0, 0, 0, 0);
-      vv[u] = make_uint4(0, 0, 0, 0);
-      if (j < end && holds) {
-        const size_t at = CacheAt(a, r, k, j);
-        kv[u] = reinterpret_cast<const uint4*>(keys + at)[lane];
-        vv[u] = reinterpret_cast<const uint4*>(values + at)[lane];
-      }
-    }
-  };
+  const auto read = [&](int base) { ReadPositions<T, kAheadDecode>(a, r, k, base, groups, mine, end, holds, lane, kv, vv); };
   read(start);
   float c[kPer] = {};
   float s[kPer] = {};
@@ -539,27 +563,14 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs
   // Every lane holds its part of them: the lane group that scores the position takes them from here.
   if (fresh && mine == 0 && holds) {
     const size_t to = CacheAt(a, r, k, position);
-    T keyOut[kPer];
-    T valueOut[kPer];
-#pragma unroll
-    for (int i = 0; i < kPer; i++) {
-      keyOut[i] = Narrowed<T>(key[i]);
-      valueOut[i] = Narrowed<T>(value[i]);
-    }
-    reinterpret_cast<uint4*>(static_cast<T*>(a.keyCache) + to)[lane] = *reinterpret_cast<const uint4*>(keyOut);
-    reinterpret_cast<uint4*>(static_cast<T*>(a.valueCache) + to)[lane] = *reinterpret_cast<const uint4*>(valueOut);
+    WriteVector<T>(a.keyCache, to, lane, key);
+    WriteVector<T>(a.valueCache, to, lane, value);
   }
 
-  float highest[G];
-  float total[G];
-  float acc[G][kPer];
-#pragma unroll
-  for (int g = 0; g < G; g++) {
-    highest[g] = -INFINITY;
-    total[g] = 0;
-#pragma unroll
-    for (int i = 0; i < kPer; i++) acc[g][i] = 0;
-  }
+  RunningSoftmax<G, kPer> state;
+  float (&highest)[G] = state.highest;
+  float (&total)[G] = state.total;
+  float (&acc)[G][kPer] = state.acc;
   for (int base = start; base < end; base += kAheadDecode * groups) {
     // This round's keys and values aside, the next round's loads go out before this one is used.
     uint4 kr[kAheadDecode];
@@ -634,49 +645,9 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs
   }
   // Then the warps' in shared memory: [warps][G] maxima and totals, [warps][G][dim] sums.
   const int warp = threadIdx.x / 32;
-  if (threadIdx.x % 32 < span) {
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-      if (lane == 0) {
-        maxima[warp * G + g] = highest[g];
-        totals[warp * G + g] = total[g];
-      }
-      if (holds) {
-#pragma unroll
-        for (int i = 0; i < kPer; i++) sums[(warp * G + g) * a.dim + lane * kPer + i] = acc[g][i];
-      }
-    }
-  }
+  if (threadIdx.x % 32 < span) StorePart<G, kPer>(maxima, totals, sums, a.dim, warp, lane, holds, highest, total, acc);
   __syncthreads();
-  constexpr int kWarps = kThreads / 32;
-  for (int e = threadIdx.x; e < count * a.dim; e += kThreads) {
-    const int g = e / a.dim;
-    const int d = e % a.dim;
-    float m = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; w++) m = fmaxf(m, maxima[w * G + g]);
-    float l = 0;
-    float sum = 0;
-    if (m != -INFINITY) {
-#pragma unroll
-      for (int w = 0; w < kWarps; w++) {
-        const float scale = maxima[w * G + g] == -INFINITY ? 0.0f : __expf(maxima[w * G + g] - m);
-        l += totals[w * G + g] * scale;
-        sum += sums[(w * G + g) * a.dim + d] * scale;
-      }
-    }
-    const int h = first + g;
-    if (splits == 1) {
-      static_cast<T*>(a.output)[(static_cast<size_t>(r) * a.heads + h) * a.dim + d] = Narrowed<T>(sum / l);
-    } else {
-      float* part = workspace + ((static_cast<size_t>(r) * a.heads + h) * splits + split) * (a.dim + 2);
-      if (d == 0) {
-        part[0] = m;
-        part[1] = l;
-      }
-      part[2 + d] = sum;
-    }
-  }
+  for (int e = threadIdx.x; e < count * a.dim; e += kThreads) JoinParts<T, G>(a, maxima, totals, sums, kThreads / 32, e, r, first, split, splits, workspace);
   if (splits == 1) return;
   // The last split of this (row, chunk) to finish joins them all.
   __threadfence();

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "../../../src/native/device.cuh"
 #include "../../../src/native/paged-attention.h"
 
 using chorus::FloatType;
@@ -91,17 +92,11 @@ __device__ inline float Uniform(uint64_t seed, size_t i) {
   return static_cast<float>(x >> 40) * (2.0f / 16777216.0f) - 1.0f;
 }
 
-template <typename T>
-__device__ inline T Narrow(float v);
-template <>
-__device__ inline __half Narrow<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ inline __nv_bfloat16 Narrow<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 template <typename T>
 __global__ void FillKernel(T* out, size_t n, uint64_t seed, float scale) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    out[i] = Narrow<T>(Uniform(seed, i) * scale);
+    out[i] = chorus::Narrowed<T>(Uniform(seed, i) * scale);
   }
 }
 
