@@ -454,28 +454,50 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionA
   for (int e = threadIdx.x; e < count * a.dim; e += blockDim.x) JoinParts<T, G>(a, maxima, totals, sums, groups, e, y, first, split, splits, workspace);
 }
 
+// Element d of head h of token row y: the splits' partial softmaxes in the workspace (each split's
+// maximum, total and sums) joined into the output. The splits are taken kMaxSplits at a time, every
+// value of a chunk read before any is used (one round trip to L2 for the engine's splits); a chunk
+// past the first rescales what the ones before it summed.
+template <typename T>
+__device__ inline void JoinSplits(const PagedAttentionArgs& a, int splits, const float* workspace, size_t y, int h, int d) {
+  const float* parts = workspace + (y * a.heads + h) * splits * (a.dim + 2);
+  float most = -INFINITY;
+  float total = 0;
+  float out = 0;
+  for (int first = 0; first < splits; first += kMaxSplits) {
+    float m[kMaxSplits];
+    float l[kMaxSplits];
+    float sum[kMaxSplits];
+#pragma unroll
+    for (int p = 0; p < kMaxSplits; p++) {
+      const float* part = parts + (first + p) * (a.dim + 2);
+      const bool in = first + p < splits;
+      m[p] = in ? __ldcg(part) : -INFINITY;
+      l[p] = in ? __ldcg(part + 1) : 0.0f;
+      sum[p] = in ? __ldcg(part + 2 + d) : 0.0f;
+    }
+    float next = most;
+#pragma unroll
+    for (int p = 0; p < kMaxSplits; p++) next = l[p] > 0 ? fmaxf(next, m[p]) : next;
+    if (next == -INFINITY) continue;
+    const float keep = most == -INFINITY ? 0.0f : __expf(most - next);
+    total *= keep;
+    out *= keep;
+#pragma unroll
+    for (int p = 0; p < kMaxSplits; p++) {
+      const float scale = l[p] > 0 ? __expf(m[p] - next) : 0.0f;
+      total += l[p] * scale;
+      out += sum[p] * scale;
+    }
+    most = next;
+  }
+  static_cast<T*>(a.output)[(y * a.heads + h) * a.dim + d] = Narrowed<T>(out / total);
+}
+
 // Block (token row, query head): the splits' partial sums joined.
 template <typename T>
 __global__ void PagedJoinKernel(PagedAttentionArgs a, int splits, const float* workspace) {
-  const int y = blockIdx.x;
-  const int h = blockIdx.y;
-  const float* parts = workspace + (static_cast<size_t>(y) * a.heads + h) * splits * (a.dim + 2);
-  float m = -INFINITY;
-  for (int s = 0; s < splits; s++) {
-    if (parts[s * (a.dim + 2) + 1] > 0) m = fmaxf(m, parts[s * (a.dim + 2)]);
-  }
-  for (int d = threadIdx.x; d < a.dim; d += blockDim.x) {
-    float l = 0;
-    float sum = 0;
-    for (int s = 0; s < splits; s++) {
-      const float* part = parts + s * (a.dim + 2);
-      if (part[1] <= 0) continue;
-      const float scale = __expf(part[0] - m);
-      l += part[1] * scale;
-      sum += part[2 + d] * scale;
-    }
-    static_cast<T*>(a.output)[(static_cast<size_t>(y) * a.heads + h) * a.dim + d] = Narrowed<T>(sum / l);
-  }
+  for (int d = threadIdx.x; d < a.dim; d += blockDim.x) JoinSplits<T>(a, splits, workspace, blockIdx.x, blockIdx.y, d);
 }
 
 // A decode step (one token a row, heads of an even number of aligned 16-byte vectors): block (row,
@@ -534,32 +556,32 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs
 
   // The chunk's queries and the new key and value (read by every block, written by the split that
   // holds the position): every load first, then the bias, norms and rotation.
+  // Heads 0..G-1: the chunk's queries; G: the key; G + 1: the value (rotated all but the value).
+  int heads[G + 2];
+#pragma unroll
+  for (int g = 0; g < G; g++) heads[g] = first + min(g, count - 1);
+  heads[G] = a.heads + k;
+  heads[G + 1] = a.heads + a.kvHeads + k;
   HeadBits raw[G + 2];
   HeadBits bias[G + 2];
 #pragma unroll
-  for (int g = 0; g < G + 2; g++) {
-    const int head = g < G ? first + min(g, count - 1) : g == G ? a.heads + k : a.heads + a.kvHeads + k;
-    raw[g] = LoadHead<T>(a, a.qkv, r, head, lane, vectors, rotated && g <= G);
-  }
+  for (int g = 0; g < G + 2; g++) raw[g] = LoadHead<T>(a, a.qkv, r, heads[g], lane, vectors, rotated && g <= G);
   if (a.bias != nullptr) {
 #pragma unroll
-    for (int g = 0; g < G + 2; g++) {
-      const int head = g < G ? first + min(g, count - 1) : g == G ? a.heads + k : a.heads + a.kvHeads + k;
-      bias[g] = LoadHead<T>(a, a.bias, 0, head, lane, vectors, rotated && g <= G);
-    }
+    for (int g = 0; g < G + 2; g++) bias[g] = LoadHead<T>(a, a.bias, 0, heads[g], lane, vectors, rotated && g <= G);
   }
   float q[G][kPer];
 #pragma unroll
   for (int g = 0; g < G; g++) {
     float v[kPer];
-    FinishHead<T>(a, first + min(g, count - 1), lane, vectors, span, true, raw[g], bias[g], c, s, v);
+    FinishHead<T>(a, heads[g], lane, vectors, span, true, raw[g], bias[g], c, s, v);
 #pragma unroll
     for (int i = 0; i < kPer; i++) q[g][i] = holds && g < count ? v[i] : 0.0f;
   }
   float key[kPer];
   float value[kPer];
-  FinishHead<T>(a, a.heads + k, lane, vectors, span, true, raw[G], bias[G], c, s, key);
-  FinishHead<T>(a, a.heads + a.kvHeads + k, lane, vectors, span, false, raw[G + 1], bias[G + 1], c, s, value);
+  FinishHead<T>(a, heads[G], lane, vectors, span, true, raw[G], bias[G], c, s, key);
+  FinishHead<T>(a, heads[G + 1], lane, vectors, span, false, raw[G + 1], bias[G + 1], c, s, value);
   // Every lane holds its part of them: the lane group that scores the position takes them from here.
   if (fresh && mine == 0 && holds) {
     const size_t to = CacheAt(a, r, k, position);
@@ -657,36 +679,7 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs
   __syncthreads();
   if (!joins) return;
   __threadfence();
-  // Each thread reads every split's maximum, total and sum for its elements at once (one round trip
-  // to L2, the maxima and totals read by many threads together), then joins them.
-  for (int e = threadIdx.x; e < count * a.dim; e += kThreads) {
-    const int g = e / a.dim;
-    const int d = e % a.dim;
-    const int h = first + g;
-    const float* parts = workspace + (static_cast<size_t>(r) * a.heads + h) * splits * (a.dim + 2);
-    float m[kMaxSplits];
-    float l[kMaxSplits];
-    float sum[kMaxSplits];
-#pragma unroll
-    for (int p = 0; p < kMaxSplits; p++) {
-      const float* part = parts + p * (a.dim + 2);
-      m[p] = p < splits ? __ldcg(part) : -INFINITY;
-      l[p] = p < splits ? __ldcg(part + 1) : 0.0f;
-      sum[p] = p < splits ? __ldcg(part + 2 + d) : 0.0f;
-    }
-    float most = -INFINITY;
-#pragma unroll
-    for (int p = 0; p < kMaxSplits; p++) most = l[p] > 0 ? fmaxf(most, m[p]) : most;
-    float total = 0;
-    float out = 0;
-#pragma unroll
-    for (int p = 0; p < kMaxSplits; p++) {
-      const float scale = l[p] > 0 ? __expf(m[p] - most) : 0.0f;
-      total += l[p] * scale;
-      out += sum[p] * scale;
-    }
-    static_cast<T*>(a.output)[(static_cast<size_t>(r) * a.heads + h) * a.dim + d] = Narrowed<T>(out / total);
-  }
+  for (int e = threadIdx.x; e < count * a.dim; e += kThreads) JoinSplits<T>(a, splits, workspace, r, first + e / a.dim, e % a.dim);
   if (threadIdx.x == 0) *counter = 0;
 }
 
@@ -704,6 +697,28 @@ int HeadsPerBlock(const PagedAttentionArgs& a) {
   return g;
 }
 
+// Whether the heads of `a` are an even number of 16-byte vectors and every pointer 16-byte aligned: the
+// kernels' 16-byte reads of heads, their rotation partners and cache rows.
+template <typename T>
+bool HeadVectorsFit(const PagedAttentionArgs& a) {
+  constexpr int kPer = 16 / sizeof(T);
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(a.qkv) | reinterpret_cast<uintptr_t>(a.bias) | reinterpret_cast<uintptr_t>(a.cos) | reinterpret_cast<uintptr_t>(a.sin) |
+                         reinterpret_cast<uintptr_t>(a.qNorm) | reinterpret_cast<uintptr_t>(a.kNorm) | reinterpret_cast<uintptr_t>(a.keyCache) |
+                         reinterpret_cast<uintptr_t>(a.valueCache);
+  return (a.dim / kPer) % 2 == 0 && bits % 16 == 0;
+}
+
+// Which steps the decode kernel takes, from CHORUS_PAGED_DECODE (read at each launch, to compare the
+// kernels in one process): the decode steps whose positions are split (unset), none (0: the general
+// kernel for every step) or every decode step (2).
+enum class DecodeSteps { kSplit, kNone, kEvery };
+DecodeSteps DecodeStepsSetting() {
+  const char* setting = std::getenv("CHORUS_PAGED_DECODE");
+  if (setting != nullptr && std::strcmp(setting, "0") == 0) return DecodeSteps::kNone;
+  if (setting != nullptr && std::strcmp(setting, "2") == 0) return DecodeSteps::kEvery;
+  return DecodeSteps::kSplit;
+}
+
 template <typename T, int G>
 void Launch(const PagedAttentionArgs& a, int splits, float* workspace, cudaStream_t stream) {
   constexpr int kPer = 16 / sizeof(T);
@@ -715,24 +730,9 @@ void Launch(const PagedAttentionArgs& a, int splits, float* workspace, cudaStrea
   const size_t sharedBytes = sizeof(float) * groups * G * (a.dim + 2);
   const dim3 grid(a.rows * a.tokens, a.kvHeads * chunks, splits);
   // The heads 16 bytes at a time where each one is an even number of aligned 16-byte vectors.
-  uintptr_t bits = reinterpret_cast<uintptr_t>(a.qkv) | reinterpret_cast<uintptr_t>(a.bias) | reinterpret_cast<uintptr_t>(a.cos) | reinterpret_cast<uintptr_t>(a.sin) |
-                   reinterpret_cast<uintptr_t>(a.qNorm) | reinterpret_cast<uintptr_t>(a.kNorm) | reinterpret_cast<uintptr_t>(a.keyCache) | reinterpret_cast<uintptr_t>(a.valueCache);
-  const bool vectorized = vectors % 2 == 0 && bits % 16 == 0;
+  const bool vectorized = HeadVectorsFit<T>(a);
   PagedAttentionKernel<T, G><<<grid, kThreads, sharedBytes, stream>>>(a, splits, workspace, vectorized);
   if (splits > 1) PagedJoinKernel<T><<<dim3(a.rows * a.tokens, a.heads), std::min(a.dim, 256), 0, stream>>>(a, splits, workspace);
-}
-
-// Whether a launch of `a` can take the decode kernel: one token a row, heads of an even number of
-// 16-byte vectors, every pointer 16-byte aligned; CHORUS_PAGED_DECODE=0 keeps the general kernel
-// (read at each launch, to compare the two in one process).
-template <typename T>
-bool DecodeKernelFits(const PagedAttentionArgs& a) {
-  constexpr int kPer = 16 / sizeof(T);
-  const char* setting = std::getenv("CHORUS_PAGED_DECODE");
-  if (a.tokens != 1 || (setting != nullptr && std::strcmp(setting, "0") == 0)) return false;
-  uintptr_t bits = reinterpret_cast<uintptr_t>(a.qkv) | reinterpret_cast<uintptr_t>(a.bias) | reinterpret_cast<uintptr_t>(a.cos) | reinterpret_cast<uintptr_t>(a.sin) |
-                   reinterpret_cast<uintptr_t>(a.qNorm) | reinterpret_cast<uintptr_t>(a.kNorm) | reinterpret_cast<uintptr_t>(a.keyCache) | reinterpret_cast<uintptr_t>(a.valueCache);
-  return (a.dim / kPer) % 2 == 0 && bits % 16 == 0;
 }
 
 template <typename T, int G>
@@ -743,10 +743,12 @@ void LaunchDecode(const PagedAttentionArgs& a, int splits, float* workspace, cud
   constexpr int kPer = 16 / sizeof(T);
   int span = 1;
   while (span < a.dim / kPer) span <<= 1;
-  if (G >= 4 || span <= 8) {
+  // 4 heads a block always read 2 ahead (no kernel of 4 heads and 4 ahead is built).
+  constexpr int kWideAhead = G >= 4 ? 2 : 4;
+  if (span <= 8) {
     LaunchMaybeDependent(LinearDependentLaunchFlag(), PagedDecodeKernel<T, G, 2>, grid, dim3(kThreads), stream, a, splits, workspace, counters);
   } else {
-    LaunchMaybeDependent(LinearDependentLaunchFlag(), PagedDecodeKernel<T, G, 4>, grid, dim3(kThreads), stream, a, splits, workspace, counters);
+    LaunchMaybeDependent(LinearDependentLaunchFlag(), PagedDecodeKernel<T, G, kWideAhead>, grid, dim3(kThreads), stream, a, splits, workspace, counters);
   }
 }
 
@@ -756,12 +758,11 @@ void LaunchAll(const PagedAttentionArgs& a, int splits, float* workspace, cudaSt
   if (a.dim % kPer != 0 || a.dim / kPer > 32) {
     throw std::invalid_argument("PagedAttention on CUDA takes head_dim a multiple of " + std::to_string(kPer) + " up to " + std::to_string(32 * kPer) + ", not " + std::to_string(a.dim));
   }
-  // The decode kernel where the positions are split (few rows); the general kernel, as fast there,
-  // takes the steps of many rows.
-  // CHORUS_PAGED_DECODE=2: the decode kernel for every decode step (to compare).
-  const char* setting = std::getenv("CHORUS_PAGED_DECODE");
-  const bool everyStep = setting != nullptr && std::strcmp(setting, "2") == 0;
-  if ((splits > 1 || everyStep) && DecodeKernelFits<T>(a)) {
+  // The decode kernel where a decode step's positions are split (few rows); the general kernel, as
+  // fast there, takes the steps of many rows.
+  const DecodeSteps decode = DecodeStepsSetting();
+  const bool decodeStep = a.tokens == 1 && (decode == DecodeSteps::kEvery || (decode == DecodeSteps::kSplit && splits > 1));
+  if (decodeStep && HeadVectorsFit<T>(a)) {
     switch (HeadsPerBlock(a)) {
       case 1: LaunchDecode<T, 1>(a, splits, workspace, stream); break;
       case 2: LaunchDecode<T, 2>(a, splits, workspace, stream); break;
