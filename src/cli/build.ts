@@ -1,7 +1,7 @@
 /** `chorus build` and `chorus make-checkpoint`. */
 import { Option, type Command } from 'commander';
 import cliProgress from 'cli-progress';
-import { buildModel, bytesText, checkGroupSize, CHECKPOINT_ARCHS, CHECKPOINT_DTYPES, makeCheckpoint, quantSummaryText, type BuildDtype, type BuildStage, type CheckpointArch, type CheckpointDtype, type CheckpointSize, type SlotDecoderAttention, type WeightsMode } from '../modelbuild/index.ts';
+import { buildModel, bytesText, checkGroupSize, CHECKPOINT_ARCHS, CHECKPOINT_DTYPES, makeCheckpoint, quantSummaryText, SLOT_DECODER_ATTENTIONS, type BuildDtype, type BuildStage, type CheckpointArch, type CheckpointDtype, type CheckpointSize, type SlotDecoderAttention, type WeightsMode } from '../modelbuild/index.ts';
 import { invalidArgument } from '../errors.ts';
 import { makeDirectory, replaceDirectory } from '../util/output-dir.ts';
 
@@ -19,7 +19,7 @@ export function registerBuild(program: Command): void {
     .option('--slot-decoder', 'also write onnx/decoder_model_slots.onnx (and an encoder-decoder\'s onnx/encoder_model_slots.onnx), the models the native engine runs over a cache kept on the device; decoder-only models need --flavor cuda')
     .addOption(
       new Option('--slot-attention <kind>', "with --slot-decoder, decoder-only: the slot decoder's attention; PagedAttention takes every fp16/bf16 rotary model through the addon's decode kernel (the faster for one or a few streams, the slower for many)")
-        .choices(['addon', 'GroupQueryAttention', 'PagedAttention'])
+        .choices([...SLOT_DECODER_ATTENTIONS])
         .default('addon'),
     )
     .option('--tensor-parallel <n>', 'decoder-only, with --slot-decoder: split the model over n GPUs (Megatron-style), each rank\'s decoders in onnx/tp<n>/rank<r>/ (default 1)')

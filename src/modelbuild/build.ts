@@ -13,7 +13,7 @@ import { ChorusError, invalidArgument } from '../errors.ts';
 import { endIdsOf, readGenerationConfig } from '../util/end-ids.ts';
 import { architectureFor } from './arch/index.ts';
 import type { Checkpoint } from './checkpoint.ts';
-import { buildDecoderGraph, buildGreedySearchGraph, buildPagedDecoderGraph, buildSlotDecoderGraph, PAGED_DECODER_MODEL, type SlotDecoderAttention } from './decoder-graph.ts';
+import { buildDecoderGraph, buildGreedySearchGraph, buildPagedDecoderGraph, buildSlotDecoderGraph, PAGED_DECODER_MODEL, SLOT_DECODER_ATTENTIONS, type SlotDecoderAttention } from './decoder-graph.ts';
 import { ExternalDataFile } from './external-data.ts';
 import { FLOAT_WIDTH, type FloatType } from './float-bits.ts';
 import { GREEDY_MODEL, SLOT_DECODER_MODEL, SLOT_ENCODER_MODEL } from './greedy-layout.ts';
@@ -177,6 +177,9 @@ export function buildModel(options: BuildOptions): BuildResult {
   if (tensorParallel > 1) refuseTensorParallel(options, architecture.kind, String(checkpoint.config.model_type), opened.hub !== undefined);
   const task = options.task ?? 'generate';
   if (task !== 'generate' && task !== 'encode') throw invalidArgument('task', 'generate or encode', task);
+  if (options.slotAttention !== undefined && !SLOT_DECODER_ATTENTIONS.includes(options.slotAttention)) {
+    throw invalidArgument('slotAttention', `one of ${SLOT_DECODER_ATTENTIONS.join(', ')}`, options.slotAttention);
+  }
   const floatType = FLOAT_TYPES[dtype];
 
   progress('map weights');

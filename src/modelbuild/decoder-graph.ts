@@ -78,7 +78,8 @@ interface GraphContext {
 type SlotAttentionKind = SlotDecoderAttention | 'paged';
 
 /** What a build may ask of the slot decoder's attention (BuildOptions.slotAttention). */
-export type SlotDecoderAttention = 'addon' | 'GroupQueryAttention' | 'PagedAttention';
+export const SLOT_DECODER_ATTENTIONS = ['addon', 'GroupQueryAttention', 'PagedAttention'] as const;
+export type SlotDecoderAttention = (typeof SLOT_DECODER_ATTENTIONS)[number];
 
 /** The paged decoder's file, beside the slot decoder (its weights in the same data file). */
 export const PAGED_DECODER_MODEL = 'decoder_model_paged.onnx';
@@ -547,7 +548,7 @@ function attend(
  * operator's kernels take (a multiple of 8 dimensions, up to 256): by default for models with q and
  * k norms (Qwen3), which GroupQueryAttention cannot take (measured on an H100, Qwen3-1.7B fp16: 2.08
  * ms a step at batch 1 against 3.12, 3.88 at batch 64 against 4.79); for every rotary model with
- * `PagedAttention`, which favours few rows (TinyLlama-1.1B: 949 tokens/s against 873 at batch 1, but
+ * `PagedAttention`, which favours few rows (TinyLlama-1.1B: 971 tokens/s against 873 at batch 1, but
  * 23,757 against 30,569 at batch 64, where ONNX Runtime's tensor-core kernel leads). fp32 (which the
  * CPU runs) keeps GroupQueryAttention.
  */

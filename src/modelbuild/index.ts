@@ -7,7 +7,7 @@ export { readCheckpoint, checkpointKind, type CheckpointKind } from './read-chec
 export { isNemoT5 } from './torch/nemo.ts';
 export { readSafetensors, writeSafetensors } from './safetensors.ts';
 export type { DecoderSpec, DecoderWeights } from './decoder-spec.ts';
-export type { SlotDecoderAttention } from './decoder-graph.ts';
+export { SLOT_DECODER_ATTENTIONS, type SlotDecoderAttention } from './decoder-graph.ts';
 export type { Tensor } from './tensor.ts';
 export { quantSummaryText, type WeightsOptions } from './quant/build-weights.ts';
 export { checkGroupSize, type QuantSummary } from './quant/rtn.ts';

@@ -160,6 +160,11 @@ describe('chorus build --slot-decoder', () => {
     const fp32 = join(root, 'qwen2-fp32-paged-attention');
     buildModel({ source: join(root, 'qwen2-fp16-slots-ckpt'), out: fp32, flavor: 'cuda', slotDecoder: true, slotAttention: 'PagedAttention' });
     assert.equal(opsOf(fp32).filter((n) => n.opType === 'GroupQueryAttention').length, layersOf(fp32));
+    // An attention the build does not know is refused by name, not built as the default.
+    assert.throws(
+      () => buildModel({ source: join(root, 'qwen2-fp16-slots-ckpt'), out: join(root, 'qwen2-bad-attention'), flavor: 'cuda', slotDecoder: true, slotAttention: 'paged' as 'addon' }),
+      /slotAttention must be one of addon, GroupQueryAttention, PagedAttention, got "paged"/,
+    );
   });
 
   test("projects through the addon's Linear in float16 (gelu_new inside, the head's weight as it is), MatMul in float32", () => {
