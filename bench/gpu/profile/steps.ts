@@ -7,6 +7,7 @@
  *   a checkpoint folder (a path, decoder-only): built fp16 (bf16 with the flag bf16), as gpt2.
  * Engine flags: one-step (greedySteps 1), no-graph (cudaGraph off), invariant (batch-invariant);
  * gqa: the slot decoder built with GroupQueryAttention rather than the addon's attention;
+ * pa: built with `--slot-attention PagedAttention`;
  * streams: the requests streamed and arriving 2 ms apart (as the speed runs' concurrent streams).
  * Usage: node --import tsx bench/gpu/profile/steps.ts <work-dir> <model> <batch> [greedy|beam4] [flag...] <out.json>
  */
@@ -33,7 +34,8 @@ const PROMPT = seq2seq ? 256 : 128;
 const checkpoint = folder ? model : join(work, `${model}-ckpt`);
 // gqa: the slot decoder built with GroupQueryAttention (to compare with the addon's attention).
 const gqa = flags.includes('gqa');
-const dir = join(work, `${basename(model)}-${dtype}${gqa ? '-gqa' : ''}`);
+const pa = flags.includes('pa');
+const dir = join(work, `${basename(model)}-${dtype}${gqa ? '-gqa' : pa ? '-pa' : ''}`);
 if (!existsSync(join(checkpoint, 'config.json'))) {
   if (seq2seq) {
     const spec = SEQ2SEQ_MODELS[model];
@@ -43,7 +45,7 @@ if (!existsSync(join(checkpoint, 'config.json'))) {
     makeCheckpoint({ arch: 'gpt2', size: 'real', seed: 1, out: checkpoint });
   }
 }
-if (!existsSync(join(dir, 'onnx', 'decoder_model_slots.onnx'))) buildModel({ source: checkpoint, out: dir, dtype, slotDecoder: true, ...(seq2seq ? {} : { flavor: 'cuda' as const }), ...(gqa ? { slotAttention: 'GroupQueryAttention' as const } : {}) });
+if (!existsSync(join(dir, 'onnx', 'decoder_model_slots.onnx'))) buildModel({ source: checkpoint, out: dir, dtype, slotDecoder: true, ...(seq2seq ? {} : { flavor: 'cuda' as const }), ...(gqa ? { slotAttention: 'GroupQueryAttention' as const } : pa ? { slotAttention: 'PagedAttention' as const } : {}) });
 const eosField = (JSON.parse(readFileSync(join(checkpoint, 'config.json'), 'utf8')) as { eos_token_id: number | number[] }).eos_token_id;
 const eos = Number(Array.isArray(eosField) ? eosField[0] : eosField);
 const engine = await NativeEngine.open(dir, {
