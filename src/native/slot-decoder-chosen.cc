@@ -94,19 +94,23 @@ int SlotDecoder::DecodeChosenOnDevice(const std::vector<int64_t>& tokens, const 
   std::vector<int32_t> seqlens(positions.begin(), positions.end());
   StageInputs(tokens, positions, seqlens, {});
   CheckCuda(cudaMemcpyAsync(sampleIndexDevice_, sampleIndex.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-  // Step k: the graph, the argmax and the sampler on its logits, the chosen ids written as step k + 1's
-  // inputs, the results' copies into slot k % 2 of the pinned buffers, and an event.
+  // Step k: the graph, the argmax (where a row takes it) and the sampler on its logits, the chosen ids
+  // written as step k + 1's inputs, the results' copies into slot k % 2 of the pinned buffers, and an
+  // event.
+  const bool argmaxRows = sampledRows < static_cast<size_t>(rows);
   auto queue = [&](int step) {
     const SampleBatch& batch = batches[step % 2];
     if (batch.rows.size() != sampledRows) throw std::logic_error("decodeChosen's batches must keep their rows from step to step");
     if (SampleStagingBytes(batch) > batchBytes) throw std::logic_error("decodeChosen's batches may not take penalty pairs or more than a ban per row");
     void* const* events = events_[step % 2];
     LaunchGraph(rows, events);
-    ArgmaxRowsDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, stream_);
+    if (argmaxRows) ArgmaxRowsDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, stream_);
     SampleRowsDevice(logits_, options_.floatType, options_.vocab, batch, hostBatches_[step % 2], sampleStaging_, sampleWork_, sampleMass_, sampledDevice_, stream_);
     AdvanceChosenDevice(argmaxDevice_, sampledDevice_, sampleIndexDevice_, rows, idsDevice_, positionsDevice_, seqlensDevice_, stream_);
     CheckCuda(cudaGetLastError(), "decodeChosen's kernels");
-    CheckCuda(cudaMemcpyAsync(hostIds_ + (step % 2) * slots, argmaxDevice_, sizeof(int32_t) * rows, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+    if (argmaxRows) {
+      CheckCuda(cudaMemcpyAsync(hostIds_ + (step % 2) * slots, argmaxDevice_, sizeof(int32_t) * rows, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+    }
     if (sampledRows > 0) {
       CheckCuda(cudaMemcpyAsync(hostSampled_ + (step % 2) * slots, sampledDevice_, sizeof(SampleResult) * sampledRows, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
     }
