@@ -3,7 +3,10 @@
  * transformers loads too) built with `chorus build`'s API for the native engine (cuda flavor, slot
  * decoder), then greedy decoding on the GPU with CUDA graphs: prompts of 128 tokens, 128 new tokens,
  * batch 1 and batch 64 (that many requests submitted together). Reports the build's time and peak RSS,
- * tokens/s, ms per decode step, TTFT and the GPU memory in use.
+ * tokens/s, ms per decode step, TTFT and the GPU memory in use; and the decode steps alone (the prompt's
+ * prefill left out): each request's time from its first token to its last over the steps between them
+ * (the median request's), as ms a step and tokens/s, to set against the weights' floor, which is a
+ * decode step's.
  * Each cache runs in turn (one engine at a time, so each plans its memory alone): `slots` (the
  * contiguous slots, prompt + new tokens each) and `paged` (the paged cache, whatever memory is left
  * up to gpu_memory_utilization, rows of up to LLAMA_MAX_SEQUENCE tokens).
@@ -18,7 +21,7 @@
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { lastValueFrom, toArray } from 'rxjs';
+import { lastValueFrom, tap, toArray } from 'rxjs';
 import { NativeEngine, type RequestMetrics } from '../../../src/generation/index.ts';
 import { buildModel, type BuildOptions, type WeightsMode } from '../../../src/modelbuild/index.ts';
 import { envCounts, seededRows } from '../speed/common.ts';
@@ -89,7 +92,21 @@ save();
 async function measure(engine: NativeEngine, cache: string): Promise<void> {
   for (const batch of batches) {
     const prompts = seededRows(batch, PROMPT, 32000);
-    const run = () => Promise.all(prompts.map((p) => lastValueFrom(engine.submit({ inputIds: p, params: { temperature: 0, request_output_len: NEW }, stream: true }).pipe(toArray()))));
+    // Each request's tokens' arrival times (ms).
+    let arrivals: number[][] = [];
+    const run = () => {
+      arrivals = prompts.map(() => []);
+      return Promise.all(
+        prompts.map((p, i) =>
+          lastValueFrom(
+            engine.submit({ inputIds: p, params: { temperature: 0, request_output_len: NEW }, stream: true }).pipe(
+              tap(() => void arrivals[i]!.push(performance.now())),
+              toArray(),
+            ),
+          ),
+        ),
+      );
+    };
     await run();
     await run();
     metrics.length = 0;
@@ -100,6 +117,8 @@ async function measure(engine: NativeEngine, cache: string): Promise<void> {
     const steps = engine.stats().decodeSteps - before.decodeSteps;
     const tokens = results.reduce((sum, events) => sum + events.length, 0);
     const ttft = metrics.map((m) => m.timeToFirstTokenMs).sort((a, b) => a - b);
+    const decodeMs = arrivals.filter((t) => t.length > 1).map((t) => (t[t.length - 1]! - t[0]!) / (t.length - 1)).sort((a, b) => a - b);
+    const decodeMsPerStep = decodeMs[Math.floor(decodeMs.length / 2)];
     const row = {
       setting: `${cache} batch ${batch}`,
       cache,
@@ -108,6 +127,8 @@ async function measure(engine: NativeEngine, cache: string): Promise<void> {
       tokens_per_s: tokens / seconds,
       ms_per_step: (seconds * 1000) / Math.max(1, steps),
       ttft_ms_median: ttft[Math.floor(ttft.length / 2)],
+      decode_ms_per_step: decodeMsPerStep,
+      decode_tokens_per_s: decodeMsPerStep === undefined ? undefined : (batch * 1000) / decodeMsPerStep,
       gpu_memory_mib: gpuMemoryMiB(),
       ids_first_row: results[0]!.slice(0, 16).map((e) => e.token),
     };
