@@ -18,17 +18,13 @@
 #include <vector>
 
 #include "../../../src/native/slot-attention.h"
+#include "../cuda-bench.cuh"
 
+using bench::Check;
 using chorus::FloatType;
 using chorus::SlotAttentionArgs;
 
 namespace {
-
-void Check(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return;
-  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
-  std::exit(2);
-}
 
 // Device memory holding `host`.
 template <typename T>
@@ -203,24 +199,11 @@ double TimeLaunches(bool self, bool cross) {
   Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
   for (const SlotAttentionArgs& a : launches) chorus::SlotAttentionDevice(a, stream);
   Check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  cudaGraphExec_t exec = nullptr;
-  Check(cudaGraphInstantiate(&exec, graph, 0ULL), "cudaGraphInstantiate");
-  for (int i = 0; i < 5; i++) Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-  cudaEvent_t start = nullptr, end = nullptr;
-  Check(cudaEventCreate(&start), "cudaEventCreate");
-  Check(cudaEventCreate(&end), "cudaEventCreate");
-  const int rounds = 50;
-  Check(cudaEventRecord(start, stream), "cudaEventRecord");
-  for (int i = 0; i < rounds; i++) Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-  Check(cudaEventRecord(end, stream), "cudaEventRecord");
-  Check(cudaEventSynchronize(end), "cudaEventSynchronize");
-  float ms = 0;
-  Check(cudaEventElapsedTime(&ms, start, end), "cudaEventElapsedTime");
-  cudaGraphExecDestroy(exec);
+  const double ms = bench::ReplayMs(graph, stream, 5, 50);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
   for (void* p : owned) cudaFree(p);
-  return 1000.0 * ms / rounds / static_cast<double>(launches.size());
+  return 1000.0 * ms / static_cast<double>(launches.size());
 }
 
 }  // namespace

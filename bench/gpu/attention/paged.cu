@@ -27,7 +27,9 @@
 
 #include "../../../src/native/device.cuh"
 #include "../../../src/native/paged-attention.h"
+#include "../cuda-bench.cuh"
 
+using bench::Check;
 using chorus::FloatType;
 using chorus::PagedAttentionArgs;
 
@@ -38,12 +40,6 @@ constexpr int kCapacity = 256;
 constexpr int kPagedBlockSize = 16;
 constexpr int kWarmups = 20;
 constexpr int kReplays = 200;
-
-void Check(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return;
-  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
-  std::exit(2);
-}
 
 // Device memory of `bytes` (at least 1), zeroed; kept in `owned` to be freed with the case.
 void* Zeros(size_t bytes, std::vector<void*>& owned) {
@@ -80,33 +76,13 @@ float Widened(uint16_t bits, FloatType type) {
   return __half2float(__half(h));
 }
 
-// Element i of a stream of uniform values in [-1, 1) (a 64-bit mix of seed and index): the caches are
-// gigabytes, filled on the device rather than copied from the host.
-__device__ inline float Uniform(uint64_t seed, size_t i) {
-  uint64_t x = seed * 0x9E3779B97F4A7C15ULL + i;
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ULL;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBULL;
-  x ^= x >> 31;
-  return static_cast<float>(x >> 40) * (2.0f / 16777216.0f) - 1.0f;
-}
-
-
-template <typename T>
-__global__ void FillKernel(T* out, size_t n, uint64_t seed, float scale) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    out[i] = chorus::Narrowed<T>(Uniform(seed, i) * scale);
-  }
-}
-
 // n elements of the float type at p, uniform in [-scale, scale).
 void Fill(void* p, FloatType type, size_t n, uint64_t seed, float scale) {
   const unsigned blocks = static_cast<unsigned>(std::min<size_t>((n + 255) / 256, 65536));
   if (type == FloatType::kBFloat16) {
-    FillKernel<<<blocks, 256>>>(static_cast<__nv_bfloat16*>(p), n, seed, scale);
+    bench::FillKernel<<<blocks, 256>>>(static_cast<__nv_bfloat16*>(p), n, seed, scale);
   } else {
-    FillKernel<<<blocks, 256>>>(static_cast<__half*>(p), n, seed, scale);
+    bench::FillKernel<<<blocks, 256>>>(static_cast<__half*>(p), n, seed, scale);
   }
   Check(cudaGetLastError(), "FillKernel");
 }
@@ -139,34 +115,18 @@ double TimeVariant(const char* decode, const std::vector<PagedAttentionArgs>& la
   for (size_t i = 0; i < launches.size(); i++) chorus::PagedAttentionDevice(launches[i], splits, workspaces[i], stream);
   Check(cudaGetLastError(), "PagedAttentionDevice");
   Check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  cudaGraphExec_t exec = nullptr;
-  Check(cudaGraphInstantiate(&exec, graph, 0ULL), "cudaGraphInstantiate");
-  for (int i = 0; i < kWarmups; i++) Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-  cudaEvent_t start = nullptr, end = nullptr;
-  Check(cudaEventCreate(&start), "cudaEventCreate");
-  Check(cudaEventCreate(&end), "cudaEventCreate");
-  Check(cudaEventRecord(start, stream), "cudaEventRecord");
-  for (int i = 0; i < kReplays; i++) Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-  Check(cudaEventRecord(end, stream), "cudaEventRecord");
-  Check(cudaEventSynchronize(end), "the timed replays");
-  float ms = 0;
-  Check(cudaEventElapsedTime(&ms, start, end), "cudaEventElapsedTime");
+  const double ms = bench::ReplayMs(graph, stream, kWarmups, kReplays);
+  cudaGraphDestroy(graph);
 
-  // Every replay writes the same new keys and values at position kLength - 1, so one more gives the
-  // output the timed ones did.
-  Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-  Check(cudaStreamSynchronize(stream), "the last replay");
+  // Every replay writes the same new keys and values at position kLength - 1: the last one's output is
+  // the timed ones'.
   const PagedAttentionArgs& a = launches.back();
   std::vector<uint16_t> bits(static_cast<size_t>(a.rows) * a.heads * a.dim);
   Check(cudaMemcpy(bits.data(), a.output, bits.size() * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
   out.resize(bits.size());
   for (size_t i = 0; i < bits.size(); i++) out[i] = Widened(bits[i], a.type);
 
-  cudaEventDestroy(start);
-  cudaEventDestroy(end);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return 1000.0 * ms / (static_cast<double>(kReplays) * launches.size());
+  return 1000.0 * ms / static_cast<double>(launches.size());
 }
 
 bool AllFinite(const std::vector<float>& v) {

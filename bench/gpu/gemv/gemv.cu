@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../../../src/native/linear.h"
+#include "../cuda-bench.cuh"
 #include "previous.cuh"
 
 namespace {
@@ -29,11 +30,7 @@ constexpr size_t kRotationBytes = 256u << 20;  // weights read per graph: five t
 constexpr int kLaunches = 32;
 constexpr int kRepeats = 5;
 
-void Check(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return;
-  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
-  std::exit(2);
-}
+using bench::Check;
 
 // A cuBLAS handle on `stream`, from the libcublas that ONNX Runtime's CUDA provider loads (no headers
 // needed: the addon calls cuBLAS the same way).

@@ -20,7 +20,9 @@
 
 #include "../../../src/native/linear.h"
 #include "../../../src/native/paged-attention.h"
+#include "../cuda-bench.cuh"
 
+using bench::Check;
 using chorus::FloatType;
 using chorus::LinearArgs;
 using chorus::PagedAttentionArgs;
@@ -32,22 +34,6 @@ constexpr int kCapacity = 256;
 constexpr int kWarmups = 10;
 constexpr int kReplays = 100;
 constexpr double kPeakBytesPerSecond = 3.35e12;
-
-void Check(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return;
-  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
-  std::exit(2);
-}
-
-__global__ void FillKernel(__half* p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = __float2half((static_cast<float>(h & 0xffff) / 65535.0f - 0.5f) * scale);
-  }
-}
 
 __global__ void ConstantKernel(__half* p, size_t n, float value) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) p[i] = __float2half(value);
@@ -71,7 +57,7 @@ struct Arena {
   }
   __half* Random(size_t n, uint32_t seed, float scale) {
     __half* p = Halves(n);
-    FillKernel<<<1024, 256>>>(p, n, seed, scale);
+    bench::FillKernel<<<1024, 256>>>(p, n, seed, scale);
     return p;
   }
   __half* Constant(size_t n, float value) {
@@ -234,24 +220,10 @@ double TimeStep(const Step& step, bool dependent, cudaStream_t stream) {
   chorus::LinearRowsDevice(linears.back(), stream);
   Check(cudaGetLastError(), "the step's launches");
   Check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  cudaGraphExec_t exec = nullptr;
-  Check(cudaGraphInstantiate(&exec, graph, 0ULL), "cudaGraphInstantiate");
-  for (int i = 0; i < kWarmups; i++) Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-  cudaEvent_t start = nullptr, end = nullptr;
-  Check(cudaEventCreate(&start), "cudaEventCreate");
-  Check(cudaEventCreate(&end), "cudaEventCreate");
-  Check(cudaEventRecord(start, stream), "cudaEventRecord");
-  for (int i = 0; i < kReplays; i++) Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-  Check(cudaEventRecord(end, stream), "cudaEventRecord");
-  Check(cudaEventSynchronize(end), "the timed replays");
-  float ms = 0;
-  Check(cudaEventElapsedTime(&ms, start, end), "cudaEventElapsedTime");
-  cudaEventDestroy(start);
-  cudaEventDestroy(end);
-  cudaGraphExecDestroy(exec);
+  const double ms = bench::ReplayMs(graph, stream, kWarmups, kReplays);
   cudaGraphDestroy(graph);
   chorus::SetLinearDependentLaunch(true);
-  return 1000.0 * ms / kReplays;
+  return 1000.0 * ms;
 }
 
 }  // namespace

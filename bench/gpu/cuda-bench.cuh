@@ -1,0 +1,63 @@
+// What the standalone CUDA benchmarks (bench/gpu/*/*.cu) share: failing on a CUDA error, device memory
+// filled on the device from a seeded stream, and the time of a captured graph's replays.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "../../src/native/device.cuh"
+
+namespace bench {
+
+// Exits 2, naming `what`, on a CUDA error.
+inline void Check(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
+  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
+  std::exit(2);
+}
+
+// Element i of a stream of uniform values in [-1, 1) (a 64-bit mix of seed and index): weights and
+// caches are gigabytes, filled on the device rather than copied from the host.
+__device__ inline float Uniform(uint64_t seed, size_t i) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ULL + i;
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ULL;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBULL;
+  x ^= x >> 31;
+  return static_cast<float>(x >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+// out[0..n) = Uniform(seed, i) * scale, in T.
+template <typename T>
+__global__ void FillKernel(T* out, size_t n, uint64_t seed, float scale) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    out[i] = chorus::Narrowed<T>(Uniform(seed, i) * scale);
+  }
+}
+
+// Milliseconds a replay of `graph` on `stream`: instantiated, replayed `warmups` times, then `replays`
+// times between two events.
+inline double ReplayMs(cudaGraph_t graph, cudaStream_t stream, int warmups, int replays) {
+  cudaGraphExec_t exec = nullptr;
+  Check(cudaGraphInstantiate(&exec, graph, 0ULL), "cudaGraphInstantiate");
+  for (int i = 0; i < warmups; i++) Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  cudaEvent_t start = nullptr, end = nullptr;
+  Check(cudaEventCreate(&start), "cudaEventCreate");
+  Check(cudaEventCreate(&end), "cudaEventCreate");
+  Check(cudaEventRecord(start, stream), "cudaEventRecord");
+  for (int i = 0; i < replays; i++) Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  Check(cudaEventRecord(end, stream), "cudaEventRecord");
+  Check(cudaEventSynchronize(end), "the timed replays");
+  float ms = 0;
+  Check(cudaEventElapsedTime(&ms, start, end), "cudaEventElapsedTime");
+  cudaEventDestroy(start);
+  cudaEventDestroy(end);
+  cudaGraphExecDestroy(exec);
+  return static_cast<double>(ms) / replays;
+}
+
+}  // namespace bench
