@@ -1,6 +1,7 @@
 // Device helpers the native engine's CUDA files share.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -43,6 +44,40 @@ __device__ inline void Widen8(uint4 bits, float* out) {
     out[2 * i] = f.x;
     out[2 * i + 1] = f.y;
   }
+}
+
+// A thread block cluster's barrier, and a rank's shared memory (sm_90 on; older GPUs never launch
+// clusters: one block, where these are the block's own).
+__device__ inline void ClusterBarrier() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cooperative_groups::this_cluster().sync();
+#else
+  __syncthreads();
+#endif
+}
+template <class T>
+__device__ inline T* RankShared(T* local, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return cooperative_groups::this_cluster().map_shared_rank(local, rank);
+#else
+  (void)rank;
+  return local;
+#endif
+}
+
+// Whether CUDA device `device` launches thread block clusters (compute capability 9 on), asked once
+// per device.
+inline bool TakesClusters(int device) {
+  static std::atomic<unsigned long long> hopper{0};
+  static std::atomic<unsigned long long> checked{0};
+  const unsigned long long bit = 1ull << (device & 63);
+  if ((checked.load() & bit) == 0) {
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (major >= 9) hopper.fetch_or(bit);
+    checked.fetch_or(bit);
+  }
+  return (hopper.load() & bit) != 0;
 }
 
 // Elements a thread reads ahead in a pass over a row.

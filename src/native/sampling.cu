@@ -18,24 +18,6 @@ namespace {
 
 constexpr int kSampleThreads = 512;
 
-// A thread block cluster's barrier, and a rank's shared memory (sm_90 on; older GPUs never launch
-// clusters: one block a row, where these are the block's own).
-__device__ inline void ClusterBarrier() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  cooperative_groups::this_cluster().sync();
-#else
-  __syncthreads();
-#endif
-}
-template <class T>
-__device__ inline T* RankShared(T* local, int rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  return cooperative_groups::this_cluster().map_shared_rank(local, rank);
-#else
-  (void)rank;
-  return local;
-#endif
-}
 constexpr int kCompactIds = 2048;
 // Shared memory per block: one reduction slot of up to 32 bytes per thread, a histogram of 256 counts,
 // the gathered ids with their values, the nucleus's buckets (running sums, counts, 32-bit sums), and
@@ -765,16 +747,8 @@ void SampleRowsDevice(const void* logits, FloatType type, int vocab, const Sampl
     }
     // Up to CHORUS_SAMPLER_CLUSTER_ROWS rows (default 64; 0: none) take a cluster each, of as many
     // blocks (8, 4 or 2) as keep the launch within kClusterBlocks (whole rows longer than a gather only).
-    static std::atomic<unsigned long long> hopper{0};
-    static std::atomic<unsigned long long> checked{0};
-    if ((checked.load() & bit) == 0) {
-      int major = 0;
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-      if (major >= 9) hopper.fetch_or(bit);
-      checked.fetch_or(bit);
-    }
     int ranks = 1;
-    if (rows <= clusterRows && vocab > kCompactIds && (hopper.load() & bit) != 0) {
+    if (rows <= clusterRows && vocab > kCompactIds && TakesClusters(device)) {
       ranks = forcedRanks;
       if (ranks == 0) {
         ranks = kClusterRanks;

@@ -9,6 +9,7 @@ import { BeamSequence } from '../../src/generation/core/beam-sequence.ts';
 import { Sequence } from '../../src/generation/core/sequence.ts';
 import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
 import { loadNative, MAX_TOP_LOGPROBS, type NativeBeamGroup } from '../../src/native/index.ts';
+import { toHalfBits } from '../../src/util/half.ts';
 import { uniformStream } from '../../src/util/random.ts';
 import { STORIES } from '../helpers/paths.ts';
 import { buildSpec } from '../helpers/build-info.ts';
@@ -288,6 +289,21 @@ describe('the native addon', { skip }, () => {
     if (addon!.cudaDevices() > 0) {
       assert.deepEqual([...addon!.argmaxRows(logits, vocab, true)], expected);
       assert.deepEqual([...addon!.argmaxRows(half, vocab, true)], expected);
+    }
+  });
+
+  test('argmaxRows on the GPU: few rows of a large vocabulary (split over a cluster of blocks a row) take the first maximum too', { skip: addon?.cudaDevices() ? false : 'needs a CUDA GPU' }, () => {
+    const random = uniformStream(12);
+    for (const [rows, vocab] of [[1, 152_001], [5, 128_256], [16, 65_536], [17, 65_537]] as const) {
+      // Eighths in [-8, 8]: many ties, within a part of the row and across the parts.
+      const logits = new Float32Array(rows * vocab).map(() => Math.round((random() * 2 - 1) * 64) / 8);
+      // The maximum late in the row for one row, in its first ids for another.
+      logits[vocab - 3] = 9;
+      if (rows > 1) logits[vocab + 1] = 9;
+      const expected = Array.from({ length: rows }, (_, r) => greedy(logits.subarray(r * vocab, (r + 1) * vocab)).token);
+      assert.deepEqual([...addon!.argmaxRows(logits, vocab, true)], expected, `${rows} x ${vocab}, fp32`);
+      const half = Uint16Array.from(logits, toHalfBits);
+      assert.deepEqual([...addon!.argmaxRows(half, vocab, true)], expected, `${rows} x ${vocab}, fp16`);
     }
   });
 });
