@@ -80,6 +80,27 @@ inline bool TakesClusters(int device) {
   return (hopper.load() & bit) != 0;
 }
 
+// kernel<<<blocks, threads, sharedBytes, stream>>>(args) in thread block clusters of `ranks` blocks;
+// false, its error cleared, where the launch is refused (no room for such a cluster).
+template <typename... Params, typename... Args>
+inline bool LaunchClusters(void (*kernel)(Params...), int blocks, int threads, size_t sharedBytes, int ranks, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = sharedBytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = ranks;
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  if (cudaLaunchKernelEx(&config, kernel, args...) == cudaSuccess) return true;
+  cudaGetLastError();
+  return false;
+}
+
 // Elements a thread reads ahead in a pass over a row.
 constexpr int kUnroll = 8;
 

@@ -188,21 +188,9 @@ bool LaunchArgmaxCluster(const T* logits, int rows, int vocab, int32_t* out, con
   if (!argmaxClusters || rows > kClusterArgmaxRows || vocab < kClusterArgmaxVocab) return false;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || !TakesClusters(device)) return false;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(rows * kClusterArgmaxRanks);
-  config.blockDim = dim3(kThreads);
-  config.stream = s;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = kClusterArgmaxRanks;
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  if (cudaLaunchKernelEx(&config, ArgmaxClusterKernel<T>, logits, vocab, out, banned, advance, kClusterArgmaxRanks) == cudaSuccess) return true;
-  // Refused (no room for a cluster): one block a row.
-  cudaGetLastError();
-  return false;
+  // Refused (no room for a cluster): the caller launches one block a row.
+  return LaunchClusters(ArgmaxClusterKernel<T>, rows * kClusterArgmaxRanks, kThreads, 0, kClusterArgmaxRanks, s, logits, vocab, out, banned, advance,
+                        kClusterArgmaxRanks);
 }
 
 void LaunchArgmax(const void* logits, FloatType type, int rows, int vocab, int32_t* out, const int32_t* banned, const GreedyAdvance& advance, void* stream) {

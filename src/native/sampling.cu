@@ -759,21 +759,9 @@ void SampleRowsDevice(const void* logits, FloatType type, int vocab, const Sampl
       kernel<<<rows, kSampleThreads, kSharedBytes, s>>>(typed, vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, mass, out, marks, 1);
       return;
     }
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(rows * ranks);
-    config.blockDim = dim3(kSampleThreads);
-    config.dynamicSmemBytes = kSharedBytes;
-    config.stream = s;
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = ranks;
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-    if (cudaLaunchKernelEx(&config, kernel, typed, vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, mass, out, static_cast<bool>(marks), ranks) != cudaSuccess) {
+    if (!LaunchClusters(kernel, rows * ranks, kSampleThreads, kSharedBytes, ranks, s, typed, vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, mass, out,
+                        static_cast<bool>(marks), ranks)) {
       // Refused (no room for a cluster): one block a row.
-      cudaGetLastError();
       kernel<<<rows, kSampleThreads, kSharedBytes, s>>>(typed, vocab, rowsDevice, paramsDevice, seenDevice, bansDevice, work, mass, out, marks, 1);
     }
   };
