@@ -198,13 +198,19 @@ struct DeviceBlock {
   __device__ void Strided(int n, Read read, Use use) {
     StridedShare<T, kUnroll>(n, read, use);
   }
+  // The same over this rank's items of a pass, [part.lo, part.hi): use(i, read(i)) by item index.
+  template <class T, class Read, class Use>
+  __device__ void StridedOver(const Part& part, Read read, Use use) {
+    const int lo = part.lo;
+    Strided<T>(part.hi - lo, [&](int i) { return read(lo + i); }, [&](int i, T x) { use(lo + i, x); });
+  }
 
   // Each thread combines its strided share in index order, then the threads' results are combined.
   template <class T, class Map, class Combine>
   __device__ T Reduce(int n, T init, Map map, Combine combine) {
     T acc = init;
     const Part part = PartOf(n);
-    Strided<T>(part.hi - part.lo, [&](int i) { return map(part.lo + i); }, [&](int, T x) { acc = combine(acc, x); });
+    StridedOver<T>(part, map, [&](int, T x) { acc = combine(acc, x); });
     acc = Combined(acc, combine);
     return part.split ? AcrossRanks(acc, combine) : acc;
   }
@@ -213,8 +219,7 @@ struct DeviceBlock {
   template <class F>
   __device__ void Update(int n, float* w, F f) {
     const Part part = PartOf(n);
-    const int lo = part.lo;
-    Strided<float>(part.hi - lo, [&](int i) { return w[lo + i]; }, [&](int i, float x) { w[lo + i] = f(lo + i, x); });
+    StridedOver<float>(part, [&](int i) { return w[i]; }, [&](int i, float x) { w[i] = f(i, x); });
     PassDone(part);
   }
 
@@ -223,10 +228,9 @@ struct DeviceBlock {
   __device__ float UpdateMax(int n, float* w, F f) {
     float max = -INFINITY;
     const Part part = PartOf(n);
-    const int lo = part.lo;
-    Strided<float>(part.hi - lo, [&](int i) { return w[lo + i]; }, [&](int i, float x) {
-      const float y = f(lo + i, x);
-      w[lo + i] = y;
+    StridedOver<float>(part, [&](int i) { return w[i]; }, [&](int i, float x) {
+      const float y = f(i, x);
+      w[i] = y;
       max = y > max ? y : max;
     });
     const auto larger = [](float a, float c) { return a > c ? a : c; };
@@ -341,6 +345,12 @@ struct DeviceBlock {
     begin = min(n, static_cast<int>(threadIdx.x) * chunk);
     end = min(n, begin + chunk);
   }
+  // The same of this rank's items of a pass, [part.lo, part.hi), as item indices.
+  __device__ void ShareOf(const Part& part, int& begin, int& end) {
+    Share(part.hi - part.lo, begin, end);
+    begin += part.lo;
+    end += part.lo;
+  }
 
   // A scan of one value per thread in a fixed order: each warp's lanes by shuffles, the warps' totals by
   // the first warp. Every thread gets the sum of the values of the threads before it, and `total` the
@@ -416,8 +426,7 @@ struct DeviceBlock {
   template <class Read, class Use>
   __device__ void Each(int n, Read read, Use use) {
     const Part part = PartOf(n);
-    const int lo = part.lo;
-    Strided<float>(part.hi - lo, [&](int i) { return read(lo + i); }, [&](int i, float x) { use(lo + i, x); });
+    StridedOver<float>(part, read, use);
     PassDone(part);
   }
 
@@ -490,9 +499,7 @@ struct DeviceBlock {
   __device__ CompactRow CompactSum(int n, Keep keep, float* w, bool cut, Sum sumOf, double& sum) {
     const Part part = PartOf(n);
     int begin, end;
-    Share(part.hi - part.lo, begin, end);
-    begin += part.lo;
-    end += part.lo;
+    ShareOf(part, begin, end);
     int local = 0;
     double localSum = 0;
     for (int v = begin; v < end; v++) {
@@ -603,9 +610,7 @@ struct DeviceBlock {
   __device__ int FindFirst(int n, Weight weight, double target, bool strict) {
     const Part part = PartOf(n);
     int begin, end;
-    Share(part.hi - part.lo, begin, end);
-    begin += part.lo;
-    end += part.lo;
+    ShareOf(part, begin, end);
     double local = 0;
     for (int v = begin; v < end; v++) local += weight(v);
     double total;
@@ -664,8 +669,7 @@ __global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(const T* logi
   float* w = work + static_cast<size_t>(r) * vocab;
   const long long start = clock64();
   const DeviceBlock::Part part = block.PartOf(vocab);
-  const int lo = part.lo;
-  block.Strided<float>(part.hi - lo, [&](int v) { return Load(row + lo + v); }, [&](int v, float x) { w[lo + v] = x; });
+  block.StridedOver<float>(part, [&](int v) { return Load(row + v); }, [&](int v, float x) { w[v] = x; });
   block.PassDone(part);
   if (withMarks) {
     if (threadIdx.x < 8) marks[threadIdx.x] = 0;
