@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -124,10 +125,15 @@ __global__ void __launch_bounds__(kThreads) QuantRowsKernel(QuantLinearArgs a) {
 // 80 registers, none spilled).
 constexpr int kWideThreads = 256;
 constexpr int kWideWarps = kWideThreads / 32;
-constexpr int kWideOutputs = 4;
-constexpr int kWideAhead = 2;
+// Single rows take 8 outputs a block and one read of each row in flight (the bytes in flight of 4 and
+// 2, and each block's x, scales and sums once for 8 rows rather than 4); CHORUS_QUANT_WIDE_OUTPUTS=4:
+// 4 and 2, as more rows take them.
+const bool wideOutputs4 = [] {
+  const char* value = std::getenv("CHORUS_QUANT_WIDE_OUTPUTS");
+  return value != nullptr && std::string(value) == "4";
+}();
 
-template <typename T, int Bits, int R>
+template <typename T, int Bits, int R, int kWideOutputs, int kWideAhead>
 __global__ void __launch_bounds__(kWideThreads, R == 1 ? 3 : 2) QuantWideRowsKernel(QuantLinearArgs a) {
   constexpr int kPerChunk = 128 / Bits;    // values in 16 bytes
   constexpr int kWordsPer8 = Bits / 4;     // words holding 8 values
@@ -231,17 +237,23 @@ __global__ void __launch_bounds__(kWideThreads, R == 1 ? 3 : 2) QuantWideRowsKer
   }
 }
 
-template <typename T, int Bits>
-void LaunchWide(const QuantLinearArgs& a, cudaStream_t stream) {
-  const dim3 grid((a.out + kWideOutputs - 1) / kWideOutputs);
+template <typename T, int Bits, int O, int A>
+void LaunchWideOf(const QuantLinearArgs& a, cudaStream_t stream) {
+  const dim3 grid((a.out + O - 1) / O);
   const dim3 block(kWideThreads);
   std::atomic<bool>& dependent = LinearDependentLaunchFlag();
   switch (a.rows) {
-    case 1: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 1>, grid, block, stream, a); break;
-    case 2: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 2>, grid, block, stream, a); break;
-    case 3: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 3>, grid, block, stream, a); break;
-    default: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 4>, grid, block, stream, a); break;
+    case 1: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 1, O, A>, grid, block, stream, a); break;
+    case 2: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 2, O, A>, grid, block, stream, a); break;
+    case 3: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 3, O, A>, grid, block, stream, a); break;
+    default: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 4, O, A>, grid, block, stream, a); break;
   }
+}
+
+template <typename T, int Bits>
+void LaunchWide(const QuantLinearArgs& a, cudaStream_t stream) {
+  if (a.rows == 1 && !wideOutputs4) return LaunchWideOf<T, Bits, 8, 1>(a, stream);
+  LaunchWideOf<T, Bits, 4, 2>(a, stream);
 }
 
 template <typename T, int Bits>
