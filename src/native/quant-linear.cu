@@ -116,10 +116,11 @@ __global__ void __launch_bounds__(kThreads) QuantRowsKernel(QuantLinearArgs a) {
 }
 
 
-// The wide kernel (QuantWideRowsDevice): as Linear's decode kernel, a block of 256 threads takes 4
-// consecutive outputs and all of K, its threads striding over the weight rows 16 bytes at a time (16
-// values of 8 bits, 32 of 4; two reads a row in flight), so each 16 bytes of x, read through L1, serves
-// the 4 outputs; each 16 bytes' sums are scaled once by their block's scale, then summed across the
+// The wide kernel (QuantWideRowsDevice): as Linear's decode kernel, a block of 256 threads takes
+// kWideOutputs consecutive outputs (8 for one row, else 4) and all of K, its threads striding over the
+// weight rows 16 bytes at a time (16 values of 8 bits, 32 of 4; kWideAhead reads a row in flight), so
+// each 16 bytes of x, read through L1, serves all the block's outputs; each 16 bytes' sums are scaled
+// once by their block's scale, then summed across the
 // warp (shuffles) and the warps (shared memory). Goes out as a dependent launch where Linear's does:
 // the first weights pulled into L2 before x is read. One row keeps 3 blocks a multiprocessor (at most
 // 80 registers, none spilled).
