@@ -183,38 +183,25 @@ const bool argmaxClusters = [] {
   return value == nullptr || std::string(value) != "0";
 }();
 
+// Row r's argmax for every row: in clusters where they pay (and the launch is taken), else one block a row.
 template <typename T>
-bool LaunchArgmaxCluster(const T* logits, int rows, int vocab, int32_t* out, const int32_t* banned, const GreedyAdvance& advance, cudaStream_t s) {
-  if (!argmaxClusters || rows > kClusterArgmaxRows || vocab < kClusterArgmaxVocab) return false;
+void LaunchArgmaxOf(const T* logits, int rows, int vocab, int32_t* out, const int32_t* banned, const GreedyAdvance& advance, cudaStream_t s) {
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || !TakesClusters(device)) return false;
-  // Refused (no room for a cluster): the caller launches one block a row.
-  return LaunchClusters(ArgmaxClusterKernel<T>, rows * kClusterArgmaxRanks, kThreads, 0, kClusterArgmaxRanks, s, logits, vocab, out, banned, advance,
-                        kClusterArgmaxRanks);
+  const bool clusters = argmaxClusters && rows <= kClusterArgmaxRows && vocab >= kClusterArgmaxVocab && cudaGetDevice(&device) == cudaSuccess && TakesClusters(device);
+  if (clusters && LaunchClusters(ArgmaxClusterKernel<T>, rows * kClusterArgmaxRanks, kThreads, 0, kClusterArgmaxRanks, s, logits, vocab, out, banned, advance,
+                                 kClusterArgmaxRanks)) {
+    return;
+  }
+  ArgmaxRowsKernel<T><<<rows, kThreads, 0, s>>>(logits, vocab, out, banned, advance);
 }
 
 void LaunchArgmax(const void* logits, FloatType type, int rows, int vocab, int32_t* out, const int32_t* banned, const GreedyAdvance& advance, void* stream) {
   if (rows == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   switch (type) {
-    case FloatType::kFloat16:
-      if (LaunchArgmaxCluster(static_cast<const __half*>(logits), rows, vocab, out, banned, advance, s)) return;
-      break;
-    case FloatType::kBFloat16:
-      if (LaunchArgmaxCluster(static_cast<const __nv_bfloat16*>(logits), rows, vocab, out, banned, advance, s)) return;
-      break;
-    default:
-      if (LaunchArgmaxCluster(static_cast<const float*>(logits), rows, vocab, out, banned, advance, s)) return;
-  }
-  switch (type) {
-    case FloatType::kFloat16:
-      ArgmaxRowsKernel<__half><<<rows, kThreads, 0, s>>>(static_cast<const __half*>(logits), vocab, out, banned, advance);
-      break;
-    case FloatType::kBFloat16:
-      ArgmaxRowsKernel<__nv_bfloat16><<<rows, kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(logits), vocab, out, banned, advance);
-      break;
-    default:
-      ArgmaxRowsKernel<float><<<rows, kThreads, 0, s>>>(static_cast<const float*>(logits), vocab, out, banned, advance);
+    case FloatType::kFloat16: LaunchArgmaxOf(static_cast<const __half*>(logits), rows, vocab, out, banned, advance, s); break;
+    case FloatType::kBFloat16: LaunchArgmaxOf(static_cast<const __nv_bfloat16*>(logits), rows, vocab, out, banned, advance, s); break;
+    default: LaunchArgmaxOf(static_cast<const float*>(logits), rows, vocab, out, banned, advance, s);
   }
 }
 

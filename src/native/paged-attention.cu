@@ -209,26 +209,19 @@ __device__ inline void FinishHead(const PagedAttentionArgs& a, int head, int lan
   for (int i = 0; i < kPer; i++) out[i] = Rounded<T>(lane < half ? own[i] * c[i] - other[i] * s[i] : own[i] * c[i] + other[i] * s[i]);
 }
 
-// LoadHead and FinishHead in one.
+// LoadHead and FinishHead in one, the rotary vectors at `position` read here.
 template <typename T>
-__device__ inline void HeadVectorAt(const PagedAttentionArgs& a, size_t y, int head, int lane, int vectors, int span, bool rotate, const float (&c)[16 / sizeof(T)],
-                                    const float (&s)[16 / sizeof(T)], float (&out)[16 / sizeof(T)]) {
+__device__ inline void HeadVector(const PagedAttentionArgs& a, size_t y, int head, int lane, int vectors, int span, int position, bool rotate, float (&out)[16 / sizeof(T)]) {
+  constexpr int kPer = 16 / sizeof(T);
   const bool rotated = rotate && a.cos != nullptr;
+  float c[kPer] = {};
+  float s[kPer] = {};
+  if (rotated && lane < vectors) RotaryVectors<T>(a, lane, vectors, position, c, s);
   const HeadBits raw = LoadHead<T>(a, a.qkv, y, head, lane, vectors, rotated);
   HeadBits bias{};
   // The bias is [(heads + 2 * kv_heads) * dim]: row 0 of the same layout.
   if (a.bias != nullptr) bias = LoadHead<T>(a, a.bias, 0, head, lane, vectors, rotated);
   FinishHead<T>(a, head, lane, vectors, span, rotate, raw, bias, c, s, out);
-}
-
-// HeadVectorAt at `position`, its rotary vectors read here.
-template <typename T>
-__device__ inline void HeadVector(const PagedAttentionArgs& a, size_t y, int head, int lane, int vectors, int span, int position, bool rotate, float (&out)[16 / sizeof(T)]) {
-  constexpr int kPer = 16 / sizeof(T);
-  float c[kPer] = {};
-  float s[kPer] = {};
-  if (rotate && a.cos != nullptr && lane < vectors) RotaryVectors<T>(a, lane, vectors, position, c, s);
-  HeadVectorAt<T>(a, y, head, lane, vectors, span, rotate, c, s, out);
 }
 
 // Vector `lane` of the cache row at `to`: the floats narrowed to T, 16 bytes at once.

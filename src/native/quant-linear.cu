@@ -120,10 +120,9 @@ __global__ void __launch_bounds__(kThreads) QuantRowsKernel(QuantLinearArgs a) {
 // kWideOutputs consecutive outputs (8 for one row, else 4) and all of K, its threads striding over the
 // weight rows 16 bytes at a time (16 values of 8 bits, 32 of 4; kWideAhead reads a row in flight), so
 // each 16 bytes of x, read through L1, serves all the block's outputs; each 16 bytes' sums are scaled
-// once by their block's scale, then summed across the
-// warp (shuffles) and the warps (shared memory). Goes out as a dependent launch where Linear's does:
-// the first weights pulled into L2 before x is read. One row keeps 3 blocks a multiprocessor (at most
-// 80 registers, none spilled).
+// once by their block's scale, then summed across the warp (shuffles) and the warps (shared memory).
+// Goes out as a dependent launch where Linear's does: the first weights pulled into L2 before x is
+// read. One row keeps 3 blocks a multiprocessor (at most 80 registers, none spilled).
 constexpr int kWideThreads = 256;
 constexpr int kWideWarps = kWideThreads / 32;
 // Single rows take 8 outputs a block and one read of each row in flight (the bytes in flight of 4 and
@@ -238,23 +237,21 @@ __global__ void __launch_bounds__(kWideThreads, R == 1 ? 3 : 2) QuantWideRowsKer
   }
 }
 
-template <typename T, int Bits, int O, int A>
-void LaunchWideOf(const QuantLinearArgs& a, cudaStream_t stream) {
-  const dim3 grid((a.out + O - 1) / O);
-  const dim3 block(kWideThreads);
-  std::atomic<bool>& dependent = LinearDependentLaunchFlag();
-  switch (a.rows) {
-    case 1: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 1, O, A>, grid, block, stream, a); break;
-    case 2: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 2, O, A>, grid, block, stream, a); break;
-    case 3: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 3, O, A>, grid, block, stream, a); break;
-    default: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 4, O, A>, grid, block, stream, a); break;
-  }
-}
-
 template <typename T, int Bits>
 void LaunchWide(const QuantLinearArgs& a, cudaStream_t stream) {
-  if (a.rows == 1 && !wideOutputs4) return LaunchWideOf<T, Bits, 8, 1>(a, stream);
-  LaunchWideOf<T, Bits, 4, 2>(a, stream);
+  const dim3 block(kWideThreads);
+  std::atomic<bool>& dependent = LinearDependentLaunchFlag();
+  if (a.rows == 1 && !wideOutputs4) {
+    LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 1, 8, 1>, dim3((a.out + 7) / 8), block, stream, a);
+    return;
+  }
+  const dim3 grid((a.out + 3) / 4);
+  switch (a.rows) {
+    case 1: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 1, 4, 2>, grid, block, stream, a); break;
+    case 2: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 2, 4, 2>, grid, block, stream, a); break;
+    case 3: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 3, 4, 2>, grid, block, stream, a); break;
+    default: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 4, 4, 2>, grid, block, stream, a); break;
+  }
 }
 
 template <typename T, int Bits>
