@@ -35,6 +35,11 @@ export interface QuantLinearOptions {
    * weights. CUDA ignores it.
    */
   accuracyLevel?: 0 | 4;
+  /**
+   * A gated MLP's two projections in one (as the addon's Linear's `gated`): B's N rows are the gate's
+   * then the up projection's (bias likewise), and the output [..., N / 2] is activation(gate) * up.
+   */
+  gated?: boolean;
 }
 
 /**
@@ -49,6 +54,15 @@ export function quantLinear(g: GraphBuilder, x: string, w: QuantizedProjection, 
   if (!Number.isInteger(K) || K < 1 || !Number.isInteger(N) || N < 1) throw new RangeError(`K and N must be positive integers, got K ${K}, N ${N}`);
   const inputs = [x, w.weight, w.scales, w.zeroPoints ?? '', '', options.bias ?? ''];
   while (inputs[inputs.length - 1] === '') inputs.pop();
-  const attributes = { K, N, bits, block_size: blockSize, ...(options.accuracyLevel ? { accuracy_level: options.accuracyLevel } : {}), ...(options.activation === undefined ? {} : { activation: options.activation }) };
+  if (options.gated === true && N % 2 !== 0) throw new RangeError(`a gated QuantLinear's N must be even (the gate's rows, then the up projection's), got ${N}`);
+  const attributes = {
+    K,
+    N,
+    bits,
+    block_size: blockSize,
+    ...(options.accuracyLevel ? { accuracy_level: options.accuracyLevel } : {}),
+    ...(options.activation === undefined ? {} : { activation: options.activation }),
+    ...(options.gated === true ? { gated: 1 } : {}),
+  };
   return g.op('QuantLinear', inputs, attributes, { domain: 'chorus', ...(options.name === undefined ? {} : { name: options.name }) });
 }

@@ -169,11 +169,13 @@ struct LinearKernel : KernelBase<LinearKernel> {
 #ifdef CHORUS_WITH_CUDA
     if (cuda_) {
       void* stream = ctx.GetGPUComputeStream();
-      // A pre-norm the kernel cannot take: its own pass into scratch rows, then the product of those.
+      // A pre-norm the kernel cannot take: its own pass into scratch rows, then the product of those
+      // (the allocator outlives the allocation, which frees through it).
+      std::optional<Ort::Allocator> allocator;
       std::optional<Ort::MemoryAllocation> normed;
       if (args.norm != nullptr && !LinearRowsFusesNorm(args)) {
-        Ort::Allocator allocator = ctx.GetAllocator(*y.GetTensorMemoryInfo());
-        normed.emplace(allocator.GetAllocation(static_cast<size_t>(args.rows) * args.in * ElementBytes(args.type)));
+        allocator.emplace(ctx.GetAllocator(*y.GetTensorMemoryInfo()));
+        normed.emplace(allocator->GetAllocation(static_cast<size_t>(args.rows) * args.in * ElementBytes(args.type)));
         PreNormDevice(args, normed->get(), stream);
         args = OfNormedRows(args, normed->get());
       }

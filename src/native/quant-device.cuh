@@ -9,6 +9,7 @@
 
 #include "device.cuh"
 #include "linear.h"
+#include "quant-linear.h"
 
 namespace chorus {
 
@@ -80,6 +81,55 @@ __device__ inline T Finish(float sum, const T* bias, int o, Activation activatio
   float v = Rounded<T>(bias == nullptr ? sum : sum + Load(bias + o));
   if (activation != Activation::kNone) v = Activate(v, activation);
   return Narrowed<T>(v);
+}
+
+// A gated product's epilogue (as Linear's): the gate's sum with its bias rounded, its activation
+// rounded, the up projection's sum with its bias rounded, and their product rounded.
+template <typename T>
+__device__ inline T FinishGated(float gate, float up, const T* bias, int o, int out, Activation activation) {
+  float g = Rounded<T>(bias == nullptr ? gate : gate + Load(bias + o));
+  if (activation != Activation::kNone) g = Rounded<T>(Activate(g, activation));
+  const float u = Rounded<T>(bias == nullptr ? up : up + Load(bias + out + o));
+  return Narrowed<T>(g * u);
+}
+
+// Weight row j of a wide kernel's block of `rows` rows starting at output `first`: not gated, output
+// first + j (the last again past the end); gated, the first half the gates' rows of outputs first..,
+// the second half their up rows.
+template <bool Gated, int kRows>
+__device__ inline int WideRowOf(const QuantLinearArgs& a, int first, int j) {
+  if constexpr (Gated) {
+    constexpr int kHalf = kRows / 2;
+    return j < kHalf ? min(first + j, a.out - 1) : a.out + min(first + j - kHalf, a.out - 1);
+  } else {
+    return min(first + j, a.out - 1);
+  }
+}
+
+// The wide kernels' end: each weight row's float32 sums over the block's warps (`partial` [warps][kRows *
+// R]), finished and written: one output a row, or gated, one from each gate row and its up row.
+// `rowScale`, where given, scales row r's sums (a pre-norm's inverse root).
+template <typename T, bool Gated, int kRows, int R>
+__device__ inline void WideFinish(const QuantLinearArgs& a, int first, const float (*partial)[kRows * R], int warps, const float* rowScale = nullptr) {
+  constexpr int kOutputs = Gated ? kRows / 2 : kRows;
+  const int t = threadIdx.x;
+  if (t >= kOutputs * R) return;
+  const int j = t / R;
+  const int r = t % R;
+  if (first + j >= a.out) return;
+  float sum = 0;
+  float up = 0;
+  for (int w = 0; w < warps; w++) {
+    sum += partial[w][t];
+    if constexpr (Gated) up += partial[w][(j + kOutputs) * R + r];
+  }
+  if (rowScale != nullptr) {
+    sum *= rowScale[r];
+    up *= rowScale[r];
+  }
+  const T* bias = static_cast<const T*>(a.bias);
+  T* y = static_cast<T*>(a.y) + static_cast<size_t>(r) * a.out + first + j;
+  *y = Gated ? FinishGated<T>(sum, up, bias, first + j, a.out, a.activation) : Finish<T>(sum, bias, first + j, a.activation);
 }
 
 }  // namespace chorus

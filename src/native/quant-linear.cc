@@ -4,6 +4,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -85,6 +86,9 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     }
     // No attribute: no activation, float activations.
     activation_ = ActivationNamed(AttributeOr<std::string>(kernel, "activation", ""));
+    gated_ = AttributeOr<int64_t>(kernel, "gated", 0) != 0;
+    epsilon_ = AttributeOr<float>(kernel, "norm_epsilon", 1e-6f);
+    if (gated_ && n_ % 2 != 0) throw std::invalid_argument("a gated QuantLinear's N must be even (the gate's rows, then the up projection's), got " + std::to_string(n_));
     accuracyLevel_ = AttributeOr<int64_t>(kernel, "accuracy_level", 0);
     const char* gemv = std::getenv("CHORUS_QUANT_GEMV");
     gemv_ = gemv == nullptr ? "" : gemv;
@@ -100,30 +104,115 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
 #ifdef CHORUS_WITH_CUDA
     if (cuda_) {
       void* stream = ctx.GetGPUComputeStream();
-      if (args.rows <= kQuantRowsKernelRows) {
-        // The wide kernel where it takes the product, else tensor cores, else the plain kernel
-        // (CHORUS_QUANT_GEMV names the first to try).
-        const bool done = (gemv_.empty() || gemv_ == "wide") && QuantWideRowsDevice(args, stream);
-        if (!done && (gemv_ == "plain" || !QuantMmaRowsDevice(args, stream))) QuantRowsDevice(args, stream);
-      } else if (type_ != FloatType::kFloat32 && args.rows <= kQuantTileRows) {
-        if (multiprocessors_ == 0) {
-          int device = 0;
-          CheckCuda(cudaGetDevice(&device), "cudaGetDevice");
-          CheckCuda(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-        }
-        const int splits = QuantTileSplits(args, multiprocessors_);
-        QuantTilesDevice(args, splits, StreamScratch(stream, QuantTileScratchBytes(args, splits)), stream);
+      // The wide kernels take the gate in their epilogue (and the 4-bit one a pre-norm in itself);
+      // elsewhere a pre-norm is a pass of its own into scratch rows, and both products of a gated one
+      // go into scratch rows (each rounded with its bias), then Linear's gated pass.
+      if (args.rows <= kQuantRowsKernelRows && (gemv_.empty() || gemv_ == "wide") && (args.gated || args.norm != nullptr) && QuantWideRowsDevice(args, stream)) {
+        CheckCuda(cudaGetLastError(), "kernel");
+        return;
+      }
+      // The allocator, taken where needed, outlives its allocations (they free through it).
+      std::optional<Ort::Allocator> allocator;
+      auto allocate = [&](size_t bytes) {
+        if (!allocator) allocator.emplace(ctx.GetAllocator(*ctx.GetInput(0).GetTensorMemoryInfo()));
+        return allocator->GetAllocation(bytes);
+      };
+      std::optional<Ort::MemoryAllocation> normed;
+      if (args.norm != nullptr) {
+        normed.emplace(allocate(static_cast<size_t>(args.rows) * args.in * ElementBytes(args.type)));
+        PreNormDevice(PreNormOf(args), normed->get(), stream);
+        args = OfNormed(args, normed->get());
+      }
+      if (args.gated) {
+        QuantLinearArgs both = Ungated(args);
+        Ort::MemoryAllocation products = allocate(static_cast<size_t>(args.rows) * both.out * ElementBytes(args.type));
+        both.y = products.get();
+        Product(both, context, stream);
+        GatedDevice(LinearArgs{args.x, nullptr, args.bias, args.y, args.rows, args.in, args.out, args.activation, args.type}, both.y, stream);
       } else {
-        void* handle = nullptr;
-        Ort::ThrowOnError(Ort::GetApi().KernelContext_GetResource(context, kCudaResourceVersion, kCublasHandleResource, &handle));
-        Gemm(args, handle, stream);
+        Product(args, context, stream);
       }
       CheckCuda(cudaGetLastError(), "kernel");
       return;
     }
 #endif
+    std::vector<char> normed;
+    if (args.norm != nullptr) {
+      normed.resize(static_cast<size_t>(args.rows) * args.in * ElementBytes(args.type));
+      PreNormHost(PreNormOf(args), normed.data());
+      args = OfNormed(args, normed.data());
+    }
+    if (args.gated) {
+      QuantLinearArgs both = Ungated(args);
+      std::vector<char> products(static_cast<size_t>(args.rows) * both.out * ElementBytes(args.type));
+      both.y = products.data();
+      QuantLinearHost(both, RunParallel, context);
+      for (int r = 0; r < args.rows; r++) {
+        for (int o = 0; o < args.out; o++) {
+          const size_t at = static_cast<size_t>(r) * both.out + o;
+          float gate = ElementAt(products.data(), args.type, at);
+          if (args.activation != Activation::kNone) gate = RoundTo(Activate(gate, args.activation), args.type);
+          PutElement(args.y, args.type, static_cast<size_t>(r) * args.out + o, RoundTo(gate * ElementAt(products.data(), args.type, at + args.out), args.type));
+        }
+      }
+      return;
+    }
     QuantLinearHost(args, RunParallel, context);
   }
+
+  // Linear's pre-norm pass over args' rows.
+  static LinearArgs PreNormOf(const QuantLinearArgs& q) {
+    LinearArgs args{q.x, nullptr, nullptr, nullptr, q.rows, q.in, q.in, Activation::kNone, q.type};
+    args.residual = q.residual;
+    args.norm = q.norm;
+    args.sum = q.sum;
+    args.epsilon = q.epsilon;
+    return args;
+  }
+
+  // args of the normed rows, without their pre-norm.
+  static QuantLinearArgs OfNormed(const QuantLinearArgs& q, const void* normed) {
+    QuantLinearArgs args = q;
+    args.x = normed;
+    args.residual = nullptr;
+    args.norm = nullptr;
+    args.sum = nullptr;
+    return args;
+  }
+
+  // A gated product's two products side by side, ungated: 2 * out outputs, no activation (the bias of
+  // each rounded with it).
+  static QuantLinearArgs Ungated(const QuantLinearArgs& gated) {
+    QuantLinearArgs both = gated;
+    both.gated = false;
+    both.out = 2 * gated.out;
+    both.activation = Activation::kNone;
+    return both;
+  }
+
+#ifdef CHORUS_WITH_CUDA
+  // y of x for an ungated product, on `stream`.
+  void Product(const QuantLinearArgs& args, OrtKernelContext* context, void* stream) {
+    if (args.rows <= kQuantRowsKernelRows) {
+      // The wide kernel where it takes the product, else tensor cores, else the plain kernel
+      // (CHORUS_QUANT_GEMV names the first to try).
+      const bool done = (gemv_.empty() || gemv_ == "wide") && QuantWideRowsDevice(args, stream);
+      if (!done && (gemv_ == "plain" || !QuantMmaRowsDevice(args, stream))) QuantRowsDevice(args, stream);
+    } else if (type_ != FloatType::kFloat32 && args.rows <= kQuantTileRows) {
+      if (multiprocessors_ == 0) {
+        int device = 0;
+        CheckCuda(cudaGetDevice(&device), "cudaGetDevice");
+        CheckCuda(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+      }
+      const int splits = QuantTileSplits(args, multiprocessors_);
+      QuantTilesDevice(args, splits, StreamScratch(stream, QuantTileScratchBytes(args, splits)), stream);
+    } else {
+      void* handle = nullptr;
+      Ort::ThrowOnError(Ort::GetApi().KernelContext_GetResource(context, kCudaResourceVersion, kCublasHandleResource, &handle));
+      Gemm(args, handle, stream);
+    }
+  }
+#endif
 
   // The inputs and output, checked against the attributes.
   QuantLinearArgs Parse(Ort::KernelContext& ctx) const {
@@ -132,7 +221,8 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     if (shape.empty() || shape.back() != k_) throw std::invalid_argument("A must be [..., K] with K = " + std::to_string(k_) + ", got " + ShapeText(shape));
     QuantLinearArgs args{};
     args.in = static_cast<int>(k_);
-    args.out = static_cast<int>(n_);
+    args.out = static_cast<int>(gated_ ? n_ / 2 : n_);
+    args.gated = gated_;
     args.bits = static_cast<int>(bits_);
     args.blockSize = static_cast<int>(blockSize_);
     args.blocks = static_cast<int>((k_ + blockSize_ - 1) / blockSize_);
@@ -169,10 +259,25 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
       if (ShapeOf(bias) != std::vector<int64_t>{n_}) throw std::invalid_argument("bias must be [N] = [" + std::to_string(n_) + "], got " + ShapeText(ShapeOf(bias)));
       args.bias = bias.GetTensorRawData();
     }
+    // The pre-norm: residual (input 6, A's shape), the norm's weight (input 7, [K]) and the sum (output 1).
+    if (Given(ctx, 7)) {
+      const Ort::ConstValue norm = ctx.GetInput(7);
+      if (ShapeOf(norm) != std::vector<int64_t>{k_}) throw std::invalid_argument("norm must be [K] = [" + std::to_string(k_) + "], got " + ShapeText(ShapeOf(norm)));
+      args.norm = norm.GetTensorRawData();
+      args.epsilon = epsilon_;
+      if (Given(ctx, 6)) {
+        const Ort::ConstValue residual = ctx.GetInput(6);
+        if (ShapeOf(residual) != shape) throw std::invalid_argument("residual must have A's shape " + ShapeText(shape) + ", got " + ShapeText(ShapeOf(residual)));
+        args.residual = residual.GetTensorRawData();
+      }
+      if (ctx.GetOutputCount() > 1) args.sum = ctx.GetOutput(1, shape).GetTensorMutableRawData();
+    } else if (Given(ctx, 6)) {
+      throw std::invalid_argument("a residual (input 6) goes with a norm's weight (input 7)");
+    }
     const int64_t rows = ElementsOf(shape) / k_;
     if (rows > std::numeric_limits<int>::max()) throw std::invalid_argument("A has more rows than an int counts");
     args.rows = static_cast<int>(rows);
-    shape.back() = n_;
+    shape.back() = args.out;
     args.y = ctx.GetOutput(0, shape).GetTensorMutableRawData();
     return args;
   }
@@ -211,6 +316,8 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
   int64_t blockSize_ = 0;
   int64_t accuracyLevel_ = 0;
   Activation activation_ = Activation::kNone;
+  bool gated_ = false;
+  float epsilon_ = 1e-6f;
 };
 
 }  // namespace
@@ -218,8 +325,8 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
 OpList QuantLinearOps(bool cuda, FloatType type) {
   const ONNXTensorElementDataType t = ElementOf(type);
   const ONNXTensorElementDataType u8 = ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
-  // QuantLinear: A, B, scales, zero_points, g_idx, bias (MatMulNBits' inputs).
-  return {MakeOp<QuantLinearKernel>(cuda, type, {t, u8, t, u8, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, t}, {3, 4, 5}, 1)};
+  // QuantLinear: A, B, scales, zero_points, g_idx, bias (MatMulNBits' inputs), residual, norm; Y, sum.
+  return {MakeOp<QuantLinearKernel>(cuda, type, {t, u8, t, u8, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, t, t, t}, {3, 4, 5, 6, 7}, 2)};
 }
 
 }  // namespace chorus

@@ -133,11 +133,12 @@ const bool wideOutputs4 = [] {
   return value != nullptr && std::string(value) == "4";
 }();
 
-template <typename T, int Bits, int R, int kWideOutputs, int kWideAhead>
+template <typename T, int Bits, int R, int kWideOutputs, int kWideAhead, bool Gated>
 __global__ void __launch_bounds__(kWideThreads, R == 1 ? 3 : 2) QuantWideRowsKernel(QuantLinearArgs a) {
   constexpr int kPerChunk = 128 / Bits;    // values in 16 bytes
   constexpr int kWordsPer8 = Bits / 4;     // words holding 8 values
-  const int first = blockIdx.x * kWideOutputs;
+  // kWideOutputs weight rows: as many outputs, or gated, half as many.
+  const int first = blockIdx.x * (Gated ? kWideOutputs / 2 : kWideOutputs);
   const int perBlock = a.blobBytes / 16;
   const int chunks = a.in / kPerChunk;     // whole chunks (QuantWideRowsDevice's condition); the rest is the last block's padding
   const size_t rowBytes = static_cast<size_t>(a.blocks) * a.blobBytes;
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(kWideThreads, R == 1 ? 3 : 2) QuantWideRowsKer
   const uint4* wv[kWideOutputs];
 #pragma unroll
   for (int j = 0; j < kWideOutputs; j++) {
-    rowOf[j] = min(first + j, a.out - 1);
+    rowOf[j] = WideRowOf<Gated, kWideOutputs>(a, first, j);
     wv[j] = reinterpret_cast<const uint4*>(a.weight + static_cast<size_t>(rowOf[j]) * rowBytes);
   }
   float acc[kWideOutputs][R] = {};
@@ -224,33 +225,205 @@ __global__ void __launch_bounds__(kWideThreads, R == 1 ? 3 : 2) QuantWideRowsKer
     }
   }
   __syncthreads();
-  const int t = threadIdx.x;
-  if (t < kWideOutputs * R) {
-    const int j = t / R;
-    const int r = t % R;
-    if (first + j < a.out) {
-      float sum = 0;
+  WideFinish<T, Gated, kWideOutputs, R>(a, first, partial, kWideWarps);
+}
+
+// The 4-bit kernel (QuantWideRowsDevice, float16): a block takes kNibbleOutputs consecutive outputs
+// (8 for one row, else 4) and all of K, a thread 16 bytes (32 values) of each of their weight rows at a
+// time. Float dequantization costs 4 instructions a value, which at 2 values a byte keeps the SM's
+// issue slots busier than its memory; here a word of 8 values becomes 4 pairs of float16 (q - zero) / 16
+// (exact) in 9 instructions, by or-ing each nibble into the mantissa of 1024 and one fused multiply-add
+// a pair, and each pair of x takes one float16 multiply-add. A lane's 16 products of a chunk (each at
+// most |x|) are summed in float16, then in float32 scaled by 16 times the block's scale. x's pairs are
+// regrouped once a chunk ({x0, x4}, {x1, x5}, ... as the nibbles come out of a word) for all the
+// block's outputs. A pre-norm goes into the kernel as into Linear's: each chunk's x + residual (rounded)
+// times the norm's weights in float16, its squares summed in float32 along the way, and the block's
+// sums scaled by the rows' inverse root at the end (block 0 writes the sum).
+constexpr int kNibbleMaxThreads = 256;
+
+__device__ inline __half2 HalvesOf(uint32_t w) { return *reinterpret_cast<const __half2*>(&w); }
+__device__ inline uint32_t WordOf(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
+
+// The 8 values of word w less their zero point, divided by 16, as pairs {0, 4}, {1, 5}, {2, 6}, {3, 7}:
+// `low` is -(64 + zero / 16) for the low nibble of each byte, `high` -(4 + zero / 16) for the high one.
+__device__ inline void UnpackNibblePairs(uint32_t w, __half2 low, __half2 high, __half2 (&q)[4]) {
+  const __half2 sixteenth = __float2half2_rn(1.0f / 16);
+  const __half2 twoHundredFiftySixth = __float2half2_rn(1.0f / 256);
+  const uint32_t shifted = w >> 8;
+  q[0] = __hfma2(HalvesOf((w & 0x000F000Fu) | 0x64006400u), sixteenth, low);
+  q[1] = __hfma2(HalvesOf((w & 0x00F000F0u) | 0x64006400u), twoHundredFiftySixth, high);
+  q[2] = __hfma2(HalvesOf((shifted & 0x000F000Fu) | 0x64006400u), sixteenth, low);
+  q[3] = __hfma2(HalvesOf((shifted & 0x00F000F0u) | 0x64006400u), twoHundredFiftySixth, high);
+}
+
+// x's 8 values at `at` as the kernel multiplies them: with a pre-norm (Norm), x + residual rounded
+// (written to sum by block 0) times the norm's weights, its squares added to `squares`.
+template <bool Norm>
+__device__ inline uint4 NibbleInput(const QuantLinearArgs& a, size_t at, size_t k, float& squares) {
+  uint4 v = __ldg(reinterpret_cast<const uint4*>(static_cast<const __half*>(a.x) + at));
+  if constexpr (Norm) {
+    uint32_t* words = reinterpret_cast<uint32_t*>(&v);
+    if (a.residual != nullptr) {
+      const uint4 r = __ldg(reinterpret_cast<const uint4*>(static_cast<const __half*>(a.residual) + at));
+      const uint32_t* add = reinterpret_cast<const uint32_t*>(&r);
 #pragma unroll
-      for (int w = 0; w < kWideWarps; w++) sum += partial[w][t];
-      static_cast<T*>(a.y)[static_cast<size_t>(r) * a.out + first + j] = Finish<T>(sum, static_cast<const T*>(a.bias), first + j, a.activation);
+      for (int i = 0; i < 4; i++) words[i] = WordOf(__hadd2(HalvesOf(words[i]), HalvesOf(add[i])));
     }
+    if (a.sum != nullptr && blockIdx.x == 0) *reinterpret_cast<uint4*>(static_cast<__half*>(a.sum) + at) = v;
+    const uint4 n = __ldg(reinterpret_cast<const uint4*>(static_cast<const __half*>(a.norm) + k));
+    const uint32_t* scale = reinterpret_cast<const uint32_t*>(&n);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const float2 f = __half22float2(HalvesOf(words[i]));
+      squares = fmaf(f.x, f.x, fmaf(f.y, f.y, squares));
+      words[i] = WordOf(__hmul2(HalvesOf(words[i]), HalvesOf(scale[i])));
+    }
+  }
+  return v;
+}
+
+template <int R, int kNibbleOutputs, bool Gated, bool Norm>
+__global__ void __launch_bounds__(kNibbleMaxThreads, R >= 4 ? 1 : 2) QuantNibbleRowsKernel(QuantLinearArgs a) {
+  const int first = blockIdx.x * (Gated ? kNibbleOutputs / 2 : kNibbleOutputs);
+  const int perBlock = a.blobBytes / 16;
+  const int chunks = a.in / 32;
+  const size_t rowBytes = static_cast<size_t>(a.blocks) * a.blobBytes;
+  int rowOf[kNibbleOutputs];
+  const uint4* wv[kNibbleOutputs];
+#pragma unroll
+  for (int j = 0; j < kNibbleOutputs; j++) {
+    rowOf[j] = WideRowOf<Gated, kNibbleOutputs>(a, first, j);
+    wv[j] = reinterpret_cast<const uint4*>(a.weight + static_cast<size_t>(rowOf[j]) * rowBytes);
+  }
+  const int threads = blockDim.x;
+  if (threadIdx.x < chunks) {
+#pragma unroll
+    for (int j = 0; j < kNibbleOutputs; j++) PrefetchL2(wv[j] + threadIdx.x);
+  }
+  WaitForPrevious();
+  const __half* scales = static_cast<const __half*>(a.scales);
+  float acc[kNibbleOutputs][R] = {};
+  float squares[R] = {};
+  // Without zero points every block's zero is 8: the offsets once.
+  __half2 low = __float2half2_rn(-(64 + 0.5f));
+  __half2 high = __float2half2_rn(-(4 + 0.5f));
+  for (int c = threadIdx.x; c < chunks; c += threads) {
+    uint4 weights[kNibbleOutputs];
+#pragma unroll
+    for (int j = 0; j < kNibbleOutputs; j++) weights[j] = __ldcs(wv[j] + c);
+    const int b = c / perBlock;
+    // x's 32 values of this chunk, a row at a time, as the pairs the nibbles come in.
+    uint32_t pairs[R][16];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+      for (int s = 0; s < 4; s++) {
+        const size_t k = static_cast<size_t>(c) * 32 + 8 * s;
+        const uint4 v = NibbleInput<Norm>(a, static_cast<size_t>(r) * a.in + k, k, squares[r]);  // values 8s .. 8s + 7
+        pairs[r][4 * s] = __byte_perm(v.x, v.z, 0x5410);
+        pairs[r][4 * s + 1] = __byte_perm(v.x, v.z, 0x7632);
+        pairs[r][4 * s + 2] = __byte_perm(v.y, v.w, 0x5410);
+        pairs[r][4 * s + 3] = __byte_perm(v.y, v.w, 0x7632);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kNibbleOutputs; j++) {
+      if (a.zeroPoints != nullptr) {
+        const float zero = static_cast<float>(QuantZeroPoint(a, rowOf[j], b)) / 16;
+        low = __float2half2_rn(-(64 + zero));
+        high = __float2half2_rn(-(4 + zero));
+      }
+      const uint32_t words[4] = {weights[j].x, weights[j].y, weights[j].z, weights[j].w};
+      __half2 sums[R];
+#pragma unroll
+      for (int s = 0; s < 4; s++) {
+        __half2 q[4];
+        UnpackNibblePairs(words[s], low, high, q);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          __half2 h = s == 0 ? __hmul2(HalvesOf(pairs[r][0]), q[0]) : __hfma2(HalvesOf(pairs[r][4 * s]), q[0], sums[r]);
+          h = __hfma2(HalvesOf(pairs[r][4 * s + 1]), q[1], h);
+          h = __hfma2(HalvesOf(pairs[r][4 * s + 2]), q[2], h);
+          sums[r] = __hfma2(HalvesOf(pairs[r][4 * s + 3]), q[3], h);
+        }
+      }
+      const float scale = 16 * Load(scales + static_cast<size_t>(rowOf[j]) * a.blocks + b);
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const float2 f = __half22float2(sums[r]);
+        acc[j][r] += (f.x + f.y) * scale;
+      }
+    }
+  }
+  LetDependentsStart();
+  __shared__ float partial[kNibbleMaxThreads / 32][kNibbleOutputs * R];
+  __shared__ float squared[kNibbleMaxThreads / 32][R];
+  __shared__ float inverseRoot[R];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x / 32;
+  if constexpr (Norm) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      float v = squares[r];
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+      if (lane == 0) squared[warp][r] = v;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kNibbleOutputs; j++) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      float v = acc[j][r];
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+      if (lane == 0) partial[warp][j * R + r] = v;
+    }
+  }
+  __syncthreads();
+  if constexpr (Norm) {
+    if (threadIdx.x < R) {
+      float total = 0;
+      for (int w = 0; w < threads / 32; w++) total += squared[w][threadIdx.x];
+      inverseRoot[threadIdx.x] = rsqrtf(total / a.in + a.epsilon);
+    }
+    __syncthreads();
+  }
+  WideFinish<__half, Gated, kNibbleOutputs, R>(a, first, partial, threads / 32, Norm ? inverseRoot : nullptr);
+}
+
+template <bool Gated, bool Norm>
+void LaunchNibbles(const QuantLinearArgs& a, cudaStream_t stream) {
+  std::atomic<bool>& dependent = LinearDependentLaunchFlag();
+  // A warp for each 32 chunks of a row (K 2048: 2 warps; 4096: 4; 8192 and more: 8).
+  const int chunks = a.in / 32;
+  const dim3 block(std::min(kNibbleMaxThreads, std::max(64, (chunks + 31) / 32 * 32)));
+  // 8 weight rows a block for one row, else 4 (gated: half as many outputs).
+  const int outputs = (a.rows == 1 ? 8 : 4) / (Gated ? 2 : 1);
+  const dim3 grid((a.out + outputs - 1) / outputs);
+  switch (a.rows) {
+    case 1: LaunchMaybeDependent(dependent, QuantNibbleRowsKernel<1, 8, Gated, Norm>, grid, block, stream, a); break;
+    case 2: LaunchMaybeDependent(dependent, QuantNibbleRowsKernel<2, 4, Gated, Norm>, grid, block, stream, a); break;
+    case 3: LaunchMaybeDependent(dependent, QuantNibbleRowsKernel<3, 4, Gated, Norm>, grid, block, stream, a); break;
+    default: LaunchMaybeDependent(dependent, QuantNibbleRowsKernel<4, 4, Gated, Norm>, grid, block, stream, a); break;
   }
 }
 
-template <typename T, int Bits>
+template <typename T, bool Gated>
 void LaunchWide(const QuantLinearArgs& a, cudaStream_t stream) {
   const dim3 block(kWideThreads);
   std::atomic<bool>& dependent = LinearDependentLaunchFlag();
+  const int per = Gated ? 2 : 1;  // weight rows an output
   if (a.rows == 1 && !wideOutputs4) {
-    LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 1, 8, 1>, dim3((a.out + 7) / 8), block, stream, a);
+    LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 8, 1, 8, 1, Gated>, dim3((a.out + 8 / per - 1) / (8 / per)), block, stream, a);
     return;
   }
-  const dim3 grid((a.out + 3) / 4);
+  const dim3 grid((a.out + 4 / per - 1) / (4 / per));
   switch (a.rows) {
-    case 1: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 1, 4, 2>, grid, block, stream, a); break;
-    case 2: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 2, 4, 2>, grid, block, stream, a); break;
-    case 3: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 3, 4, 2>, grid, block, stream, a); break;
-    default: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, Bits, 4, 4, 2>, grid, block, stream, a); break;
+    case 1: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 8, 1, 4, 2, Gated>, grid, block, stream, a); break;
+    case 2: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 8, 2, 4, 2, Gated>, grid, block, stream, a); break;
+    case 3: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 8, 3, 4, 2, Gated>, grid, block, stream, a); break;
+    default: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 8, 4, 4, 2, Gated>, grid, block, stream, a); break;
   }
 }
 
@@ -282,19 +455,31 @@ void LaunchRowsOf(const QuantLinearArgs& a, cudaStream_t stream) {
 }  // namespace
 
 bool QuantWideRowsDevice(const QuantLinearArgs& a, void* stream) {
-  const int perChunk = 128 / a.bits;
+  auto s = static_cast<cudaStream_t>(stream);
+  const bool aligned = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
+  if (a.bits == 4) {
+    // float16, whole chunks of 32 values within blocks of at least 32.
+    auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    const bool normAligned = a.norm == nullptr || (aligned16(a.norm) && aligned16(a.residual) && aligned16(a.sum));
+    const bool fits = a.type == FloatType::kFloat16 && a.rows <= kQuantWideRows && a.blockSize >= 32 && a.in % 32 == 0 && aligned && normAligned;
+    if (!fits) return false;
+    if (a.norm != nullptr) {
+      a.gated ? LaunchNibbles<true, true>(a, s) : LaunchNibbles<false, true>(a, s);
+    } else {
+      a.gated ? LaunchNibbles<true, false>(a, s) : LaunchNibbles<false, false>(a, s);
+    }
+    return true;
+  }
+  if (a.norm != nullptr) return false;  // QuantLinear's own pre-norm pass first
   // Measured on an H100 against the tensor-core GEMV: faster for 8-bit weights of K 4096 and more
   // (Llama-2-7B's down projection 19.8 us against 23.5), slower for K 2048 (TinyLlama's gate 8.5
-  // against 7.2) and at 4 bits.
-  const bool fits = a.bits == 8 && a.in >= 4096 && a.type != FloatType::kFloat32 && a.rows <= kQuantWideRows && a.blobBytes % 16 == 0 && a.in % perChunk == 0 &&
-                    reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
+  // against 7.2).
+  const bool fits = a.in >= 4096 && a.type != FloatType::kFloat32 && a.rows <= kQuantWideRows && a.blobBytes % 16 == 0 && a.in % 16 == 0 && aligned;
   if (!fits) return false;
-  auto s = static_cast<cudaStream_t>(stream);
-  const bool half = a.type == FloatType::kFloat16;
-  if (a.bits == 4) {
-    half ? LaunchWide<__half, 4>(a, s) : LaunchWide<__nv_bfloat16, 4>(a, s);
+  if (a.type == FloatType::kFloat16) {
+    a.gated ? LaunchWide<__half, true>(a, s) : LaunchWide<__half, false>(a, s);
   } else {
-    half ? LaunchWide<__half, 8>(a, s) : LaunchWide<__nv_bfloat16, 8>(a, s);
+    a.gated ? LaunchWide<__nv_bfloat16, true>(a, s) : LaunchWide<__nv_bfloat16, false>(a, s);
   }
   return true;
 }

@@ -9,8 +9,16 @@
 //                                             (absent: 2^(bits - 1))
 //            g_idx int32 [K]                  optional, refused (act-order checkpoints are reordered at build)
 //            bias [N]                         optional
+//            residual [..., K], norm [K]      optional: a pre-norm, as Linear's (linear.h): the product is
+//                                             taken of RMSNorm(A + residual) * norm (no residual: of
+//                                             RMSNorm(A) * norm), epsilon the attribute norm_epsilon
 //   outputs  Y [..., N] = activation(A @ ((B - zero_points) * scales)^T + bias)
+//            sum [..., K]                     optional, with a pre-norm: A + residual (rounded), the
+//                                             residual stream's next value
 //   attributes  K, N, bits (4 or 8), block_size (a power of 2, at least 16), activation as Linear's,
+//               gated as Linear's (1: B's N rows are a gated MLP's gate rows then its up rows, bias
+//               likewise, and Y [..., N / 2] = activation(gate product) * up product, each rounded as
+//               Linear's gated products are),
 //               accuracy_level (MatMulNBits': 4 takes int8 activations for 8-bit weights on the CPU, where
 //               the CPU has AVX2; 0 or absent, float activations; CUDA ignores it)
 // The sum is taken in float32 and rounded as Linear rounds it (once with its bias, again after the
@@ -18,8 +26,9 @@
 // (quant-linear-int8.cc).
 // On CUDA up to kQuantRowsKernelRows rows (decode steps) run as one kernel that reads each weight byte
 // once for all rows and dequantizes in registers: up to kQuantWideRows rows of float16 or bfloat16 with
-// 8-bit weights and K of 4096 or more, the wide kernel (Linear's layout of work: 4 outputs a block, 16
-// bytes of each weight row a thread); otherwise in float16 (and 4-bit bfloat16) on tensor cores
+// 8-bit weights and K of 4096 or more, or of float16 with 4-bit weights (in float16 arithmetic), the wide
+// kernels (Linear's layout of work: 4 or 8 outputs a block, 16 bytes of each weight row a thread);
+// otherwise in float16 (and 4-bit bfloat16) on tensor cores
 // (quant-mma.cu; K and block_size multiples of 32), else with float32 multiply-adds one warp an output
 // (CHORUS_QUANT_GEMV=wide|mma|plain names the first of them to try, when a session is made;
 // CHORUS_QUANT_HOST=avx2 takes the host's AVX2 int8 products where it has AVX-512 VNNI); more rows of
@@ -48,7 +57,7 @@ struct QuantLinearArgs {
   void* y;
   int rows;
   int in;   // K
-  int out;  // N
+  int out;  // N (gated: N / 2, the weights' rows 2 * out)
   int bits;
   int blockSize;
   int blocks;    // ceil(K / blockSize)
@@ -57,6 +66,13 @@ struct QuantLinearArgs {
   FloatType type;
   bool int8Activations;  // accuracy_level 4: int8 activations for 8-bit weights on the host
   bool int8Avx2;         // those on AVX2 even where the CPU has AVX-512 VNNI (CHORUS_QUANT_HOST=avx2)
+  bool gated;            // y = activation(product of row o) * product of row out + o
+  // A pre-norm (norm given), as LinearArgs': x is the stream's new delta, the product is taken of
+  // RMSNorm(x + residual) * norm, and sum (where given) receives x + residual.
+  const void* residual;
+  const void* norm;
+  void* sum;
+  float epsilon;
 };
 
 // The zero point of output n's block b (packed as MatMulNBits packs them), on the host and the device.
@@ -77,7 +93,8 @@ CHORUS_HOST_DEVICE inline int QuantValue(const QuantLinearArgs& a, int n, int k)
   return (j & 1) ? byte >> 4 : byte & 15;
 }
 
-// Host: y of x on host memory, its outputs shared among `parallel`'s workers (kernels.h).
+// Host: y of x on host memory, its outputs shared among `parallel`'s workers (kernels.h). Not gated:
+// gated products go through QuantLinearGatedHost.
 void QuantLinearHost(const QuantLinearArgs& args, ParallelRunner parallel, void* context);
 
 #ifdef CHORUS_WITH_CUDA
@@ -91,9 +108,11 @@ int QuantTileSplits(const QuantLinearArgs& args, int multiprocessors);
 size_t QuantTileScratchBytes(const QuantLinearArgs& args, int splits);
 // Device: y of x for at most kQuantRowsKernelRows rows, on `stream`.
 void QuantRowsDevice(const QuantLinearArgs& args, void* stream);
-// Device: the same by the wide kernel (4 outputs a block of 256 threads, as Linear's; float16 and
-// bfloat16, 8 bits, K at least 4096 and a multiple of 16, at most kQuantWideRows rows); false, running
-// nothing, where it does not take the product.
+// Device: the same by the wide kernels (the 4-bit one takes a pre-norm in itself, where the others
+// take args with none), which alone take gated products (the others run ungated into
+// scratch rows, then Linear's GatedDevice) (4 or 8 outputs a block, as Linear's; at most kQuantWideRows
+// rows; 8 bits: float16 and bfloat16, K at least 4096 and a multiple of 16; 4 bits: float16, K a
+// multiple of 32, block_size at least 32); false, running nothing, where they do not take the product.
 constexpr int kQuantWideRows = 4;
 bool QuantWideRowsDevice(const QuantLinearArgs& args, void* stream);
 // Device: the same on tensor cores, where it takes them (float16, or bfloat16 of 4 bits; K and

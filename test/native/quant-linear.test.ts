@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import * as ort from 'onnxruntime-node';
 import { decodeRaw, encodeFloats, type FloatType } from '../../src/modelbuild/float-bits.ts';
-import { GraphBuilder } from '../../src/modelbuild/graph.ts';
+import { float, GraphBuilder } from '../../src/modelbuild/graph.ts';
 import type { LinearActivation } from '../../src/modelbuild/layers.ts';
 import { quantLinear } from '../../src/modelbuild/quant-linear-addon.ts';
 import { loadNative, type GraphTensor } from '../../src/native/index.ts';
@@ -92,6 +92,157 @@ function inputs(c: Case): { x: Float32Array; q: Quantized; bias: Float32Array | 
   return { x, q, bias };
 }
 
+const cuda = addon !== undefined && addon.cuda && addon.cudaDevices() > 0;
+
+/** A gated QuantLinear of `q` (its N rows the gate's, then the up projection's) and the same ungated, without the activation. */
+function gatedModels(c: Case, q: Quantized, bias: Float32Array): { gated: string; ungated: string } {
+  const type = c.type ?? 'float32';
+  const path = (gated: boolean): string => {
+    const g = new GraphBuilder(type);
+    const x = g.input('x', type, ['rows', c.K]);
+    const w = {
+      weight: g.constantOf('uint8', [...q.weight], [c.N, q.blocks, (c.blockSize * c.bits) / 8]),
+      scales: g.floatConstant([...q.scales], [c.N, q.blocks]),
+      ...(q.zeroPoints === undefined ? {} : { zeroPoints: g.constantOf('uint8', [...q.zeroPoints], [q.zeroPoints.length]) }),
+    };
+    const options = { bias: g.floatConstant([...bias], [c.N]), ...(gated ? { activation: 'silu' as const, gated: true } : {}) };
+    g.output('y', quantLinear(g, x, w, { K: c.K, N: c.N, bits: c.bits, blockSize: c.blockSize }, options), type, ['rows', gated ? c.N / 2 : c.N]);
+    const file = join(root, `${gated ? 'gated' : 'ungated'}-${JSON.stringify(c).replace(/[^a-z0-9]+/gi, '_')}.onnx`);
+    writeFileSync(file, g.serialize().model);
+    return file;
+  };
+  return { gated: path(true), ungated: path(false) };
+}
+
+function runGated(path: string, x: Float32Array, c: Case, outputs: number, provider: 'cpu' | 'cuda'): Float32Array {
+  const type = c.type ?? 'float32';
+  const input: GraphTensor = { name: 'x', type, dims: [c.M, c.K], data: encodeFloats(Float32Array.from(x), type) };
+  const { outputs: out } = addon!.runGraph({ model: path, provider, dtype: DTYPES[type], ...(provider === 'cuda' ? { cudaGraph: true, iterations: 1 } : {}) }, [input]);
+  assert.deepEqual(out[0]!.dims, [c.M, outputs]);
+  return decodeRaw(out[0]!.data, RAW[type]);
+}
+
+describe('a gated QuantLinear (a gated MLP\'s gate and up projections in one)', { skip }, () => {
+  const cases: Case[] = [];
+  for (const type of ['float32', 'float16'] as const) {
+    for (const bits of [4, 8] as const) cases.push({ M: 3, K: 256, N: 48, bits, blockSize: 32, zeroPoints: true, type });
+  }
+  for (const c of cases) {
+    test(`${c.type} int${c.bits}: activation(gate) * up, each rounded as the two projections and a Mul round them, on the CPU`, () => {
+      const { x, q } = inputs(c);
+      const bias = roundTo(seeded(c.N, 5, 0.5), c.type!);
+      const { gated, ungated } = gatedModels(c, q, bias);
+      const products = runGated(ungated, x, c, c.N, 'cpu');
+      const half = c.N / 2;
+      const want = new Float32Array(c.M * half);
+      for (let r = 0; r < c.M; r++) {
+        for (let o = 0; o < half; o++) {
+          const gate = roundTo(Float32Array.of(ACTIVATIONS.silu!(products[r * c.N + o]!)), c.type!)[0]!;
+          want[r * half + o] = roundTo(Float32Array.of(gate * products[r * c.N + half + o]!), c.type!)[0]!;
+        }
+      }
+      // float32's SiLU here takes exp in double precision: a last-bit difference at most.
+      assertClose(runGated(gated, x, c, half, 'cpu'), want, 1e-6, 'gated against its products');
+    });
+  }
+
+  // Up to 4 rows the wide kernels take the gate in their epilogue (float16: 4 bits, and 8 bits of K
+  // 4096); other rows run both products into scratch rows, then Linear's gated pass. Either way the
+  // gated output is what the ungated products on the device give through the gate (each product is
+  // within float16's 4e-3 of the CPU's: the parity bench checks that; the gate multiplies its error by
+  // the up projection's value, so the two are not compared after it).
+  test('on CUDA: the wide kernels, the tensor-core tiles and the prefill\'s GEMM give the gate of their own products', { skip: cuda ? false : 'no CUDA device' }, () => {
+    for (const [bits, K] of [[4, 512], [8, 4096]] as const) {
+      for (const M of [1, 3, 4, 8, 64, 200]) {
+        const c: Case = { M, K, N: 96, bits, blockSize: 128, zeroPoints: true, type: 'float16' };
+        const { x, q } = inputs(c);
+        const { gated, ungated } = gatedModels(c, q, roundTo(seeded(c.N, 5, 0.5), 'float16'));
+        const products = runGated(ungated, x, c, c.N, 'cuda');
+        assertClose(products, runGated(ungated, x, c, c.N, 'cpu'), 4e-3, `int${bits}, ${M} rows: the products`);
+        const half = c.N / 2;
+        const want = new Float32Array(M * half);
+        for (let r = 0; r < M; r++) {
+          for (let o = 0; o < half; o++) {
+            const gate = roundTo(Float32Array.of(ACTIVATIONS.silu!(products[r * c.N + o]!)), 'float16')[0]!;
+            want[r * half + o] = roundTo(Float32Array.of(gate * products[r * c.N + half + o]!), 'float16')[0]!;
+          }
+        }
+        // One float16 rounding of the SiLU apart at most, times the up projection.
+        assertClose(runGated(gated, x, c, half, 'cuda'), want, 2e-3, `int${bits}, ${M} rows: the gate of the products`);
+      }
+    }
+  });
+});
+
+/** A 4-bit QuantLinear with a pre-norm (residual and norm weights; y and the sum out), and the same without it. */
+function preNormModels(c: Case, q: Quantized, norm: Float32Array): { normed: string; plain: string } {
+  const type = c.type ?? 'float32';
+  const path = (withNorm: boolean): string => {
+    const g = new GraphBuilder(type);
+    const x = g.input('x', type, ['rows', c.K]);
+    const weights = [g.constantOf('uint8', [...q.weight], [c.N, q.blocks, (c.blockSize * c.bits) / 8]), g.floatConstant([...q.scales], [c.N, q.blocks])];
+    const zeroPoints = q.zeroPoints === undefined ? '' : g.constantOf('uint8', [...q.zeroPoints], [q.zeroPoints.length]);
+    const attributes = { K: c.K, N: c.N, bits: c.bits, block_size: c.blockSize, norm_epsilon: float(1e-5) };
+    if (withNorm) {
+      const residual = g.input('residual', type, ['rows', c.K]);
+      const [y, sum] = g.opMany('QuantLinear', [x, ...weights, zeroPoints, '', '', residual, g.floatConstant([...norm], [c.K])], attributes, { domain: 'chorus', outputs: 2 });
+      g.output('y', y!, type, ['rows', c.N]);
+      g.output('sum', sum!, type, ['rows', c.K]);
+    } else {
+      g.output('y', g.op('QuantLinear', [x, ...weights, zeroPoints], attributes, { domain: 'chorus' }), type, ['rows', c.N]);
+    }
+    const file = join(root, `${withNorm ? 'normed' : 'plain'}-${JSON.stringify(c).replace(/[^a-z0-9]+/gi, '_')}.onnx`);
+    writeFileSync(file, g.serialize().model);
+    return file;
+  };
+  return { normed: path(true), plain: path(false) };
+}
+
+describe('QuantLinear with a pre-norm (a residual norm folded into it)', { skip }, () => {
+  const type = 'float16';
+  const tensors = (c: Case, x: Float32Array, residual?: Float32Array): GraphTensor[] => [
+    { name: 'x', type, dims: [c.M, c.K], data: encodeFloats(x, type) },
+    ...(residual === undefined ? [] : [{ name: 'residual', type, dims: [c.M, c.K], data: encodeFloats(residual, type) } as GraphTensor]),
+  ];
+  const run = (path: string, c: Case, provider: 'cpu' | 'cuda', x: Float32Array, residual?: Float32Array): Float32Array[] =>
+    addon!.runGraph({ model: path, provider, dtype: 'fp16', ...(provider === 'cuda' ? { cudaGraph: true, iterations: 1 } : {}) }, tensors(c, x, residual)).outputs.map((o) => decodeRaw(o.data, 'F16'));
+  const setup = (M: number, K: number) => {
+    const c: Case = { M, K, N: 72, bits: 4, blockSize: 128, zeroPoints: true, type };
+    const q = quantize(seeded(c.N * c.K, 7, 0.2), c.N, c.K, 4, 128, true, type);
+    const norm = roundTo(seeded(K, 13, 0.5).map((v) => 1 + v), type);
+    const x = roundTo(seeded(M * K, 3 + M, 2), type);
+    const residual = roundTo(seeded(M * K, 5 + M, 2), type);
+    return { c, q, norm, x, residual, ...preNormModels(c, q, norm) };
+  };
+
+  test('on the CPU: the sum is x + residual rounded, and y the product of RMSNorm(sum) * norm, rounded as transformers rounds it', () => {
+    const { c, norm, x, residual, normed, plain } = setup(3, 256);
+    const [y, sum] = run(normed, c, 'cpu', x, residual);
+    const want = roundTo(x.map((v, i) => v + residual[i]!), type);
+    assert.deepEqual([...sum!], [...want]);
+    const rows = new Float32Array(c.M * c.K);
+    for (let r = 0; r < c.M; r++) {
+      const row = want.subarray(r * c.K, (r + 1) * c.K);
+      const inverse = 1 / Math.sqrt(row.reduce((a, v) => a + v * v, 0) / c.K + 1e-5);
+      rows.set(roundTo(roundTo(row.map((v) => v * inverse), type).map((v, k) => v * norm[k]!), type), r * c.K);
+    }
+    // The normed rows through the plain QuantLinear: the same but for the inverse root's last bits.
+    assertClose(y!, run(plain, c, 'cpu', rows)[0]!, 2e-3, 'y against the plain product of the normed rows');
+  });
+
+  // Up to 4 rows the 4-bit kernel takes the norm in itself (scaling its sums by the inverse root, the
+  // normed row not rounded on its way); more rows take the pre-norm pass first.
+  test('on CUDA, against the CPU, in the kernel (1-4 rows) and as a pass of its own (8, 64 rows)', { skip: cuda ? false : 'no CUDA device' }, () => {
+    for (const M of [1, 3, 4, 8, 64]) {
+      const { c, x, residual, normed } = setup(M, 512);
+      const [y, sum] = run(normed, c, 'cuda', x, residual);
+      const [wantY, wantSum] = run(normed, c, 'cpu', x, residual);
+      assert.deepEqual([...sum!], [...wantSum!], `${M} rows: the sum`);
+      assertClose(y!, wantY!, 8e-3, `${M} rows: y`);
+    }
+  });
+});
+
 describe('QuantLinear on the CPU', { skip }, () => {
   const cases: Case[] = [];
   for (const bits of [4, 8] as const) {
@@ -163,5 +314,7 @@ describe('QuantLinear on the CPU', { skip }, () => {
     assert.throws(() => runAddon(refused('bits', [...q.weight], [8, 2, 16], [], { bits: 2 }), x, c), /bits must be 4 or 8, got 2/);
     assert.throws(() => quantLinear(new GraphBuilder('float32'), 'x', { weight: 'w', scales: 's' }, { K: 64, N: 8, bits: 3 as 4, blockSize: 32 }), /bits must be 4 or 8, got 3/);
     assert.throws(() => quantLinear(new GraphBuilder('float32'), 'x', { weight: 'w', scales: 's' }, { K: 64, N: 8, bits: 4, blockSize: 24 }), /blockSize must be a power of 2 of at least 16, got 24/);
+    assert.throws(() => quantLinear(new GraphBuilder('float32'), 'x', { weight: 'w', scales: 's' }, { K: 64, N: 7, bits: 4, blockSize: 32 }, { gated: true }), /a gated QuantLinear's N must be even/);
+    assert.throws(() => runAddon(refused('gated-odd', [...q.weight], [8, 2, 16], [], { N: 7, gated: 1 }), x, c), /a gated QuantLinear's N must be even \(the gate's rows, then the up projection's\), got 7/);
   });
 });
