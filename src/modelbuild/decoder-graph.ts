@@ -25,6 +25,7 @@ import {
   geluPytorchTanh,
   geluTanh,
   linear,
+  quantizedGatedLinear,
   linearWeights,
   linearWith,
   maskedSoftmax,
@@ -589,13 +590,17 @@ function mlp(g: GraphBuilder, c: GraphContext, w: DecoderLayerWeights, index: nu
     if (g.addonLinear && plainWeights(gateWeights) && plainWeights(w.up)) {
       inner = gatedLinear(g, gateWeights, w.up, m, name, 'silu');
     } else {
-      const gate = g.addonLinear ? linearWith(g, gateWeights, m, `${name}.gate`, 'silu') : silu(g, linear(g, gateWeights, m, `${name}.gate`));
-      inner = g.op('Mul', [gate, linear(g, w.up, m, `${name}.up`)]);
+      inner =
+        quantizedGatedLinear(g, gateWeights, w.up, m, name, 'silu') ??
+        g.op('Mul', [g.addonLinear ? linearWith(g, gateWeights, m, `${name}.gate`, 'silu') : silu(g, linear(g, gateWeights, m, `${name}.gate`)), linear(g, w.up, m, `${name}.up`)]);
     }
   } else if (c.spec.mlp === 'gelu_tanh_gated') {
     const gateWeights = required(w.gate, `layer ${index} gate projection`);
+    const quantizedGated = quantizedGatedLinear(g, gateWeights, w.up, m, name, 'gelu_tanh');
     if (g.addonLinear && plainWeights(gateWeights) && plainWeights(w.up)) {
       inner = gatedLinear(g, gateWeights, w.up, m, name, 'gelu_tanh');
+    } else if (quantizedGated !== undefined) {
+      inner = quantizedGated;
     } else {
       const gate = g.addonLinear
         ? linearWith(g, gateWeights, m, `${name}.gate`, 'gelu_tanh')

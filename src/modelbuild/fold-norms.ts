@@ -1,7 +1,9 @@
 /**
  * The slot decoders' RMSNorms folded into the Linear that reads them: a decode step's norm is a kernel
  * of its own, about 2 us plus a gap before the next, twice a layer; the addon's Linear takes the
- * residual sum and the norm in the kernel that reads its weights (see src/native/linear.h).
+ * residual sum and the norm in the kernel that reads its weights (see src/native/linear.h), as the
+ * addon's 4-bit QuantLinear does (src/native/quant-linear.h; 8-bit ones would take them in a pass of
+ * their own, so their norms stay as they are).
  */
 import { attribute, float, type NodeProto } from './graph.ts';
 import { MS } from './layers.ts';
@@ -11,9 +13,19 @@ function floatAttribute(node: NodeProto, name: string): number | undefined {
   return node.attribute?.find((a) => a.name === name)?.f ?? undefined;
 }
 
+/** Which of the addon's operators `node` is, where a norm folds into it: a Linear without a pre-norm, or a 4-bit QuantLinear without one (nor g_idx). */
+function foldsInto(node: NodeProto): 'Linear' | 'QuantLinear' | undefined {
+  if (node.domain !== 'chorus') return undefined;
+  const inputs = node.input ?? [];
+  if (node.opType === 'Linear' && inputs.length <= 3) return 'Linear';
+  const bits = node.attribute?.find((a) => a.name === 'bits')?.i;
+  if (node.opType === 'QuantLinear' && inputs.length <= 6 && (inputs[4] ?? '') === '' && Number(bits) === 4) return 'QuantLinear';
+  return undefined;
+}
+
 /**
  * Folds each SkipSimplifiedLayerNormalization (no bias) and SimplifiedLayerNormalization whose normed
- * output only one chorus Linear reads, as its x, into that Linear: its inputs gain the residual and the
+ * output only one chorus Linear (or 4-bit QuantLinear) reads, as its x, into that Linear: its inputs gain the residual and the
  * norm's weight, its outputs the residual sum where anything reads it. A norm read by anything else (a
  * Slice before the head, a MatMul, a graph output) stays as it is, as does one whose sum is read before
  * the Linear.
@@ -39,7 +51,8 @@ export function foldNormsIntoLinear(nodes: readonly NodeProto[], outputs: Readon
     if (consumers.length !== 1 || outputs.has(normed)) return;
     const at = consumers[0]!;
     const linear = nodes[at]!;
-    if (linear.opType !== 'Linear' || linear.domain !== 'chorus' || linear.input![0] !== normed || linear.input!.length > 3 || replaced.has(at)) return;
+    const kind = foldsInto(linear);
+    if (kind === undefined || linear.input![0] !== normed || replaced.has(at)) return;
     // Only the sum may be read (not the mean or the inverse deviation), and only after the Linear.
     const sum = skip ? node.output![3] : undefined;
     for (const other of [node.output![1], node.output![2]]) {
@@ -48,10 +61,12 @@ export function foldNormsIntoLinear(nodes: readonly NodeProto[], outputs: Readon
     const sumRead = sum !== undefined && sum !== '' && (readers.has(sum) || outputs.has(sum));
     if (sumRead && (readers.get(sum!) ?? []).some((reader) => reader < at)) return;
     const epsilon = floatAttribute(node, 'epsilon') ?? 1e-5;
-    const [, weight, bias] = linear.input!;
+    // Linear: x, weight, bias, residual, norm; QuantLinear: A, B, scales, zero_points, g_idx, bias, residual, norm.
+    const own = linear.input!.slice(1, kind === 'Linear' ? 3 : 6);
+    while (own.length < (kind === 'Linear' ? 2 : 5)) own.push('');
     replaced.set(at, {
       ...linear,
-      input: [node.input![0]!, weight!, bias ?? '', skip ? node.input![1]! : '', skip ? node.input![2]! : node.input![1]!],
+      input: [node.input![0]!, ...own, skip ? node.input![1]! : '', skip ? node.input![2]! : node.input![1]!],
       output: sumRead ? [linear.output![0]!, sum!] : [linear.output![0]!],
       attribute: [...(linear.attribute ?? []), attribute('norm_epsilon', float(epsilon))],
     });

@@ -3,7 +3,7 @@ import { ChorusError } from '../errors.ts';
 import type { Linear, Norm } from './decoder-spec.ts';
 import type { FloatType } from './float-bits.ts';
 import { float, type GraphBuilder } from './graph.ts';
-import { concatQuantized, quantizedMatMul, quantizedValue, quantizedWeight } from './quant/graph.ts';
+import { concatQuantized, quantizedGatedMatMul, quantizedMatMul, quantizedValue, quantizedWeight, takesQuantizedGated } from './quant/graph.ts';
 
 /** float32's lowest value: the additive bias of a position that may not be attended. */
 export const FLOAT32_MIN = -3.4028234663852886e38;
@@ -136,6 +136,19 @@ export function gatedLinear(g: GraphBuilder, gate: Linear, up: Linear, x: string
   const weight = g.op('Transpose', [g.op('Concat', [a.weight, b.weight], { axis: 1 }, { name: `${name}.gate_up.weight` })], { perm: [1, 0] });
   const bias = a.bias === undefined ? [] : [g.op('Concat', [a.bias, b.bias!], { axis: 0 }, { name: `${name}.gate_up.bias` })];
   return g.op('Linear', [x, weight, ...bias], { activation, gated: 1 }, { domain: 'chorus' });
+}
+
+/**
+ * A gated MLP of quantized gate and up projections as one gated QuantLinear (quantizedGatedMatMul), the
+ * weights named as `linear` names them; undefined where it does not take them (the caller then keeps
+ * the two projections and a Mul).
+ */
+export function quantizedGatedLinear(g: GraphBuilder, gate: Linear, up: Linear, x: string, name: string, activation: LinearActivation): string | undefined {
+  if (gate.quantized === undefined || up.quantized === undefined || !takesQuantizedGated(g, gate.quantized, up.quantized) || (gate.bias === undefined) !== (up.bias === undefined)) return undefined;
+  const a = linearWeights(g, gate, `${name}.gate`);
+  const b = linearWeights(g, up, `${name}.up`);
+  const bias = a.bias === undefined ? undefined : g.op('Concat', [a.bias, b.bias!], { axis: 0 }, { name: `${name}.gate_up.bias` });
+  return quantizedGatedMatMul(g, x, a.weight, b.weight, name, bias, activation);
 }
 
 /** Whether a projection's weight is plain floats: not one a quantized build gives (in `quantized`), which gatedLinear cannot concatenate. */

@@ -41,6 +41,25 @@ describe('foldNormsIntoLinear', () => {
     assert.deepEqual(folded[1]!.output, ['gate.y']);
   });
 
+  test('folds into a 4-bit QuantLinear (inputs 6 and 7 the residual and weight), not an 8-bit one or one with g_idx', () => {
+    const quant = (name: string, x: string, bits: number, extra: string[] = []): NodeProto => ({
+      opType: 'QuantLinear',
+      domain: 'chorus',
+      name,
+      input: [x, `${name}.B`, `${name}.scales`, ...extra],
+      output: [`${name}.y`],
+      attribute: [attribute('bits', bits)],
+    });
+    const folded = foldNormsIntoLinear([skipNorm('n', 'delta', 'stream', 'gamma'), quant('gate', 'n.normed', 4, ['', '', 'bias']), reader('next', 'n.sum')], new Set());
+    assert.deepEqual(folded.map((n) => n.opType), ['QuantLinear', 'Relu']);
+    assert.deepEqual(folded[0]!.input, ['delta', 'gate.B', 'gate.scales', '', '', 'bias', 'stream', 'gamma']);
+    assert.deepEqual(folded[0]!.output, ['gate.y', 'n.sum']);
+    const eight = [skipNorm('n', 'd', 'r', 'g'), quant('q', 'n.normed', 8)];
+    assert.deepEqual(foldNormsIntoLinear(eight, new Set()), eight);
+    const ordered = [skipNorm('n', 'd', 'r', 'g'), quant('q', 'n.normed', 4, ['zp', 'g_idx'])];
+    assert.deepEqual(foldNormsIntoLinear(ordered, new Set()), ordered);
+  });
+
   test('keeps a norm whose output something else reads, that a graph output names, or whose sum is read before the Linear', () => {
     const twoReaders = [skipNorm('n', 'd', 'r', 'g'), linear('q', 'n.normed'), reader('also', 'n.normed')];
     assert.deepEqual(foldNormsIntoLinear(twoReaders, new Set()), twoReaders);

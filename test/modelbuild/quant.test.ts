@@ -70,6 +70,20 @@ test('the slot and paged decoders of an int8 build use MatMulNBits, and the weig
   assert.ok(data(int8) < 0.5 * data(fp32), `${data(int8)} vs ${data(fp32)}`);
 });
 
+test('an fp16 int4 build decodes through the addon\'s 4-bit QuantLinear in its slot and paged decoders', () => {
+  const source = join(root, 'llama-checkpoint-slots-int4');
+  makeCheckpoint({ arch: 'llama', size: 'tiny', seed: 6, out: source });
+  const int4 = build(source, 'slots-int4-fp16', { flavor: 'cuda', slotDecoder: true, weights: 'int4', groupSize: 32, dtype: 'fp16' });
+  for (const file of ['decoder_model_slots.onnx', 'decoder_model_paged.onnx']) {
+    const graph = readFileSync(join(int4, 'onnx', file)).toString('latin1');
+    assert.ok(graph.includes('QuantLinear') && !graph.includes('MatMulNBits'), `${file}: QuantLinear, not MatMulNBits`);
+    // The gate and up projections as one gated QuantLinear, their weights concatenated.
+    assert.ok(graph.includes('gate_up.weight_packed') && graph.includes('gated'), `${file}: a gated QuantLinear`);
+  }
+  // The merged decoder (ONNX Runtime's own kernels) keeps MatMulNBits.
+  assert.ok(readFileSync(join(int4, 'onnx', 'decoder_model_merged.onnx')).includes('MatMulNBits'));
+});
+
 test('the build summary says what was quantized and what stayed float', () => {
   const source = join(root, 'llama-checkpoint-summary');
   makeCheckpoint({ arch: 'llama', size: 'tiny', seed: 5, out: source });

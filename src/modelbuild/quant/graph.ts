@@ -19,7 +19,7 @@ export interface QuantizedValue {
   perm?: { name: string; values: Int32Array } | undefined;
   k: number;
   n: number;
-  bits: number;
+  bits: 4 | 8;
   blockSize: number;
 }
 
@@ -63,9 +63,7 @@ export function quantizedValue(g: GraphBuilder, weight: string): QuantizedValue 
 export function concatQuantized(g: GraphBuilder, weights: readonly string[], name: string): string {
   const parts = weights.map((w) => quantizedValue(g, w)!);
   const first = parts[0]!;
-  const same = (p: QuantizedValue): boolean =>
-    p.k === first.k && p.bits === first.bits && p.blockSize === first.blockSize && (p.zeroPoints === undefined) === (first.zeroPoints === undefined) && samePerm(p.perm?.values, first.perm?.values);
-  if (!parts.every(same)) throw new ChorusError('CHORUS_UNSUPPORTED', `${name}: the projections packed together are quantized differently (bits, group size, zero points or act-order); they must match`);
+  if (!quantizedAlike(parts)) throw new ChorusError('CHORUS_UNSUPPORTED', `${name}: the projections packed together are quantized differently (bits, group size, zero points or act-order); they must match`);
   const concat = (values: string[], suffix: string): string => g.op('Concat', values, { axis: 0 }, { name: `${name}_${suffix}` });
   const value: QuantizedValue = {
     ...first,
@@ -78,6 +76,19 @@ export function concatQuantized(g: GraphBuilder, weights: readonly string[], nam
   return name;
 }
 
+/** Whether quantized weights can sit side by side along N: the same K, bits, block size, zero points (or none) and input order. */
+function quantizedAlike(parts: readonly QuantizedValue[]): boolean {
+  const first = parts[0]!;
+  return parts.every(
+    (p) => p.k === first.k && p.bits === first.bits && p.blockSize === first.blockSize && (p.zeroPoints === undefined) === (first.zeroPoints === undefined) && samePerm(p.perm?.values, first.perm?.values),
+  );
+}
+
+/** Whether the addon's QuantLinear runs a projection of `bits` in `g` (see quantizedMatMul). */
+function takesQuantLinear(g: GraphBuilder, bits: number): boolean {
+  return g.addonLinear && (bits === 8 || g.floatType === 'float16');
+}
+
 function samePerm(a: Int32Array | undefined, b: Int32Array | undefined): boolean {
   if (a === undefined || b === undefined) return a === b;
   return a.length === b.length && a.every((v, i) => v === b[i]);
@@ -88,24 +99,48 @@ function samePerm(a: Int32Array | undefined, b: Int32Array | undefined): boolean
  * 8-bit weights take int8 activations (accuracy_level 4: its float path for 8 bits is a slow reference
  * loop, 25x fp32's MatMul); 4-bit weights keep float activations (accuracy_level 0), so a GPTQ or AWQ
  * checkpoint computes what its dequantized weights do. CUDA ignores the attribute. In the addon's graphs
- * (the slot and paged decoders), 8-bit projections go through the addon's QuantLinear instead, with the
- * bias and activation inside: on an H100 its decode GEMV reads int8 weights at 1.2-1.3x the speed of
- * MatMulNBits' (bench/results/quant-kernels-2026-11-25-h100.json), while MatMulNBits' 4-bit kernel is
- * the faster of the two at 4 bits; on the CPU it takes int8 activations as MatMulNBits does
- * (accuracy_level 4: 2-4x fp32's MatMul a projection, where float activations were slower than it).
+ * (the slot and paged decoders), 8-bit projections, and 4-bit ones of float16 activations, go through
+ * the addon's QuantLinear instead, with the bias and activation inside: on an H100 its decode GEMV reads
+ * int8 weights at 1.2-1.3x the speed of MatMulNBits' (bench/results/quant-kernels-2026-11-25-h100.json)
+ * and int4 ones of float16 with float16 arithmetic; on the CPU it takes int8 activations for 8 bits as
+ * MatMulNBits does (accuracy_level 4: 2-4x fp32's MatMul a projection, where float activations were
+ * slower than it). 4-bit projections of float32 stay with MatMulNBits.
  * The one place that picks the operator of a quantized projection.
  */
 export function quantizedMatMul(g: GraphBuilder, x: string, w: QuantizedValue, bias?: string, activation?: QuantizedActivation): string {
   const input = w.perm === undefined ? x : g.op('Gather', [x, w.perm.name], { axis: -1 });
-  if (g.addonLinear && w.bits === 8) {
-    const weights = { weight: w.packed, scales: w.scales, ...(w.zeroPoints === undefined ? {} : { zeroPoints: w.zeroPoints }) };
-    const fused = { accuracyLevel: 4 as const, ...(bias === undefined ? {} : { bias }), ...(activation === undefined ? {} : { activation: activation.name }) };
-    return quantLinear(g, input, weights, { K: w.k, N: w.n, bits: 8, blockSize: w.blockSize }, fused);
-  }
+  if (takesQuantLinear(g, w.bits)) return quantLinearOf(g, input, w, bias, activation?.name, false);
   const inputs = [input, w.packed, w.scales, w.zeroPoints ?? '', '', bias ?? ''];
   while (inputs.at(-1) === '') inputs.pop();
   const product = g.op('MatMulNBits', inputs, { K: w.k, N: w.n, bits: w.bits, block_size: w.blockSize, accuracy_level: w.bits === 8 ? 4 : 0 }, { domain: 'com.microsoft' });
   return activation === undefined ? product : activation.apply(product);
+}
+
+/**
+ * Whether a gated MLP's quantized gate and up projections go through one gated QuantLinear
+ * (quantizedGatedMatMul): where QuantLinear runs them (see quantizedMatMul) and they are quantized alike.
+ */
+export function takesQuantizedGated(g: GraphBuilder, gate: QuantizedLinear, up: QuantizedLinear): boolean {
+  const alike = gate.k === up.k && gate.bits === up.bits && gate.blockSize === up.blockSize && (gate.zeroPoints === undefined) === (up.zeroPoints === undefined) && samePerm(gate.perm, up.perm);
+  return alike && takesQuantLinear(g, gate.bits);
+}
+
+/**
+ * A gated MLP's `activation(x @ gate + bias) * (x @ up + bias)` for quantized gate and up weights (their
+ * handles; see takesQuantizedGated) as one gated QuantLinear: B the gate's rows then the up projection's
+ * (concatenated initializers), read in one kernel at a decode step, with the rounding of two
+ * projections and a Mul.
+ */
+export function quantizedGatedMatMul(g: GraphBuilder, x: string, gate: string, up: string, name: string, bias: string | undefined, activation: LinearActivation): string {
+  const w = quantizedValue(g, concatQuantized(g, [gate, up], `${name}.gate_up.weight`))!;
+  return quantLinearOf(g, w.perm === undefined ? x : g.op('Gather', [x, w.perm.name], { axis: -1 }), w, bias, activation, true);
+}
+
+/** One QuantLinear node of `w` on `input` (already in B's input order); 8 bits take int8 activations on the CPU. */
+function quantLinearOf(g: GraphBuilder, input: string, w: QuantizedValue, bias: string | undefined, activation: LinearActivation | undefined, gated: boolean): string {
+  const weights = { weight: w.packed, scales: w.scales, ...(w.zeroPoints === undefined ? {} : { zeroPoints: w.zeroPoints }) };
+  const fused = { accuracyLevel: w.bits === 8 ? (4 as const) : (0 as const), gated, ...(bias === undefined ? {} : { bias }), ...(activation === undefined ? {} : { activation }) };
+  return quantLinear(g, input, weights, { K: w.k, N: w.n, bits: w.bits, blockSize: w.blockSize }, fused);
 }
 
 /**
