@@ -83,6 +83,18 @@ __device__ inline T Finish(float sum, const T* bias, int o, Activation activatio
   return Narrowed<T>(v);
 }
 
+// N sums each summed across the warp, written by lane 0 to out[0..N).
+template <int N>
+__device__ inline void WarpSumsTo(const float* values, float* out) {
+#pragma unroll
+  for (int i = 0; i < N; i++) {
+    float v = values[i];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    if ((threadIdx.x & 31) == 0) out[i] = v;
+  }
+}
+
 // A gated product's epilogue (as Linear's): the gate's sum with its bias rounded, its activation
 // rounded, the up projection's sum with its bias rounded, and their product rounded.
 template <typename T>

@@ -212,18 +212,7 @@ __global__ void __launch_bounds__(kWideThreads, R == 1 ? 3 : 2) QuantWideRowsKer
   }
   LetDependentsStart();
   __shared__ float partial[kWideWarps][kWideOutputs * R];
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x / 32;
-#pragma unroll
-  for (int j = 0; j < kWideOutputs; j++) {
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      float v = acc[j][r];
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-      if (lane == 0) partial[warp][j * R + r] = v;
-    }
-  }
+  WarpSumsTo<kWideOutputs * R>(&acc[0][0], partial[threadIdx.x / 32]);
   __syncthreads();
   WideFinish<T, Gated, kWideOutputs, R>(a, first, partial, kWideWarps);
 }
@@ -359,27 +348,9 @@ __global__ void __launch_bounds__(kNibbleMaxThreads, R >= 4 ? 1 : 2) QuantNibble
   __shared__ float partial[kNibbleMaxThreads / 32][kNibbleOutputs * R];
   __shared__ float squared[kNibbleMaxThreads / 32][R];
   __shared__ float inverseRoot[R];
-  const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x / 32;
-  if constexpr (Norm) {
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      float v = squares[r];
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-      if (lane == 0) squared[warp][r] = v;
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kNibbleOutputs; j++) {
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      float v = acc[j][r];
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-      if (lane == 0) partial[warp][j * R + r] = v;
-    }
-  }
+  if constexpr (Norm) WarpSumsTo<R>(squares, squared[warp]);
+  WarpSumsTo<kNibbleOutputs * R>(&acc[0][0], partial[warp]);
   __syncthreads();
   if constexpr (Norm) {
     if (threadIdx.x < R) {

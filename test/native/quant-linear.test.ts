@@ -29,16 +29,21 @@ interface Case {
   type?: FloatType;
 }
 
+/** `q`'s weight, scales and zero points as constants of `g`. */
+function quantizedConstants(g: GraphBuilder, c: Case, q: Quantized): { weight: string; scales: string; zeroPoints?: string } {
+  return {
+    weight: g.constantOf('uint8', [...q.weight], [c.N, q.blocks, (c.blockSize * c.bits) / 8]),
+    scales: g.floatConstant([...q.scales], [c.N, q.blocks]),
+    ...(q.zeroPoints === undefined ? {} : { zeroPoints: g.constantOf('uint8', [...q.zeroPoints], [q.zeroPoints.length]) }),
+  };
+}
+
 /** A graph of one quantized projection: QuantLinear, or ONNX Runtime's MatMulNBits (without the activation). */
 function model(c: Case, q: Quantized, bias: Float32Array | undefined, op: 'QuantLinear' | 'MatMulNBits'): string {
   const type = c.type ?? 'float32';
   const g = new GraphBuilder(type);
   const x = g.input('x', type, ['rows', c.K]);
-  const w = {
-    weight: g.constantOf('uint8', [...q.weight], [c.N, q.blocks, (c.blockSize * c.bits) / 8]),
-    scales: g.floatConstant([...q.scales], [c.N, q.blocks]),
-    ...(q.zeroPoints === undefined ? {} : { zeroPoints: g.constantOf('uint8', [...q.zeroPoints], [q.zeroPoints.length]) }),
-  };
+  const w = quantizedConstants(g, c, q);
   const b = bias === undefined ? undefined : g.floatConstant([...bias], [c.N]);
   const shape = { K: c.K, N: c.N, bits: c.bits, blockSize: c.blockSize };
   const y =
@@ -100,11 +105,7 @@ function gatedModels(c: Case, q: Quantized, bias: Float32Array): { gated: string
   const path = (gated: boolean): string => {
     const g = new GraphBuilder(type);
     const x = g.input('x', type, ['rows', c.K]);
-    const w = {
-      weight: g.constantOf('uint8', [...q.weight], [c.N, q.blocks, (c.blockSize * c.bits) / 8]),
-      scales: g.floatConstant([...q.scales], [c.N, q.blocks]),
-      ...(q.zeroPoints === undefined ? {} : { zeroPoints: g.constantOf('uint8', [...q.zeroPoints], [q.zeroPoints.length]) }),
-    };
+    const w = quantizedConstants(g, c, q);
     const options = { bias: g.floatConstant([...bias], [c.N]), ...(gated ? { activation: 'silu' as const, gated: true } : {}) };
     g.output('y', quantLinear(g, x, w, { K: c.K, N: c.N, bits: c.bits, blockSize: c.blockSize }, options), type, ['rows', gated ? c.N / 2 : c.N]);
     const file = join(root, `${gated ? 'gated' : 'ungated'}-${JSON.stringify(c).replace(/[^a-z0-9]+/gi, '_')}.onnx`);
@@ -180,8 +181,9 @@ function preNormModels(c: Case, q: Quantized, norm: Float32Array): { normed: str
   const path = (withNorm: boolean): string => {
     const g = new GraphBuilder(type);
     const x = g.input('x', type, ['rows', c.K]);
-    const weights = [g.constantOf('uint8', [...q.weight], [c.N, q.blocks, (c.blockSize * c.bits) / 8]), g.floatConstant([...q.scales], [c.N, q.blocks])];
-    const zeroPoints = q.zeroPoints === undefined ? '' : g.constantOf('uint8', [...q.zeroPoints], [q.zeroPoints.length]);
+    const w = quantizedConstants(g, c, q);
+    const weights = [w.weight, w.scales];
+    const zeroPoints = w.zeroPoints ?? '';
     const attributes = { K: c.K, N: c.N, bits: c.bits, block_size: c.blockSize, norm_epsilon: float(1e-5) };
     if (withNorm) {
       const residual = g.input('residual', type, ['rows', c.K]);
