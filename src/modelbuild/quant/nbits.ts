@@ -119,12 +119,29 @@ export function quantizeRows(rows: Float32Array, n: number, k: number, bits: Qua
       scale = Math.fround(scale);
       scales[o * blocks + b] = scale;
       const inverse = scale === 0 ? 0 : 1 / scale;
-      const max = bits === 8 ? 255 : 15;
       const row = (o * blocks + b) * blob;
-      for (let i = 0; i < blockSize; i++) {
-        const at = start + i;
-        const q = at < end ? Math.min(max, Math.max(bits === 8 ? 1 : 0, Math.round(rows[base + at]! * inverse) + zero)) : zero;
-        putValue(packed, row, i, q, bits);
+      // Math.round(v) + zero is floor(v + zero + 0.5), which truncation gives once the clamp below has
+      // taken what is under 0 (Math.round itself is most of the time this loop took).
+      const half = zero + 0.5;
+      const at = base + start;
+      if (bits === 8) {
+        for (let i = 0; i < blockSize; i++) {
+          let q = start + i < end ? (rows[at + i]! * inverse + half) | 0 : zero;
+          if (q < 1) q = 1;
+          else if (q > 255) q = 255;
+          packed[row + i] = q;
+        }
+        continue;
+      }
+      // Two values a byte, the low nibble first; past K (a last partial block), the zero point.
+      for (let i = 0; i < blockSize; i += 2) {
+        let low = start + i < end ? (rows[at + i]! * inverse + half) | 0 : zero;
+        let high = start + i + 1 < end ? (rows[at + i + 1]! * inverse + half) | 0 : zero;
+        if (low < 0) low = 0;
+        else if (low > 15) low = 15;
+        if (high < 0) high = 0;
+        else if (high > 15) high = 15;
+        packed[row + (i >> 1)] = low | (high << 4);
       }
     }
   }
