@@ -189,3 +189,44 @@ for (const name of ['gptq', 'gptq-act-order', 'awq']) {
     assert.ok(maxDiff(quantized, expected) < 1e-3, `vs transformers ${maxDiff(quantized, expected)}`);
   });
 }
+
+/** Round to nearest as the quantizer defines it, value by value with Math.round: the reference for quantizeRows' packed bytes. */
+function roundedBytes(rows: Float32Array, n: number, k: number, bits: 4 | 8, blockSize: number, scales: Float32Array, zeroPoint: (o: number, b: number) => number): Uint8Array {
+  const blocks = Math.ceil(k / blockSize);
+  const blob = (blockSize * bits) / 8;
+  const out = new Uint8Array(n * blocks * blob);
+  for (let o = 0; o < n; o++) {
+    for (let b = 0; b < blocks; b++) {
+      const scale = scales[o * blocks + b]!;
+      const zero = zeroPoint(o, b);
+      for (let i = 0; i < blockSize; i++) {
+        const at = b * blockSize + i;
+        const q = at < k ? Math.min(bits === 8 ? 255 : 15, Math.max(bits === 8 ? 1 : 0, Math.round(rows[o * k + at]! * (scale === 0 ? 0 : 1 / scale)) + zero)) : zero;
+        const byte = (o * blocks + b) * blob + (bits === 8 ? i : i >> 1);
+        out[byte] = bits === 8 ? q : out[byte]! | (q << ((i & 1) * 4));
+      }
+    }
+  }
+  return out;
+}
+
+test('quantizeRows packs what Math.round gives, value by value: on-grid, half-grid, tiny and zero weights, whole and partial blocks', () => {
+  let s = 11;
+  const random = (): number => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    return s / 2 ** 32;
+  };
+  const kinds: Array<(u: number) => number> = [(u) => u - 0.5, (u) => (Math.floor(u * 16) - 8) * 0.01, (u) => (Math.floor(u * 255) - 127) * 0.005, (u) => (u - 0.5) * 1e-30, () => 0];
+  for (const kind of kinds) {
+    for (const k of [256, 200]) {
+      const n = 24;
+      const rows = Float32Array.from({ length: n * k }, () => kind(random()));
+      for (const [bits, blockSize] of [[4, 32], [4, 128], [8, 256]] as const) {
+        const q = quantizeRows(rows, n, k, bits, blockSize);
+        const zeroRow = Math.ceil((Math.ceil(k / blockSize) * bits) / 8);
+        const zeroPoint = (o: number, b: number): number => (q.zeroPoints === undefined ? 128 : (q.zeroPoints[o * zeroRow + (b >> 1)]! >> ((b & 1) * 4)) & 15);
+        assert.deepEqual(q.packed, roundedBytes(rows, n, k, bits, blockSize, q.scales, zeroPoint), `int${bits}, block ${blockSize}, K ${k}`);
+      }
+    }
+  }
+});
