@@ -3,7 +3,7 @@ import { copyFileSync, mkdirSync, readFileSync, statSync, writeFileSync } from '
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { buildModel, makeCheckpoint, quantSummaryText, readSafetensors, writeSafetensors, type BuildOptions, type Tensor } from '../../src/modelbuild/index.ts';
-import { dequantizeRows, quantizeRows } from '../../src/modelbuild/quant/nbits.ts';
+import { dequantizeRows, quantizeRows, roundedPlus } from '../../src/modelbuild/quant/nbits.ts';
 import { DecoderSession } from '../../src/runtime/index.ts';
 import { writeQuantFixture, type QuantFixture } from '../helpers/quant-checkpoint.ts';
 import { scratchDir } from '../helpers/scratch.ts';
@@ -228,5 +228,18 @@ test('quantizeRows packs what Math.round gives, value by value: on-grid, half-gr
         assert.deepEqual(q.packed, roundedBytes(rows, n, k, bits, blockSize, q.scales, zeroPoint), `int${bits}, block ${blockSize}, K ${k}`);
       }
     }
+  }
+});
+
+test('roundedPlus is Math.round(v) + zero, next to the halves and where v + zero + 0.5 rounds up to an integer', () => {
+  const edges = [0.49999999999999994, -0.49999999999999994, 0.5, -0.5, 2.5, -2.5, 1.4999999999999998, -0.3, -0.7, -1, -1.5, -7.5, 7.5, 14.999999999999998, 0, -0];
+  let s = 5;
+  const random = (): number => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    return s / 2 ** 32;
+  };
+  const values = [...edges, ...Array.from({ length: 20000 }, () => (random() - 0.5) * 40), ...Array.from({ length: 2000 }, () => Math.floor((random() - 0.5) * 60) / 2)];
+  for (const zero of [0, 3, 8, 15, 128]) {
+    for (const v of values) assert.equal(roundedPlus(v, zero + 0.5), Math.round(v) + zero, `v ${v}, zero ${zero}`);
   }
 });

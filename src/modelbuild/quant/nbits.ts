@@ -80,6 +80,17 @@ export function putZeroPoint(zeros: Uint8Array, row: number, b: number, z: numbe
 }
 
 /**
+ * Math.round(v) + zero for an integer zero, given half = zero + 0.5, without Math.round (most of the
+ * quantizer's time): truncating v + half is floor(v + zero + 0.5) where that is at least 0 (what lies
+ * below is clamped to 0 after), except where the sum rounded up to an integer it lies just under; the
+ * comparison takes that one back. Exact for |v| under 2^30.
+ */
+export function roundedPlus(v: number, half: number): number {
+  const q = (v + half) | 0;
+  return v < q - half ? q - 1 : q;
+}
+
+/**
  * Round-to-nearest quantization of `rows` ([N, K] row-major: nn.Linear's layout, one output channel a
  * row). int8: symmetric per output channel, scale = max|w| / 127, zero point 128 (implicit). int4:
  * asymmetric per block of `blockSize`, the range widened to hold 0, scale = (max - min) / 15 and the
@@ -120,28 +131,22 @@ export function quantizeRows(rows: Float32Array, n: number, k: number, bits: Qua
       scales[o * blocks + b] = scale;
       const inverse = scale === 0 ? 0 : 1 / scale;
       const row = (o * blocks + b) * blob;
-      // Math.round(v) + zero is floor(v + zero + 0.5), which truncation gives once the clamp below has
-      // taken what is under 0 (Math.round itself is most of the time this loop took).
       const half = zero + 0.5;
       const at = base + start;
+      // Past K (a last partial block) the values are the zero point.
+      const count = end - start;
       if (bits === 8) {
         for (let i = 0; i < blockSize; i++) {
-          let q = start + i < end ? (rows[at + i]! * inverse + half) | 0 : zero;
-          if (q < 1) q = 1;
-          else if (q > 255) q = 255;
-          packed[row + i] = q;
+          const q = i < count ? roundedPlus(rows[at + i]! * inverse, half) : zero;
+          packed[row + i] = q < 1 ? 1 : q > 255 ? 255 : q;
         }
         continue;
       }
-      // Two values a byte, the low nibble first; past K (a last partial block), the zero point.
+      // Two values a byte, the low nibble first.
       for (let i = 0; i < blockSize; i += 2) {
-        let low = start + i < end ? (rows[at + i]! * inverse + half) | 0 : zero;
-        let high = start + i + 1 < end ? (rows[at + i + 1]! * inverse + half) | 0 : zero;
-        if (low < 0) low = 0;
-        else if (low > 15) low = 15;
-        if (high < 0) high = 0;
-        else if (high > 15) high = 15;
-        packed[row + (i >> 1)] = low | (high << 4);
+        const low = i < count ? roundedPlus(rows[at + i]! * inverse, half) : zero;
+        const high = i + 1 < count ? roundedPlus(rows[at + i + 1]! * inverse, half) : zero;
+        packed[row + (i >> 1)] = (low < 0 ? 0 : low > 15 ? 15 : low) | ((high < 0 ? 0 : high > 15 ? 15 : high) << 4);
       }
     }
   }
