@@ -227,7 +227,10 @@ __global__ void __launch_bounds__(kWideThreads, R == 1 ? 3 : 2) QuantWideRowsKer
 // regrouped once a chunk ({x0, x4}, {x1, x5}, ... as the nibbles come out of a word) for all the
 // block's outputs. A pre-norm goes into the kernel as into Linear's: each chunk's x + residual (rounded)
 // times the norm's weights in float16, its squares summed in float32 along the way, and the block's
-// sums scaled by the rows' inverse root at the end (block 0 writes the sum).
+// sums scaled by the rows' inverse root at the end (block 0 writes the sum). Those products are taken
+// before the row is normed, so their float16 range is the stream's: a value of (x + residual) * norm
+// past 65504, or 16 of a lane's products summing past it, would overflow where the separate pass would
+// not (residual streams stay far below that, bar rare massive activations times a large norm weight).
 constexpr int kNibbleMaxThreads = 256;
 
 __device__ inline __half2 HalvesOf(uint32_t w) { return *reinterpret_cast<const __half2*>(&w); }

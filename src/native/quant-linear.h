@@ -93,8 +93,9 @@ CHORUS_HOST_DEVICE inline int QuantValue(const QuantLinearArgs& a, int n, int k)
   return (j & 1) ? byte >> 4 : byte & 15;
 }
 
-// Host: y of x on host memory, its outputs shared among `parallel`'s workers (kernels.h). Not gated:
-// gated products go through QuantLinearGatedHost.
+// Host: y of x on host memory, its outputs shared among `parallel`'s workers (kernels.h). Neither gated
+// nor pre-normed: the operator runs a gated product as its two products, then the gate, and a pre-norm
+// as Linear's pass first.
 void QuantLinearHost(const QuantLinearArgs& args, ParallelRunner parallel, void* context);
 
 #ifdef CHORUS_WITH_CUDA

@@ -121,7 +121,7 @@ export function quantizedMatMul(g: GraphBuilder, x: string, w: QuantizedValue, b
  * (quantizedGatedMatMul): where QuantLinear runs them (see quantizedMatMul) and they are quantized alike.
  */
 export function takesQuantizedGated(g: GraphBuilder, gate: QuantizedLinear, up: QuantizedLinear): boolean {
-  const alike = gate.k === up.k && gate.bits === up.bits && gate.blockSize === up.blockSize && (gate.zeroPoints === undefined) === (up.zeroPoints === undefined) && samePerm(gate.perm, up.perm);
+  const alike = gate.k === up.k && gate.n === up.n && gate.bits === up.bits && gate.blockSize === up.blockSize && (gate.zeroPoints === undefined) === (up.zeroPoints === undefined) && samePerm(gate.perm, up.perm);
   return alike && takesQuantLinear(g, gate.bits);
 }
 
