@@ -34,16 +34,6 @@ void Widen(const void* data, FloatType type, size_t from, size_t n, float* out) 
 
 float Round(float v, FloatType type) { return RoundTo(v, type); }
 
-// The plain product of rows `normed` (a pre-norm's pass wrote them from args' x) in args' place.
-LinearArgs OfNormedRows(const LinearArgs& args, const void* normed) {
-  LinearArgs plain = args;
-  plain.x = normed;
-  plain.norm = nullptr;
-  plain.residual = nullptr;
-  plain.sum = nullptr;
-  return plain;
-}
-
 }  // namespace
 
 void PreNormHost(const LinearArgs& a, void* normed) {

@@ -76,6 +76,18 @@ struct LinearArgs {
   float epsilon = 0;
 };
 
+// The plain product of rows `normed` (a pre-norm's pass wrote them from args' x) in args' place: args
+// (LinearArgs or QuantLinearArgs) without their pre-norm.
+template <class Args>
+Args OfNormedRows(const Args& args, const void* normed) {
+  Args plain = args;
+  plain.x = normed;
+  plain.norm = nullptr;
+  plain.residual = nullptr;
+  plain.sum = nullptr;
+  return plain;
+}
+
 // The pre-norm of a Linear (args.norm given) on its own: sum = x + residual (rounded to the float type;
 // written where args.sum is given) and normed = round(norm * round(sum * rsqrt(mean(sum^2) + epsilon))),
 // the RMSNorm transformers computes in half precision, [rows, in].

@@ -121,7 +121,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
       if (args.norm != nullptr) {
         normed.emplace(allocate(static_cast<size_t>(args.rows) * args.in * ElementBytes(args.type)));
         PreNormDevice(PreNormOf(args), normed->get(), stream);
-        args = OfNormed(args, normed->get());
+        args = OfNormedRows(args, normed->get());
       }
       if (args.gated) {
         QuantLinearArgs both = Ungated(args);
@@ -140,7 +140,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     if (args.norm != nullptr) {
       normed.resize(static_cast<size_t>(args.rows) * args.in * ElementBytes(args.type));
       PreNormHost(PreNormOf(args), normed.data());
-      args = OfNormed(args, normed.data());
+      args = OfNormedRows(args, normed.data());
     }
     if (args.gated) {
       QuantLinearArgs both = Ungated(args);
@@ -167,16 +167,6 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     args.norm = q.norm;
     args.sum = q.sum;
     args.epsilon = q.epsilon;
-    return args;
-  }
-
-  // args of the normed rows, without their pre-norm.
-  static QuantLinearArgs OfNormed(const QuantLinearArgs& q, const void* normed) {
-    QuantLinearArgs args = q;
-    args.x = normed;
-    args.residual = nullptr;
-    args.norm = nullptr;
-    args.sum = nullptr;
     return args;
   }
 
