@@ -153,9 +153,10 @@ describe('a gated QuantLinear (a gated MLP\'s gate and up projections in one)', 
   // within float16's 4e-3 of the CPU's: the parity bench checks that; the gate multiplies its error by
   // the up projection's value, so the two are not compared after it).
   test('on CUDA: the wide kernels, the tensor-core tiles and the prefill\'s GEMM give the gate of their own products', { skip: cuda ? false : 'no CUDA device' }, () => {
-    for (const [bits, K] of [[4, 512], [8, 4096]] as const) {
+    // The last: a width that is not a multiple of a block's outputs, and more chunks of K than threads.
+    for (const [bits, K, blockSize, N] of [[4, 512, 128, 96], [8, 4096, 128, 96], [4, 8224, 32, 26]] as const) {
       for (const M of [1, 3, 4, 8, 64, 200]) {
-        const c: Case = { M, K, N: 96, bits, blockSize: 128, zeroPoints: true, type: 'float16' };
+        const c: Case = { M, K, N, bits, blockSize, zeroPoints: true, type: 'float16' };
         const { x, q } = inputs(c);
         const { gated, ungated } = gatedModels(c, q, roundTo(seeded(c.N, 5, 0.5), 'float16'));
         const products = runGated(ungated, x, c, c.N, 'cuda');
@@ -176,7 +177,7 @@ describe('a gated QuantLinear (a gated MLP\'s gate and up projections in one)', 
 });
 
 /** A 4-bit QuantLinear with a pre-norm (residual and norm weights; y and the sum out), and the same without it. */
-function preNormModels(c: Case, q: Quantized, norm: Float32Array): { normed: string; plain: string } {
+function preNormModels(c: Case, q: Quantized, norm: Float32Array, gated = false): { normed: string; plain: string } {
   const type = c.type ?? 'float32';
   const path = (withNorm: boolean): string => {
     const g = new GraphBuilder(type);
@@ -184,16 +185,17 @@ function preNormModels(c: Case, q: Quantized, norm: Float32Array): { normed: str
     const w = quantizedConstants(g, c, q);
     const weights = [w.weight, w.scales];
     const zeroPoints = w.zeroPoints ?? '';
-    const attributes = { K: c.K, N: c.N, bits: c.bits, block_size: c.blockSize, norm_epsilon: float(1e-5) };
+    const attributes = { K: c.K, N: c.N, bits: c.bits, block_size: c.blockSize, norm_epsilon: float(1e-5), ...(gated ? { gated: 1, activation: 'silu' } : {}) };
+    const outputs = gated ? c.N / 2 : c.N;
     if (withNorm) {
       const residual = g.input('residual', type, ['rows', c.K]);
       const [y, sum] = g.opMany('QuantLinear', [x, ...weights, zeroPoints, '', '', residual, g.floatConstant([...norm], [c.K])], attributes, { domain: 'chorus', outputs: 2 });
-      g.output('y', y!, type, ['rows', c.N]);
+      g.output('y', y!, type, ['rows', outputs]);
       g.output('sum', sum!, type, ['rows', c.K]);
     } else {
-      g.output('y', g.op('QuantLinear', [x, ...weights, zeroPoints], attributes, { domain: 'chorus' }), type, ['rows', c.N]);
+      g.output('y', g.op('QuantLinear', [x, ...weights, zeroPoints], attributes, { domain: 'chorus' }), type, ['rows', outputs]);
     }
-    const file = join(root, `${withNorm ? 'normed' : 'plain'}-${JSON.stringify(c).replace(/[^a-z0-9]+/gi, '_')}.onnx`);
+    const file = join(root, `${withNorm ? 'normed' : 'plain'}${gated ? '-gated' : ''}-${JSON.stringify(c).replace(/[^a-z0-9]+/gi, '_')}.onnx`);
     writeFileSync(file, g.serialize().model);
     return file;
   };
@@ -208,13 +210,13 @@ describe('QuantLinear with a pre-norm (a residual norm folded into it)', { skip 
   ];
   const run = (path: string, c: Case, provider: 'cpu' | 'cuda', x: Float32Array, residual?: Float32Array): Float32Array[] =>
     addon!.runGraph({ model: path, provider, dtype: 'fp16', ...(provider === 'cuda' ? { cudaGraph: true, iterations: 1 } : {}) }, tensors(c, x, residual)).outputs.map((o) => decodeRaw(o.data, 'F16'));
-  const setup = (M: number, K: number) => {
-    const c: Case = { M, K, N: 72, bits: 4, blockSize: 128, zeroPoints: true, type };
-    const q = quantize(seeded(c.N * c.K, 7, 0.2), c.N, c.K, 4, 128, true, type);
+  const setup = (M: number, K: number, gated = false, blockSize = 128) => {
+    const c: Case = { M, K, N: 72, bits: 4, blockSize, zeroPoints: true, type };
+    const q = quantize(seeded(c.N * c.K, 7, 0.2), c.N, c.K, 4, blockSize, true, type);
     const norm = roundTo(seeded(K, 13, 0.5).map((v) => 1 + v), type);
     const x = roundTo(seeded(M * K, 3 + M, 2), type);
     const residual = roundTo(seeded(M * K, 5 + M, 2), type);
-    return { c, q, norm, x, residual, ...preNormModels(c, q, norm) };
+    return { c, q, norm, x, residual, ...preNormModels(c, q, norm, gated) };
   };
 
   test('on the CPU: the sum is x + residual rounded, and y the product of RMSNorm(sum) * norm, rounded as transformers rounds it', () => {
@@ -241,6 +243,27 @@ describe('QuantLinear with a pre-norm (a residual norm folded into it)', { skip 
       const [wantY, wantSum] = run(normed, c, 'cpu', x, residual);
       assert.deepEqual([...sum!], [...wantSum!], `${M} rows: the sum`);
       assertClose(y!, wantY!, 8e-3, `${M} rows: y`);
+    }
+  });
+
+  // Gated and pre-normed at once (a gated MLP after its norm), K of more chunks than a block's
+  // threads: against the same pre-normed rows through the ungated operator on the device, gated here.
+  test('on CUDA, gated with a pre-norm: the gate of the pre-normed products, and the sum', { skip: cuda ? false : 'no CUDA device' }, () => {
+    for (const M of [1, 3, 8]) {
+      const gated = setup(M, 8224, true, 32);
+      const ungated = setup(M, 8224, false, 32);
+      const [y, sum] = run(gated.normed, gated.c, 'cuda', gated.x, gated.residual);
+      const [products, wantSum] = run(ungated.normed, ungated.c, 'cuda', ungated.x, ungated.residual);
+      assert.deepEqual([...sum!], [...wantSum!], `${M} rows: the sum`);
+      const half = gated.c.N / 2;
+      const want = new Float32Array(M * half);
+      for (let r = 0; r < M; r++) {
+        for (let o = 0; o < half; o++) {
+          const gate = roundTo(Float32Array.of(ACTIVATIONS.silu!(products![r * gated.c.N + o]!)), type)[0]!;
+          want[r * half + o] = roundTo(Float32Array.of(gate * products![r * gated.c.N + half + o]!), type)[0]!;
+        }
+      }
+      assertClose(y!, want, 2e-3, `${M} rows: y`);
     }
   });
 });
