@@ -8,6 +8,8 @@
 
 #include <atomic>
 
+#include "linear.h"
+
 namespace chorus {
 
 // A logit as float: float32 as it is, float16 widened.
@@ -33,6 +35,24 @@ template <typename T>
 __device__ inline float Rounded(float v) {
   const T x = Narrowed<T>(v);
   return Load(&x);
+}
+
+// A projection's epilogue (Linear's and QuantLinear's): the sum and its bias rounded once, then the
+// activation rounded.
+template <typename T>
+__device__ inline T Finish(float sum, const T* bias, int o, Activation activation) {
+  float v = Rounded<T>(bias == nullptr ? sum : sum + Load(bias + o));
+  if (activation != Activation::kNone) v = Activate(v, activation);
+  return Narrowed<T>(v);
+}
+
+// A gated projection's output: the gate's sum and the up projection's (output o's up row is out + o),
+// each rounded with its bias, the gate's activation rounded, then their product rounded.
+template <typename T>
+__device__ inline T Gate(float gate, float up, const T* bias, int o, int out, Activation activation) {
+  float g = Rounded<T>(bias == nullptr ? gate : gate + Load(bias + o));
+  if (activation != Activation::kNone) g = Rounded<T>(Activate(g, activation));
+  return Narrowed<T>(g * Rounded<T>(bias == nullptr ? up : up + Load(bias + out + o)));
 }
 
 // The 8 halves of a 16-byte vector as floats.

@@ -79,41 +79,6 @@ __device__ inline float Dot16(const Wide<T>& w, const uint4& x) {
   return sum;
 }
 
-template <typename T>
-__device__ inline float RoundTo(float v);
-template <>
-__device__ inline float RoundTo<float>(float v) { return v; }
-template <>
-__device__ inline float RoundTo<__half>(float v) { return __half2float(__float2half_rn(v)); }
-template <>
-__device__ inline float RoundTo<__nv_bfloat16>(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-
-template <typename T>
-__device__ inline T Narrow(float v);
-template <>
-__device__ inline float Narrow<float>(float v) { return v; }
-template <>
-__device__ inline __half Narrow<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ inline __nv_bfloat16 Narrow<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-
-// The epilogue: the sum and its bias rounded once, then the activation rounded.
-template <typename T>
-__device__ inline T Finish(float sum, const T* bias, int o, Activation activation) {
-  float v = RoundTo<T>(bias == nullptr ? sum : sum + Load(bias + o));
-  if (activation != Activation::kNone) v = Activate(v, activation);
-  return Narrow<T>(v);
-}
-
-// A gated Linear's output: the gate's sum and the up projection's, each rounded with its bias, the
-// gate's activation rounded, then their product rounded.
-template <typename T>
-__device__ inline T Gate(float gate, float up, const T* bias, int o, int out, Activation activation) {
-  float g = RoundTo<T>(bias == nullptr ? gate : gate + Load(bias + o));
-  if (activation != Activation::kNone) g = RoundTo<T>(Activate(g, activation));
-  return Narrow<T>(g * RoundTo<T>(bias == nullptr ? up : up + Load(bias + out + o)));
-}
-
 // The decode steps' products (1..kLinearKernelRows rows of x): a block of kThreads takes kOutputs
 // consecutive outputs (gated: half as many, their gate rows and up rows) and all of K. Its threads stride
 // over the weight rows together, 16 bytes a thread and kAhead reads a row in flight, so each of the
@@ -193,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
             T* e = reinterpret_cast<T*>(&out);
 #pragma unroll
             for (int i = 0; i < Wide<T>::kCount; i++) {
-              e[i] = Narrow<T>(u.v[i] + skip.v[i]);
+              e[i] = Narrowed<T>(u.v[i] + skip.v[i]);
               u.v[i] = Load(e + i);
             }
             if (a.sum != nullptr && blockIdx.x == 0) static_cast<uint4*>(a.sum)[static_cast<size_t>(r) * n + c] = out;
@@ -666,14 +631,14 @@ __global__ void PreNormKernel(LinearArgs a, T* normed) {
   T* sum = a.sum == nullptr ? nullptr : static_cast<T*>(a.sum) + row * a.in;
   float squares = 0;
   for (int k = threadIdx.x; k < a.in; k += blockDim.x) {
-    const float v = skip == nullptr ? Load(x + k) : RoundTo<T>(Load(x + k) + Load(skip + k));
+    const float v = skip == nullptr ? Load(x + k) : Rounded<T>(Load(x + k) + Load(skip + k));
     squares += v * v;
-    out[k] = Narrow<T>(v);
-    if (sum != nullptr) sum[k] = Narrow<T>(v);
+    out[k] = Narrowed<T>(v);
+    if (sum != nullptr) sum[k] = Narrowed<T>(v);
   }
   const float inverse = InverseRoot(squares, a);
   const T* scale = static_cast<const T*>(a.norm);
-  for (int k = threadIdx.x; k < a.in; k += blockDim.x) out[k] = Narrow<T>(Load(scale + k) * RoundTo<T>(Load(out + k) * inverse));
+  for (int k = threadIdx.x; k < a.in; k += blockDim.x) out[k] = Narrowed<T>(Load(scale + k) * Rounded<T>(Load(out + k) * inverse));
 }
 
 // PreNormKernel 16 bytes at a time, a row's vectors held in registers (up to kPreNormVectors a thread).
@@ -699,7 +664,7 @@ __global__ void PreNormVectorKernel(LinearArgs a, T* normed) {
     T* e = reinterpret_cast<T*>(&bits);
 #pragma unroll
     for (int i = 0; i < kPer; i++) {
-      e[i] = Narrow<T>(skip == nullptr ? own.v[i] : own.v[i] + other.v[i]);
+      e[i] = Narrowed<T>(skip == nullptr ? own.v[i] : own.v[i] + other.v[i]);
       v[u][i] = Load(e + i);
       squares += v[u][i] * v[u][i];
     }
@@ -715,7 +680,7 @@ __global__ void PreNormVectorKernel(LinearArgs a, T* normed) {
     uint4 bits;
     T* e = reinterpret_cast<T*>(&bits);
 #pragma unroll
-    for (int i = 0; i < kPer; i++) e[i] = Narrow<T>(g.v[i] * RoundTo<T>(v[u][i] * inverse));
+    for (int i = 0; i < kPer; i++) e[i] = Narrowed<T>(g.v[i] * Rounded<T>(v[u][i] * inverse));
     reinterpret_cast<uint4*>(normed)[row * n + c] = bits;
   }
 }

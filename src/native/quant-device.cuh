@@ -75,14 +75,6 @@ __device__ inline void Unpack(uint32_t w, float offset, float* out) {
   }
 }
 
-// The epilogue: the sum and its bias rounded once, then the activation rounded (as Linear's).
-template <typename T>
-__device__ inline T Finish(float sum, const T* bias, int o, Activation activation) {
-  float v = Rounded<T>(bias == nullptr ? sum : sum + Load(bias + o));
-  if (activation != Activation::kNone) v = Activate(v, activation);
-  return Narrowed<T>(v);
-}
-
 // N sums each summed across the warp, written by lane 0 to out[0..N).
 template <int N>
 __device__ inline void WarpSumsTo(const float* values, float* out) {
@@ -93,16 +85,6 @@ __device__ inline void WarpSumsTo(const float* values, float* out) {
     for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
     if ((threadIdx.x & 31) == 0) out[i] = v;
   }
-}
-
-// A gated product's epilogue (as Linear's): the gate's sum with its bias rounded, its activation
-// rounded, the up projection's sum with its bias rounded, and their product rounded.
-template <typename T>
-__device__ inline T FinishGated(float gate, float up, const T* bias, int o, int out, Activation activation) {
-  float g = Rounded<T>(bias == nullptr ? gate : gate + Load(bias + o));
-  if (activation != Activation::kNone) g = Rounded<T>(Activate(g, activation));
-  const float u = Rounded<T>(bias == nullptr ? up : up + Load(bias + out + o));
-  return Narrowed<T>(g * u);
 }
 
 // Weight row j of a wide kernel's block of `rows` rows starting at output `first`: not gated, output
@@ -141,7 +123,7 @@ __device__ inline void WideFinish(const QuantLinearArgs& a, int first, const flo
   }
   const T* bias = static_cast<const T*>(a.bias);
   T* y = static_cast<T*>(a.y) + static_cast<size_t>(r) * a.out + first + j;
-  *y = Gated ? FinishGated<T>(sum, up, bias, first + j, a.out, a.activation) : Finish<T>(sum, bias, first + j, a.activation);
+  *y = Gated ? Gate<T>(sum, up, bias, first + j, a.out, a.activation) : Finish<T>(sum, bias, first + j, a.activation);
 }
 
 }  // namespace chorus

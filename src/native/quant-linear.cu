@@ -116,13 +116,14 @@ __global__ void __launch_bounds__(kThreads) QuantRowsKernel(QuantLinearArgs a) {
 }
 
 
-// The wide kernel (QuantWideRowsDevice): as Linear's decode kernel, a block of 256 threads takes
-// kWideOutputs consecutive outputs (8 for one row, else 4) and all of K, its threads striding over the
-// weight rows 16 bytes at a time (16 values of 8 bits, 32 of 4; kWideAhead reads a row in flight), so
-// each 16 bytes of x, read through L1, serves all the block's outputs; each 16 bytes' sums are scaled
-// once by their block's scale, then summed across the warp (shuffles) and the warps (shared memory).
-// Goes out as a dependent launch where Linear's does: the first weights pulled into L2 before x is
-// read. One row keeps 3 blocks a multiprocessor (at most 80 registers, none spilled).
+// The 8-bit wide kernel (QuantWideRowsDevice): as Linear's decode kernel, a block of 256 threads takes
+// kWideOutputs consecutive weight rows (8 for one row of x, else 4; gated, half of them the gates' and
+// half the up rows) and all of K, its threads striding over the rows 16 bytes (16 values) at a time
+// (kWideAhead reads a row in flight), so each 16 bytes of x, read through L1, serves all the block's
+// rows; each 16 bytes' sums are scaled once by their block's scale, then summed across the warp
+// (shuffles) and the warps (shared memory). Goes out as a dependent launch where Linear's does: the
+// first weights pulled into L2 before x is read. One row keeps 3 blocks a multiprocessor (at most 80
+// registers, none spilled).
 constexpr int kWideThreads = 256;
 constexpr int kWideWarps = kWideThreads / 32;
 // Single rows take 8 outputs a block and one read of each row in flight (the bytes in flight of 4 and
@@ -133,10 +134,11 @@ const bool wideOutputs4 = [] {
   return value != nullptr && std::string(value) == "4";
 }();
 
-template <typename T, int Bits, int R, int kWideOutputs, int kWideAhead, bool Gated>
+template <typename T, int R, int kWideOutputs, int kWideAhead, bool Gated>
 __global__ void __launch_bounds__(kWideThreads, R == 1 ? 3 : 2) QuantWideRowsKernel(QuantLinearArgs a) {
-  constexpr int kPerChunk = 128 / Bits;    // values in 16 bytes
-  constexpr int kWordsPer8 = Bits / 4;     // words holding 8 values
+  constexpr int kBits = 8;                  // 4-bit weights take QuantNibbleRowsKernel
+  constexpr int kPerChunk = 128 / kBits;    // values in 16 bytes
+  constexpr int kWordsPer8 = kBits / 4;     // words holding 8 values
   // kWideOutputs weight rows: as many outputs, or gated, half as many.
   const int first = blockIdx.x * (Gated ? kWideOutputs / 2 : kWideOutputs);
   const int perBlock = a.blobBytes / 16;
@@ -178,7 +180,7 @@ __global__ void __launch_bounds__(kWideThreads, R == 1 ? 3 : 2) QuantWideRowsKer
         const float offset = kMagic + static_cast<float>(QuantZeroPoint(a, rowOf[j], b));
         float q[8];
 #pragma unroll
-        for (int w = 0; w < kWordsPer8; w++) Unpack<Bits>(words[s * kWordsPer8 + w], offset, q + w * (8 / kWordsPer8));
+        for (int w = 0; w < kWordsPer8; w++) Unpack<kBits>(words[s * kWordsPer8 + w], offset, q + w * (8 / kWordsPer8));
 #pragma unroll
         for (int r = 0; r < R; r++) {
 #pragma unroll
@@ -389,15 +391,15 @@ void LaunchWide(const QuantLinearArgs& a, cudaStream_t stream) {
   std::atomic<bool>& dependent = LinearDependentLaunchFlag();
   const int per = Gated ? 2 : 1;  // weight rows an output
   if (a.rows == 1 && !wideOutputs4) {
-    LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 8, 1, 8, 1, Gated>, dim3((a.out + 8 / per - 1) / (8 / per)), block, stream, a);
+    LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 1, 8, 1, Gated>, dim3((a.out + 8 / per - 1) / (8 / per)), block, stream, a);
     return;
   }
   const dim3 grid((a.out + 4 / per - 1) / (4 / per));
   switch (a.rows) {
-    case 1: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 8, 1, 4, 2, Gated>, grid, block, stream, a); break;
-    case 2: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 8, 2, 4, 2, Gated>, grid, block, stream, a); break;
-    case 3: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 8, 3, 4, 2, Gated>, grid, block, stream, a); break;
-    default: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 8, 4, 4, 2, Gated>, grid, block, stream, a); break;
+    case 1: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 1, 4, 2, Gated>, grid, block, stream, a); break;
+    case 2: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 2, 4, 2, Gated>, grid, block, stream, a); break;
+    case 3: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 3, 4, 2, Gated>, grid, block, stream, a); break;
+    default: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 4, 4, 2, Gated>, grid, block, stream, a); break;
   }
 }
 
@@ -430,10 +432,10 @@ void LaunchRowsOf(const QuantLinearArgs& a, cudaStream_t stream) {
 
 bool QuantWideRowsDevice(const QuantLinearArgs& a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  const bool aligned = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
+  auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool aligned = aligned16(a.x) && aligned16(a.weight);
   if (a.bits == 4) {
     // float16, whole chunks of 32 values within blocks of at least 32.
-    auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     const bool normAligned = a.norm == nullptr || (aligned16(a.norm) && aligned16(a.residual) && aligned16(a.sum));
     const bool fits = a.type == FloatType::kFloat16 && a.rows <= kQuantWideRows && a.blockSize >= 32 && a.in % 32 == 0 && aligned && normAligned;
     if (!fits) return false;

@@ -109,11 +109,12 @@ int QuantTileSplits(const QuantLinearArgs& args, int multiprocessors);
 size_t QuantTileScratchBytes(const QuantLinearArgs& args, int splits);
 // Device: y of x for at most kQuantRowsKernelRows rows, on `stream`.
 void QuantRowsDevice(const QuantLinearArgs& args, void* stream);
-// Device: the same by the wide kernels (the 4-bit one takes a pre-norm in itself, where the others
-// take args with none), which alone take gated products (the others run ungated into
-// scratch rows, then Linear's GatedDevice) (4 or 8 outputs a block, as Linear's; at most kQuantWideRows
-// rows; 8 bits: float16 and bfloat16, K at least 4096 and a multiple of 16; 4 bits: float16, K a
+// Device: the same by the wide kernels (4 or 8 weight rows a block, as Linear's; at most kQuantWideRows
+// rows of x; 8 bits: float16 and bfloat16, K at least 4096 and a multiple of 16; 4 bits: float16, K a
 // multiple of 32, block_size at least 32); false, running nothing, where they do not take the product.
+// They alone take gated args (the other kernels run the two products ungated into scratch rows, then
+// Linear's GatedDevice); of args with a pre-norm, the 4-bit one alone takes them (the others need
+// Linear's pre-norm pass first).
 constexpr int kQuantWideRows = 4;
 bool QuantWideRowsDevice(const QuantLinearArgs& args, void* stream);
 // Device: the same on tensor cores, where it takes them (float16, or bfloat16 of 4 bits; K and
