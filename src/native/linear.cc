@@ -61,14 +61,23 @@ void LinearHost(const LinearArgs& given) {
     PreNormHost(given, normed.data());
   }
   const LinearArgs a = given.norm == nullptr ? given : OfNormedRows(given, normed.data());
+  if (a.gated) {
+    // Both products (each rounded with its bias), then the gate.
+    std::vector<uint8_t> products(static_cast<size_t>(a.rows) * 2 * a.out * ElementBytes(a.type));
+    LinearArgs both = a;
+    both.gated = false;
+    both.out = 2 * a.out;
+    both.activation = Activation::kNone;
+    both.y = products.data();
+    LinearHost(both);
+    GatedHost(a, products.data());
+    return;
+  }
   const size_t in = static_cast<size_t>(a.in);
   std::vector<float> x(static_cast<size_t>(a.rows) * in);
   Widen(a.x, a.type, 0, x.size(), x.data());
   std::vector<float> w(in);
-  // Gated: the gate's rows come first; each row's activated gate waits for its up projection.
-  const int products = a.gated ? 2 * a.out : a.out;
-  std::vector<float> gates(a.gated ? static_cast<size_t>(a.rows) * a.out : 0);
-  for (int o = 0; o < products; o++) {
+  for (int o = 0; o < a.out; o++) {
     Widen(a.weight, a.type, static_cast<size_t>(o) * in, in, w.data());
     const float bias = a.bias == nullptr ? 0.0f : ElementAt(a.bias, a.type, o);
     for (int r = 0; r < a.rows; r++) {
@@ -76,15 +85,19 @@ void LinearHost(const LinearArgs& given) {
       float sum = 0;
       for (size_t k = 0; k < in; k++) sum += row[k] * w[k];
       float v = Round(sum + bias, a.type);
-      const bool up = a.gated && o >= a.out;
-      if (a.activation != Activation::kNone && !up) v = Round(Activate(v, a.activation), a.type);
-      const int output = up ? o - a.out : o;
-      const size_t at = static_cast<size_t>(r) * a.out + output;
-      if (a.gated && !up) {
-        gates[at] = v;
-      } else {
-        PutElement(a.y, a.type, at, up ? Round(gates[at] * v, a.type) : v);
-      }
+      if (a.activation != Activation::kNone) v = Round(Activate(v, a.activation), a.type);
+      PutElement(a.y, a.type, static_cast<size_t>(r) * a.out + o, v);
+    }
+  }
+}
+
+void GatedHost(const LinearArgs& a, const void* products) {
+  for (int r = 0; r < a.rows; r++) {
+    for (int o = 0; o < a.out; o++) {
+      const size_t at = static_cast<size_t>(r) * 2 * a.out + o;
+      float gate = ElementAt(products, a.type, at);
+      if (a.activation != Activation::kNone) gate = Round(Activate(gate, a.activation), a.type);
+      PutElement(a.y, a.type, static_cast<size_t>(r) * a.out + o, Round(gate * ElementAt(products, a.type, at + a.out), a.type));
     }
   }
 }

@@ -95,6 +95,9 @@ void PreNormHost(const LinearArgs& args, void* normed);
 
 // Host: y of x, on host memory.
 void LinearHost(const LinearArgs& args);
+// Host: a gated Linear's y from `products` [rows, 2 * out] (the gate's and the up projection's
+// products, each rounded with its bias already), as GatedDevice.
+void GatedHost(const LinearArgs& args, const void* products);
 
 #ifdef CHORUS_WITH_CUDA
 // The most rows the device's own kernel takes; more go to cuBLAS. Each 16 bytes of x serves 4 weight

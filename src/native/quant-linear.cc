@@ -107,7 +107,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
       // The wide kernels take the gate in their epilogue (and the 4-bit one a pre-norm in itself);
       // elsewhere a pre-norm is a pass of its own into scratch rows, and both products of a gated one
       // go into scratch rows (each rounded with its bias), then Linear's gated pass.
-      if (args.rows <= kQuantRowsKernelRows && (gemv_.empty() || gemv_ == "wide") && (args.gated || args.norm != nullptr) && QuantWideRowsDevice(args, stream)) {
+      if ((args.gated || args.norm != nullptr) && Wide(args, stream)) {
         CheckCuda(cudaGetLastError(), "kernel");
         return;
       }
@@ -128,7 +128,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
         Ort::MemoryAllocation products = allocate(static_cast<size_t>(args.rows) * both.out * ElementBytes(args.type));
         both.y = products.get();
         Product(both, context, stream);
-        GatedDevice(LinearArgs{args.x, nullptr, args.bias, args.y, args.rows, args.in, args.out, args.activation, args.type}, both.y, stream);
+        GatedDevice(GateOf(args), both.y, stream);
       } else {
         Product(args, context, stream);
       }
@@ -147,14 +147,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
       std::vector<char> products(static_cast<size_t>(args.rows) * both.out * ElementBytes(args.type));
       both.y = products.data();
       QuantLinearHost(both, RunParallel, context);
-      for (int r = 0; r < args.rows; r++) {
-        for (int o = 0; o < args.out; o++) {
-          const size_t at = static_cast<size_t>(r) * both.out + o;
-          float gate = ElementAt(products.data(), args.type, at);
-          if (args.activation != Activation::kNone) gate = RoundTo(Activate(gate, args.activation), args.type);
-          PutElement(args.y, args.type, static_cast<size_t>(r) * args.out + o, RoundTo(gate * ElementAt(products.data(), args.type, at + args.out), args.type));
-        }
-      }
+      GatedHost(GateOf(args), products.data());
       return;
     }
     QuantLinearHost(args, RunParallel, context);
@@ -170,6 +163,9 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     return args;
   }
 
+  // Linear's gated pass for args' outputs (their y, activation and type; the bias is in the products).
+  static LinearArgs GateOf(const QuantLinearArgs& q) { return LinearArgs{q.x, nullptr, nullptr, q.y, q.rows, q.in, q.out, q.activation, q.type}; }
+
   // A gated product's two products side by side, ungated: 2 * out outputs, no activation (the bias of
   // each rounded with it).
   static QuantLinearArgs Ungated(const QuantLinearArgs& gated) {
@@ -181,13 +177,17 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
   }
 
 #ifdef CHORUS_WITH_CUDA
+  // Whether the wide kernels took args (a decode step, CHORUS_QUANT_GEMV unset or wide), on `stream`.
+  bool Wide(const QuantLinearArgs& args, void* stream) const {
+    return args.rows <= kQuantRowsKernelRows && (gemv_.empty() || gemv_ == "wide") && QuantWideRowsDevice(args, stream);
+  }
+
   // y of x for an ungated product, on `stream`.
   void Product(const QuantLinearArgs& args, OrtKernelContext* context, void* stream) {
     if (args.rows <= kQuantRowsKernelRows) {
       // The wide kernel where it takes the product, else tensor cores, else the plain kernel
       // (CHORUS_QUANT_GEMV names the first to try).
-      const bool done = (gemv_.empty() || gemv_ == "wide") && QuantWideRowsDevice(args, stream);
-      if (!done && (gemv_ == "plain" || !QuantMmaRowsDevice(args, stream))) QuantRowsDevice(args, stream);
+      if (!Wide(args, stream) && (gemv_ == "plain" || !QuantMmaRowsDevice(args, stream))) QuantRowsDevice(args, stream);
     } else if (type_ != FloatType::kFloat32 && args.rows <= kQuantTileRows) {
       if (multiprocessors_ == 0) {
         int device = 0;
