@@ -5,7 +5,7 @@
  * Standard ONNX operators only (opset 17), so any execution provider runs it.
  */
 import { ChorusError } from '../errors.ts';
-import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Norm } from './decoder-spec.ts';
+import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Linear, Norm } from './decoder-spec.ts';
 import type { FloatType } from './float-bits.ts';
 import { foldNormsIntoLinear } from './fold-norms.ts';
 import { float, GraphBuilder } from './graph.ts';
@@ -579,35 +579,28 @@ function normPackedQk(g: GraphBuilder, c: GraphContext, w: DecoderLayerWeights, 
   return g.op('Concat', [normHeads(g, c, w.qNorm, q, numHeads, `${name}.q_norm`), normedK, v], { axis: -1 });
 }
 
+/** A gated MLP's gate projection of `m` and its activation, apart from the up projection. */
+function activatedGate(g: GraphBuilder, c: GraphContext, gate: Linear, m: string, name: string, activation: 'silu' | 'gelu_tanh'): string {
+  if (g.addonLinear) return linearWith(g, gate, m, `${name}.gate`, activation);
+  const projected = linear(g, gate, m, `${name}.gate`);
+  if (activation === 'silu') return silu(g, projected);
+  return c.flavor === 'cuda' ? g.op('FastGelu', [projected], {}, { domain: MS }) : geluPytorchTanh(g, projected);
+}
+
 /** The MLP of one block on the normed input `m`. */
 function mlp(g: GraphBuilder, c: GraphContext, w: DecoderLayerWeights, index: number, m: string): Projected {
   const name = `layers.${index}`;
   let inner: string;
-  if (c.spec.mlp === 'silu_gated') {
+  if (c.spec.mlp === 'silu_gated' || c.spec.mlp === 'gelu_tanh_gated') {
+    const activation = c.spec.mlp === 'silu_gated' ? 'silu' : 'gelu_tanh';
     const gateWeights = required(w.gate, `layer ${index} gate projection`);
-    // Through Linear, the gate's projection, its SiLU, the up projection and their product are one
-    // operator (plain weights only: quantized projections stay apart).
+    // Through Linear, the gate's projection, its activation, the up projection and their product are
+    // one operator; through QuantLinear too where the two are quantized alike; otherwise the gate and up
+    // projections apart and a Mul.
     if (g.addonLinear && plainWeights(gateWeights) && plainWeights(w.up)) {
-      inner = gatedLinear(g, gateWeights, w.up, m, name, 'silu');
+      inner = gatedLinear(g, gateWeights, w.up, m, name, activation);
     } else {
-      inner =
-        quantizedGatedLinear(g, gateWeights, w.up, m, name, 'silu') ??
-        g.op('Mul', [g.addonLinear ? linearWith(g, gateWeights, m, `${name}.gate`, 'silu') : silu(g, linear(g, gateWeights, m, `${name}.gate`)), linear(g, w.up, m, `${name}.up`)]);
-    }
-  } else if (c.spec.mlp === 'gelu_tanh_gated') {
-    const gateWeights = required(w.gate, `layer ${index} gate projection`);
-    const quantizedGated = quantizedGatedLinear(g, gateWeights, w.up, m, name, 'gelu_tanh');
-    if (g.addonLinear && plainWeights(gateWeights) && plainWeights(w.up)) {
-      inner = gatedLinear(g, gateWeights, w.up, m, name, 'gelu_tanh');
-    } else if (quantizedGated !== undefined) {
-      inner = quantizedGated;
-    } else {
-      const gate = g.addonLinear
-        ? linearWith(g, gateWeights, m, `${name}.gate`, 'gelu_tanh')
-        : c.flavor === 'cuda'
-          ? g.op('FastGelu', [linear(g, gateWeights, m, `${name}.gate`)], {}, { domain: MS })
-          : geluPytorchTanh(g, linear(g, gateWeights, m, `${name}.gate`));
-      inner = g.op('Mul', [gate, linear(g, w.up, m, `${name}.up`)]);
+      inner = quantizedGatedLinear(g, gateWeights, w.up, m, name, activation) ?? g.op('Mul', [activatedGate(g, c, gateWeights, m, name, activation), linear(g, w.up, m, `${name}.up`)]);
     }
   } else if (g.addonLinear) {
     inner = linearWith(g, w.up, m, `${name}.up`, 'gelu_tanh');

@@ -25,8 +25,8 @@ function foldsInto(node: NodeProto): 'Linear' | 'QuantLinear' | undefined {
 
 /**
  * Folds each SkipSimplifiedLayerNormalization (no bias) and SimplifiedLayerNormalization whose normed
- * output only one chorus Linear (or 4-bit QuantLinear) reads, as its x, into that Linear: its inputs gain the residual and the
- * norm's weight, its outputs the residual sum where anything reads it. A norm read by anything else (a
+ * output only one chorus Linear (or 4-bit QuantLinear) reads, as its x, into that operator: its inputs
+ * gain the residual and the norm's weight, its outputs the residual sum where anything reads it. A norm read by anything else (a
  * Slice before the head, a MatMul, a graph output) stays as it is, as does one whose sum is read before
  * the Linear.
  */

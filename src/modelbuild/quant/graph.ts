@@ -76,12 +76,29 @@ export function concatQuantized(g: GraphBuilder, weights: readonly string[], nam
   return name;
 }
 
+/** What decides whether quantized weights can sit side by side along N. */
+interface QuantizedLayout {
+  k: number;
+  bits: number;
+  blockSize: number;
+  zeroPoints?: unknown;
+  perm?: Int32Array | undefined;
+}
+
 /** Whether quantized weights can sit side by side along N: the same K, bits, block size, zero points (or none) and input order. */
-function quantizedAlike(parts: readonly QuantizedValue[]): boolean {
+function alike(parts: readonly QuantizedLayout[]): boolean {
   const first = parts[0]!;
-  return parts.every(
-    (p) => p.k === first.k && p.bits === first.bits && p.blockSize === first.blockSize && (p.zeroPoints === undefined) === (first.zeroPoints === undefined) && samePerm(p.perm?.values, first.perm?.values),
-  );
+  return parts.every((p) => p.k === first.k && p.bits === first.bits && p.blockSize === first.blockSize && (p.zeroPoints === undefined) === (first.zeroPoints === undefined) && samePerm(p.perm, first.perm));
+}
+
+/** Whether quantized weights in a graph can sit side by side along N (see alike). */
+function quantizedAlike(parts: readonly QuantizedValue[]): boolean {
+  return alike(parts.map((p) => ({ ...p, perm: p.perm?.values })));
+}
+
+/** x in B's input order (a GPTQ act-order checkpoint's columns gathered first). */
+function inInputOrder(g: GraphBuilder, x: string, w: QuantizedValue): string {
+  return w.perm === undefined ? x : g.op('Gather', [x, w.perm.name], { axis: -1 });
 }
 
 /** Whether the addon's QuantLinear runs a projection of `bits` in `g` (see quantizedMatMul). */
@@ -108,7 +125,7 @@ function samePerm(a: Int32Array | undefined, b: Int32Array | undefined): boolean
  * The one place that picks the operator of a quantized projection.
  */
 export function quantizedMatMul(g: GraphBuilder, x: string, w: QuantizedValue, bias?: string, activation?: QuantizedActivation): string {
-  const input = w.perm === undefined ? x : g.op('Gather', [x, w.perm.name], { axis: -1 });
+  const input = inInputOrder(g, x, w);
   if (takesQuantLinear(g, w.bits)) return quantLinearOf(g, input, w, bias, activation?.name, false);
   const inputs = [input, w.packed, w.scales, w.zeroPoints ?? '', '', bias ?? ''];
   while (inputs.at(-1) === '') inputs.pop();
@@ -121,8 +138,7 @@ export function quantizedMatMul(g: GraphBuilder, x: string, w: QuantizedValue, b
  * (quantizedGatedMatMul): where QuantLinear runs them (see quantizedMatMul) and they are quantized alike.
  */
 export function takesQuantizedGated(g: GraphBuilder, gate: QuantizedLinear, up: QuantizedLinear): boolean {
-  const alike = gate.k === up.k && gate.n === up.n && gate.bits === up.bits && gate.blockSize === up.blockSize && (gate.zeroPoints === undefined) === (up.zeroPoints === undefined) && samePerm(gate.perm, up.perm);
-  return alike && takesQuantLinear(g, gate.bits);
+  return gate.n === up.n && alike([gate, up]) && takesQuantLinear(g, gate.bits);
 }
 
 /**
@@ -133,7 +149,7 @@ export function takesQuantizedGated(g: GraphBuilder, gate: QuantizedLinear, up: 
  */
 export function quantizedGatedMatMul(g: GraphBuilder, x: string, gate: string, up: string, name: string, bias: string | undefined, activation: LinearActivation): string {
   const w = quantizedValue(g, concatQuantized(g, [gate, up], `${name}.gate_up.weight`))!;
-  return quantLinearOf(g, w.perm === undefined ? x : g.op('Gather', [x, w.perm.name], { axis: -1 }), w, bias, activation, true);
+  return quantLinearOf(g, inInputOrder(g, x, w), w, bias, activation, true);
 }
 
 /** One QuantLinear node of `w` on `input` (already in B's input order); 8 bits take int8 activations on the CPU. */
