@@ -1,5 +1,6 @@
-// What the standalone CUDA benchmarks (bench/gpu/*/*.cu) share: failing on a CUDA error, device memory
-// filled on the device from a seeded stream, and the time of a captured graph's replays.
+// What the standalone CUDA benchmarks (bench/gpu/*/*.cu) share: failing on a CUDA error, zeroed device
+// memory freed together, device memory filled on the device from a seeded stream, and the time of a
+// captured graph's replays.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "../../src/native/device.cuh"
 
@@ -37,6 +39,16 @@ __global__ void FillKernel(T* out, size_t n, uint64_t seed, float scale) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     out[i] = chorus::Narrowed<T>(Uniform(seed, i) * scale);
   }
+}
+
+// Device memory of `bytes` (at least 16), zeroed; kept in `owned` to be freed together.
+inline void* Zeros(size_t bytes, std::vector<void*>& owned) {
+  const size_t size = bytes < 16 ? 16 : bytes;
+  void* p = nullptr;
+  Check(cudaMalloc(&p, size), "cudaMalloc");
+  Check(cudaMemset(p, 0, size), "cudaMemset");
+  owned.push_back(p);
+  return p;
 }
 
 // Milliseconds a replay of `graph` on `stream`: instantiated, replayed `warmups` times, then `replays`

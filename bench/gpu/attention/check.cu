@@ -149,13 +149,7 @@ double TimeLaunches(bool self, bool cross) {
   const int rows = 32, heads = 16, dim = 64, width = heads * dim, layers = 12, selfCapacity = 128, source = 256;
   const int selfLength = 32;
   std::vector<void*> owned;
-  const auto zeros = [&](size_t bytes) {
-    void* p = nullptr;
-    Check(cudaMalloc(&p, bytes), "cudaMalloc");
-    Check(cudaMemset(p, 0, bytes), "cudaMemset");
-    owned.push_back(p);
-    return p;
-  };
+  const auto zeros = [&](size_t bytes) { return bench::Zeros(bytes, owned); };
   void* qkv = zeros(static_cast<size_t>(rows) * 3 * width * 2);
   void* output = zeros(static_cast<size_t>(rows) * width * 2);
   void* selfLengths = Upload(std::vector<int32_t>(rows, selfLength));

@@ -30,6 +30,7 @@
 #include "../cuda-bench.cuh"
 
 using bench::Check;
+using bench::Zeros;
 using chorus::FloatType;
 using chorus::PagedAttentionArgs;
 
@@ -40,15 +41,6 @@ constexpr int kCapacity = 256;
 constexpr int kPagedBlockSize = 16;
 constexpr int kWarmups = 20;
 constexpr int kReplays = 200;
-
-// Device memory of `bytes` (at least 1), zeroed; kept in `owned` to be freed with the case.
-void* Zeros(size_t bytes, std::vector<void*>& owned) {
-  void* p = nullptr;
-  Check(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc");
-  Check(cudaMemset(p, 0, std::max<size_t>(bytes, 1)), "cudaMemset");
-  owned.push_back(p);
-  return p;
-}
 
 // Device memory holding `host`, kept in `owned`.
 template <typename T>

@@ -10,7 +10,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -48,13 +47,7 @@ struct Model {
 // Device memory, freed together.
 struct Arena {
   std::vector<void*> owned;
-  __half* Halves(size_t n) {
-    void* p = nullptr;
-    Check(cudaMalloc(&p, std::max<size_t>(n, 8) * sizeof(__half)), "cudaMalloc");
-    Check(cudaMemset(p, 0, std::max<size_t>(n, 8) * sizeof(__half)), "cudaMemset");
-    owned.push_back(p);
-    return static_cast<__half*>(p);
-  }
+  __half* Halves(size_t n) { return static_cast<__half*>(bench::Zeros(n * sizeof(__half), owned)); }
   __half* Random(size_t n, uint32_t seed, float scale) {
     __half* p = Halves(n);
     bench::FillKernel<<<1024, 256>>>(p, n, seed, scale);
@@ -65,13 +58,7 @@ struct Arena {
     ConstantKernel<<<256, 256>>>(p, n, value);
     return p;
   }
-  void* Bytes(size_t n) {
-    void* p = nullptr;
-    Check(cudaMalloc(&p, std::max<size_t>(n, 16)), "cudaMalloc");
-    Check(cudaMemset(p, 0, std::max<size_t>(n, 16)), "cudaMemset");
-    owned.push_back(p);
-    return p;
-  }
+  void* Bytes(size_t n) { return bench::Zeros(n, owned); }
   ~Arena() {
     for (void* p : owned) cudaFree(p);
   }
