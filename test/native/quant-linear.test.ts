@@ -99,6 +99,19 @@ function inputs(c: Case): { x: Float32Array; q: Quantized; bias: Float32Array | 
 
 const cuda = addon !== undefined && addon.cuda && addon.cudaDevices() > 0;
 
+/** The gate of ungated products [M, N] (the gate's N / 2, then the up projection's): SiLU rounded, times up, rounded. */
+function gateOf(products: Float32Array, M: number, N: number, type: FloatType): Float32Array {
+  const half = N / 2;
+  const want = new Float32Array(M * half);
+  for (let r = 0; r < M; r++) {
+    for (let o = 0; o < half; o++) {
+      const gate = roundTo(Float32Array.of(ACTIVATIONS.silu!(products[r * N + o]!)), type)[0]!;
+      want[r * half + o] = roundTo(Float32Array.of(gate * products[r * N + half + o]!), type)[0]!;
+    }
+  }
+  return want;
+}
+
 /** A gated QuantLinear of `q` (its N rows the gate's, then the up projection's) and the same ungated, without the activation. */
 function gatedModels(c: Case, q: Quantized, bias: Float32Array): { gated: string; ungated: string } {
   const type = c.type ?? 'float32';
@@ -135,13 +148,7 @@ describe('a gated QuantLinear (a gated MLP\'s gate and up projections in one)', 
       const { gated, ungated } = gatedModels(c, q, bias);
       const products = runGated(ungated, x, c, c.N, 'cpu');
       const half = c.N / 2;
-      const want = new Float32Array(c.M * half);
-      for (let r = 0; r < c.M; r++) {
-        for (let o = 0; o < half; o++) {
-          const gate = roundTo(Float32Array.of(ACTIVATIONS.silu!(products[r * c.N + o]!)), c.type!)[0]!;
-          want[r * half + o] = roundTo(Float32Array.of(gate * products[r * c.N + half + o]!), c.type!)[0]!;
-        }
-      }
+      const want = gateOf(products, c.M, c.N, c.type!);
       // float32's SiLU here takes exp in double precision: a last-bit difference at most.
       assertClose(runGated(gated, x, c, half, 'cpu'), want, 1e-6, 'gated against its products');
     });
@@ -162,13 +169,7 @@ describe('a gated QuantLinear (a gated MLP\'s gate and up projections in one)', 
         const products = runGated(ungated, x, c, c.N, 'cuda');
         assertClose(products, runGated(ungated, x, c, c.N, 'cpu'), 4e-3, `int${bits}, ${M} rows: the products`);
         const half = c.N / 2;
-        const want = new Float32Array(M * half);
-        for (let r = 0; r < M; r++) {
-          for (let o = 0; o < half; o++) {
-            const gate = roundTo(Float32Array.of(ACTIVATIONS.silu!(products[r * c.N + o]!)), 'float16')[0]!;
-            want[r * half + o] = roundTo(Float32Array.of(gate * products[r * c.N + half + o]!), 'float16')[0]!;
-          }
-        }
+        const want = gateOf(products, M, c.N, 'float16');
         // One float16 rounding of the SiLU apart at most, times the up projection.
         assertClose(runGated(gated, x, c, half, 'cuda'), want, 2e-3, `int${bits}, ${M} rows: the gate of the products`);
       }
@@ -255,15 +256,7 @@ describe('QuantLinear with a pre-norm (a residual norm folded into it)', { skip 
       const [y, sum] = run(gated.normed, gated.c, 'cuda', gated.x, gated.residual);
       const [products, wantSum] = run(ungated.normed, ungated.c, 'cuda', ungated.x, ungated.residual);
       assert.deepEqual([...sum!], [...wantSum!], `${M} rows: the sum`);
-      const half = gated.c.N / 2;
-      const want = new Float32Array(M * half);
-      for (let r = 0; r < M; r++) {
-        for (let o = 0; o < half; o++) {
-          const gate = roundTo(Float32Array.of(ACTIVATIONS.silu!(products![r * gated.c.N + o]!)), type)[0]!;
-          want[r * half + o] = roundTo(Float32Array.of(gate * products![r * gated.c.N + half + o]!), type)[0]!;
-        }
-      }
-      assertClose(y!, want, 2e-3, `${M} rows: y`);
+      assertClose(y!, gateOf(products!, M, gated.c.N, type), 2e-3, `${M} rows: y`);
     }
   });
 });
