@@ -100,12 +100,12 @@ inline bool TakesClusters(int device) {
   return (hopper.load() & bit) != 0;
 }
 
-// kernel<<<blocks, threads, sharedBytes, stream>>>(args) in thread block clusters of `ranks` blocks;
-// false, its error cleared, where the launch is refused (no room for such a cluster).
+// kernel<<<grid, threads, sharedBytes, stream>>>(args) in thread block clusters of `ranks` blocks along
+// x; false, its error cleared, where the launch is refused (no room for such a cluster).
 template <typename... Params, typename... Args>
-inline bool LaunchClusters(void (*kernel)(Params...), int blocks, int threads, size_t sharedBytes, int ranks, cudaStream_t stream, Args... args) {
+inline bool LaunchClusters(void (*kernel)(Params...), dim3 grid, int threads, size_t sharedBytes, int ranks, cudaStream_t stream, Args... args) {
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(blocks);
+  config.gridDim = grid;
   config.blockDim = dim3(threads);
   config.dynamicSmemBytes = sharedBytes;
   config.stream = stream;

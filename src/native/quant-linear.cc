@@ -93,6 +93,9 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     const char* gemv = std::getenv("CHORUS_QUANT_GEMV");
     gemv_ = gemv == nullptr ? "" : gemv;
     if (!gemv_.empty() && gemv_ != "plain" && gemv_ != "mma" && gemv_ != "wide") throw std::invalid_argument("CHORUS_QUANT_GEMV must be plain, mma or wide, not " + gemv_);
+    const char* tiles = std::getenv("CHORUS_QUANT_TILES");
+    tiles_ = tiles == nullptr ? "" : tiles;
+    if (!tiles_.empty() && tiles_ != "mma" && tiles_ != "wmma") throw std::invalid_argument("CHORUS_QUANT_TILES must be mma or wmma, not " + tiles_);
     const char* host = std::getenv("CHORUS_QUANT_HOST");
     int8Avx2_ = host != nullptr && std::string(host) == "avx2";
   }
@@ -122,6 +125,10 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
         normed.emplace(allocate(static_cast<size_t>(args.rows) * args.in * ElementBytes(args.type)));
         PreNormDevice(PreNormOf(args), normed->get(), stream);
         args = OfNormedRows(args, normed->get());
+      }
+      if (args.gated && MmaTiles(args, stream)) {
+        CheckCuda(cudaGetLastError(), "kernel");
+        return;
       }
       if (args.gated) {
         QuantLinearArgs both = Ungated(args);
@@ -182,6 +189,21 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     return args.rows <= kQuantRowsKernelRows && (gemv_.empty() || gemv_ == "wide") && QuantWideRowsDevice(args, stream);
   }
 
+  // Whether the tensor-core tiles of weights dequantized in registers took args (more rows than a decode
+  // step's kernels take, up to kQuantTileRows; CHORUS_QUANT_TILES unset or mma), on `stream`.
+  bool MmaTiles(const QuantLinearArgs& args, void* stream) {
+    return args.rows > kQuantRowsKernelRows && args.rows <= kQuantTileRows && tiles_ != "wmma" && QuantMmaTilesDevice(args, Multiprocessors(), stream);
+  }
+
+  int Multiprocessors() {
+    if (multiprocessors_ == 0) {
+      int device = 0;
+      CheckCuda(cudaGetDevice(&device), "cudaGetDevice");
+      CheckCuda(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    }
+    return multiprocessors_;
+  }
+
   // y of x for an ungated product, on `stream`.
   void Product(const QuantLinearArgs& args, OrtKernelContext* context, void* stream) {
     if (args.rows <= kQuantRowsKernelRows) {
@@ -189,12 +211,8 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
       // (CHORUS_QUANT_GEMV names the first to try).
       if (!Wide(args, stream) && (gemv_ == "plain" || !QuantMmaRowsDevice(args, stream))) QuantRowsDevice(args, stream);
     } else if (type_ != FloatType::kFloat32 && args.rows <= kQuantTileRows) {
-      if (multiprocessors_ == 0) {
-        int device = 0;
-        CheckCuda(cudaGetDevice(&device), "cudaGetDevice");
-        CheckCuda(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-      }
-      const int splits = QuantTileSplits(args, multiprocessors_);
+      if (MmaTiles(args, stream)) return;
+      const int splits = QuantTileSplits(args, Multiprocessors());
       QuantTilesDevice(args, splits, StreamScratch(stream, QuantTileScratchBytes(args, splits)), stream);
     } else {
       void* handle = nullptr;
@@ -298,7 +316,8 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
   int multiprocessors_ = 0;
 #endif
 
-  std::string gemv_;  // CHORUS_QUANT_GEMV: plain, mma, wide, or empty (the default order)
+  std::string gemv_;   // CHORUS_QUANT_GEMV: plain, mma, wide, or empty (the default order)
+  std::string tiles_;  // CHORUS_QUANT_TILES: mma (the default), or wmma (the tiles of weights dequantized in shared memory)
   bool int8Avx2_ = false;
   int64_t k_ = 0;
   int64_t n_ = 0;

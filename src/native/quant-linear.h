@@ -32,9 +32,11 @@
 // (quant-mma.cu; K and block_size multiples of 32), else with float32 multiply-adds one warp an output
 // (CHORUS_QUANT_GEMV=wide|mma|plain names the first of them to try, when a session is made;
 // CHORUS_QUANT_HOST=avx2 takes the host's AVX2 int8 products where it has AVX-512 VNNI); more rows of
-// float16 or bfloat16, up to kQuantTileRows, run as tensor-core tiles of weights dequantized in shared
-// memory (the K axis split across blocks until the GPU is full, the partial sums joined by a last launch that adds the bias and
-// takes the activation); anything larger (prefills) dequantizes the weights once into scratch memory and
+// float16 (and 4-bit bfloat16), up to kQuantTileRows, run on tensor cores with the weights dequantized
+// in registers against x staged in shared memory (quant-mma-tiles.cu: K split over a cluster of blocks,
+// the gate in the epilogue); where those do not take them (CHORUS_QUANT_TILES=wmma: never), as
+// tensor-core tiles of weights dequantized in shared memory (the K axis split across blocks until the
+// GPU is full, the partial sums joined by a last launch that adds the bias and takes the activation); anything larger (prefills) dequantizes the weights once into scratch memory and
 // runs Linear's GEMM. Scratch memory is one buffer per CUDA stream, grown in a run that is not being
 // captured (so that a captured run of a shape that ran before allocates nothing) and kept for the life
 // of the process (graphs captured earlier still point at the buffers it outgrew).
@@ -120,6 +122,11 @@ bool QuantWideRowsDevice(const QuantLinearArgs& args, void* stream);
 // Device: the same on tensor cores, where it takes them (float16, or bfloat16 of 4 bits; K and
 // block_size multiples of 32; x and the weights 16-byte aligned); false, running nothing, where not.
 bool QuantMmaRowsDevice(const QuantLinearArgs& args, void* stream);
+// Device: y of x on tensor cores with the weights dequantized in registers, x staged in shared memory,
+// K split over clusters of blocks (quant-mma-tiles.cu), gated args' gate in the epilogue, where it
+// takes them (float16, or bfloat16 of 4 bits; K a multiple of 16; no pre-norm; x and the weights
+// 16-byte aligned); false, running nothing, where not. `multiprocessors`: the device's.
+bool QuantMmaTilesDevice(const QuantLinearArgs& args, int multiprocessors, void* stream);
 // Device: y of x by tensor-core tiles in `splits` splits (float16 or bfloat16; at most kQuantTileRows
 // rows), the partial sums in `scratch` (QuantTileScratchBytes), on `stream`.
 void QuantTilesDevice(const QuantLinearArgs& args, int splits, void* scratch, void* stream);

@@ -155,19 +155,22 @@ describe('a gated QuantLinear (a gated MLP\'s gate and up projections in one)', 
   }
 
   // Up to 4 rows the wide kernels take the gate in their epilogue (float16: 4 bits, and 8 bits of K
-  // 4096); other rows run both products into scratch rows, then Linear's gated pass. Either way the
+  // 4096), and from 9 to 128 rows the register tiles (K a multiple of 16); other rows run both products
+  // into scratch rows, then Linear's gated pass. Either way the
   // gated output is what the ungated products on the device give through the gate (each product is
   // within float16's 4e-3 of the CPU's: the parity bench checks that; the gate multiplies its error by
   // the up projection's value, so the two are not compared after it).
   test('on CUDA: the wide kernels, the tensor-core tiles and the prefill\'s GEMM give the gate of their own products', { skip: cuda ? false : 'no CUDA device' }, () => {
     // The last: a width that is not a multiple of a block's outputs, and more chunks of K than threads.
     for (const [bits, K, blockSize, N] of [[4, 512, 128, 96], [8, 4096, 128, 96], [4, 8224, 32, 26]] as const) {
-      for (const M of [1, 3, 4, 8, 64, 200]) {
+      for (const M of [1, 3, 4, 8, 16, 64, 100, 200]) {
         const c: Case = { M, K, N, bits, blockSize, zeroPoints: true, type: 'float16' };
         const { x, q } = inputs(c);
         const { gated, ungated } = gatedModels(c, q, roundTo(seeded(c.N, 5, 0.5), 'float16'));
         const products = runGated(ungated, x, c, c.N, 'cuda');
-        assertClose(products, runGated(ungated, x, c, c.N, 'cpu'), 4e-3, `int${bits}, ${M} rows: the products`);
+        // Past 128 rows the prefill's cuBLAS GEMM sums K in an order of its own: 6.3e-3 from the CPU's
+        // sums seen at K 8224.
+        assertClose(products, runGated(ungated, x, c, c.N, 'cpu'), M > 128 ? 1e-2 : 4e-3, `int${bits}, ${M} rows: the products`);
         const half = c.N / 2;
         const want = gateOf(products, M, c.N, 'float16');
         // One float16 rounding of the SiLU apart at most, times the up projection.

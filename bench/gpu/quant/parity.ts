@@ -1,8 +1,9 @@
 /**
  * QuantLinear on CUDA against the same graph on the CPU (the addon's host path, which the CPU tests
  * check against ONNX Runtime's MatMulNBits): every CUDA path (at 1..8 rows the wide kernel of 16-bit
- * types up to 4 rows, the tensor-core GEMV of float16 and 4-bit bfloat16 and the plain one, the
- * tensor-core tiles up to 128 rows, the
+ * types up to 4 rows, the tensor-core GEMV of float16 and 4-bit bfloat16 and the plain one, up to 128
+ * rows the tiles of weights dequantized in registers (those in shared memory where K is not a multiple
+ * of 16), the
  * dequantize-and-GEMM beyond), 4 and 8 bits, with and without zero points, blocks of 32 and 128, K
  * with a partial last block, bias and SiLU, float16, bfloat16 and float32, the CUDA outputs those of
  * a replayed CUDA graph. Returns one line per case with its largest relative error.
@@ -54,7 +55,7 @@ export function parity(addon: NativeAddon, dir: string, deadline: number): Parit
           const path = join(dir, `parity-${type}-${bits}-${zeroPoints}-${K}.onnx`);
           writeFileSync(path, g.serialize().model);
           // 16-bit steps of up to 8 rows run in the wide kernel (up to 4), on tensor cores (CHORUS_QUANT_GEMV=mma) or as float32's do (plain).
-          const cases = [1, 3, 4, 8, 9, 64, 130].flatMap((M) => (type !== 'float32' && M <= 8 ? [[M, ''], [M, 'mma'], [M, 'plain']] : [[M, '']]) as Array<[number, string]>);
+          const cases = [1, 3, 4, 8, 9, 32, 33, 64, 100, 130].flatMap((M) => (type !== 'float32' && M <= 8 ? [[M, ''], [M, 'mma'], [M, 'plain']] : [[M, '']]) as Array<[number, string]>);
           for (const [M, gemv] of cases) {
             if (Date.now() > deadline) return results;
             const name = `${type} int${bits} ${zeroPoints ? 'zero points' : 'symmetric'} K ${K} block ${block} rows ${M}${gemv === '' ? '' : ` (${gemv} GEMV)`}`;
