@@ -1,9 +1,11 @@
 /**
  * Quantized projections on one GPU: the addon's QuantLinear against ONNX Runtime's MatMulNBits (CUDA
- * provider), with fp16 MatMul and the addon's Linear beside them, at M = 1, 8 and 64 rows for the
+ * provider), with fp16 MatMul and the addon's Linear beside them, at M = 1, 8, 16, 64 and 128 rows for the
  * projection shapes of TinyLlama and Llama-2-7B, 4 and 8 bits (blocks of 128, no zero points);
  * QuantLinear's decode kernels side by side: its default (the wide kernel up to 4 rows), "QL mma" the
- * tensor-core GEMV and "QL plain" the float32 one (CHORUS_QUANT_GEMV=mma, plain). Each
+ * tensor-core GEMV and "QL plain" the float32 one (CHORUS_QUANT_GEMV=mma, plain); past 8 rows "QL wmma" the
+ * tiles of weights dequantized in shared memory (CHORUS_QUANT_TILES=wmma) and the register tiles at 8
+ * warps a block (CHORUS_QUANT_TILE_WARPS=8; default 4). Each
  * timing is a CUDA graph of `copies` projections (weights of their own, 128 MB or more in all, so
  * they come from memory and not L2) replayed `QUANT_ITERATIONS` times; a projection's time is the
  * replay's over the copies. Effective bandwidth: its weights, scales, x and y over that time, and
@@ -12,7 +14,8 @@
  * Prints tables and writes $OUT/quant-kernels.json (also after a case fails or the budget runs out).
  *   source /root/gpu-env/env.sh && npm run build:native && OUT=/tmp/quant bash bench/gpu/quant/kernels.sh
  * Knobs: QUANT_BUDGET_S (default 160: cases not started by then are left out), QUANT_ITERATIONS (50),
- * QUANT_PARITY=0 (no parity pass), QUANT_SHAPES (names, comma-separated).
+ * QUANT_PARITY=0 (no parity pass), QUANT_SHAPES, QUANT_VARIANTS (names, comma-separated), QUANT_ROWS
+ * (default 1,8,16,64,128).
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -41,7 +44,7 @@ const SHAPES = [
   { name: 'tinyllama gate/up', K: 2048, N: 5632 },
   { name: 'llama2-7b down', K: 11008, N: 4096 },
 ].filter((s) => process.env.QUANT_SHAPES === undefined || process.env.QUANT_SHAPES.split(',').includes(s.name));
-const VARIANTS: Variant[] = [
+const ALL_VARIANTS: Variant[] = [
   { name: 'fp16 MatMul', op: 'MatMul' },
   { name: 'fp16 Linear', op: 'Linear' },
   { name: 'int8 MatMulNBits', op: 'MatMulNBits', bits: 8 },
@@ -52,8 +55,14 @@ const VARIANTS: Variant[] = [
   { name: 'int4 QL mma', op: 'QuantLinear', bits: 4, gemv: 'mma' },
   { name: 'int8 QL plain', op: 'QuantLinear', bits: 8, gemv: 'plain' },
   { name: 'int4 QL plain', op: 'QuantLinear', bits: 4, gemv: 'plain' },
+  // Many rows: the tiles of weights dequantized in shared memory, and the register tiles' 8 warps of one
+  // fragment (the default: 4 warps of two).
+  { name: 'int8 QL wmma', op: 'QuantLinear', bits: 8, env: { CHORUS_QUANT_TILES: 'wmma' }, rows: [16, 64, 128] },
+  { name: 'int4 QL wmma', op: 'QuantLinear', bits: 4, env: { CHORUS_QUANT_TILES: 'wmma' }, rows: [16, 64, 128] },
+  { name: 'int4 QL 8 warps', op: 'QuantLinear', bits: 4, env: { CHORUS_QUANT_TILE_WARPS: '8' }, rows: [16, 64, 128] },
 ];
-const ROWS = [1, 8, 64];
+const VARIANTS = ALL_VARIANTS.filter((v) => process.env.QUANT_VARIANTS === undefined || process.env.QUANT_VARIANTS.split(',').includes(v.name));
+const ROWS = (process.env.QUANT_ROWS ?? '1,8,16,64,128').split(',').map(Number);
 
 interface Row {
   shape: string;
@@ -102,7 +111,7 @@ for (const shape of SHAPES) {
     const copies = Math.max(2, Math.min(64, Math.ceil((128 << 20) / perCopy)));
     const path = join(work, 'model.onnx');
     let written = false;
-    for (const M of v.gemv !== undefined ? ROWS.filter((m) => m <= 8) : ROWS) {
+    for (const M of ROWS.filter((m) => (v.gemv === undefined || m <= 8) && (v.rows === undefined || v.rows.includes(m)))) {
       const row: Row = { shape: shape.name, K, N, M, variant: v.name, copies };
       rows.push(row);
       if (Date.now() > deadline) {
@@ -112,12 +121,13 @@ for (const shape of SHAPES) {
       try {
         if (!written) writeFileSync(path, modelBytes(v, w, K, N, copies));
         written = true;
-        if (v.gemv !== undefined) process.env.CHORUS_QUANT_GEMV = v.gemv;
+        const env = { ...v.env, ...(v.gemv === undefined ? {} : { CHORUS_QUANT_GEMV: v.gemv }) };
+        Object.assign(process.env, env);
         let result: ReturnType<typeof addon.runGraph>;
         try {
           result = addon.runGraph({ model: path, provider: 'cuda', dtype: 'fp16', cudaGraph: true, iterations }, [{ name: 'x', type: 'float16', dims: [M, K], data: xs.get(M)! }]);
         } finally {
-          delete process.env.CHORUS_QUANT_GEMV;
+          for (const name of Object.keys(env)) delete process.env[name];
         }
         row.us = (result.ms * 1000) / copies;
         row.gbs = trafficBytes(w, M, K, N) / (row.us * 1e3);
