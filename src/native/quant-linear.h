@@ -34,10 +34,11 @@
 // CHORUS_QUANT_HOST=avx2 takes the host's AVX2 int8 products where it has AVX-512 VNNI); more rows of
 // float16 (and 4-bit bfloat16), up to kQuantTileRows, run on tensor cores with the weights dequantized
 // in registers against x staged in shared memory (quant-mma-tiles.cu: K split over a cluster of blocks,
-// the gate in the epilogue); where those do not take them (CHORUS_QUANT_TILES=wmma: never), as
-// tensor-core tiles of weights dequantized in shared memory (the K axis split across blocks until the
-// GPU is full, the partial sums joined by a last launch that adds the bias and takes the activation); anything larger (prefills) dequantizes the weights once into scratch memory and
-// runs Linear's GEMM. Scratch memory is one buffer per CUDA stream, grown in a run that is not being
+// the gate in the epilogue; 4 warps a block, CHORUS_QUANT_TILE_WARPS=8: 8); where those do not take
+// them (CHORUS_QUANT_TILES=wmma: never), as tensor-core tiles of weights dequantized in shared memory
+// (the K axis split across blocks until the GPU is full, the partial sums joined by a last launch that
+// adds the bias and takes the activation); anything larger (prefills) dequantizes the weights once into
+// scratch memory and runs Linear's GEMM. Scratch memory is one buffer per CUDA stream, grown in a run that is not being
 // captured (so that a captured run of a shape that ran before allocates nothing) and kept for the life
 // of the process (graphs captured earlier still point at the buffers it outgrew).
 #pragma once

@@ -5,16 +5,18 @@
 //
 // A block of W warps of F fragments each takes W x F x 16 weight rows (gated: half as many outputs,
 // each 16-row fragment 8 gate rows then their 8 up rows) against a tile of 32 or 64 rows of x (NT tiles
-// of 8), over its split of K in steps of 64 values. In a step a lane reads 16 consecutive values of K
-// of 2F weight rows (8 bytes of 4 bits or 16 of 8), two steps (4 bits) or one (8 bits) ahead in
-// registers. x's 64 values a row are
-// staged in shared memory, double-buffered, in the order the weights come out of their words, so that
-// ldmatrix hands each lane the x values its weights multiply. Each product is an mma.m16n8k16 of 16
-// weight rows (A) by 8 rows of x (B), with float32 sums.
+// of 8), over its split of K in steps of 64 values: 4 warps of 2 fragments, or 8 of 1
+// (CHORUS_QUANT_TILE_WARPS=8; faster only on projections of about 2048 x 2048). In a step a lane reads
+// 16 consecutive values of K of 2F weight rows (8 bytes of 4 bits or 16 of 8), two steps (4 bits) or
+// one (8 bits) ahead in registers. x's 64 values a row are staged in shared memory, double-buffered, in
+// the order the weights come out of their words, so that ldmatrix hands each lane the x values its
+// weights multiply. Each product is an mma.m16n8k16 of 16 weight rows (A) by 8 rows of x (B), with
+// float32 sums.
 //
-// K is split over a cluster of up to 8 blocks (sm_90) until the GPU is full; the splits' sums meet in
-// shared memory, each rank adding up its share of the outputs over every rank's memory in rank order
-// (the same sums whatever the timing), then the bias and activation, or the gate.
+// K is split over a cluster of up to 8 blocks (sm_90) until the GPU holds one wave; the splits' sums
+// meet in shared memory, each rank adding up its share of the outputs over every rank's memory in rank
+// order (the same sums whatever the timing), then the bias and activation, or the gate. Without
+// clusters (before sm_90) K is not split. Where the time goes: docs/lab/2026-11-26-quant-many-rows.md.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -47,8 +49,6 @@ struct Shape {
   static constexpr int kThreads = W * 32;
   // Rows of x a block takes.
   static constexpr int kRows = NT * 8;
-  // Weight rows a warp takes (F fragments of 16), and outputs (gated: half).
-  static constexpr int kWarpRows = F * 16;
   // Weight rows of one of a warp's fragments, for all warps; a row of the sums' staging.
   static constexpr int kPassRows = W * 16;
   static constexpr int kPartialStride = kPassRows + 4;
