@@ -96,6 +96,10 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     const char* tiles = std::getenv("CHORUS_QUANT_TILES");
     tiles_ = tiles == nullptr ? "" : tiles;
     if (!tiles_.empty() && tiles_ != "mma" && tiles_ != "wmma") throw std::invalid_argument("CHORUS_QUANT_TILES must be mma or wmma, not " + tiles_);
+    const char* warps = std::getenv("CHORUS_QUANT_TILE_WARPS");
+    const std::string tileWarps = warps == nullptr ? "" : warps;
+    if (!tileWarps.empty() && tileWarps != "4" && tileWarps != "8") throw std::invalid_argument("CHORUS_QUANT_TILE_WARPS must be 4 or 8, not " + tileWarps);
+    tileWarps8_ = tileWarps == "8";
     const char* host = std::getenv("CHORUS_QUANT_HOST");
     int8Avx2_ = host != nullptr && std::string(host) == "avx2";
   }
@@ -239,6 +243,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     args.type = type_;
     args.int8Activations = accuracyLevel_ == 4;
     args.int8Avx2 = int8Avx2_;
+    args.tileWarps8 = tileWarps8_;
     args.x = x.GetTensorRawData();
     const Ort::ConstValue weight = ctx.GetInput(1);
     const std::vector<int64_t> weightShape = ShapeOf(weight);
@@ -319,6 +324,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
   std::string gemv_;   // CHORUS_QUANT_GEMV: plain, mma, wide, or empty (the default order)
   std::string tiles_;  // CHORUS_QUANT_TILES: mma (the default), or wmma (the tiles of weights dequantized in shared memory)
   bool int8Avx2_ = false;
+  bool tileWarps8_ = false;  // CHORUS_QUANT_TILE_WARPS=8
   int64_t k_ = 0;
   int64_t n_ = 0;
   int64_t bits_ = 0;

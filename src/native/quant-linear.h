@@ -34,8 +34,8 @@
 // CHORUS_QUANT_HOST=avx2 takes the host's AVX2 int8 products where it has AVX-512 VNNI); more rows of
 // float16 (and 4-bit bfloat16), up to kQuantTileRows, run on tensor cores with the weights dequantized
 // in registers against x staged in shared memory (quant-mma-tiles.cu: K split over a cluster of blocks,
-// the gate in the epilogue; 4 warps a block, CHORUS_QUANT_TILE_WARPS=8: 8); where those do not take
-// them (CHORUS_QUANT_TILES=wmma: never), as tensor-core tiles of weights dequantized in shared memory
+// the gate in the epilogue; 4 warps a block, CHORUS_QUANT_TILE_WARPS=8 when a session is made: 8);
+// where those do not take them (CHORUS_QUANT_TILES=wmma: never), as tensor-core tiles of weights dequantized in shared memory
 // (the K axis split across blocks until the GPU is full, the partial sums joined by a last launch that
 // adds the bias and takes the activation); anything larger (prefills) dequantizes the weights once into
 // scratch memory and runs Linear's GEMM. Scratch memory is one buffer per CUDA stream, grown in a run that is not being
@@ -69,6 +69,7 @@ struct QuantLinearArgs {
   FloatType type;
   bool int8Activations;  // accuracy_level 4: int8 activations for 8-bit weights on the host
   bool int8Avx2;         // those on AVX2 even where the CPU has AVX-512 VNNI (CHORUS_QUANT_HOST=avx2)
+  bool tileWarps8;       // the many-row tiles at 8 warps of one fragment (CHORUS_QUANT_TILE_WARPS=8)
   bool gated;            // y = activation(product of row o) * product of row out + o
   // A pre-norm (norm given), as LinearArgs': x is the stream's new delta, the product is taken of
   // RMSNorm(x + residual) * norm, and sum (where given) receives x + residual.

@@ -23,7 +23,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "device.cuh"
@@ -374,10 +373,8 @@ void LaunchGatedOr(const QuantLinearArgs& a, int multiprocessors, cudaStream_t s
 
 template <typename T, int Bits>
 void LaunchOf(const QuantLinearArgs& a, int multiprocessors, cudaStream_t stream) {
-  // 4 warps of two fragments, or (CHORUS_QUANT_TILE_WARPS=8) 8 warps of one; read at each launch, so
-  // that a benchmark may set it between runs.
-  const char* value = std::getenv("CHORUS_QUANT_TILE_WARPS");
-  const bool eight = value != nullptr && std::atoi(value) == 8;
+  // 4 warps of two fragments, or (CHORUS_QUANT_TILE_WARPS=8) 8 warps of one.
+  const bool eight = a.tileWarps8;
   if (a.rows <= 32) {
     eight ? LaunchGatedOr<T, Bits, 4, 8, 1>(a, multiprocessors, stream) : LaunchGatedOr<T, Bits, 4, 4, 2>(a, multiprocessors, stream);
   } else {

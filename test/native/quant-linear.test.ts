@@ -338,4 +338,29 @@ describe('QuantLinear on the CPU', { skip }, () => {
     assert.throws(() => quantLinear(new GraphBuilder('float32'), 'x', { weight: 'w', scales: 's' }, { K: 64, N: 7, bits: 4, blockSize: 32 }, { gated: true }), /a gated QuantLinear's N must be even/);
     assert.throws(() => runAddon(refused('gated-odd', [...q.weight], [8, 2, 16], [], { N: 7, gated: 1 }), x, c), /a gated QuantLinear's N must be even \(the gate's rows, then the up projection's\), got 7/);
   });
+
+  test('refuses a kernel knob of an unknown value by name, when a session is made', () => {
+    const c: Case = { M: 2, K: 64, N: 8, bits: 4, blockSize: 32, zeroPoints: false };
+    const { x, q } = inputs(c);
+    const path = model(c, q, undefined, 'QuantLinear');
+    for (const [name, value, message] of [
+      ['CHORUS_QUANT_GEMV', 'fast', /CHORUS_QUANT_GEMV must be plain, mma or wide, not fast/],
+      ['CHORUS_QUANT_TILES', 'tensor', /CHORUS_QUANT_TILES must be mma or wmma, not tensor/],
+      ['CHORUS_QUANT_TILE_WARPS', '6', /CHORUS_QUANT_TILE_WARPS must be 4 or 8, not 6/],
+    ] as const) {
+      process.env[name] = value;
+      try {
+        assert.throws(() => runAddon(path, x, c), message);
+      } finally {
+        delete process.env[name];
+      }
+    }
+    // The same knobs at their known values run.
+    process.env.CHORUS_QUANT_TILE_WARPS = '8';
+    try {
+      assert.equal(runAddon(path, x, c).length, c.M * c.N);
+    } finally {
+      delete process.env.CHORUS_QUANT_TILE_WARPS;
+    }
+  });
 });
