@@ -13,6 +13,9 @@
 
 namespace chorus {
 
+// a / b rounded up (host; the tiles' grids and splits).
+inline int Ceil(int a, int b) { return (a + b - 1) / b; }
+
 // 2^23 as float: 0x4B000000 | q (q < 2^23) is the float 2^23 + q, exactly.
 constexpr float kMagic = 8388608.0f;
 

@@ -41,8 +41,6 @@ constexpr int kXStride = kStepK + 8;
 // The most splits of K: a cluster's portable size.
 constexpr int kMaxSplits = 8;
 
-int Ceil(int a, int b) { return (a + b - 1) / b; }
-
 template <int NT, int W, int F>
 struct Shape {
   static constexpr int kThreads = W * 32;

@@ -30,8 +30,6 @@ constexpr int kSkew = 8;
 // Blocks a multiprocessor should have to keep its loads in flight.
 constexpr int kBlocksPerMultiprocessor = 4;
 
-int Ceil(int a, int b) { return (a + b - 1) / b; }
-
 // K values a split takes (a multiple of kTileK).
 int SplitLength(const QuantLinearArgs& a, int splits) { return Ceil(Ceil(a.in, kTileK), splits) * kTileK; }
 
