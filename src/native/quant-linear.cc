@@ -1,6 +1,7 @@
 #include "quant-linear.h"
 
 #include <cstdlib>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -32,6 +33,21 @@ int64_t ElementsOf(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+// The kernel knob `name` from the environment: empty where unset, else one of `allowed`, refused by
+// name otherwise ("must be a, b or c, not x").
+std::string Knob(const char* name, std::initializer_list<const char*> allowed) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return "";
+  std::string list;
+  size_t i = 0;
+  for (const char* choice : allowed) {
+    if (std::string(choice) == value) return value;
+    list += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + std::string(choice);
+    i++;
+  }
+  throw std::invalid_argument(std::string(name) + " must be " + list + ", not " + value);
 }
 
 std::string ShapeText(const std::vector<int64_t>& shape) {
@@ -90,16 +106,9 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     epsilon_ = AttributeOr<float>(kernel, "norm_epsilon", 1e-6f);
     if (gated_ && n_ % 2 != 0) throw std::invalid_argument("a gated QuantLinear's N must be even (the gate's rows, then the up projection's), got " + std::to_string(n_));
     accuracyLevel_ = AttributeOr<int64_t>(kernel, "accuracy_level", 0);
-    const char* gemv = std::getenv("CHORUS_QUANT_GEMV");
-    gemv_ = gemv == nullptr ? "" : gemv;
-    if (!gemv_.empty() && gemv_ != "plain" && gemv_ != "mma" && gemv_ != "wide") throw std::invalid_argument("CHORUS_QUANT_GEMV must be plain, mma or wide, not " + gemv_);
-    const char* tiles = std::getenv("CHORUS_QUANT_TILES");
-    tiles_ = tiles == nullptr ? "" : tiles;
-    if (!tiles_.empty() && tiles_ != "mma" && tiles_ != "wmma") throw std::invalid_argument("CHORUS_QUANT_TILES must be mma or wmma, not " + tiles_);
-    const char* warps = std::getenv("CHORUS_QUANT_TILE_WARPS");
-    const std::string tileWarps = warps == nullptr ? "" : warps;
-    if (!tileWarps.empty() && tileWarps != "4" && tileWarps != "8") throw std::invalid_argument("CHORUS_QUANT_TILE_WARPS must be 4 or 8, not " + tileWarps);
-    tileWarps8_ = tileWarps == "8";
+    gemv_ = Knob("CHORUS_QUANT_GEMV", {"plain", "mma", "wide"});
+    tiles_ = Knob("CHORUS_QUANT_TILES", {"mma", "wmma"});
+    tileWarps8_ = Knob("CHORUS_QUANT_TILE_WARPS", {"4", "8"}) == "8";
     const char* host = std::getenv("CHORUS_QUANT_HOST");
     int8Avx2_ = host != nullptr && std::string(host) == "avx2";
   }
