@@ -93,6 +93,7 @@ __device__ inline void BlockBest(float& value, int& index, int vocab) {
 __device__ inline void Choose(int r, int index, int vocab, int32_t* out, const GreedyAdvance& advance) {
   const int chosen = index < vocab ? index : 0;
   out[r] = chosen;
+  if (advance.hostOut != nullptr) advance.hostOut[r] = chosen;
   if (advance.tokens != nullptr) {
     advance.tokens[r] = chosen;
     advance.positions[r]++;

@@ -60,6 +60,9 @@ struct GreedyAdvance {
   int32_t* lengths = nullptr;
   int32_t* minLeft = nullptr;
   int endId = -1;
+  // Where set, each row's argmax is also written here: pinned host memory's device address, so that
+  // the host reads the ids once the step's event is done, without a copy queued behind the step.
+  int32_t* hostOut = nullptr;
 };
 
 // Device: ArgmaxRowsDevice, then each row's next inputs written as `advance` says, in the same launch.

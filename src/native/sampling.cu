@@ -688,13 +688,27 @@ __global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(const T* logi
 }
 
 __global__ void AdvanceChosenKernel(const int32_t* argmax, const SampleResult* sampled, const int32_t* sampleIndex, int rows, int64_t* tokens,
-                                    int64_t* positions, int32_t* lengths) {
+                                    int64_t* positions, int32_t* lengths, int32_t* hostIds, SampleResult* hostSampled) {
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   const int i = sampleIndex[r];
   tokens[r] = i < 0 ? argmax[r] : sampled[i].token;
   positions[r] += 1;
   lengths[r] += 1;
+  if (i < 0) {
+    if (hostIds != nullptr) hostIds[r] = argmax[r];
+  } else if (hostSampled != nullptr) {
+    // What the host reads of a result: its token, log-probability and top entries.
+    const SampleResult& from = sampled[i];
+    SampleResult& to = hostSampled[i];
+    to.token = from.token;
+    to.topCount = from.topCount;
+    to.logProb = from.logProb;
+    for (int k = 0; k < from.topCount && k < kMaxTopLogProbs; k++) {
+      to.topTokens[k] = from.topTokens[k];
+      to.topLogProbs[k] = from.topLogProbs[k];
+    }
+  }
 }
 
 size_t Align8(size_t bytes) { return (bytes + 7) / 8 * 8; }
@@ -705,11 +719,9 @@ size_t SampleStagingBytes(const SampleBatch& batch) {
   return Align8(sizeof(int32_t) * batch.rows.size()) + sizeof(SampleParams) * batch.params.size() + sizeof(int32_t) * (batch.seen.size() + batch.bans.size());
 }
 
-void SampleRowsDevice(const void* logits, FloatType type, int vocab, const SampleBatch& batch, char* hostStaging, void* staging, float* work,
-                      double* mass, SampleResult* out, void* stream) {
+void StageSampleBatch(const SampleBatch& batch, char* hostStaging, void* staging, void* stream) {
   const int rows = static_cast<int>(batch.rows.size());
   if (rows == 0) return;
-  auto s = static_cast<cudaStream_t>(stream);
   // One copy in: rows, parameters, seen pairs, bans.
   const size_t rowsBytes = Align8(sizeof(int32_t) * rows);
   const size_t paramsBytes = sizeof(SampleParams) * rows;
@@ -719,8 +731,24 @@ void SampleRowsDevice(const void* logits, FloatType type, int vocab, const Sampl
   std::memcpy(hostStaging + rowsBytes, batch.params.data(), paramsBytes);
   if (seenBytes > 0) std::memcpy(hostStaging + rowsBytes + paramsBytes, batch.seen.data(), seenBytes);
   if (bansBytes > 0) std::memcpy(hostStaging + rowsBytes + paramsBytes + seenBytes, batch.bans.data(), bansBytes);
-  char* base = static_cast<char*>(staging);
-  cudaMemcpyAsync(base, hostStaging, rowsBytes + paramsBytes + seenBytes + bansBytes, cudaMemcpyHostToDevice, s);
+  cudaMemcpyAsync(staging, hostStaging, rowsBytes + paramsBytes + seenBytes + bansBytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream));
+}
+
+void SampleRowsDevice(const void* logits, FloatType type, int vocab, const SampleBatch& batch, char* hostStaging, void* staging, float* work,
+                      double* mass, SampleResult* out, void* stream) {
+  StageSampleBatch(batch, hostStaging, staging, stream);
+  SampleStagedRowsDevice(logits, type, vocab, batch, staging, work, mass, out, stream);
+}
+
+void SampleStagedRowsDevice(const void* logits, FloatType type, int vocab, const SampleBatch& batch, const void* staging, float* work, double* mass,
+                            SampleResult* out, void* stream) {
+  const int rows = static_cast<int>(batch.rows.size());
+  if (rows == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  const size_t rowsBytes = Align8(sizeof(int32_t) * rows);
+  const size_t paramsBytes = sizeof(SampleParams) * rows;
+  const size_t seenBytes = sizeof(int32_t) * batch.seen.size();
+  const char* base = static_cast<const char*>(staging);
   const auto* rowsDevice = reinterpret_cast<const int32_t*>(base);
   const auto* paramsDevice = reinterpret_cast<const SampleParams*>(base + rowsBytes);
   const auto* seenDevice = reinterpret_cast<const int32_t*>(base + rowsBytes + paramsBytes);
@@ -782,8 +810,9 @@ void SampleRowsDevice(const void* logits, FloatType type, int vocab, const Sampl
 }
 
 void AdvanceChosenDevice(const int32_t* argmax, const SampleResult* sampled, const int32_t* sampleIndex, int rows, int64_t* tokens, int64_t* positions,
-                         int32_t* lengths, void* stream) {
-  AdvanceChosenKernel<<<(rows + 127) / 128, 128, 0, static_cast<cudaStream_t>(stream)>>>(argmax, sampled, sampleIndex, rows, tokens, positions, lengths);
+                         int32_t* lengths, void* stream, int32_t* hostIds, SampleResult* hostSampled) {
+  AdvanceChosenKernel<<<(rows + 127) / 128, 128, 0, static_cast<cudaStream_t>(stream)>>>(argmax, sampled, sampleIndex, rows, tokens, positions, lengths, hostIds,
+                                                                                          hostSampled);
 }
 
 }  // namespace chorus

@@ -87,10 +87,17 @@ void SampleRowsHost(const void* logits, FloatType type, int vocab, const SampleB
 size_t SampleStagingBytes(const SampleBatch& batch);
 void SampleRowsDevice(const void* logits, FloatType type, int vocab, const SampleBatch& batch, char* hostStaging, void* staging, float* work,
                       double* mass, SampleResult* out, void* stream);
+// SampleRowsDevice in two: the batch filled into `hostStaging` (pinned) and its copy to `staging`
+// queued on `stream`; then the sampler, on another stream once that copy is done, reading `staging`.
+void StageSampleBatch(const SampleBatch& batch, char* hostStaging, void* staging, void* stream);
+void SampleStagedRowsDevice(const void* logits, FloatType type, int vocab, const SampleBatch& batch, const void* staging, float* work, double* mass,
+                            SampleResult* out, void* stream);
 // Device: each of `rows` rows' next inputs from its choice (the sampler's sampled[sampleIndex[r]], or
-// argmax[r] where sampleIndex[r] < 0): its token, and its position and length one further.
+// argmax[r] where sampleIndex[r] < 0): its token, and its position and length one further. Where
+// set, `hostIds` (row r's argmax) and `hostSampled` (result i) take the choices too: pinned host
+// memory's device addresses, read by the host once the step's event is done.
 void AdvanceChosenDevice(const int32_t* argmax, const SampleResult* sampled, const int32_t* sampleIndex, int rows, int64_t* tokens, int64_t* positions,
-                         int32_t* lengths, void* stream);
+                         int32_t* lengths, void* stream, int32_t* hostIds = nullptr, SampleResult* hostSampled = nullptr);
 #endif
 
 // The order-preserving key of a float: a larger float has a larger key (-inf smallest, +inf largest),

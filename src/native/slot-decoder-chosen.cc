@@ -72,11 +72,17 @@ int SlotDecoder::DecodeChosenOnDevice(const std::vector<int64_t>& tokens, const 
   std::vector<int32_t> sampleIndex(rows, -1);
   for (size_t i = 0; i < sampledRows; i++) sampleIndex[batches[0].rows[i]] = static_cast<int32_t>(i);
   // The most a step's batch takes: its rows, parameters, no pairs (the penalties need each step's
-  // tokens: those rows step one at a time) and a ban per row.
+  // tokens: those rows step one at a time) and a ban per row. The buffers hold at least every slot
+  // with two bans, so that runs of more rows than the last do not allocate pinned and device memory
+  // anew (a millisecond or more each time).
   SampleBatch widest = batches[0];
   widest.bans.assign(sampledRows + widest.bans.size(), 0);
-  const size_t batchBytes = SampleStagingBytes(widest);
-  if (hostSampled_ == nullptr) CheckCuda(cudaMallocHost(&hostSampled_, sizeof(SampleResult) * 2 * slots), "cudaMallocHost");
+  SampleBatch slotsWide;
+  slotsWide.rows.resize(slots);
+  slotsWide.params.resize(slots);
+  slotsWide.bans.resize(2 * static_cast<size_t>(slots));
+  const size_t batchBytes = std::max(SampleStagingBytes(widest), SampleStagingBytes(slotsWide));
+  if (hostSampled_ == nullptr) CheckCuda(cudaHostAlloc(&hostSampled_, sizeof(SampleResult) * 2 * slots, cudaHostAllocMapped), "cudaHostAlloc");
   if (hostBatchBytes_ < batchBytes) {
     for (char*& batch : hostBatches_) {
       if (batch != nullptr) cudaFreeHost(batch);
@@ -89,31 +95,56 @@ int SlotDecoder::DecodeChosenOnDevice(const std::vector<int64_t>& tokens, const 
   if (sampleMass_ == nullptr) sampleMass_ = static_cast<double*>(Allocate(sizeof(double) * options_.vocab * slots));
   if (sampledDevice_ == nullptr) sampledDevice_ = static_cast<SampleResult*>(Allocate(sizeof(SampleResult) * slots));
   if (sampleIndexDevice_ == nullptr) sampleIndexDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * slots));
-  Reserve(sampleStaging_, sampleStagingBytes_, batchBytes, batchBytes * 2);
+  // Two steps' batches on the device, each in a slot of its own (the copy of step k + 1's runs while
+  // step k's sampler may still read step k's).
+  const size_t slotBytes = (batchBytes + 255) / 256 * 256;
+  Reserve(chosenStaging_, chosenStagingBytes_, 2 * slotBytes, 2 * slotBytes);
+  if (sideStream_ == nullptr) {
+    cudaStream_t side = nullptr;
+    CheckCuda(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate");
+    sideStream_ = side;
+    for (void*& event : stagedEvents_) {
+      cudaEvent_t made = nullptr;
+      CheckCuda(cudaEventCreateWithFlags(&made, cudaEventDisableTiming), "cudaEventCreate");
+      event = made;
+    }
+  }
+  // The side stream's copies come after whatever is queued on the step stream (a step an earlier run
+  // queued and never read may still read the staging slots).
+  CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(stagedEvents_[1]), stream), "cudaEventRecord");
+  CheckCuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(sideStream_), static_cast<cudaEvent_t>(stagedEvents_[1]), 0), "cudaStreamWaitEvent");
+  auto* hostIdsDevice = static_cast<int32_t*>(DeviceAddress(hostIds_));
+  auto* hostSampledDevice = static_cast<SampleResult*>(DeviceAddress(hostSampled_));
 
   std::vector<int32_t> seqlens(positions.begin(), positions.end());
   StageInputs(tokens, positions, seqlens, {});
   CheckCuda(cudaMemcpyAsync(sampleIndexDevice_, sampleIndex.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-  // Step k: the graph, the argmax (where a row takes it) and the sampler on its logits, the chosen ids
-  // written as step k + 1's inputs, the results' copies into slot k % 2 of the pinned buffers, and an
-  // event.
+  // Step k: its batch's copy on the side stream, the graph, the argmax (where a row takes it) and the
+  // sampler on its logits once the copy is in, the chosen ids written as step k + 1's inputs and into
+  // slot k % 2 of the pinned buffers (no copy queued behind the step), and an event.
   const bool argmaxRows = sampledRows < static_cast<size_t>(rows);
+  bool timed[2] = {};
+  RunTime time;
   auto queue = [&](int step) {
     const SampleBatch& batch = batches[step % 2];
     if (batch.rows.size() != sampledRows) throw std::logic_error("decodeChosen's batches must keep their rows from step to step");
     if (SampleStagingBytes(batch) > batchBytes) throw std::logic_error("decodeChosen's batches may not take penalty pairs or more than a ban per row");
     void* const* events = events_[step % 2];
-    LaunchGraph(rows, events);
-    if (argmaxRows) ArgmaxRowsDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, stream_);
-    SampleRowsDevice(logits_, options_.floatType, options_.vocab, batch, hostBatches_[step % 2], sampleStaging_, sampleWork_, sampleMass_, sampledDevice_, stream_);
-    AdvanceChosenDevice(argmaxDevice_, sampledDevice_, sampleIndexDevice_, rows, idsDevice_, positionsDevice_, seqlensDevice_, stream_);
-    CheckCuda(cudaGetLastError(), "decodeChosen's kernels");
-    if (argmaxRows) {
-      CheckCuda(cudaMemcpyAsync(hostIds_ + (step % 2) * slots, argmaxDevice_, sizeof(int32_t) * rows, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
-    }
+    char* staged = static_cast<char*>(chosenStaging_) + (step % 2) * slotBytes;
+    auto staging = static_cast<cudaEvent_t>(stagedEvents_[step % 2]);
     if (sampledRows > 0) {
-      CheckCuda(cudaMemcpyAsync(hostSampled_ + (step % 2) * slots, sampledDevice_, sizeof(SampleResult) * sampledRows, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+      StageSampleBatch(batch, hostBatches_[step % 2], staged, sideStream_);
+      CheckCuda(cudaEventRecord(staging, static_cast<cudaStream_t>(sideStream_)), "cudaEventRecord");
     }
+    timed[step % 2] = LaunchGraph(rows, events, step % kTimedEvery == 0);
+    if (argmaxRows) ArgmaxRowsDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, stream_);
+    if (sampledRows > 0) {
+      CheckCuda(cudaStreamWaitEvent(stream, staging, 0), "cudaStreamWaitEvent");
+      SampleStagedRowsDevice(logits_, options_.floatType, options_.vocab, batch, staged, sampleWork_, sampleMass_, sampledDevice_, stream_);
+    }
+    AdvanceChosenDevice(argmaxDevice_, sampledDevice_, sampleIndexDevice_, rows, idsDevice_, positionsDevice_, seqlensDevice_, stream_,
+                        argmaxRows ? hostIdsDevice + (step % 2) * slots : nullptr, sampledRows > 0 ? hostSampledDevice + (step % 2) * slots : nullptr);
+    CheckCuda(cudaGetLastError(), "decodeChosen's kernels");
     CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[2]), stream), "cudaEventRecord");
   };
   int steps = 0;
@@ -128,12 +159,13 @@ int SlotDecoder::DecodeChosenOnDevice(const std::vector<int64_t>& tokens, const 
     }
     void* const* events = events_[step % 2];
     CheckCuda(cudaEventSynchronize(static_cast<cudaEvent_t>(events[2])), "cudaEventSynchronize");
-    AddGraphTime(events);
+    AddStepTime(time, events, timed[step % 2]);
     onStep(step, hostIds_ + (step % 2) * slots, hostSampled_ + (step % 2) * slots);
     steps++;
     if (!more) break;
     if (AgreedStop()) stopping = true;
   }
+  AddRunTime(time, steps);
   callMs_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   return steps;
 }

@@ -197,12 +197,13 @@ void SlotDecoder::Load() {
     seqlensDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
     minLeftDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
     if (seq2seq()) sourceLengthsDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options.slots));
-    CheckCuda(cudaMallocHost(&hostIds_, sizeof(int32_t) * 2 * options.slots), "cudaMallocHost");
+    CheckCuda(cudaHostAlloc(&hostIds_, sizeof(int32_t) * 2 * options.slots, cudaHostAllocMapped), "cudaHostAlloc");
     for (auto& slot : events_) {
-      for (void*& event : slot) {
+      for (int e = 0; e < 3; e++) {
+        // events[2] orders the host after a step; only the graph's pair is timed.
         cudaEvent_t made;
-        CheckCuda(cudaEventCreate(&made), "cudaEventCreate");
-        event = made;
+        CheckCuda(cudaEventCreateWithFlags(&made, e == 2 ? cudaEventDisableTiming : cudaEventDefault), "cudaEventCreate");
+        slot[e] = made;
       }
     }
   }
@@ -241,6 +242,7 @@ void SlotDecoder::Release() {
   Free(sampleWork_);
   Free(sampleMass_);
   Free(sampleStaging_);
+  Free(chosenStaging_);
   Free(sampledDevice_);
   Free(idsDevice_);
   Free(blockTableDevice_);
@@ -261,6 +263,10 @@ void SlotDecoder::Release() {
   for (char* batch : hostBatches_) {
     if (batch != nullptr) cudaFreeHost(batch);
   }
+  for (void* event : stagedEvents_) {
+    if (event != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  }
+  if (sideStream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(sideStream_));
   if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 #endif
 }
@@ -863,7 +869,7 @@ std::string SlotDecoder::CaptureStep(int rows, void** exec) {
   return failure;
 }
 
-void SlotDecoder::LaunchGraph(int rows, void* const* events) {
+bool SlotDecoder::LaunchGraph(int rows, void* const* events, bool timed) {
   auto stream = static_cast<cudaStream_t>(stream_);
   // An error some other call left on this thread is not this step's.
   cudaGetLastError();
@@ -873,7 +879,7 @@ void SlotDecoder::LaunchGraph(int rows, void* const* events) {
     CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[0]), stream), "cudaEventRecord");
     RunBoundStep(rows);
     CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
-    return;
+    return true;
   }
   if (group_ != nullptr) {
     // A captured step launches the collectives without asking the communicator: an aborted group's
@@ -911,25 +917,44 @@ void SlotDecoder::LaunchGraph(int rows, void* const* events) {
       EndFailedCapture(stream);
       graphFailure_ = failure.substr(0, failure.find('\n'));
       CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
-      return;
+      return true;
     }
     found = graphs_.emplace(rows, exec).first;
     if (group_ != nullptr) {
       // A rank of a group lets the plain run stand as the step, as where a capture fails: each rank
       // then runs the step's collectives once, whether its own capture succeeded or not.
       CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
-      return;
+      return true;
     }
   }
-  CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[0]), stream), "cudaEventRecord");
+  if (timed) CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[0]), stream), "cudaEventRecord");
   CheckCuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(found->second), stream), "cudaGraphLaunch");
-  CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
+  if (timed) CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[1]), stream), "cudaEventRecord");
+  return timed;
 }
 
 void SlotDecoder::AddGraphTime(void* const* events) {
   float ms = 0;
   CheckCuda(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(events[0]), static_cast<cudaEvent_t>(events[1])), "cudaEventElapsedTime");
   sessionMs_ += ms;
+}
+
+void SlotDecoder::AddStepTime(RunTime& time, void* const* events, bool timed) {
+  if (!timed) return;
+  float ms = 0;
+  CheckCuda(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(events[0]), static_cast<cudaEvent_t>(events[1])), "cudaEventElapsedTime");
+  time.ms += ms;
+  time.timed++;
+}
+
+void SlotDecoder::AddRunTime(const RunTime& time, int steps) {
+  if (time.timed > 0) sessionMs_ += time.ms * steps / time.timed;
+}
+
+void* SlotDecoder::DeviceAddress(void* host) {
+  void* device = nullptr;
+  CheckCuda(cudaHostGetDevicePointer(&device, host, 0), "cudaHostGetDevicePointer");
+  return device;
 }
 
 GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& remaining,
@@ -953,12 +978,18 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
   // Step k: the graph, the argmax writing step k + 1's inputs, the ids' copy into slot k % 2 of the
   // pinned ids, and an event. Step k + 1 is queued before the host waits for step k, unless no row
   // can go on after step k whatever its ids (then the run ends there).
+  // The argmax writes the ids into the pinned buffer itself: a copy queued after it would hold the next
+  // step's graph back by several microseconds.
+  auto* hostIdsDevice = static_cast<int32_t*>(DeviceAddress(hostIds_));
+  bool timed[2] = {};
+  RunTime time;
   auto queue = [&](int step) {
     void* const* events = events_[step % 2];
-    LaunchGraph(rows, events);
-    ArgmaxAdvanceDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, advance, stream_);
+    timed[step % 2] = LaunchGraph(rows, events, step % kTimedEvery == 0);
+    GreedyAdvance stepAdvance = advance;
+    stepAdvance.hostOut = hostIdsDevice + (step % 2) * options_.slots;
+    ArgmaxAdvanceDevice(logits_, options_.floatType, rows, options_.vocab, argmaxDevice_, stepAdvance, stream_);
     CheckCuda(cudaGetLastError(), "argmax kernel");
-    CheckCuda(cudaMemcpyAsync(hostIds_ + (step % 2) * options_.slots, argmaxDevice_, sizeof(int32_t) * rows, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
     CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events[2]), stream), "cudaEventRecord");
   };
   std::vector<int32_t> left(remaining);
@@ -972,7 +1003,7 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
     if (more) queue(step + 1);
     void* const* events = events_[step % 2];
     CheckCuda(cudaEventSynchronize(static_cast<cudaEvent_t>(events[2])), "cudaEventSynchronize");
-    AddGraphTime(events);
+    AddStepTime(time, events, timed[step % 2]);
     const int32_t* ids = hostIds_ + (step % 2) * options_.slots;
     run.tokens.insert(run.tokens.end(), ids, ids + rows);
     if (onStep) onStep(run.steps, ids, rows);
@@ -986,11 +1017,12 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
     if (!going || !more) break;
     if (AgreedStop()) stopping = true;
   }
+  AddRunTime(time, run.steps);
   return run;
 }
 #else
 void SlotDecoder::StageInputs(const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int32_t>&, const std::vector<int32_t>&) {}
-void SlotDecoder::LaunchGraph(int, void* const*) {}
+bool SlotDecoder::LaunchGraph(int, void* const*, bool) { return false; }
 void SlotDecoder::RunBoundStep(int) {}
 void SlotDecoder::AddGraphTime(void* const*) {}
 GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int32_t>&, const std::vector<int32_t>&, int,

@@ -253,10 +253,11 @@ class SlotDecoder {
   // Copies a decode step's inputs from the host to the graphs' device buffers.
   void StageInputs(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions, const std::vector<int32_t>& seqlens,
                    const std::vector<int32_t>& sourceLengths);
-  // Queues the captured decode step of `rows` rows (capturing it first when new), timed by events[0..1].
-  // Where a capture fails, the graphs are off for good (graphFailure() says why) and each step runs as
-  // RunBoundStep.
-  void LaunchGraph(int rows, void* const* events);
+  // Queues the captured decode step of `rows` rows (capturing it first when new), timed by events[0..1]
+  // unless `timed` is false (a launch of a graph already captured then records no events); true where
+  // it recorded them. Where a capture fails, the graphs are off for good (graphFailure() says why) and
+  // each step runs as RunBoundStep.
+  bool LaunchGraph(int rows, void* const* events, bool timed = true);
   // A decode step of `rows` rows as a session run bound at the graphs' device buffers.
   void RunBoundStep(int rows);
   // Captures that step as a graph into *exec (a cudaGraphExec_t); the cause where the capture failed
@@ -274,6 +275,20 @@ class SlotDecoder {
   void UseDevice();
   // Adds a graph's time between events[0] and events[1] (both done) to sessionMs_.
   void AddGraphTime(void* const* events);
+  // Runs of steps time one step in kTimedEvery (timing events cost the GPU a few microseconds a step)
+  // and count the run's graph time as the timed steps' mean times its steps.
+  static constexpr int kTimedEvery = 8;
+  struct RunTime {
+    double ms = 0;
+    int timed = 0;
+  };
+  // Adds the graph time of a step (events[0..1], both done) to `time` where `timed`.
+  static void AddStepTime(RunTime& time, void* const* events, bool timed);
+  // The run's estimate of graph time over `steps` steps, added to sessionMs_.
+  void AddRunTime(const RunTime& time, int steps);
+  // Pinned host memory the kernels write into: its device address (hostIds_ and hostSampled_ are
+  // allocated mapped).
+  static void* DeviceAddress(void* host);
   // CopySlots' copies queued (on the CPU, done) without waiting for them; the arguments checked.
   void QueueCopies(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths, const std::vector<int32_t>& sourceLengths);
   // Moves the first lengths[i] positions of slots src[i] to dst[i] in each of the `bufferCount` buffers from
@@ -360,6 +375,12 @@ class SlotDecoder {
   SampleResult* hostSampled_ = nullptr;
   char* hostBatches_[2] = {};
   size_t hostBatchBytes_ = 0;
+  // The batches' copies run on a stream of their own, queued with their step (the step's sampler waits
+  // for stagedEvents_[k % 2]), into slot k % 2 of chosenStaging_.
+  void* chosenStaging_ = nullptr;
+  size_t chosenStagingBytes_ = 0;
+  void* sideStream_ = nullptr;
+  void* stagedEvents_[2] = {};
   int32_t* sampleIndexDevice_ = nullptr;
   void* events_[2][3] = {};
   void* stream_ = nullptr;

@@ -123,6 +123,26 @@ describe('NativeEngine, continuous core (CPU)', { skip }, () => {
     assert.ok(got[3]!.length === 20 && got[0]!.length >= 12);
   });
 
+  test('on the GPU with CUDA graphs: greedy runs and sampled runs (top_logprobs, min_length) read back the step loop\'s tokens', { skip: addon?.cudaDevices() ? false : 'needs a CUDA GPU' }, async () => {
+    // The core's runs on the device write each step's choices into pinned memory from its kernels and
+    // copy the sampler's batches on a stream of their own; the step loop without graphs copies them.
+    const options: NativeEngineOptions = { provider: 'cuda', maxBatchSize: 4, cudaOptions: { use_tf32: 0 } };
+    const core = await open(dirs.llama, { ...options, continuous: true, cudaGraph: true });
+    const loop = await open(dirs.llama, { ...options, cudaGraph: false });
+    const greedy = [[5, 6, 7], [9, 10], [11, 12, 13, 14], [15]].map((prompt, i) => ({ prompt, params: { temperature: 0, request_output_len: 20 + 7 * i } as SamplingParams }));
+    const sampled: Array<{ prompt: number[]; params: SamplingParams }> = [
+      { prompt: [5, 6, 7], params: { temperature: 0.8, runtime_top_p: 0.9, random_seed: 21, min_length: 12, request_output_len: 30 } },
+      { prompt: [9, 10], params: { temperature: 0, request_output_len: 25 } },
+      { prompt: [11, 12, 13, 14], params: { temperature: 1.2, runtime_top_k: 30, random_seed: 22, top_logprobs: 3, is_return_log_probs: true, request_output_len: 18 } },
+      { prompt: [16, 17], params: { temperature: 0.9, runtime_top_p: 0.5, random_seed: 24, request_output_len: 40 } },
+    ];
+    for (const requests of [greedy, sampled]) {
+      const got = await Promise.all(requests.map((r) => run(core, r.prompt, r.params)));
+      const want = await Promise.all(requests.map((r) => run(loop, r.prompt, r.params)));
+      assertSameEvents(got, want);
+    }
+  });
+
   test('requests admitted while it runs, six in four slots, get the tokens they get alone', async () => {
     const engine = await open(dirs.llama, { continuous: true, maxBatchSize: 4 });
     const alone = await staggeredAlone(engine);

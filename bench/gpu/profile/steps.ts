@@ -8,7 +8,9 @@
  * Engine flags: one-step (greedySteps 1), no-graph (cudaGraph off), invariant (batch-invariant);
  * gqa: the slot decoder built with GroupQueryAttention rather than the addon's attention;
  * pa: built with `--slot-attention PagedAttention`;
- * streams: the requests streamed and arriving 2 ms apart (as the speed runs' concurrent streams).
+ * streams: the requests streamed and arriving 2 ms apart (as the speed runs' concurrent streams);
+ * sampled: temperature 0.7, top_p 0.9 and a seed a request (as `chorus bench` samples);
+ * core: on the continuous core (as `chorus serve` runs a GPU model).
  * Usage: node --import tsx bench/gpu/profile/steps.ts <work-dir> <model> <batch> [greedy|beam4] [flag...] <out.json>
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
@@ -56,13 +58,20 @@ const engine = await NativeEngine.open(dir, {
   cudaGraph: !flags.includes('no-graph'),
   batchInvariant: flags.includes('invariant'),
   greedySteps: flags.includes('one-step') ? 1 : 16,
+  continuous: flags.includes('core'),
 });
 const inputs = seq2seq ? seededRows(batch, PROMPT - 1, 30000).map((row) => [...row, eos]) : seededRows(batch, PROMPT, folder ? 30000 : 50000);
-const params: SamplingParams = { ...(beam ? { beam_width: 4, temperature: 1 } : { temperature: 0 }), request_output_len: NEW, ...(seq2seq || beam ? { min_length: NEW } : {}) };
+const sampled = flags.includes('sampled');
+const params: SamplingParams = {
+  ...(beam ? { beam_width: 4, temperature: 1 } : sampled ? { temperature: 0.7, top_p: 0.9 } : { temperature: 0 }),
+  request_output_len: NEW,
+  ...(seq2seq || beam ? { min_length: NEW } : {}),
+};
 const run = async (): Promise<number> => {
   const streams = flags.includes('streams');
-  const submit = (inputIds: number[]) => lastValueFrom(engine.submit({ inputIds, params, stream: streams }).pipe(toArray()));
-  const done = await Promise.all(inputs.map((inputIds, i) => (streams ? sleep(2 * i).then(() => submit(inputIds)) : submit(inputIds))));
+  const submit = (inputIds: number[], i: number) =>
+    lastValueFrom(engine.submit({ inputIds, params: sampled ? { ...params, random_seed: 1000 + i } : params, stream: streams }).pipe(toArray()));
+  const done = await Promise.all(inputs.map((inputIds, i) => (streams ? sleep(2 * i).then(() => submit(inputIds, i)) : submit(inputIds, i))));
   return done.reduce((n, events) => n + events.length, 0);
 };
 await run();
