@@ -65,6 +65,7 @@ struct OnDevice {
   Napi::Env env;
   std::vector<Buffer*> buffers;
   float* workspace = nullptr;
+  PagedWorkspace paged;
   ~OnDevice() {
     for (Buffer* b : buffers) cudaFree(b->device);
     cudaFree(workspace);
@@ -218,11 +219,15 @@ Napi::Value AttendRows(const Napi::CallbackInfo& info) {
       } else {
 #ifdef CHORUS_WITH_CUDA
         if (SlotScoreSpan(a) > kSlotAttentionMaxCapacity) throw Napi::RangeError::New(env, "a query attends over at most " + std::to_string(kSlotAttentionMaxCapacity) + " keys on CUDA");
-        if (tokens > 1) {
-          SlotAppendDevice(a, nullptr);
-          a.key = a.value = a.keyBias = a.valueBias = nullptr;
+        // A decode step as DecoderSlotAttention takes it: through PagedAttention's decode kernel where
+        // that takes it.
+        if (!SlotDecodeThroughPaged(a, gpu.paged, nullptr)) {
+          if (tokens > 1) {
+            SlotAppendDevice(a, nullptr);
+            a.key = a.value = a.keyBias = a.valueBias = nullptr;
+          }
+          SlotAttentionDevice(a, nullptr);
         }
-        SlotAttentionDevice(a, nullptr);
 #endif
       }
     }

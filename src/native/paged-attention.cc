@@ -129,12 +129,6 @@ struct PagedAttentionKernel : KernelBase<PagedAttentionKernel> {
     if (!(epsilon_ >= 0) || std::isinf(epsilon_)) throw std::invalid_argument("epsilon must be a finite number >= 0, got " + std::to_string(epsilon_));
   }
 
-  ~PagedAttentionKernel() {
-#ifdef CHORUS_WITH_CUDA
-    if (workspace_ != nullptr) cudaFree(workspace_);
-    for (float* old : retired_) cudaFree(old);
-#endif
-  }
 
   void Compute(OrtKernelContext* context) {
     Ort::KernelContext ctx(context);
@@ -212,27 +206,7 @@ struct PagedAttentionKernel : KernelBase<PagedAttentionKernel> {
     if (args.rows == 0) return;
 #ifdef CHORUS_WITH_CUDA
     if (cuda_) {
-      if (multiprocessors_ == 0) {
-        int device = 0;
-        cudaGetDevice(&device);
-        cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device);
-      }
-      const int splits = PagedAttentionSplits(args, multiprocessors_);
-      const size_t floats = PagedAttentionWorkspaceFloats(args, splits);
-      // Grown in a plain run: a captured run of the same shape, which follows one, finds it in place.
-      // Smaller ones are kept until the kernel goes, as graphs captured earlier still write there.
-      if (floats > workspaceFloats_) {
-        if (workspace_ != nullptr) retired_.push_back(workspace_);
-        void* made = nullptr;
-        if (cudaMalloc(&made, floats * sizeof(float)) != cudaSuccess) throw std::runtime_error("cudaMalloc of the attention's workspace failed");
-        // The decode kernel's counters start at zero (and are left there).
-        if (cudaMemsetAsync(made, 0, floats * sizeof(float), static_cast<cudaStream_t>(ctx.GetGPUComputeStream())) != cudaSuccess) throw std::runtime_error("zeroing the attention's workspace failed");
-        workspace_ = static_cast<float*>(made);
-        workspaceFloats_ = floats;
-      }
-      PagedAttentionDevice(args, splits, workspace_, ctx.GetGPUComputeStream());
-      const cudaError_t status = cudaGetLastError();
-      if (status != cudaSuccess) throw std::runtime_error(std::string("kernel: ") + cudaGetErrorString(status));
+      workspace_.Attend(args, workspace_.Splits(args), ctx.GetGPUComputeStream());
       return;
     }
 #endif
@@ -241,13 +215,44 @@ struct PagedAttentionKernel : KernelBase<PagedAttentionKernel> {
 
   AttentionAttributes attributes_;
   float epsilon_ = 1e-6f;
-  int multiprocessors_ = 0;
-  float* workspace_ = nullptr;
-  size_t workspaceFloats_ = 0;
-  std::vector<float*> retired_;
+#ifdef CHORUS_WITH_CUDA
+  PagedWorkspace workspace_;
+#endif
 };
 
 }  // namespace
+
+#ifdef CHORUS_WITH_CUDA
+PagedWorkspace::~PagedWorkspace() {
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  for (float* old : retired_) cudaFree(old);
+}
+
+int PagedWorkspace::Splits(const PagedAttentionArgs& args) {
+  if (multiprocessors_ == 0) {
+    int device = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device);
+  }
+  return PagedAttentionSplits(args, multiprocessors_);
+}
+
+void PagedWorkspace::Attend(const PagedAttentionArgs& args, int splits, void* stream) {
+  const size_t floats = PagedAttentionWorkspaceFloats(args, splits);
+  if (floats > floats_) {
+    if (workspace_ != nullptr) retired_.push_back(workspace_);
+    void* made = nullptr;
+    if (cudaMalloc(&made, floats * sizeof(float)) != cudaSuccess) throw std::runtime_error("cudaMalloc of the attention's workspace failed");
+    // The decode kernel's counters start at zero (and are left there).
+    if (cudaMemsetAsync(made, 0, floats * sizeof(float), static_cast<cudaStream_t>(stream)) != cudaSuccess) throw std::runtime_error("zeroing the attention's workspace failed");
+    workspace_ = static_cast<float*>(made);
+    floats_ = floats;
+  }
+  PagedAttentionDevice(args, splits, workspace_, stream);
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) throw std::runtime_error(std::string("kernel: ") + cudaGetErrorString(status));
+}
+#endif
 
 OpList PagedAttentionOps(bool cuda, FloatType type) {
   const ONNXTensorElementDataType t = ElementOf(type);

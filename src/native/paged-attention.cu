@@ -745,17 +745,22 @@ void LaunchDecode(const PagedAttentionArgs& a, int splits, float* workspace, cud
   }
 }
 
+// The decode kernel where a decode step's positions are split (few rows); the general kernel, as fast
+// there, takes the steps of many rows.
+template <typename T>
+bool DecodeKernelTakes(const PagedAttentionArgs& a, int splits) {
+  const DecodeSteps decode = DecodeStepsSetting();
+  const bool decodeStep = a.tokens == 1 && (decode == DecodeSteps::kEvery || (decode == DecodeSteps::kSplit && splits > 1));
+  return decodeStep && HeadVectorsFit<T>(a);
+}
+
 template <typename T>
 void LaunchAll(const PagedAttentionArgs& a, int splits, float* workspace, cudaStream_t stream) {
   constexpr int kPer = 16 / sizeof(T);
   if (a.dim % kPer != 0 || a.dim / kPer > 32) {
     throw std::invalid_argument("PagedAttention on CUDA takes head_dim a multiple of " + std::to_string(kPer) + " up to " + std::to_string(32 * kPer) + ", not " + std::to_string(a.dim));
   }
-  // The decode kernel where a decode step's positions are split (few rows); the general kernel, as
-  // fast there, takes the steps of many rows.
-  const DecodeSteps decode = DecodeStepsSetting();
-  const bool decodeStep = a.tokens == 1 && (decode == DecodeSteps::kEvery || (decode == DecodeSteps::kSplit && splits > 1));
-  if (decodeStep && HeadVectorsFit<T>(a)) {
+  if (DecodeKernelTakes<T>(a, splits)) {
     switch (HeadsPerBlock(a)) {
       case 1: LaunchDecode<T, 1>(a, splits, workspace, stream); break;
       case 2: LaunchDecode<T, 2>(a, splits, workspace, stream); break;
@@ -791,6 +796,12 @@ size_t PagedAttentionWorkspaceFloats(const PagedAttentionArgs& a, int splits) {
   // The splits' partial sums, then the decode kernel's counters (one per row and block column: at
   // most one per row and query head).
   return PagedAttentionPartFloats(a, splits) + static_cast<size_t>(a.rows) * a.heads;
+}
+
+bool PagedDecodeKernelTakes(const PagedAttentionArgs& a, int splits) {
+  constexpr int kPer = 8;  // 16 bytes of a 16-bit type
+  if (a.type == FloatType::kFloat32 || a.dim % kPer != 0 || a.dim / kPer > 32) return false;
+  return a.type == FloatType::kFloat16 ? DecodeKernelTakes<__half>(a, splits) : DecodeKernelTakes<__nv_bfloat16>(a, splits);
 }
 
 void PagedAttentionDevice(const PagedAttentionArgs& a, int splits, float* workspace, void* stream) {

@@ -38,6 +38,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <vector>
+
 #include "kernels.h"
 
 namespace chorus {
@@ -81,6 +83,30 @@ int PagedAttentionSplits(const PagedAttentionArgs& args, int multiprocessors);
 size_t PagedAttentionWorkspaceFloats(const PagedAttentionArgs& args, int splits);
 // Device: the attention on device memory, on `stream`, in `splits` splits (workspace: as above).
 void PagedAttentionDevice(const PagedAttentionArgs& args, int splits, float* workspace, void* stream);
+// Whether PagedAttentionDevice takes a decode step of `args` in `splits` splits with its decode kernel
+// (few rows, their positions split), rather than the general kernel.
+bool PagedDecodeKernelTakes(const PagedAttentionArgs& args, int splits);
+
+// An operator's workspace for PagedAttentionDevice: the splits a launch takes on the current device, and
+// a zeroed workspace that holds them. It grows in a plain run (a captured run of the same shape, which
+// follows one, finds it in place); smaller ones are kept until the operator goes, as graphs captured
+// earlier still write there.
+class PagedWorkspace {
+ public:
+  PagedWorkspace() = default;
+  PagedWorkspace(const PagedWorkspace&) = delete;
+  PagedWorkspace& operator=(const PagedWorkspace&) = delete;
+  ~PagedWorkspace();
+  int Splits(const PagedAttentionArgs& args);
+  // PagedAttentionDevice(args, splits, ...) on `stream` (a cudaStream_t), its launch checked.
+  void Attend(const PagedAttentionArgs& args, int splits, void* stream);
+
+ private:
+  int multiprocessors_ = 0;
+  float* workspace_ = nullptr;
+  size_t floats_ = 0;
+  std::vector<float*> retired_;
+};
 #endif
 
 }  // namespace chorus

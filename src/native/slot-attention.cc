@@ -1,6 +1,7 @@
 #include "slot-attention.h"
 
 #include "custom-op.h"
+#include "paged-attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -379,13 +380,50 @@ struct DecoderSlotAttentionKernel : SlotKernelBase<DecoderSlotAttentionKernel> {
     args.output = ctx.GetOutput(0, {qkvShape[0], qkvShape[1], heads * dim}).GetTensorMutableRawData();
     args.cacheKey = Present(ctx, 1, pastKey, cacheShape);
     args.cacheValue = Present(ctx, 2, pastValue, cacheShape);
+#ifdef CHORUS_WITH_CUDA
+    if (cuda_ && args.tokens == 1 && DecodeWithPaged(ctx, args)) return;
+#endif
     Attend(ctx, args);
   }
+
+#ifdef CHORUS_WITH_CUDA
+  bool DecodeWithPaged(Ort::KernelContext& ctx, const SlotAttentionArgs& a) { return SlotDecodeThroughPaged(a, paged_, ctx.GetGPUComputeStream()); }
+  PagedWorkspace paged_;
+#endif
 
   AttentionAttributes attributes_;
 };
 
 }  // namespace
+
+#ifdef CHORUS_WITH_CUDA
+bool SlotDecodeThroughPaged(const SlotAttentionArgs& a, PagedWorkspace& workspace, void* stream) {
+    if (a.tokens != 1 || !a.causal || a.bias != nullptr) return false;
+    PagedAttentionArgs p{};
+    p.qkv = a.query;
+    p.bias = a.queryBias;
+    p.keyCache = a.cacheKey;
+    p.valueCache = a.cacheValue;
+    p.seqlens = a.lengths;
+    p.maxBlocks = 1;
+    p.blockSize = a.capacity;
+    p.blocks = a.rows;
+    p.output = a.output;
+    p.rows = a.rows;
+    p.tokens = 1;
+    p.heads = a.heads;
+    p.kvHeads = a.kvHeads;
+    p.dim = a.dim;
+    p.scale = a.scale;
+    p.window = a.window;
+    p.softcap = a.softcap;
+    p.type = a.type;
+    const int splits = workspace.Splits(p);
+    if (!PagedDecodeKernelTakes(p, splits)) return false;
+    workspace.Attend(p, splits, stream);
+    return true;
+}
+#endif
 
 OpList SlotAttentionOps(bool cuda, FloatType type) {
   const ONNXTensorElementDataType t = ElementOf(type);

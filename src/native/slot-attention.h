@@ -53,6 +53,8 @@
 
 namespace chorus {
 
+class PagedWorkspace;  // paged-attention.h
+
 // The attributes DecoderSlotAttention and PagedAttention share:
 //   num_heads, kv_num_heads (int)  query and key heads; num_heads a multiple of kv_num_heads
 //   scale (float)                  multiplies the scores
@@ -130,6 +132,13 @@ constexpr int kSlotAttentionMaxCapacity = 8192;
 void SlotAttentionDevice(const SlotAttentionArgs& args, void* stream);
 // Device: writes every new token's key and value (key given) into the slots, for the attention after it.
 void SlotAppendDevice(const SlotAttentionArgs& args, void* stream);
+// Device: a decode step of DecoderSlotAttention's layout (packed q, k and v; caches [rows, kv heads,
+// capacity, head_dim]) through PagedAttention's decode kernel, the slots its blocks (one a row), where
+// that kernel takes it: few rows, whose positions it splits over the GPU, of 16-bit types. It starts
+// under the projection before it. False where it does not (SlotAttentionDevice then): steps of many rows
+// keep the slot kernel (GPT-2 at batch 64 on an H100: 22 against 26 us a layer; at batch 1 the sampled
+// step took 0.396 against 0.450 ms).
+bool SlotDecodeThroughPaged(const SlotAttentionArgs& args, PagedWorkspace& workspace, void* stream);
 #endif
 
 }  // namespace chorus

@@ -189,10 +189,12 @@ describe('the decoder attention kernels with sliding windows and soft-capped sco
     assert.throws(() => attend({ ...call, op: 'dense' as 'slot' }, false), /call.op must be 'slot' or 'paged'/);
   });
 
-  // CHORUS_PAGED_DECODE=0: PagedAttention's decode steps in the general kernel (read at each launch).
+  // CHORUS_PAGED_DECODE=0: PagedAttention's decode steps in the general kernel, DecoderSlotAttention's
+  // in the slot kernel (read at each launch).
   test('on the GPU: fp32 as the reference, fp16 and bf16 as the host kernels, paged in 1, 3 and 16 splits, decode kernel and general', { skip: gpu ? false : 'no CUDA device' }, (t) => {
     t.after(() => delete process.env.CHORUS_PAGED_DECODE);
-    for (const [c, decode] of CASES.flatMap((c) => (c.op === 'paged' && c.tokens === 1 ? ['1', '0'] : ['1']).map((d) => [c, d] as const))) {
+    // A slot decode step of 16-bit types goes to PagedAttention's decode kernel unless decode is 0.
+    for (const [c, decode] of CASES.flatMap((c) => (c.tokens === 1 ? ['1', '0'] : ['1']).map((d) => [c, d] as const))) {
       process.env.CHORUS_PAGED_DECODE = decode;
       for (const splits of c.op === 'paged' ? [undefined, 1, 3, 16] : [undefined]) {
         const call = { ...callOf(c, 11), ...(splits === undefined ? {} : { splits }) };
@@ -269,6 +271,35 @@ describe('sliding_window and softcap on the operators, through the native engine
     cpSync(dirs.plain, dirs.bad, { recursive: true });
     withAttributes(dirs.bad, { sliding_window: 0, softcap: -1 });
     await assert.rejects(NativeEngine.open(dirs.bad, { maxBatchSize: 1, pagedCache: true }), /softcap must be a finite number >= 0, got -1/);
+  });
+});
+
+// DecoderSlotAttention's decode steps of few rows go to PagedAttention's decode kernel over the slots;
+// with CHORUS_PAGED_DECODE=0 (read at each launch) they stay in the slot kernel.
+describe("DecoderSlotAttention's decode steps on the GPU", { skip: gpu ? false : 'no CUDA device' }, () => {
+  test('through PagedAttention\'s decode kernel, GPT-2 fp16 greedy gives the slot kernel\'s ids, with CUDA graphs and without', async (t) => {
+    t.after(() => delete process.env.CHORUS_PAGED_DECODE);
+    const root = scratchDir('chorus-slot-decode-');
+    makeCheckpoint({ arch: 'gpt2', size: 'tiny', seed: 23, out: join(root, 'ckpt') });
+    buildModel({ source: join(root, 'ckpt'), out: join(root, 'built'), flavor: 'cuda', slotDecoder: true, dtype: 'fp16' });
+    const prompts = [[5, 6, 7, 8, 9, 10], [3], [12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22]];
+    const ids = async (cudaGraph: boolean): Promise<number[][]> => {
+      const engine = await NativeEngine.open(join(root, 'built'), { provider: 'cuda', maxBatchSize: 4, cudaGraph });
+      try {
+        const params = { temperature: 0, request_output_len: 40 };
+        const runs = await Promise.all(prompts.map((inputIds) => lastValueFrom(engine.submit({ inputIds, params }).pipe(toArray()))));
+        return runs.map((events) => events.map((e) => e.token));
+      } finally {
+        await engine.close();
+      }
+    };
+    for (const cudaGraph of [false, true]) {
+      delete process.env.CHORUS_PAGED_DECODE;
+      const decodeKernel = await ids(cudaGraph);
+      process.env.CHORUS_PAGED_DECODE = '0';
+      const slotKernel = await ids(cudaGraph);
+      assert.deepEqual(decodeKernel, slotKernel, `cudaGraph ${cudaGraph}`);
+    }
   });
 });
 
