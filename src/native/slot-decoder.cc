@@ -465,7 +465,10 @@ StepResult SlotDecoder::PrefillRagged(int slot, const std::vector<std::vector<in
     at.push_back(static_cast<int64_t>(prompt.size()) - 1);
     seqlens.push_back(static_cast<int32_t>(prompt.size()) - 1);
   }
-  return Run(slot, rows, 1, last, at, seqlens, static_cast<int>(longest), logitRows, sample, false);
+  // From slot 0 the last tokens' run is a decode step of `rows` rows, as the captured graph of that
+  // batch size takes it (bound at slots 0 on): launched whole rather than op by op.
+  const bool graph = options_.cuda && options_.cudaGraph && slot == 0;
+  return Run(slot, rows, 1, last, at, seqlens, static_cast<int>(longest), logitRows, sample, graph);
 }
 
 void SlotDecoder::Encode(int firstSlot, const std::vector<int64_t>& ids, int width, const std::vector<int32_t>& lengths) {

@@ -131,8 +131,8 @@ class SlotDecoder {
   // Runs prompts of different lengths into slots slot, slot + 1, ... in two runs, whatever their
   // lengths: every prompt but its last token, right-padded to the longest (each row's padding is
   // written past its prompt, where its later steps write over it before reading there), then each
-  // prompt's last token at its own position. The result has a row per prompt, from the second run.
-  // `width`: the first run's least width (a caller's shape bucket: ONNX Runtime meets fewer new
+  // prompt's last token at its own position. The result has a row per prompt, from the second run
+  // (from slot 0 with CUDA graphs, the captured decode step of its batch size). `width`: the first run's least width (a caller's shape bucket: ONNX Runtime meets fewer new
   // shapes), at most the slot's length less 1.
   StepResult PrefillRagged(int slot, const std::vector<std::vector<int64_t>>& prompts, const std::vector<int32_t>& logitRows, const SampleBatch& sample, int width = 0);
   // Encoder-decoders: encodes rows (sources right-padded to `width`, ids row after row, each of
