@@ -218,8 +218,10 @@ SlotDecoder::~SlotDecoder() {
 void SlotDecoder::DropGraphs() {
 #ifdef CHORUS_WITH_CUDA
   for (auto& [rows, graph] : graphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+  for (auto& [shape, graph] : prefillGraphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
 #endif
   graphs_.clear();
+  prefillGraphs_.clear();
 }
 
 void SlotDecoder::Release() {
@@ -250,6 +252,9 @@ void SlotDecoder::Release() {
   Free(seqlensDevice_);
   Free(sourceLengthsDevice_);
   Free(minLeftDevice_);
+  Free(prefillIdsDevice_);
+  Free(prefillPositionsDevice_);
+  Free(prefillSeqlensDevice_);
   Free(sampleIndexDevice_);
 #ifdef CHORUS_WITH_CUDA
   DropGraphs();
@@ -455,7 +460,9 @@ StepResult SlotDecoder::PrefillRagged(int slot, const std::vector<std::vector<in
         positions.push_back(i);
       }
     }
-    Run(slot, rows, width, ids, positions, std::vector<int32_t>(rows, width - 1), width, {}, SampleBatch{}, false);
+    // From slot 0, a shape of few tokens runs as its captured graph: ONNX Runtime's launches, not the
+    // GPU, are most of its time.
+    if (slot != 0 || !PrefillGraph(rows, width, ids, positions)) Run(slot, rows, width, ids, positions, std::vector<int32_t>(rows, width - 1), width, {}, SampleBatch{}, false);
   }
   std::vector<int64_t> last;
   std::vector<int64_t> at;
@@ -836,21 +843,31 @@ static void EndFailedCapture(cudaStream_t stream) {
 }
 
 void SlotDecoder::RunBoundStep(int rows) {
-  const int32_t total = options_.maxLength;
-  const StepInputs inputs{idsDevice_, positionsDevice_, seqlensDevice_, sourceLengthsDevice_, &total, true};
-  std::vector<Ort::Value> values;
-  Ort::IoBinding io(*session_);
-  BindStep(io, values, 0, rows, 1, inputs);
-  session_->Run(Ort::RunOptions(), io);
+  const StepInputs inputs{idsDevice_, positionsDevice_, seqlensDevice_, sourceLengthsDevice_, nullptr, true};
+  RunBound(rows, 1, options_.maxLength, inputs);
 }
 
 std::string SlotDecoder::CaptureStep(int rows, void** exec) {
-  auto stream = static_cast<cudaStream_t>(stream_);
-  const int32_t total = options_.maxLength;
-  const StepInputs inputs{idsDevice_, positionsDevice_, seqlensDevice_, sourceLengthsDevice_, &total, true};
+  const StepInputs inputs{idsDevice_, positionsDevice_, seqlensDevice_, sourceLengthsDevice_, nullptr, true};
+  return CaptureBound(rows, 1, options_.maxLength, inputs, exec);
+}
+
+void SlotDecoder::RunBound(int rows, int sequence, int32_t total, const StepInputs& bound) {
+  StepInputs inputs = bound;
+  inputs.total = &total;
   std::vector<Ort::Value> values;
   Ort::IoBinding io(*session_);
-  BindStep(io, values, 0, rows, 1, inputs);
+  BindStep(io, values, 0, rows, sequence, inputs);
+  session_->Run(Ort::RunOptions(), io);
+}
+
+std::string SlotDecoder::CaptureBound(int rows, int sequence, int32_t total, const StepInputs& bound, void** exec) {
+  auto stream = static_cast<cudaStream_t>(stream_);
+  StepInputs inputs = bound;
+  inputs.total = &total;
+  std::vector<Ort::Value> values;
+  Ort::IoBinding io(*session_);
+  BindStep(io, values, 0, rows, sequence, inputs);
   Ort::RunOptions capture;
   capture.AddConfigEntry(kOrtRunOptionsConfigDisableSynchronizeExecutionProviders, "1");
   CheckCuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
@@ -870,6 +887,47 @@ std::string SlotDecoder::CaptureStep(int rows, void** exec) {
   }
   if (graph != nullptr) cudaGraphDestroy(graph);
   return failure;
+}
+
+bool SlotDecoder::PrefillGraph(int rows, int width, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions) {
+  // CHORUS_PREFILL_GRAPHS=0: every prefill run op by op (read once, to compare).
+  static const bool wanted = [] {
+    const char* value = std::getenv("CHORUS_PREFILL_GRAPHS");
+    return value == nullptr || std::string(value) != "0";
+  }();
+  if (!wanted || !options_.cuda || !options_.cudaGraph || group_ != nullptr || paged() || seq2seq() || !prefillGraphFailure_.empty()) return false;
+  if (static_cast<long>(rows) * width > kPrefillGraphTokens || rows > options_.slots) return false;
+  auto stream = static_cast<cudaStream_t>(stream_);
+  if (prefillIdsDevice_ == nullptr) {
+    prefillIdsDevice_ = static_cast<int64_t*>(Allocate(sizeof(int64_t) * kPrefillGraphTokens));
+    prefillPositionsDevice_ = static_cast<int64_t*>(Allocate(sizeof(int64_t) * kPrefillGraphTokens));
+    prefillSeqlensDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options_.slots));
+  }
+  const size_t tokens = static_cast<size_t>(rows) * width;
+  const std::vector<int32_t> seqlens(static_cast<size_t>(rows), width - 1);
+  CheckCuda(cudaMemcpyAsync(prefillIdsDevice_, ids.data(), sizeof(int64_t) * tokens, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  CheckCuda(cudaMemcpyAsync(prefillPositionsDevice_, positions.data(), sizeof(int64_t) * tokens, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  CheckCuda(cudaMemcpyAsync(prefillSeqlensDevice_, seqlens.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  const StepInputs inputs{prefillIdsDevice_, prefillPositionsDevice_, prefillSeqlensDevice_, nullptr, nullptr, true};
+  cudaGetLastError();
+  const auto key = std::make_pair(rows, width);
+  auto found = prefillGraphs_.find(key);
+  if (found == prefillGraphs_.end()) {
+    // As a decode step's graph: a plain run first (it is the run; ONNX Runtime sizes its memory for the
+    // shape), then the capture, whose graph later runs replay.
+    RunBound(rows, width, width, inputs);
+    void* exec = nullptr;
+    const std::string failure = CaptureBound(rows, width, width, inputs, &exec);
+    if (!failure.empty()) {
+      EndFailedCapture(stream);
+      prefillGraphFailure_ = failure.substr(0, failure.find('\n'));
+      return true;
+    }
+    prefillGraphs_.emplace(key, exec);
+    return true;
+  }
+  CheckCuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(found->second), stream), "cudaGraphLaunch");
+  return true;
 }
 
 bool SlotDecoder::LaunchGraph(int rows, void* const* events, bool timed) {
@@ -1026,6 +1084,7 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
 #else
 void SlotDecoder::StageInputs(const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int32_t>&, const std::vector<int32_t>&) {}
 bool SlotDecoder::LaunchGraph(int, void* const*, bool) { return false; }
+bool SlotDecoder::PrefillGraph(int, int, const std::vector<int64_t>&, const std::vector<int64_t>&) { return false; }
 void SlotDecoder::RunBoundStep(int) {}
 void SlotDecoder::AddGraphTime(void* const*) {}
 GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int32_t>&, const std::vector<int32_t>&, int,

@@ -263,6 +263,18 @@ class SlotDecoder {
   // Captures that step as a graph into *exec (a cudaGraphExec_t); the cause where the capture failed
   // (the stream may then still be capturing), else empty.
   std::string CaptureStep(int rows, void** exec);
+  // A run of `rows` rows of `sequence` tokens from slot 0 bound at device inputs (`total`: its
+  // total_sequence_length), run plainly or captured into *exec (then as CaptureStep).
+  void RunBound(int rows, int sequence, int32_t total, const StepInputs& inputs);
+  std::string CaptureBound(int rows, int sequence, int32_t total, const StepInputs& inputs, void** exec);
+  // A ragged prefill's first run from slot 0 (rows x width tokens, each row's seqlens width - 1) as a
+  // captured CUDA graph of its shape (captured at its first run): false where it does not go that way
+  // (no graphs, a group of ranks, a shape past kPrefillGraphTokens, or a capture that failed before),
+  // and the caller runs it.
+  bool PrefillGraph(int rows, int width, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions);
+  // The prefill runs captured as graphs: at most this many tokens (past it the GPU's work hides the
+  // session's launches).
+  static constexpr int kPrefillGraphTokens = 1024;
   // The greedy run of the graphs: see DecodeGreedy.
   GreedyRun DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& remaining,
                                  const std::vector<int32_t>& endIds, int maxSteps, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft, const StepIds& onStep);
@@ -369,6 +381,14 @@ class SlotDecoder {
   // Tensor parallelism: the group's epoch the graphs were captured in (rank-group.h).
   uint64_t graphEpoch_ = 0;
   std::string graphFailure_;
+  // The ragged prefills' first runs from slot 0 as graphs, by (rows, width), their inputs' device
+  // buffers (kPrefillGraphTokens ids and positions, a seqlens per slot), and why a capture failed (the
+  // prefill graphs are then off; the decode steps' are not).
+  std::map<std::pair<int, int>, void*> prefillGraphs_;
+  int64_t* prefillIdsDevice_ = nullptr;
+  int64_t* prefillPositionsDevice_ = nullptr;
+  int32_t* prefillSeqlensDevice_ = nullptr;
+  std::string prefillGraphFailure_;
   int32_t* hostIds_ = nullptr;
   // DecodeChosen with CUDA graphs: two steps' sampler choices and sampler batches in pinned memory, and
   // each row's index in the batch (-1: the argmax) on the device.
