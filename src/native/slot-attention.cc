@@ -398,30 +398,30 @@ struct DecoderSlotAttentionKernel : SlotKernelBase<DecoderSlotAttentionKernel> {
 
 #ifdef CHORUS_WITH_CUDA
 bool SlotDecodeThroughPaged(const SlotAttentionArgs& a, PagedWorkspace& workspace, void* stream) {
-    if (a.tokens != 1 || !a.causal || a.bias != nullptr) return false;
-    PagedAttentionArgs p{};
-    p.qkv = a.query;
-    p.bias = a.queryBias;
-    p.keyCache = a.cacheKey;
-    p.valueCache = a.cacheValue;
-    p.seqlens = a.lengths;
-    p.maxBlocks = 1;
-    p.blockSize = a.capacity;
-    p.blocks = a.rows;
-    p.output = a.output;
-    p.rows = a.rows;
-    p.tokens = 1;
-    p.heads = a.heads;
-    p.kvHeads = a.kvHeads;
-    p.dim = a.dim;
-    p.scale = a.scale;
-    p.window = a.window;
-    p.softcap = a.softcap;
-    p.type = a.type;
-    const int splits = workspace.Splits(p);
-    if (!PagedDecodeKernelTakes(p, splits)) return false;
-    workspace.Attend(p, splits, stream);
-    return true;
+  if (a.tokens != 1 || !a.causal || a.bias != nullptr) return false;
+  PagedAttentionArgs p{};
+  p.qkv = a.query;
+  p.bias = a.queryBias;
+  p.keyCache = a.cacheKey;
+  p.valueCache = a.cacheValue;
+  p.seqlens = a.lengths;
+  p.maxBlocks = 1;
+  p.blockSize = a.capacity;
+  p.blocks = a.rows;
+  p.output = a.output;
+  p.rows = a.rows;
+  p.tokens = 1;
+  p.heads = a.heads;
+  p.kvHeads = a.kvHeads;
+  p.dim = a.dim;
+  p.scale = a.scale;
+  p.window = a.window;
+  p.softcap = a.softcap;
+  p.type = a.type;
+  const int splits = workspace.Splits(p);
+  if (!PagedDecodeKernelTakes(p, splits)) return false;
+  workspace.Attend(p, splits, stream);
+  return true;
 }
 #endif
 
