@@ -895,7 +895,8 @@ bool SlotDecoder::PrefillGraph(int rows, int width, const std::vector<int64_t>& 
     const char* value = std::getenv("CHORUS_PREFILL_GRAPHS");
     return value == nullptr || std::string(value) != "0";
   }();
-  if (!wanted || !options_.cuda || !options_.cudaGraph || group_ != nullptr || paged() || seq2seq() || !prefillGraphFailure_.empty()) return false;
+  // A model whose decode step could not be captured (graphFailure_) would not capture this either.
+  if (!wanted || !options_.cuda || !options_.cudaGraph || group_ != nullptr || paged() || seq2seq() || !graphFailure_.empty() || !prefillGraphFailure_.empty()) return false;
   if (static_cast<long>(rows) * width > kPrefillGraphTokens || rows > options_.slots) return false;
   auto stream = static_cast<cudaStream_t>(stream_);
   if (prefillIdsDevice_ == nullptr) {
