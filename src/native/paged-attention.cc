@@ -240,11 +240,14 @@ int PagedWorkspace::Splits(const PagedAttentionArgs& args) {
 void PagedWorkspace::Attend(const PagedAttentionArgs& args, int splits, void* stream) {
   const size_t floats = PagedAttentionWorkspaceFloats(args, splits);
   if (floats > floats_) {
-    if (workspace_ != nullptr) retired_.push_back(workspace_);
     void* made = nullptr;
     if (cudaMalloc(&made, floats * sizeof(float)) != cudaSuccess) throw std::runtime_error("cudaMalloc of the attention's workspace failed");
     // The decode kernel's counters start at zero (and are left there).
-    if (cudaMemsetAsync(made, 0, floats * sizeof(float), static_cast<cudaStream_t>(stream)) != cudaSuccess) throw std::runtime_error("zeroing the attention's workspace failed");
+    if (cudaMemsetAsync(made, 0, floats * sizeof(float), static_cast<cudaStream_t>(stream)) != cudaSuccess) {
+      cudaFree(made);
+      throw std::runtime_error("zeroing the attention's workspace failed");
+    }
+    if (workspace_ != nullptr) retired_.push_back(workspace_);
     workspace_ = static_cast<float*>(made);
     floats_ = floats;
   }

@@ -695,9 +695,9 @@ __global__ void AdvanceChosenKernel(const int32_t* argmax, const SampleResult* s
   tokens[r] = i < 0 ? argmax[r] : sampled[i].token;
   positions[r] += 1;
   lengths[r] += 1;
-  if (i < 0) {
-    if (hostIds != nullptr) hostIds[r] = argmax[r];
-  } else if (hostSampled != nullptr) {
+  // Every row's argmax where it was taken (the step's callback reads it for each row).
+  if (hostIds != nullptr) hostIds[r] = argmax[r];
+  if (i >= 0 && hostSampled != nullptr) {
     // What the host reads of a result: its token, log-probability and top entries.
     const SampleResult& from = sampled[i];
     SampleResult& to = hostSampled[i];

@@ -94,7 +94,7 @@ void SampleStagedRowsDevice(const void* logits, FloatType type, int vocab, const
                             SampleResult* out, void* stream);
 // Device: each of `rows` rows' next inputs from its choice (the sampler's sampled[sampleIndex[r]], or
 // argmax[r] where sampleIndex[r] < 0): its token, and its position and length one further. Where
-// set, `hostIds` (row r's argmax) and `hostSampled` (result i) take the choices too: pinned host
+// set, `hostIds` (every row's argmax) and `hostSampled` (result i) take the choices too: pinned host
 // memory's device addresses, read by the host once the step's event is done.
 void AdvanceChosenDevice(const int32_t* argmax, const SampleResult* sampled, const int32_t* sampleIndex, int rows, int64_t* tokens, int64_t* positions,
                          int32_t* lengths, void* stream, int32_t* hostIds = nullptr, SampleResult* hostSampled = nullptr);

@@ -134,6 +134,7 @@ int SlotDecoder::DecodeChosenOnDevice(const std::vector<int64_t>& tokens, const 
     auto staging = static_cast<cudaEvent_t>(stagedEvents_[step % 2]);
     if (sampledRows > 0) {
       StageSampleBatch(batch, hostBatches_[step % 2], staged, sideStream_);
+      CheckCuda(cudaGetLastError(), "the sampler batch's copy");
       CheckCuda(cudaEventRecord(staging, static_cast<cudaStream_t>(sideStream_)), "cudaEventRecord");
     }
     timed[step % 2] = LaunchGraph(rows, events, step % kTimedEvery == 0);

@@ -913,6 +913,7 @@ bool SlotDecoder::PrefillGraph(int rows, int width, const std::vector<int64_t>& 
   cudaGetLastError();
   const auto key = std::make_pair(rows, width);
   auto found = prefillGraphs_.find(key);
+  if (found == prefillGraphs_.end() && prefillGraphs_.size() >= kMaxPrefillGraphs) return false;
   if (found == prefillGraphs_.end()) {
     // As a decode step's graph: a plain run first (it is the run; ONNX Runtime sizes its memory for the
     // shape), then the capture, whose graph later runs replay.

@@ -275,6 +275,8 @@ class SlotDecoder {
   // The prefill runs captured as graphs: at most this many tokens (past it the GPU's work hides the
   // session's launches).
   static constexpr int kPrefillGraphTokens = 1024;
+  // At most this many shapes keep a graph (the core's buckets take about 60); others run op by op.
+  static constexpr size_t kMaxPrefillGraphs = 128;
   // The greedy run of the graphs: see DecodeGreedy.
   GreedyRun DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& remaining,
                                  const std::vector<int32_t>& endIds, int maxSteps, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft, const StepIds& onStep);
