@@ -64,11 +64,10 @@ void Check(Napi::Env env, cudaError_t status) {
 struct OnDevice {
   Napi::Env env;
   std::vector<Buffer*> buffers;
-  float* workspace = nullptr;
+  // PagedAttention's workspace, as the operator keeps it.
   PagedWorkspace paged;
   ~OnDevice() {
     for (Buffer* b : buffers) cudaFree(b->device);
-    cudaFree(workspace);
   }
   void Up(Buffer& b) {
     if (b.host == nullptr) return;
@@ -132,7 +131,7 @@ Napi::Value AttendRows(const Napi::CallbackInfo& info) {
   Napi::TypedArray outputArray = type == FloatType::kFloat32 ? Napi::TypedArray(Napi::Float32Array::New(env, outputElements)) : Napi::TypedArray(Napi::Uint16Array::New(env, outputElements));
   Buffer output{static_cast<char*>(outputArray.ArrayBuffer().Data()) + outputArray.ByteOffset(), outputArray.ByteLength(), nullptr};
 #ifdef CHORUS_WITH_CUDA
-  OnDevice gpu{env, {}, nullptr};
+  OnDevice gpu{env, {}};
   if (device) {
     for (Buffer* b : {&qkv, &bias, &key, &value, &seqlens, &table, &cos, &sin, &qNorm, &kNorm, &output}) gpu.Up(*b);
   }
@@ -176,18 +175,9 @@ Napi::Value AttendRows(const Napi::CallbackInfo& info) {
       } else {
 #ifdef CHORUS_WITH_CUDA
         // call.splits: the splits of the positions (default: the engine's choice for this GPU).
-        int multiprocessors = 0;
-        int id = 0;
-        cudaGetDevice(&id);
-        cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, id);
-        const int splits = Field(call, "splits", PagedAttentionSplits(a, multiprocessors), false);
+        const int splits = Field(call, "splits", gpu.paged.Splits(a), false);
         if (splits < 1) throw Napi::RangeError::New(env, "call.splits must be >= 1");
-        const size_t floats = PagedAttentionWorkspaceFloats(a, splits);
-        if (floats > 0) {
-          Check(env, cudaMalloc(reinterpret_cast<void**>(&gpu.workspace), floats * sizeof(float)));
-          Check(env, cudaMemset(gpu.workspace, 0, floats * sizeof(float)));
-        }
-        PagedAttentionDevice(a, splits, gpu.workspace, nullptr);
+        gpu.paged.Attend(a, splits, nullptr);
 #endif
       }
     } else {

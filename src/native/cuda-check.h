@@ -12,5 +12,14 @@ inline void CheckCuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
+// The calling thread's current device's multiprocessors.
+inline int CurrentMultiprocessors() {
+  int device = 0;
+  int count = 0;
+  CheckCuda(cudaGetDevice(&device), "cudaGetDevice");
+  CheckCuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  return count;
+}
+
 }  // namespace chorus
 #endif

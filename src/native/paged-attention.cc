@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda-check.h"
 #include "custom-op.h"
 #include "slot-attention.h"
 
@@ -129,7 +130,6 @@ struct PagedAttentionKernel : KernelBase<PagedAttentionKernel> {
     if (!(epsilon_ >= 0) || std::isinf(epsilon_)) throw std::invalid_argument("epsilon must be a finite number >= 0, got " + std::to_string(epsilon_));
   }
 
-
   void Compute(OrtKernelContext* context) {
     Ort::KernelContext ctx(context);
     const Ort::ConstValue qkv = ctx.GetInput(0);
@@ -229,11 +229,7 @@ PagedWorkspace::~PagedWorkspace() {
 }
 
 int PagedWorkspace::Splits(const PagedAttentionArgs& args) {
-  if (multiprocessors_ == 0) {
-    int device = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device);
-  }
+  if (multiprocessors_ == 0) multiprocessors_ = CurrentMultiprocessors();
   return PagedAttentionSplits(args, multiprocessors_);
 }
 

@@ -209,11 +209,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
   }
 
   int Multiprocessors() {
-    if (multiprocessors_ == 0) {
-      int device = 0;
-      CheckCuda(cudaGetDevice(&device), "cudaGetDevice");
-      CheckCuda(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    }
+    if (multiprocessors_ == 0) multiprocessors_ = CurrentMultiprocessors();
     return multiprocessors_;
   }
 

@@ -381,13 +381,12 @@ struct DecoderSlotAttentionKernel : SlotKernelBase<DecoderSlotAttentionKernel> {
     args.cacheKey = Present(ctx, 1, pastKey, cacheShape);
     args.cacheValue = Present(ctx, 2, pastValue, cacheShape);
 #ifdef CHORUS_WITH_CUDA
-    if (cuda_ && args.tokens == 1 && DecodeWithPaged(ctx, args)) return;
+    if (cuda_ && SlotDecodeThroughPaged(args, paged_, ctx.GetGPUComputeStream())) return;
 #endif
     Attend(ctx, args);
   }
 
 #ifdef CHORUS_WITH_CUDA
-  bool DecodeWithPaged(Ort::KernelContext& ctx, const SlotAttentionArgs& a) { return SlotDecodeThroughPaged(a, paged_, ctx.GetGPUComputeStream()); }
   PagedWorkspace paged_;
 #endif
 

@@ -898,7 +898,12 @@ bool SlotDecoder::PrefillGraph(int rows, int width, const std::vector<int64_t>& 
   // A model whose decode step could not be captured (graphFailure_) would not capture this either.
   if (!wanted || !options_.cuda || !options_.cudaGraph || group_ != nullptr || paged() || seq2seq() || !graphFailure_.empty() || !prefillGraphFailure_.empty()) return false;
   if (static_cast<long>(rows) * width > kPrefillGraphTokens || rows > options_.slots) return false;
+  const auto key = std::make_pair(rows, width);
+  auto found = prefillGraphs_.find(key);
+  if (found == prefillGraphs_.end() && prefillGraphs_.size() >= kMaxPrefillGraphs) return false;
   auto stream = static_cast<cudaStream_t>(stream_);
+  // An error some other call left on this thread is not this run's.
+  cudaGetLastError();
   if (prefillIdsDevice_ == nullptr) {
     prefillIdsDevice_ = static_cast<int64_t*>(Allocate(sizeof(int64_t) * kPrefillGraphTokens));
     prefillPositionsDevice_ = static_cast<int64_t*>(Allocate(sizeof(int64_t) * kPrefillGraphTokens));
@@ -910,10 +915,6 @@ bool SlotDecoder::PrefillGraph(int rows, int width, const std::vector<int64_t>& 
   CheckCuda(cudaMemcpyAsync(prefillPositionsDevice_, positions.data(), sizeof(int64_t) * tokens, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
   CheckCuda(cudaMemcpyAsync(prefillSeqlensDevice_, seqlens.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
   const StepInputs inputs{prefillIdsDevice_, prefillPositionsDevice_, prefillSeqlensDevice_, nullptr, nullptr, true};
-  cudaGetLastError();
-  const auto key = std::make_pair(rows, width);
-  auto found = prefillGraphs_.find(key);
-  if (found == prefillGraphs_.end() && prefillGraphs_.size() >= kMaxPrefillGraphs) return false;
   if (found == prefillGraphs_.end()) {
     // As a decode step's graph: a plain run first (it is the run; ONNX Runtime sizes its memory for the
     // shape), then the capture, whose graph later runs replay.
@@ -1038,11 +1039,10 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
     CheckCuda(cudaMemcpyAsync(minLeftDevice_, minLeft.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
     advance.minLeft = minLeftDevice_;
   }
-  // Step k: the graph, the argmax writing step k + 1's inputs, the ids' copy into slot k % 2 of the
-  // pinned ids, and an event. Step k + 1 is queued before the host waits for step k, unless no row
-  // can go on after step k whatever its ids (then the run ends there).
-  // The argmax writes the ids into the pinned buffer itself: a copy queued after it would hold the next
-  // step's graph back by several microseconds.
+  // Step k: the graph, the argmax writing step k + 1's inputs and the ids into slot k % 2 of the pinned
+  // ids itself (a copy queued after it would hold the next step's graph back by several microseconds),
+  // and an event. Step k + 1 is queued before the host waits for step k, unless no row can go on after
+  // step k whatever its ids (then the run ends there).
   auto* hostIdsDevice = static_cast<int32_t*>(DeviceAddress(hostIds_));
   bool timed[2] = {};
   RunTime time;
