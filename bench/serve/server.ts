@@ -2,19 +2,25 @@
  * `chorus serve`'s HTTP server (buildServer, metrics, no request log as with --quiet) over a stand-in
  * engine, in a process of its own; prints `listening on <url>` and runs until SIGTERM. With
  * SERVE_PROFILE=<dir>, a CPU profile of its main thread from the port's opening to SIGTERM goes there.
+ * With SERVE_HTTP_THREADS=<n> (n > 1), HTTP on n threads of its own (`chorus serve --http-threads`).
  * Usage: node --import tsx bench/serve/server.ts <repository-dir> <step-ms> <max-batch-size>
  */
 import { writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { join } from 'node:path';
+import { startHttpThreads } from '../../src/cli/http-threads.ts';
 import { buildServer, Metrics } from '../../src/server/index.ts';
 import { standInClient } from './stand-in.ts';
 
 const [dir, stepMs, batch] = process.argv.slice(2) as [string, string, string];
 const client = standInClient(dir, Number(stepMs), Number(batch));
 await client.load('stand-in');
-const app = await buildServer({ client, metrics: new Metrics(), logger: false });
-const url = await app.listen({ host: '127.0.0.1', port: 0 });
+const threads = Number(process.env.SERVE_HTTP_THREADS ?? 1);
+const http =
+  threads > 1
+    ? await startHttpThreads({ count: threads, client, metrics: new Metrics(), host: '127.0.0.1', port: 0, server: { logger: false }, log: (line) => console.error(line) })
+    : await buildServer({ client, metrics: new Metrics(), logger: false }).then(async (app) => ({ address: await app.listen({ host: '127.0.0.1', port: 0 }), close: () => app.close() }));
+const url = http.address;
 const profileDir = process.env.SERVE_PROFILE;
 const session = profileDir === undefined ? undefined : new Session();
 if (session !== undefined) {
@@ -29,7 +35,7 @@ process.once('SIGTERM', () => {
       const { profile } = await session.post('Profiler.stop');
       writeFileSync(join(profileDir!, `serve-overhead-${process.pid}.cpuprofile`), JSON.stringify(profile));
     }
-    await app.close();
+    await http.close();
     await client.close();
     process.exit(0);
   })();

@@ -14,9 +14,10 @@ import { Option, type Command } from 'commander';
 import { invalidArgument } from '../errors.ts';
 import type { ModelControlMode } from '../ensemble/index.ts';
 import { bundledRepositoryDir, isS3Repository, syncS3Repository } from '../repository/index.ts';
-import { buildServer, Metrics } from '../server/index.ts';
+import { buildServer, Metrics, type ServerOptions } from '../server/index.ts';
 import { startGrpcServer } from '../server/grpc/index.ts';
-import { RepositoryClient } from '../serving/index.ts';
+import { RepositoryClient, type EngineClient } from '../serving/index.ts';
+import { httpThreadCount, startHttpThreads, type HttpThreads } from './http-threads.ts';
 import { sourceOverrides, withRepositoryOptions, type RepositoryOptions } from './repository-options.ts';
 
 interface ServeOptions extends RepositoryOptions {
@@ -30,6 +31,7 @@ interface ServeOptions extends RepositoryOptions {
   shutdownTimeout: string;
   load: string[];
   quiet?: boolean;
+  httpThreads: string;
 }
 
 /** Flag -> the environment variable it falls back to (`--repository`'s is CHORUS_REPOSITORY). */
@@ -44,6 +46,7 @@ export const SERVE_ENV = {
   grpcPort: 'CHORUS_GRPC_PORT',
   modelControlMode: 'CHORUS_MODEL_CONTROL_MODE',
   repositoryPollSecs: 'CHORUS_REPOSITORY_POLL_SECS',
+  httpThreads: 'CHORUS_HTTP_THREADS',
 } as const;
 
 export function registerServe(program: Command): void {
@@ -70,6 +73,11 @@ export function registerServe(program: Command): void {
         .env(SERVE_ENV.load),
     )
     .addOption(new Option('--quiet', 'no request log').env(SERVE_ENV.quiet))
+    .addOption(
+      new Option('--http-threads <n>', 'serve HTTP on n threads of its own, the engines staying on the main thread (1: HTTP on the main thread too)')
+        .default('1')
+        .env(SERVE_ENV.httpThreads),
+    )
     .action(async (options: ServeOptions) => {
       const port = Number(options.port);
       if (!Number.isInteger(port) || port < 0 || port > 65535) throw invalidArgument('--port', 'an integer in [0, 65535]', options.port);
@@ -83,6 +91,8 @@ export function registerServe(program: Command): void {
       if (!['none', 'explicit', 'poll'].includes(control)) throw invalidArgument('--model-control-mode', 'none, explicit or poll', options.modelControlMode);
       const pollSecs = Number(options.repositoryPollSecs);
       if (!Number.isFinite(pollSecs) || pollSecs <= 0) throw invalidArgument('--repository-poll-secs', 'a number of seconds > 0', options.repositoryPollSecs);
+      const httpThreads = httpThreadCount(options.httpThreads);
+      if (httpThreads === undefined) throw invalidArgument('--http-threads', 'an integer in [1, 64]', options.httpThreads);
       const log = (line: string): void => void process.stderr.write(`chorus: ${line}\n`);
       const remote = options.repository !== undefined && isS3Repository(options.repository) ? options.repository : undefined;
       const dir = remote === undefined ? (options.repository ?? bundledRepositoryDir()) : (await syncS3Repository(remote, log)).dir;
@@ -94,16 +104,18 @@ export function registerServe(program: Command): void {
         await client.load(model);
       }
       const apiKey = options.apiKey;
-      const app = await buildServer({ client, metrics, apiKey, corsOrigin: options.corsOrigin, logger: options.quiet ? false : { level: 'info' } });
+      const server = { apiKey, corsOrigin: options.corsOrigin, logger: options.quiet ? false : { level: 'info' } };
       const grpc = grpcPort === 0 ? undefined : await startGrpcServer({ engine: client, host: options.host, port: grpcPort, apiKey, metrics }).catch(async (error: unknown) => {
         await client.close();
         throw error;
       });
-      const address = await app.listen({ host: options.host, port }).catch(async (error: unknown) => {
+      // One thread: the server on this one, beside the engines. More: HTTP threads of their own.
+      const http = await (httpThreads === 1 ? serveHere(client, metrics, server, options.host, port) : startHttpThreads({ count: httpThreads, client, metrics, host: options.host, port, server, log })).catch(async (error: unknown) => {
         grpc?.forceClose();
         await client.close();
         throw error;
       });
+      const address = http.address;
       const stopPolling = control === 'poll' ? client.poll({ intervalSeconds: pollSecs, sync: remote === undefined ? undefined : () => syncS3Repository(remote, log) }) : undefined;
       await new Promise<void>((resolve) => {
         let stopping = false;
@@ -115,11 +127,11 @@ export function registerServe(program: Command): void {
           stopPolling?.();
           // Past the deadline, what still runs is cut off: connections closed, generation cancelled.
           const timer = setTimeout(() => {
-            app.server.closeAllConnections();
+            http.cutConnections();
             grpc?.forceClose();
             void client.close();
           }, deadline * 1000);
-          void Promise.all([app.close(), grpc?.close()])
+          void Promise.all([http.close(), grpc?.close()])
             .then(() => client.close())
             .finally(() => {
               clearTimeout(timer);
@@ -129,8 +141,15 @@ export function registerServe(program: Command): void {
         process.on('SIGTERM', () => stop('SIGTERM'));
         process.on('SIGINT', () => stop('SIGINT'));
         // Announced once a signal is handled: whoever waits for this line may stop the server at once.
-        process.stderr.write(`chorus: serving ${remote ?? client.source} on ${address}${grpc === undefined ? '' : ` and gRPC port ${grpc.port}`} (pipelines: ${client.models('pipeline').map((m) => m.name).join(', ')})\n`);
+        process.stderr.write(`chorus: serving ${remote ?? client.source} on ${address}${httpThreads === 1 ? '' : ` (${httpThreads} HTTP threads)`}${grpc === undefined ? '' : ` and gRPC port ${grpc.port}`} (pipelines: ${client.models('pipeline').map((m) => m.name).join(', ')})\n`);
       });
       process.stderr.write('chorus: stopped\n');
     });
+}
+
+/** The server on this thread, as HttpThreads has it. */
+async function serveHere(client: EngineClient, metrics: Metrics, server: Omit<ServerOptions, 'client' | 'metrics'>, host: string, port: number): Promise<HttpThreads> {
+  const app = await buildServer({ ...server, client, metrics });
+  const address = await app.listen({ host, port });
+  return { address, close: () => app.close(), cutConnections: () => app.server.closeAllConnections() };
 }

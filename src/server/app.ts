@@ -153,9 +153,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   });
   app.options('*', async (_request, reply) => reply.code(204).send());
 
-  options.metrics.watch(options.client);
-  const finished = options.client.requestsDone.subscribe(({ model, metrics }) => options.metrics.generation(model, metrics));
-  app.addHook('onClose', async () => finished.unsubscribe());
+  const unfollow = options.metrics.follow(options.client);
+  app.addHook('onClose', async () => unfollow());
   app.get('/metrics', async (_request, reply) => reply.type('text/plain; version=0.0.4').send(await options.metrics.text()));
   // Text and tensor requests reach the client one per turn of the event loop (intake.ts; CHORUS_INTAKE_PACING=0: not).
   const paced = process.env.CHORUS_INTAKE_PACING === '0' ? options.client : pacedClient(options.client);

@@ -4,7 +4,7 @@
  * inter-token latency, tokens generated; and prom-client's process metrics (resident memory, open file
  * descriptors, active handles, event-loop lag).
  */
-import client from 'prom-client';
+import client, { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from 'prom-client';
 import type { EngineClient, ModelStats, RequestMetrics } from '../serving/index.ts';
 import { GapHistogram } from './gap-histogram.ts';
 
@@ -37,12 +37,38 @@ export class Metrics {
     registers: [this.registry],
   });
 
-  constructor() {
-    client.collectDefaultMetrics({ register: this.registry });
+  /** Where `text()` gets its exposition from instead (an HTTP thread: the whole server's, aggregated). */
+  private source: (() => Promise<string>) | undefined;
+
+  private readonly httpThread: boolean;
+
+  /**
+   * `httpThread`: the registry of an HTTP thread (`chorus serve --http-threads`), which counts its own
+   * requests only: the process metrics and the engines' gauges are the main thread's.
+   */
+  constructor(options: { httpThread?: boolean } = {}) {
+    this.httpThread = options.httpThread ?? false;
+    if (!this.httpThread) client.collectDefaultMetrics({ register: this.registry });
+  }
+
+  /** `text()` answers what `source` gives (the metrics of every thread, summed where they count the same thing). */
+  exposeFrom(source: () => Promise<string>): void {
+    this.source = source;
+  }
+
+  /** This registry's metrics as data, for `aggregate`. */
+  json(): Promise<Array<MetricObjectWithValues<MetricValue<string>>>> {
+    return this.registry.getMetricsAsJSON();
+  }
+
+  /** The exposition of several threads' registries: counters, histograms and gauges summed by series. */
+  static aggregate(registries: Array<Array<MetricObjectWithValues<MetricValue<string>>>>): Promise<string> {
+    return AggregatorRegistry.aggregate(registries).metrics();
   }
 
   /** Engine gauges (running, waiting, batch occupancy) read from the loaded models at each scrape. */
   watch(engines: EngineClient): void {
+    if (this.httpThread) return;
     const registry = this.registry;
     const gauge = (name: string, help: string, value: (stats: ModelStats) => number): void => {
       new client.Gauge({
@@ -63,6 +89,16 @@ export class Metrics {
     gauge('chorus_engine_decode_steps', 'Decode steps since the model loaded', (s) => s.decodeSteps);
     gauge('chorus_engine_decoded_rows', 'Rows over all decode steps since the model loaded', (s) => s.decodedRows);
     gauge('chorus_engine_batch_occupancy', 'Mean rows per decode step since the model loaded', (s) => (s.decodeSteps === 0 ? 0 : s.decodedRows / s.decodeSteps));
+  }
+
+  /**
+   * Records what `engines` report: their gauges at each scrape, and every request that ends. Returns
+   * the function that stops following them.
+   */
+  follow(engines: EngineClient): () => void {
+    this.watch(engines);
+    const finished = engines.requestsDone.subscribe(({ model, metrics }) => this.generation(model, metrics));
+    return () => finished.unsubscribe();
   }
 
   /** A request to `model` began; the returned function ends it with its HTTP status. */
@@ -88,6 +124,7 @@ export class Metrics {
   }
 
   async text(): Promise<string> {
+    if (this.source !== undefined) return this.source();
     return this.registry.metrics();
   }
 }

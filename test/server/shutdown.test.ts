@@ -6,8 +6,8 @@ import { test } from 'node:test';
 import { ROOT } from '../helpers/paths.ts';
 import { sseData } from '../helpers/server.ts';
 
-test('SIGTERM: the streaming request in flight finishes, new connections are refused, the process exits 0', async () => {
-  const child = spawn(process.execPath, [join(ROOT, 'bin/chorus.js'), 'serve', '--repository', join(ROOT, 'test/fixtures/repositories/ensembles'), '--port', '0', '--grpc-port', '0', '--quiet', '--shutdown-timeout', '20'], { cwd: ROOT });
+for (const threads of ['1', '2']) test(`SIGTERM (${threads} HTTP thread${threads === '1' ? '' : 's'}): the streaming request in flight finishes, new connections are refused, the process exits 0`, async () => {
+  const child = spawn(process.execPath, [join(ROOT, 'bin/chorus.js'), 'serve', '--repository', join(ROOT, 'test/fixtures/repositories/ensembles'), '--port', '0', '--grpc-port', '0', '--quiet', '--shutdown-timeout', '20', '--http-threads', threads], { cwd: ROOT });
   let stderr = '';
   const url = await new Promise<string>((resolve, reject) => {
     child.stderr.on('data', (chunk: Buffer) => {
@@ -32,6 +32,7 @@ test('SIGTERM: the streaming request in flight finishes, new connections are ref
   assert.equal(events.at(-1)!.finish_reason, 'length', 'the request in flight ran to its end');
   assert.equal(await exited, 0);
   assert.match(stderr, /chorus: SIGTERM: finishing in-flight requests/);
+  if (threads !== '1') assert.match(stderr, new RegExp(`serving .* \\(${threads} HTTP threads\\)`));
   assert.match(stderr, /chorus: stopped/);
   await assert.rejects(fetch(`${url}/v2/health/live`), /fetch failed/);
 });
