@@ -38,8 +38,8 @@ export function timeIt(run: () => Promise<unknown>): Promise<number> {
 }
 
 /** `chorus serve` over `repository` in its own process (no gRPC port); resolves to its URL. */
-export async function serve(repository: string): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, [join(ROOT, 'bin/chorus.js'), 'serve', '--repository', repository, '--port', '0', '--grpc-port', '0', '--quiet'], { stdio: ['ignore', 'ignore', 'pipe'] });
+export async function serve(repository: string, flags: string[] = []): Promise<{ url: string; child: ChildProcess }> {
+  const child = spawn(process.execPath, [join(ROOT, 'bin/chorus.js'), 'serve', '--repository', repository, '--port', '0', '--grpc-port', '0', '--quiet', ...flags], { stdio: ['ignore', 'ignore', 'pipe'] });
   const url = await new Promise<string>((resolve, reject) => {
     let log = '';
     child.stderr!.on('data', (chunk: Buffer) => {

@@ -6,7 +6,7 @@
 # own time limit, and each model's JSON keeps what was measured when one is reached.
 #   source /root/gpu-env/env.sh && OUT=<dir> bash bench/gpu/serve-continuous.sh
 # Knobs: SHARED=../shared (data, tokenizers)  SERVE_WORK=/tmp/serve-continuous-work  SERVE_MODELS="gpt2 tinyllama"
-#   and serve-continuous.ts's (SERVE_REQUESTS, SERVE_BASELINE).
+#   SERVE_LIMIT_GPT2=200 (seconds), and serve-continuous.ts's (SERVE_REQUESTS, SERVE_BASELINE, SERVE_HTTP_THREADS).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/serve-continuous}
@@ -23,7 +23,7 @@ for model in ${SERVE_MODELS:-gpt2 tinyllama}; do
   case $model in
     gpt2)
       [ -f "$WORK/gpt2/config.json" ] || timeout 60 node bin/chorus.js make-checkpoint --arch gpt2 --size real --seed 1 --out "$WORK/gpt2"
-      run gpt2 "$WORK/gpt2" tokenizers/gpt2.yaml 200 ;;
+      run gpt2 "$WORK/gpt2" tokenizers/gpt2.yaml "${SERVE_LIMIT_GPT2:-200}" ;;
     tinyllama)
       timeout 90 python3 bench/gpu/llama/make.py tinyllama-1.1b "$WORK/tinyllama" --dtype float16 2>&1 | tail -1
       printf 'type: sentencepiece\nsource: %s\nadd_bos: true\n' "$(realpath "$SHARED/tokenizers/llama2-32k/tokenizer.model")" > "$WORK/llama-tokenizer.yaml"

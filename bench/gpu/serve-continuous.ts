@@ -12,6 +12,7 @@
  * The verdict is served (64 streams, core) over in process (engine client, 64 streams).
  * Usage: node --import tsx bench/gpu/serve-continuous.ts <name> <checkpoint-or-built-dir> <tokenizer-yaml> <prompts.jsonl> <out-dir>
  * Knobs: SERVE_REQUESTS=128 (per setting)  SERVE_BASELINE=1  SERVE_ENGINE=1 (0: no engine rows)
+ *   SERVE_HTTP_THREADS=1 (`chorus serve --http-threads`; a list such as 1,4,1,4 serves each in turn)
  *   SERVE_LIMIT_S=330 (writes what it has and exits 124 past it)
  *   SERVE_DEVICE=cuda (cpu: a dry run of the script itself, fp32)
  * Writes <out-dir>/serve-continuous-<name>.json; prints a table.
@@ -202,15 +203,17 @@ async function bench(url: string, concurrency: number, requests: number, stream:
   results.servedCommand ??= `chorus ${args.slice(0, -2).join(' ')}`;
   return summary;
 }
-for (const core of BASELINE ? [true, false] : [true]) {
-  const server = await serve(core ? coreRepository : repository(false));
+// Each entry of SERVE_HTTP_THREADS a server of its own (`--http-threads`), in that order; the step loop's with the first.
+const HTTP_THREADS = (process.env.SERVE_HTTP_THREADS ?? '1').split(',').map(Number);
+for (const [core, httpThreads] of [...HTTP_THREADS.map((n) => [true, n] as const), ...(BASELINE ? [[false, HTTP_THREADS[0]!] as const] : [])]) {
+  const server = await serve(core ? coreRepository : repository(false), ['--http-threads', String(httpThreads)]);
   try {
     const mode = core ? 'continuous core' : 'step loop';
     for (const [concurrency, stream, load] of [[STREAMS, true, '64 streams'], [STREAMS, false, '64 whole'], [1, true, '1 stream']] as const) {
       const before = await servedCounters(server.url);
-      const s = await bench(server.url, concurrency, concurrency === 1 ? 8 : REQUESTS, stream, `${core ? 'core' : 'loop'}-${concurrency}-${stream}`);
+      const s = await bench(server.url, concurrency, concurrency === 1 ? 8 : REQUESTS, stream, `${core ? 'core' : 'loop'}-${httpThreads}-${concurrency}-${stream}`);
       // The engine's side covers the bench's warm-up requests too.
-      row({ side: 'served: chorus bench (OpenAI)', mode, load, tokensPerS: s.outputTokensPerS, ok: s.ok, requests: s.requests, ttftP50Ms: s.ttftMs?.p50, itlP50Ms: s.itlMs?.p50, ...engineSide(before, await servedCounters(server.url)) });
+      row({ side: 'served: chorus bench (OpenAI)', mode, httpThreads, load, tokensPerS: s.outputTokensPerS, ok: s.ok, requests: s.requests, ttftP50Ms: s.ttftMs?.p50, itlP50Ms: s.itlMs?.p50, ...engineSide(before, await servedCounters(server.url)) });
     }
   } finally {
     server.child.kill('SIGTERM');
@@ -226,11 +229,11 @@ results.servedOverInProcess = servedRate !== undefined && inProcess !== undefine
 results.sampledOverGreedy = engineSampled !== undefined && engineGreedy !== undefined ? engineSampled / engineGreedy : undefined;
 save();
 console.log(`\n${name}: ${STREAMS} streams, ${NEW} new tokens, sampled = temperature ${SAMPLED.temperature}, top_p ${SAMPLED.runtime_top_p}, a seed each`);
-console.log('| side | mode | load | output tokens/s | TTFT p50 ms | ITL p50 ms | engine TTFT / queue ms (mean) | prefill steps | rows a decode step |');
-console.log('| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |');
+console.log('| side | mode | HTTP threads | load | output tokens/s | TTFT p50 ms | ITL p50 ms | engine TTFT / queue ms (mean) | prefill steps | rows a decode step |');
+console.log('| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |');
 const fixed = (v: unknown, digits: number): string => (typeof v === 'number' && Number.isFinite(v) ? v.toFixed(digits) : '-');
 for (const r of rows) {
-  console.log(`| ${String(r.side)} | ${String(r.mode)} | ${String(r.load)} | ${fixed(r.tokensPerS, 0)} | ${fixed(r.ttftP50Ms, 1)} | ${fixed(r.itlP50Ms, 2)} | ${fixed(r.engineTtftMs, 1)} / ${fixed(r.queueMs, 1)} | ${fixed(r.prefillSteps, 0)} | ${fixed(r.occupancy, 1)} |`);
+  console.log(`| ${String(r.side)} | ${String(r.mode)} | ${String(r.httpThreads ?? '')} | ${String(r.load)} | ${fixed(r.tokensPerS, 0)} | ${fixed(r.ttftP50Ms, 1)} | ${fixed(r.itlP50Ms, 2)} | ${fixed(r.engineTtftMs, 1)} / ${fixed(r.queueMs, 1)} | ${fixed(r.prefillSteps, 0)} | ${fixed(r.occupancy, 1)} |`);
 }
 console.log(`served / in process (64 streams, core): ${(results.servedOverInProcess as number | undefined)?.toFixed(2) ?? '-'}; in-process sampled / greedy (batch 64, core): ${(results.sampledOverGreedy as number | undefined)?.toFixed(2) ?? '-'}`);
 process.exit(0);
