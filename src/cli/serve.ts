@@ -74,8 +74,8 @@ export function registerServe(program: Command): void {
     )
     .addOption(new Option('--quiet', 'no request log').env(SERVE_ENV.quiet))
     .addOption(
-      new Option('--http-threads <n>', 'serve HTTP on n threads of its own, the engines staying on the main thread (1: HTTP on the main thread too)')
-        .default('1')
+      new Option('--http-threads <n>', 'serve HTTP on n threads of its own, the engines staying on the main thread (1: HTTP on the main thread too; auto: 2 on machines of 8 cores or more, else 1)')
+        .default('auto')
         .env(SERVE_ENV.httpThreads),
     )
     .action(async (options: ServeOptions) => {
@@ -92,7 +92,7 @@ export function registerServe(program: Command): void {
       const pollSecs = Number(options.repositoryPollSecs);
       if (!Number.isFinite(pollSecs) || pollSecs <= 0) throw invalidArgument('--repository-poll-secs', 'a number of seconds > 0', options.repositoryPollSecs);
       const httpThreads = httpThreadCount(options.httpThreads);
-      if (httpThreads === undefined) throw invalidArgument('--http-threads', 'an integer in [1, 64]', options.httpThreads);
+      if (httpThreads === undefined) throw invalidArgument('--http-threads', 'auto or an integer in [1, 64]', options.httpThreads);
       const log = (line: string): void => void process.stderr.write(`chorus: ${line}\n`);
       const remote = options.repository !== undefined && isS3Repository(options.repository) ? options.repository : undefined;
       const dir = remote === undefined ? (options.repository ?? bundledRepositoryDir()) : (await syncS3Repository(remote, log)).dir;

@@ -57,7 +57,7 @@ test('bad input gets a clear error and a non-zero exit', () => {
   assert.equal(noDirectory.stderr, 'chorus: --url must be given with --request (--ensemble runs in process), got "http://127.0.0.1:1"\n');
   assert.equal(chorus('serve', '--api-key', ' ', '--port', '0').stderr, 'chorus: --api-key must be a key that is not empty (or leave it and CHORUS_API_KEY out), got " "\n');
   assert.equal(chorus('serve', '--port', '8123', '--grpc-port', '8123').stderr, 'chorus: --grpc-port must be a port other than --port (8123), got "8123"\n');
-  assert.equal(chorus('serve', '--http-threads', '0').stderr, 'chorus: --http-threads must be an integer in [1, 64], got "0"\n');
+  assert.equal(chorus('serve', '--http-threads', '0').stderr, 'chorus: --http-threads must be auto or an integer in [1, 64], got "0"\n');
   // Where results go is checked before a run that could take minutes to lose.
   assert.equal(chorus('bench', '--pipeline', 'stories', '--url', 'http://127.0.0.1:1', '--out', '/proc/chorus-results.json').stderr, 'chorus: --out /proc/chorus-results.json cannot be written (ENOENT)\n');
   assert.match(chorus('doctor', '--model', '/nonexistent').stderr, /^chorus: --model \/nonexistent does not exist\n$/);
