@@ -83,6 +83,26 @@ async function engineRate(engine: NativeEngine, prompts: number[][], params: (i:
   return counts.reduce((a, b) => a + b, 0) / ((performance.now() - started) / 1000);
 }
 
+/**
+ * Output tokens/s of `streams` clients that each send `rounds` requests one after another (the n-th
+ * client's first `staggerMs` after the one before): request i is `prompts[i % length]` with `params(i)`.
+ */
+async function streamsRate(engine: NativeEngine, prompts: number[][], params: (i: number) => SamplingParams, streams: number, rounds: number, staggerMs: number): Promise<number> {
+  const started = performance.now();
+  const counts = await Promise.all(
+    Array.from({ length: streams }, async (_, s) => {
+      await new Promise((resolve) => setTimeout(resolve, s * staggerMs));
+      let tokens = 0;
+      for (let r = 0; r < rounds; r++) {
+        const i = r * streams + s;
+        tokens += (await lastValueFrom(engine.submit({ inputIds: prompts[i % prompts.length]!, params: params(i), stream: true }).pipe(toArray()))).length;
+      }
+      return tokens;
+    }),
+  );
+  return counts.reduce((a, b) => a + b, 0) / ((performance.now() - started) / 1000);
+}
+
 // 1. The engine in process, on the core and on the step loop.
 const prompts = seededRows(STREAMS, PROMPT_IDS, vocab);
 const greedy = (): SamplingParams => ({ temperature: 0, request_output_len: NEW });
@@ -101,6 +121,12 @@ for (const continuous of process.env.SERVE_ENGINE === '0' ? [] : [true, false]) 
     row({ side: 'in process: engine', mode, load: 'batch 64 together, greedy', tokensPerS: await median(() => engineRate(engine, prompts, greedy)) });
     row({ side: 'in process: engine', mode, load: 'batch 64 together, sampled', tokensPerS: await median(() => engineRate(engine, prompts, sampled)) });
     row({ side: 'in process: engine', mode, load: '64 streams 2 ms apart, sampled', tokensPerS: await median(() => engineRate(engine, prompts, sampled, 2)) });
+    // The same over a longer run: 64 streams that start 2 ms apart and each send 4 requests one after
+    // another, against the same 256 requests submitted together (64 at a time in the batch).
+    const rounds = 4;
+    const all = Array.from({ length: STREAMS * rounds }, (_, i) => prompts[i % prompts.length]!);
+    row({ side: 'in process: engine', mode, load: `${STREAMS * rounds} together, sampled`, tokensPerS: await median(() => engineRate(engine, all, sampled)) });
+    row({ side: 'in process: engine', mode, load: `64 streams 2 ms apart, ${rounds} requests each, sampled`, tokensPerS: await median(() => streamsRate(engine, prompts, sampled, STREAMS, rounds, 2)) });
   } finally {
     await engine.close();
   }
