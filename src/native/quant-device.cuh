@@ -106,10 +106,11 @@ __device__ inline int WideRowOf(const QuantLinearArgs& a, int first, int j) {
 // The wide kernels' end: each weight row's float32 sums over the block's warps (`partial` [warps][kRows *
 // R]), finished and written: one output a row, or gated, one from each gate row and its up row.
 // `rowScale`, where given, scales row r's sums (a pre-norm's inverse root).
+// Thread t of the block's first kOutputs * R finishes one (WideFinishAt: `t` given, for blocks of several
+// groups of rows, each group's first threads its own).
 template <typename T, bool Gated, int kRows, int R>
-__device__ inline void WideFinish(const QuantLinearArgs& a, int first, const float (*partial)[kRows * R], int warps, const float* rowScale = nullptr) {
+__device__ inline void WideFinishAt(const QuantLinearArgs& a, int first, const float (*partial)[kRows * R], int warps, int t, const float* rowScale = nullptr) {
   constexpr int kOutputs = Gated ? kRows / 2 : kRows;
-  const int t = threadIdx.x;
   if (t >= kOutputs * R) return;
   const int j = t / R;
   const int r = t % R;
@@ -127,6 +128,11 @@ __device__ inline void WideFinish(const QuantLinearArgs& a, int first, const flo
   const T* bias = static_cast<const T*>(a.bias);
   T* y = static_cast<T*>(a.y) + static_cast<size_t>(r) * a.out + first + j;
   *y = Gated ? Gate<T>(sum, up, bias, first + j, a.out, a.activation) : Finish<T>(sum, bias, first + j, a.activation);
+}
+
+template <typename T, bool Gated, int kRows, int R>
+__device__ inline void WideFinish(const QuantLinearArgs& a, int first, const float (*partial)[kRows * R], int warps, const float* rowScale = nullptr) {
+  WideFinishAt<T, Gated, kRows, R>(a, first, partial, warps, static_cast<int>(threadIdx.x), rowScale);
 }
 
 // The tensor-core kernels' helpers (quant-mma.cu, quant-mma-tiles.cu).

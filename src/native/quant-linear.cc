@@ -199,7 +199,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
 #ifdef CHORUS_WITH_CUDA
   // Whether the wide kernels took args (a decode step, CHORUS_QUANT_GEMV unset or wide), on `stream`.
   bool Wide(const QuantLinearArgs& args, void* stream) const {
-    return args.rows <= kQuantRowsKernelRows && (gemv_.empty() || gemv_ == "wide") && QuantWideRowsDevice(args, stream);
+    return args.rows <= kQuantRowsKernelRows && (gemv_.empty() || gemv_ == "wide") && QuantWideRowsDevice(args, stream, gemv_ == "wide");
   }
 
   // Whether the tensor-core tiles of weights dequantized in registers took args (more rows than a decode

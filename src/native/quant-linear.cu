@@ -116,16 +116,21 @@ __global__ void __launch_bounds__(kThreads) QuantRowsKernel(QuantLinearArgs a) {
 }
 
 
-// The 8-bit wide kernel (QuantWideRowsDevice): as Linear's decode kernel, a block of 256 threads takes
+// The 8-bit wide kernel (QuantWideRowsDevice): as Linear's decode kernel, a group of threads takes
 // kWideOutputs consecutive weight rows (8 for one row of x, else 4; gated, half of them the gates' and
 // half the up rows) and all of K, its threads striding over the rows 16 bytes (16 values) at a time
-// (kWideAhead reads a row in flight), so each 16 bytes of x, read through L1, serves all the block's
+// (kWideAhead reads a row in flight), so each 16 bytes of x, read through L1, serves all the group's
 // rows; each 16 bytes' sums are scaled once by their block's scale, then summed across the warp
-// (shuffles) and the warps (shared memory). Goes out as a dependent launch where Linear's does: the
-// first weights pulled into L2 before x is read. One row keeps 3 blocks a multiprocessor (at most 80
-// registers, none spilled).
+// (shuffles) and the group's warps (shared memory). A block of 256 threads is one group, or two of 128
+// where K has at most 128 16-byte chunks (K 2048: one group of 256 left half its threads without a
+// chunk). Goes out as a dependent launch where Linear's does: the first weights pulled into L2 before x
+// is read. One row keeps 3 blocks a multiprocessor (at most 80 registers, none spilled).
 constexpr int kWideThreads = 256;
 constexpr int kWideWarps = kWideThreads / 32;
+
+// Groups a block of the wide kernel takes for K of `chunks` 16-byte chunks: two where K's chunks are
+// at most half a block's threads, else one.
+inline int WideGroups(int chunks) { return chunks <= kWideThreads / 2 ? 2 : 1; }
 // Single rows take 8 outputs a block and one read of each row in flight (the bytes in flight of 4 and
 // 2, and each block's x, scales and sums once for 8 rows rather than 4); CHORUS_QUANT_WIDE_OUTPUTS=4:
 // 4 and 2, as more rows take them.
@@ -134,15 +139,19 @@ const bool wideOutputs4 = [] {
   return value != nullptr && std::string(value) == "4";
 }();
 
-template <typename T, int R, int kWideOutputs, int kWideAhead, bool Gated>
+template <typename T, int R, int kWideOutputs, int kWideAhead, bool Gated, int G>
 __global__ void __launch_bounds__(kWideThreads, R == 1 ? 3 : 2) QuantWideRowsKernel(QuantLinearArgs a) {
   constexpr int kBits = 8;                  // 4-bit weights take QuantNibbleRowsKernel
   constexpr int kPerChunk = 128 / kBits;    // values in 16 bytes
   constexpr int kWordsPer8 = kBits / 4;     // words holding 8 values
-  // kWideOutputs weight rows: as many outputs, or gated, half as many.
-  const int first = blockIdx.x * (Gated ? kWideOutputs / 2 : kWideOutputs);
   const int perBlock = a.blobBytes / 16;
   const int chunks = a.in / kPerChunk;     // whole chunks (QuantWideRowsDevice's condition); the rest is the last block's padding
+  // This thread's group and place in it; each group kWideOutputs weight rows: as many outputs, or
+  // gated, half as many.
+  constexpr int groupThreads = kWideThreads / G;
+  const int group = G == 1 ? 0 : static_cast<int>(threadIdx.x) / groupThreads;
+  const int tid = G == 1 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x) % groupThreads;
+  const int first = (static_cast<int>(blockIdx.x) * G + group) * (Gated ? kWideOutputs / 2 : kWideOutputs);
   const size_t rowBytes = static_cast<size_t>(a.blocks) * a.blobBytes;
   // Outputs past the end read the last row again (in bounds) and are not written.
   int rowOf[kWideOutputs];
@@ -155,7 +164,7 @@ __global__ void __launch_bounds__(kWideThreads, R == 1 ? 3 : 2) QuantWideRowsKer
   float acc[kWideOutputs][R] = {};
 #pragma unroll
   for (int u = 0; u < kWideAhead; u++) {
-    const int c = threadIdx.x + u * kWideThreads;
+    const int c = tid + u * groupThreads;
 #pragma unroll
     for (int j = 0; j < kWideOutputs; j++) {
       if (c < chunks) PrefetchL2(wv[j] + c);
@@ -195,18 +204,18 @@ __global__ void __launch_bounds__(kWideThreads, R == 1 ? 3 : 2) QuantWideRowsKer
       for (int r = 0; r < R; r++) acc[j][r] += part[j][r] * scale;
     }
   };
-  int c = threadIdx.x;
-  for (; c + (kWideAhead - 1) * kWideThreads < chunks; c += kWideAhead * kWideThreads) {
+  int c = tid;
+  for (; c + (kWideAhead - 1) * groupThreads < chunks; c += kWideAhead * groupThreads) {
     uint4 ahead[kWideAhead][kWideOutputs];
 #pragma unroll
     for (int u = 0; u < kWideAhead; u++) {
 #pragma unroll
-      for (int j = 0; j < kWideOutputs; j++) ahead[u][j] = __ldcs(wv[j] + c + u * kWideThreads);
+      for (int j = 0; j < kWideOutputs; j++) ahead[u][j] = __ldcs(wv[j] + c + u * groupThreads);
     }
 #pragma unroll
-    for (int u = 0; u < kWideAhead; u++) use(c + u * kWideThreads, ahead[u]);
+    for (int u = 0; u < kWideAhead; u++) use(c + u * groupThreads, ahead[u]);
   }
-  for (; c < chunks; c += kWideThreads) {
+  for (; c < chunks; c += groupThreads) {
     uint4 one[kWideOutputs];
 #pragma unroll
     for (int j = 0; j < kWideOutputs; j++) one[j] = __ldcs(wv[j] + c);
@@ -216,7 +225,9 @@ __global__ void __launch_bounds__(kWideThreads, R == 1 ? 3 : 2) QuantWideRowsKer
   __shared__ float partial[kWideWarps][kWideOutputs * R];
   WarpSumsTo<kWideOutputs * R>(&acc[0][0], partial[threadIdx.x / 32]);
   __syncthreads();
-  WideFinish<T, Gated, kWideOutputs, R>(a, first, partial, kWideWarps);
+  // Each group's sums over its own warps, by the group's first threads.
+  constexpr int groupWarps = groupThreads / 32;
+  WideFinishAt<T, Gated, kWideOutputs, R>(a, first, partial + group * groupWarps, groupWarps, tid);
 }
 
 // The 4-bit kernel (QuantWideRowsDevice, float16): a block takes kNibbleOutputs consecutive outputs
@@ -385,22 +396,30 @@ void LaunchNibbles(const QuantLinearArgs& a, cudaStream_t stream) {
   }
 }
 
-template <typename T, bool Gated>
-void LaunchWide(const QuantLinearArgs& a, cudaStream_t stream) {
+template <typename T, bool Gated, int G>
+void LaunchWideGroups(const QuantLinearArgs& a, cudaStream_t stream) {
   const dim3 block(kWideThreads);
   std::atomic<bool>& dependent = LinearDependentLaunchFlag();
   const int per = Gated ? 2 : 1;  // weight rows an output
   if (a.rows == 1 && !wideOutputs4) {
-    LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 1, 8, 1, Gated>, dim3((a.out + 8 / per - 1) / (8 / per)), block, stream, a);
+    const int outputs = G * 8 / per;
+    LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 1, 8, 1, Gated, G>, dim3((a.out + outputs - 1) / outputs), block, stream, a);
     return;
   }
-  const dim3 grid((a.out + 4 / per - 1) / (4 / per));
+  const int outputs = G * 4 / per;
+  const dim3 grid((a.out + outputs - 1) / outputs);
   switch (a.rows) {
-    case 1: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 1, 4, 2, Gated>, grid, block, stream, a); break;
-    case 2: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 2, 4, 2, Gated>, grid, block, stream, a); break;
-    case 3: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 3, 4, 2, Gated>, grid, block, stream, a); break;
-    default: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 4, 4, 2, Gated>, grid, block, stream, a); break;
+    case 1: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 1, 4, 2, Gated, G>, grid, block, stream, a); break;
+    case 2: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 2, 4, 2, Gated, G>, grid, block, stream, a); break;
+    case 3: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 3, 4, 2, Gated, G>, grid, block, stream, a); break;
+    default: LaunchMaybeDependent(dependent, QuantWideRowsKernel<T, 4, 4, 2, Gated, G>, grid, block, stream, a); break;
   }
+}
+
+template <typename T, bool Gated>
+void LaunchWide(const QuantLinearArgs& a, cudaStream_t stream) {
+  if (WideGroups(a.in / 16) == 2) LaunchWideGroups<T, Gated, 2>(a, stream);
+  else LaunchWideGroups<T, Gated, 1>(a, stream);
 }
 
 template <typename T, int Bits>
@@ -430,7 +449,7 @@ void LaunchRowsOf(const QuantLinearArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-bool QuantWideRowsDevice(const QuantLinearArgs& a, void* stream) {
+bool QuantWideRowsDevice(const QuantLinearArgs& a, void* stream, bool anyWidth) {
   auto s = static_cast<cudaStream_t>(stream);
   auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool aligned = aligned16(a.x) && aligned16(a.weight);
@@ -447,10 +466,16 @@ bool QuantWideRowsDevice(const QuantLinearArgs& a, void* stream) {
     return true;
   }
   if (a.norm != nullptr) return false;  // QuantLinear's own pre-norm pass first
-  // Measured on an H100 against the tensor-core GEMV: faster for 8-bit weights of K 4096 and more
-  // (Llama-2-7B's down projection 19.8 us against 23.5), slower for K 2048 (TinyLlama's gate 8.5
-  // against 7.2).
-  const bool fits = a.in >= 4096 && a.type != FloatType::kFloat32 && a.rows <= kQuantWideRows && a.blobBytes % 16 == 0 && a.in % 16 == 0 && aligned;
+  // Measured on an H100 against the tensor-core GEMV (bench/gpu/quant/kernels.ts), us:
+  // - one row: faster for K of 4096 and more (Llama-2-7B's down projection 18.7 against 23.3) and for
+  //   K 2048 in two groups a block (TinyLlama's q/k/v/o 4.1 against 5.1; its gate/up 7.4 against 7.3);
+  // - 2 to 4 rows: slower for K of 4096 and more (Llama-2-7B's q/k/v/o at 2 rows 11.1 against 10.3,
+  //   at 4 rows 13.4 against 10.3; its down at 3 rows 24.9 against 23.8), faster for K 2048 in two
+  //   groups (TinyLlama's q/k/v/o at 2 rows 3.4 against 5.2). Gated products keep it from K 4096 (the
+  //   other kernels take the two products apart, then the gate).
+  const bool twoGroups = a.in >= kWideLeastIn / 2 && WideGroups(a.in / 16) == 2;
+  const bool takes = a.rows == 1 ? a.in >= kWideLeastIn / 2 : a.gated ? a.in >= kWideLeastIn : twoGroups;
+  const bool fits = (takes || anyWidth) && a.type != FloatType::kFloat32 && a.rows <= kQuantWideRows && a.blobBytes % 16 == 0 && a.in % 16 == 0 && aligned;
   if (!fits) return false;
   if (a.type == FloatType::kFloat16) {
     a.gated ? LaunchWide<__half, true>(a, s) : LaunchWide<__half, false>(a, s);

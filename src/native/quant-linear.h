@@ -120,7 +120,11 @@ void QuantRowsDevice(const QuantLinearArgs& args, void* stream);
 // Linear's GatedDevice); of args with a pre-norm, the 4-bit one alone takes them (the others need
 // Linear's pre-norm pass first).
 constexpr int kQuantWideRows = 4;
-bool QuantWideRowsDevice(const QuantLinearArgs& args, void* stream);
+// Where the wide kernel takes 8-bit weights by default (the tensor-core GEMV the others): one row of K
+// from half of kWideLeastIn; 2 to 4 rows gated from kWideLeastIn, ungated of K 2048 (`anyWidth`: whatever
+// K and rows, for CHORUS_QUANT_GEMV=wide).
+constexpr int kWideLeastIn = 4096;
+bool QuantWideRowsDevice(const QuantLinearArgs& args, void* stream, bool anyWidth = false);
 // Device: the same on tensor cores, where it takes them (float16, or bfloat16 of 4 bits; K and
 // block_size multiples of 32; x and the weights 16-byte aligned); false, running nothing, where not.
 bool QuantMmaRowsDevice(const QuantLinearArgs& args, void* stream);

@@ -52,6 +52,7 @@ const ALL_VARIANTS: Variant[] = [
   { name: 'int4 MatMulNBits', op: 'MatMulNBits', bits: 4 },
   { name: 'int4 QuantLinear', op: 'QuantLinear', bits: 4 },
   { name: 'int8 QL mma', op: 'QuantLinear', bits: 8, gemv: 'mma' },
+  { name: 'int8 QL wide', op: 'QuantLinear', bits: 8, gemv: 'wide' },
   { name: 'int4 QL mma', op: 'QuantLinear', bits: 4, gemv: 'mma' },
   { name: 'int8 QL plain', op: 'QuantLinear', bits: 8, gemv: 'plain' },
   { name: 'int4 QL plain', op: 'QuantLinear', bits: 4, gemv: 'plain' },

@@ -17,7 +17,7 @@ export interface Variant {
   op: Op;
   bits?: 4 | 8;
   /** QuantLinear's decode kernel to try first at up to 8 rows (CHORUS_QUANT_GEMV; default: the wide one where it takes the product). */
-  gemv?: 'plain' | 'mma';
+  gemv?: 'plain' | 'mma' | 'wide';
   /** More environment for its runs (QuantLinear's CHORUS_QUANT_TILES, CHORUS_QUANT_TILE_WARPS). */
   env?: Record<string, string>;
   /** The row counts it is timed at (default: all of the benchmark's). */

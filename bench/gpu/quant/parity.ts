@@ -34,6 +34,7 @@ export function parity(addon: NativeAddon, dir: string, deadline: number): Parit
   // 32), then a partial last block.
   const shapes = [
     { K: 4096, N: 24, block: 128 },
+    { K: 2048, N: 72, block: 128 },
     { K: 256, N: 40, block: 32 },
     { K: 512, N: 136, block: 128 },
     { K: 200, N: 72, block: 32 },
@@ -54,8 +55,10 @@ export function parity(addon: NativeAddon, dir: string, deadline: number): Parit
           g.output('y', quantLinear(g, x, w, { K, N, bits, blockSize: block }, { bias, activation: 'silu' }), type, ['rows', N]);
           const path = join(dir, `parity-${type}-${bits}-${zeroPoints}-${K}.onnx`);
           writeFileSync(path, g.serialize().model);
-          // 16-bit steps of up to 8 rows run in the wide kernel (up to 4), on tensor cores (CHORUS_QUANT_GEMV=mma) or as float32's do (plain).
-          const cases = [1, 3, 4, 8, 9, 32, 33, 64, 100, 130].flatMap((M) => (type !== 'float32' && M <= 8 ? [[M, ''], [M, 'mma'], [M, 'plain']] : [[M, '']]) as Array<[number, string]>);
+          // 16-bit steps of up to 8 rows run in the wide kernel (up to 4; CHORUS_QUANT_GEMV=wide: whatever K,
+          // in groups of rows where K is short), on tensor cores (mma) or as float32's do (plain).
+          const gemvs = (M: number): string[] => (M <= 4 ? ['', 'wide', 'mma', 'plain'] : ['', 'mma', 'plain']);
+          const cases = [1, 3, 4, 8, 9, 32, 33, 64, 100, 130].flatMap((M) => (type !== 'float32' && M <= 8 ? gemvs(M).map((gemv) => [M, gemv]) : [[M, '']]) as Array<[number, string]>);
           for (const [M, gemv] of cases) {
             if (Date.now() > deadline) return results;
             const name = `${type} int${bits} ${zeroPoints ? 'zero points' : 'symmetric'} K ${K} block ${block} rows ${M}${gemv === '' ? '' : ` (${gemv} GEMV)`}`;
