@@ -27,14 +27,25 @@ interface Thread {
   hosted: HostedClient;
 }
 
+/** Whether this Node's listen() takes reusePort (22.12 on; the threads share the port through it). */
+const REUSE_PORT = (() => {
+  const [major, minor] = process.versions.node.split('.').map(Number) as [number, number];
+  return major > 22 || (major === 22 && minor >= 12);
+})();
+
+/** Why `--http-threads` above 1 cannot run on this Node, or undefined where it can. */
+export function httpThreadsRefused(count: number, reusePort = REUSE_PORT): string | undefined {
+  return count > 1 && !reusePort ? `--http-threads ${count} needs Node 22.12 or later (listen's reusePort), this is ${process.version}; use --http-threads 1` : undefined;
+}
+
 /**
  * `--http-threads` as a count (1 to 64), undefined when it is none. `auto`: 2 on machines of 8 cores or
  * more (GPT-2 served to 64 streams on an H100 host of 16: TTFT p50 21-24 ms against 31-39 on one
  * thread; 4 threads did no better than 2), else 1: on fewer cores the threads would take the cores the
- * engines compute on.
+ * engines compute on (and 1 on a Node without reusePort).
  */
-export function httpThreadCount(value: string, cores = availableParallelism()): number | undefined {
-  if (value === 'auto') return cores >= 8 ? 2 : 1;
+export function httpThreadCount(value: string, cores = availableParallelism(), reusePort = REUSE_PORT): number | undefined {
+  if (value === 'auto') return cores >= 8 && reusePort ? 2 : 1;
   const count = Number(value);
   return Number.isInteger(count) && count >= 1 && count <= 64 ? count : undefined;
 }

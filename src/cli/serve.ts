@@ -11,13 +11,13 @@
  * `npm start` runs it with exec, so the signals npm passes on reach it.
  */
 import { Option, type Command } from 'commander';
-import { invalidArgument } from '../errors.ts';
+import { ChorusError, invalidArgument } from '../errors.ts';
 import type { ModelControlMode } from '../ensemble/index.ts';
 import { bundledRepositoryDir, isS3Repository, syncS3Repository } from '../repository/index.ts';
 import { buildServer, Metrics, type ServerOptions } from '../server/index.ts';
 import { startGrpcServer } from '../server/grpc/index.ts';
 import { RepositoryClient, type EngineClient } from '../serving/index.ts';
-import { httpThreadCount, startHttpThreads, type HttpThreads } from './http-threads.ts';
+import { httpThreadCount, httpThreadsRefused, startHttpThreads, type HttpThreads } from './http-threads.ts';
 import { sourceOverrides, withRepositoryOptions, type RepositoryOptions } from './repository-options.ts';
 
 interface ServeOptions extends RepositoryOptions {
@@ -93,6 +93,8 @@ export function registerServe(program: Command): void {
       if (!Number.isFinite(pollSecs) || pollSecs <= 0) throw invalidArgument('--repository-poll-secs', 'a number of seconds > 0', options.repositoryPollSecs);
       const httpThreads = httpThreadCount(options.httpThreads);
       if (httpThreads === undefined) throw invalidArgument('--http-threads', 'auto or an integer in [1, 64]', options.httpThreads);
+      const refused = httpThreadsRefused(httpThreads);
+      if (refused !== undefined) throw new ChorusError('CHORUS_UNSUPPORTED', refused, { param: '--http-threads' });
       const log = (line: string): void => void process.stderr.write(`chorus: ${line}\n`);
       const remote = options.repository !== undefined && isS3Repository(options.repository) ? options.repository : undefined;
       const dir = remote === undefined ? (options.repository ?? bundledRepositoryDir()) : (await syncS3Repository(remote, log)).dir;

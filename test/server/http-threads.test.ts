@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
 import { test } from 'node:test';
-import { httpThreadCount, startHttpThreads } from '../../src/cli/http-threads.ts';
+import { httpThreadCount, httpThreadsRefused, startHttpThreads } from '../../src/cli/http-threads.ts';
 import { Metrics } from '../../src/server/index.ts';
 import { FakeEngineClient } from '../helpers/fake-client.ts';
 
@@ -94,10 +94,14 @@ test('a client that leaves cancels on the main thread; close waits for the reque
   }
 });
 
-test('--http-threads: auto is 2 from 8 cores and 1 below; counts outside 1 to 64 are none', () => {
-  assert.equal(httpThreadCount('auto', 16), 2);
-  assert.equal(httpThreadCount('auto', 8), 2);
-  assert.equal(httpThreadCount('auto', 2), 1);
+test('--http-threads: auto is 2 from 8 cores and 1 below or without reusePort; counts outside 1 to 64 are none', () => {
+  assert.equal(httpThreadCount('auto', 16, true), 2);
+  assert.equal(httpThreadCount('auto', 8, true), 2);
+  assert.equal(httpThreadCount('auto', 2, true), 1);
+  assert.equal(httpThreadCount('auto', 16, false), 1);
+  assert.match(httpThreadsRefused(2, false)!, /--http-threads 2 needs Node 22\.12 or later/);
+  assert.equal(httpThreadsRefused(1, false), undefined);
+  assert.equal(httpThreadsRefused(4, true), undefined);
   assert.equal(httpThreadCount('3'), 3);
   for (const bad of ['0', '65', '1.5', 'two', '']) assert.equal(httpThreadCount(bad), undefined, bad);
 });
