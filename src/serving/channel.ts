@@ -26,6 +26,8 @@ interface WireError {
   param?: string;
   value?: unknown;
   step?: string;
+  /** Where it was thrown, on the other thread (kept for the logs of a fault). */
+  stack?: string;
 }
 
 export interface ChannelHandlers {
@@ -45,14 +47,20 @@ function toWire(error: unknown): WireError {
     } catch {
       value = String(value);
     }
-    return { message: error.message, code: error.code, param: error.param, value, step: error.step };
+    return { message: error.message, code: error.code, param: error.param, value, step: error.step, stack: error.stack };
   }
-  return { message: error instanceof Error ? error.message : String(error) };
+  return { message: error instanceof Error ? error.message : String(error), stack: error instanceof Error ? error.stack : undefined };
 }
 
 function fromWire(wire: WireError): Error {
-  if (wire.code === undefined) return new Error(wire.message);
-  return new ChorusError(wire.code, wire.message, { param: wire.param, value: wire.value, step: wire.step });
+  const error = wire.code === undefined ? new Error(wire.message) : new ChorusError(wire.code, wire.message, { param: wire.param, value: wire.value, step: wire.step });
+  if (wire.stack !== undefined) error.stack = wire.stack;
+  return error;
+}
+
+/** A message that could not be copied to the other thread, as its reader hears it: a failure of its id. */
+function uncloneable(message: Message, error: unknown): WireError {
+  return { message: `internal error: a ${message.t === 'next' ? 'stream value' : 'call result'} could not be copied between threads (${error instanceof Error ? error.message : String(error)})` };
 }
 
 export class Channel {
@@ -117,8 +125,11 @@ export class Channel {
    */
   close(): void {
     if (this.closed) return;
-    this.flush();
-    this.closed = true;
+    try {
+      this.flush();
+    } finally {
+      this.closed = true;
+    }
     const error = new ChorusError('CHORUS_CLOSED', 'the server is shutting down');
     for (const { reject } of this.calls.values()) reject(error);
     for (const { error: fail } of this.subscribers.values()) fail(error);
@@ -139,7 +150,45 @@ export class Channel {
     if (this.outbox.length === 0 || this.closed) return;
     const batch = this.outbox;
     this.outbox = [];
-    this.port.postMessage(batch);
+    try {
+      this.port.postMessage(batch);
+    } catch {
+      // A value the structured clone refuses (a function, a class instance's native state): the batch
+      // goes message by message, and the one that cannot go fails where it would have been read.
+      for (const message of batch) this.postOne(message);
+    }
+  }
+
+  private postOne(message: Message): void {
+    try {
+      this.port.postMessage([message]);
+      return;
+    } catch (error) {
+      switch (message.t) {
+        case 'ret':
+        case 'next':
+          this.served.get(message.id)?.unsubscribe();
+          this.served.delete(message.id);
+          this.port.postMessage([{ t: 'fail', id: message.id, error: uncloneable(message, error) }]);
+          return;
+        case 'fail':
+          this.port.postMessage([{ t: 'fail', id: message.id, error: { message: message.error.message, code: message.error.code, param: message.error.param, step: message.error.step } }]);
+          return;
+        case 'call':
+        case 'sub': {
+          // Asked by this end: it fails here, as a refused request.
+          const refused = new ChorusError('CHORUS_INVALID_ARGUMENT', `the request could not be copied to the engines' thread: ${error instanceof Error ? error.message : String(error)}`);
+          this.calls.get(message.id)?.reject(refused);
+          this.subscribers.get(message.id)?.error(refused);
+          this.calls.delete(message.id);
+          this.subscribers.delete(message.id);
+          return;
+        }
+        default:
+          // A snapshot, done or unsubscribe: plain data; nothing else to do.
+          return;
+      }
+    }
   }
 
   private receive(message: Message): void {

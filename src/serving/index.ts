@@ -2,4 +2,4 @@ export type { EngineClient, ModelInfo, ModelKind, ModelState, ModelStats, Reques
 export { RepositoryClient, type RepositoryClientOptions } from './repository-client.ts';
 export { DATATYPES, tensor, tensorFromJson, wideElement } from './tensors.ts';
 export { Channel, type ChannelHandlers } from './channel.ts';
-export { hostClient, ThreadClient, type ClientSnapshot, type HostedClient } from './thread-client.ts';
+export { ClientSnapshots, hostClient, ThreadClient, type ClientSnapshot, type HostedClient } from './thread-client.ts';

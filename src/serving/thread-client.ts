@@ -3,9 +3,10 @@
  * another thread over a MessagePort, and `ThreadClient` is that client on the other thread, so that
  * protocol servers can run on threads of their own while every engine stays on one. Text and tensor
  * requests, cancellation and model control cross as calls and streams (channel.ts); what the interface
- * answers at once (names, states, random weights, tokenizers, stats) is answered from a snapshot the
- * host sends when it changes (at most every `snapshotMs`) and before a load, unload or reload returns.
- * Finished requests (`requestsDone`) stay on the host's thread, where its metrics record them.
+ * answers at once (names, states, random weights, tokenizers) is answered from a snapshot that the
+ * host's `ClientSnapshots` (one for every thread it serves) sends each thread when it changes: looked
+ * at every `snapshotMs`, and before a load, unload or reload returns. Finished requests
+ * (`requestsDone`) and the engines' stats stay on the host's thread, where its metrics record them.
  */
 import type { MessagePort } from 'node:worker_threads';
 import { NEVER, type Observable } from 'rxjs';
@@ -21,42 +22,89 @@ export interface ClientSnapshot {
   /** Names (of every kind) that run a model on seeded random weights. */
   randomWeights: string[];
   tokenizers: TokenizerInfo[];
-  stats: ModelStats[];
   source: string;
 }
 
-function snapshotOf(client: EngineClient): ClientSnapshot {
-  const models = client.models();
-  return { models, randomWeights: models.filter((m) => client.randomWeights(m.name)).map((m) => m.name), tokenizers: client.tokenizers(), stats: client.stats(), source: client.source };
+/**
+ * The host's snapshots, taken once for every thread it serves: each new one (a model's state changed,
+ * say) goes to every subscriber. A snapshot that cannot be taken (the repository changing under a
+ * poll) leaves the last one standing; `onError` hears why.
+ */
+export class ClientSnapshots {
+  private last = '';
+  private current: ClientSnapshot | undefined;
+  private readonly subscribers = new Set<(snapshot: ClientSnapshot) => void>();
+  private readonly timer: ReturnType<typeof setInterval>;
+
+  constructor(
+    private readonly client: EngineClient,
+    options: { snapshotMs?: number; onError?: (error: unknown) => void } = {},
+  ) {
+    this.onError = options.onError ?? (() => {});
+    this.refresh();
+    this.timer = setInterval(() => this.refresh(), options.snapshotMs ?? 100);
+    this.timer.unref();
+  }
+
+  private readonly onError: (error: unknown) => void;
+
+  /** The latest snapshot (taken now if none could be yet). */
+  get snapshot(): ClientSnapshot {
+    return this.current ?? this.take();
+  }
+
+  /** Calls `send` with every new snapshot (the latest first); returns the function that stops it. */
+  subscribe(send: (snapshot: ClientSnapshot) => void): () => void {
+    this.subscribers.add(send);
+    send(this.snapshot);
+    return () => this.subscribers.delete(send);
+  }
+
+  /** Takes a snapshot now and sends it where it changed. */
+  refresh(): void {
+    let snapshot: ClientSnapshot;
+    try {
+      snapshot = this.take();
+    } catch (error) {
+      this.onError(error);
+      return;
+    }
+    const json = JSON.stringify(snapshot, (_key, value: unknown) => (typeof value === 'bigint' ? value.toString() : value));
+    if (json === this.last) return;
+    this.last = json;
+    this.current = snapshot;
+    for (const send of this.subscribers) send(snapshot);
+  }
+
+  close(): void {
+    clearInterval(this.timer);
+    this.subscribers.clear();
+  }
+
+  private take(): ClientSnapshot {
+    const models = this.client.models();
+    return { models, randomWeights: models.filter((m) => this.client.randomWeights(m.name)).map((m) => m.name), tokenizers: this.client.tokenizers(), source: this.client.source };
+  }
 }
 
 export interface HostedClient {
   /** The channel to the other thread (more calls may be added to its handlers by the caller). */
   readonly channel: Channel;
-  /** Sends a fresh snapshot now if it changed. */
-  refresh(): void;
   /** Stops serving: the other thread's open requests fail with CHORUS_CLOSED, ours are cancelled. */
   close(): void;
 }
 
 /**
- * Serves `client` over `port`: the other end's ThreadClient. `calls` adds calls the other end may make
- * (beyond the client's own).
+ * Serves `client` over `port`: the other end's ThreadClient, its snapshots from `snapshots` (shared by
+ * every thread the host serves; a load, unload or reload refreshes them for all before it returns).
+ * `calls` adds calls the other end may make (beyond the client's own).
  */
-export function hostClient(client: EngineClient, port: MessagePort, options: { snapshotMs?: number; calls?: ChannelHandlers['calls'] } = {}): HostedClient {
-  let last = '';
-  const refresh = (): void => {
-    const snapshot = snapshotOf(client);
-    const json = JSON.stringify(snapshot, (_key, value: unknown) => (typeof value === 'bigint' ? value.toString() : value));
-    if (json === last) return;
-    last = json;
-    channel.push('snapshot', snapshot);
-  };
+export function hostClient(client: EngineClient, port: MessagePort, snapshots: ClientSnapshots, options: { calls?: ChannelHandlers['calls'] } = {}): HostedClient {
   const control = (run: (model: string) => Promise<void>) => async (model: string): Promise<void> => {
     try {
       await run(model);
     } finally {
-      refresh();
+      snapshots.refresh();
     }
   };
   const channel: Channel = new Channel(port, {
@@ -68,17 +116,14 @@ export function hostClient(client: EngineClient, port: MessagePort, options: { s
     },
     streams: {
       generate: (pipeline: string, request: TextRequest) => client.generate(pipeline, request),
-      infer: (name: string, inputs: TensorRecord, stream: boolean) => client.infer(name, inputs, { stream }),
+      infer: (name: string, inputs: TensorRecord, stream: boolean | undefined) => client.infer(name, inputs, stream === undefined ? {} : { stream }),
     },
   });
-  refresh();
-  const timer = setInterval(refresh, options.snapshotMs ?? 100);
-  timer.unref();
+  const unsubscribe = snapshots.subscribe((snapshot) => channel.push('snapshot', snapshot));
   return {
     channel,
-    refresh,
     close: () => {
-      clearInterval(timer);
+      unsubscribe();
       channel.close();
     },
   };
@@ -134,7 +179,7 @@ export class ThreadClient implements EngineClient {
   }
 
   infer(name: string, inputs: TensorRecord, options: { stream?: boolean } = {}): Observable<TensorRecord> {
-    return this.channel.subscribe<TensorRecord>('infer', name, inputs, options.stream ?? false);
+    return this.channel.subscribe<TensorRecord>('infer', name, inputs, options.stream);
   }
 
   load(model: string): Promise<void> {
@@ -157,8 +202,9 @@ export class ThreadClient implements EngineClient {
     return this.snapshot.tokenizers;
   }
 
+  /** The engines' stats are the host thread's (its metrics read them there). */
   stats(): ModelStats[] {
-    return this.snapshot.stats;
+    return [];
   }
 
   /** Closes this end only: the host's client and its engines stay. */

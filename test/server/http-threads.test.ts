@@ -5,7 +5,8 @@
  * thread, and close waits for the requests in flight.
  */
 import assert from 'node:assert/strict';
-import { request as httpRequest } from 'node:http';
+import { createServer, request as httpRequest } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { httpThreadCount, httpThreadsRefused, startHttpThreads } from '../../src/cli/http-threads.ts';
 import { Metrics } from '../../src/server/index.ts';
@@ -99,9 +100,20 @@ test('--http-threads: auto is 2 from 8 cores and 1 below or without reusePort; c
   assert.equal(httpThreadCount('auto', 8, true), 2);
   assert.equal(httpThreadCount('auto', 2, true), 1);
   assert.equal(httpThreadCount('auto', 16, false), 1);
-  assert.match(httpThreadsRefused(2, false)!, /--http-threads 2 needs Node 22\.12 or later/);
+  assert.match(httpThreadsRefused(2, false)!, /--http-threads 2 needs listen's reusePort \(Node 22\.12 or later, on Linux or FreeBSD\)/);
   assert.equal(httpThreadsRefused(1, false), undefined);
   assert.equal(httpThreadsRefused(4, true), undefined);
   assert.equal(httpThreadCount('3'), 3);
   for (const bad of ['0', '65', '1.5', 'two', '']) assert.equal(httpThreadCount(bad), undefined, bad);
+});
+
+test('a port another server listens on is refused (the threads\' shared port would join it)', async () => {
+  const other = createServer();
+  await new Promise<void>((resolve) => other.listen({ host: '127.0.0.1', port: 0 }, () => resolve()));
+  const port = (other.address() as AddressInfo).port;
+  try {
+    await assert.rejects(startHttpThreads({ count: 2, client: new FakeEngineClient({ pipelines: ['chat'] }), metrics: new Metrics(), host: '127.0.0.1', port, server: { logger: false }, log: () => {} }), { code: 'EADDRINUSE' });
+  } finally {
+    await new Promise((resolve) => other.close(resolve));
+  }
 });

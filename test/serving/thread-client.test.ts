@@ -6,16 +6,25 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { MessageChannel } from 'node:worker_threads';
-import { firstValueFrom, lastValueFrom, take, toArray } from 'rxjs';
+import { firstValueFrom, lastValueFrom, map, take, toArray } from 'rxjs';
 import { ChorusError } from '../../src/errors.ts';
-import { hostClient, ThreadClient } from '../../src/serving/index.ts';
+import { ClientSnapshots, hostClient, ThreadClient } from '../../src/serving/index.ts';
 import { FakeEngineClient } from '../helpers/fake-client.ts';
 
 async function pair(fake: FakeEngineClient) {
+  const snapshots = new ClientSnapshots(fake);
   const { port1, port2 } = new MessageChannel();
-  const hosted = hostClient(fake, port1);
+  const hosted = hostClient(fake, port1, snapshots);
   const client = await ThreadClient.connect(port2);
-  return { hosted, client, close: () => hosted.close() };
+  return {
+    hosted,
+    client,
+    snapshots,
+    close: () => {
+      hosted.close();
+      snapshots.close();
+    },
+  };
 }
 
 const fakeOptions = {
@@ -85,6 +94,9 @@ test('tensors cross both ways; a model named for infer is refused by the host', 
     assert.deepEqual(out, { y: x });
     const text = await lastValueFrom(client.infer('echo', { text_input: { datatype: 'BYTES', shape: [1, 1], data: ['hello'] } }));
     assert.deepEqual(text.text_output!.data, ['echo hello']);
+    // No stream option crosses as none: the hosted client's own default (the fake's: streamed).
+    assert.equal(fake.inferred.at(-1)!.stream, true);
+    await lastValueFrom(client.infer('echo', { text_input: { datatype: 'BYTES', shape: [1, 1], data: ['x'] } }, { stream: false }));
     assert.equal(fake.inferred.at(-1)!.stream, false);
     await assert.rejects(lastValueFrom(client.infer('llm', { x })), { code: 'CHORUS_UNSUPPORTED', param: 'model' });
   } finally {
@@ -112,7 +124,8 @@ test('load, unload and reload run on the host, and their states are seen when th
   try {
     await client.load('llm');
     assert.equal(client.resolve('llm', ['model']).state, 'READY');
-    assert.deepEqual(client.stats().map((s) => s.name), ['llm']);
+    // The engines' stats stay on the host's thread, with its metrics.
+    assert.deepEqual(client.stats(), []);
     await client.reload('llm');
     await client.unload('llm');
     assert.equal(client.resolve('llm', ['model']).state, 'UNAVAILABLE');
@@ -125,7 +138,7 @@ test('load, unload and reload run on the host, and their states are seen when th
 
 test('when the host stops, open streams and calls fail with CHORUS_CLOSED, and its streams are cancelled', async () => {
   const fake = new FakeEngineClient(fakeOptions);
-  const { client, hosted } = await pair(fake);
+  const { client, hosted, snapshots } = await pair(fake);
   const seen: string[] = [];
   const ended = new Promise<unknown>((resolve) => {
     client.generate('chat', { text_input: 'hi', max_tokens: 100000 }).subscribe({ next: (u) => seen.push(u.choices[0]!.delta), error: resolve, complete: () => resolve('completed') });
@@ -138,4 +151,45 @@ test('when the host stops, open streams and calls fail with CHORUS_CLOSED, and i
   assert.equal(fake.active, 0);
   assert.equal(fake.cancelled, 1);
   await assert.rejects(client.load('llm'), { code: 'CHORUS_CLOSED' });
+  snapshots.close();
+});
+
+test('every thread served from one set of snapshots sees a load another asked for when it returns', async () => {
+  const fake = new FakeEngineClient(fakeOptions);
+  const snapshots = new ClientSnapshots(fake, { snapshotMs: 60_000 });
+  const ends = [new MessageChannel(), new MessageChannel()];
+  const hosted = ends.map((c) => hostClient(fake, c.port1, snapshots));
+  try {
+    const [one, two] = await Promise.all(ends.map((c) => ThreadClient.connect(c.port2)));
+    await one!.load('llm');
+    // The snapshot went to both before the load returned; the other thread's copy arrives next.
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    assert.equal(two!.resolve('llm', ['model']).state, 'READY');
+  } finally {
+    for (const h of hosted) h.close();
+    snapshots.close();
+  }
+});
+
+test('a value that cannot be copied between threads fails its own stream, and the others go on', async () => {
+  const fake = new FakeEngineClient({ ...fakeOptions, words: (request) => (request.stop === 'odd' ? ['a', 'b'] : ['x', 'y', 'z']) });
+  // A host whose pipeline "odd" answers an update holding a function (structured clone refuses it).
+  const { port1, port2 } = new MessageChannel();
+  const snapshots = new ClientSnapshots(fake);
+  const odd = { ...fake, models: () => fake.models(), resolve: fake.resolve.bind(fake), randomWeights: () => false, tokenizers: () => [], source: 'odd', generate: (pipeline: string, request: Record<string, unknown>) => (request.stop === 'odd' ? fake.generate(pipeline, request).pipe(map((u) => ({ ...u, bad: () => 1 }))) : fake.generate(pipeline, request)) };
+  const hosted = hostClient(odd as unknown as FakeEngineClient, port1, snapshots);
+  try {
+    const client = await ThreadClient.connect(port2);
+    const [bad, good] = await Promise.allSettled([lastValueFrom(client.generate('chat', { text_input: 'a', stop: 'odd' })), lastValueFrom(client.generate('chat', { text_input: 'b' }))]);
+    assert.equal(bad.status, 'rejected');
+    assert.match(String((bad as PromiseRejectedResult).reason), /could not be copied between threads/);
+    assert.equal(good.status, 'fulfilled');
+    assert.equal((good as PromiseFulfilledResult<{ choices: Array<{ text: string }> }>).value.choices[0]!.text, 'x y z');
+    // The host's stream of the failed request was cancelled.
+    for (let i = 0; i < 50 && fake.active > 0; i++) await new Promise((resolve) => setTimeout(resolve, 5));
+    assert.equal(fake.active, 0);
+  } finally {
+    hosted.close();
+    snapshots.close();
+  }
 });
