@@ -45,7 +45,7 @@ export function httpThreadsRefused(count: number, reusePort = REUSE_PORT): strin
 
 /**
  * `--http-threads` as a count (1 to 64), undefined when it is none. `auto`: 2 on machines of 8 cores or
- * more (GPT-2 served to 64 streams on an H100 host of 16: TTFT p50 21-24 ms against 31-39 on one
+ * more (GPT-2 served to 64 streams on an H100 host of 16: TTFT p50 15-24 ms against 31-39 on one
  * thread; 4 threads did no better than 2), else 1: on fewer cores the threads would take the cores the
  * engines compute on (and 1 on a Node without reusePort).
  */
