@@ -8,18 +8,14 @@
 import { writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { join } from 'node:path';
-import { startHttpThreads } from '../../src/cli/http-threads.ts';
-import { buildServer, Metrics } from '../../src/server/index.ts';
+import { startHttp } from '../../src/cli/http-threads.ts';
+import { Metrics } from '../../src/server/index.ts';
 import { standInClient } from './stand-in.ts';
 
 const [dir, stepMs, batch] = process.argv.slice(2) as [string, string, string];
 const client = standInClient(dir, Number(stepMs), Number(batch));
 await client.load('stand-in');
-const threads = Number(process.env.SERVE_HTTP_THREADS ?? 1);
-const http =
-  threads > 1
-    ? await startHttpThreads({ count: threads, client, metrics: new Metrics(), host: '127.0.0.1', port: 0, server: { logger: false }, log: (line) => console.error(line) })
-    : await buildServer({ client, metrics: new Metrics(), logger: false }).then(async (app) => ({ address: await app.listen({ host: '127.0.0.1', port: 0 }), close: () => app.close() }));
+const http = await startHttp({ count: Number(process.env.SERVE_HTTP_THREADS ?? 1), client, metrics: new Metrics(), host: '127.0.0.1', port: 0, server: { logger: false }, log: (line) => console.error(line) });
 const url = http.address;
 const profileDir = process.env.SERVE_PROFILE;
 const session = profileDir === undefined ? undefined : new Session();

@@ -10,7 +10,7 @@
 import { createServer } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { MessageChannel, Worker } from 'node:worker_threads';
-import { Metrics, type ServerOptions } from '../server/index.ts';
+import { buildServer, Metrics, type ServerOptions } from '../server/index.ts';
 import { ClientSnapshots, hostClient, type EngineClient, type HostedClient } from '../serving/index.ts';
 import type { HttpThreadData } from './http-thread.ts';
 
@@ -189,4 +189,14 @@ export async function startHttpThreads(options: { count: number; client: EngineC
     await terminate();
     throw error;
   }
+}
+
+/**
+ * HTTP as `--http-threads` asks: on this thread beside the engines (count 1), or on threads of its own.
+ */
+export async function startHttp(options: Parameters<typeof startHttpThreads>[0]): Promise<HttpThreads> {
+  if (options.count > 1) return startHttpThreads(options);
+  const app = await buildServer({ ...options.server, client: options.client, metrics: options.metrics });
+  const address = await app.listen({ host: options.host, port: options.port });
+  return { address, close: () => app.close(), cutConnections: () => app.server.closeAllConnections() };
 }

@@ -14,10 +14,10 @@ import { Option, type Command } from 'commander';
 import { ChorusError, invalidArgument } from '../errors.ts';
 import type { ModelControlMode } from '../ensemble/index.ts';
 import { bundledRepositoryDir, isS3Repository, syncS3Repository } from '../repository/index.ts';
-import { buildServer, Metrics, type ServerOptions } from '../server/index.ts';
+import { Metrics } from '../server/index.ts';
 import { startGrpcServer } from '../server/grpc/index.ts';
-import { RepositoryClient, type EngineClient } from '../serving/index.ts';
-import { httpThreadCount, httpThreadsRefused, startHttpThreads, type HttpThreads } from './http-threads.ts';
+import { RepositoryClient } from '../serving/index.ts';
+import { httpThreadCount, httpThreadsRefused, startHttp } from './http-threads.ts';
 import { sourceOverrides, withRepositoryOptions, type RepositoryOptions } from './repository-options.ts';
 
 interface ServeOptions extends RepositoryOptions {
@@ -112,7 +112,7 @@ export function registerServe(program: Command): void {
         throw error;
       });
       // One thread: the server on this one, beside the engines. More: HTTP threads of their own.
-      const http = await (httpThreads === 1 ? serveHere(client, metrics, server, options.host, port) : startHttpThreads({ count: httpThreads, client, metrics, host: options.host, port, server, log })).catch(async (error: unknown) => {
+      const http = await startHttp({ count: httpThreads, client, metrics, host: options.host, port, server, log }).catch(async (error: unknown) => {
         grpc?.forceClose();
         await client.close();
         throw error;
@@ -149,9 +149,3 @@ export function registerServe(program: Command): void {
     });
 }
 
-/** The server on this thread, as HttpThreads has it. */
-async function serveHere(client: EngineClient, metrics: Metrics, server: Omit<ServerOptions, 'client' | 'metrics'>, host: string, port: number): Promise<HttpThreads> {
-  const app = await buildServer({ ...server, client, metrics });
-  const address = await app.listen({ host, port });
-  return { address, close: () => app.close(), cutConnections: () => app.server.closeAllConnections() };
-}

@@ -171,9 +171,6 @@ export class Channel {
           this.served.delete(message.id);
           this.port.postMessage([{ t: 'fail', id: message.id, error: uncloneable(message, error) }]);
           return;
-        case 'fail':
-          this.port.postMessage([{ t: 'fail', id: message.id, error: { message: message.error.message, code: message.error.code, param: message.error.param, step: message.error.step } }]);
-          return;
         case 'call':
         case 'sub': {
           // Asked by this end: it fails here, as a refused request.
@@ -185,7 +182,8 @@ export class Channel {
           return;
         }
         default:
-          // A snapshot, done or unsubscribe: plain data; nothing else to do.
+          // A failure (toWire keeps only what clones), done or unsubscribe: plain data; a snapshot that
+          // does not clone leaves the last one standing.
           return;
       }
     }

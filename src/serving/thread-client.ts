@@ -35,6 +35,7 @@ export class ClientSnapshots {
   private current: ClientSnapshot | undefined;
   private readonly subscribers = new Set<(snapshot: ClientSnapshot) => void>();
   private readonly timer: ReturnType<typeof setInterval>;
+  private readonly onError: (error: unknown) => void;
 
   constructor(
     private readonly client: EngineClient,
@@ -45,8 +46,6 @@ export class ClientSnapshots {
     this.timer = setInterval(() => this.refresh(), options.snapshotMs ?? 100);
     this.timer.unref();
   }
-
-  private readonly onError: (error: unknown) => void;
 
   /** The latest snapshot (taken now if none could be yet). */
   get snapshot(): ClientSnapshot {

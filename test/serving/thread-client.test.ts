@@ -35,10 +35,19 @@ const fakeOptions = {
   words: (request: { max_tokens?: number; stop?: unknown }) => (request.stop === 'fail' ? ['a', new ChorusError('CHORUS_INVALID_ARGUMENT', 'stop fails here', { param: 'stop', value: 'fail' })] : Array.from({ length: request.max_tokens ?? 4 }, (_, i) => `w${i}`)),
 };
 
-test('names, kinds, random weights and unknown names answer as the hosted client does', async () => {
+/** Runs `body` with a ThreadClient over a fresh fake client, closed after it. */
+async function withPair(body: (client: ThreadClient, fake: FakeEngineClient) => Promise<void>): Promise<void> {
   const fake = new FakeEngineClient(fakeOptions);
   const { client, close } = await pair(fake);
   try {
+    await body(client, fake);
+  } finally {
+    close();
+  }
+}
+
+test('names, kinds, random weights and unknown names answer as the hosted client does', () =>
+  withPair(async (client, fake) => {
     assert.deepEqual(client.models(), fake.models());
     assert.deepEqual(client.models('pipeline').map((m) => m.name), ['chat', 'echo']);
     assert.equal(client.resolve('sum').kind, 'ensemble');
@@ -55,15 +64,10 @@ test('names, kinds, random weights and unknown names answer as the hosted client
       throw new Error('unreachable');
     })();
     assert.throws(() => client.resolve('nope', ['pipeline', 'model']), { code: 'CHORUS_NOT_FOUND', message: expected.message, param: 'model' });
-  } finally {
-    close();
-  }
-});
+  }));
 
-test('a text request streams the hosted client\'s updates; a failure keeps its code and field', async () => {
-  const fake = new FakeEngineClient(fakeOptions);
-  const { client, close } = await pair(fake);
-  try {
+test('a text request streams the hosted client\'s updates; a failure keeps its code and field', () =>
+  withPair(async (client, fake) => {
     const request = { text_input: 'hi', max_tokens: 3, seed: 2n ** 60n };
     const here = await lastValueFrom(fake.generate('chat', request).pipe(toArray()));
     const there = await lastValueFrom(client.generate('chat', request).pipe(toArray()));
@@ -80,15 +84,10 @@ test('a text request streams the hosted client\'s updates; a failure keeps its c
       return true;
     });
     await assert.rejects(lastValueFrom(client.generate('nope', { text_input: 'hi' })), { code: 'CHORUS_NOT_FOUND', param: 'model' });
-  } finally {
-    close();
-  }
-});
+  }));
 
-test('tensors cross both ways; a model named for infer is refused by the host', async () => {
-  const fake = new FakeEngineClient(fakeOptions);
-  const { client, close } = await pair(fake);
-  try {
+test('tensors cross both ways; a model named for infer is refused by the host', () =>
+  withPair(async (client, fake) => {
     const x = { datatype: 'INT64' as const, shape: [3], data: [1n, 2n, 3n] };
     const out = await lastValueFrom(client.infer('sum', { x }));
     assert.deepEqual(out, { y: x });
@@ -99,29 +98,19 @@ test('tensors cross both ways; a model named for infer is refused by the host', 
     await lastValueFrom(client.infer('echo', { text_input: { datatype: 'BYTES', shape: [1, 1], data: ['x'] } }, { stream: false }));
     assert.equal(fake.inferred.at(-1)!.stream, false);
     await assert.rejects(lastValueFrom(client.infer('llm', { x })), { code: 'CHORUS_UNSUPPORTED', param: 'model' });
-  } finally {
-    close();
-  }
-});
+  }));
 
-test('unsubscribing cancels the host\'s stream', async () => {
-  const fake = new FakeEngineClient(fakeOptions);
-  const { client, close } = await pair(fake);
-  try {
+test('unsubscribing cancels the host\'s stream', () =>
+  withPair(async (client, fake) => {
     const two = await firstValueFrom(client.generate('chat', { text_input: 'hi', max_tokens: 1000 }).pipe(take(2), toArray()));
     assert.equal(two.length, 2);
     for (let i = 0; i < 50 && fake.cancelled === 0; i++) await new Promise((resolve) => setTimeout(resolve, 5));
     assert.equal(fake.cancelled, 1);
     assert.equal(fake.active, 0);
-  } finally {
-    close();
-  }
-});
+  }));
 
-test('load, unload and reload run on the host, and their states are seen when they return', async () => {
-  const fake = new FakeEngineClient(fakeOptions);
-  const { client, close } = await pair(fake);
-  try {
+test('load, unload and reload run on the host, and their states are seen when they return', () =>
+  withPair(async (client, fake) => {
     await client.load('llm');
     assert.equal(client.resolve('llm', ['model']).state, 'READY');
     // The engines' stats stay on the host's thread, with its metrics.
@@ -131,10 +120,7 @@ test('load, unload and reload run on the host, and their states are seen when th
     assert.equal(client.resolve('llm', ['model']).state, 'UNAVAILABLE');
     assert.deepEqual(fake.control, ['load llm', 'unload llm', 'load llm', 'unload llm']);
     await assert.rejects(client.load('chat'), { code: 'CHORUS_NOT_FOUND', param: 'model' });
-  } finally {
-    close();
-  }
-});
+  }));
 
 test('when the host stops, open streams and calls fail with CHORUS_CLOSED, and its streams are cancelled', async () => {
   const fake = new FakeEngineClient(fakeOptions);
