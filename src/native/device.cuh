@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdint>
+#include <type_traits>
 
 #include "linear.h"
 
@@ -141,6 +143,22 @@ __device__ inline void StridedShare(int n, Read read, Use use) {
   for (; v < n; v += stride) use(v, read(v));
 }
 
+// c += a (16 x 16) times b (16 x 8) on tensor cores (mma.m16n8k16, sm_80 on): 16-bit float
+// pairs in, float32 sums; fragments in PTX's layout (a0: row lane / 4, columns 2 (lane % 4) and on;
+// a1: row + 8; a2: columns + 8; a3: both; b0: rows 2 (lane % 4) and on of column lane / 4; b1: rows + 8).
+template <typename T>
+__device__ inline void Mma(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same<T, __half>::value) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
 // Programmatic dependent launch (sm_90 on): the wait for the kernel before this one in the stream (its
 // writes visible), and the signal that the kernel after this one may start. No-ops on older GPUs and
 // in plain launches.
@@ -156,15 +174,16 @@ __device__ inline void LetDependentsStart() {
 }
 __device__ inline void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
-// kernel<<<grid, block, 0, stream>>>(args) as a programmatic dependent launch while `dependent` holds
-// (it may then start while the kernel before it finishes; turned off for good where the driver refuses
-// such a launch), else a plain one.
+// kernel<<<grid, block, shared, stream>>>(args) as a programmatic dependent launch while `dependent`
+// holds (it may then start while the kernel before it finishes; turned off for good where the driver
+// refuses such a launch), else a plain one.
 template <typename... Params, typename... Args>
-inline void LaunchMaybeDependent(std::atomic<bool>& dependent, void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+inline void LaunchMaybeDependentShared(std::atomic<bool>& dependent, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream, Args... args) {
   if (dependent.load(std::memory_order_relaxed)) {
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;
+    config.dynamicSmemBytes = shared;
     config.stream = stream;
     cudaLaunchAttribute attribute[1];
     attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -175,7 +194,13 @@ inline void LaunchMaybeDependent(std::atomic<bool>& dependent, void (*kernel)(Pa
     cudaGetLastError();
     dependent.store(false);
   }
-  kernel<<<grid, block, 0, stream>>>(args...);
+  kernel<<<grid, block, shared, stream>>>(args...);
+}
+
+// The same without dynamic shared memory.
+template <typename... Params, typename... Args>
+inline void LaunchMaybeDependent(std::atomic<bool>& dependent, void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+  LaunchMaybeDependentShared(dependent, kernel, grid, block, 0, stream, args...);
 }
 
 }  // namespace chorus

@@ -10,11 +10,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "device.cuh"
 #include "linear.h"
@@ -182,13 +184,15 @@ __device__ inline void FinishHead(const PagedAttentionArgs& a, int head, int lan
     biased(raw.own, bias.own, own);
     if (rotated) biased(raw.other, bias.other, other);
   }
-  if (norm != nullptr) {
+  // Where the heads are normed, every lane group takes the shuffles, whether its own head is normed or
+  // not (the lane groups of a warp may hold different heads: a query's and the value's).
+  if (a.qNorm != nullptr) {
     float squares = 0;
 #pragma unroll
     for (int i = 0; i < kPer; i++) squares += own[i] * own[i];
     for (int offset = span / 2; offset > 0; offset >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
     const float inverse = rsqrtf(squares / a.dim + a.epsilon);
-    if (holds) {
+    if (norm != nullptr && holds) {
       float w[kPer];
       LoadVector(norm + lane * kPer, w);
 #pragma unroll
@@ -676,6 +680,303 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs
   if (threadIdx.x == 0) *counter = 0;
 }
 
+// Decode steps of many rows (one split: blocks enough without splitting positions) and prefills on
+// tensor cores: block (row, key head, chunk of tokens) takes the query heads of the key head's group
+// for as many of the row's tokens as make at most 16 query rows (the rows of an m16n8k16 product,
+// padded with zeros: 2 tokens for groups of 8, 16 for one head a key head), over the positions up to
+// its last token's; each query row's scores are masked to its own token's keys. Its warps take tiles
+// of 16 positions in turn (warp w tiles w, w + kMmaWarps, ...), each tile's keys and values copied
+// into shared memory S - 1 tiles ahead (cp.async; a decode step's first before the wait for the
+// projection before, a dependent launch); a tile's scores are Q K^T (16 query rows by 16 positions,
+// float32 sums), each row's online softmax runs in registers, and P V is added in float32 with P
+// rounded to the float type, as FlashAttention does. The warps' partial softmaxes are joined in shared
+// memory at the end. A decode step writes its new key and value itself (the block of its row and key
+// head); a prefill's are written by the launch before. Heads of 64, 96 or 128 dimensions, 16-bit float
+// types. The general kernel read a position's key and value in a lane group and summed each head's dot
+// product across it (shuffles), a chain of round trips per position that left 64-row steps
+// latency-bound.
+constexpr int kMmaWarps = 4;
+constexpr int kMmaTile = 16;
+constexpr int kMmaHeads = 16;
+
+// Halves of a staged key or value row: the head and 16 bytes of skew (rows 16 bytes off the banks of
+// the one before, so that a tile's 8-row reads fall in distinct banks).
+template <int D>
+__host__ __device__ constexpr int MmaRowHalves() { return D + 8; }
+
+// Stages of each warp's tiles: all of a 192-position row's tiles in flight at once for heads of 64.
+template <int D>
+__host__ __device__ constexpr int MmaStages() { return D <= 64 ? 3 : 2; }
+
+// The kernel's dynamic shared memory: the warps' staged tiles (later the warps' sums, joined), the
+// queries [16][row halves] and the new key and value [2][D].
+template <int D>
+__host__ __device__ constexpr size_t MmaTileBytes() { return static_cast<size_t>(kMmaWarps) * MmaStages<D>() * 2 * kMmaTile * MmaRowHalves<D>() * 2; }
+template <int D>
+__host__ __device__ constexpr size_t MmaJoinBytes() { return static_cast<size_t>(kMmaWarps) * kMmaHeads * (D + 2) * sizeof(float); }
+template <int D>
+__host__ __device__ constexpr size_t MmaStagedBytes() { return MmaTileBytes<D>() > MmaJoinBytes<D>() ? MmaTileBytes<D>() : MmaJoinBytes<D>(); }
+template <int D>
+__host__ __device__ constexpr size_t MmaSharedBytes() { return MmaStagedBytes<D>() + static_cast<size_t>(kMmaHeads) * MmaRowHalves<D>() * 2 + 2 * D * 2; }
+
+// 16 bytes from global memory into shared memory, asynchronously (zeros where !valid, nothing read).
+__device__ inline void CopyAsync16(void* to, const void* from, bool valid) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(to));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(from), "r"(valid ? 16 : 0));
+}
+__device__ inline void CommitAsync() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ inline void WaitAsync() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Two floats as a pair of the 16-bit type, the first in the low half.
+template <typename T>
+__device__ inline uint32_t PackPair(float lo, float hi);
+template <>
+__device__ inline uint32_t PackPair<__half>(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+template <>
+__device__ inline uint32_t PackPair<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaKernel(PagedAttentionArgs a) {
+  constexpr int kPer = 8;  // 16-bit types: 8 a 16-byte vector
+  constexpr int kRow = MmaRowHalves<D>();
+  constexpr int kChunks = D / kPer;  // 16-byte chunks of a row
+  constexpr int kTileHalves = kMmaTile * kRow;
+  constexpr int S = MmaStages<D>();
+  extern __shared__ float4 mmaShared[];
+  unsigned char* shared = reinterpret_cast<unsigned char*>(mmaShared);
+  T* staged = reinterpret_cast<T*>(shared);  // [warps][S][keys, values][16][kRow]
+  T* queries = reinterpret_cast<T*>(shared + MmaStagedBytes<D>());  // [16][kRow]
+  T* fresh = queries + kMmaHeads * kRow;  // [key, value][D]
+
+  const int group = a.heads / a.kvHeads;
+  const int perChunk = kMmaHeads / group;  // tokens a block takes
+  const int chunks = (a.tokens + perChunk - 1) / perChunk;
+  const int r = blockIdx.x / chunks;
+  const int firstToken = blockIdx.x % chunks * perChunk;
+  // Query row i: token firstToken + i / group, head first + i % group.
+  const int queryRows = min(perChunk, a.tokens - firstToken) * group;
+  const int k = blockIdx.y;
+  const int first = k * group;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const bool decode = a.tokens == 1;
+  // The chunk's last token's position (a decode step's one), and the oldest key any of its tokens reads.
+  const int position = PositionOf(a, r, firstToken + queryRows / group - 1);
+  const int start = FirstKey(PositionOf(a, r, firstToken), a.window);
+  const int n = position + 1;
+  const int tiles = (n - start + kMmaTile - 1) / kMmaTile;
+  const int mine = tiles > warp ? (tiles - warp + kMmaWarps - 1) / kMmaWarps : 0;
+  const T* keys = static_cast<const T*>(a.keyCache);
+  const T* values = static_cast<const T*>(a.valueCache);
+  const auto stage = [&](int s) { return staged + (static_cast<size_t>(warp) * S + s) * 2 * kTileHalves; };
+  // This warp's i-th tile into stage s (rows past the last position zeros), one commit group either way.
+  const auto load = [&](int i, int s) {
+    if (i < mine) {
+      T* to = stage(s);
+      const int base = start + (warp + i * kMmaWarps) * kMmaTile;
+#pragma unroll
+      for (int c = lane; c < kMmaTile * kChunks; c += 32) {
+        const int row = c / kChunks;
+        const int column = c % kChunks;
+        const int j = base + row;
+        const size_t at = CacheAt(a, r, k, j < n ? j : start) + column * kPer;
+        CopyAsync16(to + row * kRow + column * kPer, keys + at, j < n);
+        CopyAsync16(to + kTileHalves + row * kRow + column * kPer, values + at, j < n);
+      }
+    }
+    CommitAsync();
+  };
+#pragma unroll
+  for (int i = 0; i < S - 1; i++) load(i, i);
+  const int vectors = D / kPer;
+  int span = 1;
+  while (span < vectors) span <<= 1;
+  const int slots = kMmaWarps * 32 / span;
+  const int part = static_cast<int>(threadIdx.x) % span;
+  WaitForPrevious();
+
+  // The query rows, then a decode step's new key and value (written into the cache and kept here), each
+  // biased, normed and rotated by a lane group; every lane group takes the same number of passes (the
+  // norms' shuffles take the whole warp). Rows past the query rows are zeros.
+  for (int e = threadIdx.x; e < (kMmaHeads - queryRows) * kRow; e += kMmaWarps * 32) queries[queryRows * kRow + e] = Narrowed<T>(0.0f);
+  const int heads = queryRows + (decode ? 2 : 0);
+  const int passes = (heads + slots - 1) / slots;
+  for (int pass = 0; pass < passes; pass++) {
+    const int h = pass * slots + static_cast<int>(threadIdx.x) / span;
+    const int which = min(h, heads - 1);
+    const int token = which < queryRows ? firstToken + which / group : 0;
+    const int head = which < queryRows ? first + which % group : which == queryRows ? a.heads + k : a.heads + a.kvHeads + k;
+    float v[kPer];
+    HeadVector<T>(a, static_cast<size_t>(r) * a.tokens + token, head, part, vectors, span, PositionOf(a, r, token), which <= queryRows, v);
+    if (h < heads && part < vectors) {
+      T out[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; i++) out[i] = Narrowed<T>(v[i]);
+      T* to = which < queryRows ? queries + which * kRow : fresh + (which - queryRows) * D;
+      *reinterpret_cast<uint4*>(to + part * kPer) = *reinterpret_cast<const uint4*>(out);
+      if (which >= queryRows) WriteVector<T>(which == queryRows ? a.keyCache : a.valueCache, CacheAt(a, r, k, position), part, v);
+    }
+  }
+  __syncthreads();
+
+  const int g = lane / 4;
+  const int t = lane % 4;
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    qf[kk][0] = *reinterpret_cast<const uint32_t*>(queries + g * kRow + 16 * kk + 2 * t);
+    qf[kk][1] = *reinterpret_cast<const uint32_t*>(queries + (g + 8) * kRow + 16 * kk + 2 * t);
+    qf[kk][2] = *reinterpret_cast<const uint32_t*>(queries + g * kRow + 16 * kk + 8 + 2 * t);
+    qf[kk][3] = *reinterpret_cast<const uint32_t*>(queries + (g + 8) * kRow + 16 * kk + 8 + 2 * t);
+  }
+  // Query rows g and g + 8: the keys each reads (its token's, back to its window's oldest; none past
+  // the query rows), their running maxima and (this lane's share of) totals, and their sums in the
+  // products' fragments (o[nn][0..1] row g, dimensions 8 nn + 2 t on; o[nn][2..3] row g + 8).
+  int newest[2];
+  int oldest[2];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int i = g + 8 * h;
+    const int at = PositionOf(a, r, firstToken + min(i, queryRows - 1) / group);
+    newest[h] = i < queryRows ? at : -1;
+    oldest[h] = FirstKey(at, a.window);
+  }
+  float highest[2] = {-INFINITY, -INFINITY};
+  float total[2] = {0, 0};
+  float o[D / 8][4];
+#pragma unroll
+  for (int nn = 0; nn < D / 8; nn++) o[nn][0] = o[nn][1] = o[nn][2] = o[nn][3] = 0;
+  for (int i = 0; i < mine; i++) {
+    load(i + S - 1, (i + S - 1) % S);
+    WaitAsync<S - 1>();
+    __syncwarp();
+    T* tile = stage(i % S);
+    const int base = start + (warp + i * kMmaWarps) * kMmaTile;
+    // The new key and value, copied before the cache had them: taken from here.
+    if (decode && position >= base && position < base + kMmaTile && lane < 2 * kChunks) {
+      const int row = position - base;
+      const int value = lane / kChunks;
+      const int column = lane % kChunks;
+      *reinterpret_cast<uint4*>(tile + value * kTileHalves + row * kRow + column * kPer) = *reinterpret_cast<const uint4*>(fresh + value * D + column * kPer);
+    }
+    __syncwarp();
+    float sc[2][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+      for (int nt = 0; nt < 2; nt++) {
+        const T* key = tile + (nt * 8 + g) * kRow + 16 * kk + 2 * t;
+        Mma<T>(sc[nt], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], *reinterpret_cast<const uint32_t*>(key), *reinterpret_cast<const uint32_t*>(key + 8));
+      }
+    }
+    // Scores (scaled, capped; -inf where the row does not read the key), each row's new maximum across
+    // the 4 lanes that share it, then the probabilities as the next product's A fragment.
+    float p[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int j = base + nt * 8 + 2 * t + (e & 1);
+        const bool reads = j >= oldest[e / 2] && j <= newest[e / 2];
+        p[nt][e] = reads ? SoftCapped(sc[nt][e] * a.scale, a.softcap) : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      float next = fmaxf(fmaxf(p[0][2 * h], p[0][2 * h + 1]), fmaxf(p[1][2 * h], p[1][2 * h + 1]));
+      next = fmaxf(next, __shfl_xor_sync(0xffffffffu, next, 1));
+      next = fmaxf(next, __shfl_xor_sync(0xffffffffu, next, 2));
+      next = fmaxf(next, highest[h]);
+      // A row that has read no key yet keeps nothing (all its probabilities 0).
+      const float floor = next == -INFINITY ? 0.0f : next;
+      const float keep = __expf(highest[h] - floor);
+      float sum = 0;
+#pragma unroll
+      for (int nt = 0; nt < 2; nt++) {
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; e++) {
+          p[nt][e] = __expf(p[nt][e] - floor);
+          sum += p[nt][e];
+        }
+      }
+      total[h] = total[h] * keep + sum;
+      highest[h] = next;
+#pragma unroll
+      for (int nn = 0; nn < D / 8; nn++) {
+        o[nn][2 * h] *= keep;
+        o[nn][2 * h + 1] *= keep;
+      }
+    }
+    const uint32_t pa0 = PackPair<T>(p[0][0], p[0][1]);
+    const uint32_t pa1 = PackPair<T>(p[0][2], p[0][3]);
+    const uint32_t pa2 = PackPair<T>(p[1][0], p[1][1]);
+    const uint32_t pa3 = PackPair<T>(p[1][2], p[1][3]);
+    // The values transposed by ldmatrix: lanes 8 m .. 8 m + 7 address matrix m's rows (positions 8 (m %
+    // 2) on, dimensions 8 (nn + m / 2) on).
+    const T* value = tile + kTileHalves + ((lane / 8) % 2 * 8 + lane % 8) * kRow + (lane / 16) * 8;
+#pragma unroll
+    for (int nn = 0; nn < D / 8; nn += 2) {
+      const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(value + nn * 8));
+      uint32_t b0, b1, b2, b3;
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3) : "r"(address));
+      Mma<T>(o[nn], pa0, pa1, pa2, pa3, b0, b1);
+      Mma<T>(o[nn + 1], pa0, pa1, pa2, pa3, b2, b3);
+    }
+    __syncwarp();
+  }
+  // The projection after may start pulling its weights.
+  LetDependentsStart();
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    total[h] += __shfl_xor_sync(0xffffffffu, total[h], 1);
+    total[h] += __shfl_xor_sync(0xffffffffu, total[h], 2);
+  }
+  // The warps' partial softmaxes: [warps][16] maxima and totals, [warps][16][D] sums, over the tiles.
+  WaitAsync<0>();
+  __syncthreads();
+  float* sums = reinterpret_cast<float*>(shared);
+  float* maxima = sums + kMmaWarps * kMmaHeads * D;
+  float* totals = maxima + kMmaWarps * kMmaHeads;
+#pragma unroll
+  for (int nn = 0; nn < D / 8; nn++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) sums[(warp * kMmaHeads + g + (e / 2) * 8) * D + nn * 8 + 2 * t + (e & 1)] = o[nn][e];
+  }
+  if (t == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      maxima[warp * kMmaHeads + g + 8 * h] = highest[h];
+      totals[warp * kMmaHeads + g + 8 * h] = total[h];
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < queryRows * D; e += kMmaWarps * 32) {
+    const int h = e / D;
+    const int d = e % D;
+    const size_t y = static_cast<size_t>(r) * a.tokens + firstToken + h / group;
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kMmaWarps; w++) m = fmaxf(m, maxima[w * kMmaHeads + h]);
+    float l = 0;
+    float sum = 0;
+#pragma unroll
+    for (int w = 0; w < kMmaWarps; w++) {
+      const float mw = maxima[w * kMmaHeads + h];
+      const float scale = mw == -INFINITY ? 0.0f : __expf(mw - m);
+      l += totals[w * kMmaHeads + h] * scale;
+      sum += sums[(w * kMmaHeads + h) * D + d] * scale;
+    }
+    static_cast<T*>(a.output)[(y * a.heads + first + h % group) * D + d] = Narrowed<T>(sum / l);
+  }
+}
+
 // Rows x key heads under which a decode step takes one query head a block: few blocks, whose
 // positions are split, and whose time is each block's chain of dependent steps (shorter for one head).
 constexpr long kFewDecodeBlocks = 64;
@@ -754,11 +1055,67 @@ bool DecodeKernelTakes(const PagedAttentionArgs& a, int splits) {
   return decodeStep && HeadVectorsFit<T>(a);
 }
 
+// Whether the tensor-core kernel takes a launch (16-bit float types): a prefill, or a decode step in one
+// split (many rows), for heads of 64, 96 or 128 (Llama's, Phi-3's, Qwen's, Mistral's: the kernels
+// built) and groups of up to 16 query heads; not with CHORUS_PAGED_MMA=0 (read at each launch, to
+// compare the kernels in one process) or where CHORUS_PAGED_DECODE asks for one kernel for every step.
+// CHORUS_PAGED_MMA=2 gives it the decode steps of few rows too (to check it against a reference at
+// any batch).
+template <typename T>
+bool MmaKernelTakes(const PagedAttentionArgs& a, int splits) {
+  const char* setting = std::getenv("CHORUS_PAGED_MMA");
+  if (setting != nullptr && std::strcmp(setting, "0") == 0) return false;
+  // 2: every step its heads fit, its positions split or not (the kernel reads them all in one block).
+  const bool every = setting != nullptr && std::strcmp(setting, "2") == 0;
+  const bool dims = a.dim == 64 || a.dim == 96 || a.dim == 128;
+  return (splits == 1 || every) && dims && a.heads / a.kvHeads <= kMmaHeads && DecodeStepsSetting() == DecodeSteps::kSplit && HeadVectorsFit<T>(a);
+}
+
+// A decode step goes out as a dependent launch (its first tiles read before the wait); a prefill as a
+// plain one, after the launch that wrote its keys and values.
+template <typename T, int D>
+void LaunchMma(const PagedAttentionArgs& a, cudaStream_t stream) {
+  constexpr size_t bytes = MmaSharedBytes<D>();
+  if constexpr (bytes > 48 * 1024) {
+    // Past 48 KiB of shared memory a kernel must ask, once on each device.
+    static std::atomic<unsigned long long> asked{0};
+    int device = 0;
+    cudaGetDevice(&device);
+    const unsigned long long bit = 1ull << (device & 63);
+    if ((asked.load() & bit) == 0) {
+      cudaFuncSetAttribute(PagedMmaKernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+      asked.fetch_or(bit);
+    }
+  }
+  const int perChunk = kMmaHeads / (a.heads / a.kvHeads);
+  const dim3 grid(a.rows * ((a.tokens + perChunk - 1) / perChunk), a.kvHeads);
+  if (a.tokens == 1) {
+    LaunchMaybeDependentShared(LinearDependentLaunchFlag(), PagedMmaKernel<T, D>, grid, dim3(kMmaWarps * 32), bytes, stream, a);
+  } else {
+    PagedMmaKernel<T, D><<<grid, kMmaWarps * 32, bytes, stream>>>(a);
+  }
+}
+
 template <typename T>
 void LaunchAll(const PagedAttentionArgs& a, int splits, float* workspace, cudaStream_t stream) {
   constexpr int kPer = 16 / sizeof(T);
   if (a.dim % kPer != 0 || a.dim / kPer > 32) {
     throw std::invalid_argument("PagedAttention on CUDA takes head_dim a multiple of " + std::to_string(kPer) + " up to " + std::to_string(32 * kPer) + ", not " + std::to_string(a.dim));
+  }
+  bool mma = false;
+  if constexpr (!std::is_same<T, float>::value) mma = MmaKernelTakes<T>(a, splits);
+  const auto launchMma = [&] {
+    if constexpr (!std::is_same<T, float>::value) {
+      switch (a.dim) {
+        case 64: LaunchMma<T, 64>(a, stream); break;
+        case 96: LaunchMma<T, 96>(a, stream); break;
+        default: LaunchMma<T, 128>(a, stream); break;
+      }
+    }
+  };
+  if (mma && a.tokens == 1) {
+    launchMma();
+    return;
   }
   if (DecodeKernelTakes<T>(a, splits)) {
     switch (HeadsPerBlock(a)) {
@@ -771,6 +1128,10 @@ void LaunchAll(const PagedAttentionArgs& a, int splits, float* workspace, cudaSt
   // A prefill's tokens attend over each other's keys: all are written first. A decode step's blocks
   // write their own.
   if (a.tokens > 1) PagedAppendKernel<T><<<dim3(a.rows * a.tokens, a.kvHeads), std::min(a.dim, 256), 0, stream>>>(a);
+  if (mma) {
+    launchMma();
+    return;
+  }
   switch (HeadsPerBlock(a)) {
     case 1: Launch<T, 1>(a, splits, workspace, stream); break;
     case 2: Launch<T, 2>(a, splits, workspace, stream); break;

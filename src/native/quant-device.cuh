@@ -166,18 +166,4 @@ __device__ inline __nv_bfloat162 Both<__nv_bfloat162>(float v) { return __float2
 template <typename T2>
 __device__ inline uint32_t Dequant(uint32_t h, T2 zero, T2 scale) { return Bits32(__hmul2(__hsub2(*reinterpret_cast<T2*>(&h), zero), scale)); }
 
-// c += a (16 x 16, rows of the pair) times b (16 x 8), float32 sums.
-template <typename T>
-__device__ inline void Mma(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same<T, __half>::value) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-}
-
 }  // namespace chorus

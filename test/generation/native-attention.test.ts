@@ -70,6 +70,12 @@ const CASES: Case[] = [
   { name: 'paged over slots decode, dim 64, 8 heads a key head, rows of 1 to 230 positions', op: 'paged', tokens: 1, heads: 16, kvHeads: 2, dim: 64, past: [0, 77, 229], window: 0, softcap: 0, scale: 0.125, rotary: true, slots: true },
   { name: 'paged decode, dim 96, one head a key head, bias, block table', op: 'paged', tokens: 1, heads: 3, kvHeads: 3, dim: 96, past: [40, 181], window: 0, softcap: 0, scale: 0.1, bias: true, rotary: true, blockSize: 16 },
   { name: 'paged over slots decode, dim 128, q/k norms, window 100', op: 'paged', tokens: 1, heads: 4, kvHeads: 2, dim: 128, past: [12, 150], window: 100, softcap: 0, scale: 0.09, rotary: true, norms: true, slots: true },
+  // One split of a decode step at these head sizes takes the tensor-core kernel: a group of 16 query
+  // heads (every row of its products), more tiles than each warp stages, a cap on the scores.
+  { name: 'paged decode, dim 128, 16 heads a key head, softcap 2, rows of 1 to 300 positions', op: 'paged', tokens: 1, heads: 16, kvHeads: 1, dim: 128, past: [0, 33, 299], window: 0, softcap: 2, scale: 0.09, rotary: true, blockSize: 16 },
+  // Prefills at these head sizes take it too: 2 tokens a block for groups of 8, 8 for groups of 2.
+  { name: 'paged over slots prefill of 37, dim 64, 8 heads a key head, window 24, rows from 0 and 50', op: 'paged', tokens: 37, heads: 16, kvHeads: 2, dim: 64, past: [0, 50], window: 24, softcap: 0, scale: 0.125, rotary: true, slots: true },
+  { name: 'paged prefill of 20, dim 128, 2 heads a key head, q/k norms, bias, block table', op: 'paged', tokens: 20, heads: 4, kvHeads: 2, dim: 128, past: [3, 31], window: 0, softcap: 0, scale: 0.09, bias: true, rotary: true, norms: true, blockSize: 16 },
 ];
 
 /** The case's call on seeded random float32 data, with NaN wherever no query of the call may read. */
@@ -190,7 +196,8 @@ describe('the decoder attention kernels with sliding windows and soft-capped sco
   });
 
   // CHORUS_PAGED_DECODE=0: PagedAttention's decode steps in the general kernel, DecoderSlotAttention's
-  // in the slot kernel (read at each launch).
+  // in the slot kernel (read at each launch). Otherwise 16-bit prefills and decode steps in 1 split of
+  // heads of 64, 96 or 128 take the tensor-core kernel, decode steps in more the decode kernel.
   test('on the GPU: fp32 as the reference, fp16 and bf16 as the host kernels, paged in 1, 3 and 16 splits, decode kernel and general', { skip: gpu ? false : 'no CUDA device' }, (t) => {
     t.after(() => delete process.env.CHORUS_PAGED_DECODE);
     // A slot decode step of 16-bit types goes to PagedAttention's decode kernel unless decode is 0.

@@ -1,12 +1,14 @@
 // PagedAttention's CUDA kernels on their own, on the GPU host: the time of a decode step's attention
-// launch, the general kernel (CHORUS_PAGED_DECODE=0) against the decode kernel (CHORUS_PAGED_DECODE=1),
+// launch, the general kernel (CHORUS_PAGED_DECODE=0), the decode kernel for every step
+// (CHORUS_PAGED_DECODE=2) and the engine's choice (the decode kernel where positions are split, the
+// tensor-core kernel where they are not),
 // in the shapes of seven models (their heads, key heads, head size, layers, float type, Qwen3's norms,
 // Gemma 2's softcap and window), at 1 and 64 rows, each over 192 positions (the new token at 191) of a
 // 256-position cache, kept as slots (one block a row) and as a pool of 16-position blocks in a shuffled
 // block table. A case's layers go in one CUDA graph, each with caches and workspace of its own (so that
 // every launch reads from memory, as a decode step does); the graph is replayed 20 times, then 200
-// timed. Prints a table with the largest difference between the two kernels' outputs; exits 1 when an
-// output holds a NaN or an infinity.
+// timed. Prints a table with the largest difference between the general kernel's output and each
+// other's; exits 1 when an output holds a NaN or an infinity.
 //   bash bench/gpu/attention/build.sh (here), then on the GPU host:
 //   ./build/paged-attention-time [out.json]
 #include <cuda_bf16.h>
@@ -93,15 +95,20 @@ struct Row {
   int rows;
   const char* layout;
   int splits;
-  double generalUs, decodeUs, maxDiff;
+  double generalUs, decodeUs, chosenUs, decodeDiff, chosenDiff;
 };
 
 // One variant's graph of every layer's launch: microseconds a launch over kReplays replays, then the
 // output of one more replay (as floats).
+// `decode`: CHORUS_PAGED_DECODE's value (null: unset, the engine's choice).
 double TimeVariant(const char* decode, const std::vector<PagedAttentionArgs>& launches, const std::vector<float*>& workspaces, int splits,
                    cudaStream_t stream, std::vector<float>& out) {
   // The launcher reads the variable at each launch, so it picks the kernel that the capture records.
-  setenv("CHORUS_PAGED_DECODE", decode, 1);
+  if (decode == nullptr) {
+    unsetenv("CHORUS_PAGED_DECODE");
+  } else {
+    setenv("CHORUS_PAGED_DECODE", decode, 1);
+  }
   cudaGraph_t graph = nullptr;
   Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
   for (size_t i = 0; i < launches.size(); i++) chorus::PagedAttentionDevice(launches[i], splits, workspaces[i], stream);
@@ -216,15 +223,19 @@ Row Run(const Model& m, int rows, bool paged, int multiprocessors, uint64_t seed
 
   cudaStream_t stream = nullptr;
   Check(cudaStreamCreate(&stream), "cudaStreamCreate");
-  std::vector<float> general, decode;
-  Row row{m.name, rows, paged ? "paged" : "slots", splits, 0, 0, 0};
+  std::vector<float> general, decode, chosen;
+  Row row{m.name, rows, paged ? "paged" : "slots", splits, 0, 0, 0, 0, 0};
   row.generalUs = TimeVariant("0", launches, workspaces, splits, stream, general);
-  row.decodeUs = TimeVariant("1", launches, workspaces, splits, stream, decode);
+  row.decodeUs = TimeVariant("2", launches, workspaces, splits, stream, decode);
+  row.chosenUs = TimeVariant(nullptr, launches, workspaces, splits, stream, chosen);
   cudaStreamDestroy(stream);
   for (void* p : owned) cudaFree(p);
 
-  if (!AllFinite(general) || !AllFinite(decode)) finite = false;
-  for (size_t i = 0; i < general.size(); i++) row.maxDiff = std::max(row.maxDiff, static_cast<double>(std::fabs(general[i] - decode[i])));
+  if (!AllFinite(general) || !AllFinite(decode) || !AllFinite(chosen)) finite = false;
+  for (size_t i = 0; i < general.size(); i++) {
+    row.decodeDiff = std::max(row.decodeDiff, static_cast<double>(std::fabs(general[i] - decode[i])));
+    row.chosenDiff = std::max(row.chosenDiff, static_cast<double>(std::fabs(general[i] - chosen[i])));
+  }
   return row;
 }
 
@@ -259,8 +270,8 @@ int main(int argc, char** argv) {
   Check(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties");
 
   std::printf("%s, %d multiprocessors; a decode step over %d positions, us a launch in a graph of the model's layers\n\n", properties.name, multiprocessors, kLength);
-  std::printf("| model | rows | layout | splits | general us | decode us | general / decode | max abs diff |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  std::printf("| model | rows | layout | splits | general us | decode us | chosen us | general / chosen | max abs diff: decode, chosen |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   std::vector<Row> results;
   bool finite = true;
   uint64_t seed = 7;
@@ -269,7 +280,8 @@ int main(int argc, char** argv) {
       for (const int rows : {1, 64}) {
         for (const bool paged : {false, true}) {
           const Row r = Run(m, rows, paged, multiprocessors, seed++ * 1000, finite);
-          std::printf("| %s | %d | %s | %d | %.2f | %.2f | %.2f | %.3g |\n", r.model.c_str(), r.rows, r.layout, r.splits, r.generalUs, r.decodeUs, r.generalUs / r.decodeUs, r.maxDiff);
+          std::printf("| %s | %d | %s | %d | %.2f | %.2f | %.2f | %.2f | %.3g, %.3g |\n", r.model.c_str(), r.rows, r.layout, r.splits, r.generalUs, r.decodeUs, r.chosenUs, r.generalUs / r.chosenUs,
+                      r.decodeDiff, r.chosenDiff);
           std::fflush(stdout);
           results.push_back(r);
         }
@@ -290,9 +302,11 @@ int main(int argc, char** argv) {
     std::string json = "{\n \"gpu\": \"" + Escaped(properties.name) + "\",\n \"date\": \"" + date + "\",\n \"command\": \"" + Escaped(command) + "\",\n \"rows\": [";
     for (size_t i = 0; i < results.size(); i++) {
       const Row& r = results[i];
-      char line[320];
-      std::snprintf(line, sizeof(line), "%s\n  {\"case\": \"%s\", \"rows\": %d, \"layout\": \"%s\", \"splits\": %d, \"general_us\": %.3f, \"decode_us\": %.3f, \"max_abs_diff\": %.6g}",
-                    i == 0 ? "" : ",", r.model.c_str(), r.rows, r.layout, r.splits, r.generalUs, r.decodeUs, r.maxDiff);
+      char line[400];
+      std::snprintf(line, sizeof(line),
+                    "%s\n  {\"case\": \"%s\", \"rows\": %d, \"layout\": \"%s\", \"splits\": %d, \"general_us\": %.3f, \"decode_us\": %.3f, \"chosen_us\": %.3f, "
+                    "\"decode_max_abs_diff\": %.6g, \"chosen_max_abs_diff\": %.6g}",
+                    i == 0 ? "" : ",", r.model.c_str(), r.rows, r.layout, r.splits, r.generalUs, r.decodeUs, r.chosenUs, r.decodeDiff, r.chosenDiff);
       json += line;
     }
     json += "\n ]\n}\n";
