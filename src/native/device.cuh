@@ -143,6 +143,22 @@ __device__ inline void StridedShare(int n, Read read, Use use) {
   for (; v < n; v += stride) use(v, read(v));
 }
 
+// Two 16-bit floats of a word as floats.
+template <typename T>
+__device__ inline void WidenWord(uint32_t bits, float* out);
+template <>
+__device__ inline void WidenWord<__half>(uint32_t bits, float* out) {
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&bits));
+  out[0] = f.x;
+  out[1] = f.y;
+}
+template <>
+__device__ inline void WidenWord<__nv_bfloat16>(uint32_t bits, float* out) {
+  const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
+  out[0] = f.x;
+  out[1] = f.y;
+}
+
 // c += a (16 x 16) times b (16 x 8) on tensor cores (mma.m16n8k16, sm_80 on): 16-bit float
 // pairs in, float32 sums; fragments in PTX's layout (a0: row lane / 4, columns 2 (lane % 4) and on;
 // a1: row + 8; a2: columns + 8; a3: both; b0: rows 2 (lane % 4) and on of column lane / 4; b1: rows + 8).

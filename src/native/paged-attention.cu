@@ -680,8 +680,8 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs
   if (threadIdx.x == 0) *counter = 0;
 }
 
-// Decode steps of many rows (one split: blocks enough without splitting positions) and prefills on
-// tensor cores: block (row, key head, chunk of tokens) takes the query heads of the key head's group
+// Decode steps of many rows (one split: blocks enough without splitting positions) and, with
+// CHORUS_PAGED_MMA_PREFILL=1, prefills on tensor cores: block (row, key head, chunk of tokens) takes the query heads of the key head's group
 // for as many of the row's tokens as make at most 16 query rows (the rows of an m16n8k16 product,
 // padded with zeros: 2 tokens for groups of 8, 16 for one head a key head), over the positions up to
 // its last token's; each query row's scores are masked to its own token's keys. Its warps take tiles
@@ -740,6 +740,16 @@ template <>
 __device__ inline uint32_t PackPair<__nv_bfloat16>(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Two floats as a pair of the 16-bit type (`high`, the first in the low half) and the pair of what that
+// rounding left out (`low`).
+template <typename T>
+__device__ inline void SplitPair(float first, float second, uint32_t& high, uint32_t& low) {
+  high = PackPair<T>(first, second);
+  float kept[2];
+  WidenWord<T>(high, kept);
+  low = PackPair<T>(first - kept[0], second - kept[1]);
 }
 
 template <typename T, int D>
@@ -914,10 +924,12 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaKernel(PagedAttentionA
         o[nn][2 * h + 1] *= keep;
       }
     }
-    const uint32_t pa0 = PackPair<T>(p[0][0], p[0][1]);
-    const uint32_t pa1 = PackPair<T>(p[0][2], p[0][3]);
-    const uint32_t pa2 = PackPair<T>(p[1][0], p[1][1]);
-    const uint32_t pa3 = PackPair<T>(p[1][2], p[1][3]);
+    // P as the float type's pairs and what they leave out (each p = high + low to about 22 bits): the
+    // weighted sum takes both, as near float32 P as the general kernel's.
+    uint32_t pa[4];
+    uint32_t pl[4];
+#pragma unroll
+    for (int q = 0; q < 4; q++) SplitPair<T>(p[q / 2][2 * (q % 2)], p[q / 2][2 * (q % 2) + 1], pa[q], pl[q]);
     // The values transposed by ldmatrix: lanes 8 m .. 8 m + 7 address matrix m's rows (positions 8 (m %
     // 2) on, dimensions 8 (nn + m / 2) on).
     const T* value = tile + kTileHalves + ((lane / 8) % 2 * 8 + lane % 8) * kRow + (lane / 16) * 8;
@@ -926,8 +938,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaKernel(PagedAttentionA
       const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(value + nn * 8));
       uint32_t b0, b1, b2, b3;
       asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3) : "r"(address));
-      Mma<T>(o[nn], pa0, pa1, pa2, pa3, b0, b1);
-      Mma<T>(o[nn + 1], pa0, pa1, pa2, pa3, b2, b3);
+      Mma<T>(o[nn], pa[0], pa[1], pa[2], pa[3], b0, b1);
+      Mma<T>(o[nn], pl[0], pl[1], pl[2], pl[3], b0, b1);
+      Mma<T>(o[nn + 1], pa[0], pa[1], pa[2], pa[3], b2, b3);
+      Mma<T>(o[nn + 1], pl[0], pl[1], pl[2], pl[3], b2, b3);
     }
     __syncwarp();
   }
@@ -1055,18 +1069,23 @@ bool DecodeKernelTakes(const PagedAttentionArgs& a, int splits) {
   return decodeStep && HeadVectorsFit<T>(a);
 }
 
-// Whether the tensor-core kernel takes a launch (16-bit float types): a prefill, or a decode step in one
-// split (many rows), for heads of 64, 96 or 128 (Llama's, Phi-3's, Qwen's, Mistral's: the kernels
-// built) and groups of up to 16 query heads; not with CHORUS_PAGED_MMA=0 (read at each launch, to
-// compare the kernels in one process) or where CHORUS_PAGED_DECODE asks for one kernel for every step.
-// CHORUS_PAGED_MMA=2 gives it the decode steps of few rows too (to check it against a reference at
-// any batch).
+// Whether the tensor-core kernel takes a launch (16-bit float types): a decode step in one split (many
+// rows), for heads of 64, 96 or 128 (Llama's, Phi-3's, Qwen's, Mistral's: the kernels built) and groups
+// of up to 16 query heads; not with CHORUS_PAGED_MMA=0 (read at each launch, to compare the kernels in
+// one process) or where CHORUS_PAGED_DECODE asks for one kernel for every step. CHORUS_PAGED_MMA=2
+// gives it the decode steps of few rows too (to check it against a reference at any batch).
+// Prefills only with CHORUS_PAGED_MMA_PREFILL=1: alone and in the models' runs they matched, but in a
+// 512-token parity run (bench/gpu/llama/parity.sh), with decode steps of few rows in the decode kernel,
+// a request prefilled anew at about 240 tokens had NaN logits at its second decode step (not found
+// yet; with the tensor-core kernel for those steps too, or the general kernel for the prefills, none).
 template <typename T>
 bool MmaKernelTakes(const PagedAttentionArgs& a, int splits) {
   const char* setting = std::getenv("CHORUS_PAGED_MMA");
   if (setting != nullptr && std::strcmp(setting, "0") == 0) return false;
   // 2: every step its heads fit, its positions split or not (the kernel reads them all in one block).
   const bool every = setting != nullptr && std::strcmp(setting, "2") == 0;
+  const char* prefills = std::getenv("CHORUS_PAGED_MMA_PREFILL");
+  if (a.tokens > 1 && (prefills == nullptr || std::strcmp(prefills, "1") != 0)) return false;
   const bool dims = a.dim == 64 || a.dim == 96 || a.dim == 128;
   return (splits == 1 || every) && dims && a.heads / a.kvHeads <= kMmaHeads && DecodeStepsSetting() == DecodeSteps::kSplit && HeadVectorsFit<T>(a);
 }

@@ -19,22 +19,6 @@ inline int Ceil(int a, int b) { return (a + b - 1) / b; }
 // 2^23 as float: 0x4B000000 | q (q < 2^23) is the float 2^23 + q, exactly.
 constexpr float kMagic = 8388608.0f;
 
-// Two 16-bit floats of a word as floats.
-template <typename T>
-__device__ inline void WidenWord(uint32_t bits, float* out);
-template <>
-__device__ inline void WidenWord<__half>(uint32_t bits, float* out) {
-  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&bits));
-  out[0] = f.x;
-  out[1] = f.y;
-}
-template <>
-__device__ inline void WidenWord<__nv_bfloat16>(uint32_t bits, float* out) {
-  const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
-  out[0] = f.x;
-  out[1] = f.y;
-}
-
 // N contiguous elements at p (aligned to their size, up to 16 bytes) as floats, in vector loads.
 template <typename T, int N>
 __device__ inline void LoadFloats(const T* p, float* out) {

@@ -73,7 +73,7 @@ const CASES: Case[] = [
   // One split of a decode step at these head sizes takes the tensor-core kernel: a group of 16 query
   // heads (every row of its products), more tiles than each warp stages, a cap on the scores.
   { name: 'paged decode, dim 128, 16 heads a key head, softcap 2, rows of 1 to 300 positions', op: 'paged', tokens: 1, heads: 16, kvHeads: 1, dim: 128, past: [0, 33, 299], window: 0, softcap: 2, scale: 0.09, rotary: true, blockSize: 16 },
-  // Prefills at these head sizes take it too: 2 tokens a block for groups of 8, 8 for groups of 2.
+  // Prefills at these head sizes take it too where asked: 2 tokens a block for groups of 8, 8 for groups of 2.
   { name: 'paged over slots prefill of 37, dim 64, 8 heads a key head, window 24, rows from 0 and 50', op: 'paged', tokens: 37, heads: 16, kvHeads: 2, dim: 64, past: [0, 50], window: 24, softcap: 0, scale: 0.125, rotary: true, slots: true },
   { name: 'paged prefill of 20, dim 128, 2 heads a key head, q/k norms, bias, block table', op: 'paged', tokens: 20, heads: 4, kvHeads: 2, dim: 128, past: [3, 31], window: 0, softcap: 0, scale: 0.09, bias: true, rotary: true, norms: true, blockSize: 16 },
 ];
@@ -196,10 +196,15 @@ describe('the decoder attention kernels with sliding windows and soft-capped sco
   });
 
   // CHORUS_PAGED_DECODE=0: PagedAttention's decode steps in the general kernel, DecoderSlotAttention's
-  // in the slot kernel (read at each launch). Otherwise 16-bit prefills and decode steps in 1 split of
-  // heads of 64, 96 or 128 take the tensor-core kernel, decode steps in more the decode kernel.
+  // in the slot kernel (read at each launch). Otherwise 16-bit decode steps in 1 split of heads of 64,
+  // 96 or 128 take the tensor-core kernel, in more the decode kernel; the prefills of those heads take
+  // it here too (CHORUS_PAGED_MMA_PREFILL=1).
   test('on the GPU: fp32 as the reference, fp16 and bf16 as the host kernels, paged in 1, 3 and 16 splits, decode kernel and general', { skip: gpu ? false : 'no CUDA device' }, (t) => {
-    t.after(() => delete process.env.CHORUS_PAGED_DECODE);
+    t.after(() => {
+      delete process.env.CHORUS_PAGED_DECODE;
+      delete process.env.CHORUS_PAGED_MMA_PREFILL;
+    });
+    process.env.CHORUS_PAGED_MMA_PREFILL = '1';
     // A slot decode step of 16-bit types goes to PagedAttention's decode kernel unless decode is 0.
     for (const [c, decode] of CASES.flatMap((c) => (c.tokens === 1 ? ['1', '0'] : ['1']).map((d) => [c, d] as const))) {
       process.env.CHORUS_PAGED_DECODE = decode;
@@ -285,7 +290,11 @@ describe('sliding_window and softcap on the operators, through the native engine
 // with CHORUS_PAGED_DECODE=0 (read at each launch) they stay in the slot kernel.
 describe("DecoderSlotAttention's decode steps on the GPU", { skip: gpu ? false : 'no CUDA device' }, () => {
   test('through PagedAttention\'s decode kernel, GPT-2 fp16 greedy gives the slot kernel\'s ids, with CUDA graphs and without', async (t) => {
-    t.after(() => delete process.env.CHORUS_PAGED_DECODE);
+    t.after(() => {
+      delete process.env.CHORUS_PAGED_DECODE;
+      delete process.env.CHORUS_PAGED_MMA_PREFILL;
+    });
+    process.env.CHORUS_PAGED_MMA_PREFILL = '1';
     const root = scratchDir('chorus-slot-decode-');
     makeCheckpoint({ arch: 'gpt2', size: 'tiny', seed: 23, out: join(root, 'ckpt') });
     buildModel({ source: join(root, 'ckpt'), out: join(root, 'built'), flavor: 'cuda', slotDecoder: true, dtype: 'fp16' });

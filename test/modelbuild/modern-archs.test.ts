@@ -190,19 +190,18 @@ test('an unknown model_type and a 128k Phi-3 (longrope) fail the build naming th
   assert.throws(() => buildModel({ source: dir, out: `${dir}-onnx` }), { code: 'CHORUS_UNSUPPORTED', param: 'model_type', message: /model_type "phimoe" is not supported; supported: .*qwen3, phi3/ });
 });
 
-test("the slot decoder's default attention: PagedAttention for fp16 and bf16 heads of 64, 96 or 128 and for q/k norms, GroupQueryAttention for the rest", () => {
+test("the slot decoder's attention: PagedAttention by default for fp16 and bf16 q/k norms, for every rotary model when asked, never in fp32", () => {
   const spec = (arch: (typeof MODERN_ARCHS)[number], size: 'tiny' | 'real'): DecoderSpec => {
     const config = MODERN_CONFIGS[arch][size];
     return (architectureFor(config) as DecoderArchitecture).spec(config);
   };
-  // The real shapes: Llama-3.2-1B (64), Qwen3-1.7B (128, norms), Mistral-7B (128), Phi-3-mini (96), Gemma-2-2B (256).
+  // The real shapes: Llama-3.2-1B (heads of 64), Qwen3-1.7B (128, norms), Mistral-7B (128), Phi-3-mini (96), Gemma-2-2B (256).
   const chosen = (size: 'tiny' | 'real', floatType: 'float16' | 'bfloat16' | 'float32', attention: 'addon' | 'GroupQueryAttention' | 'PagedAttention'): Record<string, boolean> =>
     Object.fromEntries(MODERN_ARCHS.map((arch) => [arch, rotarySlotAttentionInAddon(spec(arch, size), floatType, attention)]));
-  assert.deepEqual(chosen('real', 'float16', 'addon'), { llama3: true, qwen3: true, mistral: true, phi3: true, gemma2: false });
-  assert.deepEqual(chosen('real', 'bfloat16', 'addon'), { llama3: true, qwen3: true, mistral: true, phi3: true, gemma2: false });
+  assert.deepEqual(chosen('real', 'float16', 'addon'), { llama3: false, qwen3: true, mistral: false, phi3: false, gemma2: false });
+  assert.deepEqual(chosen('real', 'bfloat16', 'addon'), { llama3: false, qwen3: true, mistral: false, phi3: false, gemma2: false });
   assert.deepEqual(chosen('real', 'float16', 'PagedAttention'), { llama3: true, qwen3: true, mistral: true, phi3: true, gemma2: true });
   assert.deepEqual(chosen('real', 'float16', 'GroupQueryAttention'), { llama3: false, qwen3: false, mistral: false, phi3: false, gemma2: false });
   assert.deepEqual(chosen('real', 'float32', 'PagedAttention'), { llama3: false, qwen3: false, mistral: false, phi3: false, gemma2: false });
-  // The tiny ones' heads of 16 and 32: only Qwen3's norms take it by default.
   assert.deepEqual(chosen('tiny', 'float16', 'addon'), { llama3: false, qwen3: true, mistral: false, phi3: false, gemma2: false });
 });
