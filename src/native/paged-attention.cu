@@ -31,6 +31,13 @@ constexpr int kThreads = 128;
 // total and dim sums.
 size_t PagedAttentionPartFloats(const PagedAttentionArgs& a, int splits) { return static_cast<size_t>(a.rows) * a.tokens * a.heads * splits * (a.dim + 2); }
 constexpr int kMaxSplits = 16;
+// The workspace of a launch in splits: the decode kernel's counters first (one per row and block
+// column, at most one per row and query head, each left at zero by the launch that used it), then the
+// splits' partial sums. The counters sit at the same place for every shape: launches of several shapes
+// share an operator's workspace (a captured graph keeps the one it was captured with), and counters
+// placed after one shape's partials lay inside a larger shape's, whose partial sums then left them
+// nonzero (a later launch of the smaller shape then joined its splits wrongly or not at all).
+constexpr size_t kCounterFloats = 4096;
 // Positions whose keys and values a lane reads before it uses any.
 constexpr int kAhead = 2;
 
@@ -1039,24 +1046,26 @@ void Launch(const PagedAttentionArgs& a, int splits, float* workspace, cudaStrea
   const dim3 grid(a.rows * a.tokens, a.kvHeads * chunks, splits);
   // The heads 16 bytes at a time where each one is an even number of aligned 16-byte vectors.
   const bool vectorized = HeadVectorsFit<T>(a);
-  PagedAttentionKernel<T, G><<<grid, kThreads, sharedBytes, stream>>>(a, splits, workspace, vectorized);
-  if (splits > 1) PagedJoinKernel<T><<<dim3(a.rows * a.tokens, a.heads), std::min(a.dim, 256), 0, stream>>>(a, splits, workspace);
+  float* partials = splits > 1 ? workspace + kCounterFloats : workspace;
+  PagedAttentionKernel<T, G><<<grid, kThreads, sharedBytes, stream>>>(a, splits, partials, vectorized);
+  if (splits > 1) PagedJoinKernel<T><<<dim3(a.rows * a.tokens, a.heads), std::min(a.dim, 256), 0, stream>>>(a, splits, partials);
 }
 
 template <typename T, int G>
 void LaunchDecode(const PagedAttentionArgs& a, int splits, float* workspace, cudaStream_t stream) {
   const int chunks = (a.heads / a.kvHeads + G - 1) / G;
   const dim3 grid(a.rows, a.kvHeads * chunks, splits);
-  int* counters = reinterpret_cast<int*>(workspace + (splits > 1 ? PagedAttentionPartFloats(a, splits) : 0));
+  int* counters = reinterpret_cast<int*>(workspace);
+  float* partials = splits > 1 ? workspace + kCounterFloats : workspace;
   constexpr int kPer = 16 / sizeof(T);
   int span = 1;
   while (span < a.dim / kPer) span <<= 1;
   // 4 heads a block always read 2 ahead (no kernel of 4 heads and 4 ahead is built).
   constexpr int kWideAhead = G >= 4 ? 2 : 4;
   if (span <= 8) {
-    LaunchMaybeDependent(LinearDependentLaunchFlag(), PagedDecodeKernel<T, G, 2>, grid, dim3(kThreads), stream, a, splits, workspace, counters);
+    LaunchMaybeDependent(LinearDependentLaunchFlag(), PagedDecodeKernel<T, G, 2>, grid, dim3(kThreads), stream, a, splits, partials, counters);
   } else {
-    LaunchMaybeDependent(LinearDependentLaunchFlag(), PagedDecodeKernel<T, G, kWideAhead>, grid, dim3(kThreads), stream, a, splits, workspace, counters);
+    LaunchMaybeDependent(LinearDependentLaunchFlag(), PagedDecodeKernel<T, G, kWideAhead>, grid, dim3(kThreads), stream, a, splits, partials, counters);
   }
 }
 
@@ -1076,8 +1085,10 @@ bool DecodeKernelTakes(const PagedAttentionArgs& a, int splits) {
 // gives it the decode steps of few rows too (to check it against a reference at any batch).
 // Prefills only with CHORUS_PAGED_MMA_PREFILL=1: alone and in the models' runs they matched, but in a
 // 512-token parity run (bench/gpu/llama/parity.sh), with decode steps of few rows in the decode kernel,
-// a request prefilled anew at about 240 tokens had NaN logits at its second decode step (not found
-// yet; with the tensor-core kernel for those steps too, or the general kernel for the prefills, none).
+// a request prefilled anew at about 240 tokens had NaN logits at its second decode step; with the
+// tensor-core kernel for those steps too (no splits, no counters), none. The counters' place in the
+// workspace (kCounterFloats) was a fault that could explain it; the run was not repeated after it was
+// fixed.
 template <typename T>
 bool MmaKernelTakes(const PagedAttentionArgs& a, int splits) {
   const char* setting = std::getenv("CHORUS_PAGED_MMA");
@@ -1120,6 +1131,9 @@ void LaunchAll(const PagedAttentionArgs& a, int splits, float* workspace, cudaSt
   constexpr int kPer = 16 / sizeof(T);
   if (a.dim % kPer != 0 || a.dim / kPer > 32) {
     throw std::invalid_argument("PagedAttention on CUDA takes head_dim a multiple of " + std::to_string(kPer) + " up to " + std::to_string(32 * kPer) + ", not " + std::to_string(a.dim));
+  }
+  if (splits > 1 && static_cast<size_t>(a.rows) * a.tokens * a.heads > kCounterFloats) {
+    throw std::invalid_argument("PagedAttention takes splits for at most " + std::to_string(kCounterFloats) + " token rows x heads, not " + std::to_string(static_cast<size_t>(a.rows) * a.tokens * a.heads));
   }
   bool mma = false;
   if constexpr (!std::is_same<T, float>::value) mma = MmaKernelTakes<T>(a, splits);
@@ -1168,14 +1182,14 @@ int PagedAttentionSplits(const PagedAttentionArgs& a, int multiprocessors) {
   const int g = HeadsPerBlock(a);
   const long blocks = static_cast<long>(a.rows) * a.kvHeads * ((group + g - 1) / g);
   const long wanted = (2L * std::max(multiprocessors, 1) + blocks - 1) / blocks;
+  // Splits take a counter per row and query head at most.
+  if (static_cast<size_t>(a.rows) * a.heads > kCounterFloats) return 1;
   return static_cast<int>(std::min<long>(std::max<long>(wanted, 1), kMaxSplits));
 }
 
 size_t PagedAttentionWorkspaceFloats(const PagedAttentionArgs& a, int splits) {
   if (splits <= 1) return 0;
-  // The splits' partial sums, then the decode kernel's counters (one per row and block column: at
-  // most one per row and query head).
-  return PagedAttentionPartFloats(a, splits) + static_cast<size_t>(a.rows) * a.heads;
+  return kCounterFloats + PagedAttentionPartFloats(a, splits);
 }
 
 bool PagedDecodeKernelTakes(const PagedAttentionArgs& a, int splits) {

@@ -290,11 +290,7 @@ describe('sliding_window and softcap on the operators, through the native engine
 // with CHORUS_PAGED_DECODE=0 (read at each launch) they stay in the slot kernel.
 describe("DecoderSlotAttention's decode steps on the GPU", { skip: gpu ? false : 'no CUDA device' }, () => {
   test('through PagedAttention\'s decode kernel, GPT-2 fp16 greedy gives the slot kernel\'s ids, with CUDA graphs and without', async (t) => {
-    t.after(() => {
-      delete process.env.CHORUS_PAGED_DECODE;
-      delete process.env.CHORUS_PAGED_MMA_PREFILL;
-    });
-    process.env.CHORUS_PAGED_MMA_PREFILL = '1';
+    t.after(() => delete process.env.CHORUS_PAGED_DECODE);
     const root = scratchDir('chorus-slot-decode-');
     makeCheckpoint({ arch: 'gpt2', size: 'tiny', seed: 23, out: join(root, 'ckpt') });
     buildModel({ source: join(root, 'ckpt'), out: join(root, 'built'), flavor: 'cuda', slotDecoder: true, dtype: 'fp16' });
@@ -331,3 +327,28 @@ function toBfloat16Bits(value: number): number {
   const f32 = new Uint32Array(Float32Array.of(value).buffer)[0]!;
   return ((f32 + 0x7fff + ((f32 >>> 16) & 1)) >>> 16) & 0xffff;
 }
+
+// Launches of several shapes share an operator's workspace: the decode kernel's counters (left at zero
+// by each launch) must not lie under another shape's partial sums.
+describe("PagedAttention's workspace on the GPU", { skip: gpu ? false : 'no CUDA device' }, () => {
+  test('decode steps of 1 row after steps of 4 give the ids they gave before them', async () => {
+    const root = scratchDir('chorus-paged-workspace-');
+    makeCheckpoint({ arch: 'llama3', size: 'tiny', seed: 29, out: join(root, 'ckpt') });
+    const dir = join(root, 'built');
+    buildModel({ source: join(root, 'ckpt'), out: dir, flavor: 'cuda', slotDecoder: true, dtype: 'fp16', slotAttention: 'PagedAttention' });
+    const prompts = [[5, 6, 7, 8, 9, 10], [3, 4], [12, 13, 14, 15, 16, 17, 18, 19], [40, 41, 42]];
+    const params = { temperature: 0, request_output_len: 48 };
+    const engine = await NativeEngine.open(dir, { provider: 'cuda', maxBatchSize: 4, cudaGraph: false });
+    try {
+      const run = async (inputIds: number[]): Promise<number[]> => (await lastValueFrom(engine.submit({ inputIds, params }).pipe(toArray()))).map((e) => e.token);
+      const alone: number[][] = [];
+      for (const prompt of prompts) alone.push(await run(prompt));
+      // Steps of 4 rows (their partial sums over more of the workspace), then each prompt alone again.
+      const together = await Promise.all(prompts.map(run));
+      assert.equal(together.length, 4);
+      for (const [i, prompt] of prompts.entries()) assert.deepEqual(await run(prompt), alone[i], `prompt ${i}`);
+    } finally {
+      await engine.close();
+    }
+  });
+});
