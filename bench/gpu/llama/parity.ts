@@ -12,6 +12,8 @@
  * Knobs: PARITY_CACHES_FP16=slots,paged  PARITY_CACHES_FP32=paged  (fp32's slot decoder runs
  *   GroupQueryAttention, which ONNX Runtime has on the CPU only in fp32)  PARITY_MAX_RESYNCS=32
  *   PARITY_PROVIDER=cpu (a smoke test of the script on a tiny fp32 checkpoint)
+ *   PARITY_SLOT_ATTENTION=PagedAttention (the slot decoder's attention; the paged cache always takes
+ *   PagedAttention)
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -89,7 +91,8 @@ const runs: Array<Record<string, unknown>> = [];
 const save = (): void => writeFileSync(outPath, JSON.stringify({ name, gpu: reference.gpu, torch: reference.torch, prompts: reference.prompts.length, prompt_length: longestPrompt, new_tokens: NEW, near_tie: NEAR_TIE, runs }, null, 2));
 for (const [dtype, ref] of Object.entries(reference.dtypes)) {
   const dir = join(work, `${name}-${dtype}-parity`);
-  buildModel({ source: checkpoint, out: dir, dtype: dtype as NonNullable<BuildOptions['dtype']>, flavor: 'cuda', slotDecoder: true });
+  const slotAttention = process.env.PARITY_SLOT_ATTENTION === undefined ? {} : { slotAttention: process.env.PARITY_SLOT_ATTENTION as NonNullable<BuildOptions['slotAttention']> };
+  buildModel({ source: checkpoint, out: dir, dtype: dtype as NonNullable<BuildOptions['dtype']>, flavor: 'cuda', slotDecoder: true, ...slotAttention });
   const caches = (process.env[`PARITY_CACHES_${dtype.toUpperCase()}`] ?? (dtype === 'fp32' ? 'paged' : 'slots,paged')).split(',').filter((c) => c !== '');
   for (const cache of caches) {
     const log: string[] = [];
