@@ -1112,8 +1112,8 @@ void LaunchMma(const PagedAttentionArgs& a, cudaStream_t stream) {
     int device = 0;
     cudaGetDevice(&device);
     const unsigned long long bit = 1ull << (device & 63);
-    if ((asked.load() & bit) == 0) {
-      cudaFuncSetAttribute(PagedMmaKernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+    // Marked asked only once granted (a refusal is asked again at the next launch).
+    if ((asked.load() & bit) == 0 && cudaFuncSetAttribute(PagedMmaKernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) == cudaSuccess) {
       asked.fetch_or(bit);
     }
   }
