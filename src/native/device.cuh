@@ -190,6 +190,17 @@ __device__ inline void LetDependentsStart() {
 }
 __device__ inline void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
+// Lets `kernel` take `bytes` of dynamic shared memory (past 48 KiB a kernel must ask), once on each
+// device: `asked` is the kernel's own record of the devices it was granted on (a refusal is asked again
+// at the next launch, which then fails on its own).
+template <typename Kernel>
+inline void AllowSharedBytes(std::atomic<unsigned long long>& asked, Kernel kernel, size_t bytes) {
+  int device = 0;
+  cudaGetDevice(&device);
+  const unsigned long long bit = 1ull << (device & 63);
+  if ((asked.load() & bit) == 0 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) == cudaSuccess) asked.fetch_or(bit);
+}
+
 // kernel<<<grid, block, shared, stream>>>(args) as a programmatic dependent launch while `dependent`
 // holds (it may then start while the kernel before it finishes; turned off for good where the driver
 // refuses such a launch), else a plain one.

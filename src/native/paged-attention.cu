@@ -688,20 +688,20 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs
 }
 
 // Decode steps of many rows (one split: blocks enough without splitting positions) and, with
-// CHORUS_PAGED_MMA_PREFILL=1, prefills on tensor cores: block (row, key head, chunk of tokens) takes the query heads of the key head's group
-// for as many of the row's tokens as make at most 16 query rows (the rows of an m16n8k16 product,
-// padded with zeros: 2 tokens for groups of 8, 16 for one head a key head), over the positions up to
-// its last token's; each query row's scores are masked to its own token's keys. Its warps take tiles
-// of 16 positions in turn (warp w tiles w, w + kMmaWarps, ...), each tile's keys and values copied
-// into shared memory S - 1 tiles ahead (cp.async; a decode step's first before the wait for the
-// projection before, a dependent launch); a tile's scores are Q K^T (16 query rows by 16 positions,
-// float32 sums), each row's online softmax runs in registers, and P V is added in float32 with P
-// rounded to the float type, as FlashAttention does. The warps' partial softmaxes are joined in shared
-// memory at the end. A decode step writes its new key and value itself (the block of its row and key
-// head); a prefill's are written by the launch before. Heads of 64, 96 or 128 dimensions, 16-bit float
-// types. The general kernel read a position's key and value in a lane group and summed each head's dot
-// product across it (shuffles), a chain of round trips per position that left 64-row steps
-// latency-bound.
+// CHORUS_PAGED_MMA_PREFILL=1, prefills on tensor cores: block (row, key head, chunk of tokens) takes
+// the query heads of the key head's group for as many of the row's tokens as make at most 16 query rows
+// (the rows of an m16n8k16 product, padded with zeros: 2 tokens for groups of 8, 16 for one head a key
+// head), over the positions up to its last token's; each query row's scores are masked to its own
+// token's keys. Its warps take tiles of 16 positions in turn (warp w tiles w, w + kMmaWarps, ...), each
+// tile's keys and values copied into shared memory S - 1 tiles ahead (cp.async; a decode step's first
+// before the wait for the projection before, a dependent launch); a tile's scores are Q K^T (16 query
+// rows by 16 positions, float32 sums), each row's online softmax runs in registers, and P V is added in
+// float32 with P as its rounding to the float type plus what that leaves out (two products). The warps'
+// partial softmaxes are joined in shared memory at the end. A decode step writes its new key and value
+// itself (the block of its row and key head); a prefill's are written by the launch before. Heads of
+// 64, 96 or 128 dimensions, 16-bit float types. The general kernel read a position's key and value in a
+// lane group and summed each head's dot product across it (shuffles), a chain of round trips per
+// position that left 64-row steps latency-bound.
 constexpr int kMmaWarps = 4;
 constexpr int kMmaTile = 16;
 constexpr int kMmaHeads = 16;
@@ -1107,15 +1107,8 @@ template <typename T, int D>
 void LaunchMma(const PagedAttentionArgs& a, cudaStream_t stream) {
   constexpr size_t bytes = MmaSharedBytes<D>();
   if constexpr (bytes > 48 * 1024) {
-    // Past 48 KiB of shared memory a kernel must ask, once on each device.
     static std::atomic<unsigned long long> asked{0};
-    int device = 0;
-    cudaGetDevice(&device);
-    const unsigned long long bit = 1ull << (device & 63);
-    // Marked asked only once granted (a refusal is asked again at the next launch).
-    if ((asked.load() & bit) == 0 && cudaFuncSetAttribute(PagedMmaKernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) == cudaSuccess) {
-      asked.fetch_or(bit);
-    }
+    AllowSharedBytes(asked, PagedMmaKernel<T, D>, bytes);
   }
   const int perChunk = kMmaHeads / (a.heads / a.kvHeads);
   const dim3 grid(a.rows * ((a.tokens + perChunk - 1) / perChunk), a.kvHeads);

@@ -768,15 +768,10 @@ void SampleStagedRowsDevice(const void* logits, FloatType type, int vocab, const
     return ranks == 2 || ranks == 4 || ranks == 8 ? ranks : 0;
   }();
   auto launch = [&](auto kernel, const auto* typed) {
-    // Past 48 KiB of shared memory a kernel must ask, once on each device.
     static std::atomic<unsigned long long> asked{0};
+    AllowSharedBytes(asked, kernel, kSharedBytes);
     int device = 0;
     cudaGetDevice(&device);
-    const unsigned long long bit = 1ull << (device & 63);
-    if ((asked.load() & bit) == 0) {
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSharedBytes));
-      asked.fetch_or(bit);
-    }
     // Up to CHORUS_SAMPLER_CLUSTER_ROWS rows (default 64; 0: none) take a cluster each, of as many
     // blocks (8, 4 or 2) as keep the launch within kClusterBlocks (whole rows longer than a gather only).
     int ranks = 1;
