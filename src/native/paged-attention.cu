@@ -687,8 +687,8 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs
   if (threadIdx.x == 0) *counter = 0;
 }
 
-// Decode steps of many rows (one split: blocks enough without splitting positions) and, with
-// CHORUS_PAGED_MMA_PREFILL=1, prefills on tensor cores: block (row, key head, chunk of tokens) takes
+// Decode steps of many rows (one split: blocks enough without splitting positions) and prefills
+// (CHORUS_PAGED_MMA_PREFILL=0: not) on tensor cores: block (row, key head, chunk of tokens) takes
 // the query heads of the key head's group for as many of the row's tokens as make at most 16 query rows
 // (the rows of an m16n8k16 product, padded with zeros: 2 tokens for groups of 8, 16 for one head a key
 // head), over the positions up to its last token's; each query row's scores are masked to its own
@@ -1083,12 +1083,11 @@ bool DecodeKernelTakes(const PagedAttentionArgs& a, int splits) {
 // of up to 16 query heads; not with CHORUS_PAGED_MMA=0 (read at each launch, to compare the kernels in
 // one process) or where CHORUS_PAGED_DECODE asks for one kernel for every step. CHORUS_PAGED_MMA=2
 // gives it the decode steps of few rows too (to check it against a reference at any batch).
-// Prefills only with CHORUS_PAGED_MMA_PREFILL=1: alone and in the models' runs they matched, but in a
-// 512-token parity run (bench/gpu/llama/parity.sh), with decode steps of few rows in the decode kernel,
-// a request prefilled anew at about 240 tokens had NaN logits at its second decode step; with the
-// tensor-core kernel for those steps too (no splits, no counters), none. The counters' place in the
-// workspace (kCounterFloats) was a fault that could explain it; the run was not repeated after it was
-// fixed.
+// Prefills too, unless CHORUS_PAGED_MMA_PREFILL=0 (to compare). They were opt-in while a 512-token
+// parity run (bench/gpu/llama/parity.sh, decode steps of few rows in the decode kernel) had NaN logits
+// after a request prefilled anew at about 240 tokens: the split decode steps' counters then lay under a
+// larger shape's partials in the shared workspace. With the counters at one place (kCounterFloats) the
+// same run was NaN-free and at 99.41% of transformers' fp16 ids on TinyLlama.
 template <typename T>
 bool MmaKernelTakes(const PagedAttentionArgs& a, int splits) {
   const char* setting = std::getenv("CHORUS_PAGED_MMA");
@@ -1096,7 +1095,7 @@ bool MmaKernelTakes(const PagedAttentionArgs& a, int splits) {
   // 2: every step its heads fit, its positions split or not (the kernel reads them all in one block).
   const bool every = setting != nullptr && std::strcmp(setting, "2") == 0;
   const char* prefills = std::getenv("CHORUS_PAGED_MMA_PREFILL");
-  if (a.tokens > 1 && (prefills == nullptr || std::strcmp(prefills, "1") != 0)) return false;
+  if (a.tokens > 1 && prefills != nullptr && std::strcmp(prefills, "0") == 0) return false;
   const bool dims = a.dim == 64 || a.dim == 96 || a.dim == 128;
   return (splits == 1 || every) && dims && a.heads / a.kvHeads <= kMmaHeads && DecodeStepsSetting() == DecodeSteps::kSplit && HeadVectorsFit<T>(a);
 }

@@ -211,7 +211,12 @@ describe('the decoder attention kernels with sliding windows and soft-capped sco
     // A slot decode step of 16-bit types goes to PagedAttention's decode kernel unless decode is 0.
     for (const [c, decode] of CASES.flatMap((c) => (c.tokens === 1 ? ['1', '0'] : ['1']).map((d) => [c, d] as const))) {
       process.env.CHORUS_PAGED_DECODE = decode;
-      for (const splits of c.op === 'paged' ? [undefined, 1, 3, 16] : [undefined]) {
+      // Splits keep a counter per token row and head, 4096 at most: a prefill past that is refused them.
+      const counted = c.past.length * c.tokens * c.heads <= 4096;
+      if (c.op === 'paged' && !counted) {
+        assert.throws(() => attend({ ...callOf(c, 11), splits: 3 }, true), new RegExp(`PagedAttention takes splits for at most 4096 token rows x heads, not ${c.past.length * c.tokens * c.heads}`));
+      }
+      for (const splits of c.op === 'paged' ? (counted ? [undefined, 1, 3, 16] : [undefined, 1]) : [undefined]) {
         const call = { ...callOf(c, 11), ...(splits === undefined ? {} : { splits }) };
         const want = referenceAttention(call);
         const output = attend(call, true) as Float32Array;
