@@ -109,6 +109,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     gemv_ = Knob("CHORUS_QUANT_GEMV", {"plain", "mma", "wide"});
     tiles_ = Knob("CHORUS_QUANT_TILES", {"mma", "wmma"});
     tileWarps8_ = Knob("CHORUS_QUANT_TILE_WARPS", {"4", "8"}) == "8";
+    bytesAsFloats_ = Knob("CHORUS_QUANT_BYTE_PAIRS", {"0", "1"}) == "0";
     const char* host = std::getenv("CHORUS_QUANT_HOST");
     int8Avx2_ = host != nullptr && std::string(host) == "avx2";
   }
@@ -120,7 +121,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
 #ifdef CHORUS_WITH_CUDA
     if (cuda_) {
       void* stream = ctx.GetGPUComputeStream();
-      // The wide kernels take the gate in their epilogue (and the 4-bit one a pre-norm in itself);
+      // The wide kernels take the gate in their epilogue (and the float16 ones a pre-norm in themselves);
       // elsewhere a pre-norm is a pass of its own into scratch rows, and both products of a gated one
       // go into scratch rows (each rounded with its bias), then Linear's gated pass.
       if ((args.gated || args.norm != nullptr) && Wide(args, stream)) {
@@ -249,6 +250,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     args.int8Activations = accuracyLevel_ == 4;
     args.int8Avx2 = int8Avx2_;
     args.tileWarps8 = tileWarps8_;
+    args.bytesAsFloats = bytesAsFloats_;
     args.x = x.GetTensorRawData();
     const Ort::ConstValue weight = ctx.GetInput(1);
     const std::vector<int64_t> weightShape = ShapeOf(weight);
@@ -330,6 +332,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
   std::string tiles_;  // CHORUS_QUANT_TILES: mma (the default), or wmma (the tiles of weights dequantized in shared memory)
   bool int8Avx2_ = false;
   bool tileWarps8_ = false;  // CHORUS_QUANT_TILE_WARPS=8
+  bool bytesAsFloats_ = false;  // CHORUS_QUANT_BYTE_PAIRS=0
   int64_t k_ = 0;
   int64_t n_ = 0;
   int64_t bits_ = 0;

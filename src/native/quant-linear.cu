@@ -116,7 +116,9 @@ __global__ void __launch_bounds__(kThreads) QuantRowsKernel(QuantLinearArgs a) {
 }
 
 
-// The 8-bit wide kernel (QuantWideRowsDevice): as Linear's decode kernel, a group of threads takes
+// The 8-bit wide kernel in float32 arithmetic (QuantWideRowsDevice: bfloat16, and float16 where
+// CHORUS_QUANT_BYTE_PAIRS=0; float16 otherwise takes QuantBytePairsKernel, below): as Linear's decode
+// kernel, a group of threads takes
 // kWideOutputs consecutive weight rows (8 for one row of x, else 4; gated, half of them the gates' and
 // half the up rows) and all of K, its threads striding over the rows 16 bytes (16 values) at a time
 // (kWideAhead reads a row in flight), so each 16 bytes of x, read through L1, serves all the group's
@@ -141,7 +143,7 @@ const bool wideOutputs4 = [] {
 
 template <typename T, int R, int kWideOutputs, int kWideAhead, bool Gated, int G>
 __global__ void __launch_bounds__(kWideThreads, R == 1 ? 3 : 2) QuantWideRowsKernel(QuantLinearArgs a) {
-  constexpr int kBits = 8;                  // 4-bit weights take QuantNibbleRowsKernel
+  constexpr int kBits = 8;                  // 4-bit weights take QuantNibbleRowsKernel (float16 only)
   constexpr int kPerChunk = 128 / kBits;    // values in 16 bytes
   constexpr int kWordsPer8 = kBits / 4;     // words holding 8 values
   const int perBlock = a.blobBytes / 16;
@@ -261,8 +263,9 @@ __device__ inline void UnpackNibblePairs(uint32_t w, __half2 low, __half2 high, 
   q[3] = __hfma2(HalvesOf((shifted & 0x00F000F0u) | 0x64006400u), twoHundredFiftySixth, high);
 }
 
-// x's 8 values at `at` as the kernel multiplies them: with a pre-norm (Norm), x + residual rounded
-// (written to sum by block 0) times the norm's weights, its squares added to `squares`.
+// x's 8 values at `at` as the float16 kernels (4 and 8 bits) multiply them: with a pre-norm (Norm),
+// x + residual rounded (written to sum by block 0) times the norm's weights, its squares added to
+// `squares`.
 template <bool Norm>
 __device__ inline uint4 NibbleInput(const QuantLinearArgs& a, size_t at, size_t k, float& squares) {
   uint4 v = __ldg(reinterpret_cast<const uint4*>(static_cast<const __half*>(a.x) + at));
@@ -396,6 +399,148 @@ void LaunchNibbles(const QuantLinearArgs& a, cudaStream_t stream) {
   }
 }
 
+// The 8-bit kernel for float16 (QuantWideRowsDevice): the 4-bit kernel's layout, pre-norm and epilogue
+// at a byte a value. The float32 wide kernel spends a permute and a subtraction on each value and a
+// float multiply-add on each product, and stays well short of the memory's bandwidth; here a word of 4
+// bytes becomes 2 pairs of float16 (u - zero) / 128 in 4 instructions, and each pair of products takes
+// one float16 multiply-add. A byte permute puts each byte under 0x64, the float16 1024 + u exactly, and
+// one fused multiply-add by 1/128 with -(8 + zero / 128) leaves (u - zero) / 128, exact (an integer
+// below 256 in magnitude over 128: at most 8 significant bits). The bytes come out in x's own pairs
+// ({u0, u1} with {x0, x1}), so x is not regrouped. A lane's 16 products of a chunk (each below 2 |x|)
+// are summed in float16, then in float32 scaled by 128 times the block's scale; a chunk of 16 values
+// lies in one block (blocks are powers of 2 of at least 16). Where K has more chunks than the block's
+// threads (K past 4096) a thread loads kAhead chunks of each row before it uses the first. The
+// pre-norm's float16 range is the 4-bit kernel's (above).
+template <int R, int kOutputs, int kAhead, bool Gated, bool Norm>
+__global__ void __launch_bounds__(kNibbleMaxThreads, R >= 4 ? 1 : 2) QuantBytePairsKernel(QuantLinearArgs a) {
+  const int first = blockIdx.x * (Gated ? kOutputs / 2 : kOutputs);
+  const int perBlock = a.blobBytes / 16;
+  const int chunks = a.in / 16;
+  const size_t rowBytes = static_cast<size_t>(a.blocks) * a.blobBytes;
+  int rowOf[kOutputs];
+  const uint4* wv[kOutputs];
+#pragma unroll
+  for (int j = 0; j < kOutputs; j++) {
+    rowOf[j] = WideRowOf<Gated, kOutputs>(a, first, j);
+    wv[j] = reinterpret_cast<const uint4*>(a.weight + static_cast<size_t>(rowOf[j]) * rowBytes);
+  }
+  const int threads = blockDim.x;
+  if (threadIdx.x < chunks) {
+#pragma unroll
+    for (int j = 0; j < kOutputs; j++) PrefetchL2(wv[j] + threadIdx.x);
+  }
+  WaitForPrevious();
+  const __half* scales = static_cast<const __half*>(a.scales);
+  const __half2 oneHundredTwentyEighth = __float2half2_rn(1.0f / 128);
+  // Without zero points every block's zero is 128: -(8 + 1).
+  const __half2 symmetric = __float2half2_rn(-9.0f);
+  float acc[kOutputs][R] = {};
+  float squares[R] = {};
+  auto use = [&](int c, const uint4 (&weights)[kOutputs]) {
+    const int b = c / perBlock;
+    // x's 16 values of this chunk, a row at a time: words 2i and 2i + 1 are the pairs of weight word i.
+    uint32_t pairs[R][8];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+      for (int s = 0; s < 2; s++) {
+        const size_t k = static_cast<size_t>(c) * 16 + 8 * s;
+        const uint4 v = NibbleInput<Norm>(a, static_cast<size_t>(r) * a.in + k, k, squares[r]);
+        pairs[r][4 * s] = v.x;
+        pairs[r][4 * s + 1] = v.y;
+        pairs[r][4 * s + 2] = v.z;
+        pairs[r][4 * s + 3] = v.w;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kOutputs; j++) {
+      // 8-bit zero points are a byte a block (QuantZeroPoint at 8 bits).
+      __half2 offset = symmetric;
+      if (a.zeroPoints != nullptr) offset = __float2half2_rn(-(8 + static_cast<float>(a.zeroPoints[static_cast<size_t>(rowOf[j]) * a.blocks + b]) / 128));
+      const uint32_t words[4] = {weights[j].x, weights[j].y, weights[j].z, weights[j].w};
+      __half2 sums[R];
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        // Values 4i, 4i + 1 (bytes 0 and 1, each under byte 4: 0x64) and 4i + 2, 4i + 3 (bytes 2 and 3).
+        const __half2 low = __hfma2(HalvesOf(__byte_perm(words[i], 0x64646464u, 0x4140)), oneHundredTwentyEighth, offset);
+        const __half2 high = __hfma2(HalvesOf(__byte_perm(words[i], 0x64646464u, 0x4342)), oneHundredTwentyEighth, offset);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          const __half2 h = i == 0 ? __hmul2(HalvesOf(pairs[r][0]), low) : __hfma2(HalvesOf(pairs[r][2 * i]), low, sums[r]);
+          sums[r] = __hfma2(HalvesOf(pairs[r][2 * i + 1]), high, h);
+        }
+      }
+      const float scale = 128 * Load(scales + static_cast<size_t>(rowOf[j]) * a.blocks + b);
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const float2 f = __half22float2(sums[r]);
+        acc[j][r] += (f.x + f.y) * scale;
+      }
+    }
+  };
+  int c = threadIdx.x;
+  if constexpr (kAhead > 1) {
+    // kAhead chunks of each row loaded before any is used.
+    for (; c + (kAhead - 1) * threads < chunks; c += kAhead * threads) {
+      uint4 ahead[kAhead][kOutputs];
+#pragma unroll
+      for (int u = 0; u < kAhead; u++) {
+#pragma unroll
+        for (int j = 0; j < kOutputs; j++) ahead[u][j] = __ldcs(wv[j] + c + u * threads);
+      }
+#pragma unroll
+      for (int u = 0; u < kAhead; u++) use(c + u * threads, ahead[u]);
+    }
+  }
+  for (; c < chunks; c += threads) {
+    uint4 weights[kOutputs];
+#pragma unroll
+    for (int j = 0; j < kOutputs; j++) weights[j] = __ldcs(wv[j] + c);
+    use(c, weights);
+  }
+  LetDependentsStart();
+  __shared__ float partial[kNibbleMaxThreads / 32][kOutputs * R];
+  __shared__ float squared[kNibbleMaxThreads / 32][R];
+  __shared__ float inverseRoot[R];
+  const int warp = threadIdx.x / 32;
+  if constexpr (Norm) WarpSumsTo<R>(squares, squared[warp]);
+  WarpSumsTo<kOutputs * R>(&acc[0][0], partial[warp]);
+  __syncthreads();
+  if constexpr (Norm) {
+    if (threadIdx.x < R) {
+      float total = 0;
+      for (int w = 0; w < threads / 32; w++) total += squared[w][threadIdx.x];
+      inverseRoot[threadIdx.x] = rsqrtf(total / a.in + a.epsilon);
+    }
+    __syncthreads();
+  }
+  WideFinish<__half, Gated, kOutputs, R>(a, first, partial, threads / 32, Norm ? inverseRoot : nullptr);
+}
+
+template <int kAhead, bool Gated, bool Norm>
+void LaunchBytePairsAhead(const QuantLinearArgs& a, dim3 block, cudaStream_t stream) {
+  std::atomic<bool>& dependent = LinearDependentLaunchFlag();
+  // 8 weight rows a block for one row, else 4 (gated: half as many outputs).
+  const int outputs = (a.rows == 1 ? 8 : 4) / (Gated ? 2 : 1);
+  const dim3 grid((a.out + outputs - 1) / outputs);
+  switch (a.rows) {
+    case 1: LaunchMaybeDependent(dependent, QuantBytePairsKernel<1, 8, kAhead, Gated, Norm>, grid, block, stream, a); break;
+    case 2: LaunchMaybeDependent(dependent, QuantBytePairsKernel<2, 4, kAhead, Gated, Norm>, grid, block, stream, a); break;
+    case 3: LaunchMaybeDependent(dependent, QuantBytePairsKernel<3, 4, kAhead, Gated, Norm>, grid, block, stream, a); break;
+    default: LaunchMaybeDependent(dependent, QuantBytePairsKernel<4, 4, kAhead, Gated, Norm>, grid, block, stream, a); break;
+  }
+}
+
+template <bool Gated, bool Norm>
+void LaunchBytePairs(const QuantLinearArgs& a, cudaStream_t stream) {
+  // A warp for each 32 chunks of 16 bytes of a row (K 2048: 4 warps; 4096 and more: 8), and 2 chunks of
+  // each row in flight a thread where some thread takes more than one.
+  const int chunks = a.in / 16;
+  const int threads = std::min(kNibbleMaxThreads, std::max(64, (chunks + 31) / 32 * 32));
+  if (chunks > threads) LaunchBytePairsAhead<2, Gated, Norm>(a, dim3(threads), stream);
+  else LaunchBytePairsAhead<1, Gated, Norm>(a, dim3(threads), stream);
+}
+
 template <typename T, bool Gated, int G>
 void LaunchWideGroups(const QuantLinearArgs& a, cudaStream_t stream) {
   const dim3 block(kWideThreads);
@@ -453,9 +598,9 @@ bool QuantWideRowsDevice(const QuantLinearArgs& a, void* stream, bool anyWidth) 
   auto s = static_cast<cudaStream_t>(stream);
   auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool aligned = aligned16(a.x) && aligned16(a.weight);
+  const bool normAligned = a.norm == nullptr || (aligned16(a.norm) && aligned16(a.residual) && aligned16(a.sum));
   if (a.bits == 4) {
     // float16, whole chunks of 32 values within blocks of at least 32.
-    const bool normAligned = a.norm == nullptr || (aligned16(a.norm) && aligned16(a.residual) && aligned16(a.sum));
     const bool fits = a.type == FloatType::kFloat16 && a.rows <= kQuantWideRows && a.blockSize >= 32 && a.in % 32 == 0 && aligned && normAligned;
     if (!fits) return false;
     if (a.norm != nullptr) {
@@ -465,7 +610,17 @@ bool QuantWideRowsDevice(const QuantLinearArgs& a, void* stream, bool anyWidth) 
     }
     return true;
   }
+  if (!a.bytesAsFloats && a.type == FloatType::kFloat16 && a.rows <= kQuantWideRows && a.blobBytes % 16 == 0 && a.in % 16 == 0 && aligned && normAligned) {
+    // float16 at 8 bits: the byte pairs' kernel, whatever K, gated or pre-normed.
+    if (a.norm != nullptr) {
+      a.gated ? LaunchBytePairs<true, true>(a, s) : LaunchBytePairs<false, true>(a, s);
+    } else {
+      a.gated ? LaunchBytePairs<true, false>(a, s) : LaunchBytePairs<false, false>(a, s);
+    }
+    return true;
+  }
   if (a.norm != nullptr) return false;  // QuantLinear's own pre-norm pass first
+  // bfloat16, and float16 where CHORUS_QUANT_BYTE_PAIRS=0, in the float32 wide kernel.
   // Measured on an H100 against the tensor-core GEMV (bench/gpu/quant/kernels.ts), us:
   // - one row: faster for K of 4096 and more (Llama-2-7B's down projection 18.7 against 23.3) and for
   //   K 2048 in two groups a block (TinyLlama's q/k/v/o 4.1 against 5.1; its gate/up 7.4 against 7.3);

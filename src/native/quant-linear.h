@@ -25,9 +25,10 @@
 // activation). With int8 activations each row of A is quantized per block of the weights first
 // (quant-linear-int8.cc).
 // On CUDA up to kQuantRowsKernelRows rows (decode steps) run as one kernel that reads each weight byte
-// once for all rows and dequantizes in registers: up to kQuantWideRows rows of float16 or bfloat16 with
-// 8-bit weights and K of 4096 or more, or of float16 with 4-bit weights (in float16 arithmetic), the wide
-// kernels (Linear's layout of work: 4 or 8 outputs a block, 16 bytes of each weight row a thread);
+// once for all rows and dequantizes in registers: up to kQuantWideRows rows of float16 (4 and 8 bits, in
+// float16 arithmetic; CHORUS_QUANT_BYTE_PAIRS=0, when a session is made: 8 bits as bfloat16's), or of
+// bfloat16 with 8-bit weights and K of 4096 or more, the wide kernels (Linear's layout of work: 4 or 8
+// outputs a block, 16 bytes of each weight row a thread);
 // otherwise in float16 (and 4-bit bfloat16) on tensor cores
 // (quant-mma.cu; K and block_size multiples of 32), else with float32 multiply-adds one warp an output
 // (CHORUS_QUANT_GEMV=wide|mma|plain names the first of them to try, when a session is made;
@@ -70,6 +71,7 @@ struct QuantLinearArgs {
   bool int8Activations;  // accuracy_level 4: int8 activations for 8-bit weights on the host
   bool int8Avx2;         // those on AVX2 even where the CPU has AVX-512 VNNI (CHORUS_QUANT_HOST=avx2)
   bool tileWarps8;       // the many-row tiles at 8 warps of one fragment (CHORUS_QUANT_TILE_WARPS=8)
+  bool bytesAsFloats;    // 8-bit float16 steps in float32 arithmetic, not float16 pairs (CHORUS_QUANT_BYTE_PAIRS=0)
   bool gated;            // y = activation(product of row o) * product of row out + o
   // A pre-norm (norm given), as LinearArgs': x is the stream's new delta, the product is taken of
   // RMSNorm(x + residual) * norm, and sum (where given) receives x + residual.
@@ -114,13 +116,14 @@ size_t QuantTileScratchBytes(const QuantLinearArgs& args, int splits);
 // Device: y of x for at most kQuantRowsKernelRows rows, on `stream`.
 void QuantRowsDevice(const QuantLinearArgs& args, void* stream);
 // Device: the same by the wide kernels (4 or 8 weight rows a block, as Linear's; at most kQuantWideRows
-// rows of x; 8 bits: float16 and bfloat16, K at least 4096 and a multiple of 16; 4 bits: float16, K a
-// multiple of 32, block_size at least 32); false, running nothing, where they do not take the product.
-// They alone take gated args (the other kernels run the two products ungated into scratch rows, then
-// Linear's GatedDevice); of args with a pre-norm, the 4-bit one alone takes them (the others need
-// Linear's pre-norm pass first).
+// rows of x; 8 bits: float16 of K a multiple of 16, and bfloat16 of K at least 4096 and a multiple of
+// 16; 4 bits: float16, K a multiple of 32, block_size at least 32); false, running nothing, where they
+// do not take the product. They alone take gated args (the other kernels run the two products ungated
+// into scratch rows, then Linear's GatedDevice); of args with a pre-norm, the float16 ones alone take
+// them (the others need Linear's pre-norm pass first).
 constexpr int kQuantWideRows = 4;
-// Where the wide kernel takes 8-bit weights by default (the tensor-core GEMV the others): one row of K
+// Where the wide kernel of float32 arithmetic takes 8-bit weights (bfloat16, and float16 where
+// args.bytesAsFloats) by default (the tensor-core GEMV the others): one row of K
 // from half of kWideLeastIn; 2 to 4 rows gated from kWideLeastIn, ungated of K 2048 (`anyWidth`: whatever
 // K and rows, for CHORUS_QUANT_GEMV=wide).
 constexpr int kWideLeastIn = 4096;

@@ -154,17 +154,17 @@ describe('a gated QuantLinear (a gated MLP\'s gate and up projections in one)', 
     });
   }
 
-  // Up to 4 rows the wide kernels take the gate in their epilogue (float16: 4 bits, and 8 bits of K
-  // 4096), and from 9 to 128 rows the register tiles (K a multiple of 16); other rows run both products
-  // into scratch rows, then Linear's gated pass. Either way the
+  // Up to 4 rows the wide kernels take the gate in their epilogue (float16, 4 and 8 bits), and from 9 to
+  // 128 rows the register tiles (K a multiple of 16); other rows run both products into scratch rows,
+  // then Linear's gated pass. Either way the
   // gated output is what the ungated products on the device give through the gate (each product is
   // within float16's 4e-3 of the CPU's: the parity bench checks that; the gate multiplies its error by
-  // the up projection's value, so the two are not compared after it). Ungated 8-bit products of 2 to 4
-  // rows go to the tensor-core GEMV by default: here they are asked of the wide kernel
-  // (CHORUS_QUANT_GEMV=wide), which sums as the gated one does.
+  // the up projection's value, so the two are not compared after it). Up to 4 rows the ungated products
+  // are asked of the wide kernel (CHORUS_QUANT_GEMV=wide), which sums as the gated one does (8-bit ones
+  // of 2 to 4 rows go to the tensor-core GEMV by default where CHORUS_QUANT_BYTE_PAIRS=0).
   test('on CUDA: the wide kernels, the tensor-core tiles and the prefill\'s GEMM give the gate of their own products', { skip: cuda ? false : 'no CUDA device' }, () => {
-    // The last: a width that is not a multiple of a block's outputs, and more chunks of K than threads.
-    for (const [bits, K, blockSize, N] of [[4, 512, 128, 96], [8, 4096, 128, 96], [4, 8224, 32, 26]] as const) {
+    // The last two: a width that is not a multiple of a block's outputs, and more chunks of K than threads.
+    for (const [bits, K, blockSize, N] of [[4, 512, 128, 96], [8, 512, 128, 96], [8, 4096, 128, 96], [4, 8224, 32, 26], [8, 8224, 32, 26]] as const) {
       for (const M of [1, 3, 4, 8, 16, 64, 100, 200]) {
         const c: Case = { M, K, N, bits, blockSize, zeroPoints: true, type: 'float16' };
         const { x, q } = inputs(c);
@@ -188,7 +188,7 @@ describe('a gated QuantLinear (a gated MLP\'s gate and up projections in one)', 
   });
 });
 
-/** A 4-bit QuantLinear with a pre-norm (residual and norm weights; y and the sum out), and the same without it. */
+/** A QuantLinear with a pre-norm (residual and norm weights; y and the sum out), and the same without it. */
 function preNormModels(c: Case, q: Quantized, norm: Float32Array, gated = false): { normed: string; plain: string } {
   const type = c.type ?? 'float32';
   const path = (withNorm: boolean): string => {
@@ -222,9 +222,9 @@ describe('QuantLinear with a pre-norm (a residual norm folded into it)', { skip 
   ];
   const run = (path: string, c: Case, provider: 'cpu' | 'cuda', x: Float32Array, residual?: Float32Array): Float32Array[] =>
     addon!.runGraph({ model: path, provider, dtype: 'fp16', ...(provider === 'cuda' ? { cudaGraph: true, iterations: 1 } : {}) }, tensors(c, x, residual)).outputs.map((o) => decodeRaw(o.data, 'F16'));
-  const setup = (M: number, K: number, gated = false, blockSize = 128) => {
-    const c: Case = { M, K, N: 72, bits: 4, blockSize, zeroPoints: true, type };
-    const q = quantize(seeded(c.N * c.K, 7, 0.2), c.N, c.K, 4, blockSize, true, type);
+  const setup = (M: number, K: number, gated = false, blockSize = 128, bits: 4 | 8 = 4) => {
+    const c: Case = { M, K, N: 72, bits, blockSize, zeroPoints: true, type };
+    const q = quantize(seeded(c.N * c.K, 7, 0.2), c.N, c.K, bits, blockSize, true, type);
     const norm = roundTo(seeded(K, 13, 0.5).map((v) => 1 + v), type);
     const x = roundTo(seeded(M * K, 3 + M, 2), type);
     const residual = roundTo(seeded(M * K, 5 + M, 2), type);
@@ -246,28 +246,32 @@ describe('QuantLinear with a pre-norm (a residual norm folded into it)', { skip 
     assertClose(y!, run(plain, c, 'cpu', rows)[0]!, 2e-3, 'y against the plain product of the normed rows');
   });
 
-  // Up to 4 rows the 4-bit kernel takes the norm in itself (scaling its sums by the inverse root, the
-  // normed row not rounded on its way); more rows take the pre-norm pass first.
+  // Up to 4 rows the float16 kernels (4 and 8 bits) take the norm in themselves (scaling their sums by
+  // the inverse root, the normed row not rounded on its way); more rows take the pre-norm pass first.
   test('on CUDA, against the CPU, in the kernel (1-4 rows) and as a pass of its own (8, 64 rows)', { skip: cuda ? false : 'no CUDA device' }, () => {
-    for (const M of [1, 3, 4, 8, 64]) {
-      const { c, x, residual, normed } = setup(M, 512);
-      const [y, sum] = run(normed, c, 'cuda', x, residual);
-      const [wantY, wantSum] = run(normed, c, 'cpu', x, residual);
-      assert.deepEqual([...sum!], [...wantSum!], `${M} rows: the sum`);
-      assertClose(y!, wantY!, 8e-3, `${M} rows: y`);
+    for (const bits of [4, 8] as const) {
+      for (const M of [1, 3, 4, 8, 64]) {
+        const { c, x, residual, normed } = setup(M, 512, false, 128, bits);
+        const [y, sum] = run(normed, c, 'cuda', x, residual);
+        const [wantY, wantSum] = run(normed, c, 'cpu', x, residual);
+        assert.deepEqual([...sum!], [...wantSum!], `int${bits}, ${M} rows: the sum`);
+        assertClose(y!, wantY!, 8e-3, `int${bits}, ${M} rows: y`);
+      }
     }
   });
 
   // Gated and pre-normed at once (a gated MLP after its norm), K of more chunks than a block's
   // threads: against the same pre-normed rows through the ungated operator on the device, gated here.
   test('on CUDA, gated with a pre-norm: the gate of the pre-normed products, and the sum', { skip: cuda ? false : 'no CUDA device' }, () => {
-    for (const M of [1, 3, 8]) {
-      const gated = setup(M, 8224, true, 32);
-      const ungated = setup(M, 8224, false, 32);
-      const [y, sum] = run(gated.normed, gated.c, 'cuda', gated.x, gated.residual);
-      const [products, wantSum] = run(ungated.normed, ungated.c, 'cuda', ungated.x, ungated.residual);
-      assert.deepEqual([...sum!], [...wantSum!], `${M} rows: the sum`);
-      assertClose(y!, gateOf(products!, M, gated.c.N, type), 2e-3, `${M} rows: y`);
+    for (const bits of [4, 8] as const) {
+      for (const M of [1, 3, 8]) {
+        const gated = setup(M, 8224, true, 32, bits);
+        const ungated = setup(M, 8224, false, 32, bits);
+        const [y, sum] = run(gated.normed, gated.c, 'cuda', gated.x, gated.residual);
+        const [products, wantSum] = run(ungated.normed, ungated.c, 'cuda', ungated.x, ungated.residual);
+        assert.deepEqual([...sum!], [...wantSum!], `int${bits}, ${M} rows: the sum`);
+        assertClose(y!, gateOf(products!, M, gated.c.N, type), 2e-3, `int${bits}, ${M} rows: y`);
+      }
     }
   });
 });
@@ -355,6 +359,7 @@ describe('QuantLinear on the CPU', { skip }, () => {
       ['CHORUS_QUANT_GEMV', 'fast', /CHORUS_QUANT_GEMV must be plain, mma or wide, not fast/],
       ['CHORUS_QUANT_TILES', 'tensor', /CHORUS_QUANT_TILES must be mma or wmma, not tensor/],
       ['CHORUS_QUANT_TILE_WARPS', '6', /CHORUS_QUANT_TILE_WARPS must be 4 or 8, not 6/],
+      ['CHORUS_QUANT_BYTE_PAIRS', 'no', /CHORUS_QUANT_BYTE_PAIRS must be 0 or 1, not no/],
     ] as const) {
       process.env[name] = value;
       try {
@@ -365,10 +370,12 @@ describe('QuantLinear on the CPU', { skip }, () => {
     }
     // The same knobs at their known values run.
     process.env.CHORUS_QUANT_TILE_WARPS = '8';
+    process.env.CHORUS_QUANT_BYTE_PAIRS = '0';
     try {
       assert.equal(runAddon(path, x, c).length, c.M * c.N);
     } finally {
       delete process.env.CHORUS_QUANT_TILE_WARPS;
+      delete process.env.CHORUS_QUANT_BYTE_PAIRS;
     }
   });
 });

@@ -3,9 +3,11 @@
  * provider), with fp16 MatMul and the addon's Linear beside them, at M = 1, 8, 16, 64 and 128 rows for the
  * projection shapes of TinyLlama and Llama-2-7B, 4 and 8 bits (blocks of 128, no zero points);
  * QuantLinear's decode kernels side by side: its default (the wide kernel up to 4 rows), "QL mma" the
- * tensor-core GEMV and "QL plain" the float32 one (CHORUS_QUANT_GEMV=mma, plain); past 8 rows "QL wmma" the
- * tiles of weights dequantized in shared memory (CHORUS_QUANT_TILES=wmma) and the register tiles at 8
- * warps a block (CHORUS_QUANT_TILE_WARPS=8; default 4). Each
+ * tensor-core GEMV and "QL plain" the float32 one (CHORUS_QUANT_GEMV=mma, plain), "int8 QL floats" the
+ * 8-bit wide kernel in float32 arithmetic rather than float16 pairs (CHORUS_QUANT_BYTE_PAIRS=0; at the
+ * rows of QUANT_ROWS up to 4); past 8 rows "QL wmma" the tiles of weights dequantized in shared memory
+ * (CHORUS_QUANT_TILES=wmma) and the register tiles at 8 warps a block (CHORUS_QUANT_TILE_WARPS=8;
+ * default 4). Each
  * timing is a CUDA graph of `copies` projections (weights of their own, 128 MB or more in all, so
  * they come from memory and not L2) replayed `QUANT_ITERATIONS` times; a projection's time is the
  * replay's over the copies. Effective bandwidth: its weights, scales, x and y over that time, and
@@ -53,6 +55,8 @@ const ALL_VARIANTS: Variant[] = [
   { name: 'int4 QuantLinear', op: 'QuantLinear', bits: 4 },
   { name: 'int8 QL mma', op: 'QuantLinear', bits: 8, gemv: 'mma' },
   { name: 'int8 QL wide', op: 'QuantLinear', bits: 8, gemv: 'wide' },
+  // Up to 4 rows: 8-bit weights in the wide kernel's float32 arithmetic rather than float16 pairs.
+  { name: 'int8 QL floats', op: 'QuantLinear', bits: 8, env: { CHORUS_QUANT_BYTE_PAIRS: '0' }, rows: [1, 2, 3, 4] },
   { name: 'int4 QL mma', op: 'QuantLinear', bits: 4, gemv: 'mma' },
   { name: 'int8 QL plain', op: 'QuantLinear', bits: 8, gemv: 'plain' },
   { name: 'int4 QL plain', op: 'QuantLinear', bits: 4, gemv: 'plain' },

@@ -56,8 +56,11 @@ export function parity(addon: NativeAddon, dir: string, deadline: number): Parit
           const path = join(dir, `parity-${type}-${bits}-${zeroPoints}-${K}.onnx`);
           writeFileSync(path, g.serialize().model);
           // 16-bit steps of up to 8 rows run in the wide kernel (up to 4; CHORUS_QUANT_GEMV=wide: whatever K,
-          // in groups of rows where K is short), on tensor cores (mma) or as float32's do (plain).
-          const gemvs = (M: number): string[] => (M <= 4 ? ['', 'wide', 'mma', 'plain'] : ['', 'mma', 'plain']);
+          // in groups of rows where K is short), on tensor cores (mma) or as float32's do (plain); float16's
+          // 8-bit steps also in the wide kernel's float32 arithmetic rather than float16 pairs (floats:
+          // CHORUS_QUANT_GEMV=wide, CHORUS_QUANT_BYTE_PAIRS=0).
+          const floats = type === 'float16' && bits === 8 ? ['floats'] : [];
+          const gemvs = (M: number): string[] => (M <= 4 ? ['', 'wide', ...floats, 'mma', 'plain'] : ['', 'mma', 'plain']);
           const cases = [1, 3, 4, 8, 9, 32, 33, 64, 100, 130].flatMap((M) => (type !== 'float32' && M <= 8 ? gemvs(M).map((gemv) => [M, gemv]) : [[M, '']]) as Array<[number, string]>);
           for (const [M, gemv] of cases) {
             if (Date.now() > deadline) return results;
@@ -69,12 +72,14 @@ export function parity(addon: NativeAddon, dir: string, deadline: number): Parit
               const run = (provider: 'cpu' | 'cuda'): Float32Array =>
                 decodeRaw(addon.runGraph({ model: path, provider, dtype: DTYPE[type], cudaGraph: provider === 'cuda', iterations: provider === 'cuda' ? 1 : 0 }, inputs).outputs[0]!.data, RAW[type]);
               const want = run('cpu');
-              process.env.CHORUS_QUANT_GEMV = gemv;
+              process.env.CHORUS_QUANT_GEMV = gemv === 'floats' ? 'wide' : gemv;
+              if (gemv === 'floats') process.env.CHORUS_QUANT_BYTE_PAIRS = '0';
               let got: Float32Array;
               try {
                 got = run('cuda');
               } finally {
                 delete process.env.CHORUS_QUANT_GEMV;
+                delete process.env.CHORUS_QUANT_BYTE_PAIRS;
               }
               let worst = 0;
               for (let i = 0; i < want.length; i++) {
