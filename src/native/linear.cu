@@ -12,10 +12,12 @@
 #include <optional>
 #include <tuple>
 #include <type_traits>
+#include <climits>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
+#include "cuda-check.h"
 #include "device.cuh"
 #include "linear.h"
 
@@ -97,8 +99,9 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 // Pre-normed single rows keep the plain kernel's 3 blocks a multiprocessor (at most 80 registers):
 // with 2, TinyLlama's gated MLP (2,816 blocks) took half as many waves again.
 // O outputs a block (gated: O / 2, their gate and up rows), A reads of each row in flight.
-template <typename T, int R, bool Norm, int O = kOutputs, int A = kAhead>
-__global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKernel(LinearArgs a) {
+// B: the blocks a multiprocessor is to fit (registers a thread at most 65536 / (256 B)).
+template <typename T, int R, bool Norm, int O = kOutputs, int A = kAhead, int B = Norm && R == 1 ? 3 : 2>
+__global__ void __launch_bounds__(kThreads, B) LinearRowsKernel(LinearArgs a) {
   const bool gated = a.gated;
   const int first = blockIdx.x * (gated ? O / 2 : O);
   const T* x = static_cast<const T*>(a.x);
@@ -332,29 +335,42 @@ std::atomic<bool> dependentLaunch{[] {
   return value == nullptr || std::string(value) != "0";
 }()};
 
-// Pre-normed single rows take 8 outputs a block, one read of each row in flight: the x side of the
-// product (x, residual and norm weight, three reads and the sum of squares) is then done once for 8
-// weight rows rather than 4, in half as many blocks, with as many bytes in flight.
-constexpr int kNormOutputs = 8;
-
-// CHORUS_LINEAR_NORM_OUTPUTS=4: pre-normed single rows as 4 outputs a block too (to compare).
-const bool normOutputs4 = [] {
-  const char* value = std::getenv("CHORUS_LINEAR_NORM_OUTPUTS");
-  return value != nullptr && std::string(value) == "4";
-}();
-
-template <typename T, int R, bool Norm, int O, int A>
+template <typename T, int R, bool Norm, int O, int A, int B = Norm && R == 1 ? 3 : 2>
 void LaunchRowsOf(const LinearArgs& a, cudaStream_t stream) {
   const int perBlock = a.gated ? O / 2 : O;
   const dim3 grid((a.out + perBlock - 1) / perBlock);
-  LaunchMaybeDependent(dependentLaunch, LinearRowsKernel<T, R, Norm, O, A>, grid, dim3(kThreads), stream, a);
+  LaunchMaybeDependent(dependentLaunch, LinearRowsKernel<T, R, Norm, O, A, B>, grid, dim3(kThreads), stream, a);
+}
+
+// A single row of a 16-bit type: 4 outputs a block, 2 reads of each weight row in flight, 2 blocks a
+// multiprocessor; pre-normed, 8 outputs (the x side of the product, x, residual and norm weight and the
+// sum of squares, once for 8 weight rows), one read, 3 blocks. Float32 rows the same.
+// CHORUS_LINEAR_LAYOUT=n (SetLinearRowsLayout, for the benchmarks): another layout of a 16-bit single
+// row, outputs / reads in flight / blocks: 1: 4 / 1 / 4, 2: 8 / 2 / 2, 3: 4 / 2 / 3, 4: 2 / 2 / 4, 5:
+// 16 / 1 / 2. Measured on an H100 one kernel alone (bench/gpu/gemv, GEMV_PARTS=layouts), layout 1 took
+// 0.4-1.2 us from TinyLlama's products (its down projection 8.44 us against 9.64), but in the model its
+// decode step was no faster (1.011 ms against 1.008, bench/gpu/llama/ab.sh), so the default stays.
+std::atomic<int> rowsLayout{[] {
+  const char* value = std::getenv("CHORUS_LINEAR_LAYOUT");
+  return value == nullptr ? 0 : std::atoi(value);
+}()};
+
+template <typename T, bool Norm>
+void LaunchRowLayout(const LinearArgs& a, cudaStream_t stream) {
+  switch (rowsLayout.load(std::memory_order_relaxed)) {
+    case 1: return LaunchRowsOf<T, 1, Norm, 4, 1, 4>(a, stream);
+    case 2: return LaunchRowsOf<T, 1, Norm, 8, 2, 2>(a, stream);
+    case 3: return LaunchRowsOf<T, 1, Norm, 4, 2, 3>(a, stream);
+    case 4: return LaunchRowsOf<T, 1, Norm, 2, 2, 4>(a, stream);
+    case 5: return LaunchRowsOf<T, 1, Norm, 16, 1, 2>(a, stream);
+    default: return Norm ? LaunchRowsOf<T, 1, Norm, 8, 1, 3>(a, stream) : LaunchRowsOf<T, 1, Norm, kOutputs, kAhead, 2>(a, stream);
+  }
 }
 
 template <typename T, int R, bool Norm>
 void LaunchRowsKernel(const LinearArgs& a, cudaStream_t stream) {
-  if constexpr (Norm && R == 1) {
-    if (!normOutputs4) return LaunchRowsOf<T, R, Norm, kNormOutputs, 1>(a, stream);
-  }
+  if constexpr (R == 1 && !std::is_same<T, float>::value) return LaunchRowLayout<T, Norm>(a, stream);
+  if constexpr (Norm && R == 1) return LaunchRowsOf<T, R, Norm, 8, 1>(a, stream);
   LaunchRowsOf<T, R, Norm, kOutputs, kAhead>(a, stream);
 }
 
@@ -515,7 +531,99 @@ struct LtProduct {
   }
 };
 
+// CHORUS_LT_TUNE: which products' algorithm is chosen by timing cuBLASLt's candidates on the product's
+// own operands, once per shape, at its first run outside a graph capture (the heuristic's first pick
+// otherwise): by default those of up to kLtTuneRows rows (decode steps of many rows, short prefills);
+// `all` every product, `0` none. SetLinearLtTune sets it for the benchmarks. Measured on an H100 one
+// product alone (bench/gpu/gemv, GEMV_PARTS=tune): Llama-2-7B's gate and up projections at 64 rows
+// 68.4 us against the heuristic's 72.2, its LM head at 128 rows 97.8 against 105.7, most others within
+// 1%; in the model (bench/gpu/llama/ab.sh) TinyLlama's batch 64 ran at 33,937 tokens/s against 33,197
+// (decode step 1.59 ms against 1.64) and its 128-token prompt's first token came 3.05 ms after
+// submission against 4.12.
+constexpr int kLtTuneRows = 256;
+std::atomic<int> ltTune{[] {
+  const char* value = std::getenv("CHORUS_LT_TUNE");
+  if (value == nullptr) return kLtTuneRows;
+  if (std::string(value) == "all") return INT32_MAX;
+  return std::string(value) == "0" ? 0 : kLtTuneRows;
+}()};
+
+bool LtTunes(int rows) { return rows <= ltTune.load(std::memory_order_relaxed); }
+
+// The candidates cuBLASLt's heuristic offers for a product (at most kLtCandidates), each run once to
+// warm, then kLtTimings times with L2 emptied before each (a scratch of twice its size written over:
+// a decode step meets its weights in memory, and a product small enough to stay in L2 would otherwise
+// time the candidates that favour it), the fastest in sum kept for the key. Where the stream is being
+// captured the heuristic's pick is used for this run, and the timing waits for a run outside one.
+constexpr int kLtCandidates = 8;
+constexpr int kLtTimings = 3;
+
+template <typename Run>
+LtAlgo TunedLtAlgo(const Lt& lt, void* handle, void* desc, void* const (&layouts)[3], const LtKey& key, const LtAlgo& heuristic, size_t workspaceBytes, cudaStream_t stream, const Run& run) {
+  static std::mutex lock;
+  static std::map<std::pair<LtKey, int>, LtAlgo> tuned;
+  const std::pair<LtKey, int> at{key, ltTune.load(std::memory_order_relaxed)};
+  {
+    std::lock_guard<std::mutex> held(lock);
+    auto found = tuned.find(at);
+    if (found != tuned.end()) return found->second;
+  }
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone) return heuristic;
+  void* preference = nullptr;
+  LtCheck(lt.preferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+  const uint64_t most = workspaceBytes;
+  LtHeuristic candidates[kLtCandidates];
+  int returned = 0;
+  int status = lt.preferenceSet(preference, kLtMaxWorkspace, &most, sizeof(most));
+  if (status == 0) status = lt.heuristic(handle, desc, layouts[0], layouts[1], layouts[2], layouts[2], preference, kLtCandidates, candidates, &returned);
+  lt.preferenceDestroy(preference);
+  LtAlgo best = heuristic;
+  if (status == 0 && returned > 1) {
+    int device = 0;
+    int l2 = 0;
+    CheckCuda(cudaGetDevice(&device), "cudaGetDevice");
+    CheckCuda(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute");
+    const size_t scratchBytes = 2 * static_cast<size_t>(std::max(l2, 1 << 20));
+    void* scratch = nullptr;
+    CheckCuda(cudaMalloc(&scratch, scratchBytes), "cudaMalloc (the L2's scratch for timing cuBLASLt's candidates)");
+    cudaEvent_t start, stop;
+    CheckCuda(cudaEventCreate(&start), "cudaEventCreate");
+    CheckCuda(cudaEventCreate(&stop), "cudaEventCreate");
+    float fastest = 0;
+    bool any = false;
+    for (int i = 0; i < returned; i++) {
+      if (candidates[i].state != 0 || candidates[i].workspaceSize > workspaceBytes) continue;
+      if (run(candidates[i].algo) != 0) continue;  // an algorithm that refuses these operands is passed over
+      float total = 0;
+      for (int t = 0; t < kLtTimings; t++) {
+        CheckCuda(cudaMemsetAsync(scratch, t, scratchBytes, stream), "cudaMemsetAsync");
+        CheckCuda(cudaEventRecord(start, stream), "cudaEventRecord");
+        LtCheck(run(candidates[i].algo), "cublasLtMatmul");
+        CheckCuda(cudaEventRecord(stop, stream), "cudaEventRecord");
+        CheckCuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
+        float ms = 0;
+        CheckCuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+        total += ms;
+      }
+      if (!any || total < fastest) {
+        fastest = total;
+        best = candidates[i].algo;
+        any = true;
+      }
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    CheckCuda(cudaFree(scratch), "cudaFree");
+  }
+  std::lock_guard<std::mutex> held(lock);
+  tuned.emplace(at, best);
+  return best;
+}
+
 }  // namespace
+
+void SetLinearLtTune(int rows) { ltTune.store(rows); }
 
 bool LinearLtDevice(const LinearArgs& a, int first, int count, void* y, int ldy, bool withBias, void* workspace, size_t workspaceBytes, void* stream) {
   const Lt* lt = FindLt();
@@ -573,13 +681,17 @@ bool LinearLtDevice(const LinearArgs& a, int first, int count, void* y, int ldy,
   if (product.desc == nullptr) describe();
   const float one = 1;
   const float zero = 0;
-  LtCheck(lt->matmul(handle, product.desc, &one, weight, product.layouts[0], a.x, product.layouts[1], &zero, y, product.layouts[2], y, product.layouts[2], &pick.algo, workspace,
-                     workspaceBytes, static_cast<cudaStream_t>(stream)),
-          "cublasLtMatmul");
+  const auto run = [&](const LtAlgo& algo) {
+    return lt->matmul(handle, product.desc, &one, weight, product.layouts[0], a.x, product.layouts[1], &zero, y, product.layouts[2], y, product.layouts[2], &algo, workspace,
+                      workspaceBytes, static_cast<cudaStream_t>(stream));
+  };
+  if (LtTunes(a.rows)) pick.algo = TunedLtAlgo(*lt, handle, product.desc, product.layouts, key, pick.algo, workspaceBytes, static_cast<cudaStream_t>(stream), run);
+  LtCheck(run(pick.algo), "cublasLtMatmul");
   return true;
 }
 
 void SetLinearDependentLaunch(bool on) { dependentLaunch.store(on); }
+void SetLinearRowsLayout(int layout) { rowsLayout.store(layout); }
 std::atomic<bool>& LinearDependentLaunchFlag() { return dependentLaunch; }
 bool LinearDependentLaunch() { return dependentLaunch.load(); }
 

@@ -15,7 +15,8 @@
 // rounds it; the activation is taken of that rounded value in float32 and rounded again.
 // On CUDA a step of up to 8 rows (the decode steps of small batches) runs as one kernel of our own that
 // reads each weight row once for all of them, bias and activation in its epilogue; more rows (prefills,
-// large batches) run as a cuBLASLt GEMM with the bias (and a ReLU) in its epilogue, then any other
+// large batches) run as a cuBLASLt GEMM with the bias (and a ReLU) in its epilogue (up to 256 rows, the
+// fastest of cuBLASLt's candidates timed once per shape; CHORUS_LT_TUNE, linear.cu), then any other
 // activation in one pass; where cuBLASLt does not load or has no algorithm for the product, as a GEMM on
 // ONNX Runtime's own cuBLAS handle, then bias and activation in one pass (the GEMM's output rounded first).
 #pragma once
@@ -119,6 +120,9 @@ bool LinearRowsFusesNorm(const LinearArgs& args);
 // Device: PreNormHost's pass on `stream` (for the products cuBLAS takes), one block a row.
 void PreNormDevice(const LinearArgs& args, void* normed, void* stream);
 void SetLinearDependentLaunch(bool on);
+// A float16 single row's kernel layout, 0 the default (CHORUS_LINEAR_LAYOUT; linear.cu lists them), to
+// compare them in one process.
+void SetLinearRowsLayout(int layout);
 bool LinearDependentLaunch();
 // The switch itself, for the other decode kernels that go out as dependent launches (QuantLinear's).
 std::atomic<bool>& LinearDependentLaunchFlag();
@@ -136,6 +140,9 @@ void LinearGemmDevice(const LinearArgs& args, void* handle, int first, int count
 // `stream`, using up to workspaceBytes of `workspace`. Other activations are left to BiasActivateDevice.
 // Returns false, running nothing, where cuBLASLt has no algorithm for the product (or did not load);
 // with a null workspace (and workspaceBytes > 0) it only says whether it has one.
+// The products of up to `rows` rows whose cuBLASLt algorithm is chosen by timing (CHORUS_LT_TUNE; 0:
+// none), to compare in one process.
+void SetLinearLtTune(int rows);
 bool LinearLtDevice(const LinearArgs& args, int first, int count, void* y, int ldy, bool withBias, void* workspace, size_t workspaceBytes, void* stream);
 #endif
 

@@ -117,6 +117,165 @@ double Difference(const __half* a, const __half* b, size_t n) {
   return scale > 0 ? most / scale : most;
 }
 
+// Weights of `bytes` filled on the device, copied until the copies together exceed kRotationBytes.
+std::vector<__half*> WeightCopies(size_t bytes, int in, cudaStream_t stream) {
+  const int copies = static_cast<int>(std::max<size_t>(2, (kRotationBytes + bytes - 1) / bytes));
+  std::vector<__half*> weights(copies);
+  for (int c = 0; c < copies; c++) {
+    Check(cudaMalloc(&weights[c], bytes), "cudaMalloc");
+    Fill<<<1024, 256, 0, stream>>>(weights[c], bytes / sizeof(__half), 17u + c, 2.0f / std::sqrt(static_cast<float>(in)));
+  }
+  return weights;
+}
+
+// One row's products in each of the float16 kernel's layouts (chorus::SetLinearRowsLayout; 0 the
+// default), pre-normed where the slot decoder pre-norms them (q/k/v, the gated MLP and the LM head after
+// the final norm), at the widths of the 1-2B models; each layout's output compared with layout 0's.
+void RunLayouts(cudaStream_t stream, FILE* json, bool& firstRow) {
+  struct LayoutShape {
+    const char* model;
+    const char* product;
+    int out, in;
+    bool gated, norm;
+  };
+  const LayoutShape shapes[] = {
+      {"tinyllama-1.1b", "qkv", 2560, 2048, false, true},     {"tinyllama-1.1b", "o", 2048, 2048, false, false},      {"tinyllama-1.1b", "gate+up gated", 5632, 2048, true, true},
+      {"tinyllama-1.1b", "down", 2048, 5632, false, false},   {"tinyllama-1.1b", "lm_head", 32000, 2048, false, true},  {"llama-3.2-1b", "qkv", 3072, 2048, false, true},
+      {"llama-3.2-1b", "gate+up gated", 8192, 2048, true, true}, {"llama-3.2-1b", "down", 2048, 8192, false, false},  {"qwen3-1.7b", "qkv", 4096, 2048, false, true},
+      {"qwen3-1.7b", "gate+up gated", 6144, 2048, true, true}, {"qwen3-1.7b", "down", 2048, 6144, false, false},     {"qwen3-1.7b", "lm_head", 151936, 2048, false, true},
+      {"gemma-2-2b", "qkv", 4096, 2304, false, true},         {"gemma-2-2b", "o", 2304, 2048, false, false},          {"gemma-2-2b", "gate+up gated", 9216, 2304, true, true},
+      {"gemma-2-2b", "down", 2304, 9216, false, false},
+  };
+  constexpr int kLayouts = 6;
+  std::printf("\none row, float16, each layout of the kernel (chorus::SetLinearRowsLayout): us a launch (%% of 3.35 TB/s)\n%-15s %-13s %6s %5s %4s", "model", "product", "out", "in", "norm");
+  for (int l = 0; l < kLayouts; l++) std::printf(" | layout %d     ", l);
+  std::printf("\n");
+  for (const LayoutShape& shape : shapes) {
+    const int weightRows = shape.gated ? 2 * shape.out : shape.out;
+    const size_t weightBytes = static_cast<size_t>(weightRows) * shape.in * sizeof(__half);
+    std::vector<__half*> weights = WeightCopies(weightBytes, shape.in, stream);
+    const int copies = static_cast<int>(weights.size());
+    __half *x, *residual, *norm, *sum, *y, *first;
+    Check(cudaMalloc(&x, shape.in * sizeof(__half)), "cudaMalloc");
+    Check(cudaMalloc(&residual, shape.in * sizeof(__half)), "cudaMalloc");
+    Check(cudaMalloc(&norm, shape.in * sizeof(__half)), "cudaMalloc");
+    Check(cudaMalloc(&sum, shape.in * sizeof(__half)), "cudaMalloc");
+    Check(cudaMalloc(&y, shape.out * sizeof(__half)), "cudaMalloc");
+    Check(cudaMalloc(&first, shape.out * sizeof(__half)), "cudaMalloc");
+    Fill<<<64, 256, 0, stream>>>(x, shape.in, 99u, 2.0f);
+    Fill<<<64, 256, 0, stream>>>(residual, shape.in, 98u, 2.0f);
+    Fill<<<64, 256, 0, stream>>>(norm, shape.in, 97u, 0.5f);
+    auto args = [&](int copy) {
+      chorus::LinearArgs a{};
+      a.x = x;
+      a.weight = weights[copy];
+      a.y = y;
+      a.rows = 1;
+      a.in = shape.in;
+      a.out = shape.out;
+      a.activation = shape.gated ? chorus::Activation::kSilu : chorus::Activation::kNone;
+      a.type = chorus::FloatType::kFloat16;
+      a.gated = shape.gated;
+      if (shape.norm) {
+        a.residual = residual;
+        a.norm = norm;
+        a.sum = sum;
+        a.epsilon = 1e-5f;
+      }
+      return a;
+    };
+    const double bytes = static_cast<double>(weightBytes) + (shape.in * (shape.norm ? 4 : 1) + shape.out) * sizeof(__half);
+    std::printf("%-15s %-13s %6d %5d %4s", shape.model, shape.product, shape.out, shape.in, shape.norm ? "yes" : "no");
+    std::fprintf(json, "%s  {\"part\": \"layouts\", \"model\": \"%s\", \"product\": \"%s\", \"out\": %d, \"in\": %d, \"rows\": 1, \"norm\": %s, \"layouts\": [", firstRow ? "" : ",\n", shape.model,
+                 shape.product, shape.out, shape.in, shape.norm ? "true" : "false");
+    firstRow = false;
+    for (int l = 0; l < kLayouts; l++) {
+      chorus::SetLinearRowsLayout(l);
+      chorus::LinearRowsDevice(args(0), stream);
+      Check(cudaStreamSynchronize(stream), "addon Linear");
+      if (l == 0) Check(cudaMemcpy(first, y, shape.out * sizeof(__half), cudaMemcpyDeviceToDevice), "cudaMemcpy");
+      const double diff = l == 0 ? 0 : Difference(y, first, shape.out);
+      const double us = TimeLaunches(stream, copies, [&](int c) { chorus::LinearRowsDevice(args(c), stream); });
+      const double share = bytes / (us * 1e-6) / kPeakBytesPerSecond;
+      std::printf(" | %6.2f (%3.0f%%)", us, 100 * share);
+      std::fprintf(json, "%s{\"layout\": %d, \"us\": %.3f, \"of_peak\": %.3f, \"relative_difference\": %.3e}", l == 0 ? "" : ", ", l, us, share, diff);
+    }
+    chorus::SetLinearRowsLayout(0);
+    std::printf("\n");
+    std::fflush(stdout);
+    std::fprintf(json, "]}");
+    for (void* p : {static_cast<void*>(x), static_cast<void*>(residual), static_cast<void*>(norm), static_cast<void*>(sum), static_cast<void*>(y), static_cast<void*>(first)}) cudaFree(p);
+    for (__half* w : weights) cudaFree(w);
+  }
+}
+
+// cuBLASLt at the decode steps of many rows: the heuristic's first pick against the fastest of its
+// candidates timed on the product (chorus::SetLinearLtTune, what CHORUS_LT_TUNE sets in the engine).
+void RunTuning(cudaStream_t stream, void* workspace, size_t workspaceBytes, FILE* json, bool& firstRow) {
+  struct TuneShape {
+    const char* model;
+    const char* product;
+    int out, in;
+  };
+  const TuneShape shapes[] = {
+      {"llama-2-7b", "qkv", 12288, 4096},  {"llama-2-7b", "o", 4096, 4096},        {"llama-2-7b", "gate+up", 22016, 4096}, {"llama-2-7b", "down", 4096, 11008},
+      {"llama-2-7b", "lm_head", 32000, 4096}, {"tinyllama-1.1b", "qkv", 2560, 2048}, {"tinyllama-1.1b", "o", 2048, 2048},   {"tinyllama-1.1b", "gate+up", 11264, 2048},
+      {"tinyllama-1.1b", "down", 2048, 5632},
+  };
+  const int rowCounts[] = {16, 32, 64, 128};
+  std::printf("\ncuBLASLt, float16: the heuristic's pick against the fastest of its candidates, us a launch (%% of 3.35 TB/s)\n%-15s %-9s %6s %6s %4s | %-16s | %-16s | %9s\n", "model",
+              "product", "out", "in", "rows", "heuristic", "tuned", "diff");
+  for (const TuneShape& shape : shapes) {
+    const size_t weightBytes = static_cast<size_t>(shape.out) * shape.in * sizeof(__half);
+    std::vector<__half*> weights = WeightCopies(weightBytes, shape.in, stream);
+    const int copies = static_cast<int>(weights.size());
+    for (int rows : rowCounts) {
+      __half *x, *y, *first;
+      Check(cudaMalloc(&x, static_cast<size_t>(rows) * shape.in * sizeof(__half)), "cudaMalloc");
+      Check(cudaMalloc(&y, static_cast<size_t>(rows) * shape.out * sizeof(__half)), "cudaMalloc");
+      Check(cudaMalloc(&first, static_cast<size_t>(rows) * shape.out * sizeof(__half)), "cudaMalloc");
+      Fill<<<256, 256, 0, stream>>>(x, static_cast<size_t>(rows) * shape.in, 99u, 2.0f);
+      auto product = [&](int copy) {
+        chorus::LinearArgs a{};
+        a.x = x;
+        a.weight = weights[copy];
+        a.y = y;
+        a.rows = rows;
+        a.in = shape.in;
+        a.out = shape.out;
+        a.type = chorus::FloatType::kFloat16;
+        return chorus::LinearLtDevice(a, 0, shape.out, y, shape.out, false, workspace, workspaceBytes, stream);
+      };
+      const double bytes = static_cast<double>(weightBytes) + static_cast<double>(rows) * (shape.in + shape.out) * sizeof(__half);
+      double us[2] = {-1, -1};
+      double diff = -1;
+      for (int tuned = 0; tuned < 2; tuned++) {
+        chorus::SetLinearLtTune(tuned == 0 ? 0 : 1 << 30);
+        if (!product(0)) break;  // the first run outside a capture: where tuned, the timing of the candidates
+        Check(cudaStreamSynchronize(stream), "cuBLASLt");
+        if (tuned == 0) {
+          Check(cudaMemcpy(first, y, static_cast<size_t>(rows) * shape.out * sizeof(__half), cudaMemcpyDeviceToDevice), "cudaMemcpy");
+        } else {
+          diff = Difference(y, first, static_cast<size_t>(rows) * shape.out);
+        }
+        us[tuned] = TimeLaunches(stream, copies, [&](int c) { product(c); });
+      }
+      chorus::SetLinearLtTune(256);
+      auto share = [&](double t) { return t < 0 ? 0.0 : bytes / (t * 1e-6) / kPeakBytesPerSecond; };
+      std::printf("%-15s %-9s %6d %6d %4d | %7.2f (%3.0f%%)   | %7.2f (%3.0f%%)   | %9.2e\n", shape.model, shape.product, shape.out, shape.in, rows, us[0], 100 * share(us[0]), us[1],
+                  100 * share(us[1]), diff);
+      std::fflush(stdout);
+      std::fprintf(json, "%s  {\"part\": \"lt-tune\", \"model\": \"%s\", \"product\": \"%s\", \"out\": %d, \"in\": %d, \"rows\": %d, \"heuristic_us\": %.3f, \"tuned_us\": %.3f, \"heuristic_of_peak\": %.3f, \"tuned_of_peak\": %.3f, \"relative_difference\": %.3e}",
+                   firstRow ? "" : ",\n", shape.model, shape.product, shape.out, shape.in, rows, us[0], us[1], share(us[0]), share(us[1]), diff);
+      firstRow = false;
+      cudaFree(x);
+      cudaFree(y);
+      cudaFree(first);
+    }
+    for (__half* w : weights) cudaFree(w);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -147,15 +306,14 @@ int main(int argc, char** argv) {
   }
   std::fprintf(json, "{\n \"gpu\": \"%s\",\n \"sms\": %d,\n \"dtype\": \"fp16\",\n \"peak_bytes_per_s\": %.3e,\n \"rows\": [\n", props.name, props.multiProcessorCount, kPeakBytesPerSecond);
   bool firstRow = true;
-  for (const Shape& shape : shapes) {
+  // GEMV_PARTS (comma-separated; default all): main (the table above), layouts, tune.
+  const char* partsSetting = std::getenv("GEMV_PARTS");
+  const std::string parts = partsSetting == nullptr ? "main,layouts,tune" : partsSetting;
+  for (const Shape& shape : parts.find("main") == std::string::npos ? std::vector<Shape>{} : std::vector<Shape>(std::begin(shapes), std::end(shapes))) {
     const int weightRows = shape.gated ? 2 * shape.out : shape.out;
     const size_t weightBytes = static_cast<size_t>(weightRows) * shape.in * sizeof(__half);
-    const int copies = static_cast<int>(std::max<size_t>(2, (kRotationBytes + weightBytes - 1) / weightBytes));
-    std::vector<__half*> weights(copies);
-    for (int c = 0; c < copies; c++) {
-      Check(cudaMalloc(&weights[c], weightBytes), "cudaMalloc");
-      Fill<<<1024, 256, 0, stream>>>(weights[c], weightBytes / sizeof(__half), 17u + c, 2.0f / std::sqrt(static_cast<float>(shape.in)));
-    }
+    std::vector<__half*> weights = WeightCopies(weightBytes, shape.in, stream);
+    const int copies = static_cast<int>(weights.size());
     for (int rows : rowCounts) {
       __half *x, *y, *reference, *products;
       Check(cudaMalloc(&x, static_cast<size_t>(rows) * shape.in * sizeof(__half)), "cudaMalloc");
@@ -264,6 +422,8 @@ int main(int argc, char** argv) {
     }
     for (__half* w : weights) cudaFree(w);
   }
+  if (parts.find("layouts") != std::string::npos) RunLayouts(stream, json, firstRow);
+  if (parts.find("tune") != std::string::npos) RunTuning(stream, ltWorkspace, ltWorkspaceBytes, json, firstRow);
   std::fprintf(json, "\n ]\n}\n");
   std::fclose(json);
   std::printf("wrote %s\n", jsonPath.c_str());
