@@ -2,8 +2,8 @@
  * The slot decoders' RMSNorms folded into the Linear that reads them: a decode step's norm is a kernel
  * of its own, about 2 us plus a gap before the next, twice a layer; the addon's Linear takes the
  * residual sum and the norm in the kernel that reads its weights (see src/native/linear.h), as the
- * addon's 4-bit QuantLinear does (src/native/quant-linear.h; 8-bit ones would take them in a pass of
- * their own, so their norms stay as they are).
+ * addon's QuantLinear does for float16 decode steps of 4-bit and 8-bit weights (src/native/quant-linear.h;
+ * elsewhere it runs the norm in a pass of its own first).
  */
 import { attribute, float, type NodeProto } from './graph.ts';
 import { MS } from './layers.ts';
@@ -13,19 +13,19 @@ function floatAttribute(node: NodeProto, name: string): number | undefined {
   return node.attribute?.find((a) => a.name === name)?.f ?? undefined;
 }
 
-/** Which of the addon's operators `node` is, where a norm folds into it: a Linear without a pre-norm, or a 4-bit QuantLinear without one (nor g_idx). */
+/** Which of the addon's operators `node` is, where a norm folds into it: a Linear without a pre-norm, or a QuantLinear without one (nor g_idx). */
 function foldsInto(node: NodeProto): 'Linear' | 'QuantLinear' | undefined {
   if (node.domain !== 'chorus') return undefined;
   const inputs = node.input ?? [];
   if (node.opType === 'Linear' && inputs.length <= 3) return 'Linear';
   const bits = node.attribute?.find((a) => a.name === 'bits')?.i;
-  if (node.opType === 'QuantLinear' && inputs.length <= 6 && (inputs[4] ?? '') === '' && Number(bits) === 4) return 'QuantLinear';
+  if (node.opType === 'QuantLinear' && inputs.length <= 6 && (inputs[4] ?? '') === '' && (Number(bits) === 4 || Number(bits) === 8)) return 'QuantLinear';
   return undefined;
 }
 
 /**
  * Folds each SkipSimplifiedLayerNormalization (no bias) and SimplifiedLayerNormalization whose normed
- * output only one chorus Linear (or 4-bit QuantLinear) reads, as its x, into that operator: its inputs
+ * output only one chorus Linear (or QuantLinear) reads, as its x, into that operator: its inputs
  * gain the residual and the norm's weight, its outputs the residual sum where anything reads it. A norm read by anything else (a
  * Slice before the head, a MatMul, a graph output) stays as it is, as does one whose sum is read before
  * the Linear.

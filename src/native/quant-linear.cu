@@ -610,8 +610,14 @@ bool QuantWideRowsDevice(const QuantLinearArgs& a, void* stream, bool anyWidth) 
     }
     return true;
   }
-  if (!a.bytesAsFloats && a.type == FloatType::kFloat16 && a.rows <= kQuantWideRows && a.blobBytes % 16 == 0 && a.in % 16 == 0 && aligned && normAligned) {
-    // float16 at 8 bits: the byte pairs' kernel, whatever K, gated or pre-normed.
+  // float16 at 8 bits: the byte pairs' kernel, gated or pre-normed, for one row whatever K and for 2 to 4
+  // rows of K under kWideLeastIn. Measured on an H100 against the float32 kernels' paths
+  // (CHORUS_QUANT_BYTE_PAIRS=0; bench/gpu/quant/kernels.ts), us: one row, Llama-2-7B's q/k/v/o 8.3
+  // against 9.4, gate/up 17.7 against 20.1, down 16.2 against 18.7 (84% of the bandwidth); TinyLlama's
+  // q/k/v/o at 1, 2 and 4 rows 3.1, 3.1, 3.6 against 4.1, 3.4, 4.1. At 2 to 4 rows of K 4096 or more the
+  // tensor-core GEMV stays ahead (Llama-2-7B's down at 4 rows 23.7 against 30.4).
+  const bool bytePairs = a.rows == 1 || a.in < kWideLeastIn;
+  if (!a.bytesAsFloats && bytePairs && a.type == FloatType::kFloat16 && a.rows <= kQuantWideRows && a.blobBytes % 16 == 0 && a.in % 16 == 0 && aligned && normAligned) {
     if (a.norm != nullptr) {
       a.gated ? LaunchBytePairs<true, true>(a, s) : LaunchBytePairs<false, true>(a, s);
     } else {

@@ -41,7 +41,7 @@ describe('foldNormsIntoLinear', () => {
     assert.deepEqual(folded[1]!.output, ['gate.y']);
   });
 
-  test('folds into a 4-bit QuantLinear (inputs 6 and 7 the residual and weight), not an 8-bit one or one with g_idx', () => {
+  test('folds into a 4-bit or 8-bit QuantLinear (inputs 6 and 7 the residual and weight), not one with g_idx', () => {
     const quant = (name: string, x: string, bits: number, extra: string[] = []): NodeProto => ({
       opType: 'QuantLinear',
       domain: 'chorus',
@@ -54,8 +54,9 @@ describe('foldNormsIntoLinear', () => {
     assert.deepEqual(folded.map((n) => n.opType), ['QuantLinear', 'Relu']);
     assert.deepEqual(folded[0]!.input, ['delta', 'gate.B', 'gate.scales', '', '', 'bias', 'stream', 'gamma']);
     assert.deepEqual(folded[0]!.output, ['gate.y', 'n.sum']);
-    const eight = [skipNorm('n', 'd', 'r', 'g'), quant('q', 'n.normed', 8)];
-    assert.deepEqual(foldNormsIntoLinear(eight, new Set()), eight);
+    const eight = foldNormsIntoLinear([skipNorm('n', 'd', 'r', 'g'), quant('q', 'n.normed', 8)], new Set());
+    assert.deepEqual(eight.map((n) => n.opType), ['QuantLinear']);
+    assert.deepEqual(eight[0]!.input, ['d', 'q.B', 'q.scales', '', '', '', 'r', 'g']);
     const ordered = [skipNorm('n', 'd', 'r', 'g'), quant('q', 'n.normed', 4, ['zp', 'g_idx'])];
     assert.deepEqual(foldNormsIntoLinear(ordered, new Set()), ordered);
   });
