@@ -25,9 +25,10 @@
 // activation). With int8 activations each row of A is quantized per block of the weights first
 // (quant-linear-int8.cc).
 // On CUDA up to kQuantRowsKernelRows rows (decode steps) run as one kernel that reads each weight byte
-// once for all rows and dequantizes in registers: up to kQuantWideRows rows of float16 (4 and 8 bits, in
-// float16 arithmetic; CHORUS_QUANT_BYTE_PAIRS=0, when a session is made: 8 bits as bfloat16's), or of
-// bfloat16 with 8-bit weights and K of 4096 or more, the wide kernels (Linear's layout of work: 4 or 8
+// once for all rows and dequantizes in registers: up to kQuantWideRows rows of float16 in float16
+// arithmetic (4 bits; 8 bits one row, or 2 to 4 rows of K under 4096; CHORUS_QUANT_BYTE_PAIRS=0, when a
+// session is made: 8 bits as bfloat16's), or of 8-bit weights in float32 arithmetic (bfloat16, and
+// float16 rows the float16 kernel does not take) with K of 4096 or more, the wide kernels (Linear's layout of work: 4 or 8
 // outputs a block, 16 bytes of each weight row a thread);
 // otherwise in float16 (and 4-bit bfloat16) on tensor cores
 // (quant-mma.cu; K and block_size multiples of 32), else with float32 multiply-adds one warp an output
