@@ -201,13 +201,11 @@ describe('the decoder attention kernels with sliding windows and soft-capped sco
   // CHORUS_PAGED_DECODE=0: PagedAttention's decode steps in the general kernel, DecoderSlotAttention's
   // in the slot kernel (read at each launch). Otherwise 16-bit decode steps in 1 split of heads of 64,
   // 96 or 128 take the tensor-core kernel, in more the decode kernel; the prefills of those heads take
-  // it here too (CHORUS_PAGED_MMA_PREFILL=1).
+  // the tensor-core kernel too (the default).
   test('on the GPU: fp32 as the reference, fp16 and bf16 as the host kernels, paged in 1, 3 and 16 splits, decode kernel and general', { skip: gpu ? false : 'no CUDA device' }, (t) => {
     t.after(() => {
       delete process.env.CHORUS_PAGED_DECODE;
-      delete process.env.CHORUS_PAGED_MMA_PREFILL;
     });
-    process.env.CHORUS_PAGED_MMA_PREFILL = '1';
     // A slot decode step of 16-bit types goes to PagedAttention's decode kernel unless decode is 0.
     for (const [c, decode] of CASES.flatMap((c) => (c.tokens === 1 ? ['1', '0'] : ['1']).map((d) => [c, d] as const))) {
       process.env.CHORUS_PAGED_DECODE = decode;
