@@ -586,7 +586,13 @@ LtAlgo TunedLtAlgo(const Lt& lt, void* handle, void* desc, void* const (&layouts
     CheckCuda(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute");
     const size_t scratchBytes = 2 * static_cast<size_t>(std::max(l2, 1 << 20));
     void* scratch = nullptr;
-    CheckCuda(cudaMalloc(&scratch, scratchBytes), "cudaMalloc (the L2's scratch for timing cuBLASLt's candidates)");
+    if (cudaMalloc(&scratch, scratchBytes) != cudaSuccess) {
+      // No room for the scratch (a cache planned to the last bytes): the heuristic's pick, for good.
+      cudaGetLastError();
+      std::lock_guard<std::mutex> held(lock);
+      tuned.emplace(at, heuristic);
+      return heuristic;
+    }
     cudaEvent_t start, stop;
     CheckCuda(cudaEventCreate(&start), "cudaEventCreate");
     CheckCuda(cudaEventCreate(&stop), "cudaEventCreate");
