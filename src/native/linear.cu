@@ -534,12 +534,15 @@ struct LtProduct {
 // CHORUS_LT_TUNE: which products' algorithm is chosen by timing cuBLASLt's candidates on the product's
 // own operands, once per shape, at its first run outside a graph capture (the heuristic's first pick
 // otherwise): by default those of up to kLtTuneRows rows (decode steps of many rows, short prefills);
-// `all` every product, `0` none. SetLinearLtTune sets it for the benchmarks. Measured on an H100 one
-// product alone (bench/gpu/gemv, GEMV_PARTS=tune): Llama-2-7B's gate and up projections at 64 rows
-// 68.4 us against the heuristic's 72.2, its LM head at 128 rows 97.8 against 105.7, most others within
-// 1%; in the model (bench/gpu/llama/ab.sh) TinyLlama's batch 64 ran at 33,937 tokens/s against 33,197
-// (decode step 1.59 ms against 1.64) and its 128-token prompt's first token came 3.05 ms after
-// submission against 4.12.
+// `all` every product, `0` none. SetLinearLtTune sets it for the benchmarks. The choice rests on
+// timings, so two processes may choose differently for a shape, and their float16 sums may round
+// differently: runs that must repeat bit for bit across processes set CHORUS_LT_TUNE=0 (any value
+// other than 0 and `all` is the default). Measured on an H100, one product alone (bench/gpu/gemv,
+// GEMV_PARTS=tune): Llama-2-7B's gate and up projections at 64 rows 68.4 us against the heuristic's
+// 72.2, its LM head at 128 rows 97.8 against 105.7, most others within 1%; in the model
+// (bench/gpu/llama/ab.sh) TinyLlama's batch 64 ran at 33,937 tokens/s against 33,197 (decode step
+// 1.59 ms against 1.64) and its 128-token prompt's first token came 3.05 ms after submission against
+// 4.12.
 constexpr int kLtTuneRows = 256;
 std::atomic<int> ltTune{[] {
   const char* value = std::getenv("CHORUS_LT_TUNE");
@@ -569,7 +572,11 @@ LtAlgo TunedLtAlgo(const Lt& lt, void* handle, void* desc, void* const (&layouts
     if (found != tuned.end()) return found->second;
   }
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone) return heuristic;
+  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess) {
+    cudaGetLastError();  // not left for the kernel checks after the product
+    return heuristic;
+  }
+  if (capturing != cudaStreamCaptureStatusNone) return heuristic;
   void* preference = nullptr;
   LtCheck(lt.preferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
   const uint64_t most = workspaceBytes;
@@ -584,18 +591,32 @@ LtAlgo TunedLtAlgo(const Lt& lt, void* handle, void* desc, void* const (&layouts
     int l2 = 0;
     CheckCuda(cudaGetDevice(&device), "cudaGetDevice");
     CheckCuda(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute");
+    // The scratch and the events, released however the timing ends. The scratch is stream-ordered
+    // memory: taking and giving it back does not wait for the whole device, as cudaMalloc and cudaFree
+    // would (other sessions' work, another thread's capture).
+    struct Timing {
+      cudaStream_t stream;
+      void* scratch = nullptr;
+      cudaEvent_t start = nullptr;
+      cudaEvent_t stop = nullptr;
+      ~Timing() {
+        if (start != nullptr) cudaEventDestroy(start);
+        if (stop != nullptr) cudaEventDestroy(stop);
+        if (scratch != nullptr) cudaFreeAsync(scratch, stream);
+      }
+    } timing{stream};
     const size_t scratchBytes = 2 * static_cast<size_t>(std::max(l2, 1 << 20));
-    void* scratch = nullptr;
-    if (cudaMalloc(&scratch, scratchBytes) != cudaSuccess) {
-      // No room for the scratch (a cache planned to the last bytes): the heuristic's pick, for good.
+    if (cudaMallocAsync(&timing.scratch, scratchBytes, stream) != cudaSuccess) {
+      // No room for the scratch (a cache planned to the last bytes), or no stream-ordered memory on
+      // this device: the heuristic's pick, for good.
+      timing.scratch = nullptr;
       cudaGetLastError();
       std::lock_guard<std::mutex> held(lock);
       tuned.emplace(at, heuristic);
       return heuristic;
     }
-    cudaEvent_t start, stop;
-    CheckCuda(cudaEventCreate(&start), "cudaEventCreate");
-    CheckCuda(cudaEventCreate(&stop), "cudaEventCreate");
+    CheckCuda(cudaEventCreate(&timing.start), "cudaEventCreate");
+    CheckCuda(cudaEventCreate(&timing.stop), "cudaEventCreate");
     float fastest = 0;
     bool any = false;
     for (int i = 0; i < returned; i++) {
@@ -603,13 +624,13 @@ LtAlgo TunedLtAlgo(const Lt& lt, void* handle, void* desc, void* const (&layouts
       if (run(candidates[i].algo) != 0) continue;  // an algorithm that refuses these operands is passed over
       float total = 0;
       for (int t = 0; t < kLtTimings; t++) {
-        CheckCuda(cudaMemsetAsync(scratch, t, scratchBytes, stream), "cudaMemsetAsync");
-        CheckCuda(cudaEventRecord(start, stream), "cudaEventRecord");
+        CheckCuda(cudaMemsetAsync(timing.scratch, t, scratchBytes, stream), "cudaMemsetAsync");
+        CheckCuda(cudaEventRecord(timing.start, stream), "cudaEventRecord");
         LtCheck(run(candidates[i].algo), "cublasLtMatmul");
-        CheckCuda(cudaEventRecord(stop, stream), "cudaEventRecord");
-        CheckCuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
+        CheckCuda(cudaEventRecord(timing.stop, stream), "cudaEventRecord");
+        CheckCuda(cudaEventSynchronize(timing.stop), "cudaEventSynchronize");
         float ms = 0;
-        CheckCuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+        CheckCuda(cudaEventElapsedTime(&ms, timing.start, timing.stop), "cudaEventElapsedTime");
         total += ms;
       }
       if (!any || total < fastest) {
@@ -618,9 +639,6 @@ LtAlgo TunedLtAlgo(const Lt& lt, void* handle, void* desc, void* const (&layouts
         any = true;
       }
     }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    CheckCuda(cudaFree(scratch), "cudaFree");
   }
   std::lock_guard<std::mutex> held(lock);
   tuned.emplace(at, best);
