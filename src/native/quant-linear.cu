@@ -290,24 +290,56 @@ __device__ inline uint4 NibbleInput(const QuantLinearArgs& a, size_t at, size_t 
   return v;
 }
 
+// The float16 kernels' start: the block's kRows weight rows (WideRowOf) from output `first`, and each
+// thread's first 16 bytes of them pulled into L2 before the wait for the kernel before (a dependent
+// launch).
+template <bool Gated, int kRows>
+__device__ inline void PairRows(const QuantLinearArgs& a, int first, int chunks, int (&rowOf)[kRows], const uint4* (&wv)[kRows]) {
+  const size_t rowBytes = static_cast<size_t>(a.blocks) * a.blobBytes;
+#pragma unroll
+  for (int j = 0; j < kRows; j++) {
+    rowOf[j] = WideRowOf<Gated, kRows>(a, first, j);
+    wv[j] = reinterpret_cast<const uint4*>(a.weight + static_cast<size_t>(rowOf[j]) * rowBytes);
+  }
+  if (threadIdx.x < chunks) {
+#pragma unroll
+    for (int j = 0; j < kRows; j++) PrefetchL2(wv[j] + threadIdx.x);
+  }
+}
+
+// The float16 kernels' end: each thread's sums over the block (and with a pre-norm its rows' squares,
+// then their inverse roots), finished and written by WideFinish.
+template <bool Gated, int kRows, int R, bool Norm>
+__device__ inline void FinishPairs(const QuantLinearArgs& a, int first, int threads, const float (&acc)[kRows][R], const float (&squares)[R]) {
+  LetDependentsStart();
+  __shared__ float partial[kNibbleMaxThreads / 32][kRows * R];
+  __shared__ float squared[kNibbleMaxThreads / 32][R];
+  __shared__ float inverseRoot[R];
+  const int warps = threads / 32;
+  const int warp = threadIdx.x / 32;
+  if constexpr (Norm) WarpSumsTo<R>(squares, squared[warp]);
+  WarpSumsTo<kRows * R>(&acc[0][0], partial[warp]);
+  __syncthreads();
+  if constexpr (Norm) {
+    if (threadIdx.x < R) {
+      float total = 0;
+      for (int w = 0; w < warps; w++) total += squared[w][threadIdx.x];
+      inverseRoot[threadIdx.x] = rsqrtf(total / a.in + a.epsilon);
+    }
+    __syncthreads();
+  }
+  WideFinish<__half, Gated, kRows, R>(a, first, partial, warps, Norm ? inverseRoot : nullptr);
+}
+
 template <int R, int kNibbleOutputs, bool Gated, bool Norm>
 __global__ void __launch_bounds__(kNibbleMaxThreads, R >= 4 ? 1 : 2) QuantNibbleRowsKernel(QuantLinearArgs a) {
   const int first = blockIdx.x * (Gated ? kNibbleOutputs / 2 : kNibbleOutputs);
   const int perBlock = a.blobBytes / 16;
   const int chunks = a.in / 32;
-  const size_t rowBytes = static_cast<size_t>(a.blocks) * a.blobBytes;
   int rowOf[kNibbleOutputs];
   const uint4* wv[kNibbleOutputs];
-#pragma unroll
-  for (int j = 0; j < kNibbleOutputs; j++) {
-    rowOf[j] = WideRowOf<Gated, kNibbleOutputs>(a, first, j);
-    wv[j] = reinterpret_cast<const uint4*>(a.weight + static_cast<size_t>(rowOf[j]) * rowBytes);
-  }
+  PairRows<Gated, kNibbleOutputs>(a, first, chunks, rowOf, wv);
   const int threads = blockDim.x;
-  if (threadIdx.x < chunks) {
-#pragma unroll
-    for (int j = 0; j < kNibbleOutputs; j++) PrefetchL2(wv[j] + threadIdx.x);
-  }
   WaitForPrevious();
   const __half* scales = static_cast<const __half*>(a.scales);
   float acc[kNibbleOutputs][R] = {};
@@ -363,23 +395,7 @@ __global__ void __launch_bounds__(kNibbleMaxThreads, R >= 4 ? 1 : 2) QuantNibble
       }
     }
   }
-  LetDependentsStart();
-  __shared__ float partial[kNibbleMaxThreads / 32][kNibbleOutputs * R];
-  __shared__ float squared[kNibbleMaxThreads / 32][R];
-  __shared__ float inverseRoot[R];
-  const int warp = threadIdx.x / 32;
-  if constexpr (Norm) WarpSumsTo<R>(squares, squared[warp]);
-  WarpSumsTo<kNibbleOutputs * R>(&acc[0][0], partial[warp]);
-  __syncthreads();
-  if constexpr (Norm) {
-    if (threadIdx.x < R) {
-      float total = 0;
-      for (int w = 0; w < threads / 32; w++) total += squared[w][threadIdx.x];
-      inverseRoot[threadIdx.x] = rsqrtf(total / a.in + a.epsilon);
-    }
-    __syncthreads();
-  }
-  WideFinish<__half, Gated, kNibbleOutputs, R>(a, first, partial, threads / 32, Norm ? inverseRoot : nullptr);
+  FinishPairs<Gated, kNibbleOutputs, R, Norm>(a, first, threads, acc, squares);
 }
 
 template <bool Gated, bool Norm>
@@ -416,19 +432,10 @@ __global__ void __launch_bounds__(kNibbleMaxThreads, R >= 4 ? 1 : 2) QuantBytePa
   const int first = blockIdx.x * (Gated ? kOutputs / 2 : kOutputs);
   const int perBlock = a.blobBytes / 16;
   const int chunks = a.in / 16;
-  const size_t rowBytes = static_cast<size_t>(a.blocks) * a.blobBytes;
   int rowOf[kOutputs];
   const uint4* wv[kOutputs];
-#pragma unroll
-  for (int j = 0; j < kOutputs; j++) {
-    rowOf[j] = WideRowOf<Gated, kOutputs>(a, first, j);
-    wv[j] = reinterpret_cast<const uint4*>(a.weight + static_cast<size_t>(rowOf[j]) * rowBytes);
-  }
+  PairRows<Gated, kOutputs>(a, first, chunks, rowOf, wv);
   const int threads = blockDim.x;
-  if (threadIdx.x < chunks) {
-#pragma unroll
-    for (int j = 0; j < kOutputs; j++) PrefetchL2(wv[j] + threadIdx.x);
-  }
   WaitForPrevious();
   const __half* scales = static_cast<const __half*>(a.scales);
   const __half2 oneHundredTwentyEighth = __float2half2_rn(1.0f / 128);
@@ -498,23 +505,7 @@ __global__ void __launch_bounds__(kNibbleMaxThreads, R >= 4 ? 1 : 2) QuantBytePa
     for (int j = 0; j < kOutputs; j++) weights[j] = __ldcs(wv[j] + c);
     use(c, weights);
   }
-  LetDependentsStart();
-  __shared__ float partial[kNibbleMaxThreads / 32][kOutputs * R];
-  __shared__ float squared[kNibbleMaxThreads / 32][R];
-  __shared__ float inverseRoot[R];
-  const int warp = threadIdx.x / 32;
-  if constexpr (Norm) WarpSumsTo<R>(squares, squared[warp]);
-  WarpSumsTo<kOutputs * R>(&acc[0][0], partial[warp]);
-  __syncthreads();
-  if constexpr (Norm) {
-    if (threadIdx.x < R) {
-      float total = 0;
-      for (int w = 0; w < threads / 32; w++) total += squared[w][threadIdx.x];
-      inverseRoot[threadIdx.x] = rsqrtf(total / a.in + a.epsilon);
-    }
-    __syncthreads();
-  }
-  WideFinish<__half, Gated, kOutputs, R>(a, first, partial, threads / 32, Norm ? inverseRoot : nullptr);
+  FinishPairs<Gated, kOutputs, R, Norm>(a, first, threads, acc, squares);
 }
 
 template <int kAhead, bool Gated, bool Norm>
