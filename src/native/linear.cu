@@ -12,7 +12,6 @@
 #include <optional>
 #include <tuple>
 #include <type_traits>
-#include <climits>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -99,9 +98,8 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 // Pre-normed single rows keep the plain kernel's 3 blocks a multiprocessor (at most 80 registers):
 // with 2, TinyLlama's gated MLP (2,816 blocks) took half as many waves again.
 // O outputs a block (gated: O / 2, their gate and up rows), A reads of each row in flight.
-// B: the blocks a multiprocessor is to fit (registers a thread at most 65536 / (256 B)).
-template <typename T, int R, bool Norm, int O = kOutputs, int A = kAhead, int B = Norm && R == 1 ? 3 : 2>
-__global__ void __launch_bounds__(kThreads, B) LinearRowsKernel(LinearArgs a) {
+template <typename T, int R, bool Norm, int O = kOutputs, int A = kAhead>
+__global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKernel(LinearArgs a) {
   const bool gated = a.gated;
   const int first = blockIdx.x * (gated ? O / 2 : O);
   const T* x = static_cast<const T*>(a.x);
@@ -335,42 +333,29 @@ std::atomic<bool> dependentLaunch{[] {
   return value == nullptr || std::string(value) != "0";
 }()};
 
-template <typename T, int R, bool Norm, int O, int A, int B = Norm && R == 1 ? 3 : 2>
+// Pre-normed single rows take 8 outputs a block, one read of each row in flight: the x side of the
+// product (x, residual and norm weight, three reads and the sum of squares) is then done once for 8
+// weight rows rather than 4, in half as many blocks, with as many bytes in flight.
+constexpr int kNormOutputs = 8;
+
+// CHORUS_LINEAR_NORM_OUTPUTS=4: pre-normed single rows as 4 outputs a block too (to compare).
+const bool normOutputs4 = [] {
+  const char* value = std::getenv("CHORUS_LINEAR_NORM_OUTPUTS");
+  return value != nullptr && std::string(value) == "4";
+}();
+
+template <typename T, int R, bool Norm, int O, int A>
 void LaunchRowsOf(const LinearArgs& a, cudaStream_t stream) {
   const int perBlock = a.gated ? O / 2 : O;
   const dim3 grid((a.out + perBlock - 1) / perBlock);
-  LaunchMaybeDependent(dependentLaunch, LinearRowsKernel<T, R, Norm, O, A, B>, grid, dim3(kThreads), stream, a);
-}
-
-// A single row of a 16-bit type: 4 outputs a block, 2 reads of each weight row in flight, 2 blocks a
-// multiprocessor; pre-normed, 8 outputs (the x side of the product, x, residual and norm weight and the
-// sum of squares, once for 8 weight rows), one read, 3 blocks. Float32 rows the same.
-// CHORUS_LINEAR_LAYOUT=n (SetLinearRowsLayout, for the benchmarks): another layout of a 16-bit single
-// row, outputs / reads in flight / blocks: 1: 4 / 1 / 4, 2: 8 / 2 / 2, 3: 4 / 2 / 3, 4: 2 / 2 / 4, 5:
-// 16 / 1 / 2. Measured on an H100 one kernel alone (bench/gpu/gemv, GEMV_PARTS=layouts), layout 1 took
-// 0.4-1.2 us from TinyLlama's products (its down projection 8.44 us against 9.64), but in the model its
-// decode step was no faster (1.011 ms against 1.008, bench/gpu/llama/ab.sh), so the default stays.
-std::atomic<int> rowsLayout{[] {
-  const char* value = std::getenv("CHORUS_LINEAR_LAYOUT");
-  return value == nullptr ? 0 : std::atoi(value);
-}()};
-
-template <typename T, bool Norm>
-void LaunchRowLayout(const LinearArgs& a, cudaStream_t stream) {
-  switch (rowsLayout.load(std::memory_order_relaxed)) {
-    case 1: return LaunchRowsOf<T, 1, Norm, 4, 1, 4>(a, stream);
-    case 2: return LaunchRowsOf<T, 1, Norm, 8, 2, 2>(a, stream);
-    case 3: return LaunchRowsOf<T, 1, Norm, 4, 2, 3>(a, stream);
-    case 4: return LaunchRowsOf<T, 1, Norm, 2, 2, 4>(a, stream);
-    case 5: return LaunchRowsOf<T, 1, Norm, 16, 1, 2>(a, stream);
-    default: return Norm ? LaunchRowsOf<T, 1, Norm, 8, 1, 3>(a, stream) : LaunchRowsOf<T, 1, Norm, kOutputs, kAhead, 2>(a, stream);
-  }
+  LaunchMaybeDependent(dependentLaunch, LinearRowsKernel<T, R, Norm, O, A>, grid, dim3(kThreads), stream, a);
 }
 
 template <typename T, int R, bool Norm>
 void LaunchRowsKernel(const LinearArgs& a, cudaStream_t stream) {
-  if constexpr (R == 1 && !std::is_same<T, float>::value) return LaunchRowLayout<T, Norm>(a, stream);
-  if constexpr (Norm && R == 1) return LaunchRowsOf<T, R, Norm, 8, 1>(a, stream);
+  if constexpr (Norm && R == 1) {
+    if (!normOutputs4) return LaunchRowsOf<T, R, Norm, kNormOutputs, 1>(a, stream);
+  }
   LaunchRowsOf<T, R, Norm, kOutputs, kAhead>(a, stream);
 }
 
@@ -715,7 +700,6 @@ bool LinearLtDevice(const LinearArgs& a, int first, int count, void* y, int ldy,
 }
 
 void SetLinearDependentLaunch(bool on) { dependentLaunch.store(on); }
-void SetLinearRowsLayout(int layout) { rowsLayout.store(layout); }
 std::atomic<bool>& LinearDependentLaunchFlag() { return dependentLaunch; }
 bool LinearDependentLaunch() { return dependentLaunch.load(); }
 

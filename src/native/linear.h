@@ -120,9 +120,6 @@ bool LinearRowsFusesNorm(const LinearArgs& args);
 // Device: PreNormHost's pass on `stream` (for the products cuBLAS takes), one block a row.
 void PreNormDevice(const LinearArgs& args, void* normed, void* stream);
 void SetLinearDependentLaunch(bool on);
-// A float16 single row's kernel layout, 0 the default (CHORUS_LINEAR_LAYOUT; linear.cu lists them), to
-// compare them in one process.
-void SetLinearRowsLayout(int layout);
 bool LinearDependentLaunch();
 // The switch itself, for the other decode kernels that go out as dependent launches (QuantLinear's).
 std::atomic<bool>& LinearDependentLaunchFlag();

@@ -117,6 +117,25 @@ double Difference(const __half* a, const __half* b, size_t n) {
   return scale > 0 ? most / scale : most;
 }
 
+// A float16 product of `rows` rows of x against `weight` into y, as the addon's Linear takes it (gated:
+// SiLU of the gate rows' products times the up rows').
+chorus::LinearArgs ProductArgs(const __half* x, const __half* weight, __half* y, int rows, int in, int out, bool gated) {
+  chorus::LinearArgs a{};
+  a.x = x;
+  a.weight = weight;
+  a.y = y;
+  a.rows = rows;
+  a.in = in;
+  a.out = out;
+  a.activation = gated ? chorus::Activation::kSilu : chorus::Activation::kNone;
+  a.type = chorus::FloatType::kFloat16;
+  a.gated = gated;
+  return a;
+}
+
+// `count` halves of zeroed device memory, kept in `owned` (bench::Zeros) to be freed together.
+__half* Halves(size_t count, std::vector<void*>& owned) { return static_cast<__half*>(bench::Zeros(count * sizeof(__half), owned)); }
+
 // Weights of `bytes` filled on the device, copied until the copies together exceed kRotationBytes.
 std::vector<__half*> WeightCopies(size_t bytes, int in, cudaStream_t stream) {
   const int copies = static_cast<int>(std::max<size_t>(2, (kRotationBytes + bytes - 1) / bytes));
@@ -126,87 +145,6 @@ std::vector<__half*> WeightCopies(size_t bytes, int in, cudaStream_t stream) {
     Fill<<<1024, 256, 0, stream>>>(weights[c], bytes / sizeof(__half), 17u + c, 2.0f / std::sqrt(static_cast<float>(in)));
   }
   return weights;
-}
-
-// One row's products in each of the float16 kernel's layouts (chorus::SetLinearRowsLayout; 0 the
-// default), pre-normed where the slot decoder pre-norms them (q/k/v, the gated MLP and the LM head after
-// the final norm), at the widths of the 1-2B models; each layout's output compared with layout 0's.
-void RunLayouts(cudaStream_t stream, FILE* json, bool& firstRow) {
-  struct LayoutShape {
-    const char* model;
-    const char* product;
-    int out, in;
-    bool gated, norm;
-  };
-  const LayoutShape shapes[] = {
-      {"tinyllama-1.1b", "qkv", 2560, 2048, false, true},     {"tinyllama-1.1b", "o", 2048, 2048, false, false},      {"tinyllama-1.1b", "gate+up gated", 5632, 2048, true, true},
-      {"tinyllama-1.1b", "down", 2048, 5632, false, false},   {"tinyllama-1.1b", "lm_head", 32000, 2048, false, true},  {"llama-3.2-1b", "qkv", 3072, 2048, false, true},
-      {"llama-3.2-1b", "gate+up gated", 8192, 2048, true, true}, {"llama-3.2-1b", "down", 2048, 8192, false, false},  {"qwen3-1.7b", "qkv", 4096, 2048, false, true},
-      {"qwen3-1.7b", "gate+up gated", 6144, 2048, true, true}, {"qwen3-1.7b", "down", 2048, 6144, false, false},     {"qwen3-1.7b", "lm_head", 151936, 2048, false, true},
-      {"gemma-2-2b", "qkv", 4096, 2304, false, true},         {"gemma-2-2b", "o", 2304, 2048, false, false},          {"gemma-2-2b", "gate+up gated", 9216, 2304, true, true},
-      {"gemma-2-2b", "down", 2304, 9216, false, false},
-  };
-  constexpr int kLayouts = 6;
-  std::printf("\none row, float16, each layout of the kernel (chorus::SetLinearRowsLayout): us a launch (%% of 3.35 TB/s)\n%-15s %-13s %6s %5s %4s", "model", "product", "out", "in", "norm");
-  for (int l = 0; l < kLayouts; l++) std::printf(" | layout %d     ", l);
-  std::printf("\n");
-  for (const LayoutShape& shape : shapes) {
-    const int weightRows = shape.gated ? 2 * shape.out : shape.out;
-    const size_t weightBytes = static_cast<size_t>(weightRows) * shape.in * sizeof(__half);
-    std::vector<__half*> weights = WeightCopies(weightBytes, shape.in, stream);
-    const int copies = static_cast<int>(weights.size());
-    __half *x, *residual, *norm, *sum, *y, *first;
-    Check(cudaMalloc(&x, shape.in * sizeof(__half)), "cudaMalloc");
-    Check(cudaMalloc(&residual, shape.in * sizeof(__half)), "cudaMalloc");
-    Check(cudaMalloc(&norm, shape.in * sizeof(__half)), "cudaMalloc");
-    Check(cudaMalloc(&sum, shape.in * sizeof(__half)), "cudaMalloc");
-    Check(cudaMalloc(&y, shape.out * sizeof(__half)), "cudaMalloc");
-    Check(cudaMalloc(&first, shape.out * sizeof(__half)), "cudaMalloc");
-    Fill<<<64, 256, 0, stream>>>(x, shape.in, 99u, 2.0f);
-    Fill<<<64, 256, 0, stream>>>(residual, shape.in, 98u, 2.0f);
-    Fill<<<64, 256, 0, stream>>>(norm, shape.in, 97u, 0.5f);
-    auto args = [&](int copy) {
-      chorus::LinearArgs a{};
-      a.x = x;
-      a.weight = weights[copy];
-      a.y = y;
-      a.rows = 1;
-      a.in = shape.in;
-      a.out = shape.out;
-      a.activation = shape.gated ? chorus::Activation::kSilu : chorus::Activation::kNone;
-      a.type = chorus::FloatType::kFloat16;
-      a.gated = shape.gated;
-      if (shape.norm) {
-        a.residual = residual;
-        a.norm = norm;
-        a.sum = sum;
-        a.epsilon = 1e-5f;
-      }
-      return a;
-    };
-    const double bytes = static_cast<double>(weightBytes) + (shape.in * (shape.norm ? 4 : 1) + shape.out) * sizeof(__half);
-    std::printf("%-15s %-13s %6d %5d %4s", shape.model, shape.product, shape.out, shape.in, shape.norm ? "yes" : "no");
-    std::fprintf(json, "%s  {\"part\": \"layouts\", \"model\": \"%s\", \"product\": \"%s\", \"out\": %d, \"in\": %d, \"rows\": 1, \"norm\": %s, \"layouts\": [", firstRow ? "" : ",\n", shape.model,
-                 shape.product, shape.out, shape.in, shape.norm ? "true" : "false");
-    firstRow = false;
-    for (int l = 0; l < kLayouts; l++) {
-      chorus::SetLinearRowsLayout(l);
-      chorus::LinearRowsDevice(args(0), stream);
-      Check(cudaStreamSynchronize(stream), "addon Linear");
-      if (l == 0) Check(cudaMemcpy(first, y, shape.out * sizeof(__half), cudaMemcpyDeviceToDevice), "cudaMemcpy");
-      const double diff = l == 0 ? 0 : Difference(y, first, shape.out);
-      const double us = TimeLaunches(stream, copies, [&](int c) { chorus::LinearRowsDevice(args(c), stream); });
-      const double share = bytes / (us * 1e-6) / kPeakBytesPerSecond;
-      std::printf(" | %6.2f (%3.0f%%)", us, 100 * share);
-      std::fprintf(json, "%s{\"layout\": %d, \"us\": %.3f, \"of_peak\": %.3f, \"relative_difference\": %.3e}", l == 0 ? "" : ", ", l, us, share, diff);
-    }
-    chorus::SetLinearRowsLayout(0);
-    std::printf("\n");
-    std::fflush(stdout);
-    std::fprintf(json, "]}");
-    for (void* p : {static_cast<void*>(x), static_cast<void*>(residual), static_cast<void*>(norm), static_cast<void*>(sum), static_cast<void*>(y), static_cast<void*>(first)}) cudaFree(p);
-    for (__half* w : weights) cudaFree(w);
-  }
 }
 
 // cuBLASLt at the decode steps of many rows: the heuristic's first pick against the fastest of its
@@ -230,20 +168,14 @@ void RunTuning(cudaStream_t stream, void* workspace, size_t workspaceBytes, FILE
     std::vector<__half*> weights = WeightCopies(weightBytes, shape.in, stream);
     const int copies = static_cast<int>(weights.size());
     for (int rows : rowCounts) {
-      __half *x, *y, *first;
-      Check(cudaMalloc(&x, static_cast<size_t>(rows) * shape.in * sizeof(__half)), "cudaMalloc");
-      Check(cudaMalloc(&y, static_cast<size_t>(rows) * shape.out * sizeof(__half)), "cudaMalloc");
-      Check(cudaMalloc(&first, static_cast<size_t>(rows) * shape.out * sizeof(__half)), "cudaMalloc");
+      std::vector<void*> owned;
+      __half* x = Halves(static_cast<size_t>(rows) * shape.in, owned);
+      __half* y = Halves(static_cast<size_t>(rows) * shape.out, owned);
+      __half* first = Halves(static_cast<size_t>(rows) * shape.out, owned);
+      Check(cudaDeviceSynchronize(), "zeroing");  // the zeros in place before the fill on `stream`
       Fill<<<256, 256, 0, stream>>>(x, static_cast<size_t>(rows) * shape.in, 99u, 2.0f);
       auto product = [&](int copy) {
-        chorus::LinearArgs a{};
-        a.x = x;
-        a.weight = weights[copy];
-        a.y = y;
-        a.rows = rows;
-        a.in = shape.in;
-        a.out = shape.out;
-        a.type = chorus::FloatType::kFloat16;
+        const chorus::LinearArgs a = ProductArgs(x, weights[copy], y, rows, shape.in, shape.out, false);
         return chorus::LinearLtDevice(a, 0, shape.out, y, shape.out, false, workspace, workspaceBytes, stream);
       };
       const double bytes = static_cast<double>(weightBytes) + static_cast<double>(rows) * (shape.in + shape.out) * sizeof(__half);
@@ -268,9 +200,7 @@ void RunTuning(cudaStream_t stream, void* workspace, size_t workspaceBytes, FILE
       std::fprintf(json, "%s  {\"part\": \"lt-tune\", \"model\": \"%s\", \"product\": \"%s\", \"out\": %d, \"in\": %d, \"rows\": %d, \"heuristic_us\": %.3f, \"tuned_us\": %.3f, \"heuristic_of_peak\": %.3f, \"tuned_of_peak\": %.3f, \"relative_difference\": %.3e}",
                    firstRow ? "" : ",\n", shape.model, shape.product, shape.out, shape.in, rows, us[0], us[1], share(us[0]), share(us[1]), diff);
       firstRow = false;
-      cudaFree(x);
-      cudaFree(y);
-      cudaFree(first);
+      for (void* p : owned) cudaFree(p);
     }
     for (__half* w : weights) cudaFree(w);
   }
@@ -306,9 +236,9 @@ int main(int argc, char** argv) {
   }
   std::fprintf(json, "{\n \"gpu\": \"%s\",\n \"sms\": %d,\n \"dtype\": \"fp16\",\n \"peak_bytes_per_s\": %.3e,\n \"rows\": [\n", props.name, props.multiProcessorCount, kPeakBytesPerSecond);
   bool firstRow = true;
-  // GEMV_PARTS (comma-separated; default all): main (the table above), layouts, tune.
+  // GEMV_PARTS (comma-separated; default both): main (the table above), tune.
   const char* partsSetting = std::getenv("GEMV_PARTS");
-  const std::string parts = partsSetting == nullptr ? "main,layouts,tune" : partsSetting;
+  const std::string parts = partsSetting == nullptr ? "main,tune" : partsSetting;
   for (const Shape& shape : parts.find("main") == std::string::npos ? std::vector<Shape>{} : std::vector<Shape>(std::begin(shapes), std::end(shapes))) {
     const int weightRows = shape.gated ? 2 * shape.out : shape.out;
     const size_t weightBytes = static_cast<size_t>(weightRows) * shape.in * sizeof(__half);
@@ -322,19 +252,7 @@ int main(int argc, char** argv) {
       Check(cudaMalloc(&products, static_cast<size_t>(rows) * weightRows * sizeof(__half)), "cudaMalloc");
       Fill<<<256, 256, 0, stream>>>(x, static_cast<size_t>(rows) * shape.in, 99u, 2.0f);
       const double bytes = static_cast<double>(weightBytes) + static_cast<double>(rows) * (shape.in + shape.out) * sizeof(__half);
-      auto args = [&](int copy) {
-        chorus::LinearArgs a{};
-        a.x = x;
-        a.weight = weights[copy];
-        a.y = y;
-        a.rows = rows;
-        a.in = shape.in;
-        a.out = shape.out;
-        a.activation = shape.gated ? chorus::Activation::kSilu : chorus::Activation::kNone;
-        a.type = chorus::FloatType::kFloat16;
-        a.gated = shape.gated;
-        return a;
-      };
+      auto args = [&](int copy) { return ProductArgs(x, weights[copy], y, rows, shape.in, shape.out, shape.gated); };
       // Both products of a gated shape as one plain product (what a GEMM computes before the gating pass).
       auto plain = [&](int copy) {
         chorus::LinearArgs a = args(copy);
@@ -422,7 +340,6 @@ int main(int argc, char** argv) {
     }
     for (__half* w : weights) cudaFree(w);
   }
-  if (parts.find("layouts") != std::string::npos) RunLayouts(stream, json, firstRow);
   if (parts.find("tune") != std::string::npos) RunTuning(stream, ltWorkspace, ltWorkspaceBytes, json, firstRow);
   std::fprintf(json, "\n ]\n}\n");
   std::fclose(json);
