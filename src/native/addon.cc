@@ -498,6 +498,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
       HandOn(*steps, new CoreStep(std::move(step)), [](Napi::Env e, const CoreStep& d) {
         Napi::Object out = Napi::Object::New(e);
         out.Set("prefill", Napi::Boolean::New(e, d.prefill));
+        out.Set("joined", Napi::Number::New(e, d.joined));
         out.Set("ids", ArrayOf<Napi::Int32Array>(e, d.ids));
         out.Set("sampled", SampledObject(e, d.results));
         return std::vector<napi_value>{out};

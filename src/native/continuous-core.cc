@@ -109,9 +109,10 @@ void ContinuousCore::Submit(CoreRequest request) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     inbox_.push_back(std::move(request));
+    // A greedy run under way ends after its step, so that the request joins (a run of chosen steps
+    // takes it in as it goes).
+    if (stopsForArrivals_) decoder_.Interrupt();
   }
-  // A greedy run under way ends after its step, so that the request joins.
-  decoder_.Interrupt();
   wake_.notify_one();
 }
 
@@ -119,8 +120,8 @@ void ContinuousCore::Cancel(int32_t id) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     cancels_.push_back(id);
+    if (stopsForArrivals_) decoder_.Interrupt();
   }
-  decoder_.Interrupt();
   wake_.notify_one();
 }
 
@@ -149,21 +150,10 @@ void ContinuousCore::Loop() {
     }
     // After a failure every row was failed by the caller: what comes until it stops the core is dropped.
     if (failed) continue;
-    if (!arrived.empty()) Trace().Line("%.3f arrived %zu running %zu waiting %zu", Trace().Now(), arrived.size(), rows_.size(), waiting_.size());
-    for (CoreRequest& request : arrived) {
-      Row row;
-      row.request = std::move(request);
-      row.penalties = row.request.repetition != 1 || row.request.presence != 0 || row.request.frequency != 0;
-      for (size_t i = 0; i < row.request.seen.size(); i += 2) row.seenAt[row.request.seen[i]] = i;
-      waiting_.push_back(std::move(row));
-    }
+    Arrive(arrived);
     if (!cancelled.empty()) {
-      auto isCancelled = [&](const Row& row) { return std::find(cancelled.begin(), cancelled.end(), row.request.id) != cancelled.end(); };
-      waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), isCancelled), waiting_.end());
-      std::vector<bool> gone(rows_.size());
-      for (size_t r = 0; r < rows_.size(); r++) gone[r] = isCancelled(rows_[r]);
       try {
-        Retire(gone);
+        CancelRows(cancelled, false);
       } catch (const std::exception& e) {
         failed = true;
         onError_(e.what());
@@ -179,6 +169,119 @@ void ContinuousCore::Loop() {
       waiting_.clear();
       onError_(e.what());
     }
+  }
+}
+
+ContinuousCore::StopsForArrivals::StopsForArrivals(ContinuousCore& core, bool on) : core_(core), on_(on) {
+  std::lock_guard<std::mutex> lock(core_.mutex_);
+  core_.stopsForArrivals_ = on;
+  // An interrupt left from before (a row that ended in a run's last step) is not this run's.
+  if (core_.stopping_ || (on && (!core_.inbox_.empty() || !core_.cancels_.empty()))) {
+    core_.decoder_.Interrupt();
+  } else {
+    core_.decoder_.ClearInterrupt();
+  }
+}
+
+ContinuousCore::StopsForArrivals::~StopsForArrivals() {
+  if (!on_) return;
+  std::lock_guard<std::mutex> lock(core_.mutex_);
+  core_.stopsForArrivals_ = false;
+}
+
+void ContinuousCore::Arrive(std::vector<CoreRequest>& arrived) {
+  if (arrived.empty()) return;
+  Trace().Line("%.3f arrived %zu running %zu waiting %zu", Trace().Now(), arrived.size(), rows_.size(), waiting_.size());
+  for (CoreRequest& request : arrived) {
+    Row row;
+    row.request = std::move(request);
+    row.penalties = row.request.repetition != 1 || row.request.presence != 0 || row.request.frequency != 0;
+    for (size_t i = 0; i < row.request.seen.size(); i += 2) row.seenAt[row.request.seen[i]] = i;
+    row.serial = ++serials_;
+    waiting_.push_back(std::move(row));
+  }
+}
+
+bool ContinuousCore::CancelRows(const std::vector<int32_t>& cancelled, bool ended) {
+  auto isCancelled = [&](const Row& row) { return std::find(cancelled.begin(), cancelled.end(), row.request.id) != cancelled.end(); };
+  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), isCancelled), waiting_.end());
+  std::vector<bool> gone(rows_.size());
+  bool any = false;
+  for (size_t r = 0; r < rows_.size(); r++) {
+    gone[r] = isCancelled(rows_[r]);
+    any = any || gone[r];
+    if (ended && gone[r]) rows_[r].ended = true;
+  }
+  if (!ended) Retire(gone);
+  return any;
+}
+
+bool ContinuousCore::CanJoin(const Row& row) {
+  return !row.penalties && (row.request.minLength == 0 || row.request.endIds.size() <= SlotDecoder::kJoinBans);
+}
+
+void ContinuousCore::Join(int step, StepJoins& joins) {
+  std::vector<CoreRequest> arrived;
+  std::vector<int32_t> cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) {
+      joins.stop = true;
+      return;
+    }
+    arrived.swap(inbox_);
+    cancelled.swap(cancels_);
+  }
+  Arrive(arrived);
+  if (!cancelled.empty()) CancelRows(cancelled, true);
+  const size_t slots = static_cast<size_t>(decoder_.options().slots);
+  std::vector<size_t> holes;
+  for (size_t r = 0; r < rows_.size(); r++) {
+    if (rows_[r].ended) holes.push_back(r);
+  }
+  // The waiting rows that take the ended rows' slots and the free ones, in order of arrival, up to a
+  // prefill's tokens.
+  const size_t room = holes.size() + (slots - rows_.size());
+  size_t taking = 0;
+  size_t tokens = 0;
+  bool blocked = false;
+  while (taking < waiting_.size() && taking < room) {
+    const Row& row = waiting_[taking];
+    if (!CanJoin(row)) {
+      blocked = true;
+      break;
+    }
+    if (taking > 0 && tokens + row.request.prompt.size() > kPrefillTokens) break;
+    tokens += row.request.prompt.size();
+    taking++;
+  }
+  const size_t endedLeft = holes.size() - std::min(holes.size(), taking);
+  const size_t runRows = rows_.size() + (taking > holes.size() ? taking - holes.size() : 0);
+  const size_t live = runRows - endedLeft;
+  if (blocked || live == 0 || endedLeft * 4 > runRows) {
+    Trace().Line("%.3f run stops before step %d: %s, %zu of %zu rows ended", Trace().Now(), step, blocked ? "a waiting row cannot join" : "rows ended", endedLeft, runRows);
+    joins.stop = true;
+    return;
+  }
+  for (size_t i = 0; i < taking; i++) {
+    Row& row = waiting_[i];
+    row.token = row.request.prompt.back();
+    row.length = static_cast<int64_t>(row.request.prompt.size()) - 1;
+    row.startStep = step;
+    row.takenAtStart = row.taken;
+    row.ended = false;
+    const size_t slot = i < holes.size() ? holes[i] : rows_.size();
+    joins.rows.push_back(JoinRow{static_cast<int>(slot), row.request.prompt});
+    if (slot < rows_.size()) {
+      rows_[slot] = std::move(row);
+    } else {
+      rows_.push_back(std::move(row));
+    }
+  }
+  waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(taking));
+  if (taking > 0) {
+    Trace().Line("%.3f joined rows %zu (ended rows' slots %zu) tokens %zu at step %d running %zu waiting %zu", Trace().Now(), taking, std::min(taking, holes.size()), tokens, step,
+                 rows_.size(), waiting_.size());
   }
 }
 
@@ -399,6 +502,7 @@ void ContinuousCore::GreedySteps(const std::vector<int32_t>& endIds) {
     onStep_(std::move(out));
   };
   const double began = Trace().on() ? Trace().Now() : 0;
+  const StopsForArrivals stops(*this, true);
   const GreedyRun run = decoder_.DecodeGreedy(start.tokens, start.positions, remaining, endIds, start.maxSteps, {}, {}, onStep);
   Trace().Line("%.3f greedy rows %zu steps %d ms %.3f", began, n, run.steps, Trace().Now() - began);
   for (Row& row : rows_) row.length += run.steps;
@@ -406,34 +510,65 @@ void ContinuousCore::GreedySteps(const std::vector<int32_t>& endIds) {
 }
 
 void ContinuousCore::ChosenSteps() {
-  const size_t n = rows_.size();
   const RunStart start = StartRun();
-  std::vector<int32_t> takenBefore(n);
-  for (size_t r = 0; r < n; r++) takenBefore[r] = rows_[r].taken;
+  for (Row& row : rows_) {
+    row.startStep = 0;
+    row.takenAtStart = row.taken;
+    row.ended = false;
+  }
+  // Where the decoder takes joins, arrivals and ends do not stop the run: an ended row runs along
+  // unread until a waiting row takes its slot (Join). Each queued step's rows are kept (by serial,
+  // -1: ended, and each row's index in the sampler batch, -1: the argmax) so that its results go to
+  // the rows it ran for: a row's slot may change hands between a step's queueing and its reading.
+  const bool joinable = decoder_.joins();
+  struct Queued {
+    std::vector<int64_t> serials;
+    std::vector<int32_t> batchIndex;
+  };
+  Queued queued[4];
   // Step k's parameters may be asked for before step k - 1's tokens are taken: its bans go by k.
   const StepSample sampleStep = [&](int step, SampleBatch& batch) {
-    for (size_t r = 0; r < n; r++) {
-      if (rows_[r].request.argmax) continue;
+    Queued& q = queued[step % 4];
+    q.serials.assign(rows_.size(), -1);
+    q.batchIndex.assign(rows_.size(), -1);
+    for (size_t r = 0; r < rows_.size(); r++) {
+      Row& row = rows_[r];
+      if (!row.ended) q.serials[r] = row.serial;
+      if (row.request.argmax) continue;
+      q.batchIndex[r] = static_cast<int32_t>(batch.rows.size());
       batch.rows.push_back(static_cast<int32_t>(r));
-      batch.params.push_back(ParamsOf(rows_[r], batch, takenBefore[r] + step));
+      batch.params.push_back(ParamsOf(row, batch, row.takenAtStart + (step - row.startStep)));
     }
   };
-  std::vector<bool> gone(n, false);
-  const StepChosen onStep = [&](int, const int32_t* argmax, const SampleResult* sampled) {
+  const StepChosen onStep = [&](int step, const int32_t* argmax, const SampleResult* sampled) {
+    const Queued& q = queued[step % 4];
     CoreStep out;
-    size_t at = 0;
-    for (size_t r = 0; r < n; r++) {
-      const SampleResult chosen = rows_[r].request.argmax ? ArgmaxChoice(argmax[r]) : sampled[at++];
-      if (gone[r]) continue;
-      gone[r] = Take(rows_[r], chosen, out);
-      if (gone[r]) decoder_.Interrupt();
+    for (size_t r = 0; r < q.serials.size(); r++) {
+      Row& row = rows_[r];
+      if (q.serials[r] < 0 || row.serial != q.serials[r] || row.ended) continue;
+      const SampleResult chosen = q.batchIndex[r] < 0 ? ArgmaxChoice(argmax[r]) : sampled[q.batchIndex[r]];
+      if (row.taken == 0) out.joined++;
+      if (Take(row, chosen, out)) {
+        row.ended = true;
+        if (!joinable) decoder_.Interrupt();
+      }
     }
     onStep_(std::move(out));
   };
+  const StepJoin join = [&](int step, StepJoins& joins) { Join(step, joins); };
   const double began = Trace().on() ? Trace().Now() : 0;
-  const int steps = decoder_.DecodeChosen(start.tokens, start.positions, start.maxSteps, sampleStep, onStep);
-  Trace().Line("%.3f chosen rows %zu steps %d ms %.3f", began, n, steps, Trace().Now() - began);
-  for (Row& row : rows_) row.length += steps;
+  const size_t startRows = rows_.size();
+  int steps = 0;
+  {
+    const StopsForArrivals stops(*this, !joinable);
+    steps = decoder_.DecodeChosen(start.tokens, start.positions, start.maxSteps, sampleStep, onStep, joinable ? join : StepJoin());
+  }
+  Trace().Line("%.3f chosen rows %zu-%zu steps %d ms %.3f", began, startRows, rows_.size(), steps, Trace().Now() - began);
+  std::vector<bool> gone(rows_.size());
+  for (size_t r = 0; r < rows_.size(); r++) {
+    gone[r] = rows_[r].ended;
+    if (!gone[r]) rows_[r].length += steps - rows_[r].startStep;
+  }
   Retire(gone);
 }
 

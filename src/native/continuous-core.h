@@ -1,6 +1,7 @@
 // The native engine's continuous core: a thread of its own that steps a SlotDecoder back to back
 // without returning to JavaScript between steps. It admits submitted rows at step boundaries
-// (prefilling the waiting ones together, whatever their lengths), chooses every row's token in the step (the raw
+// (prefilling the waiting ones together, whatever their lengths; into a run of steps under way
+// where the decoder takes joins, without ending it), chooses every row's token in the step (the raw
 // argmax, or the sampler where the logits are, with the row's own seeded stream and its penalties'
 // counts kept here), retires rows at their end id, their last token or a cancellation, and moves the
 // rows behind a retired one down into its slot. Each step's tokens go to `onStep` at once, all rows
@@ -49,6 +50,8 @@ struct CoreRequest {
 // log-probability is 0).
 struct CoreStep {
   bool prefill = false;
+  // A decode step's rows that joined the run under way: their first tokens.
+  int32_t joined = 0;
   std::vector<int32_t> ids;
   std::vector<SampleResult> results;
 };
@@ -87,9 +90,26 @@ class ContinuousCore {
     int32_t taken = 0;
     std::unordered_map<int32_t, size_t> seenAt;
     bool penalties = false;
+    // The core's own number for the row (a joined row takes an ended one's slot within a run).
+    int64_t serial = 0;
+    // In a run of chosen steps: the row ended (or was cancelled) and is no longer read; the step it
+    // joined the run at, and its tokens taken then.
+    bool ended = false;
+    int startStep = 0;
+    int32_t takenAtStart = 0;
   };
 
   void Loop();
+  // Arrived requests to the waiting rows; cancelled ids out of the waiting rows, and marked ended
+  // among the running ones (`ended`), else true where some running row was cancelled (to retire).
+  void Arrive(std::vector<CoreRequest>& arrived);
+  bool CancelRows(const std::vector<int32_t>& cancelled, bool ended);
+  // Whether a waiting row may join a run of chosen steps (no penalties; its bans within the decoder's).
+  static bool CanJoin(const Row& row);
+  // ChosenSteps' admissions before its step `step`: arrivals and cancellations taken in, waiting rows
+  // into ended rows' slots or past the last, or the run stopped (a waiting row that cannot join, or a
+  // quarter of its rows ended and none to take their slots).
+  void Join(int step, StepJoins& joins);
   // Prefills waiting requests into the free slots; false when none was waiting or fitting.
   void Admit(std::vector<Row>& waiting);
   void Step();
@@ -126,6 +146,21 @@ class ContinuousCore {
   CoreOnError onError_;
   std::vector<Row> rows_;
   std::vector<Row> waiting_;
+  int64_t serials_ = 0;
+  // Under mutex_: a run that takes no joins is under way (a greedy run, or chosen steps where the
+  // decoder takes no joins), which an arrival or a cancellation ends after its step.
+  bool stopsForArrivals_ = false;
+  // Sets stopsForArrivals_ for the life of a run, and the decoder's interrupt as the run starts: set
+  // where the core is stopping or (`on`) requests came first, else cleared.
+  class StopsForArrivals {
+   public:
+    StopsForArrivals(ContinuousCore& core, bool on);
+    ~StopsForArrivals();
+
+   private:
+    ContinuousCore& core_;
+    bool on_;
+  };
 
   std::mutex mutex_;
   std::condition_variable wake_;

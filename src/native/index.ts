@@ -152,6 +152,8 @@ export interface NativeCoreRequest {
 export interface NativeCoreStep {
   /** A prefill's first tokens (else a decode step's). */
   prefill: boolean;
+  /** A decode step's rows that joined the run of steps under way (their prompts prefilled behind it): their first tokens. */
+  joined: number;
   ids: Int32Array;
   sampled: NativeSampled;
 }

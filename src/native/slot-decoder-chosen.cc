@@ -1,6 +1,9 @@
 // SlotDecoder::DecodeChosen: steps back to back where each row's token is chosen in the step (the
 // sampler's or the argmax) and fed to the next one, on the host step by step, or with CUDA graphs
-// queued a step ahead of the host.
+// queued a step ahead of the host; requests join the run as it goes (StepJoin), their prompts
+// prefilled behind the steps already queued.
+#include <onnxruntime_run_options_config_keys.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -16,7 +19,133 @@
 
 namespace chorus {
 
-int SlotDecoder::DecodeChosen(std::vector<int64_t> tokens, std::vector<int64_t> positions, int maxSteps, const StepSample& sampleStep, const StepChosen& onStep) {
+namespace {
+
+// Joining rows' prefills go in widths of a multiple of this (as the continuous core's admissions,
+// whose shapes its warm-up has run) and in groups of a power of two contiguous slots.
+constexpr int kJoinWidthStep = 32;
+
+// A prefill of joins[first, first + count), `width` tokens a row.
+struct JoinRun {
+  size_t first = 0;
+  size_t count = 0;
+  int width = 0;
+};
+
+// The prefills of `joins` (sorted by slot); a group whose prompts are all one token needs none.
+std::vector<JoinRun> JoinRuns(const std::vector<JoinRow>& joins, int maxLength) {
+  std::vector<JoinRun> runs;
+  size_t i = 0;
+  while (i < joins.size()) {
+    size_t contiguous = 1;
+    while (i + contiguous < joins.size() && joins[i + contiguous].slot == joins[i].slot + static_cast<int>(contiguous)) contiguous++;
+    size_t count = 1;
+    while (count * 2 <= contiguous) count *= 2;
+    size_t longest = 0;
+    for (size_t r = i; r < i + count; r++) longest = std::max(longest, joins[r].prompt.size());
+    if (longest > 1) {
+      const int width = std::min(static_cast<int>((longest - 1 + kJoinWidthStep - 1) / kJoinWidthStep * kJoinWidthStep), maxLength - 1);
+      runs.push_back(JoinRun{i, count, width});
+    }
+    i += count;
+  }
+  return runs;
+}
+
+// A run's ids and positions (as PrefillRagged's first run: each prompt, then its last token again as
+// padding, which the row's own steps write over before reading there).
+void FillJoinRun(const std::vector<JoinRow>& joins, const JoinRun& run, int64_t* ids, int64_t* positions) {
+  for (size_t r = 0; r < run.count; r++) {
+    const std::vector<int64_t>& prompt = joins[run.first + r].prompt;
+    for (int i = 0; i < run.width; i++) {
+      ids[r * run.width + i] = prompt[std::min<size_t>(static_cast<size_t>(i), prompt.size() - 1)];
+      positions[r * run.width + i] = i;
+    }
+  }
+}
+
+// Each row's index in the step's sampler batch (-1: the argmax).
+std::vector<int32_t> BatchIndex(const SampleBatch& batch, int rows) {
+  std::vector<int32_t> index(static_cast<size_t>(rows), -1);
+  for (size_t i = 0; i < batch.rows.size(); i++) index[batch.rows[i]] = static_cast<int32_t>(i);
+  return index;
+}
+
+}  // namespace
+
+int SlotDecoder::CheckJoins(std::vector<JoinRow>& joins, int rows, int step, int& maxSteps) const {
+  std::sort(joins.begin(), joins.end(), [](const JoinRow& a, const JoinRow& b) { return a.slot < b.slot; });
+  int grown = rows;
+  for (size_t i = 0; i < joins.size(); i++) {
+    const JoinRow& row = joins[i];
+    if (i > 0 && joins[i - 1].slot == row.slot) throw std::invalid_argument("two rows join slot " + std::to_string(row.slot));
+    if (row.slot < 0 || row.slot > grown || row.slot >= options_.slots) {
+      throw std::out_of_range("a row joins slot " + std::to_string(row.slot) + ": a run of " + std::to_string(grown) + " rows takes one of 0.." +
+                              std::to_string(std::min(grown, options_.slots - 1)));
+    }
+    if (row.prompt.empty() || row.prompt.size() > static_cast<size_t>(options_.maxLength)) {
+      throw std::out_of_range("a joining prompt of " + std::to_string(row.prompt.size()) + " tokens does not fit a slot of " + std::to_string(options_.maxLength));
+    }
+    for (int64_t id : row.prompt) {
+      if (id < 0 || id >= options_.vocab) throw std::out_of_range("joining prompt id " + std::to_string(id) + " is outside the vocabulary");
+    }
+    if (row.slot == grown) grown++;
+    // Its last prompt token is at position size - 1 in step `step`: the steps its slot holds from there.
+    maxSteps = std::min(maxSteps, step + options_.maxLength - static_cast<int>(row.prompt.size() - 1));
+  }
+  return grown;
+}
+
+void SlotDecoder::PrefillJoins(const std::vector<JoinRow>& joins, int parity) {
+  const std::vector<JoinRun> runs = JoinRuns(joins, options_.maxLength);
+  if (runs.empty()) return;
+#ifdef CHORUS_WITH_CUDA
+  if (options_.cuda && options_.cudaGraph) {
+    // Staged after the joins' step inputs (StageJoinInputs' part of joinHost_[parity]), each run's ids,
+    // positions and seqlens, copied to joinDevice_ and run there without waiting: ONNX Runtime queues
+    // the run's kernels on the step stream, behind the step under way.
+    auto stream = static_cast<cudaStream_t>(stream_);
+    const size_t inputsBytes = JoinInputsBytes();
+    size_t bytes = 0;
+    for (const JoinRun& run : runs) bytes += (run.count * run.width * 2 * sizeof(int64_t) + run.count * sizeof(int32_t) + 255) / 256 * 256;
+    ReserveJoinStaging(inputsBytes + bytes, bytes);
+    char* host = joinHost_[parity] + inputsBytes;
+    char* device = static_cast<char*>(joinDevice_);
+    Ort::RunOptions queued;
+    queued.AddConfigEntry(kOrtRunOptionsConfigDisableSynchronizeExecutionProviders, "1");
+    for (const JoinRun& run : runs) {
+      const size_t tokens = run.count * run.width;
+      auto* ids = reinterpret_cast<int64_t*>(host);
+      auto* positions = ids + tokens;
+      auto* seqlens = reinterpret_cast<int32_t*>(positions + tokens);
+      FillJoinRun(joins, run, ids, positions);
+      std::fill(seqlens, seqlens + run.count, run.width - 1);
+      const size_t runBytes = (tokens * 2 * sizeof(int64_t) + run.count * sizeof(int32_t) + 255) / 256 * 256;
+      CheckCuda(cudaMemcpyAsync(device, host, runBytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+      const int32_t total = run.width;
+      auto* deviceIds = reinterpret_cast<int64_t*>(device);
+      const StepInputs inputs{deviceIds, deviceIds + tokens, reinterpret_cast<int32_t*>(deviceIds + 2 * tokens), nullptr, &total, true};
+      std::vector<Ort::Value> values;
+      Ort::IoBinding io(*session_);
+      BindStep(io, values, joins[run.first].slot, static_cast<int>(run.count), run.width, inputs);
+      session_->Run(queued, io);
+      host += runBytes;
+      device += runBytes;
+    }
+    return;
+  }
+#endif
+  for (const JoinRun& run : runs) {
+    std::vector<int64_t> ids(run.count * run.width);
+    std::vector<int64_t> positions(ids.size());
+    FillJoinRun(joins, run, ids.data(), positions.data());
+    Run(joins[run.first].slot, static_cast<int>(run.count), run.width, ids, positions, std::vector<int32_t>(run.count, run.width - 1), run.width, {}, SampleBatch{}, false, {}, {},
+        false);
+  }
+}
+
+int SlotDecoder::DecodeChosen(std::vector<int64_t> tokens, std::vector<int64_t> positions, int maxSteps, const StepSample& sampleStep, const StepChosen& onStep,
+                              const StepJoin& join) {
   if (Fans()) {
     // Rank 0's caller fills each step's batch; the other ranks take it from rank 0.
     return OnRanks([&](SlotDecoder& d) {
@@ -37,10 +166,26 @@ int SlotDecoder::DecodeChosen(std::vector<int64_t> tokens, std::vector<int64_t> 
   if (paged() || seq2seq()) throw std::logic_error("decodeChosen runs decoder-only models with a cache of slots");
   UseDevice();
   CheckRows(tokens, positions, {}, maxSteps);
-  if (options_.cuda && options_.cudaGraph) return DecodeChosenOnDevice(tokens, positions, maxSteps, sampleStep, onStep);
-  const size_t rows = tokens.size();
+  const StepJoin joining = joins() ? join : nullptr;
+  if (options_.cuda && options_.cudaGraph) return DecodeChosenOnDevice(tokens, positions, maxSteps, sampleStep, onStep, joining);
+  size_t rows = tokens.size();
   int steps = 0;
   for (int step = 0; step < maxSteps; step++) {
+    if (step > 0 && joining) {
+      StepJoins joins;
+      joining(step, joins);
+      if (joins.stop) break;
+      if (!joins.rows.empty()) {
+        rows = static_cast<size_t>(CheckJoins(joins.rows, static_cast<int>(rows), step, maxSteps));
+        PrefillJoins(joins.rows, 0);
+        tokens.resize(rows);
+        positions.resize(rows);
+        for (const JoinRow& row : joins.rows) {
+          tokens[row.slot] = row.prompt.back();
+          positions[row.slot] = static_cast<int64_t>(row.prompt.size()) - 1;
+        }
+      }
+    }
     SampleBatch batch;
     sampleStep(step, batch);
     StepResult result = Decode(tokens, positions, {}, batch);
@@ -58,29 +203,75 @@ int SlotDecoder::DecodeChosen(std::vector<int64_t> tokens, std::vector<int64_t> 
 }
 
 #ifdef CHORUS_WITH_CUDA
+size_t SlotDecoder::JoinInputsBytes() const { return (static_cast<size_t>(options_.slots) * (2 * sizeof(int64_t) + 2 * sizeof(int32_t)) + 255) / 256 * 256; }
+
+void SlotDecoder::ReserveJoinStaging(size_t hostBytes, size_t deviceBytes) {
+  if (joinHostBytes_ < hostBytes) {
+    // Copies from the other step's staging may still be queued.
+    CheckCuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+    const size_t grow = std::max<size_t>(hostBytes, 64 << 10);
+    for (char*& staging : joinHost_) {
+      if (staging != nullptr) cudaFreeHost(staging);
+      staging = nullptr;
+      CheckCuda(cudaMallocHost(&staging, grow), "cudaMallocHost");
+    }
+    joinHostBytes_ = grow;
+  }
+  if (deviceBytes > 0) Reserve(joinDevice_, joinDeviceBytes_, deviceBytes, std::max<size_t>(deviceBytes, 64 << 10));
+}
+
+void SlotDecoder::StageJoinInputs(const std::vector<JoinRow>& joins, const std::vector<int32_t>* sampleIndex, int parity) {
+  auto stream = static_cast<cudaStream_t>(stream_);
+  const size_t slots = static_cast<size_t>(options_.slots);
+  ReserveJoinStaging(JoinInputsBytes(), 0);
+  auto* ids = reinterpret_cast<int64_t*>(joinHost_[parity]);
+  int64_t* positions = ids + slots;
+  auto* seqlens = reinterpret_cast<int32_t*>(positions + slots);
+  int32_t* index = seqlens + slots;
+  // Each run of contiguous slots in one copy per input (the joins are sorted by slot).
+  for (size_t i = 0; i < joins.size();) {
+    size_t count = 1;
+    while (i + count < joins.size() && joins[i + count].slot == joins[i].slot + static_cast<int>(count)) count++;
+    const size_t at = static_cast<size_t>(joins[i].slot);
+    for (size_t r = 0; r < count; r++) {
+      const std::vector<int64_t>& prompt = joins[i + r].prompt;
+      ids[at + r] = prompt.back();
+      positions[at + r] = static_cast<int64_t>(prompt.size()) - 1;
+      seqlens[at + r] = static_cast<int32_t>(prompt.size()) - 1;
+    }
+    CheckCuda(cudaMemcpyAsync(idsDevice_ + at, ids + at, sizeof(int64_t) * count, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    CheckCuda(cudaMemcpyAsync(positionsDevice_ + at, positions + at, sizeof(int64_t) * count, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    CheckCuda(cudaMemcpyAsync(seqlensDevice_ + at, seqlens + at, sizeof(int32_t) * count, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    i += count;
+  }
+  if (sampleIndex != nullptr) {
+    std::copy(sampleIndex->begin(), sampleIndex->end(), index);
+    CheckCuda(cudaMemcpyAsync(sampleIndexDevice_, index, sizeof(int32_t) * sampleIndex->size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  }
+}
+
 int SlotDecoder::DecodeChosenOnDevice(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, int maxSteps, const StepSample& sampleStep,
-                                      const StepChosen& onStep) {
+                                      const StepChosen& onStep, const StepJoin& join) {
   const auto started = std::chrono::steady_clock::now();
-  const int rows = static_cast<int>(tokens.size());
+  int rows = static_cast<int>(tokens.size());
   auto stream = static_cast<cudaStream_t>(stream_);
   const int slots = options_.slots;
   // Step k's batch is filled into batches[k % 2] and staged from the pinned hostBatches_[k % 2]: the
   // copy of step k + 2's is queued after the host has read step k, whose copy ran before it.
   SampleBatch batches[2];
   sampleStep(0, batches[0]);
-  const size_t sampledRows = batches[0].rows.size();
-  std::vector<int32_t> sampleIndex(rows, -1);
-  for (size_t i = 0; i < sampledRows; i++) sampleIndex[batches[0].rows[i]] = static_cast<int32_t>(i);
+  std::vector<int32_t> sampleIndex = BatchIndex(batches[0], rows);
   // The most a step's batch takes: its rows, parameters, no pairs (the penalties need each step's
   // tokens: those rows step one at a time) and a ban per row. The buffers hold at least every slot
-  // with two bans, so that runs of more rows than the last do not allocate pinned and device memory
-  // anew (a millisecond or more each time).
+  // with the first batch's bans and kJoinBans more a slot (what rows that join may bring), so that
+  // runs of more rows than the last do not allocate pinned and device memory anew (a millisecond or
+  // more each time).
   SampleBatch widest = batches[0];
-  widest.bans.assign(sampledRows + widest.bans.size(), 0);
+  widest.bans.assign(widest.rows.size() + widest.bans.size(), 0);
   SampleBatch slotsWide;
   slotsWide.rows.resize(slots);
   slotsWide.params.resize(slots);
-  slotsWide.bans.resize(2 * static_cast<size_t>(slots));
+  slotsWide.bans.resize(kJoinBans * static_cast<size_t>(slots) + batches[0].bans.size());
   const size_t batchBytes = std::max(SampleStagingBytes(widest), SampleStagingBytes(slotsWide));
   if (hostSampled_ == nullptr) CheckCuda(cudaHostAlloc(&hostSampled_, sizeof(SampleResult) * 2 * slots, cudaHostAllocMapped), "cudaHostAlloc");
   if (hostBatchBytes_ < batchBytes) {
@@ -122,13 +313,13 @@ int SlotDecoder::DecodeChosenOnDevice(const std::vector<int64_t>& tokens, const 
   // Step k: its batch's copy on the side stream, the graph, the argmax (where a row takes it) and the
   // sampler on its logits once the copy is in, the chosen ids written as step k + 1's inputs and into
   // slot k % 2 of the pinned buffers (no copy queued behind the step), and an event.
-  const bool argmaxRows = sampledRows < static_cast<size_t>(rows);
   bool timed[2] = {};
   RunTime time;
   auto queue = [&](int step) {
     const SampleBatch& batch = batches[step % 2];
-    if (batch.rows.size() != sampledRows) throw std::logic_error("decodeChosen's batches must keep their rows from step to step");
-    if (SampleStagingBytes(batch) > batchBytes) throw std::logic_error("decodeChosen's batches may not take penalty pairs or more than a ban per row");
+    const size_t sampledRows = batch.rows.size();
+    if (SampleStagingBytes(batch) > batchBytes) throw std::logic_error("decodeChosen's batches may not take penalty pairs, nor more bans than its first batch's and kJoinBans a slot");
+    const bool argmaxRows = sampledRows < static_cast<size_t>(rows);
     void* const* events = events_[step % 2];
     char* staged = static_cast<char*>(chosenStaging_) + (step % 2) * slotBytes;
     auto staging = static_cast<cudaEvent_t>(stagedEvents_[step % 2]);
@@ -152,10 +343,28 @@ int SlotDecoder::DecodeChosenOnDevice(const std::vector<int64_t>& tokens, const 
   bool stopping = false;
   queue(0);
   for (int step = 0; step < maxSteps; step++) {
-    const bool more = !stopping && step + 1 < maxSteps;
+    bool more = !stopping && step + 1 < maxSteps;
+    StepJoins joins;
+    if (more && join) {
+      // Rows that join step + 1: their prompts prefilled behind step `step` (queued), their first
+      // inputs written over what its choices wrote there.
+      join(step + 1, joins);
+      if (joins.stop) {
+        stopping = true;
+        more = false;
+      } else if (!joins.rows.empty()) {
+        rows = CheckJoins(joins.rows, rows, step + 1, maxSteps);
+        PrefillJoins(joins.rows, (step + 1) % 2);
+      }
+    }
     if (more) {
-      batches[(step + 1) % 2] = SampleBatch{};
-      sampleStep(step + 1, batches[(step + 1) % 2]);
+      SampleBatch& batch = batches[(step + 1) % 2];
+      batch = SampleBatch{};
+      sampleStep(step + 1, batch);
+      std::vector<int32_t> index = BatchIndex(batch, rows);
+      const bool indexChanged = index != sampleIndex;
+      if (indexChanged) sampleIndex.swap(index);
+      if (!joins.rows.empty() || indexChanged) StageJoinInputs(joins.rows, indexChanged ? &sampleIndex : nullptr, (step + 1) % 2);
       queue(step + 1);
     }
     void* const* events = events_[step % 2];
@@ -171,7 +380,10 @@ int SlotDecoder::DecodeChosenOnDevice(const std::vector<int64_t>& tokens, const 
   return steps;
 }
 #else
-int SlotDecoder::DecodeChosenOnDevice(const std::vector<int64_t>&, const std::vector<int64_t>&, int, const StepSample&, const StepChosen&) {
+size_t SlotDecoder::JoinInputsBytes() const { return 0; }
+void SlotDecoder::ReserveJoinStaging(size_t, size_t) {}
+void SlotDecoder::StageJoinInputs(const std::vector<JoinRow>&, const std::vector<int32_t>*, int) {}
+int SlotDecoder::DecodeChosenOnDevice(const std::vector<int64_t>&, const std::vector<int64_t>&, int, const StepSample&, const StepChosen&, const StepJoin&) {
   throw std::logic_error("CUDA graphs need a build with CUDA");
 }
 #endif

@@ -256,6 +256,7 @@ void SlotDecoder::Release() {
   Free(prefillPositionsDevice_);
   Free(prefillSeqlensDevice_);
   Free(sampleIndexDevice_);
+  Free(joinDevice_);
 #ifdef CHORUS_WITH_CUDA
   DropGraphs();
   for (auto& slot : events_) {
@@ -267,6 +268,9 @@ void SlotDecoder::Release() {
   if (hostSampled_ != nullptr) cudaFreeHost(hostSampled_);
   for (char* batch : hostBatches_) {
     if (batch != nullptr) cudaFreeHost(batch);
+  }
+  for (char* staging : joinHost_) {
+    if (staging != nullptr) cudaFreeHost(staging);
   }
   for (void* event : stagedEvents_) {
     if (event != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event));

@@ -103,6 +103,21 @@ using StepSample = std::function<void(int step, SampleBatch& batch)>;
 // A run's step as the host has it: each row's argmax, and the sampler rows' choices in batch order.
 using StepChosen = std::function<void(int step, const int32_t* argmax, const SampleResult* sampled)>;
 
+// A request that joins a DecodeChosen run under way: every token of its prompt but the last is
+// prefilled into `slot` behind the steps already queued, and the last is its input in the run's next
+// step. The slot is a row's the caller no longer reads (one that ended) or the next past the run's rows.
+struct JoinRow {
+  int slot = 0;
+  std::vector<int64_t> prompt;
+};
+// What a DecodeChosen run takes in before its step `step` is queued (StepJoin): rows that join, or
+// `stop` (the run ends with the steps already queued; nothing joins).
+struct StepJoins {
+  std::vector<JoinRow> rows;
+  bool stop = false;
+};
+using StepJoin = std::function<void(int step, StepJoins& joins)>;
+
 // Greedy steps run back to back: tokens[k * rows + r] is row r's token of step k.
 struct GreedyRun {
   std::vector<int32_t> tokens;
@@ -168,9 +183,20 @@ class SlotDecoder {
   // staged from pinned memory, before the host reads the one before it. Stops at maxSteps or an
   // Interrupt() (after the step under way, or with CUDA graphs the one queued behind it, which is read
   // and handed on too). onStep gets each step's results as the host has them; returns the steps run.
-  int DecodeChosen(std::vector<int64_t> tokens, std::vector<int64_t> positions, int maxSteps, const StepSample& sampleStep, const StepChosen& onStep);
+  // `join` (where given and joins() holds) is asked before each step after the first is queued: rows
+  // that join take part from that step on (the step's batch from sampleStep then has them), and the
+  // run's rows grow by those past its last; without it, or where it says stop, the run goes on or ends
+  // as above. The run also ends before any row's slot would overflow.
+  int DecodeChosen(std::vector<int64_t> tokens, std::vector<int64_t> positions, int maxSteps, const StepSample& sampleStep, const StepChosen& onStep,
+                   const StepJoin& join = nullptr);
+  // Whether DecodeChosen takes rows in as it runs (one rank, a cache of slots, decoder-only).
+  bool joins() const { return ranks_ == nullptr && group_ == nullptr && !paged() && !seq2seq(); }
+  // The end-id bans a joining row may bring to a DecodeChosen run's sampler batches (its min_length's).
+  static constexpr size_t kJoinBans = 2;
   // Asks a DecodeGreedy, DecodeChosen or DecodeBeams under way (or the next one) to stop after its current step.
   void Interrupt() { interrupt_.store(true); }
+  // Takes back an Interrupt() no run has met yet (its cause already seen to).
+  void ClearInterrupt() { interrupt_.store(false); }
   // Copies slot caches: dst[i] <- src[i], the first lengths[i] positions, reading every source before
   // writing any destination (so a permutation of rows is safe); encoder-decoders' cross-attention slots
   // too, their first sourceLengths[i] positions (0: left as they are).
@@ -282,7 +308,23 @@ class SlotDecoder {
                                  const std::vector<int32_t>& endIds, int maxSteps, const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& minLeft, const StepIds& onStep);
   // DecodeChosen's run with CUDA graphs (slot-decoder-chosen.cc).
   int DecodeChosenOnDevice(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, int maxSteps, const StepSample& sampleStep,
-                           const StepChosen& onStep);
+                           const StepChosen& onStep, const StepJoin& join);
+  // Checks a run's joins (`rows` rows so far, `step` the step they join at) and sorts them by slot;
+  // returns the rows the run has with them, and lowers maxSteps to the steps their slots hold.
+  int CheckJoins(std::vector<JoinRow>& joins, int rows, int step, int& maxSteps) const;
+  // Prefills each joining row's prompt but its last token into its slot, contiguous slots of equal
+  // width together (the core's buckets: widths a multiple of 32, groups of a power of two rows). On
+  // the host the runs are done when it returns; with CUDA graphs they are queued on the step stream,
+  // their inputs staged through joinHost_[parity].
+  void PrefillJoins(const std::vector<JoinRow>& joins, int parity);
+  // CUDA graphs: the joined rows' first inputs (last prompt token, its position and seqlens) into the
+  // step's device buffers, and `sampleIndex` (rows of it) where the batch's rows changed, through
+  // joinHost_[parity] (its inputs part).
+  void StageJoinInputs(const std::vector<JoinRow>& joins, const std::vector<int32_t>* sampleIndex, int parity);
+  // joinHost_'s part for StageJoinInputs (the prefills' come after it), and both steps' staging grown
+  // to `hostBytes` (the stream drained first) and joinDevice_ to `deviceBytes`.
+  size_t JoinInputsBytes() const;
+  void ReserveJoinStaging(size_t hostBytes, size_t deviceBytes);
   // Checks a decode of tokens.size() rows for `steps` steps from `positions`.
   void CheckRows(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& sourceLengths, int steps) const;
   // CUDA: makes this decoder's device the calling thread's (steps come on any worker thread).
@@ -404,6 +446,12 @@ class SlotDecoder {
   void* sideStream_ = nullptr;
   void* stagedEvents_[2] = {};
   int32_t* sampleIndexDevice_ = nullptr;
+  // DecodeChosen's joins with CUDA graphs: two steps' staging in pinned memory (each a step's joins'
+  // inputs, then the prefills' ids, positions and seqlens), and the prefills' inputs on the device.
+  char* joinHost_[2] = {};
+  size_t joinHostBytes_ = 0;
+  void* joinDevice_ = nullptr;
+  size_t joinDeviceBytes_ = 0;
   void* events_[2][3] = {};
   void* stream_ = nullptr;
   // Paged: the block table on the host, and where the step reads it (device memory with CUDA).

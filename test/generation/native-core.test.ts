@@ -149,6 +149,59 @@ describe('NativeEngine, continuous core (CPU)', { skip }, () => {
     assert.deepEqual(await staggeredTogether(engine), alone);
   });
 
+  test('requests without penalties join the run of steps under way, into ended rows\' slots too, with the tokens they get alone', () => {
+    // In a process of its own: the core's trace (read once a process) says where each request joined.
+    const script = join(root, 'joins.mts');
+    const trace = join(root, 'joins.trace');
+    const engineModule = fileURLToPath(new URL('../../src/generation/index.ts', import.meta.url));
+    writeFileSync(
+      script,
+      `import { NativeEngine } from ${JSON.stringify(engineModule)};
+const engine = await NativeEngine.open(${JSON.stringify(dirs.llama)}, { maxBatchSize: 4, continuous: true });
+// Two long rows and a short one start together; one more joins past them once the run is under way,
+// and each further one as the row before it ends, into the ended row's slot.
+const requests = [
+  { prompt: [5, 6, 7], params: { temperature: 0.8, runtime_top_p: 0.9, random_seed: 21, request_output_len: 90 } },
+  { prompt: [9, 10], params: { temperature: 0.8, runtime_top_p: 0.9, random_seed: 31, request_output_len: 90 } },
+  { prompt: [11, 12, 13, 14, 15, 16, 17, 18, 19, 20], params: { temperature: 0.9, random_seed: 23, request_output_len: 40 } },
+  { prompt: [16], params: { temperature: 1.1, runtime_top_k: 20, random_seed: 24, min_length: 8, request_output_len: 90 } },
+  { prompt: [21, 22, 23, 24, 25], params: { temperature: 0.9, random_seed: 25, top_logprobs: 2, is_return_log_probs: true, request_output_len: 6 } },
+  { prompt: [26, 27, 28], params: { temperature: 0, request_output_len: 7 } },
+  { prompt: Array.from({ length: 40 }, (_, i) => 30 + i), params: { temperature: 0.6, random_seed: 27, request_output_len: 9 } },
+];
+const tokens = (r, onToken = () => undefined) => new Promise((resolve, reject) => {
+  const got = [];
+  engine.submit({ inputIds: r.prompt, params: r.params, stream: true }).subscribe({ next: (e) => { got.push(e.token); onToken(got.length); }, error: reject, complete: () => resolve(got) });
+});
+const alone = [];
+for (const r of requests) alone.push(await tokens(r));
+const before = engine.stats().prefillSteps;
+const together = new Array(requests.length);
+const chain = (i) => tokens(requests[i]).then((got) => { together[i] = got; return i + 1 < requests.length ? chain(i + 1) : undefined; });
+let joined;
+await Promise.all([
+  tokens(requests[0], (n) => { if (n === 1) joined = tokens(requests[3]).then((got) => { together[3] = got; }); }).then((got) => { together[0] = got; }),
+  tokens(requests[1]).then((got) => { together[1] = got; }),
+  tokens(requests[2]).then((got) => { together[2] = got; return chain(4); }),
+]);
+await joined;
+console.log(JSON.stringify({ alone, together, admissions: engine.stats().prefillSteps - before, running: engine.stats().running + engine.stats().waiting }));
+await engine.close();
+`,
+    );
+    const tsx = fileURLToPath(new URL('../../node_modules/.bin/tsx', import.meta.url));
+    const child = spawnSync(tsx, [script], { encoding: 'utf8', timeout: 120_000, env: { ...process.env, CHORUS_CORE_TRACE: trace } });
+    assert.equal(child.status, 0, child.stderr);
+    const got = JSON.parse(child.stdout.trim().split('\n').at(-1)!) as { alone: number[][]; together: number[][]; admissions: number; running: number };
+    assert.deepEqual(got.together, got.alone);
+    assert.equal(got.running, 0);
+    const joins = readFileSync(trace, 'utf8').split('\n').filter((line) => line.includes(' joined rows '));
+    assert.ok(joins.length > 0, 'no request joined a run under way');
+    assert.ok(joins.some((line) => !/ended rows' slots 0\)/.test(line)), `no request took an ended row's slot: ${readFileSync(trace, 'utf8')}`);
+    // Every request was admitted, by a prefill or by joining a run (each counted once a step).
+    assert.ok(got.admissions >= 2 && got.admissions <= 7, `admissions ${got.admissions}`);
+  });
+
   test('a stream cancelled mid-way frees its slot for a waiting request, and the others go on unchanged', async () => {
     const engine = await open(dirs.gpt2, { continuous: true, maxBatchSize: 2 });
     const alone = (await run(engine, [6, 7], { temperature: 0, request_output_len: 40 })).map((e) => e.token);

@@ -158,6 +158,8 @@ export class CoreRunner {
     counters.steps++;
     if (step.prefill) counters.prefillSteps++;
     else {
+      // Rows that joined the run under way were admitted in this step.
+      if (step.joined > 0) counters.prefillSteps++;
       counters.decodeSteps++;
       counters.decodedRows += step.ids.length;
     }

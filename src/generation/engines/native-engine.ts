@@ -352,20 +352,24 @@ export class NativeEngine implements Engine {
   }
 
   submit(request: GenerateRequest): Observable<TokenEvent> {
-    // A new request or a cancellation stops a run of greedy steps after the step under way.
+    // A new request or a cancellation stops the step loop's run of greedy steps after the step under
+    // way; the continuous core decides for its own runs (a run of chosen steps takes requests in as it goes).
     return this.ledger.submit(
       request,
       this.model,
       (sequence) => {
         if (this.sourceLimit !== undefined) this.checkSeq2Seq(sequence);
         this.scheduler.enqueue(sequence);
-        this.decoder.interrupt();
-        if (this.core?.running === true) this.core.pump();
-        else this.loop.start();
+        if (this.core?.running === true) {
+          this.core.pump();
+        } else {
+          this.decoder.interrupt();
+          this.loop.start();
+        }
       },
       () => {
-        this.decoder.interrupt();
-        this.core?.pump();
+        if (this.core?.running === true) this.core.pump();
+        else this.decoder.interrupt();
       },
     );
   }
