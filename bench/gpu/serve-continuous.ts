@@ -11,9 +11,10 @@
  *    core and, unless SERVE_BASELINE=0, without it.
  * The verdict is served (64 streams, core) over in process (engine client, 64 streams).
  * Usage: node --import tsx bench/gpu/serve-continuous.ts <name> <checkpoint-or-built-dir> <tokenizer-yaml> <prompts.jsonl> <out-dir>
- * Knobs: SERVE_REQUESTS=128 (per setting)  SERVE_BASELINE=1  SERVE_ENGINE=1 (0: no engine rows)
+ * Knobs: SERVE_REQUESTS=128 (per setting)  SERVE_BASELINE=1  SERVE_ENGINE=1 (0: no engine rows; core: the core's only)
  *   SERVE_HTTP_THREADS=1 (`chorus serve --http-threads`; a list such as 1,4,1,4 serves each in turn)
  *   SERVE_LIMIT_S=330 (writes what it has and exits 124 past it)
+ *   SERVE_PARTS=engine,client,served (which of the three sides run)
  *   SERVE_DEVICE=cuda (cpu: a dry run of the script itself, fp32)
  * Writes <out-dir>/serve-continuous-<name>.json; prints a table.
  */
@@ -40,6 +41,7 @@ const PROMPT_WORDS = 75;
 const SAMPLED = { temperature: 0.7, runtime_top_p: 0.9 };
 const REQUESTS = Number(process.env.SERVE_REQUESTS ?? 128);
 const BASELINE = process.env.SERVE_BASELINE !== '0';
+const PARTS = (process.env.SERVE_PARTS ?? 'engine,client,served').split(',');
 const DEVICE = process.env.SERVE_DEVICE === 'cpu' ? 'cpu' : 'cuda';
 const DTYPE = DEVICE === 'cuda' ? 'fp16' : 'fp32';
 const exec = promisify(execFile);
@@ -107,7 +109,7 @@ async function streamsRate(engine: NativeEngine, prompts: number[][], params: (i
 const prompts = seededRows(STREAMS, PROMPT_IDS, vocab);
 const greedy = (): SamplingParams => ({ temperature: 0, request_output_len: NEW });
 const sampled = (i: number): SamplingParams => ({ ...SAMPLED, random_seed: 1000 + i, request_output_len: NEW });
-for (const continuous of process.env.SERVE_ENGINE === '0' ? [] : [true, false]) {
+for (const continuous of process.env.SERVE_ENGINE === '0' || !PARTS.includes('engine') ? [] : process.env.SERVE_ENGINE === 'core' ? [true] : [true, false]) {
   const engine = await NativeEngine.open(built, { provider: DEVICE, maxBatchSize: STREAMS, slotLength: 512, cudaGraph: true, continuous });
   try {
     const mode = continuous ? 'continuous core' : 'step loop';
@@ -213,9 +215,11 @@ const coreRepository = repository(true);
 // The engine's load lines (its cache, its warm-up) go to the output; the rest is quiet.
 const client = RepositoryClient.open(coreRepository, { log: (line) => /warm-up|cache:/.test(line) && console.log(line) });
 try {
-  await clientRateOf(client, STREAMS, STREAMS, 50_000);
-  row({ side: 'in process: engine client', mode: 'continuous core', load: '64 streams', ...(await clientRateOf(client, STREAMS, REQUESTS, 0)) });
-  row({ side: 'in process: engine client', mode: 'continuous core', load: '1 stream', ...(await clientRateOf(client, 1, 8, 0)) });
+  if (PARTS.includes('client')) {
+    await clientRateOf(client, STREAMS, STREAMS, 50_000);
+    row({ side: 'in process: engine client', mode: 'continuous core', load: '64 streams', ...(await clientRateOf(client, STREAMS, REQUESTS, 0)) });
+    row({ side: 'in process: engine client', mode: 'continuous core', load: '1 stream', ...(await clientRateOf(client, 1, 8, 0)) });
+  }
 } finally {
   await client.close();
 }
@@ -231,7 +235,8 @@ async function bench(url: string, concurrency: number, requests: number, stream:
 }
 // Each entry of SERVE_HTTP_THREADS a server of its own (`--http-threads`), in that order; the step loop's with the first.
 const HTTP_THREADS = (process.env.SERVE_HTTP_THREADS ?? '1').split(',').map(Number);
-for (const [core, httpThreads] of [...HTTP_THREADS.map((n) => [true, n] as const), ...(BASELINE ? [[false, HTTP_THREADS[0]!] as const] : [])]) {
+const servedSettings = PARTS.includes('served') ? [...HTTP_THREADS.map((n) => [true, n] as const), ...(BASELINE ? [[false, HTTP_THREADS[0]!] as const] : [])] : [];
+for (const [core, httpThreads] of servedSettings) {
   const server = await serve(core ? coreRepository : repository(false), ['--http-threads', String(httpThreads)]);
   try {
     const mode = core ? 'continuous core' : 'step loop';

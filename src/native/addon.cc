@@ -293,6 +293,7 @@ class SlotDecoderWrap : public Napi::ObjectWrap<SlotDecoderWrap> {
     if (dtype != "fp32" && dtype != "fp16" && dtype != "bf16") throw Napi::TypeError::New(info.Env(), "options.dtype must be fp32, fp16 or bf16, not " + dtype);
     options_.floatType = dtype == "fp16" ? FloatType::kFloat16 : dtype == "bf16" ? FloatType::kBFloat16 : FloatType::kFloat32;
     options_.blockSize = IntField(o, "blockSize", 0, false);
+    options_.stagingSlots = IntField(o, "stagingSlots", 0, false);
     options_.blocks = IntField(o, "blocks", 0, false);
     for (const char* name : {"memoryUtilization", "reserveBytes"}) {
       Napi::Value value = o.Get(name);

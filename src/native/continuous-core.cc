@@ -68,6 +68,26 @@ bool PowerOfTwoGroups() {
   return on;
 }
 
+// CHORUS_CORE_JOINS=0: requests wait for the run of steps under way to end, as greedy runs' do (to
+// compare).
+bool JoinsWanted() {
+  static const bool on = [] {
+    const char* value = std::getenv("CHORUS_CORE_JOINS");
+    return value == nullptr || std::string(value) != "0";
+  }();
+  return on;
+}
+
+// CHORUS_CORE_HOLD_STEPS=<n>: how many steps a few waiting rows wait for more to join with
+// (ContinuousCore::kHoldSteps; to compare).
+int64_t HoldSteps(int64_t fallback) {
+  static const int64_t steps = [fallback] {
+    const char* value = std::getenv("CHORUS_CORE_HOLD_STEPS");
+    return value == nullptr || *value == '\0' ? fallback : std::max<int64_t>(0, std::atoll(value));
+  }();
+  return steps;
+}
+
 }  // namespace
 
 ContinuousCore::ContinuousCore(SlotDecoder& decoder, CoreOnStep onStep, CoreOnError onError)
@@ -234,6 +254,10 @@ void ContinuousCore::Join(int step, StepJoins& joins) {
   }
   Arrive(arrived);
   if (!cancelled.empty()) CancelRows(cancelled, true);
+  const int64_t call = joinCalls_++;
+  for (Row& row : waiting_) {
+    if (row.seenAtJoin < 0) row.seenAtJoin = call;
+  }
   const size_t slots = static_cast<size_t>(decoder_.options().slots);
   std::vector<size_t> holes;
   for (size_t r = 0; r < rows_.size(); r++) {
@@ -255,11 +279,17 @@ void ContinuousCore::Join(int step, StepJoins& joins) {
     tokens += row.request.prompt.size();
     taking++;
   }
+  // A few waiting rows behind many running ones wait a few steps for more to prefill with.
+  const size_t liveNow = rows_.size() - holes.size();
+  if (!blocked && taking > 0 && taking < static_cast<size_t>(decoder_.joinGroup()) && liveNow >= kHoldRows && call - waiting_[0].seenAtJoin < HoldSteps(kHoldSteps)) taking = 0;
   const size_t endedLeft = holes.size() - std::min(holes.size(), taking);
   const size_t runRows = rows_.size() + (taking > holes.size() ? taking - holes.size() : 0);
   const size_t live = runRows - endedLeft;
-  if (blocked || live == 0 || endedLeft * 4 > runRows) {
-    Trace().Line("%.3f run stops before step %d: %s, %zu of %zu rows ended", Trace().Now(), step, blocked ? "a waiting row cannot join" : "rows ended", endedLeft, runRows);
+  // Many at once prefill faster together (Admit) than one by one behind the steps.
+  const bool many = taking >= kJoinsAtOnce;
+  if (blocked || many || live == 0 || endedLeft * 4 > runRows) {
+    const char* why = blocked ? "a waiting row cannot join" : many ? "many rows wait" : "rows ended";
+    Trace().Line("%.3f run stops before step %d: %s, %zu of %zu rows ended, %zu waiting", Trace().Now(), step, why, endedLeft, runRows, waiting_.size());
     joins.stop = true;
     return;
   }
@@ -344,6 +374,8 @@ int ContinuousCore::WarmPrefills(SlotDecoder& decoder, double budgetMs) {
       decoder.PrefillRagged(0, std::vector<std::vector<int64_t>>(static_cast<size_t>(rows), std::vector<int64_t>(static_cast<size_t>(width) + 1, 0)), {}, SampleBatch{}, width);
       ran++;
     }
+    // A joining prompt of this width's graph (its staging slot's).
+    decoder.WarmJoin(width);
   }
   return ran;
 }
@@ -520,7 +552,7 @@ void ContinuousCore::ChosenSteps() {
   // unread until a waiting row takes its slot (Join). Each queued step's rows are kept (by serial,
   // -1: ended, and each row's index in the sampler batch, -1: the argmax) so that its results go to
   // the rows it ran for: a row's slot may change hands between a step's queueing and its reading.
-  const bool joinable = decoder_.joins();
+  const bool joinable = decoder_.joins() && JoinsWanted();
   struct Queued {
     std::vector<int64_t> serials;
     std::vector<int32_t> batchIndex;

@@ -97,6 +97,8 @@ class ContinuousCore {
     bool ended = false;
     int startStep = 0;
     int32_t takenAtStart = 0;
+    // Waiting: the Join call that first saw it (-1: none yet).
+    int64_t seenAtJoin = -1;
   };
 
   void Loop();
@@ -120,6 +122,13 @@ class ContinuousCore {
   // CUDA graphs, each step's choices feed the next on the device, queued before the host reads them).
   void ChosenSteps();
   static constexpr int64_t kMaxGreedySteps = 1024;
+  // Waiting rows that join a run of chosen steps at once: from this many, the run stops and they
+  // prefill together (a burst of requests).
+  static constexpr size_t kJoinsAtOnce = 8;
+  // With at least kHoldRows rows running, fewer waiting rows than the decoder prefills as one wait up
+  // to kHoldSteps steps for more (one prefill of a few rows costs about what one of a row does).
+  static constexpr size_t kHoldRows = 16;
+  static constexpr int64_t kHoldSteps = 8;
   // The most tokens one admission prefills, counting each prompt padded to the group's longest (a
   // group's padded tokens are also at most twice its own).
   static constexpr size_t kPrefillTokens = 16384;
@@ -147,6 +156,7 @@ class ContinuousCore {
   std::vector<Row> rows_;
   std::vector<Row> waiting_;
   int64_t serials_ = 0;
+  int64_t joinCalls_ = 0;
   // Under mutex_: a run that takes no joins is under way (a greedy run, or chosen steps where the
   // decoder takes no joins), which an arrival or a cancellation ends after its step.
   bool stopsForArrivals_ = false;

@@ -36,6 +36,11 @@ export interface SlotDecoderOptions {
   intraOpSpinning?: boolean;
   /** CUDA: capture each batch size's decode step as a CUDA graph and replay it. */
   cudaGraph?: boolean;
+  /**
+   * A cache of slots on CUDA with graphs (one rank, decoder-only): slots past `slots` for the decoder's
+   * own use, where the continuous core's joining requests prefill as a captured graph (default 0).
+   */
+  stagingSlots?: number;
   /** ONNX Runtime's CUDA provider options by their names (gpu_mem_limit, arena_extend_strategy, ...). */
   cudaOptions?: Record<string, string | number>;
   /** Encoder-decoders: onnx/encoder_model_slots.onnx (kvHeads is then the decoder's heads, layers its layers). */

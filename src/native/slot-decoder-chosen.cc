@@ -22,30 +22,40 @@ namespace chorus {
 namespace {
 
 // Joining rows' prefills go in widths of a multiple of this (as the continuous core's admissions,
-// whose shapes its warm-up has run) and in groups of a power of two contiguous slots.
+// whose shapes its warm-up has run) and in groups of a power of two rows: contiguous slots where they
+// run in their own slots, any where they run in the staging slots.
 constexpr int kJoinWidthStep = 32;
 
-// A prefill of joins[first, first + count), `width` tokens a row.
+// A prefill of joins[first, first + count), `width` tokens a row, in a run of `rows` rows (a power of
+// two: rows past `count` repeat the last one's prompt, and are dropped).
 struct JoinRun {
   size_t first = 0;
   size_t count = 0;
   int width = 0;
+  size_t rows = 0;
 };
 
-// The prefills of `joins` (sorted by slot); a group whose prompts are all one token needs none.
-std::vector<JoinRun> JoinRuns(const std::vector<JoinRow>& joins, int maxLength) {
+// The prefills of `joins` (sorted by slot), at most `most` rows each (a power of two): of contiguous
+// slots in runs of their own size, or with `anySlots` of any slots, runs padded up to a power of two;
+// a group whose prompts are all one token needs none.
+std::vector<JoinRun> JoinRuns(const std::vector<JoinRow>& joins, int maxLength, size_t most, bool anySlots) {
   std::vector<JoinRun> runs;
   size_t i = 0;
   while (i < joins.size()) {
     size_t contiguous = 1;
-    while (i + contiguous < joins.size() && joins[i + contiguous].slot == joins[i].slot + static_cast<int>(contiguous)) contiguous++;
+    while (i + contiguous < joins.size() && (anySlots || joins[i + contiguous].slot == joins[i].slot + static_cast<int>(contiguous))) contiguous++;
     size_t count = 1;
-    while (count * 2 <= contiguous) count *= 2;
+    while (count * 2 <= std::min(contiguous, most)) count *= 2;
+    size_t rows = count;
+    if (anySlots) {
+      count = std::min(contiguous, most);
+      while (rows < count) rows *= 2;
+    }
     size_t longest = 0;
     for (size_t r = i; r < i + count; r++) longest = std::max(longest, joins[r].prompt.size());
     if (longest > 1) {
       const int width = std::min(static_cast<int>((longest - 1 + kJoinWidthStep - 1) / kJoinWidthStep * kJoinWidthStep), maxLength - 1);
-      runs.push_back(JoinRun{i, count, width});
+      runs.push_back(JoinRun{i, count, width, rows});
     }
     i += count;
   }
@@ -55,8 +65,8 @@ std::vector<JoinRun> JoinRuns(const std::vector<JoinRow>& joins, int maxLength) 
 // A run's ids and positions (as PrefillRagged's first run: each prompt, then its last token again as
 // padding, which the row's own steps write over before reading there).
 void FillJoinRun(const std::vector<JoinRow>& joins, const JoinRun& run, int64_t* ids, int64_t* positions) {
-  for (size_t r = 0; r < run.count; r++) {
-    const std::vector<int64_t>& prompt = joins[run.first + r].prompt;
+  for (size_t r = 0; r < run.rows; r++) {
+    const std::vector<int64_t>& prompt = joins[run.first + std::min(r, run.count - 1)].prompt;
     for (int i = 0; i < run.width; i++) {
       ids[r * run.width + i] = prompt[std::min<size_t>(static_cast<size_t>(i), prompt.size() - 1)];
       positions[r * run.width + i] = i;
@@ -97,38 +107,63 @@ int SlotDecoder::CheckJoins(std::vector<JoinRow>& joins, int rows, int step, int
 }
 
 void SlotDecoder::PrefillJoins(const std::vector<JoinRow>& joins, int parity) {
-  const std::vector<JoinRun> runs = JoinRuns(joins, options_.maxLength);
+  // With staging slots, as many rows at a time as they hold: prefilled there as a captured graph, then
+  // moved to their own slots.
+  const bool staging = options_.cuda && options_.cudaGraph && options_.stagingSlots > 0;
+  const std::vector<JoinRun> runs = JoinRuns(joins, options_.maxLength, staging ? static_cast<size_t>(options_.stagingSlots) : static_cast<size_t>(options_.slots), staging);
   if (runs.empty()) return;
 #ifdef CHORUS_WITH_CUDA
   if (options_.cuda && options_.cudaGraph) {
-    // Staged after the joins' step inputs (StageJoinInputs' part of joinHost_[parity]), each run's ids,
-    // positions and seqlens, copied to joinDevice_ and run there without waiting: ONNX Runtime queues
-    // the run's kernels on the step stream, behind the step under way.
+    // Staged after the joins' step inputs (StageJoinInputs' part of joinHost_[parity]): each run's ids,
+    // positions, seqlens and slot copy's index arrays. A run goes as the staging slot's captured graph
+    // and a move into its slot, else (no staging slot, or a prompt past the graphs' tokens) its inputs
+    // are copied to joinDevice_ and it runs there op by op. Either way nothing waits: the work is
+    // queued on the step stream behind the step under way.
     auto stream = static_cast<cudaStream_t>(stream_);
     const size_t inputsBytes = JoinInputsBytes();
+    const auto runBytesOf = [](const JoinRun& run) { return (run.rows * run.width * 2 * sizeof(int64_t) + run.rows * 7 * sizeof(int32_t) + 255) / 256 * 256; };
     size_t bytes = 0;
-    for (const JoinRun& run : runs) bytes += (run.count * run.width * 2 * sizeof(int64_t) + run.count * sizeof(int32_t) + 255) / 256 * 256;
+    for (const JoinRun& run : runs) bytes += runBytesOf(run);
     ReserveJoinStaging(inputsBytes + bytes, bytes);
     char* host = joinHost_[parity] + inputsBytes;
     char* device = static_cast<char*>(joinDevice_);
     Ort::RunOptions queued;
     queued.AddConfigEntry(kOrtRunOptionsConfigDisableSynchronizeExecutionProviders, "1");
     for (const JoinRun& run : runs) {
-      const size_t tokens = run.count * run.width;
+      const size_t tokens = run.rows * run.width;
       auto* ids = reinterpret_cast<int64_t*>(host);
       auto* positions = ids + tokens;
       auto* seqlens = reinterpret_cast<int32_t*>(positions + tokens);
+      int32_t* copyIndex = seqlens + run.rows;
       FillJoinRun(joins, run, ids, positions);
-      std::fill(seqlens, seqlens + run.count, run.width - 1);
-      const size_t runBytes = (tokens * 2 * sizeof(int64_t) + run.count * sizeof(int32_t) + 255) / 256 * 256;
+      std::fill(seqlens, seqlens + run.rows, run.width - 1);
+      const size_t runBytes = runBytesOf(run);
+      const int slot = joins[run.first].slot;
+      if (staging && PrefillGraph(options_.slots, static_cast<int>(run.rows), run.width, ids, positions, seqlens)) {
+        std::vector<int32_t> from(run.count);
+        std::vector<int32_t> to(run.count);
+        for (size_t r = 0; r < run.count; r++) {
+          from[r] = options_.slots + static_cast<int32_t>(r);
+          to[r] = joins[run.first + r].slot;
+        }
+        QueueCopies(from, to, std::vector<int32_t>(run.count, run.width), {}, copyIndex);
+        host += runBytes;
+        continue;
+      }
       CheckCuda(cudaMemcpyAsync(device, host, runBytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
       const int32_t total = run.width;
       auto* deviceIds = reinterpret_cast<int64_t*>(device);
-      const StepInputs inputs{deviceIds, deviceIds + tokens, reinterpret_cast<int32_t*>(deviceIds + 2 * tokens), nullptr, &total, true};
-      std::vector<Ort::Value> values;
-      Ort::IoBinding io(*session_);
-      BindStep(io, values, joins[run.first].slot, static_cast<int>(run.count), run.width, inputs);
-      session_->Run(queued, io);
+      auto* deviceSeqlens = reinterpret_cast<int32_t*>(deviceIds + 2 * tokens);
+      // Contiguous slots in one run; rows of any slots (the staging path's, too long for its graphs) one by one.
+      const bool contiguous = joins[run.first + run.count - 1].slot == slot + static_cast<int>(run.count) - 1;
+      for (size_t r = 0; r < (contiguous ? 1 : run.count); r++) {
+        const size_t at = r * static_cast<size_t>(run.width);
+        const StepInputs inputs{deviceIds + at, deviceIds + tokens + at, deviceSeqlens + r, nullptr, &total, true};
+        std::vector<Ort::Value> values;
+        Ort::IoBinding io(*session_);
+        BindStep(io, values, joins[run.first + r].slot, contiguous ? static_cast<int>(run.count) : 1, run.width, inputs);
+        session_->Run(queued, io);
+      }
       host += runBytes;
       device += runBytes;
     }
@@ -136,7 +171,7 @@ void SlotDecoder::PrefillJoins(const std::vector<JoinRow>& joins, int parity) {
   }
 #endif
   for (const JoinRun& run : runs) {
-    std::vector<int64_t> ids(run.count * run.width);
+    std::vector<int64_t> ids(run.rows * run.width);
     std::vector<int64_t> positions(ids.size());
     FillJoinRun(joins, run, ids.data(), positions.data());
     Run(joins[run.first].slot, static_cast<int>(run.count), run.width, ids, positions, std::vector<int32_t>(run.count, run.width - 1), run.width, {}, SampleBatch{}, false, {}, {},

@@ -158,7 +158,10 @@ void SlotDecoder::Load() {
       }
     }
   }
-  size_t layerBytes = slotBytes_ * options.slots;
+  if (options.stagingSlots < 0 || (options.stagingSlots > 0 && (!options.cuda || !options.cudaGraph || options.blockSize > 0 || !options.encoderModel.empty() || !options.rankModels.empty()))) {
+    throw std::invalid_argument("stagingSlots takes a cache of slots on CUDA with graphs, one rank, decoder-only");
+  }
+  size_t layerBytes = slotBytes_ * (options.slots + options.stagingSlots);
   if (paged()) {
     blockBytes_ = static_cast<size_t>(options.kvHeads) * options.blockSize * options.headDim * elementBytes_;
     if (planning) PlanBlocks(before);
@@ -466,7 +469,8 @@ StepResult SlotDecoder::PrefillRagged(int slot, const std::vector<std::vector<in
     }
     // From slot 0, a shape of few tokens runs as its captured graph: ONNX Runtime's launches, not the
     // GPU, are most of its time.
-    if (slot != 0 || !PrefillGraph(rows, width, ids, positions)) Run(slot, rows, width, ids, positions, std::vector<int32_t>(rows, width - 1), width, {}, SampleBatch{}, false);
+    const std::vector<int32_t> seqlens(static_cast<size_t>(rows), width - 1);
+    if (slot != 0 || !PrefillGraph(0, rows, width, ids.data(), positions.data(), seqlens.data())) Run(slot, rows, width, ids, positions, std::vector<int32_t>(rows, width - 1), width, {}, SampleBatch{}, false);
   }
   std::vector<int64_t> last;
   std::vector<int64_t> at;
@@ -848,30 +852,30 @@ static void EndFailedCapture(cudaStream_t stream) {
 
 void SlotDecoder::RunBoundStep(int rows) {
   const StepInputs inputs{idsDevice_, positionsDevice_, seqlensDevice_, sourceLengthsDevice_, nullptr, true};
-  RunBound(rows, 1, options_.maxLength, inputs);
+  RunBound(0, rows, 1, options_.maxLength, inputs);
 }
 
 std::string SlotDecoder::CaptureStep(int rows, void** exec) {
   const StepInputs inputs{idsDevice_, positionsDevice_, seqlensDevice_, sourceLengthsDevice_, nullptr, true};
-  return CaptureBound(rows, 1, options_.maxLength, inputs, exec);
+  return CaptureBound(0, rows, 1, options_.maxLength, inputs, exec);
 }
 
-void SlotDecoder::RunBound(int rows, int sequence, int32_t total, const StepInputs& bound) {
+void SlotDecoder::RunBound(int firstSlot, int rows, int sequence, int32_t total, const StepInputs& bound) {
   StepInputs inputs = bound;
   inputs.total = &total;
   std::vector<Ort::Value> values;
   Ort::IoBinding io(*session_);
-  BindStep(io, values, 0, rows, sequence, inputs);
+  BindStep(io, values, firstSlot, rows, sequence, inputs);
   session_->Run(Ort::RunOptions(), io);
 }
 
-std::string SlotDecoder::CaptureBound(int rows, int sequence, int32_t total, const StepInputs& bound, void** exec) {
+std::string SlotDecoder::CaptureBound(int firstSlot, int rows, int sequence, int32_t total, const StepInputs& bound, void** exec) {
   auto stream = static_cast<cudaStream_t>(stream_);
   StepInputs inputs = bound;
   inputs.total = &total;
   std::vector<Ort::Value> values;
   Ort::IoBinding io(*session_);
-  BindStep(io, values, 0, rows, sequence, inputs);
+  BindStep(io, values, firstSlot, rows, sequence, inputs);
   Ort::RunOptions capture;
   capture.AddConfigEntry(kOrtRunOptionsConfigDisableSynchronizeExecutionProviders, "1");
   CheckCuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
@@ -893,7 +897,7 @@ std::string SlotDecoder::CaptureBound(int rows, int sequence, int32_t total, con
   return failure;
 }
 
-bool SlotDecoder::PrefillGraph(int rows, int width, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions) {
+bool SlotDecoder::PrefillGraph(int firstSlot, int rows, int width, const int64_t* ids, const int64_t* positions, const int32_t* seqlens) {
   // CHORUS_PREFILL_GRAPHS=0: every prefill run op by op (read once, to compare).
   static const bool wanted = [] {
     const char* value = std::getenv("CHORUS_PREFILL_GRAPHS");
@@ -902,7 +906,7 @@ bool SlotDecoder::PrefillGraph(int rows, int width, const std::vector<int64_t>& 
   // A model whose decode step could not be captured (graphFailure_) would not capture this either.
   if (!wanted || !options_.cuda || !options_.cudaGraph || group_ != nullptr || paged() || seq2seq() || !graphFailure_.empty() || !prefillGraphFailure_.empty()) return false;
   if (static_cast<long>(rows) * width > kPrefillGraphTokens || rows > options_.slots) return false;
-  const auto key = std::make_pair(rows, width);
+  const auto key = std::make_tuple(firstSlot, rows, width);
   auto found = prefillGraphs_.find(key);
   if (found == prefillGraphs_.end() && prefillGraphs_.size() >= kMaxPrefillGraphs) return false;
   auto stream = static_cast<cudaStream_t>(stream_);
@@ -914,17 +918,16 @@ bool SlotDecoder::PrefillGraph(int rows, int width, const std::vector<int64_t>& 
     prefillSeqlensDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options_.slots));
   }
   const size_t tokens = static_cast<size_t>(rows) * width;
-  const std::vector<int32_t> seqlens(static_cast<size_t>(rows), width - 1);
-  CheckCuda(cudaMemcpyAsync(prefillIdsDevice_, ids.data(), sizeof(int64_t) * tokens, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-  CheckCuda(cudaMemcpyAsync(prefillPositionsDevice_, positions.data(), sizeof(int64_t) * tokens, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-  CheckCuda(cudaMemcpyAsync(prefillSeqlensDevice_, seqlens.data(), sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  CheckCuda(cudaMemcpyAsync(prefillIdsDevice_, ids, sizeof(int64_t) * tokens, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  CheckCuda(cudaMemcpyAsync(prefillPositionsDevice_, positions, sizeof(int64_t) * tokens, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  CheckCuda(cudaMemcpyAsync(prefillSeqlensDevice_, seqlens, sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
   const StepInputs inputs{prefillIdsDevice_, prefillPositionsDevice_, prefillSeqlensDevice_, nullptr, nullptr, true};
   if (found == prefillGraphs_.end()) {
     // As a decode step's graph: a plain run first (it is the run; ONNX Runtime sizes its memory for the
     // shape), then the capture, whose graph later runs replay.
-    RunBound(rows, width, width, inputs);
+    RunBound(firstSlot, rows, width, width, inputs);
     void* exec = nullptr;
-    const std::string failure = CaptureBound(rows, width, width, inputs, &exec);
+    const std::string failure = CaptureBound(firstSlot, rows, width, width, inputs, &exec);
     if (!failure.empty()) {
       EndFailedCapture(stream);
       prefillGraphFailure_ = failure.substr(0, failure.find('\n'));
@@ -935,6 +938,22 @@ bool SlotDecoder::PrefillGraph(int rows, int width, const std::vector<int64_t>& 
   }
   CheckCuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(found->second), stream), "cudaGraphLaunch");
   return true;
+}
+
+bool SlotDecoder::WarmJoin(int width) {
+  if (options_.stagingSlots < 1 || width < 1) return false;
+  UseDevice();
+  bool ran = false;
+  for (int rows = 1; rows <= options_.stagingSlots && rows * width <= kPrefillGraphTokens; rows *= 2) {
+    const std::vector<int64_t> zeros(static_cast<size_t>(rows) * width, 0);
+    std::vector<int64_t> positions(zeros.size());
+    for (size_t i = 0; i < positions.size(); i++) positions[i] = static_cast<int64_t>(i % width);
+    const std::vector<int32_t> seqlens(static_cast<size_t>(rows), width - 1);
+    ran = PrefillGraph(options_.slots, rows, width, zeros.data(), positions.data(), seqlens.data()) || ran;
+    // Its copies read the host's vectors: done before they go.
+    CheckCuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+  }
+  return ran && prefillGraphFailure_.empty();
 }
 
 bool SlotDecoder::LaunchGraph(int rows, void* const* events, bool timed) {
@@ -1090,7 +1109,8 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
 #else
 void SlotDecoder::StageInputs(const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int32_t>&, const std::vector<int32_t>&) {}
 bool SlotDecoder::LaunchGraph(int, void* const*, bool) { return false; }
-bool SlotDecoder::PrefillGraph(int, int, const std::vector<int64_t>&, const std::vector<int64_t>&) { return false; }
+bool SlotDecoder::PrefillGraph(int, int, int, const int64_t*, const int64_t*, const int32_t*) { return false; }
+bool SlotDecoder::WarmJoin(int) { return false; }
 void SlotDecoder::RunBoundStep(int) {}
 void SlotDecoder::AddGraphTime(void* const*) {}
 GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int32_t>&, const std::vector<int32_t>&, int,
@@ -1131,7 +1151,7 @@ void SlotDecoder::CopySlots(const std::vector<int32_t>& src, const std::vector<i
 }
 
 void SlotDecoder::QueueCopies(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths,
-                              const std::vector<int32_t>& sourceLengths) {
+                              const std::vector<int32_t>& sourceLengths, int32_t* pinned) {
   if (paged()) throw std::logic_error("a paged cache moves rows through its block table and copyBlocks, not copySlots");
   const size_t count = src.size();
   if (dst.size() != count || lengths.size() != count) throw std::invalid_argument("copySlots takes as many destinations and lengths as sources");
@@ -1139,7 +1159,9 @@ void SlotDecoder::QueueCopies(const std::vector<int32_t>& src, const std::vector
   if (count == 0) return;
   if (count > static_cast<size_t>(options_.slots)) throw std::invalid_argument("copySlots takes at most one copy per slot");
   for (size_t i = 0; i < count; i++) {
-    if (src[i] < 0 || src[i] >= options_.slots || dst[i] < 0 || dst[i] >= options_.slots) throw std::out_of_range("slot outside 0.." + std::to_string(options_.slots - 1));
+    // The staging slots (past the last) are the decoder's own: only its joins copy from them.
+    const int sources = pinned != nullptr ? options_.slots + options_.stagingSlots : options_.slots;
+    if (src[i] < 0 || src[i] >= sources || dst[i] < 0 || dst[i] >= options_.slots) throw std::out_of_range("slot outside 0.." + std::to_string(options_.slots - 1));
     if (lengths[i] < 0 || lengths[i] > options_.maxLength) throw std::out_of_range("a length outside 0.." + std::to_string(options_.maxLength));
     if (!sourceLengths.empty() && (sourceLengths[i] < 0 || sourceLengths[i] > options_.sourceLength)) throw std::out_of_range("a source length outside 0.." + std::to_string(options_.sourceLength));
   }
@@ -1167,7 +1189,9 @@ void SlotDecoder::QueueCopies(const std::vector<int32_t>& src, const std::vector
         crossPositions += sourceLengths[i];
       }
     }
-    CheckCuda(cudaMemcpyAsync(copyIndex_, staged.data(), sizeof(int32_t) * staged.size(), cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)), "cudaMemcpyAsync");
+    const int32_t* from = staged.data();
+    if (pinned != nullptr) from = std::copy(staged.begin(), staged.end(), pinned) - staged.size();
+    CheckCuda(cudaMemcpyAsync(copyIndex_, from, sizeof(int32_t) * staged.size(), cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)), "cudaMemcpyAsync");
     MoveSlotsDevice(bufferTable_, buffers, slotBytes_, copyHeads_, copyPitch_, copyRowBytes_, static_cast<int>(count), 2, positions);
     if (cross) MoveSlotsDevice(bufferTable_ + buffers, buffers, crossSlotBytes_, 1, crossSlotBytes_, crossWidth, static_cast<int>(count), 4, crossPositions);
     CheckCuda(cudaGetLastError(), "slot copy kernel");

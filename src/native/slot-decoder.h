@@ -20,6 +20,7 @@
 
 #include <onnxruntime_cxx_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -27,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -67,6 +69,9 @@ struct SlotDecoderOptions {
   // process may take, and the activations' reserve left out of the cache.
   int blockSize = 0;
   int blocks = 0;
+  // A cache of slots on CUDA with graphs: slots past `slots` that only the decoder's own prefills use
+  // (a run's joining rows prefill there as a captured graph, then move to their own slots).
+  int stagingSlots = 0;
   double memoryUtilization = 0.9;
   double reserveBytes = 0;
   // Tensor parallelism: ranks 1..N-1's models (rank r's at rankModels[r - 1]) and, on CUDA, their
@@ -191,6 +196,8 @@ class SlotDecoder {
                    const StepJoin& join = nullptr);
   // Whether DecodeChosen takes rows in as it runs (one rank, a cache of slots, decoder-only).
   bool joins() const { return ranks_ == nullptr && group_ == nullptr && !paged() && !seq2seq(); }
+  // How many joining rows prefill as one (the staging slots; 1 without).
+  int joinGroup() const { return std::max(1, options_.stagingSlots); }
   // The end-id bans a joining row may bring to a DecodeChosen run's sampler batches (its min_length's).
   static constexpr size_t kJoinBans = 2;
   // Asks a DecodeGreedy, DecodeChosen or DecodeBeams under way (or the next one) to stop after its current step.
@@ -291,13 +298,19 @@ class SlotDecoder {
   std::string CaptureStep(int rows, void** exec);
   // A run of `rows` rows of `sequence` tokens from slot 0 bound at device inputs (`total`: its
   // total_sequence_length), run plainly or captured into *exec (then as CaptureStep).
-  void RunBound(int rows, int sequence, int32_t total, const StepInputs& inputs);
-  std::string CaptureBound(int rows, int sequence, int32_t total, const StepInputs& inputs, void** exec);
+  void RunBound(int firstSlot, int rows, int sequence, int32_t total, const StepInputs& inputs);
+  std::string CaptureBound(int firstSlot, int rows, int sequence, int32_t total, const StepInputs& inputs, void** exec);
   // A ragged prefill's first run from slot 0 (rows x width tokens, each row's seqlens width - 1) as a
   // captured CUDA graph of its shape (captured at its first run): false where it does not go that way
   // (no graphs, a group of ranks, a shape past kPrefillGraphTokens, or a capture that failed before),
   // and the caller runs it.
-  bool PrefillGraph(int rows, int width, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions);
+  bool PrefillGraph(int firstSlot, int rows, int width, const int64_t* ids, const int64_t* positions, const int32_t* seqlens);
+ public:
+  // Captures the graphs joining prompts of up to `width` tokens prefill with (the staging slots', from
+  // ContinuousCore::WarmPrefills, so that no run captures one); false where joins do not go that way.
+  bool WarmJoin(int width);
+
+ private:
   // The prefill runs captured as graphs: at most this many tokens (past it the GPU's work hides the
   // session's launches).
   static constexpr int kPrefillGraphTokens = 1024;
@@ -346,7 +359,9 @@ class SlotDecoder {
   // allocated mapped).
   static void* DeviceAddress(void* host);
   // CopySlots' copies queued (on the CPU, done) without waiting for them; the arguments checked.
-  void QueueCopies(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths, const std::vector<int32_t>& sourceLengths);
+  // `pinned` (CUDA, optional): pinned memory of 6 ints a copy the index arrays go over through.
+  void QueueCopies(const std::vector<int32_t>& src, const std::vector<int32_t>& dst, const std::vector<int32_t>& lengths, const std::vector<int32_t>& sourceLengths,
+                   int32_t* pinned = nullptr);
   // Moves the first lengths[i] positions of slots src[i] to dst[i] in each of the `bufferCount` buffers from
   // `buffers` (slots of `slotBytes`, each `heads` blocks `pitch` apart of `rowBytes` per position),
   // through the scratch.
@@ -428,7 +443,7 @@ class SlotDecoder {
   // The ragged prefills' first runs from slot 0 as graphs, by (rows, width), their inputs' device
   // buffers (kPrefillGraphTokens ids and positions, a seqlens per slot), and why a capture failed (the
   // prefill graphs are then off; the decode steps' are not).
-  std::map<std::pair<int, int>, void*> prefillGraphs_;
+  std::map<std::tuple<int, int, int>, void*> prefillGraphs_;  // by (first slot, rows, width)
   int64_t* prefillIdsDevice_ = nullptr;
   int64_t* prefillPositionsDevice_ = nullptr;
   int32_t* prefillSeqlensDevice_ = nullptr;

@@ -4,10 +4,11 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { lastValueFrom, toArray } from 'rxjs';
+import { lastValueFrom, tap, toArray } from 'rxjs';
 import { NativeEngine, OrtEngine, type Engine, type NativeEngineOptions, type SamplingParams, type TokenEvent } from '../../src/generation/index.ts';
 import { buildModel, makeCheckpoint } from '../../src/modelbuild/index.ts';
 import { loadNative } from '../../src/native/index.ts';
+import { joinsAlone, joinsTogether } from '../helpers/joins.ts';
 import { scratchDir } from '../helpers/scratch.ts';
 import { staggeredAlone, staggeredTogether } from '../helpers/staggered.ts';
 
@@ -143,6 +144,52 @@ describe('NativeEngine, continuous core (CPU)', { skip }, () => {
     }
   });
 
+  test('on the GPU with CUDA graphs: requests that join runs under way (prefilled behind the queued step) get the step loop\'s tokens', { skip: addon?.cudaDevices() ? false : 'needs a CUDA GPU' }, async () => {
+    const options: NativeEngineOptions = { provider: 'cuda', maxBatchSize: 4, cudaOptions: { use_tf32: 0 } };
+    const core = await open(dirs.llama, { ...options, continuous: true, cudaGraph: true });
+    const loop = await open(dirs.llama, { ...options, cudaGraph: false });
+    const want = await joinsAlone(loop);
+    assert.deepEqual(await joinsTogether(core), want);
+    // And again, the graphs and the staging of every batch size in place.
+    assert.deepEqual(await joinsTogether(core), want);
+    // The last rows' ends reach the scheduler a moment after their streams complete.
+    for (let i = 0; i < 100 && core.stats().running + core.stats().waiting > 0; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    assert.equal(core.stats().running + core.stats().waiting, 0);
+  });
+
+  test('on the GPU with CUDA graphs: behind many running rows, joining requests prefill a few at a time in the staging slots, with the step loop\'s tokens', { skip: addon?.cudaDevices() ? false : 'needs a CUDA GPU' }, async () => {
+    // 32 slots: two staging slots. 18 rows run; six requests join at once (three prefills of two),
+    // then one alone (it waits a few steps for a second, then joins by itself).
+    const options: NativeEngineOptions = { provider: 'cuda', maxBatchSize: 32, cudaOptions: { use_tf32: 0 } };
+    const core = await open(dirs.llama, { ...options, continuous: true, cudaGraph: true });
+    const loop = await open(dirs.llama, { ...options, cudaGraph: false });
+    const requests = Array.from({ length: 25 }, (_, i) => ({
+      prompt: Array.from({ length: 1 + ((i * 7) % 45) }, (_, k) => 3 + ((i + k) % 200)),
+      params: { temperature: 0.8, runtime_top_p: 0.9, random_seed: 500 + i, request_output_len: i < 18 ? 60 : 12 + i } as SamplingParams,
+    }));
+    const want = await Promise.all(requests.map((r) => run(loop, r.prompt, r.params)));
+    const got: TokenEvent[][] = new Array(requests.length);
+    const later: Array<Promise<void>> = [];
+    const counts = new Array<number>(18).fill(0);
+    const first = requests.slice(0, 18).map((r, i) =>
+      lastValueFrom(
+        core.submit({ inputIds: r.prompt, params: r.params, stream: true }).pipe(
+          tap({
+            next: () => {
+              counts[i]!++;
+              if (i === 0 && counts[0] === 3) for (let j = 18; j < 24; j++) later.push(run(core, requests[j]!.prompt, requests[j]!.params).then((events) => void (got[j] = events)));
+              if (i === 0 && counts[0] === 10) later.push(run(core, requests[24]!.prompt, requests[24]!.params).then((events) => void (got[24] = events)));
+            },
+          }),
+          toArray(),
+        ),
+      ).then((events) => void (got[i] = events)),
+    );
+    await Promise.all(first);
+    await Promise.all(later);
+    assertSameEvents(got, want);
+  });
+
   test('requests admitted while it runs, six in four slots, get the tokens they get alone', async () => {
     const engine = await open(dirs.llama, { continuous: true, maxBatchSize: 4 });
     const alone = await staggeredAlone(engine);
@@ -154,37 +201,15 @@ describe('NativeEngine, continuous core (CPU)', { skip }, () => {
     const script = join(root, 'joins.mts');
     const trace = join(root, 'joins.trace');
     const engineModule = fileURLToPath(new URL('../../src/generation/index.ts', import.meta.url));
+    const helper = fileURLToPath(new URL('../helpers/joins.ts', import.meta.url));
     writeFileSync(
       script,
       `import { NativeEngine } from ${JSON.stringify(engineModule)};
+import { joinsAlone, joinsTogether } from ${JSON.stringify(helper)};
 const engine = await NativeEngine.open(${JSON.stringify(dirs.llama)}, { maxBatchSize: 4, continuous: true });
-// Two long rows and a short one start together; one more joins past them once the run is under way,
-// and each further one as the row before it ends, into the ended row's slot.
-const requests = [
-  { prompt: [5, 6, 7], params: { temperature: 0.8, runtime_top_p: 0.9, random_seed: 21, request_output_len: 90 } },
-  { prompt: [9, 10], params: { temperature: 0.8, runtime_top_p: 0.9, random_seed: 31, request_output_len: 90 } },
-  { prompt: [11, 12, 13, 14, 15, 16, 17, 18, 19, 20], params: { temperature: 0.9, random_seed: 23, request_output_len: 40 } },
-  { prompt: [16], params: { temperature: 1.1, runtime_top_k: 20, random_seed: 24, min_length: 8, request_output_len: 90 } },
-  { prompt: [21, 22, 23, 24, 25], params: { temperature: 0.9, random_seed: 25, top_logprobs: 2, is_return_log_probs: true, request_output_len: 6 } },
-  { prompt: [26, 27, 28], params: { temperature: 0, request_output_len: 7 } },
-  { prompt: Array.from({ length: 40 }, (_, i) => 30 + i), params: { temperature: 0.6, random_seed: 27, request_output_len: 9 } },
-];
-const tokens = (r, onToken = () => undefined) => new Promise((resolve, reject) => {
-  const got = [];
-  engine.submit({ inputIds: r.prompt, params: r.params, stream: true }).subscribe({ next: (e) => { got.push(e.token); onToken(got.length); }, error: reject, complete: () => resolve(got) });
-});
-const alone = [];
-for (const r of requests) alone.push(await tokens(r));
+const alone = await joinsAlone(engine);
 const before = engine.stats().prefillSteps;
-const together = new Array(requests.length);
-const chain = (i) => tokens(requests[i]).then((got) => { together[i] = got; return i + 1 < requests.length ? chain(i + 1) : undefined; });
-let joined;
-await Promise.all([
-  tokens(requests[0], (n) => { if (n === 1) joined = tokens(requests[3]).then((got) => { together[3] = got; }); }).then((got) => { together[0] = got; }),
-  tokens(requests[1]).then((got) => { together[1] = got; }),
-  tokens(requests[2]).then((got) => { together[2] = got; return chain(4); }),
-]);
-await joined;
+const together = await joinsTogether(engine);
 console.log(JSON.stringify({ alone, together, admissions: engine.stats().prefillSteps - before, running: engine.stats().running + engine.stats().waiting }));
 await engine.close();
 `,

@@ -306,6 +306,11 @@ export class NativeEngine implements Engine {
       ...(cudaOptions === undefined ? {} : { cudaOptions }),
       ...(sourceLimit === undefined ? {} : { encoderModel: join(dir, 'onnx', SLOT_ENCODER_MODEL), sourceLength: sourceLimit }),
       cudaGraph: (options.cudaGraph ?? false) && !hostAttention,
+      // The continuous core's joining requests prefill in slots of their own as a captured graph (a few
+      // at a time behind many running rows: up to 4, one per 16 slots).
+      ...(options.continuous === true && options.provider === 'cuda' && options.cudaGraph === true && !hostAttention && paging === undefined && sourceLimit === undefined && tp === 1 && options.batchInvariant !== true
+        ? { stagingSlots: joinGroup(slots) }
+        : {}),
     });
     try {
       await decoder.load();
@@ -746,6 +751,16 @@ export class NativeEngine implements Engine {
 /** CPU ranks share the cores: each rank's session takes its part of them (unless intraOpThreads says otherwise). */
 function cpuRankThreads(provider: 'cpu' | 'cuda' | undefined, ranks: number): { intraOpThreads?: number } {
   return (provider ?? 'cpu') === 'cpu' && ranks > 1 ? { intraOpThreads: Math.max(1, Math.floor(availableParallelism() / ranks)) } : {};
+}
+
+/**
+ * How many of the continuous core's joining requests prefill as one, in staging slots of their own: one
+ * per 16 slots, a power of two up to 4 (CHORUS_CORE_JOIN_GROUP=1|2|4|8 sets it, to compare).
+ */
+function joinGroup(slots: number): number {
+  const asked = Number(process.env.CHORUS_CORE_JOIN_GROUP);
+  if ([1, 2, 4, 8].includes(asked)) return asked;
+  return [4, 2, 1].find((n) => n <= Math.max(1, Math.floor(slots / 16)))!;
 }
 
 /** The most milliseconds an engine with the continuous core spends on its prefill shapes at load. */
