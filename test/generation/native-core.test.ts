@@ -205,24 +205,37 @@ describe('NativeEngine, continuous core (CPU)', { skip }, () => {
     writeFileSync(
       script,
       `import { NativeEngine } from ${JSON.stringify(engineModule)};
-import { joinsAlone, joinsTogether } from ${JSON.stringify(helper)};
+import { joinsAfterCancel, joinsAlone, joinsTogether } from ${JSON.stringify(helper)};
 const engine = await NativeEngine.open(${JSON.stringify(dirs.llama)}, { maxBatchSize: 4, continuous: true });
 const alone = await joinsAlone(engine);
 const before = engine.stats().prefillSteps;
 const together = await joinsTogether(engine);
-console.log(JSON.stringify({ alone, together, admissions: engine.stats().prefillSteps - before, running: engine.stats().running + engine.stats().waiting }));
+const admissions = engine.stats().prefillSteps - before;
+const afterCancel = await joinsAfterCancel(engine);
+console.log(JSON.stringify({ alone, together, afterCancel, admissions, running: engine.stats().running + engine.stats().waiting }));
 await engine.close();
 `,
     );
     const tsx = fileURLToPath(new URL('../../node_modules/.bin/tsx', import.meta.url));
     const child = spawnSync(tsx, [script], { encoding: 'utf8', timeout: 120_000, env: { ...process.env, CHORUS_CORE_TRACE: trace } });
     assert.equal(child.status, 0, child.stderr);
-    const got = JSON.parse(child.stdout.trim().split('\n').at(-1)!) as { alone: number[][]; together: number[][]; admissions: number; running: number };
+    const got = JSON.parse(child.stdout.trim().split('\n').at(-1)!) as {
+      alone: number[][];
+      together: number[][];
+      afterCancel: { finished: number[][]; cancelled: number[] };
+      admissions: number;
+      running: number;
+    };
     assert.deepEqual(got.together, got.alone);
+    // A request that waited for a full run took the cancelled row's slot: every request's own tokens.
+    assert.deepEqual(got.afterCancel.finished, [got.alone[0], got.alone[1], got.alone[2], got.alone[4]]);
+    assert.deepEqual(got.afterCancel.cancelled, got.alone[3]!.slice(0, 5));
     assert.equal(got.running, 0);
     const joins = readFileSync(trace, 'utf8').split('\n').filter((line) => line.includes(' joined rows '));
     assert.ok(joins.length > 0, 'no request joined a run under way');
     assert.ok(joins.some((line) => !/ended rows' slots 0\)/.test(line)), `no request took an ended row's slot: ${readFileSync(trace, 'utf8')}`);
+    // The cancelled row's slot: the last join, with four rows running.
+    assert.match(joins.at(-1)!, /joined rows 1 \(ended rows' slots 1\) .* running 4 /);
     // Every request was admitted, by a prefill or by joining a run (each counted once a step).
     assert.ok(got.admissions >= 2 && got.admissions <= 7, `admissions ${got.admissions}`);
   });

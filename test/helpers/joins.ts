@@ -59,3 +59,31 @@ export async function joinsTogether(engine: Engine): Promise<number[][]> {
   await fourth;
   return together;
 }
+
+/**
+ * Four rows run (three long, one cancelled after its fifth token); a fifth request, submitted as the
+ * fourth is cancelled, waits for a slot and joins the run in the cancelled row's. Gives the four that
+ * finish (0, 1, 2 and the fifth) and the cancelled one's tokens.
+ */
+export async function joinsAfterCancel(engine: Engine): Promise<{ finished: number[][]; cancelled: number[] }> {
+  const finished: number[][] = new Array(4);
+  const cancelled: number[] = [];
+  let fifth: Promise<void> | undefined;
+  const long = [0, 1, 2].map((i) => tokensOf(engine, i).then((got) => void (finished[i] = got)));
+  await new Promise<void>((resolve, reject) => {
+    const subscription = engine.submit({ inputIds: JOIN_REQUESTS[3]!.prompt, params: JOIN_REQUESTS[3]!.params, stream: true }).subscribe({
+      next: (e) => {
+        cancelled.push(e.token);
+        if (cancelled.length === 5) {
+          subscription.unsubscribe();
+          fifth = tokensOf(engine, 4).then((got) => void (finished[3] = got));
+          resolve();
+        }
+      },
+      error: reject,
+    });
+  });
+  await Promise.all(long);
+  await fifth;
+  return { finished, cancelled };
+}
