@@ -3,7 +3,7 @@ import { mkdirSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { loadRepository } from '../../src/repository/index.ts';
-import { activationReserve, checkUtilization, pagedPlan, tokenBytes, type MemoryShape, type PagedDecoderOptions } from '../../src/generation/engines/native-memory.ts';
+import { activationReserve, checkUtilization, pagedPlan, slotsFit, tokenBytes, type MemoryShape, type PagedDecoderOptions } from '../../src/generation/engines/native-memory.ts';
 import { scratchDir } from '../helpers/scratch.ts';
 
 const GIB = 2 ** 30;
@@ -60,6 +60,21 @@ describe('the native engine\'s memory plan', () => {
     assert.notEqual(plan(dir, { free: 79 * GIB, total: 80 * GIB }, true, 8, 1024), undefined);
     assert.equal(plan(dir, { free: 79 * GIB, total: 80 * GIB }, false), undefined);
     assert.equal(plan(modelDir(13.5 * GIB, false), { free: 79 * GIB, total: 80 * GIB }), undefined);
+  });
+
+  test('the continuous core\'s staging slots are counted beside the cache: taken where they fit, left out where they do not', () => {
+    const dir = modelDir(13.5 * GIB, true);
+    const fit = (free: number, extra: number): boolean => slotsFit(() => ({ free, total: 80 * GIB }), dir, 'decoder_model_slots.onnx', 0, shape, 64, extra, 1024, 0.9);
+    // 64 x 1024 tokens of Llama-2-7B are 32 GiB; 4 staging slots 2 GiB more.
+    // The weights: the external data and the one-byte graph file.
+    const needed = 13.5 * GIB + 1 + activationReserve(shape, 64, 16384) + 64 * 1024 * tokenBytes(shape);
+    assert.equal(fit(needed, 0), true);
+    assert.equal(fit(needed, 4), false);
+    assert.equal(fit(needed + 2 * GIB, 4), true);
+    // Never more than the utilization's share of the device, whatever is free.
+    assert.equal(slotsFit(() => ({ free: 80 * GIB, total: 80 * GIB }), dir, 'decoder_model_slots.onnx', 0, shape, 64, 4, 4096, 0.9), false);
+    // A device that reports nothing (an addon without CUDA): no.
+    assert.equal(slotsFit(() => ({ free: 0, total: 0 }), dir, 'decoder_model_slots.onnx', 0, shape, 1, 0, 16, 0.9), false);
   });
 
   test('auto takes the paged cache where the slot decoder\'s attention would run on the host (fp32 rotary on CUDA)', () => {

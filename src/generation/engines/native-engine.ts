@@ -33,7 +33,7 @@ import { PAGED_DECODER_MODEL } from '../../modelbuild/decoder-graph.ts';
 import { SLOT_DECODER_MODEL, SLOT_ENCODER_MODEL } from '../../modelbuild/greedy-layout.ts';
 import { loadNative, MAX_TOP_LOGPROBS, type NativeAddon, type NativeBeamRun, type NativeSampleBatch, type NativeSampled, type NativeSlotDecoder, type SlotStep } from '../../native/index.ts';
 import { decoderModel, keptRows, stepMembers } from '../core/batch-rows.ts';
-import { checkUtilization, DEFAULT_GPU_MEMORY_UTILIZATION, gib, pagedPlan, PAGED_PREFILL_TOKENS, weightBytes, type MemoryShape } from './native-memory.ts';
+import { checkUtilization, DEFAULT_GPU_MEMORY_UTILIZATION, gib, pagedPlan, PAGED_PREFILL_TOKENS, slotsFit, weightBytes, type MemoryShape } from './native-memory.ts';
 import { PagedCache } from '../core/paged-cache.ts';
 import { BeamSequence } from '../core/beam-sequence.ts';
 import type { Engine, EngineStats, GenerateRequest, RequestMetrics, TokenEvent } from '../core/engine.ts';
@@ -281,6 +281,17 @@ export class NativeEngine implements Engine {
     const modelFile = paging === undefined ? SLOT_DECODER_MODEL : PAGED_DECODER_MODEL;
     // Slots asked for anyway (or no paged decoder built): graphs off, as the attention runs on the CPU.
     const hostAttention = slotAttentionOnHost && paging === undefined;
+    // The continuous core's joining requests prefill in slots of their own as a captured graph (a few
+    // at a time behind many running rows: up to 4, one per 16 slots), where those fit beside the cache;
+    // else they prefill op by op in their own slots.
+    let staging = 0;
+    if (options.continuous === true && options.provider === 'cuda' && options.cudaGraph === true && !hostAttention && paging === undefined && !seq2seq && tp === 1 && options.batchInvariant !== true) {
+      staging = joinGroup(slots);
+      if (!slotsFit((device) => addon.gpuMemory(device), dir, SLOT_DECODER_MODEL, options.deviceId ?? 0, shape, slots, staging, slotLength, utilization)) {
+        options.log?.(`continuous core: no room for ${staging} staging slots beside the cache; joining requests prefill op by op`);
+        staging = 0;
+      }
+    }
     if (hostAttention && options.cudaGraph === true) {
       options.log?.('CUDA graphs off: the fp32 slot decoder runs GroupQueryAttention on the CPU (fp16, bf16 or the paged cache run on the GPU alone)');
     }
@@ -306,11 +317,7 @@ export class NativeEngine implements Engine {
       ...(cudaOptions === undefined ? {} : { cudaOptions }),
       ...(sourceLimit === undefined ? {} : { encoderModel: join(dir, 'onnx', SLOT_ENCODER_MODEL), sourceLength: sourceLimit }),
       cudaGraph: (options.cudaGraph ?? false) && !hostAttention,
-      // The continuous core's joining requests prefill in slots of their own as a captured graph (a few
-      // at a time behind many running rows: up to 4, one per 16 slots).
-      ...(options.continuous === true && options.provider === 'cuda' && options.cudaGraph === true && !hostAttention && paging === undefined && sourceLimit === undefined && tp === 1 && options.batchInvariant !== true
-        ? { stagingSlots: joinGroup(slots) }
-        : {}),
+      ...(staging > 0 ? { stagingSlots: staging } : {}),
     });
     try {
       await decoder.load();

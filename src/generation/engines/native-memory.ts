@@ -61,6 +61,26 @@ export function activationReserve(shape: MemoryShape, slots: number, prefillToke
   return prefillTokens * perToken + slots * shape.vocab * (shape.element + 8) + GIB;
 }
 
+/**
+ * Whether a cache of `slots` slots of `slotLength` tokens, with `extra` slots more, fits device
+ * `deviceId` beside the slot decoder's weights and the activations (as pagedPlan counts them).
+ */
+export function slotsFit(
+  gpuMemory: (device: number) => { free: number; total: number },
+  dir: string,
+  slotModel: string,
+  deviceId: number,
+  shape: MemoryShape,
+  slots: number,
+  extra: number,
+  slotLength: number,
+  utilization: number,
+): boolean {
+  const memory = gpuMemory(deviceId);
+  const needed = weightBytes(dir, slotModel) + activationReserve(shape, slots, Math.max(PAGED_PREFILL_TOKENS, slotLength)) + (slots + extra) * slotLength * tokenBytes(shape);
+  return memory.total > 0 && needed <= Math.min(memory.free, memory.total * utilization);
+}
+
 /** Fails, saying what is needed against what is free, when the weights and activations cannot fit the device. */
 export function checkWeightsFit(weights: number, reserve: number, memory: { free: number; total: number }, utilization: number, deviceId: number): void {
   const allowed = Math.min(memory.free, memory.total * utilization);
