@@ -35,28 +35,41 @@ struct JoinRun {
   size_t rows = 0;
 };
 
-// The prefills of `joins` (sorted by slot), at most `most` rows each (a power of two): of contiguous
-// slots in runs of their own size, or with `anySlots` of any slots, runs padded up to a power of two;
-// a group whose prompts are all one token needs none.
+// A prompt's prefill width (all but its last token) as the buckets round it.
+int JoinWidth(size_t prompt, int maxLength) {
+  return std::min(static_cast<int>((prompt - 1 + kJoinWidthStep - 1) / kJoinWidthStep * kJoinWidthStep), maxLength - 1);
+}
+
+// The prefills of `joins`, at most `most` rows each (a power of two). Sorted by slot, runs of
+// contiguous slots of their own size; with `anySlots`, sorted longest first, runs of any slots padded
+// up to a power of two rows, as many as keep the padded tokens within twice the prompts' own. A group
+// whose prompts are all one token needs none.
 std::vector<JoinRun> JoinRuns(const std::vector<JoinRow>& joins, int maxLength, size_t most, bool anySlots) {
   std::vector<JoinRun> runs;
   size_t i = 0;
   while (i < joins.size()) {
-    size_t contiguous = 1;
-    while (i + contiguous < joins.size() && (anySlots || joins[i + contiguous].slot == joins[i].slot + static_cast<int>(contiguous))) contiguous++;
     size_t count = 1;
-    while (count * 2 <= std::min(contiguous, most)) count *= 2;
-    size_t rows = count;
+    size_t rows = 1;
     if (anySlots) {
-      count = std::min(contiguous, most);
-      while (rows < count) rows *= 2;
+      const size_t width = static_cast<size_t>(JoinWidth(std::max<size_t>(joins[i].prompt.size(), 2), maxLength));
+      size_t tokens = joins[i].prompt.size() - 1;
+      while (i + count < joins.size() && count < most) {
+        size_t padded = rows;
+        while (padded < count + 1) padded *= 2;
+        if (padded * width > 2 * (tokens + joins[i + count].prompt.size() - 1)) break;
+        tokens += joins[i + count].prompt.size() - 1;
+        rows = padded;
+        count++;
+      }
+    } else {
+      size_t contiguous = 1;
+      while (i + contiguous < joins.size() && joins[i + contiguous].slot == joins[i].slot + static_cast<int>(contiguous)) contiguous++;
+      while (count * 2 <= std::min(contiguous, most)) count *= 2;
+      rows = count;
     }
     size_t longest = 0;
     for (size_t r = i; r < i + count; r++) longest = std::max(longest, joins[r].prompt.size());
-    if (longest > 1) {
-      const int width = std::min(static_cast<int>((longest - 1 + kJoinWidthStep - 1) / kJoinWidthStep * kJoinWidthStep), maxLength - 1);
-      runs.push_back(JoinRun{i, count, width, rows});
-    }
+    if (longest > 1) runs.push_back(JoinRun{i, count, JoinWidth(longest, maxLength), rows});
     i += count;
   }
   return runs;
@@ -110,7 +123,13 @@ void SlotDecoder::PrefillJoins(const std::vector<JoinRow>& joins, int parity) {
   // With staging slots, as many rows at a time as they hold: prefilled there as a captured graph, then
   // moved to their own slots.
   const bool staging = options_.cuda && options_.cudaGraph && options_.stagingSlots > 0;
-  const std::vector<JoinRun> runs = JoinRuns(joins, options_.maxLength, staging ? static_cast<size_t>(options_.stagingSlots) : static_cast<size_t>(options_.slots), staging);
+  std::vector<JoinRow> longestFirst;
+  if (staging) {
+    longestFirst = joins;
+    std::stable_sort(longestFirst.begin(), longestFirst.end(), [](const JoinRow& a, const JoinRow& b) { return a.prompt.size() > b.prompt.size(); });
+  }
+  const std::vector<JoinRow>& ordered = staging ? longestFirst : joins;
+  const std::vector<JoinRun> runs = JoinRuns(ordered, options_.maxLength, staging ? static_cast<size_t>(options_.stagingSlots) : static_cast<size_t>(options_.slots), staging);
   if (runs.empty()) return;
 #ifdef CHORUS_WITH_CUDA
   if (options_.cuda && options_.cudaGraph) {
@@ -135,16 +154,16 @@ void SlotDecoder::PrefillJoins(const std::vector<JoinRow>& joins, int parity) {
       auto* positions = ids + tokens;
       auto* seqlens = reinterpret_cast<int32_t*>(positions + tokens);
       int32_t* copyIndex = seqlens + run.rows;
-      FillJoinRun(joins, run, ids, positions);
+      FillJoinRun(ordered, run, ids, positions);
       std::fill(seqlens, seqlens + run.rows, run.width - 1);
       const size_t runBytes = runBytesOf(run);
-      const int slot = joins[run.first].slot;
+      const int slot = ordered[run.first].slot;
       if (staging && PrefillGraph(options_.slots, static_cast<int>(run.rows), run.width, ids, positions, seqlens)) {
         std::vector<int32_t> from(run.count);
         std::vector<int32_t> to(run.count);
         for (size_t r = 0; r < run.count; r++) {
           from[r] = options_.slots + static_cast<int32_t>(r);
-          to[r] = joins[run.first + r].slot;
+          to[r] = ordered[run.first + r].slot;
         }
         QueueCopies(from, to, std::vector<int32_t>(run.count, run.width), {}, copyIndex);
         host += runBytes;
@@ -155,13 +174,13 @@ void SlotDecoder::PrefillJoins(const std::vector<JoinRow>& joins, int parity) {
       auto* deviceIds = reinterpret_cast<int64_t*>(device);
       auto* deviceSeqlens = reinterpret_cast<int32_t*>(deviceIds + 2 * tokens);
       // Contiguous slots in one run; rows of any slots (the staging path's, too long for its graphs) one by one.
-      const bool contiguous = joins[run.first + run.count - 1].slot == slot + static_cast<int>(run.count) - 1;
+      const bool contiguous = ordered[run.first + run.count - 1].slot == slot + static_cast<int>(run.count) - 1;
       for (size_t r = 0; r < (contiguous ? 1 : run.count); r++) {
         const size_t at = r * static_cast<size_t>(run.width);
         const StepInputs inputs{deviceIds + at, deviceIds + tokens + at, deviceSeqlens + r, nullptr, &total, true};
         std::vector<Ort::Value> values;
         Ort::IoBinding io(*session_);
-        BindStep(io, values, joins[run.first + r].slot, contiguous ? static_cast<int>(run.count) : 1, run.width, inputs);
+        BindStep(io, values, ordered[run.first + r].slot, contiguous ? static_cast<int>(run.count) : 1, run.width, inputs);
         session_->Run(queued, io);
       }
       host += runBytes;
@@ -173,8 +192,8 @@ void SlotDecoder::PrefillJoins(const std::vector<JoinRow>& joins, int parity) {
   for (const JoinRun& run : runs) {
     std::vector<int64_t> ids(run.rows * run.width);
     std::vector<int64_t> positions(ids.size());
-    FillJoinRun(joins, run, ids.data(), positions.data());
-    Run(joins[run.first].slot, static_cast<int>(run.count), run.width, ids, positions, std::vector<int32_t>(run.count, run.width - 1), run.width, {}, SampleBatch{}, false, {}, {},
+    FillJoinRun(ordered, run, ids.data(), positions.data());
+    Run(ordered[run.first].slot, static_cast<int>(run.count), run.width, ids, positions, std::vector<int32_t>(run.count, run.width - 1), run.width, {}, SampleBatch{}, false, {}, {},
         false);
   }
 }

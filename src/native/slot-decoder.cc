@@ -158,7 +158,8 @@ void SlotDecoder::Load() {
       }
     }
   }
-  if (options.stagingSlots < 0 || (options.stagingSlots > 0 && (!options.cuda || !options.cudaGraph || options.blockSize > 0 || !options.encoderModel.empty() || !options.rankModels.empty()))) {
+  if (options.stagingSlots < 0 || (options.stagingSlots & (options.stagingSlots - 1)) != 0) throw std::invalid_argument("stagingSlots must be 0 or a power of two");
+  if (options.stagingSlots > 0 && (!options.cuda || !options.cudaGraph || options.blockSize > 0 || !options.encoderModel.empty() || !options.rankModels.empty())) {
     throw std::invalid_argument("stagingSlots takes a cache of slots on CUDA with graphs, one rank, decoder-only");
   }
   size_t layerBytes = slotBytes_ * (options.slots + options.stagingSlots);
@@ -906,6 +907,7 @@ bool SlotDecoder::PrefillGraph(int firstSlot, int rows, int width, const int64_t
   // A model whose decode step could not be captured (graphFailure_) would not capture this either.
   if (!wanted || !options_.cuda || !options_.cudaGraph || group_ != nullptr || paged() || seq2seq() || !graphFailure_.empty() || !prefillGraphFailure_.empty()) return false;
   if (static_cast<long>(rows) * width > kPrefillGraphTokens || rows > options_.slots) return false;
+  if (firstSlot < 0 || firstSlot + rows > options_.slots + options_.stagingSlots) throw std::out_of_range("a prefill of " + std::to_string(rows) + " rows from slot " + std::to_string(firstSlot) + " is past the cache");
   const auto key = std::make_tuple(firstSlot, rows, width);
   auto found = prefillGraphs_.find(key);
   if (found == prefillGraphs_.end() && prefillGraphs_.size() >= kMaxPrefillGraphs) return false;
