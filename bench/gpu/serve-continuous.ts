@@ -129,6 +129,8 @@ for (const continuous of process.env.SERVE_ENGINE === '0' || !PARTS.includes('en
     const all = Array.from({ length: STREAMS * rounds }, (_, i) => prompts[i % prompts.length]!);
     row({ side: 'in process: engine', mode, load: `${STREAMS * rounds} together, sampled`, tokensPerS: await median(() => engineRate(engine, all, sampled)) });
     row({ side: 'in process: engine', mode, load: `64 streams 2 ms apart, ${rounds} requests each, sampled`, tokensPerS: await median(() => streamsRate(engine, prompts, sampled, STREAMS, rounds, 2)) });
+    row({ side: 'in process: engine', mode, load: `${STREAMS * rounds} together, greedy`, tokensPerS: await median(() => engineRate(engine, all, greedy)) });
+    row({ side: 'in process: engine', mode, load: `64 streams 2 ms apart, ${rounds} requests each, greedy`, tokensPerS: await median(() => streamsRate(engine, prompts, greedy, STREAMS, rounds, 2)) });
   } finally {
     await engine.close();
   }

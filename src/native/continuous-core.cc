@@ -469,7 +469,11 @@ void ContinuousCore::Admit(std::vector<Row>& waiting) {
 void ContinuousCore::Step() {
   const size_t n = rows_.size();
   const std::vector<int32_t> endIds = rows_[0].request.endIds;
-  if (std::all_of(rows_.begin(), rows_.end(), [&](const Row& row) { return row.request.argmax && row.request.endIds == endIds; })) {
+  // Greedy rows run as a greedy run (its end ids checked on the device), which arrivals stop; several
+  // of them, where requests may join, run as chosen steps instead (the argmax is their choice), which
+  // take arrivals in as they go. One row keeps the greedy run: a lone stream's steps are the leanest.
+  const bool greedy = std::all_of(rows_.begin(), rows_.end(), [&](const Row& row) { return row.request.argmax && row.request.endIds == endIds; });
+  if (greedy && (n == 1 || !decoder_.joins() || !JoinsWanted())) {
     GreedySteps(endIds);
     return;
   }
