@@ -222,18 +222,15 @@ void ContinuousCore::Arrive(std::vector<CoreRequest>& arrived) {
   }
 }
 
-bool ContinuousCore::CancelRows(const std::vector<int32_t>& cancelled, bool ended) {
+void ContinuousCore::CancelRows(const std::vector<int32_t>& cancelled, bool ended) {
   auto isCancelled = [&](const Row& row) { return std::find(cancelled.begin(), cancelled.end(), row.request.id) != cancelled.end(); };
   waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), isCancelled), waiting_.end());
   std::vector<bool> gone(rows_.size());
-  bool any = false;
   for (size_t r = 0; r < rows_.size(); r++) {
     gone[r] = isCancelled(rows_[r]);
-    any = any || gone[r];
     if (ended && gone[r]) rows_[r].ended = true;
   }
   if (!ended) Retire(gone);
-  return any;
 }
 
 bool ContinuousCore::CanJoin(const Row& row) {

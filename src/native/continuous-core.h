@@ -102,10 +102,10 @@ class ContinuousCore {
   };
 
   void Loop();
-  // Arrived requests to the waiting rows; cancelled ids out of the waiting rows, and marked ended
-  // among the running ones (`ended`), else true where some running row was cancelled (to retire).
+  // Arrived requests to the waiting rows. Cancelled ids out of the waiting rows, and among the running
+  // ones marked ended where `ended` (a run under way reads them no more), else retired at once.
   void Arrive(std::vector<CoreRequest>& arrived);
-  bool CancelRows(const std::vector<int32_t>& cancelled, bool ended);
+  void CancelRows(const std::vector<int32_t>& cancelled, bool ended);
   // Whether a waiting row may join a run of chosen steps (no penalties; its bans within the decoder's).
   static bool CanJoin(const Row& row);
   // ChosenSteps' admissions before its step `step`: arrivals and cancellations taken in, waiting rows
