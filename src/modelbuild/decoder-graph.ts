@@ -7,7 +7,7 @@
 import { ChorusError } from '../errors.ts';
 import type { DecoderLayerWeights, DecoderSpec, DecoderWeights, Linear, Norm } from './decoder-spec.ts';
 import type { FloatType } from './float-bits.ts';
-import { foldNormsIntoLinear } from './fold-norms.ts';
+import { foldNormsIntoLinear, foldPostNormsIntoLinear } from './fold-norms.ts';
 import { float, GraphBuilder } from './graph.ts';
 import { GREEDY_PAD_ID } from './greedy-layout.ts';
 import { quantizedWeight } from './quant/graph.ts';
@@ -17,6 +17,7 @@ import { gatheredLogits, rowParallel, vocabParallelEmbedding } from './tensor-pa
 import {
   additiveMask,
   addonLinear,
+  lastPosition,
   affine,
   capped,
   defaultSlotLinear,
@@ -204,11 +205,21 @@ export function buildPagedDecoderGraph(
 }
 
 /**
- * The slot decoders' RMSNorms folded into the addon's Linear after them (foldNormsIntoLinear), unless
- * CHORUS_FOLD_NORMS=0 (to measure against).
+ * The slot decoders' RMSNorms folded into the addon's Linear after them (foldNormsIntoLinear), then
+ * Gemma 2's post-norms into the Linear whose pre-norm follows them (foldPostNormsIntoLinear), unless
+ * CHORUS_FOLD_NORMS=0 (to measure against; CHORUS_FOLD_NORMS=pre: the pre-norms alone, and the head
+ * after a Slice, so the final norm stays apart).
  */
 function foldNorms(g: GraphBuilder): void {
-  if (g.addonLinear && process.env.CHORUS_FOLD_NORMS !== '0') g.rewriteNodes(foldNormsIntoLinear);
+  if (!g.addonLinear || process.env.CHORUS_FOLD_NORMS === '0') return;
+  g.rewriteNodes(foldNormsIntoLinear);
+  if (foldsAll()) g.rewriteNodes(foldPostNormsIntoLinear);
+}
+
+/** Whether the post-norms and the final norm fold too (CHORUS_FOLD_NORMS=pre: the pre-norms alone). */
+function foldsAll(): boolean {
+  const setting = process.env.CHORUS_FOLD_NORMS;
+  return setting !== '0' && setting !== 'pre';
 }
 
 /** Ids of the GreedySearch model: where generation ends, and what pads a prompt or a finished row. */
@@ -325,8 +336,10 @@ function decoderBody(
     x = afterMlp.sum;
     h = afterMlp.normed;
   });
-  // Only the last position's hidden state goes through the head when that is all the caller reads.
-  if (lastOnly) h = g.op('Slice', [h, g.int64([-1]), g.int64([Number.MAX_SAFE_INTEGER]), g.int64([1])]);
+  // Only the last position's hidden state goes through the head when that is all the caller reads: the
+  // addon's Linear takes it itself (so the final norm folds into the head), otherwise a Slice first.
+  const lastInHead = lastOnly && g.addonLinear && weights.lmHeadQuantized === undefined && foldsAll();
+  if (lastOnly && !lastInHead) h = lastPosition(g, h);
   if (weights.lmHeadQuantized !== undefined) {
     // A quantized head keeps h's leading axes ([batch, seq or 1, vocab] out) and the embeddings' lookup stays float.
     return { logits: matMul(g, h, quantizedWeight(g, 'lm_head', weights.lmHeadQuantized)), present };
@@ -338,7 +351,7 @@ function decoderBody(
     const whole = tp === undefined ? logits : gatheredLogits(g, tp, logits);
     return spec.finalSoftcap === undefined ? whole : capped(g, whole, spec.finalSoftcap);
   };
-  if (g.addonLinear) return { logits: cap(addonLinear(g, h, head, undefined, { transposed: true })), present };
+  if (g.addonLinear) return { logits: cap(addonLinear(g, h, head, undefined, { transposed: true, last: lastInHead })), present };
   // The head as Gemm with transB, so a tied head reads the embedding initializer instead of a copy.
   const flat = g.op('Reshape', [h, g.int64([-1, spec.hiddenSize])]);
   const logits2d = g.op('Gemm', [flat, head], { transB: 1 }, { name: 'lm_head' });

@@ -74,3 +74,42 @@ export function foldNormsIntoLinear(nodes: readonly NodeProto[], outputs: Readon
   });
   return nodes.flatMap((node, index) => (dropped.has(index) ? [] : [replaced.get(index) ?? node]));
 }
+
+/**
+ * Folds each SimplifiedLayerNormalization whose output only a pre-normed chorus Linear reads, as its x
+ * or its residual, into that Linear as its post-norm (input 5): Gemma 2's post-attention and
+ * post-feedforward norms, each of a sublayer's output before it joins the residual stream, which the
+ * next pre-norm is taken of. The Linear then takes the sublayer's raw output as x (x and the residual
+ * trade places where the residual was the normed one: their sum is the same). Run after
+ * foldNormsIntoLinear; a QuantLinear keeps its post-norm apart.
+ */
+export function foldPostNormsIntoLinear(nodes: readonly NodeProto[], outputs: ReadonlySet<string>): NodeProto[] {
+  const readers = new Map<string, number>();
+  const producers = new Map<string, number>();
+  nodes.forEach((node, index) => {
+    for (const input of node.input ?? []) if (input !== '') readers.set(input, (readers.get(input) ?? 0) + 1);
+    for (const output of node.output ?? []) if (output !== '') producers.set(output, index);
+  });
+  const dropped = new Set<number>();
+  const replaced = new Map<number, NodeProto>();
+  nodes.forEach((node, index) => {
+    const inputs = node.input ?? [];
+    if (node.domain !== 'chorus' || node.opType !== 'Linear' || (inputs[4] ?? '') === '' || (inputs[5] ?? '') !== '') return;
+    // The operand a post-norm wrote: x (input 0) or the residual (input 3).
+    for (const operand of [0, 3]) {
+      const name = inputs[operand] ?? '';
+      const at = name === '' ? undefined : producers.get(name);
+      if (at === undefined || dropped.has(at)) continue;
+      const norm = nodes[at]!;
+      const plain = norm.opType === 'SimplifiedLayerNormalization' && (norm.domain ?? '') === '' && norm.input?.length === 2;
+      if (!plain || readers.get(name) !== 1 || outputs.has(name)) continue;
+      if ((norm.output ?? []).slice(1).some((other) => other !== '' && (readers.has(other) || outputs.has(other)))) continue;
+      const other = inputs[operand === 0 ? 3 : 0] ?? '';
+      const folded = [norm.input![0]!, inputs[1]!, inputs[2] ?? '', other, inputs[4]!, norm.input![1]!];
+      replaced.set(index, { ...node, input: folded, attribute: [...(node.attribute ?? []), attribute('post_norm_epsilon', float(floatAttribute(norm, 'epsilon') ?? 1e-5))] });
+      dropped.add(at);
+      return;
+    }
+  });
+  return nodes.flatMap((node, index) => (dropped.has(index) ? [] : [replaced.get(index) ?? node]));
+}

@@ -198,15 +198,30 @@ export type LinearActivation = 'relu' | 'gelu' | 'gelu_tanh' | 'silu';
  * sum rounded once with its bias, the activation taken of it in float32. Linear takes nn.Linear's
  * [out, in] weight: a `weight` in MatMul's [in, out] layout (which the other graphs share) goes through
  * a Transpose that ONNX Runtime folds when the session loads; `transposed` says it is [out, in] already.
+ * `last`: x is [batch, sequence, in] and only each row's last position is projected ([batch, 1, out]),
+ * by the Linear itself (a decode step's one position then needs no Slice, and a norm before it folds in).
  */
-export function addonLinear(g: GraphBuilder, x: string, weight: string, bias: string | undefined, options: { activation?: LinearActivation; transposed?: boolean } = {}): string {
+export function addonLinear(
+  g: GraphBuilder,
+  x: string,
+  weight: string,
+  bias: string | undefined,
+  options: { activation?: LinearActivation; transposed?: boolean; last?: boolean } = {},
+): string {
   const quantized = quantizedValue(g, weight);
   if (quantized !== undefined) {
     const activation = options.activation;
-    return quantizedMatMul(g, x, quantized, bias, activation === undefined ? undefined : { name: activation, apply: (y) => activated(g, y, activation) });
+    const rows = options.last === true ? lastPosition(g, x) : x;
+    return quantizedMatMul(g, rows, quantized, bias, activation === undefined ? undefined : { name: activation, apply: (y) => activated(g, y, activation) });
   }
   const rows = options.transposed === true ? weight : g.op('Transpose', [weight], { perm: [1, 0] });
-  return g.op('Linear', [x, rows, ...(bias === undefined ? [] : [bias])], options.activation === undefined ? {} : { activation: options.activation }, { domain: 'chorus' });
+  const attributes = { ...(options.activation === undefined ? {} : { activation: options.activation }), ...(options.last === true ? { last: 1 } : {}) };
+  return g.op('Linear', [x, rows, ...(bias === undefined ? [] : [bias])], attributes, { domain: 'chorus' });
+}
+
+/** x [batch, sequence, ...] at each row's last position: [batch, 1, ...]. */
+export function lastPosition(g: GraphBuilder, x: string): string {
+  return g.op('Slice', [x, g.int64([-1]), g.int64([Number.MAX_SAFE_INTEGER]), g.int64([1])]);
 }
 
 /** `activation(x)` as separate operators (after a projection the addon's Linear does not run). */

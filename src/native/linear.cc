@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -41,9 +42,20 @@ void PreNormHost(const LinearArgs& a, void* normed) {
   std::vector<float> row(in);
   for (int r = 0; r < a.rows; r++) {
     const size_t at = static_cast<size_t>(r) * in;
+    // A post-norm: x normed on its own first (float32 inside, rounded once).
+    float postInverse = 1;
+    if (a.postNorm != nullptr) {
+      float squares = 0;
+      for (size_t k = 0; k < in; k++) {
+        const float x = ElementAt(a.x, a.type, at + k);
+        squares += x * x;
+      }
+      postInverse = 1.0f / std::sqrt(squares / static_cast<float>(in) + a.postEpsilon);
+    }
     float squares = 0;
     for (size_t k = 0; k < in; k++) {
-      const float x = ElementAt(a.x, a.type, at + k);
+      float x = ElementAt(a.x, a.type, at + k);
+      if (a.postNorm != nullptr) x = Round(x * postInverse * ElementAt(a.postNorm, a.type, k), a.type);
       row[k] = a.residual == nullptr ? x : Round(x + ElementAt(a.residual, a.type, at + k), a.type);
       squares += row[k] * row[k];
       if (a.sum != nullptr) PutElement(a.sum, a.type, at + k, row[k]);
@@ -120,6 +132,8 @@ struct LinearKernel : KernelBase<LinearKernel> {
     activation_ = ActivationNamed(AttributeOr<std::string>(kernel, "activation", ""));
     gated_ = AttributeOr<int64_t>(kernel, "gated", 0) != 0;
     epsilon_ = AttributeOr<float>(kernel, "norm_epsilon", 1e-6f);
+    postEpsilon_ = AttributeOr<float>(kernel, "post_norm_epsilon", 1e-6f);
+    last_ = AttributeOr<int64_t>(kernel, "last", 0) != 0;
   }
 
   void Compute(OrtKernelContext* context) {
@@ -146,6 +160,16 @@ struct LinearKernel : KernelBase<LinearKernel> {
       if (ShapeOf(bias) != std::vector<int64_t>{weightShape[0]}) throw std::invalid_argument("bias must be [weight's rows] (" + std::to_string(weightShape[0]) + ")");
       args.bias = bias.GetTensorRawData();
     }
+    // last: x [batch, sequence, in] (and the residual), of which each row's last position alone is taken.
+    const std::vector<int64_t> given = shape;
+    int64_t positions = 1;
+    if (last_) {
+      if (shape.size() != 3) throw std::invalid_argument("a Linear with last takes x [batch, sequence, in], not " + std::to_string(shape.size()) + " axes");
+      if (ctx.GetOutputCount() > 1) throw std::invalid_argument("a Linear with last has no sum output");
+      positions = shape[1];
+      if (positions == 0) throw std::invalid_argument("a Linear with last takes at least one position, not 0");
+      shape[1] = 1;
+    }
     int64_t rows = 1;
     for (size_t d = 0; d + 1 < shape.size(); d++) rows *= shape[d];
     if (rows > std::numeric_limits<int>::max()) throw std::invalid_argument("x has more rows than an int counts");
@@ -158,12 +182,21 @@ struct LinearKernel : KernelBase<LinearKernel> {
       args.epsilon = epsilon_;
       if (Given(ctx, 3)) {
         const Ort::ConstValue residual = ctx.GetInput(3);
-        if (ShapeOf(residual) != shape) throw std::invalid_argument("residual must have x's shape");
+        if (ShapeOf(residual) != given) throw std::invalid_argument("residual must have x's shape");
         args.residual = residual.GetTensorRawData();
       }
       if (ctx.GetOutputCount() > 1) args.sum = ctx.GetOutput(1, shape).GetTensorMutableRawData();
+      // The post-norm (input 5, [in]): x normed on its own before the residual joins it.
+      if (Given(ctx, 5)) {
+        const Ort::ConstValue post = ctx.GetInput(5);
+        if (ShapeOf(post) != std::vector<int64_t>{args.in}) throw std::invalid_argument("post_norm must be [in] (" + std::to_string(args.in) + ")");
+        args.postNorm = post.GetTensorRawData();
+        args.postEpsilon = postEpsilon_;
+      }
     } else if (Given(ctx, 3)) {
       throw std::invalid_argument("a residual (input 3) goes with a norm's weight (input 4)");
+    } else if (Given(ctx, 5)) {
+      throw std::invalid_argument("a post_norm (input 5) goes with a norm's weight (input 4)");
     }
     shape.back() = args.out;
     Ort::UnownedValue y = ctx.GetOutput(0, shape);
@@ -172,6 +205,23 @@ struct LinearKernel : KernelBase<LinearKernel> {
 #ifdef CHORUS_WITH_CUDA
     if (cuda_) {
       void* stream = ctx.GetGPUComputeStream();
+      // last over several positions (a prefill): each row's last x and residual copied into scratch rows.
+      std::optional<Ort::Allocator> rowsAllocator;
+      std::vector<Ort::MemoryAllocation> lastRows;
+      if (positions > 1) {
+        rowsAllocator.emplace(ctx.GetAllocator(*y.GetTensorMemoryInfo()));
+        auto lastOf = [&](const void* from) {
+          const size_t rowBytes = static_cast<size_t>(args.in) * ElementBytes(args.type);
+          lastRows.push_back(rowsAllocator->GetAllocation(rowBytes * args.rows));
+          const char* first = static_cast<const char*>(from) + (positions - 1) * rowBytes;
+          const cudaError_t copied = cudaMemcpy2DAsync(lastRows.back().get(), rowBytes, first, rowBytes * positions, rowBytes, static_cast<size_t>(args.rows), cudaMemcpyDeviceToDevice,
+                                                       static_cast<cudaStream_t>(stream));
+          if (copied != cudaSuccess) throw std::runtime_error(std::string("cudaMemcpy2DAsync: ") + cudaGetErrorString(copied));
+          return lastRows.back().get();
+        };
+        args.x = lastOf(args.x);
+        if (args.residual != nullptr) args.residual = lastOf(args.residual);
+      }
       // A pre-norm the kernel cannot take: its own pass into scratch rows, then the product of those
       // (the allocator outlives the allocation, which frees through it).
       std::optional<Ort::Allocator> allocator;
@@ -207,12 +257,26 @@ struct LinearKernel : KernelBase<LinearKernel> {
       return;
     }
 #endif
+    std::vector<uint8_t> lastX;
+    std::vector<uint8_t> lastResidual;
+    if (positions > 1) {
+      const size_t rowBytes = static_cast<size_t>(args.in) * ElementBytes(args.type);
+      auto lastOf = [&](const void* from, std::vector<uint8_t>& into) {
+        into.resize(rowBytes * args.rows);
+        for (int r = 0; r < args.rows; r++) std::memcpy(into.data() + r * rowBytes, static_cast<const uint8_t*>(from) + ((r + 1) * positions - 1) * rowBytes, rowBytes);
+        return into.data();
+      };
+      args.x = lastOf(args.x, lastX);
+      if (args.residual != nullptr) args.residual = lastOf(args.residual, lastResidual);
+    }
     LinearHost(args);
   }
 
   Activation activation_ = Activation::kNone;
   bool gated_ = false;
   float epsilon_ = 1e-6f;
+  float postEpsilon_ = 1e-6f;
+  bool last_ = false;
 
 #ifdef CHORUS_WITH_CUDA
   // More rows: one GEMM by cuBLASLt, the bias (and a ReLU) in its epilogue, or by cublasGemmEx where
@@ -272,8 +336,8 @@ struct LinearKernel : KernelBase<LinearKernel> {
 
 OpList LinearOps(bool cuda, FloatType type) {
   const ONNXTensorElementDataType t = ElementOf(type);
-  // Linear: x, weight, bias, residual, norm; y, sum.
-  return {MakeOp<LinearKernel>(cuda, type, {t, t, t, t, t}, {2, 3, 4}, 2)};
+  // Linear: x, weight, bias, residual, norm, post_norm; y, sum.
+  return {MakeOp<LinearKernel>(cuda, type, {t, t, t, t, t, t}, {2, 3, 4, 5}, 2)};
 }
 
 }  // namespace chorus

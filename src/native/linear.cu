@@ -97,8 +97,10 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 // norm's weights; each sum is scaled by its row's inverse root in the epilogue, before the bias.
 // Pre-normed single rows keep the plain kernel's 3 blocks a multiprocessor (at most 80 registers):
 // with 2, TinyLlama's gated MLP (2,816 blocks) took half as many waves again.
+// With a post-norm too (Post), each block first sums the squares of its rows of x on their own, and
+// each 16 bytes of x is normed by them (rounded) before the residual joins it.
 // O outputs a block (gated: O / 2, their gate and up rows), A reads of each row in flight.
-template <typename T, int R, bool Norm, int O = kOutputs, int A = kAhead>
+template <typename T, int R, bool Norm, int O = kOutputs, int A = kAhead, bool Post = false>
 __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKernel(LinearArgs a) {
   const bool gated = a.gated;
   const int first = blockIdx.x * (gated ? O / 2 : O);
@@ -141,6 +143,38 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
     }
   }
   WaitForPrevious();
+  // The post-norm's inverse root of each row of x (the host launches Post with 16-byte rows alone).
+  float postInverse[R];
+  if constexpr (Post) {
+    const int n = a.in / kPer;
+    const uint4* xv = reinterpret_cast<const uint4*>(x);
+    float own[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) own[r] = 0;
+    for (int c = threadIdx.x; c < n; c += kThreads) {
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const Wide<T> u = Widen16<T>(__ldg(xv + static_cast<size_t>(r) * n + c));
+#pragma unroll
+        for (int i = 0; i < Wide<T>::kCount; i++) own[r] += u.v[i] * u.v[i];
+      }
+    }
+    __shared__ float postPartial[kWarpsPerBlock][R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) own[r] += __shfl_xor_sync(0xffffffffu, own[r], offset);
+      if ((threadIdx.x & 31) == 0) postPartial[threadIdx.x / 32][r] = own[r];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      float total = 0;
+#pragma unroll
+      for (int q = 0; q < kWarpsPerBlock; q++) total += postPartial[q][r];
+      postInverse[r] = rsqrtf(total / a.in + a.postEpsilon);
+    }
+  }
   if (vectors) {
     const int n = a.in / kPer;
     const uint4* xv = reinterpret_cast<const uint4*>(x);
@@ -150,9 +184,15 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
         // Each row's x + residual, rounded, its squares summed, scaled by the norm's weights; the weights
         // widened per row (one row: once), so that few registers hold them (occupancy).
         const Wide<T> scale = Widen16<T>(__ldg(static_cast<const uint4*>(a.norm) + c));
+        Wide<T> post;
+        if constexpr (Post) post = Widen16<T>(__ldg(static_cast<const uint4*>(a.postNorm) + c));
 #pragma unroll
         for (int r = 0; r < R; r++) {
           Wide<T> u = Widen16<T>(__ldg(xv + static_cast<size_t>(r) * n + c));
+          if constexpr (Post) {
+#pragma unroll
+            for (int i = 0; i < Wide<T>::kCount; i++) u.v[i] = Rounded<T>(u.v[i] * postInverse[r] * post.v[i]);
+          }
           if (a.residual != nullptr) {
             const Wide<T> skip = Widen16<T>(__ldg(static_cast<const uint4*>(a.residual) + static_cast<size_t>(r) * n + c));
             uint4 out;
@@ -344,15 +384,21 @@ const bool normOutputs4 = [] {
   return value != nullptr && std::string(value) == "4";
 }();
 
-template <typename T, int R, bool Norm, int O, int A>
+template <typename T, int R, bool Norm, int O, int A, bool Post = false>
 void LaunchRowsOf(const LinearArgs& a, cudaStream_t stream) {
   const int perBlock = a.gated ? O / 2 : O;
   const dim3 grid((a.out + perBlock - 1) / perBlock);
-  LaunchMaybeDependent(dependentLaunch, LinearRowsKernel<T, R, Norm, O, A>, grid, dim3(kThreads), stream, a);
+  LaunchMaybeDependent(dependentLaunch, LinearRowsKernel<T, R, Norm, O, A, Post>, grid, dim3(kThreads), stream, a);
 }
 
 template <typename T, int R, bool Norm>
 void LaunchRowsKernel(const LinearArgs& a, cudaStream_t stream) {
+  if constexpr (Norm) {
+    if (a.postNorm != nullptr) {
+      if constexpr (R == 1) return LaunchRowsOf<T, R, Norm, kNormOutputs, 1, true>(a, stream);
+      return LaunchRowsOf<T, R, Norm, kOutputs, kAhead, true>(a, stream);
+    }
+  }
   if constexpr (Norm && R == 1) {
     if (!normOutputs4) return LaunchRowsOf<T, R, Norm, kNormOutputs, 1>(a, stream);
   }
@@ -706,7 +752,8 @@ bool LinearDependentLaunch() { return dependentLaunch.load(); }
 bool LinearRowsFusesNorm(const LinearArgs& a) {
   const size_t element = ElementBytes(a.type);
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return a.rows <= kLinearNormRows && a.in * element % 16 == 0 && aligned(a.x) && aligned(a.weight) && aligned(a.norm) && aligned(a.residual) && aligned(a.sum);
+  return a.rows <= kLinearNormRows && a.in * element % 16 == 0 && aligned(a.x) && aligned(a.weight) && aligned(a.norm) && aligned(a.residual) && aligned(a.sum) &&
+         aligned(a.postNorm);
 }
 
 void LinearRowsDevice(const LinearArgs& a, void* stream) {
@@ -730,15 +777,29 @@ void LinearRowsDevice(const LinearArgs& a, void* stream) {
 namespace {
 
 // The RMSNorm's inverse root of a row from each thread's sum of squares of its share: summed across the
-// block (every thread takes part), then 1 / sqrt(mean + epsilon).
-__device__ inline float InverseRoot(float squares, const LinearArgs& a) {
+// block (every thread takes part), then 1 / sqrt(mean + epsilon). The block may call it again after.
+__device__ inline float InverseRoot(float squares, int in, float epsilon) {
   __shared__ float warps[32];
   for (int offset = 16; offset > 0; offset /= 2) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
   if ((threadIdx.x & 31) == 0) warps[threadIdx.x / 32] = squares;
   __syncthreads();
   float total = 0;
   for (int w = 0; w < static_cast<int>(blockDim.x / 32); w++) total += warps[w];
-  return rsqrtf(total / a.in + a.epsilon);
+  __syncthreads();
+  return rsqrtf(total / in + epsilon);
+}
+__device__ inline float InverseRoot(float squares, const LinearArgs& a) { return InverseRoot(squares, a.in, a.epsilon); }
+
+// The post-norm's inverse root of a block's row x (1 where there is no post-norm).
+template <typename T>
+__device__ inline float PostInverse(const LinearArgs& a, const T* x) {
+  if (a.postNorm == nullptr) return 1.0f;
+  float squares = 0;
+  for (int k = threadIdx.x; k < a.in; k += blockDim.x) {
+    const float v = Load(x + k);
+    squares += v * v;
+  }
+  return InverseRoot(squares, a.in, a.postEpsilon);
 }
 
 // PreNormDevice: a block per row; the row's sum kept in y's place first (normed), then normed in place.
@@ -749,9 +810,12 @@ __global__ void PreNormKernel(LinearArgs a, T* normed) {
   const T* skip = a.residual == nullptr ? nullptr : static_cast<const T*>(a.residual) + row * a.in;
   T* out = normed + row * a.in;
   T* sum = a.sum == nullptr ? nullptr : static_cast<T*>(a.sum) + row * a.in;
+  const float postInverse = PostInverse<T>(a, x);
+  const T* post = static_cast<const T*>(a.postNorm);
   float squares = 0;
   for (int k = threadIdx.x; k < a.in; k += blockDim.x) {
-    const float v = skip == nullptr ? Load(x + k) : Rounded<T>(Load(x + k) + Load(skip + k));
+    const float own = post == nullptr ? Load(x + k) : Rounded<T>(Load(x + k) * postInverse * Load(post + k));
+    const float v = skip == nullptr ? own : Rounded<T>(own + Load(skip + k));
     squares += v * v;
     out[k] = Narrowed<T>(v);
     if (sum != nullptr) sum[k] = Narrowed<T>(v);
@@ -772,12 +836,31 @@ __global__ void PreNormVectorKernel(LinearArgs a, T* normed) {
   const uint4* x = static_cast<const uint4*>(a.x) + row * n;
   const uint4* skip = a.residual == nullptr ? nullptr : static_cast<const uint4*>(a.residual) + row * n;
   float v[kPreNormVectors][kPer];
+  // The post-norm's inverse root first (1 without one).
+  float postInverse = 1;
+  if (a.postNorm != nullptr) {
+    float squares = 0;
+#pragma unroll
+    for (int u = 0; u < kPreNormVectors; u++) {
+      const int c = threadIdx.x + u * blockDim.x;
+      if (c >= n) continue;
+      const Wide<T> own = Widen16<T>(x[c]);
+#pragma unroll
+      for (int i = 0; i < kPer; i++) squares += own.v[i] * own.v[i];
+    }
+    postInverse = InverseRoot(squares, a.in, a.postEpsilon);
+  }
   float squares = 0;
 #pragma unroll
   for (int u = 0; u < kPreNormVectors; u++) {
     const int c = threadIdx.x + u * blockDim.x;
     if (c >= n) continue;
-    const Wide<T> own = Widen16<T>(x[c]);
+    Wide<T> own = Widen16<T>(x[c]);
+    if (a.postNorm != nullptr) {
+      const Wide<T> post = Widen16<T>(static_cast<const uint4*>(a.postNorm)[c]);
+#pragma unroll
+      for (int i = 0; i < kPer; i++) own.v[i] = Rounded<T>(own.v[i] * postInverse * post.v[i]);
+    }
     Wide<T> other;
     if (skip != nullptr) other = Widen16<T>(skip[c]);
     uint4 bits;
@@ -812,7 +895,8 @@ void PreNormDevice(const LinearArgs& a, void* normed, void* stream) {
   const size_t element = ElementBytes(a.type);
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const int vectors = static_cast<int>(a.in * element / 16);
-  if (a.in * element % 16 == 0 && aligned(a.x) && aligned(a.residual) && aligned(a.norm) && aligned(a.sum) && aligned(normed) && vectors <= 256 * kPreNormVectors) {
+  if (a.in * element % 16 == 0 && aligned(a.x) && aligned(a.residual) && aligned(a.norm) && aligned(a.sum) && aligned(a.postNorm) && aligned(normed) &&
+      vectors <= 256 * kPreNormVectors) {
     // A vector a thread up to 256 threads (whole warps), then up to kPreNormVectors each.
     const int blockThreads = std::min(256, (vectors + 31) / 32 * 32);
     switch (a.type) {

@@ -2,7 +2,11 @@
 //   inputs   x [..., in]
 //            weight [out, in]          (nn.Linear's layout: each output's weights are one row)
 //            bias [out]                optional
+//            residual [..., in]        optional: with a norm, the residual stream x is added to
+//            norm [in]                 optional: a pre-norm (RMSNorm) of x + residual before the product
+//            post_norm [in]            optional, with a norm: a post-norm (RMSNorm) of x itself first
 //   outputs  y [..., out] = activation(x @ weight^T + bias)
+//            sum [..., in]             optional: x + residual, the residual stream's next value
 //   attributes  activation (string): "" (none), "relu", "gelu" (erf), "gelu_tanh" (gelu_new, FastGelu),
 //               "silu"
 //               gated (int, default 0): 1 for a gated MLP's two projections in one (SwiGLU, GeGLU): weight
@@ -11,6 +15,9 @@
 //               rounded with its bias, the activation's result rounded, then their product rounded: what
 //               the gate's Linear, the up projection's and a Mul give apart, in one kernel (or one GEMM
 //               and one pass).
+//               norm_epsilon, post_norm_epsilon (float, default 1e-6): the norms' epsilons.
+//               last (int, default 0): 1 to take x [batch, sequence, in] (and the residual) at each
+//               row's last position alone, y [batch, 1, out] (a decoder's head after a prefill; no sum).
 // The sum is taken in float32 and rounded to the float type once with its bias, as PyTorch's addmm
 // rounds it; the activation is taken of that rounded value in float32 and rounded again.
 // On CUDA a step of up to 8 rows (the decode steps of small batches) runs as one kernel of our own that
@@ -75,6 +82,11 @@ struct LinearArgs {
   const void* norm = nullptr;
   void* sum = nullptr;
   float epsilon = 0;
+  // A post-norm (with a pre-norm): x is the raw output of the sublayer before, normed on its own first,
+  // round(postNorm * x * rsqrt(mean(x^2) + postEpsilon)), then added to the residual (Gemma 2's
+  // post-attention and post-feedforward norms, each followed by the next pre-norm).
+  const void* postNorm = nullptr;
+  float postEpsilon = 0;
 };
 
 // The plain product of rows `normed` (a pre-norm's pass wrote them from args' x) in args' place: args
@@ -88,10 +100,17 @@ Args OfNormedRows(const Args& args, const void* normed) {
   plain.sum = nullptr;
   return plain;
 }
+// LinearArgs': the post-norm goes with the pre-norm.
+inline LinearArgs OfNormedRows(const LinearArgs& args, const void* normed) {
+  LinearArgs plain = OfNormedRows<LinearArgs>(args, normed);
+  plain.postNorm = nullptr;
+  return plain;
+}
 
 // The pre-norm of a Linear (args.norm given) on its own: sum = x + residual (rounded to the float type;
-// written where args.sum is given) and normed = round(norm * round(sum * rsqrt(mean(sum^2) + epsilon))),
-// the RMSNorm transformers computes in half precision, [rows, in].
+// written where args.sum is given; x post-normed first where args.postNorm is given) and normed =
+// round(norm * round(sum * rsqrt(mean(sum^2) + epsilon))), the RMSNorm transformers computes in half
+// precision, [rows, in].
 void PreNormHost(const LinearArgs& args, void* normed);
 
 // Host: y of x, on host memory.

@@ -218,17 +218,22 @@ describe('chorus build --slot-decoder', () => {
       const linearOutputs = new Set(nodes.filter((n) => n.opType === 'Linear').flatMap((n) => n.output!));
       assert.equal(nodes.filter((n) => n.opType === 'Mul' && n.input!.some((name) => linearOutputs.has(name))).length, 0, file);
       // Each layer's two RMSNorms go into the Linear after them (q, k and v's; the gated MLP's), the
-      // first without a residual; only the final norm, read by a Slice before the head, keeps its kernel.
+      // first without a residual, and the final norm into the head, which takes the last position
+      // itself (no Slice): no norm keeps a kernel of its own.
       const normed = nodes.filter((n) => n.opType === 'Linear' && n.input!.length === 5);
-      assert.equal(normed.length, 2 * layers, file);
+      assert.equal(normed.length, 2 * layers + 1, file);
       assert.equal(normed.filter((n) => n.input![3] === '').length, 1, file);
-      assert.deepEqual(normed.map((n) => n.input![4]!.replace(/^layers\.\d+\./, '')), Array.from({ length: layers }, () => ['input_norm.weight', 'post_norm.weight']).flat(), file);
-      // Each one with a residual hands the sum on to the next norm, which reads it as its residual.
-      for (const node of normed.filter((n) => n.input![3] !== '')) {
+      const norms = Array.from({ length: layers }, () => ['input_norm.weight', 'post_norm.weight']).flat();
+      assert.deepEqual(normed.map((n) => n.input![4]!.replace(/^layers\.\d+\./, '')), [...norms, 'final_norm.weight'], file);
+      const head = normed[normed.length - 1]!;
+      assert.equal(Number(head.attribute!.find((a) => a.name === 'last')?.i), 1, file);
+      assert.equal(head.output!.length, 1, file);
+      // Each other one with a residual hands the sum on to the next norm, which reads it as its residual.
+      for (const node of normed.slice(0, -1).filter((n) => n.input![3] !== '')) {
         assert.equal(node.output!.length, 2, file);
         assert.ok(nodes.some((n) => n.input!.includes(node.output![1]!) && n.input!.indexOf(node.output![1]!) !== 0), file);
       }
-      assert.deepEqual(nodes.filter((n) => /LayerNormalization$/.test(n.opType!)).map((n) => n.opType), ['SkipSimplifiedLayerNormalization'], file);
+      assert.deepEqual(nodes.filter((n) => /LayerNormalization$|^Slice$/.test(n.opType!)).map((n) => n.opType), [], file);
     }
   });
 

@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { foldNormsIntoLinear } from '../../src/modelbuild/fold-norms.ts';
+import { foldNormsIntoLinear, foldPostNormsIntoLinear } from '../../src/modelbuild/fold-norms.ts';
 import { attribute, float, type NodeProto } from '../../src/modelbuild/graph.ts';
 
 const MS = 'com.microsoft';
@@ -72,5 +72,52 @@ describe('foldNormsIntoLinear', () => {
     assert.deepEqual(foldNormsIntoLinear(biased, new Set()), biased);
     const notLinear = [skipNorm('n', 'd', 'r', 'g'), { ...linear('q', 'n.normed'), opType: 'MatMul', domain: '' }];
     assert.deepEqual(foldNormsIntoLinear(notLinear, new Set()), notLinear);
+  });
+});
+
+describe('foldPostNormsIntoLinear', () => {
+  const postNorm = (name: string, x: string): NodeProto => ({
+    opType: 'SimplifiedLayerNormalization',
+    name,
+    input: [x, `${name}.gamma`],
+    output: [`${name}.normed`],
+    attribute: [attribute('epsilon', float(1e-6))],
+  });
+  const both = (nodes: NodeProto[], outputs = new Set<string>()): NodeProto[] => foldPostNormsIntoLinear(foldNormsIntoLinear(nodes, outputs), outputs);
+
+  test("folds a sublayer's post-norm into the pre-normed Linear after it: the raw output as x, the norm's weight as input 5", () => {
+    const folded = both([postNorm('post', 'attention'), skipNorm('n', 'post.normed', 'stream', 'gamma'), linear('gate', 'n.normed'), reader('next', 'n.sum')]);
+    assert.deepEqual(folded.map((n) => n.opType), ['Linear', 'Relu']);
+    assert.deepEqual(folded[0]!.input, ['attention', 'gate.weight', '', 'stream', 'gamma', 'post.gamma']);
+    assert.deepEqual(folded[0]!.output, ['gate.y', 'n.sum']);
+    const epsilon = folded[0]!.attribute!.find((a) => a.name === 'post_norm_epsilon');
+    assert.ok(epsilon !== undefined && Math.abs(epsilon.f! - 1e-6) < 1e-12);
+  });
+
+  test('takes the post-normed operand from the residual side too, trading x and the residual', () => {
+    const folded = both([postNorm('post', 'mlp'), skipNorm('n', 'stream', 'post.normed', 'gamma'), linear('qkv', 'n.normed', ['bias'])]);
+    assert.deepEqual(folded.map((n) => n.opType), ['Linear']);
+    assert.deepEqual(folded[0]!.input, ['mlp', 'qkv.weight', 'bias', 'stream', 'gamma', 'post.gamma']);
+  });
+
+  test('keeps a post-norm something else reads, a graph output, or one before a Linear without a pre-norm', () => {
+    const twoReaders = [postNorm('post', 'a'), skipNorm('n', 'post.normed', 'stream', 'gamma'), linear('gate', 'n.normed'), reader('also', 'post.normed')];
+    assert.deepEqual(
+      both(twoReaders).map((n) => n.opType),
+      ['SimplifiedLayerNormalization', 'Linear', 'Relu'],
+    );
+    const output = [postNorm('post', 'a'), skipNorm('n', 'post.normed', 'stream', 'gamma'), linear('gate', 'n.normed')];
+    assert.deepEqual(
+      both(output, new Set(['post.normed'])).map((n) => n.opType),
+      ['SimplifiedLayerNormalization', 'Linear'],
+    );
+    const plainLinear = [postNorm('post', 'a'), linear('gate', 'post.normed')];
+    // The post-norm is then an ordinary pre-norm of that Linear.
+    assert.deepEqual(both(plainLinear)[0]!.input, ['a', 'gate.weight', '', '', 'post.gamma']);
+    const quant: NodeProto = { opType: 'QuantLinear', domain: 'chorus', name: 'q', input: ['n.normed', 'q.B', 'q.scales'], output: ['q.y'], attribute: [attribute('bits', 4)] };
+    assert.deepEqual(
+      both([postNorm('post', 'a'), skipNorm('n', 'post.normed', 'stream', 'gamma'), quant]).map((n) => n.opType),
+      ['SimplifiedLayerNormalization', 'QuantLinear'],
+    );
   });
 });

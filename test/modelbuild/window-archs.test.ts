@@ -196,6 +196,36 @@ test("gemma2 in bf16: bfloat16 weights, inputs and outputs in every model, Gemma
   assert.deepEqual(new Uint8Array(norm.rawData!), encodeFloats(stored.map((w) => w + 1), 'bfloat16'));
 });
 
+test("gemma2 in fp16: its norms fold into the addon's Linear (post-norms and the head's included), the same greedy ids as apart", async () => {
+  if (addon === undefined) assert.fail(`the native addon: ${reason}`);
+  const checkpoint = join(root, 'gemma2-fp16-folds');
+  writeWindowCheckpoint('gemma2', 8, checkpoint);
+  const previous = process.env.CHORUS_FOLD_NORMS;
+  const built: Record<string, string> = {};
+  try {
+    for (const setting of ['default', '0']) {
+      if (setting === 'default') delete process.env.CHORUS_FOLD_NORMS;
+      else process.env.CHORUS_FOLD_NORMS = setting;
+      built[setting] = `${checkpoint}-${setting}`;
+      buildModel({ source: checkpoint, out: built[setting]!, dtype: 'fp16', flavor: 'cuda', slotDecoder: true });
+    }
+  } finally {
+    if (previous === undefined) delete process.env.CHORUS_FOLD_NORMS;
+    else process.env.CHORUS_FOLD_NORMS = previous;
+  }
+  const ops = (dir: string): string[] => onnxProto.onnx.ModelProto.decode(readFileSync(join(dir, 'onnx', 'decoder_model_slots.onnx'))).graph!.node!.map((n) => n.opType!);
+  const folded = ops(built.default!);
+  assert.deepEqual(folded.filter((op) => /Normalization|^Slice$/.test(op)), [], 'no norm or Slice left beside the Linear operators');
+  const apart = ops(built['0']!);
+  // Four norms a layer apart (the first input norm plain, the rest with the residual) and the final norm.
+  assert.equal(apart.filter((op) => /Normalization/.test(op)).length, 4 * 3 + 1);
+  const posts = onnxProto.onnx.ModelProto.decode(readFileSync(join(built.default!, 'onnx', 'decoder_model_slots.onnx'))).graph!.node!.filter((n) => n.input!.length === 6);
+  assert.equal(posts.length, 2 * 3, "each layer's two post-norms in the Linear after them");
+  const want = await nativeGreedy(built['0']!);
+  assert.equal(want.length, STEPS);
+  assert.deepEqual(await nativeGreedy(built.default!), want);
+});
+
 test('GGUF export refuses gemma2 by name, before it reads a tokenizer', () => {
   const checkpoint = join(root, 'gemma2-gguf');
   writeWindowCheckpoint('gemma2', 6, checkpoint);

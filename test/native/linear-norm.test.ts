@@ -1,6 +1,6 @@
 /**
  * The addon's Linear with a pre-norm (residual and RMSNorm weight as inputs 3 and 4, the sum as output
- * 1), which the slot decoders fold their norms into: against a reference in float64 that rounds where
+ * 1; a post-norm of x as input 5, Gemma 2's), which the slot decoders fold their norms into: against a reference in float64 that rounds where
  * transformers' half-precision RMSNorm does, on the CPU; on CUDA too where a device is present (the
  * kernel's path up to 4 rows, the separate pass with the kernel or cuBLAS past it), against the host's.
  */
@@ -21,6 +21,7 @@ const root = scratchDir('chorus-linear-norm-');
 const DTYPES: Record<FloatType, 'fp32' | 'fp16' | 'bf16'> = { float32: 'fp32', float16: 'fp16', bfloat16: 'bf16' };
 const RAW: Record<FloatType, 'F32' | 'F16' | 'BF16'> = { float32: 'F32', float16: 'F16', bfloat16: 'BF16' };
 const EPSILON = 1e-5;
+const POST_EPSILON = 1e-6;
 
 interface Case {
   rows: number;
@@ -30,12 +31,15 @@ interface Case {
   residual: boolean;
   gated?: boolean;
   bias?: boolean;
+  /** A post-norm of x before the residual joins it. */
+  post?: boolean;
 }
 
 interface Weights {
   weight: Float32Array;
   bias?: Float32Array;
   norm: Float32Array;
+  post?: Float32Array;
 }
 
 function weightsOf(c: Case): Weights {
@@ -44,6 +48,7 @@ function weightsOf(c: Case): Weights {
     weight: roundTo(seeded(products * c.in, 7 + c.in, 1 / Math.sqrt(c.in)), c.type),
     ...(c.bias === true ? { bias: roundTo(seeded(products, 11, 0.5), c.type) } : {}),
     norm: roundTo(seeded(c.in, 13, 0.5).map((v) => 1 + v), c.type),
+    ...(c.post === true ? { post: roundTo(seeded(c.in, 17, 0.5).map((v) => 1 + v), c.type) } : {}),
   };
 }
 
@@ -54,7 +59,12 @@ function model(c: Case, w: Weights): string {
   const residual = c.residual ? g.input('residual', c.type, ['rows', c.in]) : '';
   const products = c.gated === true ? 2 * c.out : c.out;
   const inputs = [x, g.floatConstant([...w.weight], [products, c.in]), w.bias === undefined ? '' : g.floatConstant([...w.bias], [products]), residual, g.floatConstant([...w.norm], [c.in])];
-  const attributes = { norm_epsilon: float(EPSILON), ...(c.gated === true ? { gated: 1, activation: 'silu' } : {}) };
+  if (w.post !== undefined) inputs.push(g.floatConstant([...w.post], [c.in]));
+  const attributes = {
+    norm_epsilon: float(EPSILON),
+    ...(w.post === undefined ? {} : { post_norm_epsilon: float(POST_EPSILON) }),
+    ...(c.gated === true ? { gated: 1, activation: 'silu' } : {}),
+  };
   const [y, sum] = g.opMany('Linear', inputs, attributes, { domain: 'chorus', outputs: c.residual ? 2 : 1 });
   g.output('y', y!, c.type, ['rows', c.out]);
   if (c.residual) g.output('sum', sum!, c.type, ['rows', c.in]);
@@ -64,7 +74,16 @@ function model(c: Case, w: Weights): string {
 }
 
 /** y and the sum in float64, rounded where transformers rounds: the sum, the normed value, its scaled value, each product with its bias. */
-function reference(c: Case, w: Weights, x: Float32Array, residual: Float32Array): { y: Float32Array; sum: Float32Array } {
+function reference(c: Case, w: Weights, given: Float32Array, residual: Float32Array): { y: Float32Array; sum: Float32Array } {
+  // A post-norm: each row of x normed on its own, rounded once (transformers' Gemma2RMSNorm).
+  const x = new Float32Array(given);
+  if (w.post !== undefined) {
+    for (let r = 0; r < c.rows; r++) {
+      const row = given.subarray(r * c.in, (r + 1) * c.in);
+      const inverse = 1 / Math.sqrt(row.reduce((a, v) => a + v * v, 0) / c.in + POST_EPSILON);
+      x.set(roundTo(row.map((v, k) => v * inverse * w.post![k]!), c.type), r * c.in);
+    }
+  }
   const sum = c.residual ? roundTo(x.map((v, i) => v + residual[i]!), c.type) : x;
   const normed = new Float32Array(c.rows * c.in);
   for (let r = 0; r < c.rows; r++) {
@@ -121,11 +140,17 @@ const CASES: Case[] = [
   // One row: the kernel's 8 outputs a block, past the last output and gated.
   { rows: 1, in: 128, out: 20, type: 'float16', residual: true, gated: true, bias: true },
   { rows: 1, in: 256, out: 44, type: 'bfloat16', residual: true },
+  // A post-norm too: the kernel's one row (gated, 8 outputs a block) and several, the separate pass past 4.
+  { rows: 1, in: 256, out: 44, type: 'bfloat16', residual: true, post: true, gated: true },
+  { rows: 1, in: 128, out: 24, type: 'float16', residual: true, post: true },
+  { rows: 3, in: 64, out: 16, type: 'bfloat16', residual: true, post: true, bias: true },
+  { rows: 6, in: 64, out: 20, type: 'float16', residual: true, post: true },
+  { rows: 12, in: 60, out: 8, type: 'float32', residual: true, post: true },
 ];
 
 describe('Linear with a pre-norm', { skip }, () => {
   for (const c of CASES) {
-    const name = `${c.type}, ${c.rows} rows, in ${c.in}, out ${c.out}${c.residual ? ', with a residual' : ''}${c.gated === true ? ', gated' : ''}${c.bias === true ? ', bias' : ''}`;
+    const name = `${c.type}, ${c.rows} rows, in ${c.in}, out ${c.out}${c.residual ? ', with a residual' : ''}${c.post === true ? ', a post-norm' : ''}${c.gated === true ? ', gated' : ''}${c.bias === true ? ', bias' : ''}`;
     test(`${name}: the host's y and sum are the reference's`, () => {
       const w = weightsOf(c);
       const x = roundTo(seeded(c.rows * c.in, 3 + c.rows, 2), c.type);
@@ -135,22 +160,63 @@ describe('Linear with a pre-norm', { skip }, () => {
       const host = run(path, c, x, residual, 'cpu');
       // The host sums in float32, the reference in float64: a last-bit difference at most.
       assert.ok(relative(host.y, expected.y) <= 2 * ULP[c.type] + 1e-6, `y differs by ${relative(host.y, expected.y)}`);
-      if (c.residual) assert.deepEqual([...host.sum!], [...expected.sum]);
+      // A post-normed x is rounded from float32 on the host and from float64 here: where the two fall on
+      // either side of a rounding boundary, a sum differs in its last bit.
+      if (c.residual && c.post === true) assert.ok(relative(host.sum!, expected.sum) <= 2 * ULP[c.type], `the sum differs by ${relative(host.sum!, expected.sum)}`);
+      else if (c.residual) assert.deepEqual([...host.sum!], [...expected.sum]);
       if (!cuda) return;
       // The device's kernel takes the normed row unrounded on its way (up to 4 rows): a few last bits.
       const device = run(path, c, x, residual, 'cuda');
       assert.ok(relative(device.y, host.y) <= 8 * ULP[c.type] + 1e-5, `the device's y differs from the host's by ${relative(device.y, host.y)}`);
-      if (c.residual) assert.deepEqual([...device.sum!], [...host.sum!]);
+      if (c.residual && c.post === true) assert.ok(relative(device.sum!, host.sum!) <= 2 * ULP[c.type], `the device's sum differs from the host's by ${relative(device.sum!, host.sum!)}`);
+      else if (c.residual) assert.deepEqual([...device.sum!], [...host.sum!]);
     });
   }
 
-  test('refuses a norm weight of the wrong size and a residual without a norm, naming them', () => {
+  test("last: a prefill's x [batch, sequence, in] taken at each row's last position, as the same Linear of those rows alone", () => {
+    for (const type of ['float16', 'bfloat16', 'float32'] as const) {
+      const c: Case = { rows: 2, in: 64, out: 24, type, residual: true, post: type !== 'float32' };
+      const w = weightsOf(c);
+      const positions = 3;
+      const x = roundTo(seeded(c.rows * positions * c.in, 23, 2), type);
+      const residual = roundTo(seeded(c.rows * positions * c.in, 29, 2), type);
+      const g = new GraphBuilder(type);
+      const xs = g.input('x', type, ['batch', 'sequence', c.in]);
+      const rs = g.input('residual', type, ['batch', 'sequence', c.in]);
+      const inputs = [xs, g.floatConstant([...w.weight], [c.out, c.in]), '', rs, g.floatConstant([...w.norm], [c.in]), ...(w.post === undefined ? [] : [g.floatConstant([...w.post], [c.in])])];
+      const attributes = { norm_epsilon: float(EPSILON), post_norm_epsilon: float(POST_EPSILON), last: 1 };
+      g.output('y', g.op('Linear', inputs, attributes, { domain: 'chorus' }), type, ['batch', 1, c.out]);
+      const path = join(root, `last-${type}.onnx`);
+      writeFileSync(path, g.serialize().model);
+      const lastRows = (values: Float32Array): Float32Array => {
+        const out = new Float32Array(c.rows * c.in);
+        for (let r = 0; r < c.rows; r++) out.set(values.subarray(((r + 1) * positions - 1) * c.in, (r + 1) * positions * c.in), r * c.in);
+        return out;
+      };
+      const expected = reference(c, w, lastRows(x), lastRows(residual)).y;
+      for (const provider of cuda ? (['cpu', 'cuda'] as const) : (['cpu'] as const)) {
+        for (const [seq, xv, rv] of [
+          [positions, x, residual],
+          [1, lastRows(x), lastRows(residual)],
+        ] as const) {
+          const tensor = (name: string, values: Float32Array): GraphTensor => ({ name, type, dims: [c.rows, seq, c.in], data: encodeFloats(values, type) });
+          const { outputs } = addon!.runGraph({ model: path, provider, dtype: DTYPES[type] }, [tensor('x', xv), tensor('residual', rv)]);
+          assert.deepEqual(outputs[0]!.dims, [c.rows, 1, c.out]);
+          const y = decodeRaw(outputs[0]!.data, RAW[type]);
+          assert.ok(relative(y, expected) <= 8 * ULP[type] + 1e-5, `${type} on ${provider}, ${seq} positions: y differs by ${relative(y, expected)}`);
+        }
+      }
+    }
+  });
+
+  test('refuses a norm or post-norm weight of the wrong size, and a residual or post-norm without a norm, naming them', () => {
     const c: Case = { rows: 1, in: 16, out: 8, type: 'float32', residual: false };
     const x = seeded(16, 1);
-    const one = (name: string, norm: number[] | undefined): string => {
+    const one = (name: string, norm: number[] | undefined, post?: number[]): string => {
       const g = new GraphBuilder('float32');
       const input = g.input('x', 'float32', ['rows', 16]);
-      const inputs = [input, g.floatConstant([...weightsOf(c).weight], [8, 16]), '', input, ...(norm === undefined ? [] : [g.floatConstant(norm, [norm.length])])];
+      const weights = (values: number[] | undefined): string => (values === undefined ? '' : g.floatConstant(values, [values.length]));
+      const inputs = [input, g.floatConstant([...weightsOf(c).weight], [8, 16]), '', post === undefined ? input : '', weights(norm), ...(post === undefined ? [] : [weights(post)])];
       g.output('y', g.op('Linear', inputs, {}, { domain: 'chorus' }), 'float32', ['rows', 8]);
       const path = join(root, `${name}.onnx`);
       writeFileSync(path, g.serialize().model);
@@ -158,5 +224,8 @@ describe('Linear with a pre-norm', { skip }, () => {
     };
     assert.throws(() => run(one('short-norm', new Array<number>(8).fill(1)), c, x, x, 'cpu'), /norm must be \[in\] \(16\)/);
     assert.throws(() => run(one('residual-alone', undefined), c, x, x, 'cpu'), /a residual \(input 3\) goes with a norm's weight \(input 4\)/);
+    const ones = (n: number): number[] => new Array<number>(n).fill(1);
+    assert.throws(() => run(one('short-post-norm', ones(16), ones(12)), c, x, x, 'cpu'), /post_norm must be \[in\] \(16\)/);
+    assert.throws(() => run(one('post-norm-alone', undefined, ones(16)), c, x, x, 'cpu'), /a post_norm \(input 5\) goes with a norm's weight \(input 4\)/);
   });
 });
