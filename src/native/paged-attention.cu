@@ -31,6 +31,8 @@ constexpr int kThreads = 128;
 // total and dim sums.
 size_t PagedAttentionPartFloats(const PagedAttentionArgs& a, int splits) { return static_cast<size_t>(a.rows) * a.tokens * a.heads * splits * (a.dim + 2); }
 constexpr int kMaxSplits = 16;
+// The widest heads a clustered decode step joins (its partials in shared memory).
+constexpr int kClusterDim = 256;
 // The workspace of a launch in splits: the decode kernel's counters first (one per row and block
 // column, at most one per row and query head, each left at zero by the launch that used it), then the
 // splits' partial sums. The counters sit at the same place for every shape: launches of several shapes
@@ -302,9 +304,10 @@ __device__ inline void StorePart(float* maxima, float* totals, float* sums, int 
 // Element e (head e / dim, dimension e % dim) of the chunk's heads with `parts` partial softmaxes in
 // shared memory ([parts][G] maxima and totals, [parts][G][dim] sums) joined: the row's output with one
 // split, else the split's partial (maximum, total, sums) in the workspace.
+// With `local` (a clustered decode step), the split's partial goes there instead: [G][dim + 2].
 template <typename T, int G>
 __device__ inline void JoinParts(const PagedAttentionArgs& a, const float* maxima, const float* totals, const float* sums, int parts, int e, size_t y, int first, int split,
-                                 int splits, float* workspace) {
+                                 int splits, float* workspace, float* local = nullptr) {
   const int g = e / a.dim;
   const int d = e % a.dim;
   float m = -INFINITY;
@@ -322,7 +325,7 @@ __device__ inline void JoinParts(const PagedAttentionArgs& a, const float* maxim
   if (splits == 1) {
     static_cast<T*>(a.output)[(y * a.heads + h) * a.dim + d] = Narrowed<T>(s / l);
   } else {
-    float* part = workspace + ((y * a.heads + h) * splits + split) * (a.dim + 2);
+    float* part = local != nullptr ? local + g * (a.dim + 2) : workspace + ((y * a.heads + h) * splits + split) * (a.dim + 2);
     if (d == 0) {
       part[0] = m;
       part[1] = l;
@@ -458,13 +461,12 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionA
   for (int e = threadIdx.x; e < count * a.dim; e += blockDim.x) JoinParts<T, G>(a, maxima, totals, sums, groups, e, y, first, split, splits, workspace);
 }
 
-// Element d of head h of token row y: the splits' partial softmaxes in the workspace (each split's
-// maximum, total and sums) joined into the output. The splits are taken kMaxSplits at a time, every
-// value of a chunk read before any is used (one round trip to L2 for the engine's splits); a chunk
-// past the first rescales what the ones before it summed.
-template <typename T>
-__device__ inline void JoinSplits(const PagedAttentionArgs& a, int splits, const float* workspace, size_t y, int h, int d) {
-  const float* parts = workspace + (y * a.heads + h) * splits * (a.dim + 2);
+// Element d of head h of token row y: the splits' partial softmaxes (each split's maximum, total and
+// sums, as read(p, m, l, sum) gives split p's) joined into the output. The splits are taken kMaxSplits
+// at a time, every value of a chunk read before any is used (one round trip for the engine's splits); a
+// chunk past the first rescales what the ones before it summed.
+template <typename T, class Read>
+__device__ inline void JoinSplitsOf(const PagedAttentionArgs& a, int splits, Read read, size_t y, int h, int d) {
   float most = -INFINITY;
   float total = 0;
   float out = 0;
@@ -474,11 +476,10 @@ __device__ inline void JoinSplits(const PagedAttentionArgs& a, int splits, const
     float sum[kMaxSplits];
 #pragma unroll
     for (int p = 0; p < kMaxSplits; p++) {
-      const float* part = parts + (first + p) * (a.dim + 2);
-      const bool in = first + p < splits;
-      m[p] = in ? __ldcg(part) : -INFINITY;
-      l[p] = in ? __ldcg(part + 1) : 0.0f;
-      sum[p] = in ? __ldcg(part + 2 + d) : 0.0f;
+      m[p] = -INFINITY;
+      l[p] = 0.0f;
+      sum[p] = 0.0f;
+      if (first + p < splits) read(first + p, m[p], l[p], sum[p]);
     }
     float next = most;
 #pragma unroll
@@ -498,6 +499,21 @@ __device__ inline void JoinSplits(const PagedAttentionArgs& a, int splits, const
   static_cast<T*>(a.output)[(y * a.heads + h) * a.dim + d] = Narrowed<T>(out / total);
 }
 
+// The same, the partials in the workspace (read past L1: another block wrote them).
+template <typename T>
+__device__ inline void JoinSplits(const PagedAttentionArgs& a, int splits, const float* workspace, size_t y, int h, int d) {
+  const float* parts = workspace + (y * a.heads + h) * splits * (a.dim + 2);
+  JoinSplitsOf<T>(
+      a, splits,
+      [&](int p, float& m, float& l, float& sum) {
+        const float* part = parts + p * (a.dim + 2);
+        m = __ldcg(part);
+        l = __ldcg(part + 1);
+        sum = __ldcg(part + 2 + d);
+      },
+      y, h, d);
+}
+
 // Block (token row, query head): the splits' partial sums joined.
 template <typename T>
 __global__ void PagedJoinKernel(PagedAttentionArgs a, int splits, const float* workspace) {
@@ -511,14 +527,16 @@ __global__ void PagedJoinKernel(PagedAttentionArgs a, int splits, const float* w
 //   read before the wait for the kernel before (a dependent launch), which wrote the queries alone;
 // - the queries of the chunk's heads and the new key and value are read together after it;
 // - each round takes one softmax update per head for its positions (not one a position);
-// - with several splits, the split that finishes last joins them (a counter per block column in the
-//   workspace, left at zero), rather than a launch after.
+// - with several splits, they go out as one thread block cluster (Clustered, on sm_90 unless
+//   CHORUS_PAGED_CLUSTER=0): each split's partial stays in its shared memory and the ranks join them
+//   there, read across the cluster; otherwise the split that finishes last joins them (a counter per
+//   block column in the workspace, left at zero), rather than a launch after.
 // Positions a lane group reads at once (A): 2 for 4 heads a block (their queries and sums take
 // registers too) and for lane groups of up to 8 lanes (16 groups a block: 32 positions a round, as many
 // as a split of a short row holds), else 4. Measured alone at batch 1 (192 positions, one head a
 // block): heads of 64 halves 5.6 against 5.8 us with 4; heads of 128 halves 5.9 against 6.4 with 2.
 
-template <typename T, int G, int A>
+template <typename T, int G, int A, bool Clustered>
 __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs a, int splits, float* workspace, int* counters) {
   constexpr int kPer = 16 / sizeof(T);
   constexpr int kAheadDecode = A;
@@ -673,6 +691,29 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs
   const int warp = threadIdx.x / 32;
   if (threadIdx.x % 32 < span) StorePart<G, kPer>(maxima, totals, sums, a.dim, warp, lane, holds, highest, total, acc);
   __syncthreads();
+  if constexpr (Clustered) {
+    // The splits are one cluster: each one's partial in its own shared memory, then the chunk's
+    // elements joined across the ranks (spread over them), read where they are.
+    __shared__ float part[G * (kClusterDim + 2)];
+    for (int e = threadIdx.x; e < count * a.dim; e += kThreads) JoinParts<T, G>(a, maxima, totals, sums, kThreads / 32, e, r, first, split, splits, workspace, part);
+    ClusterBarrier();
+    for (int e = split * kThreads + threadIdx.x; e < count * a.dim; e += splits * kThreads) {
+      const int g = e / a.dim;
+      const int d = e % a.dim;
+      JoinSplitsOf<T>(
+          a, splits,
+          [&](int p, float& m, float& l, float& sum) {
+            const float* theirs = RankShared(part, p) + g * (a.dim + 2);
+            m = theirs[0];
+            l = theirs[1];
+            sum = theirs[2 + d];
+          },
+          r, first + g, d);
+    }
+    // No rank leaves while another may still read its shared memory.
+    ClusterBarrier();
+    return;
+  }
   for (int e = threadIdx.x; e < count * a.dim; e += kThreads) JoinParts<T, G>(a, maxima, totals, sums, kThreads / 32, e, r, first, split, splits, workspace);
   if (splits == 1) return;
   // The last split of this (row, chunk) to finish joins them all.
@@ -1051,6 +1092,44 @@ void Launch(const PagedAttentionArgs& a, int splits, float* workspace, cudaStrea
   if (splits > 1) PagedJoinKernel<T><<<dim3(a.rows * a.tokens, a.heads), std::min(a.dim, 256), 0, stream>>>(a, splits, partials);
 }
 
+// Whether a decode step's splits go out as one thread block cluster (CHORUS_PAGED_CLUSTER=0: not), which
+// joins them through distributed shared memory instead of a counter and the workspace. Turned off for
+// good where such a launch is refused.
+std::atomic<bool> decodeClusters{[] {
+  const char* value = std::getenv("CHORUS_PAGED_CLUSTER");
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}()};
+
+// kernel over `grid` with its `splits` along z as one cluster (16 is past the portable 8: allowed per
+// kernel first), a dependent launch where Linear's are; false, launching nothing, where clusters are off,
+// the shape does not fit them, or the launch is refused.
+template <typename... Params, typename... Args>
+bool LaunchDecodeClusters(void (*kernel)(Params...), dim3 grid, int splits, int dim, cudaStream_t stream, Args... args) {
+  int device = 0;
+  if (!decodeClusters.load(std::memory_order_relaxed) || splits > kMaxSplits || dim > kClusterDim || cudaGetDevice(&device) != cudaSuccess || !TakesClusters(device)) return false;
+  if (splits > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  cudaLaunchAttribute attributes[2];
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = 1;
+  attributes[0].val.clusterDim.y = 1;
+  attributes[0].val.clusterDim.z = splits;
+  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attributes;
+  config.numAttrs = LinearDependentLaunchFlag().load(std::memory_order_relaxed) ? 2 : 1;
+  if (cudaLaunchKernelEx(&config, kernel, args...) == cudaSuccess) return true;
+  cudaGetLastError();
+  decodeClusters.store(false);
+  return false;
+}
+
 template <typename T, int G>
 void LaunchDecode(const PagedAttentionArgs& a, int splits, float* workspace, cudaStream_t stream) {
   const int chunks = (a.heads / a.kvHeads + G - 1) / G;
@@ -1062,11 +1141,10 @@ void LaunchDecode(const PagedAttentionArgs& a, int splits, float* workspace, cud
   while (span < a.dim / kPer) span <<= 1;
   // 4 heads a block always read 2 ahead (no kernel of 4 heads and 4 ahead is built).
   constexpr int kWideAhead = G >= 4 ? 2 : 4;
-  if (span <= 8) {
-    LaunchMaybeDependent(LinearDependentLaunchFlag(), PagedDecodeKernel<T, G, 2>, grid, dim3(kThreads), stream, a, splits, partials, counters);
-  } else {
-    LaunchMaybeDependent(LinearDependentLaunchFlag(), PagedDecodeKernel<T, G, kWideAhead>, grid, dim3(kThreads), stream, a, splits, partials, counters);
-  }
+  auto clustered = span <= 8 ? PagedDecodeKernel<T, G, 2, true> : PagedDecodeKernel<T, G, kWideAhead, true>;
+  if (splits > 1 && LaunchDecodeClusters(clustered, grid, splits, a.dim, stream, a, splits, partials, counters)) return;
+  auto kernel = span <= 8 ? PagedDecodeKernel<T, G, 2, false> : PagedDecodeKernel<T, G, kWideAhead, false>;
+  LaunchMaybeDependent(LinearDependentLaunchFlag(), kernel, grid, dim3(kThreads), stream, a, splits, partials, counters);
 }
 
 // The decode kernel where a decode step's positions are split (few rows); the general kernel, as fast
