@@ -14,6 +14,8 @@
 #include <cfloat>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -1093,24 +1095,32 @@ void Launch(const PagedAttentionArgs& a, int splits, float* workspace, cudaStrea
 }
 
 // Whether a decode step's splits go out as one thread block cluster (CHORUS_PAGED_CLUSTER=0: not), which
-// joins them through distributed shared memory instead of a counter and the workspace. Turned off for
-// good where such a launch is refused.
+// joins them through distributed shared memory instead of a counter and the workspace; and whether
+// clusters past the portable 8 blocks are taken. Each is turned off for good where such a launch is
+// refused (with and without its dependent launch): 16 splits then go out as 8.
 std::atomic<bool> decodeClusters{[] {
   const char* value = std::getenv("CHORUS_PAGED_CLUSTER");
   return value == nullptr || std::strcmp(value, "0") != 0;
 }()};
+std::atomic<bool> wideClusters{true};
 
-// kernel over `grid` with its `splits` along z as one cluster (16 is past the portable 8: allowed per
-// kernel first), a dependent launch where Linear's are; false, launching nothing, where clusters are off,
-// the shape does not fit them, or the launch is refused.
+// Whether `kernel` may take clusters past the portable size, asked of CUDA once per kernel.
+bool AllowsWideClusters(const void* kernel) {
+  static std::mutex lock;
+  static std::map<const void*, bool> allowed;
+  std::lock_guard<std::mutex> held(lock);
+  auto found = allowed.find(kernel);
+  if (found != allowed.end()) return found->second;
+  const bool yes = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+  if (!yes) cudaGetLastError();
+  allowed.emplace(kernel, yes);
+  return yes;
+}
+
+// kernel over `grid` with its splits (grid.z) along z as one cluster, a dependent launch where Linear's
+// are; false, launching nothing, where the launch is refused.
 template <typename... Params, typename... Args>
-bool LaunchDecodeClusters(void (*kernel)(Params...), dim3 grid, int splits, int dim, cudaStream_t stream, Args... args) {
-  int device = 0;
-  if (!decodeClusters.load(std::memory_order_relaxed) || splits > kMaxSplits || dim > kClusterDim || cudaGetDevice(&device) != cudaSuccess || !TakesClusters(device)) return false;
-  if (splits > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
+bool LaunchDecodeCluster(void (*kernel)(Params...), dim3 grid, cudaStream_t stream, Args... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = dim3(kThreads);
@@ -1119,14 +1129,15 @@ bool LaunchDecodeClusters(void (*kernel)(Params...), dim3 grid, int splits, int 
   attributes[0].id = cudaLaunchAttributeClusterDimension;
   attributes[0].val.clusterDim.x = 1;
   attributes[0].val.clusterDim.y = 1;
-  attributes[0].val.clusterDim.z = splits;
+  attributes[0].val.clusterDim.z = grid.z;
   attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attributes[1].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attributes;
-  config.numAttrs = LinearDependentLaunchFlag().load(std::memory_order_relaxed) ? 2 : 1;
-  if (cudaLaunchKernelEx(&config, kernel, args...) == cudaSuccess) return true;
-  cudaGetLastError();
-  decodeClusters.store(false);
+  for (int count = LinearDependentLaunchFlag().load(std::memory_order_relaxed) ? 2 : 1; count >= 1; count--) {
+    config.numAttrs = count;
+    if (cudaLaunchKernelEx(&config, kernel, args...) == cudaSuccess) return true;
+    cudaGetLastError();
+  }
   return false;
 }
 
@@ -1141,8 +1152,15 @@ void LaunchDecode(const PagedAttentionArgs& a, int splits, float* workspace, cud
   while (span < a.dim / kPer) span <<= 1;
   // 4 heads a block always read 2 ahead (no kernel of 4 heads and 4 ahead is built).
   constexpr int kWideAhead = G >= 4 ? 2 : 4;
-  auto clustered = span <= 8 ? PagedDecodeKernel<T, G, 2, true> : PagedDecodeKernel<T, G, kWideAhead, true>;
-  if (splits > 1 && LaunchDecodeClusters(clustered, grid, splits, a.dim, stream, a, splits, partials, counters)) return;
+  // Clustered: the splits need no workspace, so where 16 blocks a cluster are refused, 8 splits go.
+  int device = 0;
+  if (splits > 1 && splits <= kMaxSplits && a.dim <= kClusterDim && decodeClusters.load(std::memory_order_relaxed) && cudaGetDevice(&device) == cudaSuccess && TakesClusters(device)) {
+    auto clustered = span <= 8 ? PagedDecodeKernel<T, G, 2, true> : PagedDecodeKernel<T, G, kWideAhead, true>;
+    const bool wide = splits > 8 && wideClusters.load(std::memory_order_relaxed) && AllowsWideClusters(reinterpret_cast<const void*>(clustered));
+    const int taken = splits > 8 && !wide ? 8 : splits;
+    if (LaunchDecodeCluster(clustered, dim3(grid.x, grid.y, taken), stream, a, taken, partials, counters)) return;
+    (taken > 8 ? wideClusters : decodeClusters).store(false);
+  }
   auto kernel = span <= 8 ? PagedDecodeKernel<T, G, 2, false> : PagedDecodeKernel<T, G, kWideAhead, false>;
   LaunchMaybeDependent(LinearDependentLaunchFlag(), kernel, grid, dim3(kThreads), stream, a, splits, partials, counters);
 }
