@@ -13,6 +13,12 @@ function floatAttribute(node: NodeProto, name: string): number | undefined {
   return node.attribute?.find((a) => a.name === name)?.f ?? undefined;
 }
 
+/** A node's int attribute, or undefined. */
+function intAttribute(node: NodeProto, name: string): number | undefined {
+  const value = node.attribute?.find((a) => a.name === name)?.i;
+  return value === undefined || value === null ? undefined : Number(value);
+}
+
 /** Which of the addon's operators `node` is, where a norm folds into it: a Linear without a pre-norm, or a QuantLinear without one (nor g_idx). */
 function foldsInto(node: NodeProto): 'Linear' | 'QuantLinear' | undefined {
   if (node.domain !== 'chorus') return undefined;
@@ -60,6 +66,8 @@ export function foldNormsIntoLinear(nodes: readonly NodeProto[], outputs: Readon
     }
     const sumRead = sum !== undefined && sum !== '' && (readers.has(sum) || outputs.has(sum));
     if (sumRead && (readers.get(sum!) ?? []).some((reader) => reader < at)) return;
+    // A Linear that takes the last position alone has no sum to hand on.
+    if (sumRead && intAttribute(linear, 'last') === 1) return;
     const epsilon = floatAttribute(node, 'epsilon') ?? 1e-5;
     // Linear: x, weight, bias, residual, norm; QuantLinear: A, B, scales, zero_points, g_idx, bias, residual, norm.
     const own = linear.input!.slice(1, kind === 'Linear' ? 3 : 6);
@@ -101,7 +109,8 @@ export function foldPostNormsIntoLinear(nodes: readonly NodeProto[], outputs: Re
       const at = name === '' ? undefined : producers.get(name);
       if (at === undefined || dropped.has(at)) continue;
       const norm = nodes[at]!;
-      const plain = norm.opType === 'SimplifiedLayerNormalization' && (norm.domain ?? '') === '' && norm.input?.length === 2;
+      const axis = intAttribute(norm, 'axis');
+      const plain = norm.opType === 'SimplifiedLayerNormalization' && (norm.domain ?? '') === '' && norm.input?.length === 2 && (axis === undefined || axis === -1);
       if (!plain || readers.get(name) !== 1 || outputs.has(name)) continue;
       if ((norm.output ?? []).slice(1).some((other) => other !== '' && (readers.has(other) || outputs.has(other)))) continue;
       const other = inputs[operand === 0 ? 3 : 0] ?? '';

@@ -72,6 +72,11 @@ describe('foldNormsIntoLinear', () => {
     assert.deepEqual(foldNormsIntoLinear(biased, new Set()), biased);
     const notLinear = [skipNorm('n', 'd', 'r', 'g'), { ...linear('q', 'n.normed'), opType: 'MatMul', domain: '' }];
     assert.deepEqual(foldNormsIntoLinear(notLinear, new Set()), notLinear);
+    // A head that takes the last position alone folds its norm, but not one whose sum is read.
+    const head = { ...linear('head', 'n.normed'), attribute: [attribute('last', 1)] };
+    assert.deepEqual(foldNormsIntoLinear([skipNorm('n', 'd', 'r', 'g'), head], new Set()).map((n) => n.opType), ['Linear']);
+    const summed = [skipNorm('n', 'd', 'r', 'g'), head, reader('next', 'n.sum')];
+    assert.deepEqual(foldNormsIntoLinear(summed, new Set()), summed);
   });
 });
 
@@ -109,6 +114,11 @@ describe('foldPostNormsIntoLinear', () => {
     const output = [postNorm('post', 'a'), skipNorm('n', 'post.normed', 'stream', 'gamma'), linear('gate', 'n.normed')];
     assert.deepEqual(
       both(output, new Set(['post.normed'])).map((n) => n.opType),
+      ['SimplifiedLayerNormalization', 'Linear'],
+    );
+    const otherAxis = [{ ...postNorm('post', 'a'), attribute: [attribute('axis', 1)] }, skipNorm('n', 'post.normed', 'stream', 'gamma'), linear('gate', 'n.normed')];
+    assert.deepEqual(
+      both(otherAxis).map((n) => n.opType),
       ['SimplifiedLayerNormalization', 'Linear'],
     );
     const plainLinear = [postNorm('post', 'a'), linear('gate', 'post.normed')];

@@ -146,6 +146,9 @@ const CASES: Case[] = [
   { rows: 3, in: 64, out: 16, type: 'bfloat16', residual: true, post: true, bias: true },
   { rows: 6, in: 64, out: 20, type: 'float16', residual: true, post: true },
   { rows: 12, in: 60, out: 8, type: 'float32', residual: true, post: true },
+  // Rows of 120 bytes: the separate pass element by element; and float32's kernel.
+  { rows: 6, in: 60, out: 12, type: 'float16', residual: true, post: true },
+  { rows: 1, in: 64, out: 20, type: 'float32', residual: true, post: true },
 ];
 
 describe('Linear with a pre-norm', { skip }, () => {
@@ -174,8 +177,13 @@ describe('Linear with a pre-norm', { skip }, () => {
   }
 
   test("last: a prefill's x [batch, sequence, in] taken at each row's last position, as the same Linear of those rows alone", () => {
-    for (const type of ['float16', 'bfloat16', 'float32'] as const) {
-      const c: Case = { rows: 2, in: 64, out: 24, type, residual: true, post: type !== 'float32' };
+    for (const [type, rows] of [
+      ['float16', 2],
+      ['bfloat16', 2],
+      ['float32', 2],
+      ['float16', 6],
+    ] as const) {
+      const c: Case = { rows, in: 64, out: 24, type, residual: true, post: type !== 'float32' };
       const w = weightsOf(c);
       const positions = 3;
       const x = roundTo(seeded(c.rows * positions * c.in, 23, 2), type);
@@ -186,7 +194,7 @@ describe('Linear with a pre-norm', { skip }, () => {
       const inputs = [xs, g.floatConstant([...w.weight], [c.out, c.in]), '', rs, g.floatConstant([...w.norm], [c.in]), ...(w.post === undefined ? [] : [g.floatConstant([...w.post], [c.in])])];
       const attributes = { norm_epsilon: float(EPSILON), post_norm_epsilon: float(POST_EPSILON), last: 1 };
       g.output('y', g.op('Linear', inputs, attributes, { domain: 'chorus' }), type, ['batch', 1, c.out]);
-      const path = join(root, `last-${type}.onnx`);
+      const path = join(root, `last-${type}-${rows}.onnx`);
       writeFileSync(path, g.serialize().model);
       const lastRows = (values: Float32Array): Float32Array => {
         const out = new Float32Array(c.rows * c.in);
@@ -209,7 +217,7 @@ describe('Linear with a pre-norm', { skip }, () => {
     }
   });
 
-  test('refuses a norm or post-norm weight of the wrong size, and a residual or post-norm without a norm, naming them', () => {
+  test('refuses a norm or post-norm weight of the wrong size, a residual or post-norm without a norm, and last on x of two axes, a residual of another shape or a sum, naming them', () => {
     const c: Case = { rows: 1, in: 16, out: 8, type: 'float32', residual: false };
     const x = seeded(16, 1);
     const one = (name: string, norm: number[] | undefined, post?: number[]): string => {
@@ -225,6 +233,24 @@ describe('Linear with a pre-norm', { skip }, () => {
     assert.throws(() => run(one('short-norm', new Array<number>(8).fill(1)), c, x, x, 'cpu'), /norm must be \[in\] \(16\)/);
     assert.throws(() => run(one('residual-alone', undefined), c, x, x, 'cpu'), /a residual \(input 3\) goes with a norm's weight \(input 4\)/);
     const ones = (n: number): number[] => new Array<number>(n).fill(1);
+    // last: x of three axes, a residual of x's own shape, and no sum.
+    const lastOf = (name: string, dims: number[], residualDims: number[], outputs: number): string => {
+      const g = new GraphBuilder('float32');
+      const input = g.input('x', 'float32', dims);
+      const residual = g.input('residual', 'float32', residualDims);
+      const ys = g.opMany('Linear', [input, g.floatConstant([...weightsOf(c).weight], [8, 16]), '', residual, g.floatConstant(ones(16), [16])], { last: 1 }, { domain: 'chorus', outputs });
+      ys.forEach((y, i) => g.output(i === 0 ? 'y' : 'sum', y, 'float32', i === 0 ? ['rows', 8] : dims));
+      const path = join(root, `${name}.onnx`);
+      writeFileSync(path, g.serialize().model);
+      return path;
+    };
+    const runLast = (path: string, dims: number[], residualDims: number[]): void => {
+      const tensor = (name: string, shape: number[]): GraphTensor => ({ name, type: 'float32', dims: shape, data: encodeFloats(seeded(shape.reduce((a, b) => a * b, 1), 3), 'float32') });
+      addon!.runGraph({ model: path, provider: 'cpu', dtype: 'fp32' }, [tensor('x', dims), tensor('residual', residualDims)]);
+    };
+    assert.throws(() => runLast(lastOf('last-2d', [2, 16], [2, 16], 1), [2, 16], [2, 16]), /a Linear with last takes x \[batch, sequence, in\], not 2 axes/);
+    assert.throws(() => runLast(lastOf('last-residual', [2, 3, 16], [2, 1, 16], 1), [2, 3, 16], [2, 1, 16]), /residual must have x's shape/);
+    assert.throws(() => runLast(lastOf('last-sum', [2, 3, 16], [2, 3, 16], 2), [2, 3, 16], [2, 3, 16]), /a Linear with last has no sum output/);
     assert.throws(() => run(one('short-post-norm', ones(16), ones(12)), c, x, x, 'cpu'), /post_norm must be \[in\] \(16\)/);
     assert.throws(() => run(one('post-norm-alone', undefined, ones(16)), c, x, x, 'cpu'), /a post_norm \(input 5\) goes with a norm's weight \(input 4\)/);
   });
