@@ -77,8 +77,12 @@ export function slotsFit(
   utilization: number,
 ): boolean {
   const memory = gpuMemory(deviceId);
-  const needed = weightBytes(dir, slotModel) + activationReserve(shape, slots, Math.max(PAGED_PREFILL_TOKENS, slotLength)) + (slots + extra) * slotLength * tokenBytes(shape);
-  return memory.total > 0 && needed <= Math.min(memory.free, memory.total * utilization);
+  return memory.total > 0 && cacheFits(weightBytes(dir, slotModel), activationReserve(shape, slots, Math.max(PAGED_PREFILL_TOKENS, slotLength)), slots + extra, slotLength, shape, memory, utilization);
+}
+
+/** Whether `slots` whole slots of `slotLength` tokens fit `memory` beside `weights` and the activations' `reserve`. */
+function cacheFits(weights: number, reserve: number, slots: number, slotLength: number, shape: MemoryShape, memory: { free: number; total: number }, utilization: number): boolean {
+  return weights + reserve + slots * slotLength * tokenBytes(shape) <= Math.min(memory.free, memory.total * utilization);
 }
 
 /** Fails, saying what is needed against what is free, when the weights and activations cannot fit the device. */
@@ -156,18 +160,18 @@ export function pagedPlan(
     const devices = ranks?.devices ?? [options.deviceId ?? 0];
     const weights = ranks?.weights(model) ?? [weightBytes(dir, model)];
     reserve = activationReserve(shape, slots, Math.max(PAGED_PREFILL_TOKENS, slotLength));
-    let slotsFit = true;
+    let wholeSlotsFit = true;
     for (const [r, deviceId] of devices.entries()) {
       const memory = gpuMemory(deviceId);
       // An addon without CUDA knows no device: opening the decoder says so.
       if (memory.total === 0) return undefined;
       checkWeightsFit(weights[r]!, reserve, memory, utilization, deviceId);
-      slotsFit &&= weights[r]! + reserve + slots * slotLength * tokenBytes(shape) <= Math.min(memory.free, memory.total * utilization);
+      wholeSlotsFit &&= cacheFits(weights[r]!, reserve, slots, slotLength, shape, memory, utilization);
     }
     // A split model takes the paged decoder where it is built: its PagedAttention is the addon's own on
     // every rank, where the slot decoder's GroupQueryAttention was seen failing on the ranks past GPU 0
     // (ONNX Runtime's XQA kernel, set up for one device per process; slot-decoder.cc keeps it to one).
-    if (!paging || (wanted === 'auto' && slotsFit && ranks === undefined && options.slotAttentionOnHost !== true)) return undefined;
+    if (!paging || (wanted === 'auto' && wholeSlotsFit && ranks === undefined && options.slotAttentionOnHost !== true)) return undefined;
   } else if (wanted !== true) {
     return undefined;
   }
