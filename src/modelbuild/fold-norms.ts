@@ -19,6 +19,20 @@ function intAttribute(node: NodeProto, name: string): number | undefined {
   return value === undefined || value === null ? undefined : Number(value);
 }
 
+/** The nodes that read each value, by index (a node once for each input that names it). */
+function readersOf(nodes: readonly NodeProto[]): Map<string, number[]> {
+  const readers = new Map<string, number[]>();
+  nodes.forEach((node, index) => {
+    for (const input of node.input ?? []) {
+      if (input === '') continue;
+      const list = readers.get(input) ?? [];
+      list.push(index);
+      readers.set(input, list);
+    }
+  });
+  return readers;
+}
+
 /** Which of the addon's operators `node` is, where a norm folds into it: a Linear without a pre-norm, or a QuantLinear without one (nor g_idx). */
 function foldsInto(node: NodeProto): 'Linear' | 'QuantLinear' | undefined {
   if (node.domain !== 'chorus') return undefined;
@@ -37,15 +51,7 @@ function foldsInto(node: NodeProto): 'Linear' | 'QuantLinear' | undefined {
  * the Linear.
  */
 export function foldNormsIntoLinear(nodes: readonly NodeProto[], outputs: ReadonlySet<string>): NodeProto[] {
-  const readers = new Map<string, number[]>();
-  nodes.forEach((node, index) => {
-    for (const input of node.input ?? []) {
-      if (input === '') continue;
-      const list = readers.get(input) ?? [];
-      list.push(index);
-      readers.set(input, list);
-    }
-  });
+  const readers = readersOf(nodes);
   const dropped = new Set<number>();
   const replaced = new Map<number, NodeProto>();
   nodes.forEach((node, index) => {
@@ -92,10 +98,9 @@ export function foldNormsIntoLinear(nodes: readonly NodeProto[], outputs: Readon
  * foldNormsIntoLinear; a QuantLinear keeps its post-norm apart.
  */
 export function foldPostNormsIntoLinear(nodes: readonly NodeProto[], outputs: ReadonlySet<string>): NodeProto[] {
-  const readers = new Map<string, number>();
+  const readers = readersOf(nodes);
   const producers = new Map<string, number>();
   nodes.forEach((node, index) => {
-    for (const input of node.input ?? []) if (input !== '') readers.set(input, (readers.get(input) ?? 0) + 1);
     for (const output of node.output ?? []) if (output !== '') producers.set(output, index);
   });
   const dropped = new Set<number>();
@@ -111,7 +116,7 @@ export function foldPostNormsIntoLinear(nodes: readonly NodeProto[], outputs: Re
       const norm = nodes[at]!;
       const axis = intAttribute(norm, 'axis');
       const plain = norm.opType === 'SimplifiedLayerNormalization' && (norm.domain ?? '') === '' && norm.input?.length === 2 && (axis === undefined || axis === -1);
-      if (!plain || readers.get(name) !== 1 || outputs.has(name)) continue;
+      if (!plain || readers.get(name)?.length !== 1 || outputs.has(name)) continue;
       if ((norm.output ?? []).slice(1).some((other) => other !== '' && (readers.has(other) || outputs.has(other)))) continue;
       const other = inputs[operand === 0 ? 3 : 0] ?? '';
       const folded = [norm.input![0]!, inputs[1]!, inputs[2] ?? '', other, inputs[4]!, norm.input![1]!];
