@@ -205,32 +205,32 @@ struct LinearKernel : KernelBase<LinearKernel> {
 #ifdef CHORUS_WITH_CUDA
     if (cuda_) {
       void* stream = ctx.GetGPUComputeStream();
+      // Scratch rows, from an allocator taken where needed that outlives them (they free through it).
+      std::optional<Ort::Allocator> allocator;
+      std::vector<Ort::MemoryAllocation> scratch;
+      auto allocate = [&](size_t bytes) {
+        if (!allocator) allocator.emplace(ctx.GetAllocator(*y.GetTensorMemoryInfo()));
+        scratch.push_back(allocator->GetAllocation(bytes));
+        return scratch.back().get();
+      };
       // last over several positions (a prefill): each row's last x and residual copied into scratch rows.
-      std::optional<Ort::Allocator> rowsAllocator;
-      std::vector<Ort::MemoryAllocation> lastRows;
       if (positions > 1) {
-        rowsAllocator.emplace(ctx.GetAllocator(*y.GetTensorMemoryInfo()));
+        const size_t rowBytes = static_cast<size_t>(args.in) * ElementBytes(args.type);
         auto lastOf = [&](const void* from) {
-          const size_t rowBytes = static_cast<size_t>(args.in) * ElementBytes(args.type);
-          lastRows.push_back(rowsAllocator->GetAllocation(rowBytes * args.rows));
+          void* rows = allocate(rowBytes * args.rows);
           const char* first = static_cast<const char*>(from) + (positions - 1) * rowBytes;
-          const cudaError_t copied = cudaMemcpy2DAsync(lastRows.back().get(), rowBytes, first, rowBytes * positions, rowBytes, static_cast<size_t>(args.rows), cudaMemcpyDeviceToDevice,
-                                                       static_cast<cudaStream_t>(stream));
+          const cudaError_t copied = cudaMemcpy2DAsync(rows, rowBytes, first, rowBytes * positions, rowBytes, static_cast<size_t>(args.rows), cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream));
           if (copied != cudaSuccess) throw std::runtime_error(std::string("cudaMemcpy2DAsync: ") + cudaGetErrorString(copied));
-          return lastRows.back().get();
+          return rows;
         };
         args.x = lastOf(args.x);
         if (args.residual != nullptr) args.residual = lastOf(args.residual);
       }
-      // A pre-norm the kernel cannot take: its own pass into scratch rows, then the product of those
-      // (the allocator outlives the allocation, which frees through it).
-      std::optional<Ort::Allocator> allocator;
-      std::optional<Ort::MemoryAllocation> normed;
+      // A pre-norm the kernel cannot take: its own pass into scratch rows, then the product of those.
       if (args.norm != nullptr && !LinearRowsFusesNorm(args)) {
-        allocator.emplace(ctx.GetAllocator(*y.GetTensorMemoryInfo()));
-        normed.emplace(allocator->GetAllocation(static_cast<size_t>(args.rows) * args.in * ElementBytes(args.type)));
-        PreNormDevice(args, normed->get(), stream);
-        args = OfNormedRows(args, normed->get());
+        void* normed = allocate(static_cast<size_t>(args.rows) * args.in * ElementBytes(args.type));
+        PreNormDevice(args, normed, stream);
+        args = OfNormedRows(args, normed);
       }
       if (args.rows <= kLinearKernelRows) {
         LinearRowsDevice(args, stream);
@@ -239,15 +239,14 @@ struct LinearKernel : KernelBase<LinearKernel> {
         Ort::ThrowOnError(Ort::GetApi().KernelContext_GetResource(context, kCudaResourceVersion, kCublasHandleResource, &handle));
         if (args.gated) {
           // Both products into scratch rows (each rounded with its bias), then the gate applied in one pass.
-          Ort::Allocator allocator = ctx.GetAllocator(*y.GetTensorMemoryInfo());
-          Ort::MemoryAllocation products = allocator.GetAllocation(static_cast<size_t>(args.rows) * 2 * args.out * ElementBytes(args.type));
+          void* products = allocate(static_cast<size_t>(args.rows) * 2 * args.out * ElementBytes(args.type));
           LinearArgs both = args;
           both.gated = false;
           both.out = 2 * args.out;
           both.activation = Activation::kNone;
-          both.y = products.get();
+          both.y = products;
           Gemm(ctx, y.GetTensorMemoryInfo(), both, handle, stream);
-          GatedDevice(args, products.get(), stream);
+          GatedDevice(args, products, stream);
         } else {
           Gemm(ctx, y.GetTensorMemoryInfo(), args, handle, stream);
         }
