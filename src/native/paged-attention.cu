@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "device.cuh"
 #include "linear.h"
@@ -1104,16 +1105,18 @@ std::atomic<bool> decodeClusters{[] {
 }()};
 std::atomic<bool> wideClusters{true};
 
-// Whether `kernel` may take clusters past the portable size, asked of CUDA once per kernel.
-bool AllowsWideClusters(const void* kernel) {
+// Whether `kernel` may take clusters past the portable size on `device`, asked of CUDA once per kernel
+// and device (a kernel's attributes are set for the current device).
+bool AllowsWideClusters(const void* kernel, int device) {
   static std::mutex lock;
-  static std::map<const void*, bool> allowed;
+  static std::map<std::pair<const void*, int>, bool> allowed;
   std::lock_guard<std::mutex> held(lock);
-  auto found = allowed.find(kernel);
+  const auto key = std::make_pair(kernel, device);
+  auto found = allowed.find(key);
   if (found != allowed.end()) return found->second;
   const bool yes = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
   if (!yes) cudaGetLastError();
-  allowed.emplace(kernel, yes);
+  allowed.emplace(key, yes);
   return yes;
 }
 
@@ -1156,7 +1159,7 @@ void LaunchDecode(const PagedAttentionArgs& a, int splits, float* workspace, cud
   int device = 0;
   if (splits > 1 && splits <= kMaxSplits && a.dim <= kClusterDim && decodeClusters.load(std::memory_order_relaxed) && cudaGetDevice(&device) == cudaSuccess && TakesClusters(device)) {
     auto clustered = span <= 8 ? PagedDecodeKernel<T, G, 2, true> : PagedDecodeKernel<T, G, kWideAhead, true>;
-    const bool wide = splits > 8 && wideClusters.load(std::memory_order_relaxed) && AllowsWideClusters(reinterpret_cast<const void*>(clustered));
+    const bool wide = splits > 8 && wideClusters.load(std::memory_order_relaxed) && AllowsWideClusters(reinterpret_cast<const void*>(clustered), device);
     const int taken = splits > 8 && !wide ? 8 : splits;
     if (LaunchDecodeCluster(clustered, dim3(grid.x, grid.y, taken), stream, a, taken, partials, counters)) return;
     (taken > 8 ? wideClusters : decodeClusters).store(false);
