@@ -18,7 +18,7 @@ export function registerBuild(program: Command): void {
     .option('--greedy-search', 'decoder-only: also write onnx/decoder_model_greedy.onnx, the whole greedy decode loop in one ONNX Runtime GreedySearch operator')
     .option('--slot-decoder', 'also write onnx/decoder_model_slots.onnx (and an encoder-decoder\'s onnx/encoder_model_slots.onnx), the models the native engine runs over a cache kept on the device; decoder-only models need --flavor cuda')
     .addOption(
-      new Option('--slot-attention <kind>', "with --slot-decoder, decoder-only: the slot decoder's attention for fp16/bf16 rotary models; addon: the addon's PagedAttention for heads of 64, 96 or 128 and for q/k norms (Qwen3), GroupQueryAttention for others; PagedAttention or GroupQueryAttention: that one for all")
+      new Option('--slot-attention <kind>', "with --slot-decoder, decoder-only: the slot decoder's attention for fp16/bf16 rotary models; addon: the addon's PagedAttention for heads of 64, 96, 128 or 256 and for q/k norms (Qwen3), GroupQueryAttention for others; PagedAttention or GroupQueryAttention: that one for all")
         .choices([...SLOT_DECODER_ATTENTIONS])
         .default('addon'),
     )

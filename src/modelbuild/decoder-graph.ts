@@ -560,20 +560,20 @@ function attend(
  * Whether a rotary slot decoder takes the addon's PagedAttention over its slots (one block a row, no
  * block table) rather than ONNX Runtime's GroupQueryAttention, in fp16 and bf16 (CUDA's types), for
  * heads the operator's kernels take (a multiple of 8 dimensions, up to 256). By default (`addon`): for
- * models with q and k norms (Qwen3), which GroupQueryAttention cannot take, and for heads of 64, 96 or
- * 128 in groups of up to 16 query heads, which its tensor-core kernel takes at many rows. Measured on an
- * H100, fp16, prompt 128, 128 new tokens, against GroupQueryAttention in the same run: TinyLlama-1.1B
+ * models with q and k norms (Qwen3), which GroupQueryAttention cannot take, and for heads of 64, 96, 128
+ * or 256 in groups of up to 16 query heads, which its tensor-core kernel takes at many rows. Measured on
+ * an H100, fp16, prompt 128, 128 new tokens, against GroupQueryAttention in the same run: TinyLlama-1.1B
  * 969 / 32,032 tokens/s at batch 1 / 64 against 876 / 30,580, Llama-3.2-1B 939 / 31,005 against 873 /
- * 29,566, Llama-2-7B 209 / 6,304 against 196 / 5,961. Gemma 2's heads of 256 keep GroupQueryAttention
- * unless `PagedAttention` is asked for (which sends every rotary model to the addon); fp32 (which the
- * CPU runs) keeps it always.
+ * 29,566, Llama-2-7B 209 / 6,304 against 196 / 5,961; Gemma-2-2B in bf16 421 / 12,820 against 344 /
+ * 12,763. `PagedAttention` sends every rotary model to the addon; fp32 (which the CPU runs) keeps
+ * GroupQueryAttention always.
  */
 function slotRotaryInAddon(g: GraphBuilder, c: GraphContext): boolean {
   return c.rotary !== undefined && c.tp === undefined && rotarySlotAttentionInAddon(c.spec, g.floatType, c.slotAttention);
 }
 
 /** Heads PagedAttention's tensor-core kernel takes (src/native/paged-attention.cu MmaKernelTakes). */
-const TENSOR_CORE_HEAD_DIMS = [64, 96, 128];
+const TENSOR_CORE_HEAD_DIMS = [64, 96, 128, 256];
 const TENSOR_CORE_MOST_GROUP = 16;
 
 /** slotRotaryInAddon's choice for a rotary model of `spec` on one GPU (exported for its tests). */

@@ -743,9 +743,9 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs
 // float32 with P as its rounding to the float type plus what that leaves out (two products). The warps'
 // partial softmaxes are joined in shared memory at the end. A decode step writes its new key and value
 // itself (the block of its row and key head); a prefill's are written by the launch before. Heads of
-// 64, 96 or 128 dimensions, 16-bit float types. The general kernel read a position's key and value in a
-// lane group and summed each head's dot product across it (shuffles), a chain of round trips per
-// position that left 64-row steps latency-bound.
+// 64, 96, 128 or 256 dimensions, 16-bit float types. The general kernel read a position's key and
+// value in a lane group and summed each head's dot product across it (shuffles), a chain of round trips
+// per position that left 64-row steps latency-bound.
 constexpr int kMmaWarps = 4;
 constexpr int kMmaTile = 16;
 constexpr int kMmaHeads = 16;
@@ -889,13 +889,19 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaKernel(PagedAttentionA
 
   const int g = lane / 4;
   const int t = lane % 4;
-  uint32_t qf[D / 16][4];
+  // The queries' A fragments: kept in registers for heads of up to 128, read from shared memory at each
+  // tile for wider heads (whose sums alone take 128 registers a lane).
+  constexpr bool kQueriesHeld = D <= 128;
+  const auto queryFragment = [&](int kk, uint32_t (&f)[4]) {
+    f[0] = *reinterpret_cast<const uint32_t*>(queries + g * kRow + 16 * kk + 2 * t);
+    f[1] = *reinterpret_cast<const uint32_t*>(queries + (g + 8) * kRow + 16 * kk + 2 * t);
+    f[2] = *reinterpret_cast<const uint32_t*>(queries + g * kRow + 16 * kk + 8 + 2 * t);
+    f[3] = *reinterpret_cast<const uint32_t*>(queries + (g + 8) * kRow + 16 * kk + 8 + 2 * t);
+  };
+  uint32_t qf[kQueriesHeld ? D / 16 : 1][4];
+  if constexpr (kQueriesHeld) {
 #pragma unroll
-  for (int kk = 0; kk < D / 16; kk++) {
-    qf[kk][0] = *reinterpret_cast<const uint32_t*>(queries + g * kRow + 16 * kk + 2 * t);
-    qf[kk][1] = *reinterpret_cast<const uint32_t*>(queries + (g + 8) * kRow + 16 * kk + 2 * t);
-    qf[kk][2] = *reinterpret_cast<const uint32_t*>(queries + g * kRow + 16 * kk + 8 + 2 * t);
-    qf[kk][3] = *reinterpret_cast<const uint32_t*>(queries + (g + 8) * kRow + 16 * kk + 8 + 2 * t);
+    for (int kk = 0; kk < D / 16; kk++) queryFragment(kk, qf[kk]);
   }
   // Query rows g and g + 8: the keys each reads (its token's, back to its window's oldest; none past
   // the query rows), their running maxima and (this lane's share of) totals, and their sums in the
@@ -921,20 +927,29 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaKernel(PagedAttentionA
     T* tile = stage(i % S);
     const int base = start + (warp + i * kMmaWarps) * kMmaTile;
     // The new key and value, copied before the cache had them: taken from here.
-    if (decode && position >= base && position < base + kMmaTile && lane < 2 * kChunks) {
+    if (decode && position >= base && position < base + kMmaTile) {
       const int row = position - base;
-      const int value = lane / kChunks;
-      const int column = lane % kChunks;
-      *reinterpret_cast<uint4*>(tile + value * kTileHalves + row * kRow + column * kPer) = *reinterpret_cast<const uint4*>(fresh + value * D + column * kPer);
+      for (int c = lane; c < 2 * kChunks; c += 32) {
+        const int value = c / kChunks;
+        const int column = c % kChunks;
+        *reinterpret_cast<uint4*>(tile + value * kTileHalves + row * kRow + column * kPer) = *reinterpret_cast<const uint4*>(fresh + value * D + column * kPer);
+      }
     }
     __syncwarp();
     float sc[2][4] = {};
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
+      uint32_t q[4];
+      if constexpr (kQueriesHeld) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) q[e] = qf[kk][e];
+      } else {
+        queryFragment(kk, q);
+      }
 #pragma unroll
       for (int nt = 0; nt < 2; nt++) {
         const T* key = tile + (nt * 8 + g) * kRow + 16 * kk + 2 * t;
-        Mma<T>(sc[nt], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], *reinterpret_cast<const uint32_t*>(key), *reinterpret_cast<const uint32_t*>(key + 8));
+        Mma<T>(sc[nt], q[0], q[1], q[2], q[3], *reinterpret_cast<const uint32_t*>(key), *reinterpret_cast<const uint32_t*>(key + 8));
       }
     }
     // Scores (scaled, capped; -inf where the row does not read the key), each row's new maximum across
@@ -1178,8 +1193,8 @@ bool DecodeKernelTakes(const PagedAttentionArgs& a, int splits) {
 }
 
 // Whether the tensor-core kernel takes a launch (16-bit float types): a decode step in one split (many
-// rows), for heads of 64, 96 or 128 (Llama's, Phi-3's, Qwen's, Mistral's: the kernels built) and groups
-// of up to 16 query heads; not with CHORUS_PAGED_MMA=0 (read at each launch, to compare the kernels in
+// rows), for heads of 64, 96, 128 or 256 (Llama's, Phi-3's, Qwen's, Mistral's, Gemma 2's: the kernels
+// built) and groups of up to 16 query heads; not with CHORUS_PAGED_MMA=0 (read at each launch, to compare the kernels in
 // one process) or where CHORUS_PAGED_DECODE asks for one kernel for every step. CHORUS_PAGED_MMA=2
 // gives it the decode steps of few rows too (to check it against a reference at any batch).
 // Prefills too, unless CHORUS_PAGED_MMA_PREFILL=0 (to compare). They were opt-in while a 512-token
@@ -1195,7 +1210,7 @@ bool MmaKernelTakes(const PagedAttentionArgs& a, int splits) {
   const bool every = setting != nullptr && std::strcmp(setting, "2") == 0;
   const char* prefills = std::getenv("CHORUS_PAGED_MMA_PREFILL");
   if (a.tokens > 1 && prefills != nullptr && std::strcmp(prefills, "0") == 0) return false;
-  const bool dims = a.dim == 64 || a.dim == 96 || a.dim == 128;
+  const bool dims = a.dim == 64 || a.dim == 96 || a.dim == 128 || a.dim == 256;
   return (splits == 1 || every) && dims && a.heads / a.kvHeads <= kMmaHeads && DecodeStepsSetting() == DecodeSteps::kSplit && HeadVectorsFit<T>(a);
 }
 
@@ -1233,7 +1248,8 @@ void LaunchAll(const PagedAttentionArgs& a, int splits, float* workspace, cudaSt
       switch (a.dim) {
         case 64: LaunchMma<T, 64>(a, stream); break;
         case 96: LaunchMma<T, 96>(a, stream); break;
-        default: LaunchMma<T, 128>(a, stream); break;
+        case 128: LaunchMma<T, 128>(a, stream); break;
+        default: LaunchMma<T, 256>(a, stream); break;
       }
     }
   };

@@ -190,7 +190,7 @@ test('an unknown model_type and a 128k Phi-3 (longrope) fail the build naming th
   assert.throws(() => buildModel({ source: dir, out: `${dir}-onnx` }), { code: 'CHORUS_UNSUPPORTED', param: 'model_type', message: /model_type "phimoe" is not supported; supported: .*qwen3, phi3/ });
 });
 
-test("the slot decoder's attention: PagedAttention by default for fp16 and bf16 q/k norms and heads of 64, 96 or 128, for every rotary model when asked, never in fp32", () => {
+test("the slot decoder's attention: PagedAttention by default for fp16 and bf16 q/k norms and heads of 64, 96, 128 or 256, for every rotary model when asked, never in fp32", () => {
   const spec = (arch: (typeof MODERN_ARCHS)[number], size: 'tiny' | 'real'): DecoderSpec => {
     const config = MODERN_CONFIGS[arch][size];
     return (architectureFor(config) as DecoderArchitecture).spec(config);
@@ -198,8 +198,8 @@ test("the slot decoder's attention: PagedAttention by default for fp16 and bf16 
   // The real shapes: Llama-3.2-1B (heads of 64), Qwen3-1.7B (128, norms), Mistral-7B (128), Phi-3-mini (96), Gemma-2-2B (256).
   const chosen = (size: 'tiny' | 'real', floatType: 'float16' | 'bfloat16' | 'float32', attention: 'addon' | 'GroupQueryAttention' | 'PagedAttention'): Record<string, boolean> =>
     Object.fromEntries(MODERN_ARCHS.map((arch) => [arch, rotarySlotAttentionInAddon(spec(arch, size), floatType, attention)]));
-  assert.deepEqual(chosen('real', 'float16', 'addon'), { llama3: true, qwen3: true, mistral: true, phi3: true, gemma2: false });
-  assert.deepEqual(chosen('real', 'bfloat16', 'addon'), { llama3: true, qwen3: true, mistral: true, phi3: true, gemma2: false });
+  assert.deepEqual(chosen('real', 'float16', 'addon'), { llama3: true, qwen3: true, mistral: true, phi3: true, gemma2: true });
+  assert.deepEqual(chosen('real', 'bfloat16', 'addon'), { llama3: true, qwen3: true, mistral: true, phi3: true, gemma2: true });
   assert.deepEqual(chosen('real', 'float16', 'PagedAttention'), { llama3: true, qwen3: true, mistral: true, phi3: true, gemma2: true });
   assert.deepEqual(chosen('real', 'float16', 'GroupQueryAttention'), { llama3: false, qwen3: false, mistral: false, phi3: false, gemma2: false });
   assert.deepEqual(chosen('real', 'float32', 'PagedAttention'), { llama3: false, qwen3: false, mistral: false, phi3: false, gemma2: false });
