@@ -170,6 +170,22 @@ struct LinearKernel : KernelBase<LinearKernel> {
       if (positions == 0) throw std::invalid_argument("a Linear with last takes at least one position, not 0");
       shape[1] = 1;
     }
+    // last_index (input 6, int32 [batch]): each row's position to take instead of its last (a prefill of
+    // rows padded past their prompts). A decode step's single position is taken as it is.
+    const int32_t* lastIndex = nullptr;
+    if (Given(ctx, 6)) {
+      if (!last_) throw std::invalid_argument("last_index (input 6) goes with last=1");
+      const Ort::ConstValue index = ctx.GetInput(6);
+      const Ort::TensorTypeAndShapeInfo info = index.GetTensorTypeAndShapeInfo();
+      if (info.GetElementType() != ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32) throw std::invalid_argument("last_index must be int32");
+      const std::vector<int64_t> indexShape = info.GetShape();
+      if (indexShape != std::vector<int64_t>{given[0]}) {
+        std::string dims;
+        for (int64_t d : indexShape) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+        throw std::invalid_argument("last_index must be [batch] (" + std::to_string(given[0]) + "), not [" + dims + "]");
+      }
+      if (positions > 1) lastIndex = index.GetTensorData<int32_t>();
+    }
     int64_t rows = 1;
     for (size_t d = 0; d + 1 < shape.size(); d++) rows *= shape[d];
     if (rows > std::numeric_limits<int>::max()) throw std::invalid_argument("x has more rows than an int counts");
@@ -213,11 +229,16 @@ struct LinearKernel : KernelBase<LinearKernel> {
         scratch.push_back(allocator->GetAllocation(bytes));
         return scratch.back().get();
       };
-      // last over several positions (a prefill): each row's last x and residual copied into scratch rows.
+      // last over several positions (a prefill): each row's last x and residual copied into scratch rows
+      // (with last_index, the rows its device memory names, gathered without the host reading it).
       if (positions > 1) {
         const size_t rowBytes = static_cast<size_t>(args.in) * ElementBytes(args.type);
         auto lastOf = [&](const void* from) {
           void* rows = allocate(rowBytes * args.rows);
+          if (lastIndex != nullptr) {
+            GatherRowsDevice(from, rows, rowBytes, args.rows, positions, lastIndex, stream);
+            return rows;
+          }
           const char* first = static_cast<const char*>(from) + (positions - 1) * rowBytes;
           const cudaError_t copied = cudaMemcpy2DAsync(rows, rowBytes, first, rowBytes * positions, rowBytes, static_cast<size_t>(args.rows), cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream));
           if (copied != cudaSuccess) throw std::runtime_error(std::string("cudaMemcpy2DAsync: ") + cudaGetErrorString(copied));
@@ -260,9 +281,19 @@ struct LinearKernel : KernelBase<LinearKernel> {
     std::vector<uint8_t> lastResidual;
     if (positions > 1) {
       const size_t rowBytes = static_cast<size_t>(args.in) * ElementBytes(args.type);
+      if (lastIndex != nullptr) {
+        for (int r = 0; r < args.rows; r++) {
+          if (lastIndex[r] < 0 || lastIndex[r] >= positions) {
+            throw std::out_of_range("last_index of row " + std::to_string(r) + " is " + std::to_string(lastIndex[r]) + ", outside 0.." + std::to_string(positions - 1));
+          }
+        }
+      }
       auto lastOf = [&](const void* from, std::vector<uint8_t>& into) {
         into.resize(rowBytes * args.rows);
-        for (int r = 0; r < args.rows; r++) std::memcpy(into.data() + r * rowBytes, static_cast<const uint8_t*>(from) + ((r + 1) * positions - 1) * rowBytes, rowBytes);
+        for (int r = 0; r < args.rows; r++) {
+          const int64_t at = lastIndex == nullptr ? positions - 1 : lastIndex[r];
+          std::memcpy(into.data() + r * rowBytes, static_cast<const uint8_t*>(from) + (r * positions + at) * rowBytes, rowBytes);
+        }
         return into.data();
       };
       args.x = lastOf(args.x, lastX);
@@ -335,8 +366,8 @@ struct LinearKernel : KernelBase<LinearKernel> {
 
 OpList LinearOps(bool cuda, FloatType type) {
   const ONNXTensorElementDataType t = ElementOf(type);
-  // Linear: x, weight, bias, residual, norm, post_norm; y, sum.
-  return {MakeOp<LinearKernel>(cuda, type, {t, t, t, t, t, t}, {2, 3, 4, 5}, 2)};
+  // Linear: x, weight, bias, residual, norm, post_norm, last_index; y, sum.
+  return {MakeOp<LinearKernel>(cuda, type, {t, t, t, t, t, t, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32}, {2, 3, 4, 5, 6}, 2)};
 }
 
 }  // namespace chorus

@@ -319,6 +319,17 @@ __global__ void GatedKernel(LinearArgs a, const T* products) {
   }
 }
 
+// Row r of `rows` from row r * positions + index[r] of `from`, one block a row, in units of U.
+template <typename U>
+__global__ void GatherRowsKernel(const U* from, U* rows, size_t units, int64_t positions, const int32_t* index) {
+  const int r = blockIdx.x;
+  const int64_t given = index[r];
+  const int64_t at = given < 0 ? 0 : given >= positions ? positions - 1 : given;
+  const U* source = from + (static_cast<int64_t>(r) * positions + at) * units;
+  U* target = rows + static_cast<size_t>(r) * units;
+  for (size_t i = threadIdx.x; i < units; i += blockDim.x) target[i] = source[i];
+}
+
 template <typename T>
 __global__ void BiasActivateKernel(LinearArgs a) {
   T* y = static_cast<T*>(a.y);
@@ -910,6 +921,26 @@ void PreNormDevice(const LinearArgs& a, void* normed, void* stream) {
     case FloatType::kFloat16: PreNormKernel<__half><<<a.rows, 256, 0, s>>>(a, static_cast<__half*>(normed)); break;
     case FloatType::kBFloat16: PreNormKernel<__nv_bfloat16><<<a.rows, 256, 0, s>>>(a, static_cast<__nv_bfloat16*>(normed)); break;
     default: PreNormKernel<float><<<a.rows, 256, 0, s>>>(a, static_cast<float*>(normed)); break;
+  }
+}
+
+void GatherRowsDevice(const void* from, void* rows, size_t rowBytes, int count, int64_t positions, const int32_t* index, void* stream) {
+  if (count <= 0 || rowBytes == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  // 16 bytes a thread where the rows allow it, else 4 or 2.
+  const auto aligned = [&](size_t unit) { return rowBytes % unit == 0 && reinterpret_cast<uintptr_t>(from) % unit == 0 && reinterpret_cast<uintptr_t>(rows) % unit == 0; };
+  const auto launch = [&](auto unit) {
+    using U = decltype(unit);
+    const size_t units = rowBytes / sizeof(U);
+    const int threads = static_cast<int>(std::min<size_t>(256, (units + 31) / 32 * 32));
+    GatherRowsKernel<U><<<count, threads, 0, s>>>(static_cast<const U*>(from), static_cast<U*>(rows), units, positions, index);
+  };
+  if (aligned(16)) {
+    launch(uint4{});
+  } else if (aligned(4)) {
+    launch(uint32_t{});
+  } else {
+    launch(uint16_t{});
   }
 }
 

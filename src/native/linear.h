@@ -5,6 +5,7 @@
 //            residual [..., in]        optional: with a norm, the residual stream x is added to
 //            norm [in]                 optional: a pre-norm (RMSNorm) of x + residual before the product
 //            post_norm [in]            optional, with a norm: a post-norm (RMSNorm) of x itself first
+//            last_index [batch] int32  optional, with last: each row's position to take instead of its last
 //   outputs  y [..., out] = activation(x @ weight^T + bias)
 //            sum [..., in]             optional: x + residual, the residual stream's next value
 //   attributes  activation (string): "" (none), "relu", "gelu" (erf), "gelu_tanh" (gelu_new, FastGelu),
@@ -18,6 +19,10 @@
 //               norm_epsilon, post_norm_epsilon (float, default 1e-6): the norms' epsilons.
 //               last (int, default 0): 1 to take x [batch, sequence, in] (and the residual) at each
 //               row's last position alone, y [batch, 1, out] (a decoder's head after a prefill; no sum).
+//               With last_index, row r's position last_index[r] instead (a prefill of rows right-padded
+//               to one width: each row's own last token); one position (a decode step) is taken as it
+//               is, the index unread. The host checks each index is inside the sequence; the device
+//               reads them only in its gather kernel (the run may be a captured graph) and clamps them.
 // The sum is taken in float32 and rounded to the float type once with its bias, as PyTorch's addmm
 // rounds it; the activation is taken of that rounded value in float32 and rounded again.
 // On CUDA a step of up to 8 rows (the decode steps of small batches) runs as one kernel of our own that
@@ -142,6 +147,9 @@ void SetLinearDependentLaunch(bool on);
 bool LinearDependentLaunch();
 // The switch itself, for the other decode kernels that go out as dependent launches (QuantLinear's).
 std::atomic<bool>& LinearDependentLaunchFlag();
+// Device: rows[r] <- from's row r * positions + index[r] (index on the device, clamped into
+// 0..positions - 1), rows of rowBytes, for r in 0..count - 1, on `stream`.
+void GatherRowsDevice(const void* from, void* rows, size_t rowBytes, int count, int64_t positions, const int32_t* index, void* stream);
 // Device: y += bias, then the activation, in place (after a GEMM wrote y), on `stream`.
 void BiasActivateDevice(const LinearArgs& args, void* stream);
 // Device: a gated Linear's y from `products` [rows, 2 * out] (the gate's and the up projection's

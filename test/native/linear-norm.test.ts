@@ -217,6 +217,82 @@ describe('Linear with a pre-norm', { skip }, () => {
     }
   });
 
+  test("last_index: each row's x (and residual) taken at the position it names, a decode step's one position as it is", () => {
+    const positions = 5;
+    const index = [2, 0, 4];
+    const lastIndexOf = (values: number[]): GraphTensor => ({ name: 'last_index', type: 'int32', dims: [values.length], data: new Uint8Array(Int32Array.from(values).buffer) });
+    const at = (values: Float32Array, c: Case, picks: number[]): Float32Array => {
+      const out = new Float32Array(c.rows * c.in);
+      picks.forEach((p, r) => out.set(values.subarray((r * positions + p) * c.in, (r * positions + p + 1) * c.in), r * c.in));
+      return out;
+    };
+    // Pre-normed with a residual (and a post-norm in float16), and a plain product with a bias.
+    for (const c of [
+      { rows: 3, in: 64, out: 24, type: 'float16', residual: true, post: true },
+      { rows: 3, in: 64, out: 24, type: 'bfloat16', residual: true },
+      { rows: 3, in: 32, out: 20, type: 'float32', residual: false, bias: true },
+    ] as Case[]) {
+      const w = weightsOf(c);
+      const x = roundTo(seeded(c.rows * positions * c.in, 31, 2), c.type);
+      const residual = roundTo(seeded(c.rows * positions * c.in, 37, 2), c.type);
+      const g = new GraphBuilder(c.type);
+      const xs = g.input('x', c.type, ['batch', 'sequence', c.in]);
+      const rs = c.residual ? g.input('residual', c.type, ['batch', 'sequence', c.in]) : '';
+      const li = g.input('last_index', 'int32', ['batch']);
+      const bias = w.bias === undefined ? '' : g.floatConstant([...w.bias], [c.out]);
+      const norm = c.residual ? g.floatConstant([...w.norm], [c.in]) : '';
+      const post = w.post === undefined ? '' : g.floatConstant([...w.post], [c.in]);
+      const attributes = { last: 1, ...(c.residual ? { norm_epsilon: float(EPSILON), post_norm_epsilon: float(POST_EPSILON) } : {}) };
+      g.output('y', g.op('Linear', [xs, g.floatConstant([...w.weight], [c.out, c.in]), bias, rs, norm, post, li], attributes, { domain: 'chorus' }), c.type, ['batch', 1, c.out]);
+      const path = join(root, `last-index-${c.type}.onnx`);
+      writeFileSync(path, g.serialize().model);
+      // The reference in float64: the pre-norm's, or each product with its bias rounded once.
+      const plain = (rows: Float32Array): Float32Array => {
+        const y = new Float32Array(c.rows * c.out);
+        for (let r = 0; r < c.rows; r++) {
+          for (let o = 0; o < c.out; o++) {
+            let total = w.bias?.[o] ?? 0;
+            for (let k = 0; k < c.in; k++) total += rows[r * c.in + k]! * w.weight[o * c.in + k]!;
+            y[r * c.out + o] = roundTo(Float32Array.of(total), c.type)[0]!;
+          }
+        }
+        return y;
+      };
+      const expected = c.residual ? reference(c, w, at(x, c, index), at(residual, c, index)).y : plain(at(x, c, index));
+      for (const provider of cuda ? (['cpu', 'cuda'] as const) : (['cpu'] as const)) {
+        for (const [seq, xv, rv, picks] of [
+          [positions, x, residual, index],
+          // One position: the index unread (here past the sequence).
+          [1, at(x, c, index), at(residual, c, index), [7, 7, 7]],
+        ] as const) {
+          const tensor = (name: string, values: Float32Array): GraphTensor => ({ name, type: c.type, dims: [c.rows, seq, c.in], data: encodeFloats(values, c.type) });
+          const inputs = [tensor('x', xv), ...(c.residual ? [tensor('residual', rv)] : []), lastIndexOf([...picks])];
+          const { outputs } = addon!.runGraph({ model: path, provider, dtype: DTYPES[c.type] }, inputs);
+          assert.deepEqual(outputs[0]!.dims, [c.rows, 1, c.out]);
+          const y = decodeRaw(outputs[0]!.data, RAW[c.type]);
+          assert.ok(relative(y, expected) <= 8 * ULP[c.type] + 1e-5, `${c.type} on ${provider}, ${seq} positions: y differs by ${relative(y, expected)}`);
+        }
+      }
+      if (c.type !== 'float32') continue;
+      // The host checks each index against the sequence, and the index's shape.
+      const tensor = (name: string, values: Float32Array): GraphTensor => ({ name, type: c.type, dims: [c.rows, positions, c.in], data: encodeFloats(values, c.type) });
+      const runWith = (picks: number[]): unknown => addon!.runGraph({ model: path, provider: 'cpu', dtype: 'fp32' }, [tensor('x', x), lastIndexOf(picks)]);
+      assert.throws(() => runWith([2, 5, 0]), /last_index of row 1 is 5, outside 0\.\.4/);
+      assert.throws(() => runWith([2, 0, -1]), /last_index of row 2 is -1, outside 0\.\.4/);
+      assert.throws(() => runWith([2, 0]), /last_index must be \[batch\] \(3\), not \[2\]/);
+    }
+    // last_index goes with last.
+    const c: Case = { rows: 2, in: 16, out: 8, type: 'float32', residual: false };
+    const g = new GraphBuilder('float32');
+    const xs = g.input('x', 'float32', ['batch', 'sequence', 16]);
+    const li = g.input('last_index', 'int32', ['batch']);
+    g.output('y', g.op('Linear', [xs, g.floatConstant([...weightsOf(c).weight], [8, 16]), '', '', '', '', li], {}, { domain: 'chorus' }), 'float32', ['batch', 'sequence', 8]);
+    const path = join(root, 'last-index-without-last.onnx');
+    writeFileSync(path, g.serialize().model);
+    const x: GraphTensor = { name: 'x', type: 'float32', dims: [2, 3, 16], data: encodeFloats(seeded(96, 3), 'float32') };
+    assert.throws(() => addon!.runGraph({ model: path, provider: 'cpu', dtype: 'fp32' }, [x, lastIndexOf([0, 1])]), /last_index \(input 6\) goes with last=1/);
+  });
+
   test('refuses a norm or post-norm weight of the wrong size, a residual or post-norm without a norm, and last on x of two axes, a residual of another shape or a sum, naming them', () => {
     const c: Case = { rows: 1, in: 16, out: 8, type: 'float32', residual: false };
     const x = seeded(16, 1);
