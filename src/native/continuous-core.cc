@@ -357,20 +357,34 @@ static SampleResult ArgmaxChoice(int32_t token) {
   return result;
 }
 
+int ContinuousCore::PrefillWidth(size_t longest, bool oneRun, int maxLength) {
+  const size_t tokens = oneRun ? longest : longest - 1;
+  const size_t bucket = (tokens + kPrefillWidthStep - 1) / kPrefillWidthStep * kPrefillWidthStep;
+  return static_cast<int>(std::min(bucket, static_cast<size_t>(oneRun ? maxLength : maxLength - 1)));
+}
+
 int ContinuousCore::WarmPrefills(SlotDecoder& decoder, double budgetMs) {
   const auto started = std::chrono::steady_clock::now();
   const auto spent = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(); };
   const int slots = decoder.options().slots;
   const int maxLength = decoder.options().maxLength;
+  // The widths admissions run (PrefillWidth): with two runs the multiples of kPrefillWidthStep under
+  // the slot's length, of prompts a token longer; with one, those up to the slot's length and the
+  // slot's length itself, of prompts as long.
+  const bool oneRun = decoder.OneRunPrefill();
+  const int step = static_cast<int>(kPrefillWidthStep);
   int ran = 0;
-  for (int width = static_cast<int>(kPrefillWidthStep); width < maxLength; width += static_cast<int>(kPrefillWidthStep)) {
+  for (int bucket = step; oneRun || bucket < maxLength; bucket += step) {
+    const int width = std::min(bucket, maxLength);
     for (int rows = 1; rows <= slots; rows *= 2) {
       // The admissions' most: kPrefillTokens of prompts, padded up to twice that.
       if (static_cast<size_t>(rows) * width > 2 * kPrefillTokens) break;
       if (spent() >= budgetMs) return ran;
-      decoder.PrefillRagged(0, std::vector<std::vector<int64_t>>(static_cast<size_t>(rows), std::vector<int64_t>(static_cast<size_t>(width) + 1, 0)), {}, SampleBatch{}, width);
+      const size_t length = static_cast<size_t>(width) + (oneRun ? 0 : 1);
+      decoder.PrefillRagged(0, std::vector<std::vector<int64_t>>(static_cast<size_t>(rows), std::vector<int64_t>(length, 0)), {}, SampleBatch{}, width);
       ran++;
     }
+    if (width == maxLength) break;
     // A joining prompt of this width's graph (its staging slot's).
     decoder.WarmJoin(width);
   }
@@ -383,10 +397,11 @@ void ContinuousCore::Admit(std::vector<Row>& waiting) {
   while (!waiting.empty() && rows_.size() < slots) {
     // The waiting requests that fit the free slots prefill together, at most kPrefillTokens tokens once
     // padded to the longest and at most twice their own tokens (a long prompt does not make short ones
-    // pay for its length), in the decoder's ragged prefill: a run of every prompt but its last token,
-    // padded, then a run of the last tokens. ONNX Runtime meets each shape's first run slowly (5 to 20
-    // ms for GPT-2 on an H100, against 1 to 2 after), so the shapes come from a few buckets: the first
-    // run's width a multiple of kPrefillWidthStep and its rows a power of two: padded where the free
+    // pay for its length), in the decoder's ragged prefill: one run of every prompt padded, its logits
+    // at each row's last token, or (a model without last_index) a run of every prompt but its last
+    // token, padded, then a run of the last tokens. ONNX Runtime meets each shape's first run slowly (5
+    // to 20 ms for GPT-2 on an H100, against 1 to 2 after), so the shapes come from a few buckets: the
+    // (first) run's width a multiple of kPrefillWidthStep and its rows a power of two: padded where the free
     // slots allow (the padding rows run a one-token prompt in free slots, and are dropped), else the
     // largest power of two of the group now and the rest in the next prefill.
     const size_t count = std::min(waiting.size(), slots - rows_.size());
@@ -417,7 +432,7 @@ void ContinuousCore::Admit(std::vector<Row>& waiting) {
     }
     size_t longest = 0;
     for (size_t r = 0; r < group; r++) longest = std::max(longest, waiting[r].request.prompt.size());
-    const int width = buckets ? std::min(static_cast<int>((longest - 1 + kPrefillWidthStep - 1) / kPrefillWidthStep * kPrefillWidthStep), maxLength - 1) : 0;
+    const int width = buckets ? PrefillWidth(longest, decoder_.OneRunPrefill(), maxLength) : 0;
     const size_t length = waiting[0].request.prompt.size();
     bool equal = !buckets;
     for (size_t r = 1; r < group; r++) equal = equal && waiting[r].request.prompt.size() == length;

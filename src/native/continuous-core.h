@@ -75,7 +75,7 @@ class ContinuousCore {
   void Stop();
 
   // Before the core starts: runs `decoder`'s prefill shapes the core's admissions use (rows a power of
-  // two up to the slots, first runs kPrefillWidthStep, 2 kPrefillWidthStep, ... wide), narrowest first,
+  // two up to the slots, (first) runs kPrefillWidthStep, 2 kPrefillWidthStep, ... wide), narrowest first,
   // until `budgetMs` is spent (ONNX Runtime meets each shape's first run slowly); returns how many ran.
   static int WarmPrefills(SlotDecoder& decoder, double budgetMs);
 
@@ -132,8 +132,12 @@ class ContinuousCore {
   // The most tokens one admission prefills, counting each prompt padded to the group's longest (a
   // group's padded tokens are also at most twice its own).
   static constexpr size_t kPrefillTokens = 16384;
-  // The ragged prefill's first run is a multiple of this wide (shape buckets).
+  // The ragged prefill's (first) run is a multiple of this wide (shape buckets).
   static constexpr size_t kPrefillWidthStep = 32;
+  // The (first) run's width of a ragged prefill whose longest prompt is `longest` tokens: the bucket
+  // of the whole prompt with one run (SlotDecoder::OneRunPrefill), up to the slot's length, or of all
+  // but its last token with two, up to the slot's length less 1.
+  static int PrefillWidth(size_t longest, bool oneRun, int maxLength);
   // What a run of steps starts from: each row's token and position, and the steps every row's slot
   // leaves room for (at least 1, at most kMaxGreedySteps).
   struct RunStart {

@@ -177,7 +177,7 @@ void SlotDecoder::PrefillJoins(const std::vector<JoinRow>& joins, int parity) {
       const bool contiguous = ordered[run.first + run.count - 1].slot == slot + static_cast<int>(run.count) - 1;
       for (size_t r = 0; r < (contiguous ? 1 : run.count); r++) {
         const size_t at = r * static_cast<size_t>(run.width);
-        const StepInputs inputs{deviceIds + at, deviceIds + tokens + at, deviceSeqlens + r, nullptr, &total, true};
+        const StepInputs inputs{deviceIds + at, deviceIds + tokens + at, deviceSeqlens + r, nullptr, &total, true, nullptr};
         std::vector<Ort::Value> values;
         Ort::IoBinding io(*session_);
         BindStep(io, values, ordered[run.first + r].slot, contiguous ? static_cast<int>(run.count) : 1, run.width, inputs);

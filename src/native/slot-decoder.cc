@@ -146,6 +146,8 @@ void SlotDecoder::Load() {
   const bool planning = options.blockSize > 0 && options.blocks == 0 && options.cuda;
   const DeviceMemory before = planning ? DeviceMemoryOf(options.deviceId) : DeviceMemory{};
   session_ = std::make_unique<Ort::Session>(env_, options.model.c_str(), sessionOptions);
+  Ort::AllocatorWithDefaultOptions names;
+  for (size_t i = 0; i < session_->GetInputCount(); i++) takesLastIndex_ = takesLastIndex_ || std::string(session_->GetInputNameAllocated(i, names).get()) == "last_index";
 
   const std::string stack = seq2seq() ? ".decoder" : "";
   for (int l = 0; l < options.layers; l++) {
@@ -187,6 +189,7 @@ void SlotDecoder::Load() {
   for (int l = 0; l < options.layers; l++) cacheBuffers_.insert(cacheBuffers_.end(), {keys_[l], values_[l]});
   for (int l = 0; l < options.layers && seq2seq(); l++) cacheBuffers_.insert(cacheBuffers_.end(), {crossKeys_[l], crossValues_[l]});
   logits_ = Allocate(static_cast<size_t>(options.slots) * options.vocab * elementBytes_);
+  if (takesLastIndex_) lastIndexZeros_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * (options.slots + options.stagingSlots)));
 #ifdef CHORUS_WITH_CUDA
   if (options.cuda) {
     // The same addresses on the device, for the slot moves' kernels.
@@ -259,6 +262,8 @@ void SlotDecoder::Release() {
   Free(prefillIdsDevice_);
   Free(prefillPositionsDevice_);
   Free(prefillSeqlensDevice_);
+  Free(prefillLastIndexDevice_);
+  Free(lastIndexZeros_);
   Free(sampleIndexDevice_);
   Free(joinDevice_);
 #ifdef CHORUS_WITH_CUDA
@@ -433,7 +438,18 @@ StepResult SlotDecoder::Prefill(int slot, const std::vector<int64_t>& ids, const
   if (length == 0 || length > options_.maxLength) throw std::out_of_range("a prompt of " + std::to_string(length) + " tokens does not fit a slot of " + std::to_string(options_.maxLength));
   std::vector<int64_t> positions(ids.size());
   for (size_t i = 0; i < positions.size(); i++) positions[i] = static_cast<int64_t>(i % length);
-  return Run(slot, prompts, length, ids, positions, std::vector<int32_t>(prompts, length - 1), length, logitRows, sample, false);
+  const std::vector<int32_t> seqlens(prompts, length - 1);
+  // Every row's logits at its last position (last_index, where the model takes it).
+  return Run(slot, prompts, length, ids, positions, seqlens, length, logitRows, sample, false, {}, {}, true, seqlens);
+}
+
+bool SlotDecoder::OneRunPrefill() const {
+  // CHORUS_PREFILL_ONE_RUN=0: ragged prefills in two runs whatever the model (read once, to compare).
+  static const bool wanted = [] {
+    const char* value = std::getenv("CHORUS_PREFILL_ONE_RUN");
+    return value == nullptr || std::string(value) != "0";
+  }();
+  return wanted && takesLastIndex_ && !paged() && !seq2seq();
 }
 
 StepResult SlotDecoder::PrefillRagged(int slot, const std::vector<std::vector<int64_t>>& prompts, const std::vector<int32_t>& logitRows, const SampleBatch& sample, int least) {
@@ -454,9 +470,13 @@ StepResult SlotDecoder::PrefillRagged(int slot, const std::vector<std::vector<in
     }
     longest = std::max(longest, prompt.size());
   }
-  // Every row as long as the longest but one (or the least width asked for): its prompt, then its last
-  // token again as padding, written past its prompt where its next tokens overwrite it.
-  const int width = std::max(static_cast<int>(longest) - 1, std::min(least, options_.maxLength - 1));
+  // Every row as long as the longest (one run) or the longest but one (two runs), or the least width
+  // asked for: its prompt, then its last token again as padding, written past its prompt where its next
+  // tokens overwrite it.
+  const bool oneRun = OneRunPrefill();
+  const int width = oneRun ? std::max(static_cast<int>(longest), std::min(least, options_.maxLength))
+                           : std::max(static_cast<int>(longest) - 1, std::min(least, options_.maxLength - 1));
+  if (oneRun) CheckStepRows(rows, logitRows, sample);
   if (width > 0) {
     std::vector<int64_t> ids;
     std::vector<int64_t> positions;
@@ -468,10 +488,26 @@ StepResult SlotDecoder::PrefillRagged(int slot, const std::vector<std::vector<in
         positions.push_back(i);
       }
     }
+    const std::vector<int32_t> seqlens(static_cast<size_t>(rows), width - 1);
+    if (oneRun) {
+      // Each row's logits at its own last token, in the run that writes its prompt.
+      std::vector<int32_t> lastIndex;
+      for (const std::vector<int64_t>& prompt : prompts) lastIndex.push_back(static_cast<int32_t>(prompt.size()) - 1);
+#ifdef CHORUS_WITH_CUDA
+      if (slot == 0 && options_.cuda && options_.cudaGraph) {
+        auto stream = static_cast<cudaStream_t>(stream_);
+        CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events_[0][0]), stream), "cudaEventRecord");
+        if (PrefillGraph(0, rows, width, ids.data(), positions.data(), seqlens.data(), lastIndex.data())) {
+          CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(events_[0][1]), stream), "cudaEventRecord");
+          return Collect(rows, logitRows, sample, true, {}, true);
+        }
+      }
+#endif
+      return Run(slot, rows, width, ids, positions, seqlens, width, logitRows, sample, false, {}, {}, true, lastIndex);
+    }
     // From slot 0, a shape of few tokens runs as its captured graph: ONNX Runtime's launches, not the
     // GPU, are most of its time.
-    const std::vector<int32_t> seqlens(static_cast<size_t>(rows), width - 1);
-    if (slot != 0 || !PrefillGraph(0, rows, width, ids.data(), positions.data(), seqlens.data())) Run(slot, rows, width, ids, positions, std::vector<int32_t>(rows, width - 1), width, {}, SampleBatch{}, false);
+    if (slot != 0 || !PrefillGraph(0, rows, width, ids.data(), positions.data(), seqlens.data())) Run(slot, rows, width, ids, positions, seqlens, width, {}, SampleBatch{}, false);
   }
   std::vector<int64_t> last;
   std::vector<int64_t> at;
@@ -686,20 +722,15 @@ BeamRun SlotDecoder::DecodeBeams(std::vector<int64_t> tokens, std::vector<int64_
 
 StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
                             const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, const SampleBatch& sample, bool graph,
-                            const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& banned, bool argmax) {
-  for (int32_t r : logitRows) {
-    if (r < 0 || r >= rows) throw std::out_of_range("logits of row " + std::to_string(r) + " asked of a step of " + std::to_string(rows));
-  }
-  for (int32_t r : sample.rows) {
-    if (r < 0 || r >= rows) throw std::out_of_range("row " + std::to_string(r) + " sampled in a step of " + std::to_string(rows));
-  }
+                            const std::vector<int32_t>& sourceLengths, const std::vector<int32_t>& banned, bool argmax, const std::vector<int32_t>& lastIndex) {
+  CheckStepRows(rows, logitRows, sample);
   StageBlockTable();
   if (graph) {
     StageInputs(ids, positions, seqlens, sourceLengths);
     LaunchGraph(rows, events_[0]);
   } else {
     const int32_t totalValue = total;
-    const StepInputs inputs{ids.data(), positions.data(), seqlens.data(), sourceLengths.data(), &totalValue, false};
+    const StepInputs inputs{ids.data(), positions.data(), seqlens.data(), sourceLengths.data(), &totalValue, false, lastIndex.empty() ? nullptr : lastIndex.data()};
     std::vector<Ort::Value> values;
     Ort::IoBinding io(*session_);
     BindStep(io, values, firstSlot, rows, sequence, inputs);
@@ -707,7 +738,19 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
     session_->Run(Ort::RunOptions(), io);
     io.SynchronizeOutputs();
   }
+  return Collect(rows, logitRows, sample, graph, banned, argmax);
+}
 
+void SlotDecoder::CheckStepRows(int rows, const std::vector<int32_t>& logitRows, const SampleBatch& sample) {
+  for (int32_t r : logitRows) {
+    if (r < 0 || r >= rows) throw std::out_of_range("logits of row " + std::to_string(r) + " asked of a step of " + std::to_string(rows));
+  }
+  for (int32_t r : sample.rows) {
+    if (r < 0 || r >= rows) throw std::out_of_range("row " + std::to_string(r) + " sampled in a step of " + std::to_string(rows));
+  }
+}
+
+StepResult SlotDecoder::Collect(int rows, const std::vector<int32_t>& logitRows, const SampleBatch& sample, bool timed, const std::vector<int32_t>& banned, bool argmax) {
   const size_t rowBytes = static_cast<size_t>(options_.vocab) * elementBytes_;
   StepResult result;
   result.argmax.resize(argmax ? rows : 0);
@@ -727,7 +770,7 @@ StepResult SlotDecoder::Run(int firstSlot, int rows, int sequence, const std::ve
     std::vector<char> staged(rowBytes * logitRows.size());
     for (size_t i = 0; i < logitRows.size(); i++) ToHost(staged.data() + i * rowBytes, static_cast<char*>(logits_) + logitRows[i] * rowBytes, rowBytes);
     CheckCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-    if (graph) AddGraphTime(events_[0]);
+    if (timed) AddGraphTime(events_[0]);
     WidenRowsHost(staged.data(), options_.floatType, options_.vocab, nullptr, static_cast<int>(logitRows.size()), result.logits.data());
     return result;
   }
@@ -742,7 +785,7 @@ void SlotDecoder::BindStep(Ort::IoBinding& io, std::vector<Ort::Value>& values, 
   const ONNXTensorElementDataType floatType = ElementOf(options_.floatType);
   const int64_t idsShape[2] = {rows, sequence};
   const int64_t rowsShape[1] = {rows};
-  values.reserve(values.size() + 6 + 4 * options_.layers + 1);
+  values.reserve(values.size() + 7 + 4 * options_.layers + 1);
   const OrtMemoryInfo* where = inputs.onDevice ? static_cast<const OrtMemoryInfo*>(memory_) : static_cast<const OrtMemoryInfo*>(cpu_);
   auto bindInput = [&](const char* name, ONNXTensorElementDataType type, const void* data, size_t count, const int64_t* shape, size_t dims) {
     const size_t bytes = count * (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 ? sizeof(int64_t) : sizeof(int32_t));
@@ -751,6 +794,15 @@ void SlotDecoder::BindStep(Ort::IoBinding& io, std::vector<Ort::Value>& values, 
   };
   const size_t tokens = static_cast<size_t>(rows) * sequence;
   bindInput("input_ids", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, inputs.ids, tokens, idsShape, 2);
+  if (takesLastIndex_) {
+    if (inputs.lastIndex != nullptr) {
+      bindInput("last_index", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, inputs.lastIndex, rows, rowsShape, 1);
+    } else {
+      // The zeros where the session runs: one address for every captured step.
+      values.push_back(Ort::Value::CreateTensor(memory_, lastIndexZeros_, sizeof(int32_t) * rows, rowsShape, 1, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32));
+      io.BindInput("last_index", values.back());
+    }
+  }
   if (seq2seq()) {
     bindInput("lengths", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, inputs.seqlens, rows, rowsShape, 1);
     bindInput("encoder_lengths", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, inputs.sourceLengths, rows, rowsShape, 1);
@@ -852,12 +904,12 @@ static void EndFailedCapture(cudaStream_t stream) {
 }
 
 void SlotDecoder::RunBoundStep(int rows) {
-  const StepInputs inputs{idsDevice_, positionsDevice_, seqlensDevice_, sourceLengthsDevice_, nullptr, true};
+  const StepInputs inputs{idsDevice_, positionsDevice_, seqlensDevice_, sourceLengthsDevice_, nullptr, true, nullptr};
   RunBound(0, rows, 1, options_.maxLength, inputs);
 }
 
 std::string SlotDecoder::CaptureStep(int rows, void** exec) {
-  const StepInputs inputs{idsDevice_, positionsDevice_, seqlensDevice_, sourceLengthsDevice_, nullptr, true};
+  const StepInputs inputs{idsDevice_, positionsDevice_, seqlensDevice_, sourceLengthsDevice_, nullptr, true, nullptr};
   return CaptureBound(0, rows, 1, options_.maxLength, inputs, exec);
 }
 
@@ -898,7 +950,7 @@ std::string SlotDecoder::CaptureBound(int firstSlot, int rows, int sequence, int
   return failure;
 }
 
-bool SlotDecoder::PrefillGraph(int firstSlot, int rows, int width, const int64_t* ids, const int64_t* positions, const int32_t* seqlens) {
+bool SlotDecoder::PrefillGraph(int firstSlot, int rows, int width, const int64_t* ids, const int64_t* positions, const int32_t* seqlens, const int32_t* lastIndex) {
   // CHORUS_PREFILL_GRAPHS=0: every prefill run op by op (read once, to compare).
   static const bool wanted = [] {
     const char* value = std::getenv("CHORUS_PREFILL_GRAPHS");
@@ -918,12 +970,19 @@ bool SlotDecoder::PrefillGraph(int firstSlot, int rows, int width, const int64_t
     prefillIdsDevice_ = static_cast<int64_t*>(Allocate(sizeof(int64_t) * kPrefillGraphTokens));
     prefillPositionsDevice_ = static_cast<int64_t*>(Allocate(sizeof(int64_t) * kPrefillGraphTokens));
     prefillSeqlensDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options_.slots));
+    if (takesLastIndex_) prefillLastIndexDevice_ = static_cast<int32_t*>(Allocate(sizeof(int32_t) * options_.slots));
   }
   const size_t tokens = static_cast<size_t>(rows) * width;
   CheckCuda(cudaMemcpyAsync(prefillIdsDevice_, ids, sizeof(int64_t) * tokens, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
   CheckCuda(cudaMemcpyAsync(prefillPositionsDevice_, positions, sizeof(int64_t) * tokens, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
   CheckCuda(cudaMemcpyAsync(prefillSeqlensDevice_, seqlens, sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-  const StepInputs inputs{prefillIdsDevice_, prefillPositionsDevice_, prefillSeqlensDevice_, nullptr, nullptr, true};
+  // Every prefill graph reads its rows' positions from the one buffer (zeros where none are given).
+  if (takesLastIndex_ && lastIndex != nullptr) {
+    CheckCuda(cudaMemcpyAsync(prefillLastIndexDevice_, lastIndex, sizeof(int32_t) * rows, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  } else if (takesLastIndex_) {
+    CheckCuda(cudaMemsetAsync(prefillLastIndexDevice_, 0, sizeof(int32_t) * rows, stream), "cudaMemsetAsync");
+  }
+  const StepInputs inputs{prefillIdsDevice_, prefillPositionsDevice_, prefillSeqlensDevice_, nullptr, nullptr, true, prefillLastIndexDevice_};
   if (found == prefillGraphs_.end()) {
     // As a decode step's graph: a plain run first (it is the run; ONNX Runtime sizes its memory for the
     // shape), then the capture, whose graph later runs replay.
@@ -1111,7 +1170,7 @@ GreedyRun SlotDecoder::DecodeGreedyOnDevice(const std::vector<int64_t>& tokens, 
 #else
 void SlotDecoder::StageInputs(const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int32_t>&, const std::vector<int32_t>&) {}
 bool SlotDecoder::LaunchGraph(int, void* const*, bool) { return false; }
-bool SlotDecoder::PrefillGraph(int, int, int, const int64_t*, const int64_t*, const int32_t*) { return false; }
+bool SlotDecoder::PrefillGraph(int, int, int, const int64_t*, const int64_t*, const int32_t*, const int32_t*) { return false; }
 bool SlotDecoder::WarmJoin(int) { return false; }
 void SlotDecoder::RunBoundStep(int) {}
 void SlotDecoder::AddGraphTime(void* const*) {}

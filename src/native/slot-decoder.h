@@ -148,13 +148,19 @@ class SlotDecoder {
   // Runs `ids` (`prompts` prompts of one length, one after another) into slots slot, slot + 1, ...
   // from position 0; the result has a row per prompt.
   StepResult Prefill(int slot, const std::vector<int64_t>& ids, const std::vector<int32_t>& logitRows, const SampleBatch& sample, int prompts = 1);
-  // Runs prompts of different lengths into slots slot, slot + 1, ... in two runs, whatever their
-  // lengths: every prompt but its last token, right-padded to the longest (each row's padding is
-  // written past its prompt, where its later steps write over it before reading there), then each
-  // prompt's last token at its own position. The result has a row per prompt, from the second run
-  // (from slot 0 with CUDA graphs, the captured decode step of its batch size). `width`: the first run's least width (a caller's shape bucket: ONNX Runtime meets fewer new
-  // shapes), at most the slot's length less 1.
+  // Runs prompts of different lengths into slots slot, slot + 1, ... Each row is its prompt
+  // right-padded with its last token (the padding is written past the prompt, where the row's later
+  // steps write over it before reading there). Where the model's head takes each row's own last
+  // position (OneRunPrefill()), in one run: every prompt whole, padded to the longest, the logits taken
+  // at each row's last token. Otherwise in two: every prompt but its last token, padded to the longest
+  // of those, then each prompt's last token at its own position (from slot 0 with CUDA graphs, the
+  // captured decode step of its batch size). The result has a row per prompt. `width`: the (first)
+  // run's least width (a caller's shape bucket: ONNX Runtime meets fewer new shapes), at most the
+  // slot's length (less 1 for two runs).
   StepResult PrefillRagged(int slot, const std::vector<std::vector<int64_t>>& prompts, const std::vector<int32_t>& logitRows, const SampleBatch& sample, int width = 0);
+  // Whether PrefillRagged runs once: the model takes `last_index` (its head reads each row's logits at
+  // a position of its own), on a cache of slots, unless CHORUS_PREFILL_ONE_RUN=0 (to compare).
+  bool OneRunPrefill() const;
   // Encoder-decoders: encodes rows (sources right-padded to `width`, ids row after row, each of
   // lengths[r] tokens) into the cross-attention slots firstSlot, firstSlot + 1, ...
   void Encode(int firstSlot, const std::vector<int64_t>& ids, int width, const std::vector<int32_t>& lengths);
@@ -264,9 +270,17 @@ class SlotDecoder {
   // (a decode step, from slot 0) the inputs staged and the captured graph launched, sized to the whole
   // slot (`total` unused); then each row's argmax (unless `argmax` is false), the logits asked for and
   // the sampled rows' choices.
+  // `lastIndex` (models that take it; empty: zeros): each row's position its logits are taken at.
   StepResult Run(int firstSlot, int rows, int sequence, const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
                  const std::vector<int32_t>& seqlens, int total, const std::vector<int32_t>& logitRows, const SampleBatch& sample, bool graph,
-                 const std::vector<int32_t>& sourceLengths = {}, const std::vector<int32_t>& banned = {}, bool argmax = true);
+                 const std::vector<int32_t>& sourceLengths = {}, const std::vector<int32_t>& banned = {}, bool argmax = true,
+                 const std::vector<int32_t>& lastIndex = {});
+  // Checks that the logits and the sampled rows asked of a step of `rows` rows are among them.
+  static void CheckStepRows(int rows, const std::vector<int32_t>& logitRows, const SampleBatch& sample);
+  // What a run of `rows` rows gives back once its logits are written (or queued): each row's argmax
+  // (unless `argmax` is false; passing over banned[r]), the sampled rows' choices and the logits asked
+  // for; with `timed`, the graph time between events_[0][0] and events_[0][1] added to sessionMs_.
+  StepResult Collect(int rows, const std::vector<int32_t>& logitRows, const SampleBatch& sample, bool timed, const std::vector<int32_t>& banned, bool argmax);
   // A checked decode step of one token per row (Decode's, and each of DecodeBeams' steps): Run from slot
   // 0, with the decoder's graphs when it has them.
   StepResult Step(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions, const std::vector<int32_t>& logitRows, const SampleBatch& sample,
@@ -279,6 +293,9 @@ class SlotDecoder {
     const int32_t* sourceLengths;
     const int32_t* total;  // host memory always
     bool onDevice;
+    // Models that take last_index: each row's position the head reads (null: the zeros of
+    // lastIndexZeros_, a stable device address for the captured steps, which read none).
+    const int32_t* lastIndex = nullptr;
   };
   // Binds a step of `rows` rows from `firstSlot` (`sequence` tokens each): its inputs, the slots'
   // caches as past and present, and the logits. `values` keeps the bound tensors alive.
@@ -300,11 +317,11 @@ class SlotDecoder {
   // total_sequence_length), run plainly or captured into *exec (then as CaptureStep).
   void RunBound(int firstSlot, int rows, int sequence, int32_t total, const StepInputs& inputs);
   std::string CaptureBound(int firstSlot, int rows, int sequence, int32_t total, const StepInputs& inputs, void** exec);
-  // A ragged prefill's first run from slot 0 (rows x width tokens, each row's seqlens width - 1) as a
+  // A ragged prefill's (first) run from slot 0 (rows x width tokens, each row's seqlens width - 1) as a
   // captured CUDA graph of its shape (captured at its first run): false where it does not go that way
   // (no graphs, a group of ranks, a shape past kPrefillGraphTokens, or a capture that failed before),
-  // and the caller runs it.
-  bool PrefillGraph(int firstSlot, int rows, int width, const int64_t* ids, const int64_t* positions, const int32_t* seqlens);
+  // and the caller runs it. `lastIndex` (rows of it, or null: zeros) goes to models that take it.
+  bool PrefillGraph(int firstSlot, int rows, int width, const int64_t* ids, const int64_t* positions, const int32_t* seqlens, const int32_t* lastIndex = nullptr);
  public:
   // Captures the graphs joining prompts of up to `width` tokens prefill with (the staging slots', from
   // ContinuousCore::WarmPrefills, so that no run captures one); false where joins do not go that way.
@@ -447,7 +464,13 @@ class SlotDecoder {
   int64_t* prefillIdsDevice_ = nullptr;
   int64_t* prefillPositionsDevice_ = nullptr;
   int32_t* prefillSeqlensDevice_ = nullptr;
+  int32_t* prefillLastIndexDevice_ = nullptr;
   std::string prefillGraphFailure_;
+  // The model takes last_index (its head's Linear reads each row's logits at the position it names),
+  // and the zeros bound as it where no run reads them (a decode step's one position) or its logits are
+  // left unread (slots and staging slots of them, where the session runs).
+  bool takesLastIndex_ = false;
+  int32_t* lastIndexZeros_ = nullptr;
   int32_t* hostIds_ = nullptr;
   // DecodeChosen with CUDA graphs: two steps' sampler choices and sampler batches in pinned memory, and
   // each row's index in the batch (-1: the argmax) on the device.
