@@ -131,9 +131,12 @@ export function buildDecoderGraph(spec: DecoderSpec, weights: DecoderWeights, fl
  * GroupQueryAttention for rotary models) writes each row's new keys in place at its own length. In:
  * int64 `input_ids` and `position_ids` [batch, seq], int32 `seqlens_k` [batch] (each row's length
  * after this run, minus one) and `total_sequence_length` (a scalar, the longest of them; read by
- * GroupQueryAttention only), and `past_key_values.{i}.key|value`. Out: the last position's `logits`
- * [batch, 1, vocab] and `present.{i}.key|value` (the same buffers). No attention mask: rows are never padded, each has its
- * own length. Always the fused contrib operators (the weights match the cuda flavor's, in its order,
+ * GroupQueryAttention only), and `past_key_values.{i}.key|value`; where the head is the addon's Linear
+ * taking the last position itself (float16 and bfloat16 builds, norms folded), also int32 `last_index`
+ * [batch]: each row's position whose logits a run of several positions gives (a ragged prefill's rows,
+ * right-padded, in one run; a decode step's is unread). Out: the last position's (or last_index's)
+ * `logits` [batch, 1, vocab] and `present.{i}.key|value` (the same buffers). No attention mask: rows are
+ * never padded, each has its own length. Always the fused contrib operators (the weights match the cuda flavor's, in its order,
  * so both models can share one external data file).
  */
 export function buildSlotDecoderGraph(
@@ -156,7 +159,7 @@ export function buildSlotDecoderGraph(
     key: g.input(`past_key_values.${i}.key`, floatType, ['batch_size', numKvHeads, 'max_length', headDim]),
     value: g.input(`past_key_values.${i}.value`, floatType, ['batch_size', numKvHeads, 'max_length', headDim]),
   }));
-  const { logits, present } = decoderBody(g, spec, weights, 'cuda', { inputIds, attentionMask: '', positionIds, past }, true, { seqlensK, total, attention }, tp);
+  const { logits, present } = decoderBody(g, spec, weights, 'cuda', { inputIds, attentionMask: '', positionIds, past }, true, { seqlensK, total, attention, lastIndex: true }, tp);
   present.forEach((p, i) => {
     g.output(`present.${i}.key`, p.key, floatType, ['batch_size', numKvHeads, 'max_length', headDim]);
     g.output(`present.${i}.value`, p.value, floatType, ['batch_size', numKvHeads, 'max_length', headDim]);
@@ -287,7 +290,7 @@ function decoderBody(
   flavor: Flavor,
   inputs: DecoderInputs,
   lastOnly: boolean,
-  slotLengths?: { seqlensK: string; total: string; blockTable?: string; attention: SlotAttentionKind },
+  slotLengths?: { seqlensK: string; total: string; blockTable?: string; attention: SlotAttentionKind; lastIndex?: boolean },
   tp?: TensorParallelGraph,
 ): { logits: string; present: Array<{ key: string; value: string }> } {
   const { numLayers, vocabSize } = spec;
@@ -351,7 +354,13 @@ function decoderBody(
     const whole = tp === undefined ? logits : gatheredLogits(g, tp, logits);
     return spec.finalSoftcap === undefined ? whole : capped(g, whole, spec.finalSoftcap);
   };
-  if (g.addonLinear) return { logits: cap(addonLinear(g, h, head, undefined, { transposed: true, last: lastInHead })), present };
+  if (g.addonLinear) {
+    // Where the slot decoder asks for it, a head that takes the last position itself takes each row's
+    // own instead (`last_index`): a ragged prefill's rows, padded to one width, then need no second run
+    // of their last tokens.
+    const lastIndex = lastInHead && slotLengths?.lastIndex === true ? g.input('last_index', 'int32', ['batch_size']) : undefined;
+    return { logits: cap(addonLinear(g, h, head, undefined, { transposed: true, last: lastInHead, lastIndex })), present };
+  }
   // The head as Gemm with transB, so a tied head reads the embedding initializer instead of a copy.
   const flat = g.op('Reshape', [h, g.int64([-1, spec.hiddenSize])]);
   const logits2d = g.op('Gemm', [flat, head], { transB: 1 }, { name: 'lm_head' });

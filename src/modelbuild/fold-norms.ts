@@ -33,11 +33,14 @@ function readersOf(nodes: readonly NodeProto[]): Map<string, number[]> {
   return readers;
 }
 
-/** Which of the addon's operators `node` is, where a norm folds into it: a Linear without a pre-norm, or a QuantLinear without one (nor g_idx). */
+/**
+ * Which of the addon's operators `node` is, where a norm folds into it: a Linear without a pre-norm (its
+ * inputs 3 to 5 left out; a last_index after them stays), or a QuantLinear without one (nor g_idx).
+ */
 function foldsInto(node: NodeProto): 'Linear' | 'QuantLinear' | undefined {
   if (node.domain !== 'chorus') return undefined;
   const inputs = node.input ?? [];
-  if (node.opType === 'Linear' && inputs.length <= 3) return 'Linear';
+  if (node.opType === 'Linear' && inputs.slice(3, 6).every((input) => input === '')) return 'Linear';
   const bits = node.attribute?.find((a) => a.name === 'bits')?.i;
   if (node.opType === 'QuantLinear' && inputs.length <= 6 && (inputs[4] ?? '') === '' && (Number(bits) === 4 || Number(bits) === 8)) return 'QuantLinear';
   return undefined;
@@ -75,12 +78,14 @@ export function foldNormsIntoLinear(nodes: readonly NodeProto[], outputs: Readon
     // A Linear that takes the last position alone has no sum to hand on.
     if (sumRead && intAttribute(linear, 'last') === 1) return;
     const epsilon = floatAttribute(node, 'epsilon') ?? 1e-5;
-    // Linear: x, weight, bias, residual, norm; QuantLinear: A, B, scales, zero_points, g_idx, bias, residual, norm.
+    // Linear: x, weight, bias, residual, norm (then post_norm and last_index, kept where given);
+    // QuantLinear: A, B, scales, zero_points, g_idx, bias, residual, norm.
     const own = linear.input!.slice(1, kind === 'Linear' ? 3 : 6);
     while (own.length < (kind === 'Linear' ? 2 : 5)) own.push('');
+    const after = kind === 'Linear' ? linear.input!.slice(5) : [];
     replaced.set(at, {
       ...linear,
-      input: [node.input![0]!, ...own, skip ? node.input![1]! : '', skip ? node.input![2]! : node.input![1]!],
+      input: [node.input![0]!, ...own, skip ? node.input![1]! : '', skip ? node.input![2]! : node.input![1]!, ...after],
       output: sumRead ? [linear.output![0]!, sum!] : [linear.output![0]!],
       attribute: [...(linear.attribute ?? []), attribute('norm_epsilon', float(epsilon))],
     });
@@ -119,7 +124,8 @@ export function foldPostNormsIntoLinear(nodes: readonly NodeProto[], outputs: Re
       if (!plain || readers.get(name)?.length !== 1 || outputs.has(name)) continue;
       if ((norm.output ?? []).slice(1).some((other) => other !== '' && (readers.has(other) || outputs.has(other)))) continue;
       const other = inputs[operand === 0 ? 3 : 0] ?? '';
-      const folded = [norm.input![0]!, inputs[1]!, inputs[2] ?? '', other, inputs[4]!, norm.input![1]!];
+      // A last_index (input 6) stays after the post-norm.
+      const folded = [norm.input![0]!, inputs[1]!, inputs[2] ?? '', other, inputs[4]!, norm.input![1]!, ...inputs.slice(6)];
       replaced.set(index, { ...node, input: folded, attribute: [...(node.attribute ?? []), attribute('post_norm_epsilon', float(floatAttribute(norm, 'epsilon') ?? 1e-5))] });
       dropped.add(at);
       return;

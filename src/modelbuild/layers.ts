@@ -200,23 +200,29 @@ export type LinearActivation = 'relu' | 'gelu' | 'gelu_tanh' | 'silu';
  * a Transpose that ONNX Runtime folds when the session loads; `transposed` says it is [out, in] already.
  * `last`: x is [batch, sequence, in] and only each row's last position is projected ([batch, 1, out]),
  * by the Linear itself (a decode step's one position then needs no Slice, and a norm before it folds in).
+ * `lastIndex` (with `last`, a float weight): an int32 [batch] value naming each row's position to
+ * project instead of its last (the Linear's input 6; a decode step's one position is taken as it is).
  */
 export function addonLinear(
   g: GraphBuilder,
   x: string,
   weight: string,
   bias: string | undefined,
-  options: { activation?: LinearActivation; transposed?: boolean; last?: boolean } = {},
+  options: { activation?: LinearActivation; transposed?: boolean; last?: boolean; lastIndex?: string } = {},
 ): string {
+  if (options.lastIndex !== undefined && options.last !== true) throw new ChorusError('CHORUS_INTERNAL', 'a Linear takes lastIndex with last only');
   const quantized = quantizedValue(g, weight);
   if (quantized !== undefined) {
+    if (options.lastIndex !== undefined) throw new ChorusError('CHORUS_INTERNAL', 'a quantized projection takes no lastIndex');
     const activation = options.activation;
     const rows = options.last === true ? lastPosition(g, x) : x;
     return quantizedMatMul(g, rows, quantized, bias, activation === undefined ? undefined : { name: activation, apply: (y) => activated(g, y, activation) });
   }
   const rows = options.transposed === true ? weight : g.op('Transpose', [weight], { perm: [1, 0] });
   const attributes = { ...(options.activation === undefined ? {} : { activation: options.activation }), ...(options.last === true ? { last: 1 } : {}) };
-  return g.op('Linear', [x, rows, ...(bias === undefined ? [] : [bias])], attributes, { domain: 'chorus' });
+  // Inputs 3 to 5 (the pre-norm's residual, norm and post-norm) left out before last_index.
+  const inputs = options.lastIndex === undefined ? [x, rows, ...(bias === undefined ? [] : [bias])] : [x, rows, bias ?? '', '', '', '', options.lastIndex];
+  return g.op('Linear', inputs, attributes, { domain: 'chorus' });
 }
 
 /** x [batch, sequence, ...] at each row's last position: [batch, 1, ...]. */

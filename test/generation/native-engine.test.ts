@@ -220,7 +220,7 @@ describe('chorus build --slot-decoder', () => {
       // Each layer's two RMSNorms go into the Linear after them (q, k and v's; the gated MLP's), the
       // first without a residual, and the final norm into the head, which takes the last position
       // itself (no Slice): no norm keeps a kernel of its own.
-      const normed = nodes.filter((n) => n.opType === 'Linear' && n.input!.length === 5);
+      const normed = nodes.filter((n) => n.opType === 'Linear' && (n.input![4] ?? '') !== '');
       assert.equal(normed.length, 2 * layers + 1, file);
       assert.equal(normed.filter((n) => n.input![3] === '').length, 1, file);
       const norms = Array.from({ length: layers }, () => ['input_norm.weight', 'post_norm.weight']).flat();
@@ -228,6 +228,9 @@ describe('chorus build --slot-decoder', () => {
       const head = normed[normed.length - 1]!;
       assert.equal(Number(head.attribute!.find((a) => a.name === 'last')?.i), 1, file);
       assert.equal(head.output!.length, 1, file);
+      // The slot decoder's head also takes each row's last_index (one-run ragged prefills); the paged one's does not.
+      assert.deepEqual(head.input!.slice(5), file === 'decoder_model_slots.onnx' ? ['', 'last_index'] : [], file);
+      assert.ok(normed.slice(0, -1).every((n) => n.input!.length === 5), file);
       // Each other one with a residual hands the sum on to the next norm, which reads it as its residual.
       for (const node of normed.slice(0, -1).filter((n) => n.input![3] !== '')) {
         assert.equal(node.output!.length, 2, file);

@@ -78,6 +78,17 @@ describe('foldNormsIntoLinear', () => {
     const summed = [skipNorm('n', 'd', 'r', 'g'), head, reader('next', 'n.sum')];
     assert.deepEqual(foldNormsIntoLinear(summed, new Set()), summed);
   });
+
+  test("folds into a head that takes last_index (input 6, after inputs 3 to 5 left out), keeping it there", () => {
+    const head = { ...linear('head', 'n.normed', ['', '', '', '', 'last_index']), attribute: [attribute('last', 1)] };
+    const folded = foldNormsIntoLinear([skipNorm('n', 'd', 'r', 'g'), head], new Set());
+    assert.deepEqual(folded.map((n) => n.opType), ['Linear']);
+    assert.deepEqual(folded[0]!.input, ['d', 'head.weight', '', 'r', 'g', '', 'last_index']);
+    assert.deepEqual(folded[0]!.output, ['head.y']);
+    // A Linear with a pre-norm of its own already takes no other.
+    const normed = linear('q', 'n.normed', ['', 'stream', 'gamma', '', 'last_index']);
+    assert.deepEqual(foldNormsIntoLinear([skipNorm('n', 'd', 'r', 'g'), normed], new Set())[1], normed);
+  });
 });
 
 describe('foldPostNormsIntoLinear', () => {
@@ -97,6 +108,13 @@ describe('foldPostNormsIntoLinear', () => {
     assert.deepEqual(folded[0]!.output, ['gate.y', 'n.sum']);
     const epsilon = folded[0]!.attribute!.find((a) => a.name === 'post_norm_epsilon');
     assert.ok(epsilon !== undefined && Math.abs(epsilon.f! - 1e-6) < 1e-12);
+  });
+
+  test("keeps a head's last_index after the post-norm it gains", () => {
+    const head = { ...linear('head', 'n.normed', ['', '', '', '', 'last_index']), attribute: [attribute('last', 1)] };
+    const folded = both([postNorm('post', 'mlp'), skipNorm('n', 'post.normed', 'stream', 'gamma'), head]);
+    assert.deepEqual(folded.map((n) => n.opType), ['Linear']);
+    assert.deepEqual(folded[0]!.input, ['mlp', 'head.weight', '', 'stream', 'gamma', 'post.gamma', 'last_index']);
   });
 
   test('takes the post-normed operand from the residual side too, trading x and the residual', () => {

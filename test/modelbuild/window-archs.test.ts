@@ -220,12 +220,14 @@ test("gemma2 in fp16: its norms fold into the addon's Linear (post-norms and the
   // Four norms a layer apart (the first input norm plain, the rest with the residual) and the final norm.
   assert.equal(apart.filter((op) => /Normalization/.test(op)).length, 4 * 3 + 1);
   const linears = onnxProto.onnx.ModelProto.decode(readFileSync(join(built.default!, 'onnx', 'decoder_model_slots.onnx'))).graph!.node!.filter((n) => n.opType === 'Linear');
-  assert.equal(linears.filter((n) => n.input!.length === 6 && n.input![5] !== '').length, 2 * 3, "each layer's two post-norms in the Linear after them");
+  assert.equal(linears.filter((n) => (n.input![5] ?? '') !== '').length, 2 * 3, "each layer's two post-norms in the Linear after them");
   // The head: the last position, the final norm inside, and the last layer's post-feedforward norm too.
   const head = linears[linears.length - 1]!;
   assert.equal(Number(head.attribute!.find((a) => a.name === 'last')?.i), 1);
   assert.equal(head.input![4], 'final_norm.weight');
   assert.equal(head.input![5], 'layers.2.post_mlp_norm.weight');
+  // Then each row's last_index, after the post-norm the fold put in.
+  assert.equal(head.input![6], 'last_index');
   const want = await nativeGreedy(built['0']!);
   assert.equal(want.length, STEPS);
   assert.deepEqual(await nativeGreedy(built.default!), want);
