@@ -1202,6 +1202,28 @@ bool DecodeKernelTakes(const PagedAttentionArgs& a, int splits) {
 // after a request prefilled anew at about 240 tokens: the split decode steps' counters then lay under a
 // larger shape's partials in the shared workspace. With the counters at one place (kCounterFloats) the
 // same run was NaN-free and at 99.41% of transformers' fp16 ids on TinyLlama.
+// Whether the tensor-core kernel's shared memory for heads of `dim` fits a block on the current device
+// (heads of 256 take 141 KiB: an A100 or H100 gives a block up to 163 or 227 KiB, the sm_86 and sm_89
+// parts 99 KiB, where the other kernels take those heads). Asked of CUDA once a device.
+bool MmaFitsDevice(int dim) {
+  constexpr int kDevices = 64;
+  static std::atomic<long long> most[kDevices] = {};  // 0: not asked yet
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return false;
+  long long bytes = most[device].load(std::memory_order_relaxed);
+  if (bytes == 0) {
+    int value = 0;
+    if (cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+      cudaGetLastError();
+      value = 48 * 1024;
+    }
+    bytes = value;
+    most[device].store(bytes, std::memory_order_relaxed);
+  }
+  const size_t needed = dim == 64 ? MmaSharedBytes<64>() : dim == 96 ? MmaSharedBytes<96>() : dim == 128 ? MmaSharedBytes<128>() : MmaSharedBytes<256>();
+  return needed <= static_cast<size_t>(bytes);
+}
+
 template <typename T>
 bool MmaKernelTakes(const PagedAttentionArgs& a, int splits) {
   const char* setting = std::getenv("CHORUS_PAGED_MMA");
@@ -1211,7 +1233,7 @@ bool MmaKernelTakes(const PagedAttentionArgs& a, int splits) {
   const char* prefills = std::getenv("CHORUS_PAGED_MMA_PREFILL");
   if (a.tokens > 1 && prefills != nullptr && std::strcmp(prefills, "0") == 0) return false;
   const bool dims = a.dim == 64 || a.dim == 96 || a.dim == 128 || a.dim == 256;
-  return (splits == 1 || every) && dims && a.heads / a.kvHeads <= kMmaHeads && DecodeStepsSetting() == DecodeSteps::kSplit && HeadVectorsFit<T>(a);
+  return (splits == 1 || every) && dims && a.heads / a.kvHeads <= kMmaHeads && DecodeStepsSetting() == DecodeSteps::kSplit && HeadVectorsFit<T>(a) && MmaFitsDevice(a.dim);
 }
 
 // A decode step goes out as a dependent launch (its first tiles read before the wait); a prefill as a
