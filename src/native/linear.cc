@@ -229,19 +229,13 @@ struct LinearKernel : KernelBase<LinearKernel> {
         scratch.push_back(allocator->GetAllocation(bytes));
         return scratch.back().get();
       };
-      // last over several positions (a prefill): each row's last x and residual copied into scratch rows
-      // (with last_index, the rows its device memory names, gathered without the host reading it).
+      // last over several positions (a prefill): each row's last x and residual gathered into scratch rows
+      // (with last_index, the rows its device memory names, without the host reading it).
       if (positions > 1) {
         const size_t rowBytes = static_cast<size_t>(args.in) * ElementBytes(args.type);
         auto lastOf = [&](const void* from) {
           void* rows = allocate(rowBytes * args.rows);
-          if (lastIndex != nullptr) {
-            GatherRowsDevice(from, rows, rowBytes, args.rows, positions, lastIndex, stream);
-            return rows;
-          }
-          const char* first = static_cast<const char*>(from) + (positions - 1) * rowBytes;
-          const cudaError_t copied = cudaMemcpy2DAsync(rows, rowBytes, first, rowBytes * positions, rowBytes, static_cast<size_t>(args.rows), cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream));
-          if (copied != cudaSuccess) throw std::runtime_error(std::string("cudaMemcpy2DAsync: ") + cudaGetErrorString(copied));
+          GatherRowsDevice(from, rows, rowBytes, args.rows, positions, lastIndex, stream);
           return rows;
         };
         args.x = lastOf(args.x);

@@ -319,11 +319,12 @@ __global__ void GatedKernel(LinearArgs a, const T* products) {
   }
 }
 
-// Row r of `rows` from row r * positions + index[r] of `from`, one block a row, in units of U.
+// Row r of `rows` from row r * positions + index[r] of `from` (no index: each row's last position), one
+// block a row, in units of U.
 template <typename U>
 __global__ void GatherRowsKernel(const U* from, U* rows, size_t units, int64_t positions, const int32_t* index) {
   const int r = blockIdx.x;
-  const int64_t given = index[r];
+  const int64_t given = index == nullptr ? positions - 1 : index[r];
   const int64_t at = given < 0 ? 0 : given >= positions ? positions - 1 : given;
   const U* source = from + (static_cast<int64_t>(r) * positions + at) * units;
   U* target = rows + static_cast<size_t>(r) * units;

@@ -148,7 +148,8 @@ bool LinearDependentLaunch();
 // The switch itself, for the other decode kernels that go out as dependent launches (QuantLinear's).
 std::atomic<bool>& LinearDependentLaunchFlag();
 // Device: rows[r] <- from's row r * positions + index[r] (index on the device, clamped into
-// 0..positions - 1), rows of rowBytes, for r in 0..count - 1, on `stream`.
+// 0..positions - 1; null: positions - 1, each row's last), rows of rowBytes, for r in 0..count - 1, on
+// `stream`.
 void GatherRowsDevice(const void* from, void* rows, size_t rowBytes, int count, int64_t positions, const int32_t* index, void* stream);
 // Device: y += bias, then the activation, in place (after a GEMM wrote y), on `stream`.
 void BiasActivateDevice(const LinearArgs& args, void* stream);

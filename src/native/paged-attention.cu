@@ -1204,24 +1204,16 @@ bool DecodeKernelTakes(const PagedAttentionArgs& a, int splits) {
 // same run was NaN-free and at 99.41% of transformers' fp16 ids on TinyLlama.
 // Whether the tensor-core kernel's shared memory for heads of `dim` fits a block on the current device
 // (heads of 256 take 141 KiB: an A100 or H100 gives a block up to 163 or 227 KiB, the sm_86 and sm_89
-// parts 99 KiB, where the other kernels take those heads). Asked of CUDA once a device.
+// parts 99 KiB, where the other kernels take those heads).
 bool MmaFitsDevice(int dim) {
-  constexpr int kDevices = 64;
-  static std::atomic<long long> most[kDevices] = {};  // 0: not asked yet
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return false;
-  long long bytes = most[device].load(std::memory_order_relaxed);
-  if (bytes == 0) {
-    int value = 0;
-    if (cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-      cudaGetLastError();
-      value = 48 * 1024;
-    }
-    bytes = value;
-    most[device].store(bytes, std::memory_order_relaxed);
+  int most = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
   }
   const size_t needed = dim == 64 ? MmaSharedBytes<64>() : dim == 96 ? MmaSharedBytes<96>() : dim == 128 ? MmaSharedBytes<128>() : MmaSharedBytes<256>();
-  return needed <= static_cast<size_t>(bytes);
+  return needed <= static_cast<size_t>(most);
 }
 
 template <typename T>
