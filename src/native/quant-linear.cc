@@ -110,6 +110,8 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     tiles_ = Knob("CHORUS_QUANT_TILES", {"mma", "wmma"});
     tileWarps8_ = Knob("CHORUS_QUANT_TILE_WARPS", {"4", "8"}) == "8";
     bytesAsFloats_ = Knob("CHORUS_QUANT_BYTE_PAIRS", {"0", "1"}) == "0";
+    const std::string pairThreads = Knob("CHORUS_QUANT_PAIR_THREADS", {"64", "128", "256"});
+    pairThreads_ = pairThreads.empty() ? 0 : std::stoi(pairThreads);
     const char* host = std::getenv("CHORUS_QUANT_HOST");
     int8Avx2_ = host != nullptr && std::string(host) == "avx2";
   }
@@ -251,6 +253,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     args.int8Avx2 = int8Avx2_;
     args.tileWarps8 = tileWarps8_;
     args.bytesAsFloats = bytesAsFloats_;
+    args.pairThreads = pairThreads_;
     args.x = x.GetTensorRawData();
     const Ort::ConstValue weight = ctx.GetInput(1);
     const std::vector<int64_t> weightShape = ShapeOf(weight);
@@ -333,6 +336,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
   bool int8Avx2_ = false;
   bool tileWarps8_ = false;  // CHORUS_QUANT_TILE_WARPS=8
   bool bytesAsFloats_ = false;  // CHORUS_QUANT_BYTE_PAIRS=0
+  int pairThreads_ = 0;          // CHORUS_QUANT_PAIR_THREADS
   int64_t k_ = 0;
   int64_t n_ = 0;
   int64_t bits_ = 0;

@@ -398,12 +398,28 @@ __global__ void __launch_bounds__(kNibbleMaxThreads, R >= 4 ? 1 : 2) QuantNibble
   FinishPairs<Gated, kNibbleOutputs, R, Norm>(a, first, threads, acc, squares);
 }
 
+// The float16 kernels' threads a block for K of `chunks` 16-byte chunks: a thread for each chunk (at
+// least 64, at most 256); at one row of K 4096 or more, a thread for each 2 chunks, so that each thread
+// has 2 of each weight row in flight at once. CHORUS_QUANT_PAIR_THREADS=n: a thread for each chunk, at
+// most n, at every K. Measured on an H100, one row, us (bench/gpu/quant/kernels.ts), a thread for each
+// 2 chunks against one: 8 bits, Llama-2-7B's q/k/v/o 7.0 against 8.8, fused q/k/v 17.4 against 21.8,
+// gate/up 15.8 against 19.8 (86% of the bandwidth against 69%), down the same 256 threads; 4 bits,
+// q/k/v/o 5.7 against 6.4, fused q/k/v 12.1 against 14.0 (down, at 192 threads, not timed alone). In the
+// model (one run each, decode steps), Llama-2-7B int8 3.40 against 3.45 ms, int4 2.87 against 2.98 ms.
+// Under K 4096 it was slower in the model: TinyLlama int8's decode step 0.890 against 0.785 ms, its
+// gated product with a pre-norm at 64 threads 15.9 us.
+inline int PairThreads(const QuantLinearArgs& a, int chunks) {
+  const bool halves = a.pairThreads == 0 && a.rows == 1 && a.in >= kWideLeastIn;
+  const int most = a.pairThreads == 0 ? kNibbleMaxThreads : a.pairThreads;
+  return std::min(most, std::max(64, ((halves ? chunks / 2 : chunks) + 31) / 32 * 32));
+}
+
 template <bool Gated, bool Norm>
 void LaunchNibbles(const QuantLinearArgs& a, cudaStream_t stream) {
   std::atomic<bool>& dependent = LinearDependentLaunchFlag();
   // A warp for each 32 chunks of a row (K 2048: 2 warps; 4096: 4; 8192 and more: 8).
   const int chunks = a.in / 32;
-  const dim3 block(std::min(kNibbleMaxThreads, std::max(64, (chunks + 31) / 32 * 32)));
+  const dim3 block(PairThreads(a, chunks));
   // 8 weight rows a block for one row, else 4 (gated: half as many outputs).
   const int outputs = (a.rows == 1 ? 8 : 4) / (Gated ? 2 : 1);
   const dim3 grid((a.out + outputs - 1) / outputs);
@@ -527,7 +543,7 @@ void LaunchBytePairs(const QuantLinearArgs& a, cudaStream_t stream) {
   // A warp for each 32 chunks of 16 bytes of a row (K 2048: 4 warps; 4096 and more: 8), and 2 chunks of
   // each row in flight a thread where some thread takes more than one.
   const int chunks = a.in / 16;
-  const int threads = std::min(kNibbleMaxThreads, std::max(64, (chunks + 31) / 32 * 32));
+  const int threads = PairThreads(a, chunks);
   if (chunks > threads) LaunchBytePairsAhead<2, Gated, Norm>(a, dim3(threads), stream);
   else LaunchBytePairsAhead<1, Gated, Norm>(a, dim3(threads), stream);
 }

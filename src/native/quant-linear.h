@@ -74,6 +74,7 @@ struct QuantLinearArgs {
   bool tileWarps8;       // the many-row tiles at 8 warps of one fragment (CHORUS_QUANT_TILE_WARPS=8)
   bool bytesAsFloats;    // 8-bit float16 steps in float32 arithmetic, not float16 pairs (CHORUS_QUANT_BYTE_PAIRS=0)
   bool gated;            // y = activation(product of row o) * product of row out + o
+  int pairThreads;       // the float16 decode kernels' most threads a block, a thread a chunk (CHORUS_QUANT_PAIR_THREADS; 0: PairThreads' choice)
   // A pre-norm (norm given), as LinearArgs': x is the stream's new delta, the product is taken of
   // RMSNorm(x + residual) * norm, and sum (where given) receives x + residual.
   const void* residual;
