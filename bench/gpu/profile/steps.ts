@@ -8,6 +8,7 @@
  * Engine flags: one-step (greedySteps 1), no-graph (cudaGraph off), invariant (batch-invariant);
  * gqa: the slot decoder built with GroupQueryAttention rather than the addon's attention;
  * pa: built with `--slot-attention PagedAttention`;
+ * int8, int4: built with `--weights int8` or `int4` (a checkpoint folder's model);
  * streams: the requests streamed and arriving 2 ms apart (as the speed runs' concurrent streams);
  * sampled: temperature 0.7, top_p 0.9 and a seed a request (as `chorus bench` samples);
  * core: on the continuous core (as `chorus serve` runs a GPU model).
@@ -37,7 +38,8 @@ const checkpoint = folder ? model : join(work, `${model}-ckpt`);
 // gqa: the slot decoder built with GroupQueryAttention (to compare with the addon's attention).
 const gqa = flags.includes('gqa');
 const pa = flags.includes('pa');
-const dir = join(work, `${basename(model)}-${dtype}${gqa ? '-gqa' : pa ? '-pa' : ''}`);
+const quantized = flags.includes('int8') ? ('int8' as const) : flags.includes('int4') ? ('int4' as const) : undefined;
+const dir = join(work, `${basename(model)}-${dtype}${gqa ? '-gqa' : pa ? '-pa' : ''}${quantized === undefined ? '' : `-${quantized}`}`);
 if (!existsSync(join(checkpoint, 'config.json'))) {
   if (seq2seq) {
     const spec = SEQ2SEQ_MODELS[model];
@@ -47,7 +49,7 @@ if (!existsSync(join(checkpoint, 'config.json'))) {
     makeCheckpoint({ arch: 'gpt2', size: 'real', seed: 1, out: checkpoint });
   }
 }
-if (!existsSync(join(dir, 'onnx', 'decoder_model_slots.onnx'))) buildModel({ source: checkpoint, out: dir, dtype, slotDecoder: true, ...(seq2seq ? {} : { flavor: 'cuda' as const }), ...(gqa ? { slotAttention: 'GroupQueryAttention' as const } : pa ? { slotAttention: 'PagedAttention' as const } : {}) });
+if (!existsSync(join(dir, 'onnx', 'decoder_model_slots.onnx'))) buildModel({ source: checkpoint, out: dir, dtype, slotDecoder: true, ...(seq2seq ? {} : { flavor: 'cuda' as const }), ...(gqa ? { slotAttention: 'GroupQueryAttention' as const } : pa ? { slotAttention: 'PagedAttention' as const } : {}), ...(quantized === undefined ? {} : { weights: quantized }) });
 const eosField = (JSON.parse(readFileSync(join(checkpoint, 'config.json'), 'utf8')) as { eos_token_id: number | number[] }).eos_token_id;
 const eos = Number(Array.isArray(eosField) ? eosField[0] : eosField);
 const engine = await NativeEngine.open(dir, {

@@ -5,9 +5,11 @@
  * QuantLinear's decode kernels side by side: its default (the wide kernel up to 4 rows), "QL mma" the
  * tensor-core GEMV and "QL plain" the float32 one (CHORUS_QUANT_GEMV=mma, plain), "int8 QL floats" the
  * 8-bit wide kernel in float32 arithmetic rather than float16 pairs (CHORUS_QUANT_BYTE_PAIRS=0; at the
- * rows of QUANT_ROWS up to 4); past 8 rows "QL wmma" the tiles of weights dequantized in shared memory
- * (CHORUS_QUANT_TILES=wmma) and the register tiles at 8 warps a block (CHORUS_QUANT_TILE_WARPS=8;
- * default 4). Each
+ * rows of QUANT_ROWS up to 4), "QL t256", "QL t128", "QL t64" the float16 kernels at one row with a
+ * thread a chunk and at most that many threads a block (CHORUS_QUANT_PAIR_THREADS), "int8 QL chan ..."
+ * QuantLinear as a built decoder has it (blocks of 256, a pre-norm folded in, gated); past 8 rows "QL
+ * wmma" the tiles of weights dequantized in shared memory (CHORUS_QUANT_TILES=wmma) and the register
+ * tiles at 8 warps a block (CHORUS_QUANT_TILE_WARPS=8; default 4). Each
  * timing is a CUDA graph of `copies` projections (weights of their own, 128 MB or more in all, so
  * they come from memory and not L2) replayed `QUANT_ITERATIONS` times; a projection's time is the
  * replay's over the copies. Effective bandwidth: its weights, scales, x and y over that time, and
@@ -41,8 +43,10 @@ if (addon === undefined || !addon.cuda) throw new Error(`the native addon with C
 // The issue's targets first: a budget that runs out leaves out the last.
 const SHAPES = [
   { name: 'llama2-7b qkvo', K: 4096, N: 4096 },
+  { name: 'llama2-7b qkv', K: 4096, N: 12288 },
   { name: 'tinyllama qkvo', K: 2048, N: 2048 },
   { name: 'llama2-7b gate/up', K: 4096, N: 11008 },
+  { name: 'llama2-7b gate+up', K: 4096, N: 22016 },
   { name: 'tinyllama gate/up', K: 2048, N: 5632 },
   { name: 'llama2-7b down', K: 11008, N: 4096 },
 ].filter((s) => process.env.QUANT_SHAPES === undefined || process.env.QUANT_SHAPES.split(',').includes(s.name));
@@ -58,6 +62,27 @@ const ALL_VARIANTS: Variant[] = [
   // Up to 4 rows: 8-bit weights in the wide kernel's float32 arithmetic rather than float16 pairs.
   { name: 'int8 QL floats', op: 'QuantLinear', bits: 8, env: { CHORUS_QUANT_BYTE_PAIRS: '0' }, rows: [1, 2, 3, 4] },
   { name: 'int4 QL mma', op: 'QuantLinear', bits: 4, gemv: 'mma' },
+  // As a built decoder's QuantLinears are: blocks of 256 (`--weights int8`: a row's one scale repeated),
+  // a pre-norm folded in, gated (silu: the shape's N rows are the gates' and the up rows'), at one row,
+  // by default and at a thread a chunk.
+  ...(['', '256', '128'] as const).flatMap((most) =>
+    [false, true].map((gated) => ({
+      name: `int8 QL chan norm${gated ? ' gated' : ''}${most === '' ? '' : ` t${most}`}`,
+      op: 'QuantLinear' as const,
+      bits: 8 as const,
+      channel: true,
+      norm: true,
+      gated,
+      env: (most === '' ? {} : { CHORUS_QUANT_PAIR_THREADS: most }) as Record<string, string>,
+      rows: [1],
+    })),
+  ),
+  { name: 'int8 QL chan', op: 'QuantLinear', bits: 8, channel: true, rows: [1] },
+  // One row: the float16 kernels at a thread a chunk, at most 128 or 64 threads a block
+  // (CHORUS_QUANT_PAIR_THREADS; the default takes a thread for each 2 chunks from K 4096).
+  ...([8, 4] as const).flatMap((bits) =>
+    ['256', '128', '64'].map((most) => ({ name: `int${bits} QL t${most}`, op: 'QuantLinear' as const, bits, env: { CHORUS_QUANT_PAIR_THREADS: most }, rows: [1] })),
+  ),
   { name: 'int8 QL plain', op: 'QuantLinear', bits: 8, gemv: 'plain' },
   { name: 'int4 QL plain', op: 'QuantLinear', bits: 4, gemv: 'plain' },
   // Many rows: the tiles of weights dequantized in shared memory, and the register tiles' 8 warps of one
@@ -109,10 +134,11 @@ for (const shape of SHAPES) {
   const outputs = new Map<string, Uint8Array>();
   const xs = new Map(ROWS.map((M) => [M, activations(M, K)]));
   for (const v of VARIANTS) {
-    const key = v.bits === undefined ? v.op : `int${v.bits}`;
+    if (v.gated === true && N % 2 !== 0) continue;
+    const key = v.bits === undefined ? v.op : `int${v.bits}${v.channel === true ? ' channel' : ''}`;
     if (!weights.has(key)) weights.set(key, makeWeights(v, K, N));
     const w = weights.get(key)!;
-    const perCopy = trafficBytes(w, 0, K, N);
+    const perCopy = trafficBytes(w, 0, K, N, v);
     const copies = Math.max(2, Math.min(64, Math.ceil((128 << 20) / perCopy)));
     const path = join(work, 'model.onnx');
     let written = false;
@@ -130,19 +156,21 @@ for (const shape of SHAPES) {
         Object.assign(process.env, env);
         let result: ReturnType<typeof addon.runGraph>;
         try {
-          result = addon.runGraph({ model: path, provider: 'cuda', dtype: 'fp16', cudaGraph: true, iterations }, [{ name: 'x', type: 'float16', dims: [M, K], data: xs.get(M)! }]);
+          const inputs = [{ name: 'x', type: 'float16' as const, dims: [M, K], data: xs.get(M)! }];
+          if (v.norm === true) inputs.push({ name: 'r', type: 'float16' as const, dims: [M, K], data: xs.get(M)! });
+          result = addon.runGraph({ model: path, provider: 'cuda', dtype: 'fp16', cudaGraph: true, iterations }, inputs);
         } finally {
           for (const name of Object.keys(env)) delete process.env[name];
         }
         row.us = (result.ms * 1000) / copies;
-        row.gbs = trafficBytes(w, M, K, N) / (row.us * 1e3);
+        row.gbs = trafficBytes(w, M, K, N, v) / (row.us * 1e3);
         row.peakShare = row.gbs / PEAK_GBS;
         const fp16 = rows.find((r) => r.shape === shape.name && r.M === M && r.variant === 'fp16 MatMul');
         if (fp16?.us !== undefined) row.speedupOverFp16 = fp16.us / row.us;
         const y0 = result.outputs.find((o) => o.name === 'y0')!.data;
         if (v.op === 'MatMulNBits') outputs.set(`${v.bits}:${M}`, y0);
         const reference = outputs.get(`${v.bits}:${M}`);
-        if (v.op === 'QuantLinear' && reference !== undefined) row.vsMatMulNBits = maxRelative(y0, reference);
+        if (v.op === 'QuantLinear' && reference !== undefined && v.norm !== true && v.channel !== true) row.vsMatMulNBits = maxRelative(y0, reference);
       } catch (error) {
         row.error = String(error).slice(0, 300);
       }

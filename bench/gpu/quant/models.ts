@@ -22,6 +22,12 @@ export interface Variant {
   env?: Record<string, string>;
   /** The row counts it is timed at (default: all of the benchmark's). */
   rows?: number[];
+  /** QuantLinear as a built decoder's: with a pre-norm folded in (a residual input and a norm's weights; the sum written). */
+  norm?: boolean;
+  /** Gated (silu): the shape's N weight rows are the gates' then the up rows', N / 2 outputs. */
+  gated?: boolean;
+  /** As `chorus build --weights int8` writes them: blocks of 256 (each row's one scale repeated) rather than of BLOCK_SIZE. */
+  channel?: boolean;
 }
 
 export const BLOCK_SIZE = 128;
@@ -41,17 +47,22 @@ export interface Weights {
   blocks?: number;
 }
 
+/** A variant's block size: a build's 256 for its int8 weights of one scale a row, else BLOCK_SIZE. */
+export function blockSize(v: Variant): number {
+  return v.channel === true ? 256 : BLOCK_SIZE;
+}
+
 export function makeWeights(v: Variant, K: number, N: number): Weights {
   if (v.bits === undefined) return { weight: halves(K * N) };
-  const blocks = Math.ceil(K / BLOCK_SIZE);
-  const weight = new Uint8Array(N * blocks * ((BLOCK_SIZE * v.bits) / 8));
+  const blocks = Math.ceil(K / blockSize(v));
+  const weight = new Uint8Array(N * blocks * ((blockSize(v) * v.bits) / 8));
   randomFillSync(weight);
   return { weight, scales: halves(N * blocks), blocks };
 }
 
-/** Bytes a projection reads and writes: its weights (and scales), x and y. */
-export function trafficBytes(w: Weights, M: number, K: number, N: number): number {
-  return w.weight.byteLength + (w.scales?.byteLength ?? 0) + 2 * M * K + 2 * M * N;
+/** Bytes a projection reads and writes: its weights (and scales), x and y (gated: N / 2 outputs). */
+export function trafficBytes(w: Weights, M: number, K: number, N: number, v?: Variant): number {
+  return w.weight.byteLength + (w.scales?.byteLength ?? 0) + 2 * M * K + 2 * M * (v?.gated === true ? N / 2 : N);
 }
 
 /** The model's bytes: `copies` nodes of variant v, outputs y0..y{copies-1}. */
@@ -67,20 +78,28 @@ export function modelBytes(v: Variant, w: Weights, K: number, N: number, copies:
       initializer.push({ name: `w${c}`, dims, dataType: T.FLOAT16, rawData: w.weight });
       node.push({ opType: v.op, input: ['x', `w${c}`], output: [y], name: `n${c}`, ...(v.op === 'Linear' ? { domain: 'chorus' } : {}) });
     } else {
-      initializer.push({ name: `b${c}`, dims: [N, w.blocks!, (BLOCK_SIZE * v.bits) / 8], dataType: T.UINT8, rawData: w.weight });
+      initializer.push({ name: `b${c}`, dims: [N, w.blocks!, (blockSize(v) * v.bits) / 8], dataType: T.UINT8, rawData: w.weight });
       initializer.push({ name: `s${c}`, dims: [N, w.blocks!], dataType: T.FLOAT16, rawData: w.scales! });
+      const fused = v.norm === true ? ['', '', '', 'r', 'g'] : [];
+      const attribute = [int('K', K), int('N', N), int('bits', v.bits), int('block_size', blockSize(v))];
+      if (v.gated === true) attribute.push(int('gated', 1), { name: 'activation', type: onnx.AttributeProto.AttributeType.STRING, s: new TextEncoder().encode('silu') });
       node.push({
         opType: v.op,
         domain: v.op === 'QuantLinear' ? 'chorus' : 'com.microsoft',
-        input: ['x', `b${c}`, `s${c}`],
-        output: [y],
+        input: ['x', `b${c}`, `s${c}`, ...fused],
+        output: v.norm === true ? [y, `sum${c}`] : [y],
         name: `n${c}`,
-        attribute: [int('K', K), int('N', N), int('bits', v.bits), int('block_size', BLOCK_SIZE)],
+        attribute,
       });
+      if (v.norm === true) output.push({ name: `sum${c}`, type: { tensorType: { elemType: T.FLOAT16, shape: { dim: [{ dimParam: 'M' }, { dimValue: K }] } } } });
     }
-    output.push({ name: y, type: { tensorType: { elemType: T.FLOAT16, shape: { dim: [{ dimParam: 'M' }, { dimValue: N }] } } } });
+    output.push({ name: y, type: { tensorType: { elemType: T.FLOAT16, shape: { dim: [{ dimParam: 'M' }, { dimValue: v.gated === true ? N / 2 : N }] } } } });
   }
   const input = [{ name: 'x', type: { tensorType: { elemType: T.FLOAT16, shape: { dim: [{ dimParam: 'M' }, { dimValue: K }] } } } }];
+  if (v.norm === true) {
+    input.push({ name: 'r', type: { tensorType: { elemType: T.FLOAT16, shape: { dim: [{ dimParam: 'M' }, { dimValue: K }] } } } });
+    initializer.push({ name: 'g', dims: [K], dataType: T.FLOAT16, rawData: halves(K) });
+  }
   const model = onnx.ModelProto.create({
     irVersion: 8,
     producerName: 'chorus-bench',
