@@ -3,7 +3,8 @@
  * transformers loads too) built with `chorus build`'s API for the native engine (cuda flavor, slot
  * decoder), then greedy decoding on the GPU with CUDA graphs: prompts of 128 tokens, 128 new tokens,
  * batch 1 and batch 64 (that many requests submitted together). Reports the build's time and peak RSS,
- * tokens/s, ms per decode step, TTFT and the GPU memory in use; and the decode steps alone (the prompt's
+ * tokens/s, ms per decode step, TTFT, the GPU memory in use and its clocks and power over the measured
+ * runs (bench/gpu/gpu-clocks.ts); and the decode steps alone (the prompt's
  * prefill left out): each request's time from its first token to its last over the steps between them
  * (the median request's), as ms a step and tokens/s, to set against the weights' floor, which is a
  * decode step's.
@@ -27,6 +28,7 @@ import { join } from 'node:path';
 import { lastValueFrom, tap, toArray } from 'rxjs';
 import { NativeEngine, type RequestMetrics } from '../../../src/generation/index.ts';
 import { buildModel, type BuildOptions, type WeightsMode } from '../../../src/modelbuild/index.ts';
+import { withGpuClocks } from '../gpu-clocks.ts';
 import { envCounts, seededRows } from '../speed/common.ts';
 
 const [checkpoint, work, name, dtypeArg] = process.argv.slice(2);
@@ -118,20 +120,23 @@ async function measure(engine: NativeEngine, cache: string): Promise<void> {
     metrics.length = 0;
     // LLAMA_REPEAT measured runs: the median run's figures, TTFT over every request of every run.
     const measured: Array<{ seconds: number; steps: number; tokens: number; decodeMsPerStep: number | undefined; results: Awaited<ReturnType<typeof run>> }> = [];
-    for (let i = 0; i < REPEAT; i++) {
-      const before = engine.stats();
-      const started = performance.now();
-      const results = await run();
-      const seconds = (performance.now() - started) / 1000;
-      const decodeMs = arrivals.filter((t) => t.length > 1).map((t) => (t[t.length - 1]! - t[0]!) / (t.length - 1)).sort((a, b) => a - b);
-      measured.push({
-        seconds,
-        steps: engine.stats().decodeSteps - before.decodeSteps,
-        tokens: results.reduce((sum, events) => sum + events.length, 0),
-        decodeMsPerStep: decodeMs[Math.floor(decodeMs.length / 2)],
-        results,
-      });
-    }
+    // The GPU's clocks and power sampled over the measured runs (a host's limits change instruction-bound figures).
+    const { clocks } = await withGpuClocks(async () => {
+      for (let i = 0; i < REPEAT; i++) {
+        const before = engine.stats();
+        const started = performance.now();
+        const results = await run();
+        const seconds = (performance.now() - started) / 1000;
+        const decodeMs = arrivals.filter((t) => t.length > 1).map((t) => (t[t.length - 1]! - t[0]!) / (t.length - 1)).sort((a, b) => a - b);
+        measured.push({
+          seconds,
+          steps: engine.stats().decodeSteps - before.decodeSteps,
+          tokens: results.reduce((sum, events) => sum + events.length, 0),
+          decodeMsPerStep: decodeMs[Math.floor(decodeMs.length / 2)],
+          results,
+        });
+      }
+    });
     const { seconds, steps, tokens, decodeMsPerStep, results } = [...measured].sort((a, b) => a.tokens / a.seconds - b.tokens / b.seconds)[Math.floor(REPEAT / 2)]!;
     const ttft = metrics.map((m) => m.timeToFirstTokenMs).sort((a, b) => a - b);
     const row = {
@@ -146,6 +151,7 @@ async function measure(engine: NativeEngine, cache: string): Promise<void> {
       decode_tokens_per_s: decodeMsPerStep === undefined ? undefined : (batch * 1000) / decodeMsPerStep,
       gpu_memory_mib: gpuMemoryMiB(),
       ids_first_row: results[0]!.slice(0, 16).map((e) => e.token),
+      gpu_clocks: clocks,
       ...(REPEAT > 1
         ? {
             repeats: REPEAT,
