@@ -417,7 +417,7 @@ inline int PairThreads(const QuantLinearArgs& a, int chunks) {
 template <bool Gated, bool Norm>
 void LaunchNibbles(const QuantLinearArgs& a, cudaStream_t stream) {
   std::atomic<bool>& dependent = LinearDependentLaunchFlag();
-  // A warp for each 32 chunks of a row (K 2048: 2 warps; 4096: 4; 8192 and more: 8).
+  // Chunks of 32 values (PairThreads: K 2048 2 warps; 4096 4, at one row 2; 11008 8, at one row 6).
   const int chunks = a.in / 32;
   const dim3 block(PairThreads(a, chunks));
   // 8 weight rows a block for one row, else 4 (gated: half as many outputs).
@@ -540,7 +540,7 @@ void LaunchBytePairsAhead(const QuantLinearArgs& a, dim3 block, cudaStream_t str
 
 template <bool Gated, bool Norm>
 void LaunchBytePairs(const QuantLinearArgs& a, cudaStream_t stream) {
-  // A warp for each 32 chunks of 16 bytes of a row (K 2048: 4 warps; 4096 and more: 8), and 2 chunks of
+  // Chunks of 16 values (PairThreads: K 2048 4 warps; 4096 8, at one row 4; 11008 8), and 2 chunks of
   // each row in flight a thread where some thread takes more than one.
   const int chunks = a.in / 16;
   const int threads = PairThreads(a, chunks);
