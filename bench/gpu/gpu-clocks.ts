@@ -59,7 +59,7 @@ export async function withGpuClocks<T>(run: () => Promise<T>): Promise<{ result:
     if (rows.length > 0) {
       Object.assign(clocks, limits(), {
         sm_mhz_median: median(sm),
-        sm_mhz_min: Math.min(...sm.filter(Number.isFinite)),
+        sm_mhz_min: sm.some(Number.isFinite) ? Math.min(...sm.filter(Number.isFinite)) : undefined,
         mem_mhz_median: median(rows.map((r) => r[1]!)),
         power_w_median: median(rows.map((r) => r[2]!)),
       });
