@@ -28,6 +28,13 @@ inline ONNXTensorElementDataType ElementOf(FloatType type) {
 
 inline std::vector<int64_t> ShapeOf(const Ort::ConstValue& value) { return value.GetTensorTypeAndShapeInfo().GetShape(); }
 
+// A shape as error messages give it: "[2, 3]".
+inline std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); i++) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
 // Whether optional input `index` was given.
 inline bool Given(const Ort::KernelContext& ctx, size_t index) {
   return ctx.GetInputCount() > index && static_cast<const OrtValue*>(ctx.GetInput(index)) != nullptr;

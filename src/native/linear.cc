@@ -179,11 +179,7 @@ struct LinearKernel : KernelBase<LinearKernel> {
       const Ort::TensorTypeAndShapeInfo info = index.GetTensorTypeAndShapeInfo();
       if (info.GetElementType() != ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32) throw std::invalid_argument("last_index must be int32");
       const std::vector<int64_t> indexShape = info.GetShape();
-      if (indexShape != std::vector<int64_t>{given[0]}) {
-        std::string dims;
-        for (int64_t d : indexShape) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
-        throw std::invalid_argument("last_index must be [batch] (" + std::to_string(given[0]) + "), not [" + dims + "]");
-      }
+      if (indexShape != std::vector<int64_t>{given[0]}) throw std::invalid_argument("last_index must be [batch] (" + std::to_string(given[0]) + "), not " + ShapeText(indexShape));
       if (positions > 1) lastIndex = index.GetTensorData<int32_t>();
     }
     int64_t rows = 1;

@@ -50,12 +50,6 @@ std::string Knob(const char* name, std::initializer_list<const char*> allowed) {
   throw std::invalid_argument(std::string(name) + " must be " + list + ", not " + value);
 }
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); i++) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 #ifdef CHORUS_WITH_CUDA
 // ONNX Runtime's CUDA provider's cuBLAS handle (cuda_resource.h), as Linear takes it.
 constexpr int kCudaResourceVersion = 3;
