@@ -60,9 +60,14 @@ export function makeWeights(v: Variant, K: number, N: number): Weights {
   return { weight, scales: halves(N * blocks), blocks };
 }
 
-/** Bytes a projection reads and writes: its weights (and scales), x and y (gated: N / 2 outputs). */
+/** A projection's outputs for N weight rows: N, or gated, N / 2. */
+function outputsOf(N: number, v?: Variant): number {
+  return v?.gated === true ? N / 2 : N;
+}
+
+/** Bytes a projection reads and writes: its weights (and scales), x and y. */
 export function trafficBytes(w: Weights, M: number, K: number, N: number, v?: Variant): number {
-  return w.weight.byteLength + (w.scales?.byteLength ?? 0) + 2 * M * K + 2 * M * (v?.gated === true ? N / 2 : N);
+  return w.weight.byteLength + (w.scales?.byteLength ?? 0) + 2 * M * K + 2 * M * outputsOf(N, v);
 }
 
 /** The model's bytes: `copies` nodes of variant v, outputs y0..y{copies-1}. */
@@ -93,7 +98,7 @@ export function modelBytes(v: Variant, w: Weights, K: number, N: number, copies:
       });
       if (v.norm === true) output.push({ name: `sum${c}`, type: { tensorType: { elemType: T.FLOAT16, shape: { dim: [{ dimParam: 'M' }, { dimValue: K }] } } } });
     }
-    output.push({ name: y, type: { tensorType: { elemType: T.FLOAT16, shape: { dim: [{ dimParam: 'M' }, { dimValue: v.gated === true ? N / 2 : N }] } } } });
+    output.push({ name: y, type: { tensorType: { elemType: T.FLOAT16, shape: { dim: [{ dimParam: 'M' }, { dimValue: outputsOf(N, v) }] } } } });
   }
   const input = [{ name: 'x', type: { tensorType: { elemType: T.FLOAT16, shape: { dim: [{ dimParam: 'M' }, { dimValue: K }] } } } }];
   if (v.norm === true) {
