@@ -4,7 +4,9 @@
 #   source /root/gpu-env/env.sh && bash bench/gpu/llama/ab.sh tinyllama-1.1b 'gqa' 'paged CHORUS_SLOT_PAGED=1'
 # speed.ts's knobs (LLAMA_CACHES, LLAMA_BATCHES, ...) apply to every variant; AB_DTYPE=bf16 builds in
 # bf16 from a bfloat16 checkpoint (default fp16). Writes <work>/<shape>-<tag>-<dtype>.json and the log
-# under $OUT.
+# under $OUT. Variants that differ in engine knobs alone can share one build: give each
+# LLAMA_BUILT=<dir> (the first builds there, the rest run it; the folder is kept), e.g.
+#   bash bench/gpu/llama/ab.sh llama-2-7b 'a LLAMA_BUILT=/tmp/b/7b' 'b LLAMA_BUILT=/tmp/b/7b CHORUS_X=1'
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 shape=${1:?usage: ab.sh <shape> '<tag> [VAR=value...]'...}

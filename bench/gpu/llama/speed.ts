@@ -19,11 +19,13 @@
  *   LLAMA_GROUP_SIZE=128 (int4)  LLAMA_CUDA_GRAPH=0 (plain runs)
  *   LLAMA_SLOT_ATTENTION=GroupQueryAttention (the slot decoder's attention, to compare with the addon's)
  *   LLAMA_CONTINUOUS=1 (on the continuous core, as `chorus serve` runs GPU models; default: the step loop)
+ *   LLAMA_BUILT=<dir> (the build there is run as it is where it exists, else built there and kept: for
+ *   variants that differ only in engine knobs)
  *   LLAMA_REPEAT=1 (measured runs of each batch: the median run's figures, TTFT's median and p10/p90
  *   over every request of every run)
  */
 import { execFileSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { lastValueFrom, tap, toArray } from 'rxjs';
 import { NativeEngine, type RequestMetrics } from '../../../src/generation/index.ts';
@@ -51,12 +53,19 @@ function gpuMemoryMiB(): number {
   return Number(out.trim().split('\n')[0]);
 }
 
-const dir = join(work, `${name}-${variant}-built`);
+const dir = process.env.LLAMA_BUILT ?? join(work, `${name}-${variant}-built`);
 const buildStarted = performance.now();
 const slotAttention = process.env.LLAMA_SLOT_ATTENTION === undefined ? {} : { slotAttention: process.env.LLAMA_SLOT_ATTENTION as NonNullable<BuildOptions['slotAttention']> };
-const built = buildModel({ source: checkpoint, out: dir, dtype, flavor: 'cuda', slotDecoder: true, weights, ...groupSize, ...slotAttention });
-const build = { seconds: (performance.now() - buildStarted) / 1000, peak_rss_mib: process.resourceUsage().maxRSS / 1024, weight_bytes: built.stats.weightBytes, quantization: built.quantization };
-console.log(`${name} ${variant}: built in ${build.seconds.toFixed(1)} s, peak RSS ${build.peak_rss_mib.toFixed(0)} MiB`);
+let build: Record<string, unknown> = { reused: dir };
+if (process.env.LLAMA_BUILT !== undefined && existsSync(join(dir, 'onnx', 'decoder_model_slots.onnx'))) {
+  console.log(`${name} ${variant}: the build in ${dir}`);
+} else {
+  const built = buildModel({ source: checkpoint, out: dir, dtype, flavor: 'cuda', slotDecoder: true, weights, ...groupSize, ...slotAttention });
+  const seconds = (performance.now() - buildStarted) / 1000;
+  const peak = process.resourceUsage().maxRSS / 1024;
+  build = { seconds, peak_rss_mib: peak, weight_bytes: built.stats.weightBytes, quantization: built.quantization };
+  console.log(`${name} ${variant}: built in ${seconds.toFixed(1)} s, peak RSS ${peak.toFixed(0)} MiB`);
+}
 
 const metrics: RequestMetrics[] = [];
 const rows: Array<Record<string, unknown>> = [];
