@@ -74,12 +74,24 @@ const median = (values: number[]): number | undefined => {
   return sorted.length === 0 ? undefined : sorted[Math.floor(sorted.length / 2)];
 };
 
-/** Device 0's name, highest SM clock and enforced power limit, or {} where nvidia-smi cannot say. */
-function limits(): Pick<GpuClocks, 'name' | 'sm_mhz_max_allowed' | 'power_limit_w'> {
+type DeviceFacts = Pick<GpuClocks, 'name' | 'sm_mhz_max_allowed' | 'power_limit_w' | 'driver' | 'vbios' | 'inforom' | 'part_number'>;
+let facts: DeviceFacts | undefined;
+
+/**
+ * Device 0's name, highest SM clock and enforced power limit, and its identity (identityOf), asked of
+ * nvidia-smi once a process (they do not change between measurements); {} where it cannot say.
+ */
+function deviceFacts(): DeviceFacts {
+  if (facts !== undefined) return facts;
+  facts = {};
   const text = smi(['--query-gpu=name,clocks.max.sm,enforced.power.limit', '--format=csv,noheader,nounits', '-i', '0']);
-  if (text === undefined) return {};
-  const [name, sm, power] = text.trim().split('\n')[0]!.split(',').map((s) => s.trim());
-  return { name, sm_mhz_max_allowed: Number(sm), power_limit_w: Number(power) };
+  if (text !== undefined) {
+    const [name, sm, power] = text.trim().split('\n')[0]!.split(',').map((s) => s.trim());
+    Object.assign(facts, { name, sm_mhz_max_allowed: Number(sm), power_limit_w: Number(power) });
+  }
+  const full = smi(['-q', '-i', '0']);
+  if (full !== undefined) Object.assign(facts, identityOf(full));
+  return facts;
 }
 
 /** `run`'s result, and device 0's clocks and power sampled while it ran. */
@@ -106,7 +118,7 @@ export async function withGpuClocks<T>(run: () => Promise<T>): Promise<{ result:
     const sm = rows.map((r) => r[0]!);
     const clocks: GpuClocks = { samples: rows.length };
     if (rows.length > 0) {
-      Object.assign(clocks, limits(), {
+      Object.assign(clocks, deviceFacts(), {
         sm_mhz_median: median(sm),
         sm_mhz_min: sm.some(Number.isFinite) ? Math.min(...sm.filter(Number.isFinite)) : undefined,
         mem_mhz_median: median(rows.map((r) => r[1]!)),
@@ -114,8 +126,6 @@ export async function withGpuClocks<T>(run: () => Promise<T>): Promise<{ result:
       });
       const slowdowns = slowdownsBetween(slowdownsBefore, readSlowdowns());
       if (slowdowns !== undefined) clocks.slowdown_us = slowdowns;
-      const full = smi(['-q', '-i', '0']);
-      if (full !== undefined) Object.assign(clocks, identityOf(full));
     }
     return { result, clocks };
   } finally {
