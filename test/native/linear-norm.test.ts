@@ -137,6 +137,11 @@ const CASES: Case[] = [
   { rows: 4, in: 256, out: 24, type: 'bfloat16', residual: true, bias: true },
   { rows: 6, in: 64, out: 16, type: 'float16', residual: true },
   { rows: 40, in: 2048, out: 8, type: 'float16', residual: true },
+  // Past 4 rows a gated product's gate is its own pass: 16 bytes a thread (out a whole number of
+  // vectors), else an element a thread.
+  { rows: 9, in: 64, out: 20, type: 'float32', residual: true, gated: true, bias: true },
+  { rows: 7, in: 64, out: 12, type: 'float16', residual: true, gated: true },
+  { rows: 10, in: 64, out: 24, type: 'bfloat16', residual: true, gated: true },
   // One row: the kernel's 8 outputs a block, past the last output and gated.
   { rows: 1, in: 128, out: 20, type: 'float16', residual: true, gated: true, bias: true },
   { rows: 1, in: 256, out: 44, type: 'bfloat16', residual: true },
