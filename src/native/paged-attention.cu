@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cuda-check.h"
 #include "device.cuh"
 #include "linear.h"
 #include "paged-attention.h"
@@ -759,8 +760,9 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs
   if (threadIdx.x == 0) *counter = 0;
 }
 
-// Decode steps of many rows (one split: blocks enough without splitting positions) and prefills
-// (CHORUS_PAGED_MMA_PREFILL=0: not) on tensor cores: block (row, key head, chunk of tokens) takes
+// Decode steps of many rows (one split: blocks enough without splitting positions) and prefills of few
+// blocks (CHORUS_PAGED_MMA_PREFILL=0: none; PagedMmaPrefillKernel takes the others) on tensor cores:
+// block (row, key head, chunk of tokens) takes
 // the query heads of the key head's group for as many of the row's tokens as make at most 16 query rows
 // (the rows of an m16n8k16 product, padded with zeros: 2 tokens for groups of 8, 16 for one head a key
 // head), over the positions up to its last token's; each query row's scores are masked to its own
@@ -829,6 +831,99 @@ __device__ inline void SplitPair(float first, float second, uint32_t& high, uint
   float kept[2];
   WidenWord<T>(high, kept);
   low = PackPair<T>(first - kept[0], second - kept[1]);
+}
+
+// One staged tile of 16 positions (keys at `tile`, values kTileHalves after, from position `base`)
+// against a warp's 16 query rows: the scores Q K^T, each row's online softmax (rows g and g + 8 of the
+// lane: `newest` and `oldest` the keys each reads, -1 newest for none) and P V added to `o`. The
+// queries' A fragments are `qf` for heads of up to 128, else read from `queries` ([16][row halves]).
+template <typename T, int D>
+__device__ inline void MmaTileStep(const PagedAttentionArgs& a, const T* tile, int base, const T* queries, const uint32_t (&qf)[D <= 128 ? D / 16 : 1][4],
+                                   const int (&newest)[2], const int (&oldest)[2], float (&highest)[2], float (&total)[2], float (&o)[D / 8][4], int lane) {
+  constexpr int kRow = MmaRowHalves<D>();
+  constexpr int kTileHalves = kMmaTile * kRow;
+  constexpr bool kQueriesHeld = D <= 128;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const auto queryFragment = [&](int kk, uint32_t (&f)[4]) {
+    f[0] = *reinterpret_cast<const uint32_t*>(queries + g * kRow + 16 * kk + 2 * t);
+    f[1] = *reinterpret_cast<const uint32_t*>(queries + (g + 8) * kRow + 16 * kk + 2 * t);
+    f[2] = *reinterpret_cast<const uint32_t*>(queries + g * kRow + 16 * kk + 8 + 2 * t);
+    f[3] = *reinterpret_cast<const uint32_t*>(queries + (g + 8) * kRow + 16 * kk + 8 + 2 * t);
+  };
+  float sc[2][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    uint32_t q[4];
+    if constexpr (kQueriesHeld) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) q[e] = qf[kk][e];
+    } else {
+      queryFragment(kk, q);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++) {
+      const T* key = tile + (nt * 8 + g) * kRow + 16 * kk + 2 * t;
+      Mma<T>(sc[nt], q[0], q[1], q[2], q[3], *reinterpret_cast<const uint32_t*>(key), *reinterpret_cast<const uint32_t*>(key + 8));
+    }
+  }
+  // Scores (scaled, capped; -inf where the row does not read the key), each row's new maximum across
+  // the 4 lanes that share it, then the probabilities as the next product's A fragment.
+  float p[2][4];
+#pragma unroll
+  for (int nt = 0; nt < 2; nt++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int j = base + nt * 8 + 2 * t + (e & 1);
+      const bool reads = j >= oldest[e / 2] && j <= newest[e / 2];
+      p[nt][e] = reads ? SoftCapped(sc[nt][e] * a.scale, a.softcap) : -INFINITY;
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    float next = fmaxf(fmaxf(p[0][2 * h], p[0][2 * h + 1]), fmaxf(p[1][2 * h], p[1][2 * h + 1]));
+    next = fmaxf(next, __shfl_xor_sync(0xffffffffu, next, 1));
+    next = fmaxf(next, __shfl_xor_sync(0xffffffffu, next, 2));
+    next = fmaxf(next, highest[h]);
+    // A row that has read no key yet keeps nothing (all its probabilities 0).
+    const float floor = next == -INFINITY ? 0.0f : next;
+    const float keep = __expf(highest[h] - floor);
+    float sum = 0;
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++) {
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; e++) {
+        p[nt][e] = __expf(p[nt][e] - floor);
+        sum += p[nt][e];
+      }
+    }
+    total[h] = total[h] * keep + sum;
+    highest[h] = next;
+#pragma unroll
+    for (int nn = 0; nn < D / 8; nn++) {
+      o[nn][2 * h] *= keep;
+      o[nn][2 * h + 1] *= keep;
+    }
+  }
+  // P as the float type's pairs and what they leave out (each p = high + low to about 22 bits): the
+  // weighted sum takes both, as near float32 P as the general kernel's.
+  uint32_t pa[4];
+  uint32_t pl[4];
+#pragma unroll
+  for (int q = 0; q < 4; q++) SplitPair<T>(p[q / 2][2 * (q % 2)], p[q / 2][2 * (q % 2) + 1], pa[q], pl[q]);
+  // The values transposed by ldmatrix: lanes 8 m .. 8 m + 7 address matrix m's rows (positions 8 (m %
+  // 2) on, dimensions 8 (nn + m / 2) on).
+  const T* value = tile + kTileHalves + ((lane / 8) % 2 * 8 + lane % 8) * kRow + (lane / 16) * 8;
+#pragma unroll
+  for (int nn = 0; nn < D / 8; nn += 2) {
+    const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(value + nn * 8));
+    uint32_t b0, b1, b2, b3;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3) : "r"(address));
+    Mma<T>(o[nn], pa[0], pa[1], pa[2], pa[3], b0, b1);
+    Mma<T>(o[nn], pl[0], pl[1], pl[2], pl[3], b0, b1);
+    Mma<T>(o[nn + 1], pa[0], pa[1], pa[2], pa[3], b2, b3);
+    Mma<T>(o[nn + 1], pl[0], pl[1], pl[2], pl[3], b2, b3);
+  }
 }
 
 template <typename T, int D>
@@ -964,79 +1059,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaKernel(PagedAttentionA
       }
     }
     __syncwarp();
-    float sc[2][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-      uint32_t q[4];
-      if constexpr (kQueriesHeld) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) q[e] = qf[kk][e];
-      } else {
-        queryFragment(kk, q);
-      }
-#pragma unroll
-      for (int nt = 0; nt < 2; nt++) {
-        const T* key = tile + (nt * 8 + g) * kRow + 16 * kk + 2 * t;
-        Mma<T>(sc[nt], q[0], q[1], q[2], q[3], *reinterpret_cast<const uint32_t*>(key), *reinterpret_cast<const uint32_t*>(key + 8));
-      }
-    }
-    // Scores (scaled, capped; -inf where the row does not read the key), each row's new maximum across
-    // the 4 lanes that share it, then the probabilities as the next product's A fragment.
-    float p[2][4];
-#pragma unroll
-    for (int nt = 0; nt < 2; nt++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int j = base + nt * 8 + 2 * t + (e & 1);
-        const bool reads = j >= oldest[e / 2] && j <= newest[e / 2];
-        p[nt][e] = reads ? SoftCapped(sc[nt][e] * a.scale, a.softcap) : -INFINITY;
-      }
-    }
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      float next = fmaxf(fmaxf(p[0][2 * h], p[0][2 * h + 1]), fmaxf(p[1][2 * h], p[1][2 * h + 1]));
-      next = fmaxf(next, __shfl_xor_sync(0xffffffffu, next, 1));
-      next = fmaxf(next, __shfl_xor_sync(0xffffffffu, next, 2));
-      next = fmaxf(next, highest[h]);
-      // A row that has read no key yet keeps nothing (all its probabilities 0).
-      const float floor = next == -INFINITY ? 0.0f : next;
-      const float keep = __expf(highest[h] - floor);
-      float sum = 0;
-#pragma unroll
-      for (int nt = 0; nt < 2; nt++) {
-#pragma unroll
-        for (int e = 2 * h; e < 2 * h + 2; e++) {
-          p[nt][e] = __expf(p[nt][e] - floor);
-          sum += p[nt][e];
-        }
-      }
-      total[h] = total[h] * keep + sum;
-      highest[h] = next;
-#pragma unroll
-      for (int nn = 0; nn < D / 8; nn++) {
-        o[nn][2 * h] *= keep;
-        o[nn][2 * h + 1] *= keep;
-      }
-    }
-    // P as the float type's pairs and what they leave out (each p = high + low to about 22 bits): the
-    // weighted sum takes both, as near float32 P as the general kernel's.
-    uint32_t pa[4];
-    uint32_t pl[4];
-#pragma unroll
-    for (int q = 0; q < 4; q++) SplitPair<T>(p[q / 2][2 * (q % 2)], p[q / 2][2 * (q % 2) + 1], pa[q], pl[q]);
-    // The values transposed by ldmatrix: lanes 8 m .. 8 m + 7 address matrix m's rows (positions 8 (m %
-    // 2) on, dimensions 8 (nn + m / 2) on).
-    const T* value = tile + kTileHalves + ((lane / 8) % 2 * 8 + lane % 8) * kRow + (lane / 16) * 8;
-#pragma unroll
-    for (int nn = 0; nn < D / 8; nn += 2) {
-      const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(value + nn * 8));
-      uint32_t b0, b1, b2, b3;
-      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3) : "r"(address));
-      Mma<T>(o[nn], pa[0], pa[1], pa[2], pa[3], b0, b1);
-      Mma<T>(o[nn], pl[0], pl[1], pl[2], pl[3], b0, b1);
-      Mma<T>(o[nn + 1], pa[0], pa[1], pa[2], pa[3], b2, b3);
-      Mma<T>(o[nn + 1], pl[0], pl[1], pl[2], pl[3], b2, b3);
-    }
+    MmaTileStep<T, D>(a, tile, base, queries, qf, newest, oldest, highest, total, o, lane);
     __syncwarp();
   }
   // The projection after may start pulling its weights.
@@ -1082,6 +1105,157 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaKernel(PagedAttentionA
       sum += sums[(w * kMmaHeads + h) * D + d] * scale;
     }
     static_cast<T*>(a.output)[(y * a.heads + first + h % group) * D + d] = Narrowed<T>(sum / l);
+  }
+}
+
+// Prefills on tensor cores, the tiles shared: block (row, kMmaWarps chunks of tokens, key head), warp w
+// the chunk's w-th (as many tokens as make 16 query rows, as PagedMmaKernel's block takes), each warp its
+// own 16 query rows over every tile of the block's keys. The block copies each tile of 16 positions into
+// shared memory once (cp.async, S - 1 tiles ahead) for all its warps, which skip the tiles outside their
+// own tokens' keys; each warp's softmax is whole at the end, so it writes its rows itself (no join).
+// PagedMmaKernel's blocks took 16 query rows each and split the positions among their warps: each
+// block read the keys and values up to its last token again (604 MB a layer from L2 for Llama-2-7B's
+// prefill of 64 x 128 tokens, whose keys and values are 134 MB) and joined its warps' partial sums.
+template <int D>
+__host__ __device__ constexpr size_t MmaPrefillSharedBytes() {
+  return static_cast<size_t>(MmaStages<D>()) * 2 * kMmaTile * MmaRowHalves<D>() * 2 + static_cast<size_t>(kMmaWarps) * kMmaHeads * MmaRowHalves<D>() * 2;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaPrefillKernel(PagedAttentionArgs a) {
+  constexpr int kPer = 8;  // 16-bit types: 8 a 16-byte vector
+  constexpr int kRow = MmaRowHalves<D>();
+  constexpr int kChunks = D / kPer;
+  constexpr int kTileHalves = kMmaTile * kRow;
+  constexpr int S = MmaStages<D>();
+  extern __shared__ float4 mmaShared[];
+  T* staged = reinterpret_cast<T*>(mmaShared);     // [S][keys, values][16][kRow]
+  T* queries = staged + S * 2 * kTileHalves;       // [warps][16][kRow]
+
+  const int group = a.heads / a.kvHeads;
+  const int perChunk = kMmaHeads / group;
+  const int chunks = (a.tokens + perChunk - 1) / perChunk;
+  const int blockChunks = (chunks + kMmaWarps - 1) / kMmaWarps;
+  const int r = blockIdx.x / blockChunks;
+  const int k = blockIdx.y;
+  const int first = k * group;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  // This warp's chunk (a warp past the last chunk takes the last one's rows and writes nothing).
+  const int chunk = blockIdx.x % blockChunks * kMmaWarps + warp;
+  const bool live = chunk < chunks;
+  const int firstToken = min(chunk, chunks - 1) * perChunk;
+  const int queryRows = min(perChunk, a.tokens - firstToken) * group;
+  // The block's keys: from the oldest its first token reads to its last token's position.
+  const int blockFirst = blockIdx.x % blockChunks * kMmaWarps * perChunk;
+  const int blockLast = min(a.tokens, blockFirst + kMmaWarps * perChunk) - 1;
+  const int start = FirstKey(PositionOf(a, r, blockFirst), a.window);
+  const int n = PositionOf(a, r, blockLast) + 1;
+  const int tiles = (n - start + kMmaTile - 1) / kMmaTile;
+  const T* keys = static_cast<const T*>(a.keyCache);
+  const T* values = static_cast<const T*>(a.valueCache);
+  // Tile i into stage s by the whole block (rows past the last position zeros), one commit group either way.
+  const auto load = [&](int i, int s) {
+    if (i < tiles) {
+      T* to = staged + s * 2 * kTileHalves;
+      const int base = start + i * kMmaTile;
+      for (int c = threadIdx.x; c < kMmaTile * kChunks; c += kMmaWarps * 32) {
+        const int row = c / kChunks;
+        const int column = c % kChunks;
+        const int j = base + row;
+        const size_t at = CacheAt(a, r, k, j < n ? j : start) + column * kPer;
+        CopyAsync16(to + row * kRow + column * kPer, keys + at, j < n);
+        CopyAsync16(to + kTileHalves + row * kRow + column * kPer, values + at, j < n);
+      }
+    }
+    CommitAsync();
+  };
+#pragma unroll
+  for (int i = 0; i < S - 1; i++) load(i, i);
+
+  // The warp's query rows, biased, normed and rotated by its lane groups (every group the same passes:
+  // the norms' shuffles take the whole warp); rows past them zeros.
+  T* mine = queries + warp * kMmaHeads * kRow;
+  const int vectors = D / kPer;
+  int span = 1;
+  while (span < vectors) span <<= 1;
+  const int slots = 32 / span;
+  const int part = lane % span;
+  for (int e = lane; e < (kMmaHeads - queryRows) * kRow; e += 32) mine[queryRows * kRow + e] = Narrowed<T>(0.0f);
+  const int passes = (queryRows + slots - 1) / slots;
+  for (int pass = 0; pass < passes; pass++) {
+    const int h = pass * slots + lane / span;
+    const int which = min(h, queryRows - 1);
+    const int token = firstToken + which / group;
+    float v[kPer];
+    HeadVector<T>(a, static_cast<size_t>(r) * a.tokens + token, first + which % group, part, vectors, span, PositionOf(a, r, token), true, v);
+    if (h < queryRows && part < vectors) {
+      T out[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; i++) out[i] = Narrowed<T>(v[i]);
+      *reinterpret_cast<uint4*>(mine + which * kRow + part * kPer) = *reinterpret_cast<const uint4*>(out);
+    }
+  }
+  __syncwarp();
+
+  const int g = lane / 4;
+  const int t = lane % 4;
+  constexpr bool kQueriesHeld = D <= 128;
+  uint32_t qf[kQueriesHeld ? D / 16 : 1][4];
+  if constexpr (kQueriesHeld) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      qf[kk][0] = *reinterpret_cast<const uint32_t*>(mine + g * kRow + 16 * kk + 2 * t);
+      qf[kk][1] = *reinterpret_cast<const uint32_t*>(mine + (g + 8) * kRow + 16 * kk + 2 * t);
+      qf[kk][2] = *reinterpret_cast<const uint32_t*>(mine + g * kRow + 16 * kk + 8 + 2 * t);
+      qf[kk][3] = *reinterpret_cast<const uint32_t*>(mine + (g + 8) * kRow + 16 * kk + 8 + 2 * t);
+    }
+  }
+  int newest[2];
+  int oldest[2];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int i = g + 8 * h;
+    const int at = PositionOf(a, r, firstToken + min(i, queryRows - 1) / group);
+    newest[h] = live && i < queryRows ? at : -1;
+    oldest[h] = FirstKey(at, a.window);
+  }
+  // The warp's keys, for skipping the tiles it has no use for.
+  const int warpNewest = live ? PositionOf(a, r, firstToken + queryRows / group - 1) : -1;
+  const int warpOldest = FirstKey(PositionOf(a, r, firstToken), a.window);
+  float highest[2] = {-INFINITY, -INFINITY};
+  float total[2] = {0, 0};
+  float o[D / 8][4];
+#pragma unroll
+  for (int nn = 0; nn < D / 8; nn++) o[nn][0] = o[nn][1] = o[nn][2] = o[nn][3] = 0;
+  for (int i = 0; i < tiles; i++) {
+    load(i + S - 1, (i + S - 1) % S);
+    WaitAsync<S - 1>();
+    __syncthreads();
+    const int base = start + i * kMmaTile;
+    if (base <= warpNewest && base + kMmaTile > warpOldest) MmaTileStep<T, D>(a, staged + i % S * 2 * kTileHalves, base, mine, qf, newest, oldest, highest, total, o, lane);
+    // Every warp done with the stage before it is loaded again.
+    __syncthreads();
+  }
+  WaitAsync<0>();
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    total[h] += __shfl_xor_sync(0xffffffffu, total[h], 1);
+    total[h] += __shfl_xor_sync(0xffffffffu, total[h], 2);
+  }
+  if (!live) return;
+  T* output = static_cast<T*>(a.output);
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int row = g + 8 * h;
+    if (row >= queryRows) continue;
+    const size_t y = static_cast<size_t>(r) * a.tokens + firstToken + row / group;
+    T* to = output + (y * a.heads + first + row % group) * D + 2 * t;
+#pragma unroll
+    for (int nn = 0; nn < D / 8; nn++) {
+      to[nn * 8] = Narrowed<T>(o[nn][2 * h] / total[h]);
+      to[nn * 8 + 1] = Narrowed<T>(o[nn][2 * h + 1] / total[h]);
+    }
   }
 }
 
@@ -1266,7 +1440,25 @@ void LaunchMma(const PagedAttentionArgs& a, cudaStream_t stream) {
     AllowSharedBytes(asked, PagedMmaKernel<T, D>, bytes);
   }
   const int perChunk = kMmaHeads / (a.heads / a.kvHeads);
-  const dim3 grid(a.rows * ((a.tokens + perChunk - 1) / perChunk), a.kvHeads);
+  const int chunks = (a.tokens + perChunk - 1) / perChunk;
+  // Prefills with blocks enough for two a multiprocessor share each tile among a block's warps; fewer
+  // (a lone prompt) keep the decode steps' kernel, whose 4x the blocks spread wider. CHORUS_PAGED_MMA_PREFILL
+  // (read at each launch, to compare and to test): `warps` keeps that kernel for every prefill, `shared`
+  // takes the shared tiles for every one.
+  const char* prefills = std::getenv("CHORUS_PAGED_MMA_PREFILL");
+  const bool warps = prefills != nullptr && std::strcmp(prefills, "warps") == 0;
+  const bool shared = prefills != nullptr && std::strcmp(prefills, "shared") == 0;
+  const long prefillBlocks = static_cast<long>(a.rows) * ((chunks + kMmaWarps - 1) / kMmaWarps) * a.kvHeads;
+  if (a.tokens > 1 && !warps && (shared || prefillBlocks >= 2L * CurrentMultiprocessors())) {
+    constexpr size_t prefillBytes = MmaPrefillSharedBytes<D>();
+    if constexpr (prefillBytes > 48 * 1024) {
+      static std::atomic<unsigned long long> askedPrefill{0};
+      AllowSharedBytes(askedPrefill, PagedMmaPrefillKernel<T, D>, prefillBytes);
+    }
+    PagedMmaPrefillKernel<T, D><<<dim3(a.rows * ((chunks + kMmaWarps - 1) / kMmaWarps), a.kvHeads), kMmaWarps * 32, prefillBytes, stream>>>(a);
+    return;
+  }
+  const dim3 grid(a.rows * chunks, a.kvHeads);
   if (a.tokens == 1) {
     LaunchMaybeDependentShared(LinearDependentLaunchFlag(), PagedMmaKernel<T, D>, grid, dim3(kMmaWarps * 32), bytes, stream, a);
   } else {

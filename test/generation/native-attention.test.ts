@@ -204,14 +204,22 @@ describe('the decoder attention kernels with sliding windows and soft-capped sco
   // CHORUS_PAGED_DECODE=0: PagedAttention's decode steps in the general kernel, DecoderSlotAttention's
   // in the slot kernel (read at each launch). Otherwise 16-bit decode steps in 1 split of heads of 64,
   // 96, 128 or 256 take the tensor-core kernel, in more the decode kernel; the prefills of those heads
-  // take the tensor-core kernel too (the default).
+  // take the tensor-core kernel too (the default): where they make blocks enough to fill the GPU (none
+  // of these), its warps share each tile; `shared` (CHORUS_PAGED_MMA_PREFILL=shared) takes that kernel
+  // for every prefill.
   test('on the GPU: fp32 as the reference, fp16 and bf16 as the host kernels, paged in 1, 3 and 16 splits, decode kernel and general', { skip: gpu ? false : 'no CUDA device' }, (t) => {
     t.after(() => {
       delete process.env.CHORUS_PAGED_DECODE;
+      delete process.env.CHORUS_PAGED_MMA_PREFILL;
     });
     // A slot decode step of 16-bit types goes to PagedAttention's decode kernel unless decode is 0.
-    for (const [c, decode] of CASES.flatMap((c) => (c.tokens === 1 ? ['1', '0'] : ['1']).map((d) => [c, d] as const))) {
-      process.env.CHORUS_PAGED_DECODE = decode;
+    for (const [c, decode] of CASES.flatMap((c) => (c.tokens === 1 ? ['1', '0'] : ['1', 'shared']).map((d) => [c, d] as const))) {
+      process.env.CHORUS_PAGED_DECODE = decode === 'shared' ? '1' : decode;
+      if (decode === 'shared') {
+        process.env.CHORUS_PAGED_MMA_PREFILL = 'shared';
+      } else {
+        delete process.env.CHORUS_PAGED_MMA_PREFILL;
+      }
       // Splits keep a counter per token row and head, 4096 at most: a prefill past that is refused them.
       const counted = c.past.length * c.tokens * c.heads <= 4096;
       if (c.op === 'paged' && !counted) {
