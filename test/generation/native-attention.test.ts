@@ -76,6 +76,8 @@ const CASES: Case[] = [
   // Prefills at these head sizes take it too where asked: 2 tokens a block for groups of 8, 8 for groups of 2.
   { name: 'paged over slots prefill of 37, dim 64, 8 heads a key head, window 24, rows from 0 and 50', op: 'paged', tokens: 37, heads: 16, kvHeads: 2, dim: 64, past: [0, 50], window: 24, softcap: 0, scale: 0.125, rotary: true, slots: true },
   { name: 'paged prefill of 20, dim 128, 2 heads a key head, q/k norms, bias, block table', op: 'paged', tokens: 20, heads: 4, kvHeads: 2, dim: 128, past: [3, 31], window: 0, softcap: 0, scale: 0.09, bias: true, rotary: true, norms: true, blockSize: 16 },
+  // Gemma 2's heads of 256 (the queries read from shared memory at each tile), its cap and window.
+  { name: 'paged prefill of 40, dim 256, 2 heads a key head, window 24, softcap 2, block table', op: 'paged', tokens: 40, heads: 4, kvHeads: 2, dim: 256, past: [0, 19], window: 24, softcap: 2, scale: 0.0625, rotary: true, blockSize: 16 },
   // Long enough that each warp takes more tiles than it stages (3 at heads of 64, 2 at 128).
   { name: 'paged over slots prefill of 250, dim 64, 8 heads a key head', op: 'paged', tokens: 250, heads: 16, kvHeads: 2, dim: 64, past: [0, 20], window: 0, softcap: 0, scale: 0.125, rotary: true, slots: true },
   { name: 'paged prefill of 150, dim 128, 2 heads a key head, block table', op: 'paged', tokens: 150, heads: 4, kvHeads: 2, dim: 128, past: [0, 9], window: 0, softcap: 0, scale: 0.09, rotary: true, blockSize: 16 },
