@@ -833,24 +833,66 @@ __device__ inline void SplitPair(float first, float second, uint32_t& high, uint
   low = PackPair<T>(first - kept[0], second - kept[1]);
 }
 
+// Whether a warp keeps its 16 query rows' A fragments in registers (heads of up to 128) or reads them
+// from shared memory at each tile (wider heads, whose sums alone take 128 registers a lane).
+template <int D>
+constexpr bool kMmaQueriesHeld = D <= 128;
+
+// The lane's A fragment of values 16 kk .. 16 kk + 15 of the 16 query rows staged at `queries` ([16][row
+// halves]).
+template <typename T, int D>
+__device__ inline void MmaQueryFragment(const T* queries, int kk, int lane, uint32_t (&f)[4]) {
+  constexpr int kRow = MmaRowHalves<D>();
+  const int g = lane / 4;
+  const int t = lane % 4;
+  f[0] = *reinterpret_cast<const uint32_t*>(queries + g * kRow + 16 * kk + 2 * t);
+  f[1] = *reinterpret_cast<const uint32_t*>(queries + (g + 8) * kRow + 16 * kk + 2 * t);
+  f[2] = *reinterpret_cast<const uint32_t*>(queries + g * kRow + 16 * kk + 8 + 2 * t);
+  f[3] = *reinterpret_cast<const uint32_t*>(queries + (g + 8) * kRow + 16 * kk + 8 + 2 * t);
+}
+
+// The held fragments of every 16 values of the staged queries (none for wider heads).
+template <typename T, int D>
+__device__ inline void MmaHoldQueries(const T* queries, int lane, uint32_t (&qf)[kMmaQueriesHeld<D> ? D / 16 : 1][4]) {
+  if constexpr (kMmaQueriesHeld<D>) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) MmaQueryFragment<T, D>(queries, kk, lane, qf[kk]);
+  }
+}
+
+// The keys and values of positions base .. base + 15 of row r's key head k into a stage (`to`: keys,
+// then values kTileHalves after), asynchronously, 16 bytes a copy: thread `first` of `stride` threads
+// takes copies first, first + stride, ...; positions at or past n are zeros (position `start` read for
+// them, nothing copied).
+template <typename T, int D, int Stride>
+__device__ inline void StageTile(const PagedAttentionArgs& a, const T* keys, const T* values, int r, int k, int base, int start, int n, T* to, int first) {
+  constexpr int kPer = 8;
+  constexpr int kRow = MmaRowHalves<D>();
+  constexpr int kChunks = D / kPer;
+  constexpr int kTileHalves = kMmaTile * kRow;
+#pragma unroll
+  for (int c = first; c < kMmaTile * kChunks; c += Stride) {
+    const int row = c / kChunks;
+    const int column = c % kChunks;
+    const int j = base + row;
+    const size_t at = CacheAt(a, r, k, j < n ? j : start) + column * kPer;
+    CopyAsync16(to + row * kRow + column * kPer, keys + at, j < n);
+    CopyAsync16(to + kTileHalves + row * kRow + column * kPer, values + at, j < n);
+  }
+}
+
 // One staged tile of 16 positions (keys at `tile`, values kTileHalves after, from position `base`)
 // against a warp's 16 query rows: the scores Q K^T, each row's online softmax (rows g and g + 8 of the
 // lane: `newest` and `oldest` the keys each reads, -1 newest for none) and P V added to `o`. The
 // queries' A fragments are `qf` for heads of up to 128, else read from `queries` ([16][row halves]).
 template <typename T, int D>
-__device__ inline void MmaTileStep(const PagedAttentionArgs& a, const T* tile, int base, const T* queries, const uint32_t (&qf)[D <= 128 ? D / 16 : 1][4],
+__device__ inline void MmaTileStep(const PagedAttentionArgs& a, const T* tile, int base, const T* queries, const uint32_t (&qf)[kMmaQueriesHeld<D> ? D / 16 : 1][4],
                                    const int (&newest)[2], const int (&oldest)[2], float (&highest)[2], float (&total)[2], float (&o)[D / 8][4], int lane) {
   constexpr int kRow = MmaRowHalves<D>();
   constexpr int kTileHalves = kMmaTile * kRow;
-  constexpr bool kQueriesHeld = D <= 128;
+  constexpr bool kQueriesHeld = kMmaQueriesHeld<D>;
   const int g = lane / 4;
   const int t = lane % 4;
-  const auto queryFragment = [&](int kk, uint32_t (&f)[4]) {
-    f[0] = *reinterpret_cast<const uint32_t*>(queries + g * kRow + 16 * kk + 2 * t);
-    f[1] = *reinterpret_cast<const uint32_t*>(queries + (g + 8) * kRow + 16 * kk + 2 * t);
-    f[2] = *reinterpret_cast<const uint32_t*>(queries + g * kRow + 16 * kk + 8 + 2 * t);
-    f[3] = *reinterpret_cast<const uint32_t*>(queries + (g + 8) * kRow + 16 * kk + 8 + 2 * t);
-  };
   float sc[2][4] = {};
 #pragma unroll
   for (int kk = 0; kk < D / 16; kk++) {
@@ -859,7 +901,7 @@ __device__ inline void MmaTileStep(const PagedAttentionArgs& a, const T* tile, i
 #pragma unroll
       for (int e = 0; e < 4; e++) q[e] = qf[kk][e];
     } else {
-      queryFragment(kk, q);
+      MmaQueryFragment<T, D>(queries, kk, lane, q);
     }
 #pragma unroll
     for (int nt = 0; nt < 2; nt++) {
@@ -962,19 +1004,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaKernel(PagedAttentionA
   const auto stage = [&](int s) { return staged + (static_cast<size_t>(warp) * S + s) * 2 * kTileHalves; };
   // This warp's i-th tile into stage s (rows past the last position zeros), one commit group either way.
   const auto load = [&](int i, int s) {
-    if (i < mine) {
-      T* to = stage(s);
-      const int base = start + (warp + i * kMmaWarps) * kMmaTile;
-#pragma unroll
-      for (int c = lane; c < kMmaTile * kChunks; c += 32) {
-        const int row = c / kChunks;
-        const int column = c % kChunks;
-        const int j = base + row;
-        const size_t at = CacheAt(a, r, k, j < n ? j : start) + column * kPer;
-        CopyAsync16(to + row * kRow + column * kPer, keys + at, j < n);
-        CopyAsync16(to + kTileHalves + row * kRow + column * kPer, values + at, j < n);
-      }
-    }
+    if (i < mine) StageTile<T, D, 32>(a, keys, values, r, k, start + (warp + i * kMmaWarps) * kMmaTile, start, n, stage(s), lane);
     CommitAsync();
   };
 #pragma unroll
@@ -1012,20 +1042,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaKernel(PagedAttentionA
 
   const int g = lane / 4;
   const int t = lane % 4;
-  // The queries' A fragments: kept in registers for heads of up to 128, read from shared memory at each
-  // tile for wider heads (whose sums alone take 128 registers a lane).
-  constexpr bool kQueriesHeld = D <= 128;
-  const auto queryFragment = [&](int kk, uint32_t (&f)[4]) {
-    f[0] = *reinterpret_cast<const uint32_t*>(queries + g * kRow + 16 * kk + 2 * t);
-    f[1] = *reinterpret_cast<const uint32_t*>(queries + (g + 8) * kRow + 16 * kk + 2 * t);
-    f[2] = *reinterpret_cast<const uint32_t*>(queries + g * kRow + 16 * kk + 8 + 2 * t);
-    f[3] = *reinterpret_cast<const uint32_t*>(queries + (g + 8) * kRow + 16 * kk + 8 + 2 * t);
-  };
-  uint32_t qf[kQueriesHeld ? D / 16 : 1][4];
-  if constexpr (kQueriesHeld) {
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) queryFragment(kk, qf[kk]);
-  }
+  // The queries' A fragments (kMmaQueriesHeld).
+  uint32_t qf[kMmaQueriesHeld<D> ? D / 16 : 1][4];
+  MmaHoldQueries<T, D>(queries, lane, qf);
   // Query rows g and g + 8: the keys each reads (its token's, back to its window's oldest; none past
   // the query rows), their running maxima and (this lane's share of) totals, and their sums in the
   // products' fragments (o[nn][0..1] row g, dimensions 8 nn + 2 t on; o[nn][2..3] row g + 8).
@@ -1125,7 +1144,6 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaPrefillKernel(PagedAttentionArgs a) {
   constexpr int kPer = 8;  // 16-bit types: 8 a 16-byte vector
   constexpr int kRow = MmaRowHalves<D>();
-  constexpr int kChunks = D / kPer;
   constexpr int kTileHalves = kMmaTile * kRow;
   constexpr int S = MmaStages<D>();
   extern __shared__ float4 mmaShared[];
@@ -1156,18 +1174,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaPrefillKernel(PagedAtt
   const T* values = static_cast<const T*>(a.valueCache);
   // Tile i into stage s by the whole block (rows past the last position zeros), one commit group either way.
   const auto load = [&](int i, int s) {
-    if (i < tiles) {
-      T* to = staged + s * 2 * kTileHalves;
-      const int base = start + i * kMmaTile;
-      for (int c = threadIdx.x; c < kMmaTile * kChunks; c += kMmaWarps * 32) {
-        const int row = c / kChunks;
-        const int column = c % kChunks;
-        const int j = base + row;
-        const size_t at = CacheAt(a, r, k, j < n ? j : start) + column * kPer;
-        CopyAsync16(to + row * kRow + column * kPer, keys + at, j < n);
-        CopyAsync16(to + kTileHalves + row * kRow + column * kPer, values + at, j < n);
-      }
-    }
+    if (i < tiles) StageTile<T, D, kMmaWarps * 32>(a, keys, values, r, k, start + i * kMmaTile, start, n, staged + s * 2 * kTileHalves, threadIdx.x);
     CommitAsync();
   };
 #pragma unroll
@@ -1200,17 +1207,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaPrefillKernel(PagedAtt
 
   const int g = lane / 4;
   const int t = lane % 4;
-  constexpr bool kQueriesHeld = D <= 128;
-  uint32_t qf[kQueriesHeld ? D / 16 : 1][4];
-  if constexpr (kQueriesHeld) {
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-      qf[kk][0] = *reinterpret_cast<const uint32_t*>(mine + g * kRow + 16 * kk + 2 * t);
-      qf[kk][1] = *reinterpret_cast<const uint32_t*>(mine + (g + 8) * kRow + 16 * kk + 2 * t);
-      qf[kk][2] = *reinterpret_cast<const uint32_t*>(mine + g * kRow + 16 * kk + 8 + 2 * t);
-      qf[kk][3] = *reinterpret_cast<const uint32_t*>(mine + (g + 8) * kRow + 16 * kk + 8 + 2 * t);
-    }
-  }
+  uint32_t qf[kMmaQueriesHeld<D> ? D / 16 : 1][4];
+  MmaHoldQueries<T, D>(mine, lane, qf);
   int newest[2];
   int oldest[2];
 #pragma unroll
