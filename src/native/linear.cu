@@ -393,6 +393,16 @@ void BiasActivate(const LinearArgs& a, bool vectors, int blocks, cudaStream_t st
   }
 }
 
+template <typename T>
+void Gated(const LinearArgs& a, const void* products, bool vectors, int blocks, cudaStream_t stream) {
+  const T* from = static_cast<const T*>(products);
+  if (vectors) {
+    GatedVectorKernel<T><<<blocks, 256, 0, stream>>>(a, from);
+  } else {
+    GatedKernel<T><<<blocks, 256, 0, stream>>>(a, from);
+  }
+}
+
 // cuBLAS's data type of a float type (library_types.h).
 int CudaTypeOf(FloatType type) {
   switch (type) {
@@ -985,24 +995,18 @@ void BiasActivateDevice(const LinearArgs& a, void* stream) {
 
 void GatedDevice(const LinearArgs& a, const void* products, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  // CHORUS_GATED_VECTORS=0 (read at each launch, to compare): an element a thread.
+  // 16 bytes a thread where the rows are whole vectors, as BiasActivateDevice takes them
+  // (CHORUS_GATED_VECTORS=0, read at each launch to compare: an element a thread).
   const char* setting = std::getenv("CHORUS_GATED_VECTORS");
-  const bool vectors = setting == nullptr || std::strcmp(setting, "0") != 0;
-  const size_t per = a.type == FloatType::kFloat32 ? 4 : 8;
-  if (vectors && a.out % per == 0 && reinterpret_cast<uintptr_t>(products) % 16 == 0 && reinterpret_cast<uintptr_t>(a.y) % 16 == 0) {
-    const int vectorBlocks = static_cast<int>(std::min<size_t>((static_cast<size_t>(a.rows) * (a.out / per) + 255) / 256, 65536));
-    switch (a.type) {
-      case FloatType::kFloat16: GatedVectorKernel<__half><<<vectorBlocks, 256, 0, s>>>(a, static_cast<const __half*>(products)); break;
-      case FloatType::kBFloat16: GatedVectorKernel<__nv_bfloat16><<<vectorBlocks, 256, 0, s>>>(a, static_cast<const __nv_bfloat16*>(products)); break;
-      default: GatedVectorKernel<float><<<vectorBlocks, 256, 0, s>>>(a, static_cast<const float*>(products)); break;
-    }
-    return;
-  }
-  const int blocks = static_cast<int>(std::min<size_t>((static_cast<size_t>(a.rows) * a.out + 255) / 256, 8192));
+  const size_t element = ElementBytes(a.type);
+  const bool vectors = (setting == nullptr || std::strcmp(setting, "0") != 0) && a.out * element % 16 == 0 && reinterpret_cast<uintptr_t>(products) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
+  const size_t total = static_cast<size_t>(a.rows) * a.out / (vectors ? 16 / element : 1);
+  const int blocks = static_cast<int>(std::min<size_t>((total + 255) / 256, 8192));
   switch (a.type) {
-    case FloatType::kFloat16: GatedKernel<__half><<<blocks, 256, 0, s>>>(a, static_cast<const __half*>(products)); break;
-    case FloatType::kBFloat16: GatedKernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(a, static_cast<const __nv_bfloat16*>(products)); break;
-    default: GatedKernel<float><<<blocks, 256, 0, s>>>(a, static_cast<const float*>(products)); break;
+    case FloatType::kFloat16: Gated<__half>(a, products, vectors, blocks, s); break;
+    case FloatType::kBFloat16: Gated<__nv_bfloat16>(a, products, vectors, blocks, s); break;
+    default: Gated<float>(a, products, vectors, blocks, s); break;
   }
 }
 
