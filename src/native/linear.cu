@@ -81,7 +81,8 @@ __device__ inline float Dot16(const Wide<T>& w, const uint4& x) {
   return sum;
 }
 
-// The decode steps' products (1..kLinearKernelRows rows of x): a block of kThreads takes kOutputs
+// The decode steps' products (1..kLinearKernelRows rows of x): a block of kThreads (single rows: see
+// RowThreads) takes kOutputs
 // consecutive outputs (gated: half as many, their gate rows and up rows) and all of K. Its threads stride
 // over the weight rows together, 16 bytes a thread and kAhead reads a row in flight, so each of the
 // block's rows is read once, coalesced, and each 16 bytes of x (read through L1, shared by the block's
@@ -91,7 +92,10 @@ __device__ inline float Dot16(const Wide<T>& w, const uint4& x) {
 // across the warps in shared memory, and one thread per output and row rounds the sum with its bias and
 // applies the activation.
 constexpr int kOutputs = 4;
-constexpr int kWarpsPerBlock = kThreads / 32;
+
+// Blocks a multiprocessor holds of the kernel at N threads a block (the registers' bound): 3 of 256
+// pre-normed single rows, else 2.
+constexpr int RowsKernelBlocks(int threads, bool normedRow) { return normedRow && threads <= 256 ? 3 : 2; }
 
 // With a pre-norm (Norm), each 16 bytes of x is first x + residual (rounded, as the stream keeps it; block
 // 0 writes it to a.sum), whose squares the block sums along with its products, then scaled by the
@@ -101,8 +105,9 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 // With a post-norm too (Post), each block first sums the squares of its rows of x on their own, and
 // each 16 bytes of x is normed by them (rounded) before the residual joins it.
 // O outputs a block (gated: O / 2, their gate and up rows), A reads of each row in flight.
-template <typename T, int R, bool Norm, int O = kOutputs, int A = kAhead, bool Post = false>
-__global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKernel(LinearArgs a) {
+template <typename T, int R, bool Norm, int O = kOutputs, int A = kAhead, bool Post = false, int N = kThreads>
+__global__ void __launch_bounds__(N, RowsKernelBlocks(N, Norm && R == 1)) LinearRowsKernel(LinearArgs a) {
+  constexpr int kWarps = N / 32;
   const bool gated = a.gated;
   const int first = blockIdx.x * (gated ? O / 2 : O);
   const T* x = static_cast<const T*>(a.x);
@@ -136,7 +141,7 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
   if (vectors) {
 #pragma unroll
     for (int u = 0; u < A; u++) {
-      const int c = threadIdx.x + u * kThreads;
+      const int c = threadIdx.x + u * N;
 #pragma unroll
       for (int j = 0; j < O; j++) {
         if (c < a.in / kPer) PrefetchL2(wv[j] + c);
@@ -152,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
     float own[R];
 #pragma unroll
     for (int r = 0; r < R; r++) own[r] = 0;
-    for (int c = threadIdx.x; c < n; c += kThreads) {
+    for (int c = threadIdx.x; c < n; c += N) {
 #pragma unroll
       for (int r = 0; r < R; r++) {
         const Wide<T> u = Widen16<T>(__ldg(xv + static_cast<size_t>(r) * n + c));
@@ -160,7 +165,7 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
         for (int i = 0; i < Wide<T>::kCount; i++) own[r] += u.v[i] * u.v[i];
       }
     }
-    __shared__ float postPartial[kWarpsPerBlock][R];
+    __shared__ float postPartial[kWarps][R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
 #pragma unroll
@@ -172,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
     for (int r = 0; r < R; r++) {
       float total = 0;
 #pragma unroll
-      for (int q = 0; q < kWarpsPerBlock; q++) total += postPartial[q][r];
+      for (int q = 0; q < kWarps; q++) total += postPartial[q][r];
       postInverse[r] = rsqrtf(total / a.in + a.postEpsilon);
     }
   }
@@ -233,24 +238,24 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
       }
     };
     int c = threadIdx.x;
-    for (; c + (A - 1) * kThreads < n; c += A * kThreads) {
+    for (; c + (A - 1) * N < n; c += A * N) {
       uint4 ahead[A][O];
 #pragma unroll
       for (int u = 0; u < A; u++) {
 #pragma unroll
-        for (int j = 0; j < O; j++) ahead[u][j] = __ldcs(wv[j] + c + u * kThreads);
+        for (int j = 0; j < O; j++) ahead[u][j] = __ldcs(wv[j] + c + u * N);
       }
 #pragma unroll
-      for (int u = 0; u < A; u++) use(c + u * kThreads, ahead[u]);
+      for (int u = 0; u < A; u++) use(c + u * N, ahead[u]);
     }
-    for (; c < n; c += kThreads) {
+    for (; c < n; c += N) {
       uint4 one[O];
 #pragma unroll
       for (int j = 0; j < O; j++) one[j] = __ldcs(wv[j] + c);
       use(c, one);
     }
   } else {
-    for (int k = threadIdx.x; k < a.in; k += kThreads) {
+    for (int k = threadIdx.x; k < a.in; k += N) {
 #pragma unroll
       for (int r = 0; r < R; r++) {
         const float xk = Load(x + static_cast<size_t>(r) * a.in + k);
@@ -262,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
   // A dependent launch after this one may start pulling its own weights now.
   LetDependentsStart();
   // The products' partials, then (Norm) the rows' sums of squares.
-  __shared__ float partial[kWarpsPerBlock][(O + (Norm ? 1 : 0)) * R];
+  __shared__ float partial[kWarps][(O + (Norm ? 1 : 0)) * R];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x / 32;
 #pragma unroll
@@ -283,12 +288,12 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
     if (first + j < a.out) {
       float sum = 0;
 #pragma unroll
-      for (int q = 0; q < kWarpsPerBlock; q++) sum += partial[q][t];
+      for (int q = 0; q < kWarps; q++) sum += partial[q][t];
       float inverse = 1;
       if constexpr (Norm) {
         float squares = 0;
 #pragma unroll
-        for (int q = 0; q < kWarpsPerBlock; q++) squares += partial[q][O * R + r];
+        for (int q = 0; q < kWarps; q++) squares += partial[q][O * R + r];
         inverse = rsqrtf(squares / a.in + a.epsilon);
       }
       sum *= inverse;
@@ -297,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, Norm && R == 1 ? 3 : 2) LinearRowsKe
       if (gated) {
         float up = 0;
 #pragma unroll
-        for (int q = 0; q < kWarpsPerBlock; q++) up += partial[q][t + O / 2 * R];
+        for (int q = 0; q < kWarps; q++) up += partial[q][t + O / 2 * R];
         up *= inverse;
         *y = Gate<T>(sum, up, bias, first + j, a.out, a.activation);
       } else {
@@ -431,10 +436,35 @@ const bool normOutputs4 = [] {
   return value != nullptr && std::string(value) == "4";
 }();
 
+// CHORUS_LINEAR_THREADS=256: single rows in blocks of 256 threads whatever their width (to compare).
+const bool rowsThreads256 = [] {
+  const char* value = std::getenv("CHORUS_LINEAR_THREADS");
+  return value != nullptr && std::string(value) == "256";
+}();
+
+// Threads a block of single-row products takes: as many as the row's 16-byte vectors where 256 leave a
+// round of reads to a few of them (Gemma 2's 2,304 and 9,216 wide rows, 288 and 1,152 vectors: 288
+// threads; Phi-3's 3,072, 384 vectors: 384), else 256.
+int RowThreads(const LinearArgs& a, int per) {
+  if (rowsThreads256 || a.in % per != 0) return kThreads;
+  const int vectors = a.in / per;
+  if (vectors % kThreads == 0) return kThreads;
+  if (vectors % 288 == 0) return 288;
+  if (vectors % 384 == 0) return 384;
+  return kThreads;
+}
+
 template <typename T, int R, bool Norm, int O, int A, bool Post = false>
 void LaunchRowsOf(const LinearArgs& a, cudaStream_t stream) {
   const int perBlock = a.gated ? O / 2 : O;
   const dim3 grid((a.out + perBlock - 1) / perBlock);
+  if constexpr (R == 1) {
+    switch (RowThreads(a, 16 / sizeof(T))) {
+      case 288: return LaunchMaybeDependent(dependentLaunch, LinearRowsKernel<T, R, Norm, O, A, Post, 288>, grid, dim3(288), stream, a);
+      case 384: return LaunchMaybeDependent(dependentLaunch, LinearRowsKernel<T, R, Norm, O, A, Post, 384>, grid, dim3(384), stream, a);
+      default: break;
+    }
+  }
   LaunchMaybeDependent(dependentLaunch, LinearRowsKernel<T, R, Norm, O, A, Post>, grid, dim3(kThreads), stream, a);
 }
 

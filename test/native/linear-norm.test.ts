@@ -154,6 +154,13 @@ const CASES: Case[] = [
   // Rows of 120 bytes: the separate pass element by element; and float32's kernel.
   { rows: 6, in: 60, out: 12, type: 'float16', residual: true, post: true },
   { rows: 1, in: 64, out: 20, type: 'float32', residual: true, post: true },
+  // One row of 288 or 384 16-byte vectors (Gemma 2's 2,304 and 9,216 wide rows, Phi-3's 3,072): on the
+  // device, blocks of as many threads.
+  { rows: 1, in: 2304, out: 20, type: 'float16', residual: true, gated: true },
+  { rows: 1, in: 2304, out: 12, type: 'bfloat16', residual: false },
+  { rows: 1, in: 9216, out: 12, type: 'bfloat16', residual: false, bias: true },
+  { rows: 1, in: 3072, out: 24, type: 'float16', residual: true, post: true },
+  { rows: 1, in: 1152, out: 8, type: 'float32', residual: true },
 ];
 
 describe('Linear with a pre-norm', { skip }, () => {
