@@ -860,6 +860,19 @@ __device__ inline void MmaHoldQueries(const T* queries, int lane, uint32_t (&qf)
   }
 }
 
+// Query rows g and g + 8 of a warp's 16 (row i: token firstToken + i / group of row r): the newest key
+// each reads (its token's; -1 for a row past the queryRows, or where `reads` is false) and the oldest
+// (back to its window's).
+__device__ inline void MmaRowKeys(const PagedAttentionArgs& a, int r, int firstToken, int queryRows, int group, int g, bool reads, int (&newest)[2], int (&oldest)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int i = g + 8 * h;
+    const int at = PositionOf(a, r, firstToken + min(i, queryRows - 1) / group);
+    newest[h] = reads && i < queryRows ? at : -1;
+    oldest[h] = FirstKey(at, a.window);
+  }
+}
+
 // The keys and values of positions base .. base + 15 of row r's key head k into a stage (`to`: keys,
 // then values kTileHalves after), asynchronously, 16 bytes a copy: thread `first` of `stride` threads
 // takes copies first, first + stride, ...; positions at or past n are zeros (position `start` read for
@@ -1030,11 +1043,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaKernel(PagedAttentionA
     float v[kPer];
     HeadVector<T>(a, static_cast<size_t>(r) * a.tokens + token, head, part, vectors, span, PositionOf(a, r, token), which <= queryRows, v);
     if (h < heads && part < vectors) {
-      T out[kPer];
-#pragma unroll
-      for (int i = 0; i < kPer; i++) out[i] = Narrowed<T>(v[i]);
-      T* to = which < queryRows ? queries + which * kRow : fresh + (which - queryRows) * D;
-      *reinterpret_cast<uint4*>(to + part * kPer) = *reinterpret_cast<const uint4*>(out);
+      WriteVector<T>(which < queryRows ? queries + which * kRow : fresh + (which - queryRows) * D, 0, part, v);
       if (which >= queryRows) WriteVector<T>(which == queryRows ? a.keyCache : a.valueCache, CacheAt(a, r, k, position), part, v);
     }
   }
@@ -1050,13 +1059,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaKernel(PagedAttentionA
   // products' fragments (o[nn][0..1] row g, dimensions 8 nn + 2 t on; o[nn][2..3] row g + 8).
   int newest[2];
   int oldest[2];
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    const int i = g + 8 * h;
-    const int at = PositionOf(a, r, firstToken + min(i, queryRows - 1) / group);
-    newest[h] = i < queryRows ? at : -1;
-    oldest[h] = FirstKey(at, a.window);
-  }
+  MmaRowKeys(a, r, firstToken, queryRows, group, g, true, newest, oldest);
   float highest[2] = {-INFINITY, -INFINITY};
   float total[2] = {0, 0};
   float o[D / 8][4];
@@ -1196,12 +1199,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaPrefillKernel(PagedAtt
     const int token = firstToken + which / group;
     float v[kPer];
     HeadVector<T>(a, static_cast<size_t>(r) * a.tokens + token, first + which % group, part, vectors, span, PositionOf(a, r, token), true, v);
-    if (h < queryRows && part < vectors) {
-      T out[kPer];
-#pragma unroll
-      for (int i = 0; i < kPer; i++) out[i] = Narrowed<T>(v[i]);
-      *reinterpret_cast<uint4*>(mine + which * kRow + part * kPer) = *reinterpret_cast<const uint4*>(out);
-    }
+    if (h < queryRows && part < vectors) WriteVector<T>(mine + which * kRow, 0, part, v);
   }
   __syncwarp();
 
@@ -1211,13 +1209,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaPrefillKernel(PagedAtt
   MmaHoldQueries<T, D>(mine, lane, qf);
   int newest[2];
   int oldest[2];
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    const int i = g + 8 * h;
-    const int at = PositionOf(a, r, firstToken + min(i, queryRows - 1) / group);
-    newest[h] = live && i < queryRows ? at : -1;
-    oldest[h] = FirstKey(at, a.window);
-  }
+  MmaRowKeys(a, r, firstToken, queryRows, group, g, live, newest, oldest);
   // The warp's keys, for skipping the tiles it has no use for.
   const int warpNewest = live ? PositionOf(a, r, firstToken + queryRows / group - 1) : -1;
   const int warpOldest = FirstKey(PositionOf(a, r, firstToken), a.window);
