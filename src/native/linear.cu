@@ -81,14 +81,13 @@ __device__ inline float Dot16(const Wide<T>& w, const uint4& x) {
   return sum;
 }
 
-// The decode steps' products (1..kLinearKernelRows rows of x): a block of kThreads (single rows: see
-// RowThreads) takes kOutputs
-// consecutive outputs (gated: half as many, their gate rows and up rows) and all of K. Its threads stride
-// over the weight rows together, 16 bytes a thread and kAhead reads a row in flight, so each of the
-// block's rows is read once, coalesced, and each 16 bytes of x (read through L1, shared by the block's
-// rows) serves kOutputs weights. The block
-// splits K across its 8 warps (an in-block split-K: enough blocks for a 2048-wide layer on 132 SMs, and
-// no pass or workspace after), sums each thread's partials in float32 across its warp (shuffles), then
+// The decode steps' products (1..kLinearKernelRows rows of x): a block of kThreads (single rows: as
+// RowThreads chooses) takes kOutputs consecutive outputs (gated: half as many, their gate rows and up
+// rows) and all of K. Its threads stride over the weight rows together, 16 bytes a thread and kAhead
+// reads a row in flight, so each of the block's rows is read once, coalesced, and each 16 bytes of x
+// (read through L1, shared by the block's rows) serves kOutputs weights. The block splits K across its
+// warps (an in-block split-K: enough blocks for a 2048-wide layer on 132 SMs, and no pass or workspace
+// after), sums each thread's partials in float32 across its warp (shuffles), then
 // across the warps in shared memory, and one thread per output and row rounds the sum with its bias and
 // applies the activation.
 constexpr int kOutputs = 4;
