@@ -48,6 +48,16 @@ __device__ inline T Finish(float sum, const T* bias, int o, Activation activatio
   return Narrowed<T>(v);
 }
 
+// 16 bytes from global memory into shared memory, asynchronously (zeros where !valid, nothing read).
+__device__ inline void CopyAsync16(void* to, const void* from, bool valid) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(to));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(from), "r"(valid ? 16 : 0));
+}
+__device__ inline void CommitAsync() { asm volatile("cp.async.commit_group;\n" ::); }
+// Until at most N of this thread's commit groups are still in flight.
+template <int N>
+__device__ inline void WaitAsync() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
 // A gated projection's output: the gate's sum and the up projection's (output o's up row is out + o),
 // each rounded with its bias, the gate's activation rounded, then their product rounded.
 template <typename T>

@@ -800,15 +800,6 @@ __host__ __device__ constexpr size_t MmaStagedBytes() { return MmaTileBytes<D>()
 template <int D>
 __host__ __device__ constexpr size_t MmaSharedBytes() { return MmaStagedBytes<D>() + static_cast<size_t>(kMmaHeads) * MmaRowHalves<D>() * 2 + 2 * D * 2; }
 
-// 16 bytes from global memory into shared memory, asynchronously (zeros where !valid, nothing read).
-__device__ inline void CopyAsync16(void* to, const void* from, bool valid) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(to));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(from), "r"(valid ? 16 : 0));
-}
-__device__ inline void CommitAsync() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ inline void WaitAsync() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
 // Two floats as a pair of the 16-bit type, the first in the low half.
 template <typename T>
 __device__ inline uint32_t PackPair(float lo, float hi);

@@ -103,6 +103,8 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     gemv_ = Knob("CHORUS_QUANT_GEMV", {"plain", "mma", "wide"});
     tiles_ = Knob("CHORUS_QUANT_TILES", {"mma", "wmma"});
     tileWarps8_ = Knob("CHORUS_QUANT_TILE_WARPS", {"4", "8"}) == "8";
+    const std::string pipe = Knob("CHORUS_QUANT_TILE_PIPE", {"0", "1"});
+    tilePipe_ = pipe.empty() ? -1 : pipe == "1" ? 1 : 0;
     bytesAsFloats_ = Knob("CHORUS_QUANT_BYTE_PAIRS", {"0", "1"}) == "0";
     const std::string pairThreads = Knob("CHORUS_QUANT_PAIR_THREADS", {"64", "128", "256"});
     pairThreads_ = pairThreads.empty() ? 0 : std::stoi(pairThreads);
@@ -246,6 +248,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     args.int8Activations = accuracyLevel_ == 4;
     args.int8Avx2 = int8Avx2_;
     args.tileWarps8 = tileWarps8_;
+    args.tilePipe = tilePipe_;
     args.bytesAsFloats = bytesAsFloats_;
     args.pairThreads = pairThreads_;
     args.x = x.GetTensorRawData();
@@ -329,6 +332,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
   std::string tiles_;  // CHORUS_QUANT_TILES: mma (the default), or wmma (the tiles of weights dequantized in shared memory)
   bool int8Avx2_ = false;
   bool tileWarps8_ = false;  // CHORUS_QUANT_TILE_WARPS=8
+  int tilePipe_ = -1;        // CHORUS_QUANT_TILE_PIPE: 1 always, 0 never, unset where faster
   bool bytesAsFloats_ = false;  // CHORUS_QUANT_BYTE_PAIRS=0
   int pairThreads_ = 0;          // CHORUS_QUANT_PAIR_THREADS
   int64_t k_ = 0;

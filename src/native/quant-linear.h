@@ -36,7 +36,8 @@
 // CHORUS_QUANT_HOST=avx2 takes the host's AVX2 int8 products where it has AVX-512 VNNI); more rows of
 // float16 (and 4-bit bfloat16), up to kQuantTileRows, run on tensor cores with the weights dequantized
 // in registers against x staged in shared memory (quant-mma-tiles.cu: K split over a cluster of blocks,
-// the gate in the epilogue; 4 warps a block, CHORUS_QUANT_TILE_WARPS=8 when a session is made: 8);
+// the gate in the epilogue; 4 warps a block, CHORUS_QUANT_TILE_WARPS=8 when a session is made: 8; the
+// weights read ahead through stages in shared memory where that is faster, CHORUS_QUANT_TILE_PIPE);
 // where those do not take them (CHORUS_QUANT_TILES=wmma: never), as tensor-core tiles of weights dequantized in shared memory
 // (the K axis split across blocks until the GPU is full, the partial sums joined by a last launch that
 // adds the bias and takes the activation); anything larger (prefills) dequantizes the weights once into
@@ -72,6 +73,8 @@ struct QuantLinearArgs {
   bool int8Activations;  // accuracy_level 4: int8 activations for 8-bit weights on the host
   bool int8Avx2;         // those on AVX2 even where the CPU has AVX-512 VNNI (CHORUS_QUANT_HOST=avx2)
   bool tileWarps8;       // the many-row tiles at 8 warps of one fragment (CHORUS_QUANT_TILE_WARPS=8)
+  int tilePipe;          // the many-row tiles' weights through stages in shared memory: 1 always, 0 never (registers), -1 where
+                         // they measured faster (CHORUS_QUANT_TILE_PIPE=1, 0, unset)
   bool bytesAsFloats;    // 8-bit float16 steps in float32 arithmetic, not float16 pairs (CHORUS_QUANT_BYTE_PAIRS=0)
   bool gated;            // y = activation(product of row o) * product of row out + o
   int pairThreads;       // the float16 decode kernels' most threads a block, a thread a chunk (CHORUS_QUANT_PAIR_THREADS; 0: PairThreads' choice)

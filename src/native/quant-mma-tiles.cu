@@ -8,7 +8,8 @@
 // of 8), over its split of K in steps of 64 values: 4 warps of 2 fragments, or 8 of 1
 // (CHORUS_QUANT_TILE_WARPS=8; faster only on projections of about 2048 x 2048). In a step a lane reads
 // 16 consecutive values of K of 2F weight rows (8 bytes of 4 bits or 16 of 8), two steps (4 bits) or
-// one (8 bits) ahead in registers. x's 64 values a row are staged in shared memory, double-buffered, in
+// one (8 bits) ahead in registers, or (LaunchGatedOr's rule) copied into stages in shared memory 5 steps
+// (4 bits) or 2 (8 bits) ahead by cp.async. x's 64 values a row are staged in shared memory, double-buffered, in
 // the order the weights come out of their words, so that ldmatrix hands each lane the x values its
 // weights multiply. Each product is an mma.m16n8k16 of 16 weight rows (A) by 8 rows of x (B), with
 // float32 sums.
@@ -58,6 +59,24 @@ struct Shape {
   static_assert(kXChunks >= 1 && kRows * (kStepK / 8) % kThreads == 0, "whole chunks of x a thread");
 };
 
+// The weights' stages in shared memory (where LaunchGatedOr takes them): each step's bytes of the
+// block's weight rows copied by cp.async kStages - 1 steps ahead, so that far more of them are in flight
+// than a lane's registers hold. Row slot (w 2F + r) 8 + g holds warp w's r-th row of lane group g.
+template <int Bits, int W, int F>
+struct Ring {
+  // A weight row's bytes of a step, and the 16-byte chunks of them.
+  static constexpr int kRowBytes = kStepK * Bits / 8;
+  static constexpr int kRowChunks = kRowBytes / 16;
+  static constexpr int kRows = W * 2 * F * 8;
+  static constexpr int kStageBytes = kRows * kRowBytes;
+  // At most 24 KiB of stages: 6 of 4 bits, 3 of 8 (fewer where x's staging leaves less of the 48 KiB of
+  // static shared memory).
+  static constexpr int kStages = 24 * 1024 / kStageBytes;
+  // Chunks a thread copies a step.
+  static constexpr int kChunks = kRows * kRowChunks / (W * 32);
+  static_assert(kRows * kRowChunks % (W * 32) == 0, "whole chunks a thread");
+};
+
 // A lane's share of one step: 16 values of each of its 2F weight rows (fragment f's rows g and g + 8 at
 // 2f and 2f + 1) and each row's scale (low half) and base + zero point (high half), in T's bits.
 template <int Bits, int F>
@@ -84,8 +103,9 @@ __device__ inline uint4 LoadWeights4(const uint8_t* p) {
   return v;
 }
 
-// The lane's weight rows of `step` (zeros past K or past the split: live false).
-template <typename T, int Bits, int F>
+// The lane's weight rows of `step` (zeros past K or past the split: live false); with Words false,
+// their scales and zero points alone (the words come from the stages in shared memory).
+template <typename T, int Bits, int F, bool Words = true>
 __device__ inline void LoadSlot(Slot<Bits, F>& slot, const QuantLinearArgs& a, const int (&rows)[2 * F], int step, bool live, int t, int shift) {
   const int k = step * kStepK + 16 * t;
   const uint32_t base = RawBits(Narrowed<T>(Pair<T>::kBase));
@@ -96,7 +116,9 @@ __device__ inline void LoadSlot(Slot<Bits, F>& slot, const QuantLinearArgs& a, c
 #pragma unroll
     for (int r = 0; r < 2 * F; r++) {
       const uint8_t* p = a.weight + (static_cast<size_t>(rows[r]) * a.blocks + b) * a.blobBytes + within;
-      if constexpr (Bits == 4) {
+      if constexpr (!Words) {
+        (void)p;
+      } else if constexpr (Bits == 4) {
         const uint2 v = LoadWeights2(p);
         slot.w[r][0] = v.x;
         slot.w[r][1] = v.y;
@@ -116,6 +138,59 @@ __device__ inline void LoadSlot(Slot<Bits, F>& slot, const QuantLinearArgs& a, c
 #pragma unroll
       for (int v = 0; v < Bits / 2; v++) slot.w[r][v] = 0;
       slot.scaleZero[r] = base << 16;
+    }
+  }
+}
+
+// Output o's weight rows of a block (gated: its gate row, then its up row a.out after; else fragment
+// f's rows g and g + 8): row r of 2F of warp w's lane group g (past the end: the last again).
+template <int W, int F, bool Gated>
+__device__ inline int WeightRow(const QuantLinearArgs& a, int outputBlock, int w, int r, int g) {
+  const int f = r / 2;
+  if constexpr (Gated) {
+    const int o = min(outputBlock * W * F * 8 + F * 8 * w + 8 * f + g, a.out - 1);
+    return r % 2 == 0 ? o : a.out + o;
+  } else {
+    return min(outputBlock * W * F * 16 + F * 16 * w + 16 * f + g + 8 * (r % 2), a.out - 1);
+  }
+}
+
+// This thread's chunks of the block's weight rows at `step` into `stage` (one commit group; zeros
+// past the rows' bytes or past the split). A row's bytes are its blocks' blobs one after another, so
+// a step's are kRowBytes from step * kRowBytes.
+template <int Bits, int W, int F, bool Gated>
+__device__ inline void CopyStage(const QuantLinearArgs& a, int outputBlock, int step, bool live, unsigned char* stage) {
+  using R = Ring<Bits, W, F>;
+  const size_t rowBytes = static_cast<size_t>(a.blocks) * a.blobBytes;
+#pragma unroll
+  for (int j = 0; j < R::kChunks; j++) {
+    const int c = threadIdx.x + j * W * 32;
+    const int slot = c / R::kRowChunks;
+    const int part = c % R::kRowChunks;
+    const int row = WeightRow<W, F, Gated>(a, outputBlock, slot / (16 * F), slot / 8 % (2 * F), slot % 8);
+    const size_t at = static_cast<size_t>(step) * R::kRowBytes + part * 16;
+    CopyAsync16(stage + slot * R::kRowBytes + part * 16, a.weight + row * rowBytes + (live && at < rowBytes ? at : 0), live && at < rowBytes);
+  }
+  CommitAsync();
+}
+
+// The lane's words of a step from its stage: row r's 16 values of lane t.
+template <int Bits, int W, int F>
+__device__ inline void ReadWords(Slot<Bits, F>& slot, const unsigned char* stage, int warp, int g, int t) {
+  using R = Ring<Bits, W, F>;
+#pragma unroll
+  for (int r = 0; r < 2 * F; r++) {
+    const unsigned char* p = stage + ((warp * 2 * F + r) * 8 + g) * R::kRowBytes + t * (Bits * 2);
+    if constexpr (Bits == 4) {
+      const uint2 v = *reinterpret_cast<const uint2*>(p);
+      slot.w[r][0] = v.x;
+      slot.w[r][1] = v.y;
+    } else {
+      const uint4 v = *reinterpret_cast<const uint4*>(p);
+      slot.w[r][0] = v.x;
+      slot.w[r][1] = v.y;
+      slot.w[r][2] = v.z;
+      slot.w[r][3] = v.w;
     }
   }
 }
@@ -236,12 +311,18 @@ __device__ inline void SplitsBarrier(int splits) {
 template <int W>
 constexpr int kBlocksPerMultiprocessor = W == 8 ? 2 : 3;
 
-template <typename T, int Bits, int NT, int W, int F, bool Gated>
+template <typename T, int Bits, int NT, int W, int F, bool Gated, bool Pipe>
 __global__ void __launch_bounds__(W * 32, kBlocksPerMultiprocessor<W>) QuantMmaTileKernel(QuantLinearArgs a, int stepsPerSplit, int splits) {
   using S = Shape<NT, W, F>;
+  using R = Ring<Bits, W, F>;
   constexpr int kAhead = Bits == 4 ? 2 : 1;
   constexpr int kSlots = kAhead + 1;
+  // The stages that fit beside x's staging in 48 KiB; under two (8 bits at 8 warps), the registers.
+  constexpr int kFit = (48 * 1024 - S::kSharedBytes) / R::kStageBytes;
+  constexpr int P = R::kStages < kFit ? R::kStages : kFit;
+  constexpr bool Piped = Pipe && P >= 2;
   __shared__ __align__(16) unsigned char shared[S::kSharedBytes];
+  __shared__ __align__(16) unsigned char ring[Piped ? P * R::kStageBytes : 16];
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
@@ -253,24 +334,18 @@ __global__ void __launch_bounds__(W * 32, kBlocksPerMultiprocessor<W>) QuantMmaT
   const int begin = rank * stepsPerSplit;
   const int end = min(steps, begin + stepsPerSplit);
   const int shift = __ffs(a.blockSize) - 1;
-  // The lane's weight rows: fragment f's rows g and g + 8 (past the end: the last again).
+  // The lane's weight rows: fragment f's rows g and g + 8, or (gated) its gate and up rows.
   int rows[2 * F];
 #pragma unroll
-  for (int f = 0; f < F; f++) {
-    if constexpr (Gated) {
-      const int o = min(outputBlock * W * F * 8 + F * 8 * warp + 8 * f + g, a.out - 1);
-      rows[2 * f] = o;
-      rows[2 * f + 1] = a.out + o;
-    } else {
-      const int o = outputBlock * W * F * 16 + F * 16 * warp + 16 * f + g;
-      rows[2 * f] = min(o, a.out - 1);
-      rows[2 * f + 1] = min(o + 8, a.out - 1);
-    }
-  }
+  for (int r = 0; r < 2 * F; r++) rows[r] = WeightRow<W, F, Gated>(a, outputBlock, warp, r, g);
   // The weights do not depend on the kernel before: read ahead while it finishes.
   Slot<Bits, F> slot[kSlots];
 #pragma unroll
-  for (int u = 0; u < kAhead; u++) LoadSlot<T, Bits, F>(slot[u], a, rows, begin + u, begin + u < end, t, shift);
+  for (int u = 0; u < kAhead; u++) LoadSlot<T, Bits, F, !Piped>(slot[u], a, rows, begin + u, begin + u < end, t, shift);
+  if constexpr (Piped) {
+#pragma unroll
+    for (int u = 0; u < P - 1; u++) CopyStage<Bits, W, F, Gated>(a, outputBlock, begin + u, begin + u < end, ring + u * R::kStageBytes);
+  }
   WaitForPrevious();
   uint32_t* staged = reinterpret_cast<uint32_t*>(shared);
   const uint32_t sharedBase = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
@@ -289,8 +364,16 @@ __global__ void __launch_bounds__(W * 32, kBlocksPerMultiprocessor<W>) QuantMmaT
     for (int u = 0; u < kSlots; u++) {
       const int step = first + u;
       if (step >= end) break;
-      LoadSlot<T, Bits, F>(slot[(u + kAhead) % kSlots], a, rows, step + kAhead, step + kAhead < end, t, shift);
+      LoadSlot<T, Bits, F, !Piped>(slot[(u + kAhead) % kSlots], a, rows, step + kAhead, step + kAhead < end, t, shift);
+      // Piped: this step's stage landed (this thread's copies; the barrier then makes every thread's
+      // visible), and every warp is past the step before, whose stage the copies P - 1 steps ahead reuse.
+      if constexpr (Piped) WaitAsync<P - 2>();
       __syncthreads();
+      if constexpr (Piped) {
+        const int i = step - begin;
+        CopyStage<Bits, W, F, Gated>(a, outputBlock, step + P - 1, step + P - 1 < end, ring + (i + P - 1) % P * R::kStageBytes);
+        ReadWords<Bits, W, F>(slot[u], ring + i % P * R::kStageBytes, warp, g, t);
+      }
       const int buffer = (step - begin) & 1;
       Multiply<T, Bits, NT, F>(slot[u], sharedBase + buffer * S::kXHalves * 2 + laneOffset, acc);
       if (step + 1 < end) {
@@ -299,6 +382,7 @@ __global__ void __launch_bounds__(W * 32, kBlocksPerMultiprocessor<W>) QuantMmaT
       }
     }
   }
+  if constexpr (Piped) WaitAsync<0>();
   LetDependentsStart();
   // The splits' sums, one fragment of every warp at a time: staged [row of x][weight row of the pass],
   // then each rank's share of the outputs added up over the ranks in order.
@@ -347,7 +431,7 @@ __global__ void __launch_bounds__(W * 32, kBlocksPerMultiprocessor<W>) QuantMmaT
   SplitsBarrier(splits);
 }
 
-template <typename T, int Bits, int NT, int W, int F, bool Gated>
+template <typename T, int Bits, int NT, int W, int F, bool Gated, bool Piped>
 void Launch(const QuantLinearArgs& a, int multiprocessors, cudaStream_t stream) {
   const int outputBlocks = Ceil(a.out, W * F * (Gated ? 8 : 16));
   const int rowTiles = Ceil(a.rows, NT * 8);
@@ -358,7 +442,7 @@ void Launch(const QuantLinearArgs& a, int multiprocessors, cudaStream_t stream) 
   int splits = std::max(1, std::min({kMaxSplits, Ceil(steps, 2), wanted / (outputBlocks * rowTiles)}));
   int stepsPerSplit = Ceil(steps, splits);
   splits = Ceil(steps, stepsPerSplit);
-  auto kernel = QuantMmaTileKernel<T, Bits, NT, W, F, Gated>;
+  auto kernel = QuantMmaTileKernel<T, Bits, NT, W, F, Gated, Piped>;
   if (splits > 1 && LaunchClusters(kernel, dim3(splits * outputBlocks, rowTiles), W * 32, 0, splits, stream, a, stepsPerSplit, splits)) return;
   // No clusters (before sm_90, or no room): one split.
   kernel<<<dim3(outputBlocks, rowTiles), W * 32, 0, stream>>>(a, steps, 1);
@@ -366,7 +450,17 @@ void Launch(const QuantLinearArgs& a, int multiprocessors, cudaStream_t stream) 
 
 template <typename T, int Bits, int NT, int W, int F>
 void LaunchGatedOr(const QuantLinearArgs& a, int multiprocessors, cudaStream_t stream) {
-  a.gated ? Launch<T, Bits, NT, W, F, true>(a, multiprocessors, stream) : Launch<T, Bits, NT, W, F, false>(a, multiprocessors, stream);
+  // The weights through stages in shared memory where that measured faster on the H100 (Llama-2-7B's and
+  // TinyLlama's projections alone at 16, 64 and 128 rows, docs/lab/2026-11-27-quant-tile-stages.md):
+  // 4 bits from K 4096 (the 7B's 1-12% faster, bar 4096 x 4096: 6% slower at 16 rows, the same at 128;
+  // at TinyLlama's K 2048, 4-18% slower), 8 bits up to 32 rows (row tiles of 4: up to 15% faster; at 64
+  // rows, with 3 stages and spilled registers, 1-7% slower). CHORUS_QUANT_TILE_PIPE=1 or 0: always, never.
+  const bool pipe = a.tilePipe == 1 || (a.tilePipe == -1 && (Bits == 4 ? a.in >= 4096 : a.rows <= 32));
+  if (pipe) {
+    a.gated ? Launch<T, Bits, NT, W, F, true, true>(a, multiprocessors, stream) : Launch<T, Bits, NT, W, F, false, true>(a, multiprocessors, stream);
+  } else {
+    a.gated ? Launch<T, Bits, NT, W, F, true, false>(a, multiprocessors, stream) : Launch<T, Bits, NT, W, F, false, false>(a, multiprocessors, stream);
+  }
 }
 
 template <typename T, int Bits>

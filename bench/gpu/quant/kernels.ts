@@ -85,11 +85,14 @@ const ALL_VARIANTS: Variant[] = [
   ),
   { name: 'int8 QL plain', op: 'QuantLinear', bits: 8, gemv: 'plain' },
   { name: 'int4 QL plain', op: 'QuantLinear', bits: 4, gemv: 'plain' },
-  // Many rows: the tiles of weights dequantized in shared memory, and the register tiles' 8 warps of one
-  // fragment (the default: 4 warps of two).
+  // Many rows: the tiles of weights dequantized in shared memory, the register tiles' 8 warps of one
+  // fragment (the default: 4 warps of two), and their weights read into registers rather than through
+  // stages in shared memory (CHORUS_QUANT_TILE_PIPE=0).
   { name: 'int8 QL wmma', op: 'QuantLinear', bits: 8, env: { CHORUS_QUANT_TILES: 'wmma' }, rows: [16, 64, 128] },
   { name: 'int4 QL wmma', op: 'QuantLinear', bits: 4, env: { CHORUS_QUANT_TILES: 'wmma' }, rows: [16, 64, 128] },
   { name: 'int4 QL 8 warps', op: 'QuantLinear', bits: 4, env: { CHORUS_QUANT_TILE_WARPS: '8' }, rows: [16, 64, 128] },
+  { name: 'int8 QL regs', op: 'QuantLinear', bits: 8, env: { CHORUS_QUANT_TILE_PIPE: '0' }, rows: [16, 64, 128] },
+  { name: 'int4 QL regs', op: 'QuantLinear', bits: 4, env: { CHORUS_QUANT_TILE_PIPE: '0' }, rows: [16, 64, 128] },
 ];
 const VARIANTS = ALL_VARIANTS.filter((v) => process.env.QUANT_VARIANTS === undefined || process.env.QUANT_VARIANTS.split(',').includes(v.name));
 const ROWS = (process.env.QUANT_ROWS ?? '1,8,16,64,128').split(',').map(Number);
