@@ -157,7 +157,7 @@ __device__ inline int WeightRow(const QuantLinearArgs& a, int outputBlock, int w
 
 // This thread's chunks of the block's weight rows at `step` into `stage` (one commit group; zeros
 // past the rows' bytes or past the split). A row's bytes are its blocks' blobs one after another, so
-// a step's are kRowBytes from step * kRowBytes.
+// a step's are kRowBytes from step * kRowBytes; rows of a whole number of 16 bytes (LaunchGatedOr).
 template <int Bits, int W, int F, bool Gated>
 __device__ inline void CopyStage(const QuantLinearArgs& a, int outputBlock, int step, bool live, unsigned char* stage) {
   using R = Ring<Bits, W, F>;
@@ -454,8 +454,12 @@ void LaunchGatedOr(const QuantLinearArgs& a, int multiprocessors, cudaStream_t s
   // TinyLlama's projections alone at 16, 64 and 128 rows, docs/lab/2026-11-27-quant-tile-stages.md):
   // 4 bits from K 4096 (the 7B's 1-12% faster, bar 4096 x 4096: 6% slower at 16 rows, the same at 128;
   // at TinyLlama's K 2048, 4-18% slower), 8 bits up to 32 rows (row tiles of 4: up to 15% faster; at 64
-  // rows, with 3 stages and spilled registers, 1-7% slower). CHORUS_QUANT_TILE_PIPE=1 or 0: always, never.
-  const bool pipe = a.tilePipe == 1 || (a.tilePipe == -1 && (Bits == 4 ? a.in >= 4096 : a.rows <= 32));
+  // rows, with 3 stages and spilled registers, 1-7% slower). CHORUS_QUANT_TILE_PIPE=1 or 0: always (where
+  // the rows allow), never.
+  // cp.async copies 16 bytes from 16-byte boundaries: rows of a whole number of 16 bytes only (not 4-bit
+  // rows of an odd number of blocks of 16).
+  const bool aligned = static_cast<size_t>(a.blocks) * a.blobBytes % 16 == 0;
+  const bool pipe = aligned && (a.tilePipe == 1 || (a.tilePipe == -1 && (Bits == 4 ? a.in >= 4096 : a.rows <= 32)));
   if (pipe) {
     a.gated ? Launch<T, Bits, NT, W, F, true, true>(a, multiprocessors, stream) : Launch<T, Bits, NT, W, F, false, true>(a, multiprocessors, stream);
   } else {
