@@ -103,6 +103,33 @@ __device__ inline uint4 LoadWeights4(const uint8_t* p) {
   return v;
 }
 
+// A lane's 16 values of a weight row at p (8 bytes of 4 bits, 16 of 8) into its words: from global
+// memory through LoadWeights (Global), or from a stage in shared memory.
+template <int Bits, bool Global>
+__device__ inline void ReadRowWords(const uint8_t* p, uint32_t (&w)[Bits / 2]) {
+  if constexpr (Bits == 4) {
+    uint2 v;
+    if constexpr (Global) {
+      v = LoadWeights2(p);
+    } else {
+      v = *reinterpret_cast<const uint2*>(p);
+    }
+    w[0] = v.x;
+    w[1] = v.y;
+  } else {
+    uint4 v;
+    if constexpr (Global) {
+      v = LoadWeights4(p);
+    } else {
+      v = *reinterpret_cast<const uint4*>(p);
+    }
+    w[0] = v.x;
+    w[1] = v.y;
+    w[2] = v.z;
+    w[3] = v.w;
+  }
+}
+
 // The lane's weight rows of `step` (zeros past K or past the split: live false); with Words false,
 // their scales and zero points alone (the words come from the stages in shared memory).
 template <typename T, int Bits, int F, bool Words = true>
@@ -115,20 +142,7 @@ __device__ inline void LoadSlot(Slot<Bits, F>& slot, const QuantLinearArgs& a, c
     const uint16_t* scales = static_cast<const uint16_t*>(a.scales);
 #pragma unroll
     for (int r = 0; r < 2 * F; r++) {
-      const uint8_t* p = a.weight + (static_cast<size_t>(rows[r]) * a.blocks + b) * a.blobBytes + within;
-      if constexpr (!Words) {
-        (void)p;
-      } else if constexpr (Bits == 4) {
-        const uint2 v = LoadWeights2(p);
-        slot.w[r][0] = v.x;
-        slot.w[r][1] = v.y;
-      } else {
-        const uint4 v = LoadWeights4(p);
-        slot.w[r][0] = v.x;
-        slot.w[r][1] = v.y;
-        slot.w[r][2] = v.z;
-        slot.w[r][3] = v.w;
-      }
+      if constexpr (Words) ReadRowWords<Bits, true>(a.weight + (static_cast<size_t>(rows[r]) * a.blocks + b) * a.blobBytes + within, slot.w[r]);
       const uint32_t zero = RawBits(Narrowed<T>(Pair<T>::kBase + static_cast<float>(QuantZeroPoint(a, rows[r], b))));
       slot.scaleZero[r] = __ldg(scales + static_cast<size_t>(rows[r]) * a.blocks + b) | (zero << 16);
     }
@@ -179,20 +193,7 @@ template <int Bits, int W, int F>
 __device__ inline void ReadWords(Slot<Bits, F>& slot, const unsigned char* stage, int warp, int g, int t) {
   using R = Ring<Bits, W, F>;
 #pragma unroll
-  for (int r = 0; r < 2 * F; r++) {
-    const unsigned char* p = stage + ((warp * 2 * F + r) * 8 + g) * R::kRowBytes + t * (Bits * 2);
-    if constexpr (Bits == 4) {
-      const uint2 v = *reinterpret_cast<const uint2*>(p);
-      slot.w[r][0] = v.x;
-      slot.w[r][1] = v.y;
-    } else {
-      const uint4 v = *reinterpret_cast<const uint4*>(p);
-      slot.w[r][0] = v.x;
-      slot.w[r][1] = v.y;
-      slot.w[r][2] = v.z;
-      slot.w[r][3] = v.w;
-    }
-  }
+  for (int r = 0; r < 2 * F; r++) ReadRowWords<Bits, false>(stage + ((warp * 2 * F + r) * 8 + g) * R::kRowBytes + t * (Bits * 2), slot.w[r]);
 }
 
 // x's chunks of `step` this thread stages (zeros past the rows, K or the split).
