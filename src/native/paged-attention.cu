@@ -864,6 +864,28 @@ __device__ inline void MmaRowKeys(const PagedAttentionArgs& a, int r, int firstT
   }
 }
 
+// A lane's running softmax of its query rows g and g + 8 (as RunningSoftmax is the other kernels'):
+// their maxima, this lane's share of their totals, and their weighted sums of the values in the
+// products' fragments (o[nn][0..1] row g, dimensions 8 nn + 2 t on; o[nn][2..3] row g + 8).
+template <int D>
+struct MmaSoftmax {
+  float highest[2] = {-INFINITY, -INFINITY};
+  float total[2] = {0, 0};
+  float o[D / 8][4];
+  __device__ MmaSoftmax() {
+#pragma unroll
+    for (int nn = 0; nn < D / 8; nn++) o[nn][0] = o[nn][1] = o[nn][2] = o[nn][3] = 0;
+  }
+  // Each row's whole total, summed over the 4 lanes that share the row.
+  __device__ void SumTotals() {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      total[h] += __shfl_xor_sync(0xffffffffu, total[h], 1);
+      total[h] += __shfl_xor_sync(0xffffffffu, total[h], 2);
+    }
+  }
+};
+
 // The keys and values of positions base .. base + 15 of row r's key head k into a stage (`to`: keys,
 // then values kTileHalves after), asynchronously, 16 bytes a copy: thread `first` of `stride` threads
 // takes copies first, first + stride, ...; positions at or past n are zeros (position `start` read for
@@ -887,11 +909,14 @@ __device__ inline void StageTile(const PagedAttentionArgs& a, const T* keys, con
 
 // One staged tile of 16 positions (keys at `tile`, values kTileHalves after, from position `base`)
 // against a warp's 16 query rows: the scores Q K^T, each row's online softmax (rows g and g + 8 of the
-// lane: `newest` and `oldest` the keys each reads, -1 newest for none) and P V added to `o`. The
+// lane: `newest` and `oldest` the keys each reads, -1 newest for none) and P V added to `state`. The
 // queries' A fragments are `qf` for heads of up to 128, else read from `queries` ([16][row halves]).
 template <typename T, int D>
 __device__ inline void MmaTileStep(const PagedAttentionArgs& a, const T* tile, int base, const T* queries, const uint32_t (&qf)[kMmaQueriesHeld<D> ? D / 16 : 1][4],
-                                   const int (&newest)[2], const int (&oldest)[2], float (&highest)[2], float (&total)[2], float (&o)[D / 8][4], int lane) {
+                                   const int (&newest)[2], const int (&oldest)[2], MmaSoftmax<D>& state, int lane) {
+  float (&highest)[2] = state.highest;
+  float (&total)[2] = state.total;
+  float (&o)[D / 8][4] = state.o;
   constexpr int kRow = MmaRowHalves<D>();
   constexpr int kTileHalves = kMmaTile * kRow;
   constexpr bool kQueriesHeld = kMmaQueriesHeld<D>;
@@ -1046,16 +1071,11 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaKernel(PagedAttentionA
   uint32_t qf[kMmaQueriesHeld<D> ? D / 16 : 1][4];
   MmaHoldQueries<T, D>(queries, lane, qf);
   // Query rows g and g + 8: the keys each reads (its token's, back to its window's oldest; none past
-  // the query rows), their running maxima and (this lane's share of) totals, and their sums in the
-  // products' fragments (o[nn][0..1] row g, dimensions 8 nn + 2 t on; o[nn][2..3] row g + 8).
+  // the query rows), and their running softmax.
   int newest[2];
   int oldest[2];
   MmaRowKeys(a, r, firstToken, queryRows, group, g, true, newest, oldest);
-  float highest[2] = {-INFINITY, -INFINITY};
-  float total[2] = {0, 0};
-  float o[D / 8][4];
-#pragma unroll
-  for (int nn = 0; nn < D / 8; nn++) o[nn][0] = o[nn][1] = o[nn][2] = o[nn][3] = 0;
+  MmaSoftmax<D> state;
   for (int i = 0; i < mine; i++) {
     load(i + S - 1, (i + S - 1) % S);
     WaitAsync<S - 1>();
@@ -1072,16 +1092,12 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaKernel(PagedAttentionA
       }
     }
     __syncwarp();
-    MmaTileStep<T, D>(a, tile, base, queries, qf, newest, oldest, highest, total, o, lane);
+    MmaTileStep<T, D>(a, tile, base, queries, qf, newest, oldest, state, lane);
     __syncwarp();
   }
   // The projection after may start pulling its weights.
   LetDependentsStart();
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    total[h] += __shfl_xor_sync(0xffffffffu, total[h], 1);
-    total[h] += __shfl_xor_sync(0xffffffffu, total[h], 2);
-  }
+  state.SumTotals();
   // The warps' partial softmaxes: [warps][16] maxima and totals, [warps][16][D] sums, over the tiles.
   WaitAsync<0>();
   __syncthreads();
@@ -1091,13 +1107,13 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaKernel(PagedAttentionA
 #pragma unroll
   for (int nn = 0; nn < D / 8; nn++) {
 #pragma unroll
-    for (int e = 0; e < 4; e++) sums[(warp * kMmaHeads + g + (e / 2) * 8) * D + nn * 8 + 2 * t + (e & 1)] = o[nn][e];
+    for (int e = 0; e < 4; e++) sums[(warp * kMmaHeads + g + (e / 2) * 8) * D + nn * 8 + 2 * t + (e & 1)] = state.o[nn][e];
   }
   if (t == 0) {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-      maxima[warp * kMmaHeads + g + 8 * h] = highest[h];
-      totals[warp * kMmaHeads + g + 8 * h] = total[h];
+      maxima[warp * kMmaHeads + g + 8 * h] = state.highest[h];
+      totals[warp * kMmaHeads + g + 8 * h] = state.total[h];
     }
   }
   __syncthreads();
@@ -1204,26 +1220,18 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaPrefillKernel(PagedAtt
   // The warp's keys, for skipping the tiles it has no use for.
   const int warpNewest = live ? PositionOf(a, r, firstToken + queryRows / group - 1) : -1;
   const int warpOldest = FirstKey(PositionOf(a, r, firstToken), a.window);
-  float highest[2] = {-INFINITY, -INFINITY};
-  float total[2] = {0, 0};
-  float o[D / 8][4];
-#pragma unroll
-  for (int nn = 0; nn < D / 8; nn++) o[nn][0] = o[nn][1] = o[nn][2] = o[nn][3] = 0;
+  MmaSoftmax<D> state;
   for (int i = 0; i < tiles; i++) {
     load(i + S - 1, (i + S - 1) % S);
     WaitAsync<S - 1>();
     __syncthreads();
     const int base = start + i * kMmaTile;
-    if (base <= warpNewest && base + kMmaTile > warpOldest) MmaTileStep<T, D>(a, staged + i % S * 2 * kTileHalves, base, mine, qf, newest, oldest, highest, total, o, lane);
+    if (base <= warpNewest && base + kMmaTile > warpOldest) MmaTileStep<T, D>(a, staged + i % S * 2 * kTileHalves, base, mine, qf, newest, oldest, state, lane);
     // Every warp done with the stage before it is loaded again.
     __syncthreads();
   }
   WaitAsync<0>();
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    total[h] += __shfl_xor_sync(0xffffffffu, total[h], 1);
-    total[h] += __shfl_xor_sync(0xffffffffu, total[h], 2);
-  }
+  state.SumTotals();
   if (!live) return;
   T* output = static_cast<T*>(a.output);
 #pragma unroll
@@ -1234,8 +1242,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaPrefillKernel(PagedAtt
     T* to = output + (y * a.heads + first + row % group) * D + 2 * t;
 #pragma unroll
     for (int nn = 0; nn < D / 8; nn++) {
-      to[nn * 8] = Narrowed<T>(o[nn][2 * h] / total[h]);
-      to[nn * 8 + 1] = Narrowed<T>(o[nn][2 * h + 1] / total[h]);
+      to[nn * 8] = Narrowed<T>(state.o[nn][2 * h] / state.total[h]);
+      to[nn * 8 + 1] = Narrowed<T>(state.o[nn][2 * h + 1] / state.total[h]);
     }
   }
 }
