@@ -349,17 +349,21 @@ function decoderBody(
   }
   const head = weights.lmHead === undefined ? embedTokens : g.weight('lm_head.weight', weights.lmHead);
   // Linear takes the head's [vocab, hidden] as it is, and keeps h's leading axes.
-  // A rank's logits of its vocabulary shard are gathered first; soft-capping is the same before or after.
-  const cap = (logits: string): string => {
+  // A rank's logits of its vocabulary shard are gathered first; soft-capping is the same before or after
+  // (`inHead`: the head's Linear capped them).
+  const cap = (logits: string, inHead = false): string => {
     const whole = tp === undefined ? logits : gatheredLogits(g, tp, logits);
-    return spec.finalSoftcap === undefined ? whole : capped(g, whole, spec.finalSoftcap);
+    return spec.finalSoftcap === undefined || inHead ? whole : capped(g, whole, spec.finalSoftcap);
   };
   if (g.addonLinear) {
     // Where the slot decoder asks for it, a head that takes the last position itself takes each row's
     // own instead (`last_index`): a ragged prefill's rows, padded to one width, then need no second run
     // of their last tokens.
     const lastIndex = lastInHead && slotLengths?.lastIndex === true ? g.input('last_index', 'int32', ['batch_size']) : undefined;
-    return { logits: cap(addonLinear(g, h, head, undefined, { transposed: true, last: lastInHead, lastIndex })), present };
+    // The final soft cap goes into the head's epilogue (CHORUS_FOLD_SOFTCAP=0: three operators after it).
+    const softcap = process.env.CHORUS_FOLD_SOFTCAP === '0' ? undefined : spec.finalSoftcap;
+    const logits = addonLinear(g, h, head, undefined, { transposed: true, last: lastInHead, lastIndex, ...(softcap === undefined ? {} : { softcap }) });
+    return { logits: cap(logits, softcap !== undefined), present };
   }
   // The head as Gemm with transB, so a tied head reads the embedding initializer instead of a copy.
   const flat = g.op('Reshape', [h, g.int64([-1, spec.hiddenSize])]);

@@ -208,7 +208,7 @@ export function addonLinear(
   x: string,
   weight: string,
   bias: string | undefined,
-  options: { activation?: LinearActivation; transposed?: boolean; last?: boolean; lastIndex?: string } = {},
+  options: { activation?: LinearActivation; transposed?: boolean; last?: boolean; lastIndex?: string; softcap?: number } = {},
 ): string {
   if (options.lastIndex !== undefined && options.last !== true) throw new ChorusError('CHORUS_INTERNAL', 'a Linear takes lastIndex with last only');
   const quantized = quantizedValue(g, weight);
@@ -216,10 +216,15 @@ export function addonLinear(
     if (options.lastIndex !== undefined) throw new ChorusError('CHORUS_INTERNAL', 'a quantized projection takes no lastIndex');
     const activation = options.activation;
     const rows = options.last === true ? lastPosition(g, x) : x;
-    return quantizedMatMul(g, rows, quantized, bias, activation === undefined ? undefined : { name: activation, apply: (y) => activated(g, y, activation) });
+    const y = quantizedMatMul(g, rows, quantized, bias, activation === undefined ? undefined : { name: activation, apply: (v) => activated(g, v, activation) });
+    return options.softcap === undefined ? y : capped(g, y, options.softcap);
   }
   const rows = options.transposed === true ? weight : g.op('Transpose', [weight], { perm: [1, 0] });
-  const attributes = { ...(options.activation === undefined ? {} : { activation: options.activation }), ...(options.last === true ? { last: 1 } : {}) };
+  const attributes = {
+    ...(options.activation === undefined ? {} : { activation: options.activation }),
+    ...(options.last === true ? { last: 1 } : {}),
+    ...(options.softcap === undefined ? {} : { softcap: float(options.softcap) }),
+  };
   // Inputs 3 to 5 (the pre-norm's residual, norm and post-norm) left out before last_index.
   const inputs = options.lastIndex === undefined ? [x, rows, ...(bias === undefined ? [] : [bias])] : [x, rows, bias ?? '', '', '', '', options.lastIndex];
   return g.op('Linear', inputs, attributes, { domain: 'chorus' });

@@ -58,6 +58,13 @@ __device__ inline void CommitAsync() { asm volatile("cp.async.commit_group;\n" :
 template <int N>
 __device__ inline void WaitAsync() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+// Soft-capping of a projection's output (Gemma 2's final logits): cap * tanh(v / cap), rounded after the
+// division, the tanh and the product, as the three operators transformers runs in the float type.
+template <typename T>
+__device__ inline T Capped(T v, float cap) {
+  return Narrowed<T>(Rounded<T>(tanhf(Rounded<T>(Load(&v) / cap))) * cap);
+}
+
 // A gated projection's output: the gate's sum and the up projection's (output o's up row is out + o),
 // each rounded with its bias, the gate's activation rounded, then their product rounded.
 template <typename T>

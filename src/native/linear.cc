@@ -98,6 +98,7 @@ void LinearHost(const LinearArgs& given) {
       for (size_t k = 0; k < in; k++) sum += row[k] * w[k];
       float v = Round(sum + bias, a.type);
       if (a.activation != Activation::kNone) v = Round(Activate(v, a.activation), a.type);
+      if (a.softcap > 0) v = Round(Round(std::tanh(Round(v / a.softcap, a.type)), a.type) * a.softcap, a.type);
       PutElement(a.y, a.type, static_cast<size_t>(r) * a.out + o, v);
     }
   }
@@ -134,6 +135,9 @@ struct LinearKernel : KernelBase<LinearKernel> {
     epsilon_ = AttributeOr<float>(kernel, "norm_epsilon", 1e-6f);
     postEpsilon_ = AttributeOr<float>(kernel, "post_norm_epsilon", 1e-6f);
     last_ = AttributeOr<int64_t>(kernel, "last", 0) != 0;
+    softcap_ = AttributeOr<float>(kernel, "softcap", 0.0f);
+    if (!(softcap_ >= 0) || std::isinf(softcap_)) throw std::invalid_argument("softcap must be a finite number >= 0 (0: none), not " + std::to_string(softcap_));
+    if (softcap_ > 0 && gated_) throw std::invalid_argument("softcap is not taken with gated: a gated Linear's output is not capped");
   }
 
   void Compute(OrtKernelContext* context) {
@@ -153,6 +157,7 @@ struct LinearKernel : KernelBase<LinearKernel> {
     args.activation = activation_;
     args.type = type_;
     args.gated = gated_;
+    args.softcap = softcap_;
     args.x = x.GetTensorRawData();
     args.weight = weight.GetTensorRawData();
     if (Given(ctx, 2)) {
@@ -297,6 +302,7 @@ struct LinearKernel : KernelBase<LinearKernel> {
   float epsilon_ = 1e-6f;
   float postEpsilon_ = 1e-6f;
   bool last_ = false;
+  float softcap_ = 0;
 
 #ifdef CHORUS_WITH_CUDA
   // More rows: one GEMM by cuBLASLt, the bias (and a ReLU) in its epilogue, or by cublasGemmEx where
@@ -347,7 +353,7 @@ struct LinearKernel : KernelBase<LinearKernel> {
       rest.bias = nullptr;
       if (rest.activation == Activation::kRelu) rest.activation = Activation::kNone;
     }
-    if (rest.bias != nullptr || rest.activation != Activation::kNone) BiasActivateDevice(rest, stream);
+    if (rest.bias != nullptr || rest.activation != Activation::kNone || rest.softcap > 0) BiasActivateDevice(rest, stream);
   }
 #endif
 };

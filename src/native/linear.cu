@@ -305,7 +305,8 @@ __global__ void __launch_bounds__(N, RowsKernelBlocks(N, Norm && R == 1)) Linear
         up *= inverse;
         *y = Gate<T>(sum, up, bias, first + j, a.out, a.activation);
       } else {
-        *y = Finish<T>(sum, bias, first + j, a.activation);
+        const T v = Finish<T>(sum, bias, first + j, a.activation);
+        *y = a.softcap > 0 ? Capped<T>(v, a.softcap) : v;
       }
     }
   }
@@ -366,7 +367,8 @@ __global__ void BiasActivateKernel(LinearArgs a) {
   const T* bias = static_cast<const T*>(a.bias);
   const size_t total = static_cast<size_t>(a.rows) * a.out;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    y[i] = Finish<T>(Load(y + i), bias, static_cast<int>(i % a.out), a.activation);
+    const T v = Finish<T>(Load(y + i), bias, static_cast<int>(i % a.out), a.activation);
+    y[i] = a.softcap > 0 ? Capped<T>(v, a.softcap) : v;
   }
 }
 
@@ -383,7 +385,10 @@ __global__ void BiasActivateVectorKernel(LinearArgs a) {
     T* e = reinterpret_cast<T*>(&vector);
     const int o = static_cast<int>(i % perRow) * kPer;
 #pragma unroll
-    for (int k = 0; k < kPer; k++) e[k] = Finish<T>(Load(e + k), bias, o + k, a.activation);
+    for (int k = 0; k < kPer; k++) {
+      const T v = Finish<T>(Load(e + k), bias, o + k, a.activation);
+      e[k] = a.softcap > 0 ? Capped<T>(v, a.softcap) : v;
+    }
     y[i] = vector;
   }
 }

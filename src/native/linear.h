@@ -17,6 +17,9 @@
 //               the gate's Linear, the up projection's and a Mul give apart, in one kernel (or one GEMM
 //               and one pass).
 //               norm_epsilon, post_norm_epsilon (float, default 1e-6): the norms' epsilons.
+//               softcap (float, default 0: none): y becomes softcap * tanh(y / softcap) after the bias
+//               and activation, rounded after the division, the tanh and the product, as the three
+//               operators transformers runs in the float type (Gemma 2's final logits). Not gated.
 //               last (int, default 0): 1 to take x [batch, sequence, in] (and the residual) at each
 //               row's last position alone, y [batch, 1, out] (a decoder's head after a prefill; no sum).
 //               With last_index, row r's position last_index[r] instead (a prefill of rows right-padded
@@ -92,6 +95,8 @@ struct LinearArgs {
   // post-attention and post-feedforward norms, each followed by the next pre-norm).
   const void* postNorm = nullptr;
   float postEpsilon = 0;
+  // Soft-capping of y (0: none): softcap * tanh(y / softcap), each step rounded to the float type.
+  float softcap = 0;
 };
 
 // The plain product of rows `normed` (a pre-norm's pass wrote them from args' x) in args' place: args

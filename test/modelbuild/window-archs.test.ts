@@ -83,6 +83,32 @@ test("gemma2's slot decoder gives GroupQueryAttention the window on the windowed
   assert.deepEqual(nodesOf(out, 'decoder_model_paged.onnx', 'PagedAttention').map(attributes), [{ sliding_window: 8, softcap: 2 }, { softcap: 2 }, { sliding_window: 8, softcap: 2 }]);
 });
 
+test("gemma2's final cap goes into the head's Linear (the addon's projections): no operators after it, the same ids as with them", async () => {
+  const checkpoint = join(root, 'gemma2-final-cap');
+  writeWindowCheckpoint('gemma2', 3, checkpoint);
+  const build = (out: string): string => {
+    buildModel({ source: checkpoint, out, flavor: 'cuda', slotDecoder: true, slotLinear: 'addon' });
+    return out;
+  };
+  const folded = build(`${checkpoint}-folded`);
+  process.env.CHORUS_FOLD_SOFTCAP = '0';
+  let apart: string;
+  try {
+    apart = build(`${checkpoint}-apart`);
+  } finally {
+    delete process.env.CHORUS_FOLD_SOFTCAP;
+  }
+  const cappedHeads = (dir: string, model: string): Array<Record<string, number>> => nodesOf(dir, model, 'Linear').map(attributes).filter((a) => 'softcap' in a);
+  for (const model of ['decoder_model_slots.onnx', 'decoder_model_paged.onnx']) {
+    assert.deepEqual(cappedHeads(folded, model), [{ softcap: 8 }], model);
+    assert.equal(nodesOf(folded, model, 'Tanh').length, 0, model);
+    assert.deepEqual(cappedHeads(apart, model), [], model);
+    assert.equal(nodesOf(apart, model, 'Tanh').length, 1, model);
+  }
+  if (addon === undefined) assert.fail(`the native addon: ${reason}`);
+  assert.deepEqual(await nativeGreedy(folded), await nativeGreedy(apart));
+});
+
 /** The last position's logits after the prompt, and the greedy ids, of a built model on the CPU. */
 async function outputs(dir: string): Promise<{ logits: Float32Array; greedy: number[] }> {
   const session = await DecoderSession.open(dir);

@@ -33,6 +33,8 @@ interface Case {
   bias?: boolean;
   /** A post-norm of x before the residual joins it. */
   post?: boolean;
+  /** y soft-capped: softcap * tanh(y / softcap). */
+  softcap?: number;
 }
 
 interface Weights {
@@ -64,6 +66,7 @@ function model(c: Case, w: Weights): string {
     norm_epsilon: float(EPSILON),
     ...(w.post === undefined ? {} : { post_norm_epsilon: float(POST_EPSILON) }),
     ...(c.gated === true ? { gated: 1, activation: 'silu' } : {}),
+    ...(c.softcap === undefined ? {} : { softcap: float(c.softcap) }),
   };
   const [y, sum] = g.opMany('Linear', inputs, attributes, { domain: 'chorus', outputs: c.residual ? 2 : 1 });
   g.output('y', y!, c.type, ['rows', c.out]);
@@ -103,6 +106,10 @@ function reference(c: Case, w: Weights, given: Float32Array, residual: Float32Ar
       if (c.gated === true) {
         const gate = roundTo(Float32Array.of(ACTIVATIONS.silu!(product(r, o))), c.type)[0]!;
         y[r * c.out + o] = roundTo(Float32Array.of(gate * product(r, c.out + o)), c.type)[0]!;
+      } else if (c.softcap !== undefined) {
+        // Rounded after the division, the tanh and the product, as transformers' three operators.
+        const round = (v: number): number => roundTo(Float32Array.of(v), c.type)[0]!;
+        y[r * c.out + o] = round(round(Math.tanh(round(product(r, o) / c.softcap))) * c.softcap);
       } else {
         y[r * c.out + o] = product(r, o);
       }
@@ -161,11 +168,18 @@ const CASES: Case[] = [
   { rows: 1, in: 9216, out: 12, type: 'bfloat16', residual: false, bias: true },
   { rows: 1, in: 3072, out: 24, type: 'float16', residual: true, post: true },
   { rows: 1, in: 1152, out: 8, type: 'float32', residual: true },
+  // Soft-capped (Gemma 2's head): the kernel's one row and several, and past them the pass after the
+  // GEMM, 16 bytes a thread and (13 outputs) an element a thread.
+  { rows: 1, in: 2304, out: 12, type: 'bfloat16', residual: false, softcap: 1.5 },
+  { rows: 3, in: 64, out: 24, type: 'float16', residual: true, post: true, softcap: 1.5 },
+  { rows: 2, in: 64, out: 20, type: 'float32', residual: false, bias: true, softcap: 1.5 },
+  { rows: 12, in: 64, out: 24, type: 'float16', residual: true, softcap: 1.5 },
+  { rows: 9, in: 64, out: 13, type: 'bfloat16', residual: false, bias: true, softcap: 1.5 },
 ];
 
 describe('Linear with a pre-norm', { skip }, () => {
   for (const c of CASES) {
-    const name = `${c.type}, ${c.rows} rows, in ${c.in}, out ${c.out}${c.residual ? ', with a residual' : ''}${c.post === true ? ', a post-norm' : ''}${c.gated === true ? ', gated' : ''}${c.bias === true ? ', bias' : ''}`;
+    const name = `${c.type}, ${c.rows} rows, in ${c.in}, out ${c.out}${c.residual ? ', with a residual' : ''}${c.post === true ? ', a post-norm' : ''}${c.gated === true ? ', gated' : ''}${c.bias === true ? ', bias' : ''}${c.softcap === undefined ? '' : `, soft cap ${c.softcap}`}`;
     test(`${name}: the host's y and sum are the reference's`, () => {
       const w = weightsOf(c);
       const x = roundTo(seeded(c.rows * c.in, 3 + c.rows, 2), c.type);
@@ -341,5 +355,15 @@ describe('Linear with a pre-norm', { skip }, () => {
     assert.throws(() => runLast(lastOf('last-sum', [2, 3, 16], [2, 3, 16], 2), [2, 3, 16], [2, 3, 16]), /a Linear with last has no sum output/);
     assert.throws(() => run(one('short-post-norm', ones(16), ones(12)), c, x, x, 'cpu'), /post_norm must be \[in\] \(16\)/);
     assert.throws(() => run(one('post-norm-alone', undefined, ones(16)), c, x, x, 'cpu'), /a post_norm \(input 5\) goes with a norm's weight \(input 4\)/);
+  });
+
+  test('refuses a negative soft cap and a soft cap on a gated product, naming softcap', () => {
+    const x = seeded(16, 1);
+    for (const [c, message] of [
+      [{ rows: 1, in: 16, out: 8, type: 'float32', residual: false, softcap: -2 }, /softcap must be a finite number >= 0 \(0: none\), not -2/],
+      [{ rows: 1, in: 16, out: 8, type: 'float32', residual: false, gated: true, softcap: 2 }, /softcap is not taken with gated/],
+    ] as Array<[Case, RegExp]>) {
+      assert.throws(() => run(model(c, weightsOf(c)), c, x, x, 'cpu'), message);
+    }
   });
 });
