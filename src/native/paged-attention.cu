@@ -569,7 +569,7 @@ __global__ void PagedJoinKernel(PagedAttentionArgs a, int splits, const float* w
 // block): heads of 64 halves 5.6 against 5.8 us with 4; heads of 128 halves 5.9 against 6.4 with 2.
 
 template <typename T, int G, int A, bool Clustered>
-__global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs a, int splits, float* workspace, int* counters) {
+__global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs a, int splits, float* workspace, int* counters, bool early) {
   constexpr int kPer = 16 / sizeof(T);
   constexpr int kAheadDecode = A;
   __shared__ float sums[G * (kThreads / 32) * 32 * kPer];  // [warps][G][dim]
@@ -590,6 +590,8 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs
   const int start = oldest + split * per;
   const int end = min(n, start + per);
   const bool fresh = position >= start && position < end;
+  // The projection after may start pulling its weights now (its blocks wait for this one's end).
+  if (early) LetDependentsStart();
 
   const int vectors = a.dim / kPer;
   int span = 1;
@@ -703,7 +705,7 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedAttentionArgs
     }
   }
   // The projection after may start pulling its weights.
-  LetDependentsStart();
+  if (!early) LetDependentsStart();
   // The lane groups of a warp joined by shuffles (each pair's sums scaled to the larger maximum).
 #pragma unroll
   for (int g = 0; g < G; g++) {
@@ -1311,6 +1313,23 @@ std::atomic<bool> decodeClusters{[] {
 }()};
 std::atomic<bool> wideClusters{true};
 
+// Whether a decode step's kernel lets the projection after it start (a dependent launch, whose blocks
+// pull their first weights and then wait for this kernel's end) at its own start, or once its
+// positions are read. At batch 1 on an H100 the start paid for heads of 256, whose attention runs
+// longest (Gemma-2-2B's step 2.224 against 2.228-2.231 ms), and cost Qwen3-1.7B's heads of 128 4-6 us a
+// step; Llama-3.2-1B's heads of 64 did not move. CHORUS_PAGED_TRIGGER=early or late: one or the other.
+enum class DecodeTrigger { kByHead, kEarly, kLate };
+const DecodeTrigger decodeTrigger = [] {
+  const char* value = std::getenv("CHORUS_PAGED_TRIGGER");
+  if (value != nullptr && std::strcmp(value, "early") == 0) return DecodeTrigger::kEarly;
+  if (value != nullptr && std::strcmp(value, "late") == 0) return DecodeTrigger::kLate;
+  return DecodeTrigger::kByHead;
+}();
+constexpr int kEarlyTriggerDim = 256;
+bool DecodeTriggersEarly(const PagedAttentionArgs& a) {
+  return decodeTrigger == DecodeTrigger::kEarly || (decodeTrigger == DecodeTrigger::kByHead && a.dim >= kEarlyTriggerDim);
+}
+
 // Whether `kernel` may take clusters past the portable size on `device`, asked of CUDA once per kernel
 // and device (a kernel's attributes are set for the current device).
 bool AllowsWideClusters(const void* kernel, int device) {
@@ -1361,17 +1380,18 @@ void LaunchDecode(const PagedAttentionArgs& a, int splits, float* workspace, cud
   while (span < a.dim / kPer) span <<= 1;
   // 4 heads a block always read 2 ahead (no kernel of 4 heads and 4 ahead is built).
   constexpr int kWideAhead = G >= 4 ? 2 : 4;
+  const bool early = DecodeTriggersEarly(a);
   // Clustered: the splits need no workspace, so where 16 blocks a cluster are refused, 8 splits go.
   int device = 0;
   if (splits > 1 && splits <= kMaxSplits && a.dim <= kClusterDim && decodeClusters.load(std::memory_order_relaxed) && cudaGetDevice(&device) == cudaSuccess && TakesClusters(device)) {
     auto clustered = span <= 8 ? PagedDecodeKernel<T, G, 2, true> : PagedDecodeKernel<T, G, kWideAhead, true>;
     const bool wide = splits > 8 && wideClusters.load(std::memory_order_relaxed) && AllowsWideClusters(reinterpret_cast<const void*>(clustered), device);
     const int taken = splits > 8 && !wide ? 8 : splits;
-    if (LaunchDecodeCluster(clustered, dim3(grid.x, grid.y, taken), stream, a, taken, partials, counters)) return;
+    if (LaunchDecodeCluster(clustered, dim3(grid.x, grid.y, taken), stream, a, taken, partials, counters, early)) return;
     (taken > 8 ? wideClusters : decodeClusters).store(false);
   }
   auto kernel = span <= 8 ? PagedDecodeKernel<T, G, 2, false> : PagedDecodeKernel<T, G, kWideAhead, false>;
-  LaunchMaybeDependent(LinearDependentLaunchFlag(), kernel, grid, dim3(kThreads), stream, a, splits, partials, counters);
+  LaunchMaybeDependent(LinearDependentLaunchFlag(), kernel, grid, dim3(kThreads), stream, a, splits, partials, counters, early);
 }
 
 // The decode kernel where a decode step's positions are split (few rows); the general kernel, as fast
