@@ -3,11 +3,12 @@
 // (CHORUS_PAGED_DECODE=2) and the engine's choice (the decode kernel where positions are split, the
 // tensor-core kernel where they are not),
 // in the shapes of seven models (their heads, key heads, head size, layers, float type, Qwen3's norms,
-// Gemma 2's softcap and window), at 1 and 64 rows, each over 192 positions (the new token at 191) of a
-// 256-position cache, kept as slots (one block a row) and as a pool of 16-position blocks in a shuffled
-// block table. A case's layers go in one CUDA graph, each with caches and workspace of its own (so that
-// every launch reads from memory, as a decode step does); the graph is replayed 20 times, then 200
-// timed. Prints a table with the largest difference between the general kernel's output and each
+// Gemma 2's softcap and window), at 1 and 64 rows, each over 192 positions (the new token at 191; or
+// PAGED_LENGTH) of a cache of 64 positions more (rounded up to 64), kept as slots (one block a row) and
+// as a pool of 16-position blocks in a shuffled block table. PAGED_MODELS (names, comma-separated) and
+// PAGED_ROWS (1 or 64) take those cases alone. A case's layers go in one CUDA graph, each with caches
+// and workspace of its own (so that every launch reads from memory, as a decode step does); the graph
+// is replayed 20 times, then 200 timed. Prints a table with the largest difference between the general kernel's output and each
 // other's; exits 1 when an output holds a NaN or an infinity.
 //   bash bench/gpu/attention/build.sh (here), then on the GPU host:
 //   ./build/paged-attention-time [out.json]
@@ -38,8 +39,18 @@ using chorus::PagedAttentionArgs;
 
 namespace {
 
-constexpr int kLength = 192;  // positions each row attends over
-constexpr int kCapacity = 256;
+// Positions each row attends over (PAGED_LENGTH, default 192), and the cache's positions a row: 64
+// past them, rounded up to 64.
+const int kLength = [] {
+  const char* value = std::getenv("PAGED_LENGTH");
+  const int length = value == nullptr ? 192 : std::atoi(value);
+  if (length < 2 || length > 32768) {
+    std::fprintf(stderr, "PAGED_LENGTH takes 2 to 32768 positions, not '%s'\n", value);
+    std::exit(2);
+  }
+  return length;
+}();
+const int kCapacity = (kLength + 127) / 64 * 64;
 constexpr int kPagedBlockSize = 16;
 constexpr int kWarmups = 20;
 constexpr int kReplays = 200;
@@ -276,8 +287,13 @@ int main(int argc, char** argv) {
   bool finite = true;
   uint64_t seed = 7;
   try {
+    // PAGED_MODELS=llama-2-7b,qwen3-1.7b: those shapes alone; PAGED_ROWS=64: that many rows alone.
+    const char* only = std::getenv("PAGED_MODELS");
+    const char* onlyRows = std::getenv("PAGED_ROWS");
     for (const Model& m : models) {
+      if (only != nullptr && ("," + std::string(only) + ",").find("," + std::string(m.name) + ",") == std::string::npos) continue;
       for (const int rows : {1, 64}) {
+        if (onlyRows != nullptr && std::atoi(onlyRows) != rows) continue;
         for (const bool paged : {false, true}) {
           const Row r = Run(m, rows, paged, multiprocessors, seed++ * 1000, finite);
           std::printf("| %s | %d | %s | %d | %.2f | %.2f | %.2f | %.2f | %.3g, %.3g |\n", r.model.c_str(), r.rows, r.layout, r.splits, r.generalUs, r.decodeUs, r.chosenUs, r.generalUs / r.chosenUs,
