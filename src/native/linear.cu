@@ -92,6 +92,14 @@ __device__ inline float Dot16(const Wide<T>& w, const uint4& x) {
 // applies the activation.
 constexpr int kOutputs = 4;
 
+// Output o of a plain (not gated) product: the bias and activation (Finish), then the soft cap where
+// args ask for one.
+template <typename T>
+__device__ inline T Output(float sum, const T* bias, int o, const LinearArgs& a) {
+  const T v = Finish<T>(sum, bias, o, a.activation);
+  return a.softcap > 0 ? Capped<T>(v, a.softcap) : v;
+}
+
 // Blocks a multiprocessor holds of the kernel at N threads a block (the registers' bound): 3 of 256
 // pre-normed single rows, else 2.
 constexpr int RowsKernelBlocks(int threads, bool normedRow) { return normedRow && threads <= 256 ? 3 : 2; }
@@ -305,8 +313,7 @@ __global__ void __launch_bounds__(N, RowsKernelBlocks(N, Norm && R == 1)) Linear
         up *= inverse;
         *y = Gate<T>(sum, up, bias, first + j, a.out, a.activation);
       } else {
-        const T v = Finish<T>(sum, bias, first + j, a.activation);
-        *y = a.softcap > 0 ? Capped<T>(v, a.softcap) : v;
+        *y = Output<T>(sum, bias, first + j, a);
       }
     }
   }
@@ -367,8 +374,7 @@ __global__ void BiasActivateKernel(LinearArgs a) {
   const T* bias = static_cast<const T*>(a.bias);
   const size_t total = static_cast<size_t>(a.rows) * a.out;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const T v = Finish<T>(Load(y + i), bias, static_cast<int>(i % a.out), a.activation);
-    y[i] = a.softcap > 0 ? Capped<T>(v, a.softcap) : v;
+    y[i] = Output<T>(Load(y + i), bias, static_cast<int>(i % a.out), a);
   }
 }
 
@@ -385,10 +391,7 @@ __global__ void BiasActivateVectorKernel(LinearArgs a) {
     T* e = reinterpret_cast<T*>(&vector);
     const int o = static_cast<int>(i % perRow) * kPer;
 #pragma unroll
-    for (int k = 0; k < kPer; k++) {
-      const T v = Finish<T>(Load(e + k), bias, o + k, a.activation);
-      e[k] = a.softcap > 0 ? Capped<T>(v, a.softcap) : v;
-    }
+    for (int k = 0; k < kPer; k++) e[k] = Output<T>(Load(e + k), bias, o + k, a);
     y[i] = vector;
   }
 }
