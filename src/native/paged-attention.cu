@@ -788,19 +788,21 @@ template <int D>
 __host__ __device__ constexpr int MmaRowHalves() { return D + 8; }
 
 // Stages of each warp's tiles: all of a 192-position row's tiles in flight at once for heads of 64.
+// Decode steps with heads of 128 take kMmaDeepStages where their blocks are few (MmaDeepStages).
 template <int D>
 __host__ __device__ constexpr int MmaStages() { return D <= 64 ? 3 : 2; }
+constexpr int kMmaDeepStages = 3;
 
-// The kernel's dynamic shared memory: the warps' staged tiles (later the warps' sums, joined), the
-// queries [16][row halves] and the new key and value [2][D].
-template <int D>
-__host__ __device__ constexpr size_t MmaTileBytes() { return static_cast<size_t>(kMmaWarps) * MmaStages<D>() * 2 * kMmaTile * MmaRowHalves<D>() * 2; }
+// The kernel's dynamic shared memory: the warps' staged tiles in S stages (later the warps' sums,
+// joined), the queries [16][row halves] and the new key and value [2][D].
+template <int D, int S = MmaStages<D>()>
+__host__ __device__ constexpr size_t MmaTileBytes() { return static_cast<size_t>(kMmaWarps) * S * 2 * kMmaTile * MmaRowHalves<D>() * 2; }
 template <int D>
 __host__ __device__ constexpr size_t MmaJoinBytes() { return static_cast<size_t>(kMmaWarps) * kMmaHeads * (D + 2) * sizeof(float); }
-template <int D>
-__host__ __device__ constexpr size_t MmaStagedBytes() { return MmaTileBytes<D>() > MmaJoinBytes<D>() ? MmaTileBytes<D>() : MmaJoinBytes<D>(); }
-template <int D>
-__host__ __device__ constexpr size_t MmaSharedBytes() { return MmaStagedBytes<D>() + static_cast<size_t>(kMmaHeads) * MmaRowHalves<D>() * 2 + 2 * D * 2; }
+template <int D, int S = MmaStages<D>()>
+__host__ __device__ constexpr size_t MmaStagedBytes() { return MmaTileBytes<D, S>() > MmaJoinBytes<D>() ? MmaTileBytes<D, S>() : MmaJoinBytes<D>(); }
+template <int D, int S = MmaStages<D>()>
+__host__ __device__ constexpr size_t MmaSharedBytes() { return MmaStagedBytes<D, S>() + static_cast<size_t>(kMmaHeads) * MmaRowHalves<D>() * 2 + 2 * D * 2; }
 
 // Two floats as a pair of the 16-bit type, the first in the low half.
 template <typename T>
@@ -999,17 +1001,16 @@ __device__ inline void MmaTileStep(const PagedAttentionArgs& a, const T* tile, i
   }
 }
 
-template <typename T, int D>
+template <typename T, int D, int S = MmaStages<D>()>
 __global__ void __launch_bounds__(kMmaWarps * 32) PagedMmaKernel(PagedAttentionArgs a) {
   constexpr int kPer = 8;  // 16-bit types: 8 a 16-byte vector
   constexpr int kRow = MmaRowHalves<D>();
   constexpr int kChunks = D / kPer;  // 16-byte chunks of a row
   constexpr int kTileHalves = kMmaTile * kRow;
-  constexpr int S = MmaStages<D>();
   extern __shared__ float4 mmaShared[];
   unsigned char* shared = reinterpret_cast<unsigned char*>(mmaShared);
   T* staged = reinterpret_cast<T*>(shared);  // [warps][S][keys, values][16][kRow]
-  T* queries = reinterpret_cast<T*>(shared + MmaStagedBytes<D>());  // [16][kRow]
+  T* queries = reinterpret_cast<T*>(shared + MmaStagedBytes<D, S>());  // [16][kRow]
   T* fresh = queries + kMmaHeads * kRow;  // [key, value][D]
 
   const int group = a.heads / a.kvHeads;
@@ -1439,8 +1440,34 @@ bool MmaKernelTakes(const PagedAttentionArgs& a, int splits) {
   return (splits == 1 || every) && dims && a.heads / a.kvHeads <= kMmaHeads && DecodeStepsSetting() == DecodeSteps::kSplit && HeadVectorsFit<T>(a) && MmaFitsDevice(a.dim);
 }
 
-// A decode step goes out as a dependent launch (its first tiles read before the wait); a prefill as a
-// plain one, after the launch that wrote its keys and values.
+// Whether a decode step with heads of 128 stages kMmaDeepStages tiles a warp, not 2: where its blocks
+// (a row and key head each) fill the GPU at most twice over, 3 a multiprocessor (167-168 registers a
+// thread in either). Fewer blocks each read more positions, and more reads in flight keep the memory
+// busy; many blocks keep it busy already, and there the third stage only crowds the multiprocessor.
+// At 64 rows on an H100 (bench/gpu/attention/stages.sh): Llama-3-8B's 512 blocks over 1,024 positions
+// took 107.0 us against 118.0, over 2,048 205.9 against 227.5 (paged: 204.2 against 252.4), over 192
+// 29.3 against 30.9; Llama-2-7B's 2,048 blocks took 94.5 us in 3 stages against 83.1 in 2 over 192.
+// CHORUS_PAGED_MMA_STAGES=2 or 3 forces one (read at each launch).
+bool MmaDeepStages(const PagedAttentionArgs& a) {
+  const char* forced = std::getenv("CHORUS_PAGED_MMA_STAGES");
+  if (forced != nullptr && (std::strcmp(forced, "2") == 0 || std::strcmp(forced, "3") == 0)) return std::strcmp(forced, "3") == 0;
+  return static_cast<long>(a.rows) * a.kvHeads <= 2L * 3 * CurrentMultiprocessors();
+}
+
+// A decode step on tensor cores, S stages a warp, as a dependent launch (its first tiles read before the
+// wait).
+template <typename T, int D, int S>
+void LaunchMmaDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
+  constexpr size_t bytes = MmaSharedBytes<D, S>();
+  if constexpr (bytes > 48 * 1024) {
+    static std::atomic<unsigned long long> asked{0};
+    AllowSharedBytes(asked, PagedMmaKernel<T, D, S>, bytes);
+  }
+  LaunchMaybeDependentShared(LinearDependentLaunchFlag(), PagedMmaKernel<T, D, S>, dim3(a.rows, a.kvHeads), dim3(kMmaWarps * 32), bytes, stream, a);
+}
+
+// A decode step goes out as a dependent launch (LaunchMmaDecode); a prefill as a plain one, after the
+// launch that wrote its keys and values.
 template <typename T, int D>
 void LaunchMma(const PagedAttentionArgs& a, cudaStream_t stream) {
   constexpr size_t bytes = MmaSharedBytes<D>();
@@ -1467,11 +1494,16 @@ void LaunchMma(const PagedAttentionArgs& a, cudaStream_t stream) {
     PagedMmaPrefillKernel<T, D><<<dim3(a.rows * ((chunks + kMmaWarps - 1) / kMmaWarps), a.kvHeads), kMmaWarps * 32, prefillBytes, stream>>>(a);
     return;
   }
-  const dim3 grid(a.rows * chunks, a.kvHeads);
   if (a.tokens == 1) {
-    LaunchMaybeDependentShared(LinearDependentLaunchFlag(), PagedMmaKernel<T, D>, grid, dim3(kMmaWarps * 32), bytes, stream, a);
+    if constexpr (D == 128) {
+      if (MmaDeepStages(a)) {
+        LaunchMmaDecode<T, D, kMmaDeepStages>(a, stream);
+        return;
+      }
+    }
+    LaunchMmaDecode<T, D, MmaStages<D>()>(a, stream);
   } else {
-    PagedMmaKernel<T, D><<<grid, kMmaWarps * 32, bytes, stream>>>(a);
+    PagedMmaKernel<T, D><<<dim3(a.rows * chunks, a.kvHeads), kMmaWarps * 32, bytes, stream>>>(a);
   }
 }
 

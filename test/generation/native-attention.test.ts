@@ -208,15 +208,23 @@ describe('the decoder attention kernels with sliding windows and soft-capped sco
   // 96, 128 or 256 take the tensor-core kernel, in more the decode kernel; the prefills of those heads
   // take the tensor-core kernel too (the default): where they make blocks enough to fill the GPU (none
   // of these), its warps share each tile; `shared` (CHORUS_PAGED_MMA_PREFILL=shared) takes that kernel
-  // for every prefill.
+  // for every prefill. Decode steps of heads of 128 stage 3 tiles a warp where their blocks are few (all of
+  // these); `2 stages` (CHORUS_PAGED_MMA_STAGES=2) asks the 2 that many blocks take.
   test('on the GPU: fp32 as the reference, fp16 and bf16 as the host kernels, paged in 1, 3 and 16 splits, decode kernel and general', { skip: gpu ? false : 'no CUDA device' }, (t) => {
     t.after(() => {
       delete process.env.CHORUS_PAGED_DECODE;
       delete process.env.CHORUS_PAGED_MMA_PREFILL;
+      delete process.env.CHORUS_PAGED_MMA_STAGES;
     });
     // A slot decode step of 16-bit types goes to PagedAttention's decode kernel unless decode is 0.
-    for (const [c, decode] of CASES.flatMap((c) => (c.tokens === 1 ? ['1', '0'] : ['1', 'shared']).map((d) => [c, d] as const))) {
-      process.env.CHORUS_PAGED_DECODE = decode === 'shared' ? '1' : decode;
+    const settings = (c: Case): string[] => (c.tokens === 1 ? ['1', '0', ...(c.dim === 128 ? ['2 stages'] : [])] : ['1', 'shared']);
+    for (const [c, decode] of CASES.flatMap((c) => settings(c).map((d) => [c, d] as const))) {
+      process.env.CHORUS_PAGED_DECODE = decode === '0' ? '0' : '1';
+      if (decode === '2 stages') {
+        process.env.CHORUS_PAGED_MMA_STAGES = '2';
+      } else {
+        delete process.env.CHORUS_PAGED_MMA_STAGES;
+      }
       if (decode === 'shared') {
         process.env.CHORUS_PAGED_MMA_PREFILL = 'shared';
       } else {
