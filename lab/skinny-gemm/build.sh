@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Builds the skinny-GEMM prototype (lab/skinny-gemm/skinny.cu) with the addon's linear.cu, for which it
+# times cuBLASLt, into build/skinny-gemm (sm_90; cuBLAS is loaded at run time, as the addon loads it).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p build
+nvcc -std=c++17 -O3 -gencode arch=compute_90,code=sm_90 -DCHORUS_WITH_CUDA -Xptxas -v -Isrc/native/ort-include lab/skinny-gemm/skinny.cu src/native/linear.cu -o build/skinny-gemm -ldl 2>&1 \
+  | grep -A2 "SkinnyKernel" | grep -E "error|registers|spill" || true
+test -x build/skinny-gemm && echo "build/skinny-gemm"
