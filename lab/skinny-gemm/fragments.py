@@ -1,0 +1,74 @@
+# A NumPy model of lab/skinny-gemm/skinny.cu's shared-memory layout and fragments, for one stage (64
+# values of K) of one block, all 4 warps: the swizzled rows LoadStage writes, ldmatrix.x4 as PTX
+# defines it (lane l gives the row address of matrix l / 8; lane l gets row l / 4, columns 2 (l % 4)
+# and one more, of each matrix), and mma.m16n8k16's A, B and C fragments. Prints the largest error of
+# the block's product against x W^T and the ldmatrix phases that would read a bank twice (both 0).
+# Run: python3 lab/skinny-gemm/fragments.py
+import numpy as np
+rng=np.random.default_rng(0)
+kM,kBN,kBK=64,128,64
+rows=64
+X=rng.standard_normal((kM,kBK)).astype(np.float32)
+W=rng.standard_normal((kBN,kBK)).astype(np.float32)
+def swz(row,chunk): return row*kBK + ((chunk ^ (row & 7))<<3)
+a=np.zeros(kM*kBK,np.float32); b=np.zeros(kBN*kBK,np.float32)
+for c in range(kM*8):
+    row,chunk=c>>3,c&7; a[swz(row,chunk):swz(row,chunk)+8]=X[row,chunk*8:chunk*8+8]
+for c in range(kBN*8):
+    row,chunk=c>>3,c&7; b[swz(row,chunk):swz(row,chunk)+8]=W[row,chunk*8:chunk*8+8]
+def ldmatrix_x4(smem, addr_of_lane):
+    # returns r[lane][4] each a pair of values
+    addrs=[addr_of_lane(l) for l in range(32)]
+    out=[[None]*4 for _ in range(32)]
+    for m in range(4):
+        for l in range(32):
+            r=l//4; cpair=2*(l%4)
+            base=addrs[8*m+r]
+            out[l][m]=(smem[base+cpair],smem[base+cpair+1])
+    return out
+Y=np.zeros((kM,kBN),np.float32)
+for warp in range(4):
+    acc=np.zeros((32,4,4,4),np.float32)
+    for kk in range(kBK//16):
+        af=[ldmatrix_x4(a, lambda l,m=m: swz(16*m+(l&15), 2*kk+(l>>4))) for m in range(4)]
+        bf=[[None]*2 for _ in range(4)]
+        bl=[ldmatrix_x4(b, lambda l,jj=jj: swz(32*warp+16*jj+(l&7)+((l>>4)<<3), 2*kk+((l>>3)&1))) for jj in range(2)]
+        for m in range(4):
+            # reconstruct A tile 16x16 from fragments and B 16x8 per j, do mma
+            A=np.zeros((16,16)); 
+            for l in range(32):
+                g,t=l//4,l%4
+                a0,a1,a2,a3=af[m][l]
+                A[g,2*t:2*t+2]=a0; A[g+8,2*t:2*t+2]=a1; A[g,2*t+8:2*t+10]=a2; A[g+8,2*t+8:2*t+10]=a3
+            for j in range(4):
+                jj,half=j//2,j%2
+                B=np.zeros((16,8))
+                for l in range(32):
+                    g,t=l//4,l%4
+                    r=bl[jj][l]
+                    b0,b1=(r[0],r[1]) if half==0 else (r[2],r[3])
+                    B[2*t:2*t+2,g]=b0; B[2*t+8:2*t+10,g]=b1
+                C=A@B
+                for l in range(32):
+                    g,t=l//4,l%4
+                    acc[l,m,j,0]+=C[g,2*t]; acc[l,m,j,1]+=C[g,2*t+1]; acc[l,m,j,2]+=C[g+8,2*t]; acc[l,m,j,3]+=C[g+8,2*t+1]
+    for l in range(32):
+        g,t=l//4,l%4
+        for m in range(4):
+            for j in range(4):
+                row=16*m+g; col=32*warp+8*j+2*t
+                Y[row,col:col+2]=acc[l,m,j,0:2]; Y[row+8,col:col+2]=acc[l,m,j,2:4]
+ref=X@W.T
+print('max err', np.abs(Y-ref).max())
+# bank conflict check for ldmatrix phases: each 8-lane group's 16B rows must cover distinct bank quads
+def conflicts(addr_of_lane):
+    bad=0
+    for m in range(4):
+        banks=set()
+        for r in range(8):
+            q=(addr_of_lane(8*m+r)*2//16)%8
+            banks.add(q)
+        bad+= 8-len(banks)
+    return bad
+print('A conflicts', sum(conflicts(lambda l,m=m,kk=kk: swz(16*m+(l&15), 2*kk+(l>>4))) for m in range(4) for kk in range(4)))
+print('B conflicts', sum(conflicts(lambda l,jj=jj,kk=kk,w=w: swz(32*w+16*jj+(l&7)+((l>>4)<<3), 2*kk+((l>>3)&1))) for w in range(4) for jj in range(2) for kk in range(4)))
