@@ -2,7 +2,8 @@
 # values of K) of one block, all 4 warps: the swizzled rows LoadStage writes, ldmatrix.x4 as PTX
 # defines it (lane l gives the row address of matrix l / 8; lane l gets row l / 4, columns 2 (l % 4)
 # and one more, of each matrix), and mma.m16n8k16's A, B and C fragments. Prints the largest error of
-# the block's product against x W^T and the ldmatrix phases that would read a bank twice (both 0).
+# the block's product against x W^T and the ldmatrix phases that would read a bank twice (both 0);
+# then the int8 layout's fragments against the values they stand for (0 wrong).
 # Run: python3 lab/skinny-gemm/fragments.py
 import numpy as np
 rng=np.random.default_rng(0)
@@ -72,3 +73,32 @@ def conflicts(addr_of_lane):
     return bad
 print('A conflicts', sum(conflicts(lambda l,m=m,kk=kk: swz(16*m+(l&15), 2*kk+(l>>4))) for m in range(4) for kk in range(4)))
 print('B conflicts', sum(conflicts(lambda l,jj=jj,kk=kk,w=w: swz(32*w+16*jj+(l&7)+((l>>4)<<3), 2*kk+((l>>3)&1))) for w in range(4) for jj in range(2) for kk in range(4)))
+
+# The int8 layout: PermutedK within each row's 64 values, a lane's 16 bytes at 16 t of its fragment's
+# row, word kk widened by WidenInt8 (x ^ 0x80 as the low byte of 1024's mantissa, less 1152) into the
+# B fragment's pairs (values 2t, 2t+1 and 2t+8, 2t+9 of the 16).
+def permuted_k(k):
+    kk, r = k // 16, k % 16
+    return 16 * ((r & 7) >> 1) + 4 * kk + (r & 1) + (2 if r >= 8 else 0)
+assert sorted(permuted_k(k) for k in range(64)) == list(range(64))
+Q = rng.integers(-127, 128, size=(kBN, kBK))
+qt = np.zeros(kBN * kBK, np.int64)
+for n in range(kBN):
+    for k in range(kBK):
+        qt[n * kBK + permuted_k(k)] = Q[n, k]
+def widen(byte_values):
+    u = [(int(v) & 0xFF) ^ 0x80 for v in byte_values]
+    halves = [np.array([0x6400 | b], np.uint16).view(np.float16)[0] for b in u]
+    return [float(np.float16(h - np.float16(1152))) for h in halves]
+bad = 0
+for warp in range(4):
+    for l in range(32):
+        g, t = l // 4, l % 4
+        for j in range(4):
+            n = 32 * warp + 8 * j + g
+            lane_bytes = qt[n * kBK + 16 * t: n * kBK + 16 * t + 16]
+            for kk in range(4):
+                b = widen(lane_bytes[4 * kk: 4 * kk + 4])
+                want = [Q[n, 16 * kk + 2 * t], Q[n, 16 * kk + 2 * t + 1], Q[n, 16 * kk + 2 * t + 8], Q[n, 16 * kk + 2 * t + 9]]
+                bad += sum(1 for x, y in zip(b, want) if x != y)
+print('int8 fragment values wrong', bad)
