@@ -1,10 +1,14 @@
-// What the standalone CUDA benchmarks (bench/gpu/*/*.cu) share: failing on a CUDA error, zeroed device
-// memory freed together, device memory filled on the device from a seeded stream, and the time of a
-// captured graph's replays.
+// What the standalone CUDA benchmarks (bench/gpu/*/*.cu, lab/*/*.cu) share: failing on a CUDA error,
+// zeroed device memory freed together, device memory filled on the device from a seeded stream, the
+// time of a captured graph's replays and of a launch among many, and the difference of two float16
+// outputs.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -70,6 +74,51 @@ inline double ReplayMs(cudaGraph_t graph, cudaStream_t stream, int warmups, int 
   cudaEventDestroy(end);
   cudaGraphExecDestroy(exec);
   return static_cast<double>(ms) / replays;
+}
+
+// Microseconds a launch of `launch(copy)` over `launches` launches in one graph (rotating over `copies`
+// weight copies, so that each launch meets its weights in memory rather than in L2), the best of
+// `repeats` replays after a warm one.
+template <class Launch>
+double TimeLaunches(cudaStream_t stream, int copies, Launch launch, int launches = 32, int repeats = 5) {
+  cudaGraph_t graph;
+  Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  for (int i = 0; i < launches; i++) launch(i % copies);
+  Check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec;
+  Check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  cudaEvent_t start, stop;
+  Check(cudaEventCreate(&start), "cudaEventCreate");
+  Check(cudaEventCreate(&stop), "cudaEventCreate");
+  Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");  // warm
+  double best = 1e30;
+  for (int r = 0; r < repeats; r++) {
+    Check(cudaEventRecord(start, stream), "cudaEventRecord");
+    Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    Check(cudaEventRecord(stop, stream), "cudaEventRecord");
+    Check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    Check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    best = std::min(best, 1000.0 * ms / launches);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return best;
+}
+
+// The largest |a - b| over the largest |b|, of n float16 values on the device.
+inline double Difference(const __half* a, const __half* b, size_t n) {
+  std::vector<__half> ha(n), hb(n);
+  Check(cudaMemcpy(ha.data(), a, n * sizeof(__half), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  Check(cudaMemcpy(hb.data(), b, n * sizeof(__half), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  double most = 0, scale = 0;
+  for (size_t i = 0; i < n; i++) {
+    most = std::max(most, std::fabs(static_cast<double>(__half2float(ha[i])) - __half2float(hb[i])));
+    scale = std::max(scale, std::fabs(static_cast<double>(__half2float(hb[i]))));
+  }
+  return scale > 0 ? most / scale : most;
 }
 
 }  // namespace bench

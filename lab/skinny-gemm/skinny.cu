@@ -40,6 +40,8 @@
 namespace {
 
 using bench::Check;
+using bench::Difference;
+using bench::TimeLaunches;
 
 constexpr int kM = 64;    // rows of x a block takes (a decode step's, at most)
 constexpr int kBN = 128;  // weight rows a block takes
@@ -58,6 +60,8 @@ constexpr int kStageBytes = kABytes + kBBytes<Int8>;
 template <bool Int8>
 constexpr size_t kSharedBytes = static_cast<size_t>(kStages<Int8>) * kStageBytes<Int8>;
 constexpr int kMaxTiles = 4096;  // counters in the workspace (block columns)
+constexpr size_t kRotationBytes = 256u << 20;  // weights read per graph: five times the H100's L2
+constexpr double kPeakBytesPerSecond = 3.35e12;
 
 // Where value k of a row's 64-value block goes in the int8 layout: lane t of a fragment's 4 reads 16
 // bytes at 16 t, a word for each 16 values kk, whose bytes are values 2t, 2t + 1, 2t + 8 and 2t + 9
@@ -294,53 +298,6 @@ __global__ void QuantizeRows(const __half* w, int K, unsigned char* q, __half* s
     q[row * K + k / kBK * kBK + PermutedK(k % kBK)] = static_cast<unsigned char>(static_cast<signed char>(v));
     dequantized[row * K + k] = __float2half(static_cast<float>(v) * __half2float(scale));
   }
-}
-
-constexpr size_t kRotationBytes = 256u << 20;  // weights read per graph: five times the H100's L2
-constexpr int kLaunches = 32;
-constexpr int kRepeats = 5;
-constexpr double kPeakBytesPerSecond = 3.35e12;
-
-template <class Run>
-double TimeLaunches(cudaStream_t stream, int copies, Run run) {
-  cudaGraph_t graph;
-  Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  for (int i = 0; i < kLaunches; i++) run(i % copies);
-  Check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  cudaGraphExec_t exec;
-  Check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  cudaEvent_t start, stop;
-  Check(cudaEventCreate(&start), "cudaEventCreate");
-  Check(cudaEventCreate(&stop), "cudaEventCreate");
-  Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-  double best = 1e30;
-  for (int r = 0; r < kRepeats; r++) {
-    Check(cudaEventRecord(start, stream), "cudaEventRecord");
-    Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-    Check(cudaEventRecord(stop, stream), "cudaEventRecord");
-    Check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    Check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    best = std::min(best, 1000.0 * ms / kLaunches);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return best;
-}
-
-// The largest |a - b| over the largest |b|.
-double Difference(const __half* a, const __half* b, size_t n) {
-  std::vector<__half> ha(n), hb(n);
-  Check(cudaMemcpy(ha.data(), a, n * sizeof(__half), cudaMemcpyDeviceToHost), "cudaMemcpy");
-  Check(cudaMemcpy(hb.data(), b, n * sizeof(__half), cudaMemcpyDeviceToHost), "cudaMemcpy");
-  double most = 0, scale = 0;
-  for (size_t i = 0; i < n; i++) {
-    most = std::max(most, std::fabs(static_cast<double>(__half2float(ha[i])) - __half2float(hb[i])));
-    scale = std::max(scale, std::fabs(static_cast<double>(__half2float(hb[i]))));
-  }
-  return scale > 0 ? most / scale : most;
 }
 
 }  // namespace

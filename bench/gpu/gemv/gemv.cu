@@ -27,10 +27,9 @@ namespace {
 
 constexpr double kPeakBytesPerSecond = 3.35e12;
 constexpr size_t kRotationBytes = 256u << 20;  // weights read per graph: five times the H100's L2
-constexpr int kLaunches = 32;
-constexpr int kRepeats = 5;
-
 using bench::Check;
+using bench::Difference;
+using bench::TimeLaunches;
 
 // A cuBLAS handle on `stream`, from the libcublas that ONNX Runtime's CUDA provider loads (no headers
 // needed: the addon calls cuBLAS the same way).
@@ -72,50 +71,6 @@ struct Timing {
   double us = -1;
   double gbs = -1;
 };
-
-// Microseconds a launch of `launch(copy)` over kLaunches launches in one graph (rotating over `copies`
-// weight copies), the best of kRepeats.
-template <class Launch>
-double TimeLaunches(cudaStream_t stream, int copies, Launch launch) {
-  cudaGraph_t graph;
-  Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  for (int i = 0; i < kLaunches; i++) launch(i % copies);
-  Check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  cudaGraphExec_t exec;
-  Check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  cudaEvent_t start, stop;
-  Check(cudaEventCreate(&start), "cudaEventCreate");
-  Check(cudaEventCreate(&stop), "cudaEventCreate");
-  Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");  // warm
-  double best = 1e30;
-  for (int r = 0; r < kRepeats; r++) {
-    Check(cudaEventRecord(start, stream), "cudaEventRecord");
-    Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-    Check(cudaEventRecord(stop, stream), "cudaEventRecord");
-    Check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    Check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    best = std::min(best, 1000.0 * ms / kLaunches);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return best;
-}
-
-// The largest |a - b| over the largest |b|.
-double Difference(const __half* a, const __half* b, size_t n) {
-  std::vector<__half> ha(n), hb(n);
-  Check(cudaMemcpy(ha.data(), a, n * sizeof(__half), cudaMemcpyDeviceToHost), "cudaMemcpy");
-  Check(cudaMemcpy(hb.data(), b, n * sizeof(__half), cudaMemcpyDeviceToHost), "cudaMemcpy");
-  double most = 0, scale = 0;
-  for (size_t i = 0; i < n; i++) {
-    most = std::max(most, std::fabs(static_cast<double>(__half2float(ha[i])) - __half2float(hb[i])));
-    scale = std::max(scale, std::fabs(static_cast<double>(__half2float(hb[i]))));
-  }
-  return scale > 0 ? most / scale : most;
-}
 
 // A float16 product of `rows` rows of x against `weight` into y, as the addon's Linear takes it (gated:
 // SiLU of the gate rows' products times the up rows').
