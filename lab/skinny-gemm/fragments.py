@@ -3,7 +3,7 @@
 # defines it (lane l gives the row address of matrix l / 8; lane l gets row l / 4, columns 2 (l % 4)
 # and one more, of each matrix), and mma.m16n8k16's A, B and C fragments. Prints the largest error of
 # the block's product against x W^T and the ldmatrix phases that would read a bank twice (both 0);
-# then the int8 layout's fragments against the values they stand for (0 wrong).
+# then the int8 and 4-bit layouts' fragments against the values they stand for (0 wrong).
 # Run: python3 lab/skinny-gemm/fragments.py
 import numpy as np
 rng=np.random.default_rng(0)
@@ -102,3 +102,44 @@ for warp in range(4):
                 want = [Q[n, 16 * kk + 2 * t], Q[n, 16 * kk + 2 * t + 1], Q[n, 16 * kk + 2 * t + 8], Q[n, 16 * kk + 2 * t + 9]]
                 bad += sum(1 for x, y in zip(b, want) if x != y)
 print('int8 fragment values wrong', bad)
+
+# The 4-bit layout: PermutedK4 (a nibble index, low nibble first) within each row's 64 values; lane t's
+# 8 bytes at 8 t as two words, each widened by WidenUint4: masks 0x000f000f and 0x00f000f0 of the word
+# and of the word >> 8 over 1024's mantissa, less 1024 + zero (or times 1/16, less 64 + zero), times
+# the scale; pairs 0..3 of word h are the B fragments' pairs of kk = 2h and 2h + 1.
+def permuted_k4(k):
+    kk, r = k // 16, k % 16
+    return 16 * ((r & 7) >> 1) + 8 * (kk // 2) + 2 * (kk % 2) + (1 if r >= 8 else 0) + 4 * (r & 1)
+assert sorted(permuted_k4(k) for k in range(64)) == list(range(64))
+Q4 = rng.integers(0, 16, size=(kBN, kBK))
+zero, scale = np.float16(5), np.float16(0.0123)
+row_bytes = np.zeros((kBN, kBK // 2), np.int64)
+for n in range(kBN):
+    for k in range(kBK):
+        p = permuted_k4(k)
+        row_bytes[n, p // 2] |= int(Q4[n, k]) << (4 * (p % 2))
+def h(bits): return np.array([bits], np.uint16).view(np.float16)[0]
+def widen4(word):
+    pairs = []
+    for half in range(2):
+        w = word >> (8 * half)
+        lo, hi = (w & 0x000F000F) | 0x64006400, (w & 0x00F000F0) | 0x64006400
+        first = [np.float16(np.float16(h((lo >> s) & 0xFFFF) - np.float16(1024 + 5)) * scale) for s in (0, 16)]
+        second = [np.float16(np.float16(np.float32(h((hi >> s) & 0xFFFF)) / 16 - (64 + 5)) * scale) for s in (0, 16)]
+        pairs += [first, second]
+    return pairs
+bad = 0
+for warp in range(4):
+    for l in range(32):
+        g, t = l // 4, l % 4
+        for j in range(4):
+            n = 32 * warp + 8 * j + g
+            b = row_bytes[n, 8 * t: 8 * t + 8]
+            words = [int(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24), int(b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24)]
+            wide = widen4(words[0]) + widen4(words[1])
+            for kk in range(4):
+                want = [Q4[n, 16 * kk + 2 * t], Q4[n, 16 * kk + 2 * t + 1], Q4[n, 16 * kk + 2 * t + 8], Q4[n, 16 * kk + 2 * t + 9]]
+                want = [np.float16(np.float16(v - 5) * scale) for v in want]
+                got = wide[2 * kk] + wide[2 * kk + 1]
+                bad += sum(1 for x, y in zip(got, want) if x != y)
+print('int4 fragment values wrong', bad)

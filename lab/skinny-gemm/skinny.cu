@@ -16,11 +16,14 @@
 // parts write float32 sums to a workspace; the last part of each block column to finish (a counter)
 // adds them and writes y.
 //
-// The same kernel with int8 weights (Int8: symmetric, a float16 scale a weight row, as QuantLinear's
-// int8 has them): 8 KiB of weights a stage in 6 stages, each row's 64 values laid out so that a lane
-// reads its fragments' 16 bytes at once (PermutedK), widened to float16 pairs by two byte permutes and
-// a subtraction, the scales applied to the sums. Timed beside, against cuBLASLt on the float16 they
-// stand for.
+// The same kernel with quantized weights, timed beside against cuBLASLt on the float16 they stand for:
+// - Bits 8: int8, symmetric, a float16 scale a weight row (as QuantLinear's int8 has them): 8 KiB of
+//   weights a stage in 6 stages, each row's 64 values laid out so that a lane reads its fragments' 16
+//   bytes at once (PermutedK), widened to float16 pairs by two byte permutes and a subtraction, the
+//   scales applied to the sums.
+// - Bits 4: uint4 with a float16 scale and zero point a weight row and group of 128 values of K (as
+//   AWQ and GPTQ checkpoints have them): 4 KiB a stage in 8 stages, a lane's 8 bytes read at once
+//   (PermutedK4), widened by masks into float16's mantissa, (q - zero) * scale in float16 pairs.
 //
 // Build here (nvcc): bash lab/skinny-gemm/build.sh; run on the GPU host with cuBLAS 13 on the library
 // path: ./build/skinny-gemm [out.json]. SKINNY_SPLITS=n forces n parts of K for every shape.
@@ -49,16 +52,17 @@ constexpr int kBK = 64;   // values of K a stage
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kABytes = kM * kBK * 2;
-// Int8: the weights as int8 with a float16 scale per weight row (symmetric), each row's 64 values of a
-// stage laid out for the fragments (PermutedK): 8 KiB a stage where float16 takes 16, so 6 stages.
-template <bool Int8>
-constexpr int kStages = Int8 ? 6 : 4;
-template <bool Int8>
-constexpr int kBBytes = kBN * kBK * (Int8 ? 1 : 2);
-template <bool Int8>
-constexpr int kStageBytes = kABytes + kBBytes<Int8>;
-template <bool Int8>
-constexpr size_t kSharedBytes = static_cast<size_t>(kStages<Int8>) * kStageBytes<Int8>;
+constexpr int kGroup = 128;  // values of K a 4-bit scale and zero point cover
+// Bits of a weight (16, 8 or 4): each row's 64 values of a stage, 128, 64 or 32 bytes; stages so that
+// the ring takes 96 KiB (2 blocks a multiprocessor).
+template <int Bits>
+constexpr int kBBytes = kBN * kBK * Bits / 8;
+template <int Bits>
+constexpr int kStageBytes = kABytes + kBBytes<Bits>;
+template <int Bits>
+constexpr int kStages = Bits == 16 ? 4 : Bits == 8 ? 6 : 8;
+template <int Bits>
+constexpr size_t kSharedBytes = static_cast<size_t>(kStages<Bits>) * kStageBytes<Bits>;
 constexpr int kMaxTiles = 4096;  // counters in the workspace (block columns)
 constexpr size_t kRotationBytes = 256u << 20;  // weights read per graph: five times the H100's L2
 constexpr double kPeakBytesPerSecond = 3.35e12;
@@ -70,6 +74,33 @@ __host__ __device__ inline int PermutedK(int k) {
   const int kk = k / 16;
   const int r = k % 16;
   return 16 * ((r & 7) >> 1) + 4 * kk + (r & 1) + (r >= 8 ? 2 : 0);
+}
+
+// Where value k of a row's 64-value block goes in the 4-bit layout (a nibble index, low nibble first):
+// lane t's 8 bytes at 8 t are two words, one for each two 16s of K (kk); in a word, nibbles i and i + 4
+// make a pair, i = 0 and 1 the B fragment's two pairs of the first kk (values 2t, 2t + 1 and 2t + 8,
+// 2t + 9), i = 2 and 3 those of the second.
+__host__ __device__ inline int PermutedK4(int k) {
+  const int kk = k / 16;
+  const int r = k % 16;
+  return 16 * ((r & 7) >> 1) + 8 * (kk / 2) + 2 * (kk % 2) + (r >= 8 ? 1 : 0) + 4 * (r & 1);
+}
+
+// Eight uint4 values (a word, PermutedK4) as four float16 pairs of (q - zero) * scale: q as the low
+// bits of 1024's mantissa (q or 16 q), less 1024 + zero (hfma: q / 16 less 64 + zero), times the
+// scale, each step exact but the last.
+__device__ inline void WidenUint4(uint32_t word, __half2 zero1024, __half2 zero64, __half2 scale, uint32_t (&pairs)[4]) {
+  const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const uint32_t w = word >> (8 * h);
+    uint32_t lo = (w & 0x000f000fu) | 0x64006400u;
+    uint32_t hi = (w & 0x00f000f0u) | 0x64006400u;
+    const __half2 first = __hmul2(__hsub2(*reinterpret_cast<__half2*>(&lo), zero1024), scale);
+    const __half2 second = __hmul2(__hfma2(*reinterpret_cast<__half2*>(&hi), sixteenth, __hneg2(zero64)), scale);
+    pairs[2 * h] = *reinterpret_cast<const uint32_t*>(&first);
+    pairs[2 * h + 1] = *reinterpret_cast<const uint32_t*>(&second);
+  }
 }
 
 // Four int8 values (a word) as two float16 pairs: x + 128 as the low byte of 1024's mantissa, less 1152.
@@ -110,7 +141,7 @@ __device__ inline void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, u
 
 // K tile `kt` of x (rows past `rows` zeros) and of weight rows n0 .. n0 + 127 into `stage` (float16
 // weights swizzled as x; int8 rows of 64 bytes as they are).
-template <bool Int8>
+template <int Bits>
 __device__ inline void LoadStage(unsigned char* stage, const __half* x, const void* w, int rows, int K, int n0, int kt) {
   const int k0 = kt * kBK;
   __half* a = reinterpret_cast<__half*>(stage);
@@ -120,13 +151,17 @@ __device__ inline void LoadStage(unsigned char* stage, const __half* x, const vo
     const bool inside = row < rows;
     CopyAsync16(a + Swizzled(row, chunk), x + static_cast<size_t>(inside ? row : 0) * K + k0 + chunk * 8, inside);
   }
-  if constexpr (Int8) {
+  if constexpr (Bits < 16) {
+    // Rows of kBK * Bits / 8 bytes, 16 a copy, as they are.
+    constexpr int kRowBytes = kBK * Bits / 8;
+    constexpr int kChunks = kRowBytes / 16;
     unsigned char* b = stage + kABytes;
     const unsigned char* q = static_cast<const unsigned char*>(w);
-    for (int c = threadIdx.x; c < kBN * 4; c += kThreads) {
-      const int row = c >> 2;
-      const int chunk = c & 3;
-      CopyAsync16(b + row * kBK + chunk * 16, q + static_cast<size_t>(n0 + row) * K + k0 + chunk * 16, true);
+    const size_t rowBytes = static_cast<size_t>(K) * Bits / 8;
+    for (int c = threadIdx.x; c < kBN * kChunks; c += kThreads) {
+      const int row = c / kChunks;
+      const int chunk = c % kChunks;
+      CopyAsync16(b + row * kRowBytes + chunk * 16, q + (n0 + row) * rowBytes + static_cast<size_t>(k0) * Bits / 8 + chunk * 16, true);
     }
   } else {
     __half* b = reinterpret_cast<__half*>(stage + kABytes);
@@ -140,10 +175,12 @@ __device__ inline void LoadStage(unsigned char* stage, const __half* x, const vo
 }
 
 // Block (column of 128 weight rows, part of K). `workspace`: [splits][kM][N] float sums, then kMaxTiles
-// counters (zeros, left at zero). `scales`: int8's, one a weight row.
-template <bool Int8>
-__global__ void __launch_bounds__(kThreads) SkinnyKernel(const __half* x, const void* w, const __half* scales, __half* y, int rows, int K, int N, int splits, float* workspace) {
-  constexpr int S = kStages<Int8>;
+// counters (zeros, left at zero). `scales`: int8's, one a weight row; 4 bits' [N][K / kGroup], with
+// `zeros` beside them (float16 integers).
+template <int Bits>
+__global__ void __launch_bounds__(kThreads) SkinnyKernel(const __half* x, const void* w, const __half* scales, const __half* zeros, __half* y, int rows, int K, int N, int splits,
+                                                         float* workspace) {
+  constexpr int S = kStages<Bits>;
   extern __shared__ float4 sharedWords[];
   unsigned char* stages = reinterpret_cast<unsigned char*>(sharedWords);
   const int warp = threadIdx.x / 32;
@@ -167,22 +204,41 @@ __global__ void __launch_bounds__(kThreads) SkinnyKernel(const __half* x, const 
 
 #pragma unroll
   for (int s = 0; s < S - 1; s++) {
-    if (s < count) LoadStage<Int8>(stages + s * kStageBytes<Int8>, x, w, rows, K, n0, firstK + s);
+    if (s < count) LoadStage<Bits>(stages + s * kStageBytes<Bits>, x, w, rows, K, n0, firstK + s);
     Commit();
   }
   for (int i = 0; i < count; i++) {
     WaitGroups<S - 2>();
     __syncthreads();  // stage i is in; every warp is done with the stage the next copy overwrites
     const int ahead = i + S - 1;
-    if (ahead < count) LoadStage<Int8>(stages + (ahead % S) * kStageBytes<Int8>, x, w, rows, K, n0, firstK + ahead);
+    if (ahead < count) LoadStage<Bits>(stages + (ahead % S) * kStageBytes<Bits>, x, w, rows, K, n0, firstK + ahead);
     Commit();
-    const unsigned char* stage = stages + (i % S) * kStageBytes<Int8>;
+    const unsigned char* stage = stages + (i % S) * kStageBytes<Bits>;
     const __half* a = reinterpret_cast<const __half*>(stage);
     // int8: the lane's 16 bytes of each of its 4 fragments' rows (a word for each 16 values of K).
     uint4 words[4];
-    if constexpr (Int8) {
+    if constexpr (Bits == 8) {
 #pragma unroll
       for (int j = 0; j < 4; j++) words[j] = *reinterpret_cast<const uint4*>(stage + kABytes + (32 * warp + 8 * j + g) * kBK + 16 * t);
+    }
+    // 4 bits: the lane's 8 bytes of each row, widened at once with the row's group's scale and zero.
+    uint32_t wide[4][8];
+    if constexpr (Bits == 4) {
+      const int group = (firstK + i) * kBK / kGroup;
+      const int groups = K / kGroup;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int n = n0 + 32 * warp + 8 * j + g;
+        const uint2 bytes = *reinterpret_cast<const uint2*>(stage + kABytes + (32 * warp + 8 * j + g) * (kBK / 2) + 8 * t);
+        const float zero = __half2float(__ldg(zeros + static_cast<size_t>(n) * groups + group));
+        const __half2 scale = __half2half2(__ldg(scales + static_cast<size_t>(n) * groups + group));
+        const __half2 zero1024 = __float2half2_rn(1024.0f + zero);
+        const __half2 zero64 = __float2half2_rn(64.0f + zero);
+        uint32_t (&first)[4] = *reinterpret_cast<uint32_t (*)[4]>(&wide[j][0]);
+        uint32_t (&second)[4] = *reinterpret_cast<uint32_t (*)[4]>(&wide[j][4]);
+        WidenUint4(bytes.x, zero1024, zero64, scale, first);
+        WidenUint4(bytes.y, zero1024, zero64, scale, second);
+      }
     }
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; kk++) {
@@ -190,9 +246,15 @@ __global__ void __launch_bounds__(kThreads) SkinnyKernel(const __half* x, const 
 #pragma unroll
       for (int m = 0; m < 4; m++) LoadMatrices(af[m], a + Swizzled(16 * m + (lane & 15), 2 * kk + (lane >> 4)));
       uint32_t bf[4][2];
-      if constexpr (Int8) {
+      if constexpr (Bits == 8) {
 #pragma unroll
         for (int j = 0; j < 4; j++) WidenInt8(kk == 0 ? words[j].x : kk == 1 ? words[j].y : kk == 2 ? words[j].z : words[j].w, bf[j][0], bf[j][1]);
+      } else if constexpr (Bits == 4) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          bf[j][0] = wide[j][2 * kk];
+          bf[j][1] = wide[j][2 * kk + 1];
+        }
       } else {
         const __half* b = reinterpret_cast<const __half*>(stage + kABytes);
 #pragma unroll
@@ -215,7 +277,7 @@ __global__ void __launch_bounds__(kThreads) SkinnyKernel(const __half* x, const 
 
   // Outputs col and col + 1 of a row from their sums (int8: times their rows' scales).
   const auto out = [&](int row, int col, float first, float second) {
-    if constexpr (Int8) {
+    if constexpr (Bits == 8) {
       first *= __half2float(scales[col]);
       second *= __half2float(scales[col + 1]);
     }
@@ -273,9 +335,9 @@ int SplitsFor(int N, int K, int multiprocessors) {
   return std::max(1, std::min(splits, K / kBK));
 }
 
-template <bool Int8>
-void Launch(const __half* x, const void* w, const __half* scales, __half* y, int rows, int K, int N, int splits, float* workspace, cudaStream_t stream) {
-  SkinnyKernel<Int8><<<dim3(N / kBN, splits), kThreads, kSharedBytes<Int8>, stream>>>(x, w, scales, y, rows, K, N, splits, workspace);
+template <int Bits>
+void Launch(const __half* x, const void* w, const __half* scales, const __half* zeros, __half* y, int rows, int K, int N, int splits, float* workspace, cudaStream_t stream) {
+  SkinnyKernel<Bits><<<dim3(N / kBN, splits), kThreads, kSharedBytes<Bits>, stream>>>(x, w, scales, zeros, y, rows, K, N, splits, workspace);
 }
 
 // Weight rows [N][K] of float16 as int8 (symmetric, a float16 scale a row, max |w| / 127) in the
@@ -300,6 +362,41 @@ __global__ void QuantizeRows(const __half* w, int K, unsigned char* q, __half* s
   }
 }
 
+// Weight rows [N][K] of float16 as uint4 in groups of kGroup (asymmetric: scale (max - min) / 15, zero
+// round(-min / scale)) in the kernel's layout (PermutedK4 within each 64 values), their scales and zero
+// points [N][K / kGroup], and the float16 they stand for ((q - zero) * scale): a block a row.
+__global__ void QuantizeRows4(const __half* w, int K, unsigned char* q, __half* scales, __half* zeros, __half* dequantized) {
+  const size_t row = blockIdx.x;
+  const int groups = K / kGroup;
+  for (int group = threadIdx.x; group < groups; group += blockDim.x) {
+    float low = 0, high = 0;
+    for (int k = group * kGroup; k < (group + 1) * kGroup; k++) {
+      const float v = __half2float(w[row * K + k]);
+      low = fminf(low, v);
+      high = fmaxf(high, v);
+    }
+    const __half scale = __float2half(high > low ? (high - low) / 15.0f : 1.0f);
+    scales[row * groups + group] = scale;
+    zeros[row * groups + group] = __float2half(fminf(15.0f, fmaxf(0.0f, rintf(-low / __half2float(scale)))));
+  }
+  __syncthreads();
+  // A thread a 64-value block: its 32 bytes put together, then written.
+  for (int block = threadIdx.x; block < K / kBK; block += blockDim.x) {
+    unsigned char bytes[kBK / 2] = {};
+    const int group = block * kBK / kGroup;
+    const float scale = __half2float(scales[row * groups + group]);
+    const float zero = __half2float(zeros[row * groups + group]);
+    for (int k = 0; k < kBK; k++) {
+      const size_t at = row * K + block * kBK + k;
+      const int v = static_cast<int>(fminf(15.0f, fmaxf(0.0f, rintf(__half2float(w[at]) / scale) + zero)));
+      const int nibble = PermutedK4(k);
+      bytes[nibble / 2] |= static_cast<unsigned char>(v << (4 * (nibble % 2)));
+      dequantized[at] = __float2half((static_cast<float>(v) - zero) * scale);
+    }
+    for (int b = 0; b < kBK / 2; b++) q[row * (K / 2) + block * (kBK / 2) + b] = bytes[b];
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -316,8 +413,9 @@ int main(int argc, char** argv) {
   const int rowCounts[] = {16, 32, 64};
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  Check(cudaFuncSetAttribute(SkinnyKernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSharedBytes<false>)), "cudaFuncSetAttribute");
-  Check(cudaFuncSetAttribute(SkinnyKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSharedBytes<true>)), "cudaFuncSetAttribute");
+  Check(cudaFuncSetAttribute(SkinnyKernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSharedBytes<16>)), "cudaFuncSetAttribute");
+  Check(cudaFuncSetAttribute(SkinnyKernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSharedBytes<8>)), "cudaFuncSetAttribute");
+  Check(cudaFuncSetAttribute(SkinnyKernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSharedBytes<4>)), "cudaFuncSetAttribute");
   cudaDeviceProp props;
   Check(cudaGetDeviceProperties(&props, 0), "cudaGetDeviceProperties");
   const size_t ltBytes = 4u << 20;
@@ -331,32 +429,42 @@ int main(int argc, char** argv) {
   std::fprintf(json, "{\n \"gpu\": \"%s\",\n \"sms\": %d,\n \"rows\": [\n", props.name, props.multiProcessorCount);
   std::printf("%s, %d SMs; float16 activations, us a launch (%% of 3.35 TB/s for its own weight bytes), weights rotated over >= %zu MiB\n", props.name,
               props.multiProcessorCount, kRotationBytes >> 20);
-  std::printf("%-15s %-8s %6s %6s %4s %6s | %-16s | %-16s | %-16s | %9s | %9s\n", "model", "product", "N", "K", "rows", "splits", "cuBLASLt tuned", "skinny fp16", "skinny int8",
-              "diff fp16", "diff int8");
+  std::printf("%-15s %-8s %6s %6s %4s %6s | %-16s | %-16s | %-16s | %-16s | %9s | %9s | %9s\n", "model", "product", "N", "K", "rows", "splits", "cuBLASLt tuned", "skinny fp16",
+              "skinny int8", "skinny int4", "diff fp16", "diff int8", "diff int4");
   bool first = true;
   for (const Shape& s : shapes) {
     const size_t weightBytes = static_cast<size_t>(s.N) * s.K * sizeof(__half);
     const int copies = static_cast<int>(std::max<size_t>(2, (kRotationBytes + weightBytes - 1) / weightBytes));
     std::vector<__half*> weights(copies);
-    // The int8 copies, their scales, and copy 0's dequantized float16 (the reference's weights).
-    std::vector<unsigned char*> quantized(copies);
-    std::vector<__half*> scales(copies);
+    // The int8 and uint4 copies, their scales (and zero points), and copy 0's dequantized float16 (the
+    // references' weights).
+    const size_t groupCount = static_cast<size_t>(s.N) * (s.K / kGroup);
+    std::vector<unsigned char*> quantized(copies), quantized4(copies);
+    std::vector<__half*> scales(copies), scales4(copies), zeros4(copies);
     __half* dequantized = nullptr;
+    __half* dequantized4 = nullptr;
     Check(cudaMalloc(&dequantized, weightBytes), "cudaMalloc");
+    Check(cudaMalloc(&dequantized4, weightBytes), "cudaMalloc");
     for (int c = 0; c < copies; c++) {
       Check(cudaMalloc(&weights[c], weightBytes), "cudaMalloc");
       Check(cudaMalloc(&quantized[c], weightBytes / 2), "cudaMalloc");
       Check(cudaMalloc(&scales[c], s.N * sizeof(__half)), "cudaMalloc");
+      Check(cudaMalloc(&quantized4[c], weightBytes / 4), "cudaMalloc");
+      Check(cudaMalloc(&scales4[c], groupCount * sizeof(__half)), "cudaMalloc");
+      Check(cudaMalloc(&zeros4[c], groupCount * sizeof(__half)), "cudaMalloc");
       bench::FillKernel<__half><<<1024, 256, 0, stream>>>(weights[c], weightBytes / sizeof(__half), 17u + c, 2.0f / std::sqrt(static_cast<float>(s.K)));
       QuantizeRows<<<s.N, 256, 0, stream>>>(weights[c], s.K, quantized[c], scales[c], dequantized);
+      QuantizeRows4<<<s.N, 256, 0, stream>>>(weights[c], s.K, quantized4[c], scales4[c], zeros4[c], dequantized4);
     }
     QuantizeRows<<<s.N, 256, 0, stream>>>(weights[0], s.K, quantized[0], scales[0], dequantized);
+    QuantizeRows4<<<s.N, 256, 0, stream>>>(weights[0], s.K, quantized4[0], scales4[0], zeros4[0], dequantized4);
     for (int rows : rowCounts) {
       std::vector<void*> owned;
       __half* x = static_cast<__half*>(bench::Zeros(static_cast<size_t>(rows) * s.K * sizeof(__half), owned));
       __half* yLt = static_cast<__half*>(bench::Zeros(static_cast<size_t>(rows) * s.N * sizeof(__half), owned));
       __half* y = static_cast<__half*>(bench::Zeros(static_cast<size_t>(rows) * s.N * sizeof(__half), owned));
       __half* yRef = static_cast<__half*>(bench::Zeros(static_cast<size_t>(rows) * s.N * sizeof(__half), owned));
+      __half* yRef4 = static_cast<__half*>(bench::Zeros(static_cast<size_t>(rows) * s.N * sizeof(__half), owned));
       const int splits = SplitsFor(s.N, s.K, props.multiProcessorCount);
       float* workspace = static_cast<float*>(bench::Zeros((static_cast<size_t>(splits) * kM * s.N + kMaxTiles) * sizeof(float), owned));
       bench::FillKernel<__half><<<256, 256, 0, stream>>>(x, static_cast<size_t>(rows) * s.K, 99u, 2.0f);
@@ -376,31 +484,40 @@ int main(int argc, char** argv) {
       };
       product(weights[0], yLt);  // outside a capture: the candidates timed
       product(dequantized, yRef);
-      Launch<false>(x, weights[0], nullptr, y, rows, s.K, s.N, splits, workspace, stream);
+      product(dequantized4, yRef4);
+      Launch<16>(x, weights[0], nullptr, nullptr, y, rows, s.K, s.N, splits, workspace, stream);
       Check(cudaStreamSynchronize(stream), "the first products");
       const double diff = Difference(y, yLt, static_cast<size_t>(rows) * s.N);
-      Launch<true>(x, quantized[0], scales[0], y, rows, s.K, s.N, splits, workspace, stream);
+      Launch<8>(x, quantized[0], scales[0], nullptr, y, rows, s.K, s.N, splits, workspace, stream);
       Check(cudaStreamSynchronize(stream), "the first int8 product");
       const double diff8 = Difference(y, yRef, static_cast<size_t>(rows) * s.N);
+      Launch<4>(x, quantized4[0], scales4[0], zeros4[0], y, rows, s.K, s.N, splits, workspace, stream);
+      Check(cudaStreamSynchronize(stream), "the first int4 product");
+      const double diff4 = Difference(y, yRef4, static_cast<size_t>(rows) * s.N);
       const double ltUs = TimeLaunches(stream, copies, [&](int c) { product(weights[c], yLt); });
-      const double us = TimeLaunches(stream, copies, [&](int c) { Launch<false>(x, weights[c], nullptr, y, rows, s.K, s.N, splits, workspace, stream); });
-      const double us8 = TimeLaunches(stream, copies, [&](int c) { Launch<true>(x, quantized[c], scales[c], y, rows, s.K, s.N, splits, workspace, stream); });
+      const double us = TimeLaunches(stream, copies, [&](int c) { Launch<16>(x, weights[c], nullptr, nullptr, y, rows, s.K, s.N, splits, workspace, stream); });
+      const double us8 = TimeLaunches(stream, copies, [&](int c) { Launch<8>(x, quantized[c], scales[c], nullptr, y, rows, s.K, s.N, splits, workspace, stream); });
+      const double us4 = TimeLaunches(stream, copies, [&](int c) { Launch<4>(x, quantized4[c], scales4[c], zeros4[c], y, rows, s.K, s.N, splits, workspace, stream); });
       const double activations = static_cast<double>(rows) * (s.K + s.N) * sizeof(__half);
       const auto share = [&](double t, double weightShare) { return (static_cast<double>(weightBytes) * weightShare + activations) / (t * 1e-6) / kPeakBytesPerSecond; };
-      std::printf("%-15s %-8s %6d %6d %4d %6d | %7.2f (%3.0f%%)   | %7.2f (%3.0f%%)   | %7.2f (%3.0f%%)   | %9.2e | %9.2e\n", s.model, s.product, s.N, s.K, rows, splits, ltUs,
-                  100 * share(ltUs, 1), us, 100 * share(us, 1), us8, 100 * share(us8, 0.5), diff, diff8);
+      std::printf("%-15s %-8s %6d %6d %4d %6d | %7.2f (%3.0f%%)   | %7.2f (%3.0f%%)   | %7.2f (%3.0f%%)   | %7.2f (%3.0f%%)   | %9.2e | %9.2e | %9.2e\n", s.model, s.product, s.N, s.K,
+                  rows, splits, ltUs, 100 * share(ltUs, 1), us, 100 * share(us, 1), us8, 100 * share(us8, 0.5), us4, 100 * share(us4, 0.25), diff, diff8, diff4);
       std::fflush(stdout);
       std::fprintf(json,
                    "%s  {\"model\": \"%s\", \"product\": \"%s\", \"N\": %d, \"K\": %d, \"rows\": %d, \"splits\": %d, \"lt_tuned_us\": %.3f, \"skinny_us\": %.3f, "
-                   "\"skinny_int8_us\": %.3f, \"relative_difference\": %.3e, \"int8_relative_difference\": %.3e}",
-                   first ? "" : ",\n", s.model, s.product, s.N, s.K, rows, splits, ltUs, us, us8, diff, diff8);
+                   "\"skinny_int8_us\": %.3f, \"skinny_int4_us\": %.3f, \"relative_difference\": %.3e, \"int8_relative_difference\": %.3e, \"int4_relative_difference\": %.3e}",
+                   first ? "" : ",\n", s.model, s.product, s.N, s.K, rows, splits, ltUs, us, us8, us4, diff, diff8, diff4);
       first = false;
       for (void* p : owned) cudaFree(p);
     }
     for (__half* w : weights) cudaFree(w);
     for (unsigned char* q : quantized) cudaFree(q);
+    for (unsigned char* q : quantized4) cudaFree(q);
     for (__half* h : scales) cudaFree(h);
+    for (__half* h : scales4) cudaFree(h);
+    for (__half* h : zeros4) cudaFree(h);
     cudaFree(dequantized);
+    cudaFree(dequantized4);
   }
   std::fprintf(json, "\n ]\n}\n");
   std::fclose(json);
