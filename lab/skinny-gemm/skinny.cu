@@ -434,7 +434,8 @@ int main(int argc, char** argv) {
   bool first = true;
   for (const Shape& s : shapes) {
     const size_t weightBytes = static_cast<size_t>(s.N) * s.K * sizeof(__half);
-    const int copies = static_cast<int>(std::max<size_t>(2, (kRotationBytes + weightBytes - 1) / weightBytes));
+    // Copies enough that even the 4-bit ones read kRotationBytes a graph.
+    const int copies = static_cast<int>(std::max<size_t>(2, (kRotationBytes + weightBytes / 4 - 1) / (weightBytes / 4)));
     std::vector<__half*> weights(copies);
     // The int8 and uint4 copies, their scales (and zero points), and copy 0's dequantized float16 (the
     // references' weights).
