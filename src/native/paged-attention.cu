@@ -1454,27 +1454,28 @@ bool MmaDeepStages(const PagedAttentionArgs& a) {
   return static_cast<long>(a.rows) * a.kvHeads <= 2L * 3 * CurrentMultiprocessors();
 }
 
-// A decode step on tensor cores, S stages a warp, as a dependent launch (its first tiles read before the
-// wait).
+// PagedMmaKernel<T, D, S>'s dynamic shared memory, allowed on this device where past 48 KiB.
 template <typename T, int D, int S>
-void LaunchMmaDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
+size_t MmaKernelBytes() {
   constexpr size_t bytes = MmaSharedBytes<D, S>();
   if constexpr (bytes > 48 * 1024) {
     static std::atomic<unsigned long long> asked{0};
     AllowSharedBytes(asked, PagedMmaKernel<T, D, S>, bytes);
   }
-  LaunchMaybeDependentShared(LinearDependentLaunchFlag(), PagedMmaKernel<T, D, S>, dim3(a.rows, a.kvHeads), dim3(kMmaWarps * 32), bytes, stream, a);
+  return bytes;
+}
+
+// A decode step on tensor cores, S stages a warp, as a dependent launch (its first tiles read before the
+// wait).
+template <typename T, int D, int S>
+void LaunchMmaDecode(const PagedAttentionArgs& a, cudaStream_t stream) {
+  LaunchMaybeDependentShared(LinearDependentLaunchFlag(), PagedMmaKernel<T, D, S>, dim3(a.rows, a.kvHeads), dim3(kMmaWarps * 32), MmaKernelBytes<T, D, S>(), stream, a);
 }
 
 // A decode step goes out as a dependent launch (LaunchMmaDecode); a prefill as a plain one, after the
 // launch that wrote its keys and values.
 template <typename T, int D>
 void LaunchMma(const PagedAttentionArgs& a, cudaStream_t stream) {
-  constexpr size_t bytes = MmaSharedBytes<D>();
-  if constexpr (bytes > 48 * 1024) {
-    static std::atomic<unsigned long long> asked{0};
-    AllowSharedBytes(asked, PagedMmaKernel<T, D>, bytes);
-  }
   const int perChunk = kMmaHeads / (a.heads / a.kvHeads);
   const int chunks = (a.tokens + perChunk - 1) / perChunk;
   // Prefills with blocks enough for two a multiprocessor share each tile among a block's warps; fewer
@@ -1503,7 +1504,7 @@ void LaunchMma(const PagedAttentionArgs& a, cudaStream_t stream) {
     }
     LaunchMmaDecode<T, D, MmaStages<D>()>(a, stream);
   } else {
-    PagedMmaKernel<T, D><<<dim3(a.rows * chunks, a.kvHeads), kMmaWarps * 32, bytes, stream>>>(a);
+    PagedMmaKernel<T, D><<<dim3(a.rows * chunks, a.kvHeads), kMmaWarps * 32, MmaKernelBytes<T, D, MmaStages<D>()>(), stream>>>(a);
   }
 }
 
