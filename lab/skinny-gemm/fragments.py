@@ -77,6 +77,19 @@ print('B conflicts', sum(conflicts(lambda l,jj=jj,kk=kk,w=w: swz(32*w+16*jj+(l&7
 # The int8 layout: PermutedK within each row's 64 values, a lane's 16 bytes at 16 t of its fragment's
 # row, word kk widened by WidenInt8 (x ^ 0x80 as the low byte of 1024's mantissa, less 1152) into the
 # B fragment's pairs (values 2t, 2t+1 and 2t+8, 2t+9 of the 16).
+def fragment_values_wrong(lane_values, value):
+    # The values among lane_values(n, t) (for each kk, the lane's 4 of row n) that differ from value(n, k)
+    # at k = 2t, 2t + 1, 2t + 8, 2t + 9 of the kk's 16, over every lane of the 4 warps' fragments.
+    bad = 0
+    for warp in range(4):
+        for l in range(32):
+            g, t = l // 4, l % 4
+            for j in range(4):
+                n = 32 * warp + 8 * j + g
+                for kk, got in enumerate(lane_values(n, t)):
+                    want = [value(n, 16 * kk + 2 * t + d) for d in (0, 1, 8, 9)]
+                    bad += sum(1 for x, y in zip(got, want) if x != y)
+    return bad
 def permuted_k(k):
     kk, r = k // 16, k % 16
     return 16 * ((r & 7) >> 1) + 4 * kk + (r & 1) + (2 if r >= 8 else 0)
@@ -90,18 +103,10 @@ def widen(byte_values):
     u = [(int(v) & 0xFF) ^ 0x80 for v in byte_values]
     halves = [np.array([0x6400 | b], np.uint16).view(np.float16)[0] for b in u]
     return [float(np.float16(h - np.float16(1152))) for h in halves]
-bad = 0
-for warp in range(4):
-    for l in range(32):
-        g, t = l // 4, l % 4
-        for j in range(4):
-            n = 32 * warp + 8 * j + g
-            lane_bytes = qt[n * kBK + 16 * t: n * kBK + 16 * t + 16]
-            for kk in range(4):
-                b = widen(lane_bytes[4 * kk: 4 * kk + 4])
-                want = [Q[n, 16 * kk + 2 * t], Q[n, 16 * kk + 2 * t + 1], Q[n, 16 * kk + 2 * t + 8], Q[n, 16 * kk + 2 * t + 9]]
-                bad += sum(1 for x, y in zip(b, want) if x != y)
-print('int8 fragment values wrong', bad)
+def int8_lane(n, t):
+    lane_bytes = qt[n * kBK + 16 * t: n * kBK + 16 * t + 16]
+    return [widen(lane_bytes[4 * kk: 4 * kk + 4]) for kk in range(4)]
+print('int8 fragment values wrong', fragment_values_wrong(int8_lane, lambda n, k: Q[n, k]))
 
 # The 4-bit layout: PermutedK4 (a nibble index, low nibble first) within each row's 64 values; lane t's
 # 8 bytes at 8 t as two words, each widened by WidenUint4: masks 0x000f000f and 0x00f000f0 of the word
@@ -128,18 +133,9 @@ def widen4(word):
         second = [np.float16(np.float16(np.float32(h((hi >> s) & 0xFFFF)) / 16 - (64 + 5)) * scale) for s in (0, 16)]
         pairs += [first, second]
     return pairs
-bad = 0
-for warp in range(4):
-    for l in range(32):
-        g, t = l // 4, l % 4
-        for j in range(4):
-            n = 32 * warp + 8 * j + g
-            b = row_bytes[n, 8 * t: 8 * t + 8]
-            words = [int(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24), int(b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24)]
-            wide = widen4(words[0]) + widen4(words[1])
-            for kk in range(4):
-                want = [Q4[n, 16 * kk + 2 * t], Q4[n, 16 * kk + 2 * t + 1], Q4[n, 16 * kk + 2 * t + 8], Q4[n, 16 * kk + 2 * t + 9]]
-                want = [np.float16(np.float16(v - 5) * scale) for v in want]
-                got = wide[2 * kk] + wide[2 * kk + 1]
-                bad += sum(1 for x, y in zip(got, want) if x != y)
-print('int4 fragment values wrong', bad)
+def int4_lane(n, t):
+    b = row_bytes[n, 8 * t: 8 * t + 8]
+    words = [int(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24), int(b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24)]
+    wide = widen4(words[0]) + widen4(words[1])
+    return [wide[2 * kk] + wide[2 * kk + 1] for kk in range(4)]
+print('int4 fragment values wrong', fragment_values_wrong(int4_lane, lambda n, k: np.float16(np.float16(Q4[n, k] - 5) * scale)))

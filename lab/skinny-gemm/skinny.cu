@@ -283,28 +283,24 @@ __global__ void __launch_bounds__(kThreads) SkinnyKernel(const __half* x, const 
     }
     *reinterpret_cast<__half2*>(y + static_cast<size_t>(row) * N + col) = __floats2half2_rn(first, second);
   };
-  if (splits == 1) {
+  // Each of the lane's pairs of sums (row, columns col and col + 1) that falls in x's rows, to `take`.
+  const auto eachPair = [&](auto take) {
 #pragma unroll
     for (int m = 0; m < 4; m++)
 #pragma unroll
       for (int j = 0; j < 4; j++) {
         const int row = 16 * m + g;
         const int col = n0 + 32 * warp + 8 * j + 2 * t;
-        if (row < rows) out(row, col, acc[m][j][0], acc[m][j][1]);
-        if (row + 8 < rows) out(row + 8, col, acc[m][j][2], acc[m][j][3]);
+        if (row < rows) take(row, col, acc[m][j][0], acc[m][j][1]);
+        if (row + 8 < rows) take(row + 8, col, acc[m][j][2], acc[m][j][3]);
       }
+  };
+  if (splits == 1) {
+    eachPair(out);
     return;
   }
   float* mine = workspace + static_cast<size_t>(split) * kM * N;
-#pragma unroll
-  for (int m = 0; m < 4; m++)
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      const int row = 16 * m + g;
-      const int col = n0 + 32 * warp + 8 * j + 2 * t;
-      if (row < rows) *reinterpret_cast<float2*>(mine + static_cast<size_t>(row) * N + col) = make_float2(acc[m][j][0], acc[m][j][1]);
-      if (row + 8 < rows) *reinterpret_cast<float2*>(mine + static_cast<size_t>(row + 8) * N + col) = make_float2(acc[m][j][2], acc[m][j][3]);
-    }
+  eachPair([&](int row, int col, float first, float second) { *reinterpret_cast<float2*>(mine + static_cast<size_t>(row) * N + col) = make_float2(first, second); });
   __shared__ bool last;
   __threadfence();
   __syncthreads();
