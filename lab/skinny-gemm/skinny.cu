@@ -8,25 +8,33 @@
 // with float16 weights, the same pipeline with the weights dequantized between shared memory and the
 // tensor cores is the many-row QuantLinear to try next.
 //
-// The kernel: y [rows][N] = x [rows][K] . W^T, W [N][K] (the addon's weight layout), float32 sums.
-// A block takes 128 weight rows and all 64 rows of x over a run of K (split-K where N alone makes too
-// few blocks); 4 warps of 32 weight rows x 64 rows each, mma.m16n8k16 from ldmatrix fragments; x's
-// and W's tiles of 64 values of K copied by cp.async through a ring of 4 stages (96 KiB, 2 blocks a
-// multiprocessor), rows XOR-swizzled by 16-byte chunk so that ldmatrix reads no bank twice. Split-K
-// parts write float32 sums to a workspace; the last part of each block column to finish (a counter)
-// adds them and writes y.
+// The kernel: y [rows][N] = x [rows][K] . W^T, float32 sums. A block takes Warps x WarpN weight rows
+// (4 x 32 = 128 and 8 x 32 are timed; 4 x 64 and 8 x 64 measured slower) and all 64 rows of x over a run of K (split-K
+// where N alone makes too few blocks); each warp WarpN weight rows x 64 rows, mma.m16n8k16 from
+// ldmatrix fragments; x's and W's tiles of 64 values of K copied by cp.async through a ring of 3 to 8
+// stages (96 KiB a block, 2 blocks a multiprocessor; 200 KiB for the widest), x's rows XOR-swizzled by
+// 16-byte chunk so that ldmatrix reads no bank twice. The weights are laid out in tiles of 128 rows x
+// 64 values, a column of tiles' stages one after another (TiledOffset), so that a block's stage is one
+// run of memory. Split-K parts write float32 sums to a workspace; the last part of each block column
+// to finish (a counter) adds them and writes y.
 //
 // The same kernel with quantized weights, timed beside against cuBLASLt on the float16 they stand for:
-// - Bits 8: int8, symmetric, a float16 scale a weight row (as QuantLinear's int8 has them): 8 KiB of
-//   weights a stage in 6 stages, each row's 64 values laid out so that a lane reads its fragments' 16
-//   bytes at once (PermutedK), widened to float16 pairs by two byte permutes and a subtraction, the
-//   scales applied to the sums.
+// - Bits 8: int8, symmetric, a float16 scale a weight row (as QuantLinear's int8 has them): each
+//   row's 64 values laid out so that a lane reads its fragments' 16 bytes at once (PermutedK), widened
+//   to float16 pairs by two byte permutes and a subtraction, the scales applied to the sums.
 // - Bits 4: uint4 with a float16 scale and zero point a weight row and group of 128 values of K (as
-//   AWQ and GPTQ checkpoints have them): 4 KiB a stage in 8 stages, a lane's 8 bytes read at once
-//   (PermutedK4), widened by masks into float16's mantissa, (q - zero) * scale in float16 pairs.
+//   AWQ and GPTQ checkpoints have them): a lane's 8 bytes read at once (PermutedK4), widened by masks
+//   into float16's mantissa, (q - zero) * scale in float16 pairs.
+// Probes time the 4 x 32 kernel without its products, and with its copies alone.
+//
+// What it measured (docs/lab/2026-11-28-skinny-gemm.md): slower than cuBLASLt at every shape, and its
+// copies alone as slow as the whole kernel; at 64 rows each block re-reads x from L2 for its 128
+// weight rows, as many bytes as its int8 weights.
 //
 // Build here (nvcc): bash lab/skinny-gemm/build.sh; run on the GPU host with cuBLAS 13 on the library
-// path: ./build/skinny-gemm [out.json]. SKINNY_SPLITS=n forces n parts of K for every shape.
+// path: ./build/skinny-gemm [out.json]. SKINNY_SPLITS=n forces n parts of K for every shape,
+// SKINNY_WAVES=n takes parts enough for n waves of blocks, SKINNY_STAGGER=1 starts neighbouring block
+// columns at different tiles of K.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -35,6 +43,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../../bench/gpu/cuda-bench.cuh"
@@ -47,22 +56,24 @@ using bench::Difference;
 using bench::TimeLaunches;
 
 constexpr int kM = 64;    // rows of x a block takes (a decode step's, at most)
-constexpr int kBN = 128;  // weight rows a block takes
 constexpr int kBK = 64;   // values of K a stage
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
 constexpr int kABytes = kM * kBK * 2;
 constexpr int kGroup = 128;  // values of K a 4-bit scale and zero point cover
-// Bits of a weight (16, 8 or 4): each row's 64 values of a stage, 128, 64 or 32 bytes; stages so that
-// the ring takes 96 KiB (2 blocks a multiprocessor).
-template <int Bits>
-constexpr int kBBytes = kBN * kBK * Bits / 8;
-template <int Bits>
-constexpr int kStageBytes = kABytes + kBBytes<Bits>;
-template <int Bits>
-constexpr int kStages = Bits == 16 ? 4 : Bits == 8 ? 6 : 8;
-template <int Bits>
-constexpr size_t kSharedBytes = static_cast<size_t>(kStages<Bits>) * kStageBytes<Bits>;
+// A block's shape: Warps warps of WarpN weight rows each (and all 64 rows of x), so BN weight rows a
+// block. Blocks a multiprocessor: 1 for the widest (8 warps of 64 rows), else 2; each block's ring of
+// stages takes what that leaves (96 or 200 KiB), 3 to 8 stages of each weight width.
+template <int WarpN, int Warps>
+constexpr int kBN = WarpN * Warps;
+template <int WarpN, int Warps>
+constexpr int kBlocksPerSm = WarpN * Warps >= 512 ? 1 : 2;
+template <int Bits, int WarpN, int Warps>
+constexpr int kBBytes = kBN<WarpN, Warps> * kBK * Bits / 8;
+template <int Bits, int WarpN, int Warps>
+constexpr int kStageBytes = kABytes + kBBytes<Bits, WarpN, Warps>;
+template <int Bits, int WarpN, int Warps>
+constexpr int kStages = std::min(8, std::max(3, (kBlocksPerSm<WarpN, Warps> == 1 ? 200 : 96) * 1024 / kStageBytes<Bits, WarpN, Warps>));
+template <int Bits, int WarpN, int Warps>
+constexpr size_t kSharedBytes = static_cast<size_t>(kStages<Bits, WarpN, Warps>) * kStageBytes<Bits, WarpN, Warps>;
 constexpr int kMaxTiles = 4096;  // counters in the workspace (block columns)
 constexpr size_t kRotationBytes = 256u << 20;  // weights read per graph: five times the H100's L2
 constexpr double kPeakBytesPerSecond = 3.35e12;
@@ -118,6 +129,15 @@ __device__ inline void WidenInt8(uint32_t word, uint32_t& first, uint32_t& secon
 // The offset in halves of chunk `chunk` (8 halves) of row `row` of a [rows][kBK] tile, swizzled.
 __device__ inline int Swizzled(int row, int chunk) { return row * kBK + ((chunk ^ (row & 7)) << 3); }
 
+// Weights are laid out in tiles of kTileRows rows by one stage's kBK values of K, a column of tiles'
+// stages one after another, so that a block's stage is one contiguous run of memory and a block
+// streams one contiguous region: the byte at which row n's values of K tile kt start, for rows of
+// `rowStageBytes` bytes a stage.
+constexpr int kTileRows = 128;
+__host__ __device__ inline size_t TiledOffset(int n, int kt, int tilesK, int rowStageBytes) {
+  return ((static_cast<size_t>(n / kTileRows) * tilesK + kt) * kTileRows + n % kTileRows) * rowStageBytes;
+}
+
 __device__ inline void CopyAsync16(void* shared, const void* global, bool full) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(shared));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(global), "r"(full ? 16 : 0));
@@ -139,13 +159,13 @@ __device__ inline void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, u
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// K tile `kt` of x (rows past `rows` zeros) and of weight rows n0 .. n0 + 127 into `stage` (float16
-// weights swizzled as x; int8 rows of 64 bytes as they are).
-template <int Bits>
+// K tile `kt` of x (rows past `rows` zeros) and of weight rows n0 .. n0 + BN - 1 into `stage` (float16
+// weights swizzled as x; quantized rows of 64 values as they are).
+template <int Bits, int BN, int Threads>
 __device__ inline void LoadStage(unsigned char* stage, const __half* x, const void* w, int rows, int K, int n0, int kt) {
   const int k0 = kt * kBK;
   __half* a = reinterpret_cast<__half*>(stage);
-  for (int c = threadIdx.x; c < kM * 8; c += kThreads) {
+  for (int c = threadIdx.x; c < kM * 8; c += Threads) {
     const int row = c >> 3;
     const int chunk = c & 7;
     const bool inside = row < rows;
@@ -157,120 +177,137 @@ __device__ inline void LoadStage(unsigned char* stage, const __half* x, const vo
     constexpr int kChunks = kRowBytes / 16;
     unsigned char* b = stage + kABytes;
     const unsigned char* q = static_cast<const unsigned char*>(w);
-    const size_t rowBytes = static_cast<size_t>(K) * Bits / 8;
-    for (int c = threadIdx.x; c < kBN * kChunks; c += kThreads) {
+#pragma unroll
+    for (int c = threadIdx.x; c < BN * kChunks; c += Threads) {
       const int row = c / kChunks;
       const int chunk = c % kChunks;
-      CopyAsync16(b + row * kRowBytes + chunk * 16, q + (n0 + row) * rowBytes + static_cast<size_t>(k0) * Bits / 8 + chunk * 16, true);
+      CopyAsync16(b + row * kRowBytes + chunk * 16, q + TiledOffset(n0 + row, kt, K / kBK, kRowBytes) + chunk * 16, true);
     }
   } else {
     __half* b = reinterpret_cast<__half*>(stage + kABytes);
     const __half* h = static_cast<const __half*>(w);
-    for (int c = threadIdx.x; c < kBN * 8; c += kThreads) {
+#pragma unroll
+    for (int c = threadIdx.x; c < BN * 8; c += Threads) {
       const int row = c >> 3;
       const int chunk = c & 7;
-      CopyAsync16(b + Swizzled(row, chunk), h + static_cast<size_t>(n0 + row) * K + k0 + chunk * 8, true);
+      CopyAsync16(b + Swizzled(row, chunk), h + TiledOffset(n0 + row, kt, K / kBK, kBK * 2) / 2 + chunk * 8, true);
     }
   }
 }
 
-// Block (column of 128 weight rows, part of K). `workspace`: [splits][kM][N] float sums, then kMaxTiles
+// Block (column of BN weight rows, part of K). `workspace`: [splits][kM][N] float sums, then kMaxTiles
 // counters (zeros, left at zero). `scales`: int8's, one a weight row; 4 bits' [N][K / kGroup], with
 // `zeros` beside them (float16 integers).
-template <int Bits>
-__global__ void __launch_bounds__(kThreads) SkinnyKernel(const __half* x, const void* w, const __half* scales, const __half* zeros, __half* y, int rows, int K, int N, int splits,
-                                                         float* workspace) {
-  constexpr int S = kStages<Bits>;
+// Probe 1 leaves out the products (the copies, fragment loads and widening alone), probe 2 the
+// fragments too (the copies alone): where a block's time goes.
+template <int Bits, int WarpN, int Warps, int Probe = 0>
+__global__ void __launch_bounds__(Warps * 32, (kBlocksPerSm<WarpN, Warps>)) SkinnyKernel(const __half* x, const void* w, const __half* scales, const __half* zeros, __half* y, int rows,
+                                                                                       int K, int N, int splits, float* workspace, bool stagger) {
+  constexpr int S = kStages<Bits, WarpN, Warps>;
+  constexpr int BN = kBN<WarpN, Warps>;
+  constexpr int Threads = Warps * 32;
+  constexpr int J = WarpN / 8;  // n8 tiles a warp
+  constexpr int kStage = kStageBytes<Bits, WarpN, Warps>;
   extern __shared__ float4 sharedWords[];
   unsigned char* stages = reinterpret_cast<unsigned char*>(sharedWords);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const int n0 = blockIdx.x * kBN;
+  const int n0 = blockIdx.x * BN;
   const int tilesK = K / kBK;
   const int split = blockIdx.y;
   const int firstK = static_cast<int>(static_cast<long>(tilesK) * split / splits);
   const int endK = static_cast<int>(static_cast<long>(tilesK) * (split + 1) / splits);
   const int count = endK - firstK;
+  // With `stagger`, block column b starts its run of K at a different tile than its neighbours (and
+  // wraps), so that the blocks at work at once read different tiles of x rather than the same ones.
+  const int rotation = stagger ? (blockIdx.x * 5) % count : 0;
+  const auto tileAt = [&](int i) { return firstK + (i + rotation) % count; };
 
-  float acc[4][4][4];
+  float acc[4][J][4];
 #pragma unroll
   for (int i = 0; i < 4; i++)
 #pragma unroll
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < J; j++)
 #pragma unroll
       for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
 
 #pragma unroll
   for (int s = 0; s < S - 1; s++) {
-    if (s < count) LoadStage<Bits>(stages + s * kStageBytes<Bits>, x, w, rows, K, n0, firstK + s);
+    if (s < count) LoadStage<Bits, BN, Threads>(stages + s * kStage, x, w, rows, K, n0, tileAt(s));
     Commit();
   }
   for (int i = 0; i < count; i++) {
     WaitGroups<S - 2>();
     __syncthreads();  // stage i is in; every warp is done with the stage the next copy overwrites
     const int ahead = i + S - 1;
-    if (ahead < count) LoadStage<Bits>(stages + (ahead % S) * kStageBytes<Bits>, x, w, rows, K, n0, firstK + ahead);
+    if (ahead < count) LoadStage<Bits, BN, Threads>(stages + (ahead % S) * kStage, x, w, rows, K, n0, tileAt(ahead));
     Commit();
-    const unsigned char* stage = stages + (i % S) * kStageBytes<Bits>;
+    const unsigned char* stage = stages + (i % S) * kStage;
     const __half* a = reinterpret_cast<const __half*>(stage);
-    // int8: the lane's 16 bytes of each of its 4 fragments' rows (a word for each 16 values of K).
-    uint4 words[4];
+    if constexpr (Probe == 2) continue;
+    // int8: the lane's 16 bytes of each of its fragments' rows (a word for each 16 values of K).
+    uint4 words[J];
     if constexpr (Bits == 8) {
 #pragma unroll
-      for (int j = 0; j < 4; j++) words[j] = *reinterpret_cast<const uint4*>(stage + kABytes + (32 * warp + 8 * j + g) * kBK + 16 * t);
+      for (int j = 0; j < J; j++) words[j] = *reinterpret_cast<const uint4*>(stage + kABytes + (WarpN * warp + 8 * j + g) * kBK + 16 * t);
     }
-    // 4 bits: the lane's 8 bytes of each row, widened at once with the row's group's scale and zero.
-    uint32_t wide[4][8];
+    // 4 bits: the lane's 8 bytes of each row, and the row's group's scale and zero point.
+    uint2 nibbles[J];
+    __half2 zero1024[J], zero64[J], scale[J];
     if constexpr (Bits == 4) {
-      const int group = (firstK + i) * kBK / kGroup;
+      const int group = tileAt(i) * kBK / kGroup;
       const int groups = K / kGroup;
 #pragma unroll
-      for (int j = 0; j < 4; j++) {
-        const int n = n0 + 32 * warp + 8 * j + g;
-        const uint2 bytes = *reinterpret_cast<const uint2*>(stage + kABytes + (32 * warp + 8 * j + g) * (kBK / 2) + 8 * t);
+      for (int j = 0; j < J; j++) {
+        const int n = n0 + WarpN * warp + 8 * j + g;
+        nibbles[j] = *reinterpret_cast<const uint2*>(stage + kABytes + (WarpN * warp + 8 * j + g) * (kBK / 2) + 8 * t);
         const float zero = __half2float(__ldg(zeros + static_cast<size_t>(n) * groups + group));
-        const __half2 scale = __half2half2(__ldg(scales + static_cast<size_t>(n) * groups + group));
-        const __half2 zero1024 = __float2half2_rn(1024.0f + zero);
-        const __half2 zero64 = __float2half2_rn(64.0f + zero);
-        uint32_t (&first)[4] = *reinterpret_cast<uint32_t (*)[4]>(&wide[j][0]);
-        uint32_t (&second)[4] = *reinterpret_cast<uint32_t (*)[4]>(&wide[j][4]);
-        WidenUint4(bytes.x, zero1024, zero64, scale, first);
-        WidenUint4(bytes.y, zero1024, zero64, scale, second);
+        scale[j] = __half2half2(__ldg(scales + static_cast<size_t>(n) * groups + group));
+        zero1024[j] = __float2half2_rn(1024.0f + zero);
+        zero64[j] = __float2half2_rn(64.0f + zero);
       }
     }
+    uint32_t wide[J][4];
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; kk++) {
       uint32_t af[4][4];
 #pragma unroll
       for (int m = 0; m < 4; m++) LoadMatrices(af[m], a + Swizzled(16 * m + (lane & 15), 2 * kk + (lane >> 4)));
-      uint32_t bf[4][2];
+      uint32_t bf[J][2];
       if constexpr (Bits == 8) {
 #pragma unroll
-        for (int j = 0; j < 4; j++) WidenInt8(kk == 0 ? words[j].x : kk == 1 ? words[j].y : kk == 2 ? words[j].z : words[j].w, bf[j][0], bf[j][1]);
+        for (int j = 0; j < J; j++) WidenInt8(kk == 0 ? words[j].x : kk == 1 ? words[j].y : kk == 2 ? words[j].z : words[j].w, bf[j][0], bf[j][1]);
       } else if constexpr (Bits == 4) {
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-          bf[j][0] = wide[j][2 * kk];
-          bf[j][1] = wide[j][2 * kk + 1];
+        for (int j = 0; j < J; j++) {
+          if (kk % 2 == 0) WidenUint4(kk == 0 ? nibbles[j].x : nibbles[j].y, zero1024[j], zero64[j], scale[j], wide[j]);
+          bf[j][0] = wide[j][2 * (kk % 2)];
+          bf[j][1] = wide[j][2 * (kk % 2) + 1];
         }
       } else {
         const __half* b = reinterpret_cast<const __half*>(stage + kABytes);
 #pragma unroll
-        for (int jj = 0; jj < 2; jj++) {
+        for (int jj = 0; jj < J / 2; jj++) {
           uint32_t r[4];
-          LoadMatrices(r, b + Swizzled(32 * warp + 16 * jj + (lane & 7) + ((lane >> 4) << 3), 2 * kk + ((lane >> 3) & 1)));
+          LoadMatrices(r, b + Swizzled(WarpN * warp + 16 * jj + (lane & 7) + ((lane >> 4) << 3), 2 * kk + ((lane >> 3) & 1)));
           bf[2 * jj][0] = r[0];
           bf[2 * jj][1] = r[1];
           bf[2 * jj + 1][0] = r[2];
           bf[2 * jj + 1][1] = r[3];
         }
       }
+      if constexpr (Probe == 1) {
+        // Kept alive without the tensor cores.
 #pragma unroll
-      for (int m = 0; m < 4; m++)
+        for (int j = 0; j < J; j++) acc[0][j][0] += __uint_as_float((af[j % 4][0] ^ bf[j][0] ^ bf[j][1]) & 0x00ffffffu);
+      } else {
 #pragma unroll
-        for (int j = 0; j < 4; j++) Mma(acc[m][j], af[m], bf[j][0], bf[j][1]);
+        for (int m = 0; m < 4; m++)
+#pragma unroll
+          for (int j = 0; j < J; j++) Mma(acc[m][j], af[m], bf[j][0], bf[j][1]);
+      }
     }
   }
   WaitGroups<0>();
@@ -288,9 +325,9 @@ __global__ void __launch_bounds__(kThreads) SkinnyKernel(const __half* x, const 
 #pragma unroll
     for (int m = 0; m < 4; m++)
 #pragma unroll
-      for (int j = 0; j < 4; j++) {
+      for (int j = 0; j < J; j++) {
         const int row = 16 * m + g;
-        const int col = n0 + 32 * warp + 8 * j + 2 * t;
+        const int col = n0 + WarpN * warp + 8 * j + 2 * t;
         if (row < rows) take(row, col, acc[m][j][0], acc[m][j][1]);
         if (row + 8 < rows) take(row + 8, col, acc[m][j][2], acc[m][j][3]);
       }
@@ -309,9 +346,9 @@ __global__ void __launch_bounds__(kThreads) SkinnyKernel(const __half* x, const 
   __syncthreads();
   if (!last) return;
   __threadfence();
-  for (int e = threadIdx.x; e < rows * (kBN / 2); e += kThreads) {
-    const int row = e / (kBN / 2);
-    const int col = n0 + 2 * (e % (kBN / 2));
+  for (int e = threadIdx.x; e < rows * (BN / 2); e += Threads) {
+    const int row = e / (BN / 2);
+    const int col = n0 + 2 * (e % (BN / 2));
     float2 sum = make_float2(0.0f, 0.0f);
     for (int s = 0; s < splits; s++) {
       const float2 part = __ldcg(reinterpret_cast<const float2*>(workspace + (static_cast<size_t>(s) * kM + row) * N + col));
@@ -323,17 +360,28 @@ __global__ void __launch_bounds__(kThreads) SkinnyKernel(const __half* x, const 
   if (threadIdx.x == 0) *counter = 0;
 }
 
-// Parts of K for N's block columns: enough blocks for two a multiprocessor where N alone makes fewer.
-int SplitsFor(int N, int K, int multiprocessors) {
+// Parts of K for N's block columns: enough blocks to fill the multiprocessors where N alone makes fewer.
+int SplitsFor(int N, int K, int multiprocessors, int bn, int blocksPerSm) {
   const char* forced = std::getenv("SKINNY_SPLITS");
-  const int tiles = N / kBN;
-  int splits = forced != nullptr ? std::atoi(forced) : std::max(1, 2 * multiprocessors / tiles);
+  const int tiles = N / bn;
+  // SKINNY_WAVES=n: at least n waves of blocks (parts rounded up), rather than at most one.
+  const char* waves = std::getenv("SKINNY_WAVES");
+  int splits = forced != nullptr ? std::atoi(forced)
+               : waves != nullptr ? (std::atoi(waves) * blocksPerSm * multiprocessors + tiles - 1) / tiles
+                                  : std::max(1, blocksPerSm * multiprocessors / tiles);
   return std::max(1, std::min(splits, K / kBK));
 }
 
-template <int Bits>
+template <int Bits, int WarpN, int Warps, int Probe = 0>
 void Launch(const __half* x, const void* w, const __half* scales, const __half* zeros, __half* y, int rows, int K, int N, int splits, float* workspace, cudaStream_t stream) {
-  SkinnyKernel<Bits><<<dim3(N / kBN, splits), kThreads, kSharedBytes<Bits>, stream>>>(x, w, scales, zeros, y, rows, K, N, splits, workspace);
+  SkinnyKernel<Bits, WarpN, Warps, Probe><<<dim3(N / kBN<WarpN, Warps>, splits), Warps * 32, kSharedBytes<Bits, WarpN, Warps>, stream>>>(x, w, scales, zeros, y, rows, K, N, splits, workspace,
+                                                                                                                                 std::getenv("SKINNY_STAGGER") != nullptr);
+}
+
+// Weight rows [N][K] of float16 in tiles (TiledOffset): a block a row.
+__global__ void TileRows(const __half* w, int K, __half* tiled) {
+  const int row = blockIdx.x;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) tiled[TiledOffset(row, k / kBK, K / kBK, kBK * 2) / 2 + k % kBK] = w[static_cast<size_t>(row) * K + k];
 }
 
 // Weight rows [N][K] of float16 as int8 (symmetric, a float16 scale a row, max |w| / 127) in the
@@ -353,7 +401,7 @@ __global__ void QuantizeRows(const __half* w, int K, unsigned char* q, __half* s
   if (threadIdx.x == 0) scales[row] = scale;
   for (int k = threadIdx.x; k < K; k += blockDim.x) {
     const int v = max(-127, min(127, __float2int_rn(__half2float(w[row * K + k]) / __half2float(scale))));
-    q[row * K + k / kBK * kBK + PermutedK(k % kBK)] = static_cast<unsigned char>(static_cast<signed char>(v));
+    q[TiledOffset(static_cast<int>(row), k / kBK, K / kBK, kBK) + PermutedK(k % kBK)] = static_cast<unsigned char>(static_cast<signed char>(v));
     dequantized[row * K + k] = __float2half(static_cast<float>(v) * __half2float(scale));
   }
 }
@@ -389,7 +437,7 @@ __global__ void QuantizeRows4(const __half* w, int K, unsigned char* q, __half* 
       bytes[nibble / 2] |= static_cast<unsigned char>(v << (4 * (nibble % 2)));
       dequantized[at] = __float2half((static_cast<float>(v) - zero) * scale);
     }
-    for (int b = 0; b < kBK / 2; b++) q[row * (K / 2) + block * (kBK / 2) + b] = bytes[b];
+    for (int b = 0; b < kBK / 2; b++) q[TiledOffset(static_cast<int>(row), block, K / kBK, kBK / 2) + b] = bytes[b];
   }
 }
 
@@ -406,12 +454,39 @@ int main(int argc, char** argv) {
       {"llama-2-7b", "qkv", 12288, 4096}, {"llama-2-7b", "o", 4096, 4096}, {"llama-2-7b", "gate+up", 22016, 4096}, {"llama-2-7b", "down", 4096, 11008},
       {"tinyllama-1.1b", "gate+up", 11264, 2048}, {"tinyllama-1.1b", "down", 2048, 5632},
   };
-  const int rowCounts[] = {16, 32, 64};
+  const int rowCounts[] = {16, 64};
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  Check(cudaFuncSetAttribute(SkinnyKernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSharedBytes<16>)), "cudaFuncSetAttribute");
-  Check(cudaFuncSetAttribute(SkinnyKernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSharedBytes<8>)), "cudaFuncSetAttribute");
-  Check(cudaFuncSetAttribute(SkinnyKernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSharedBytes<4>)), "cudaFuncSetAttribute");
+  // The block shapes timed: warps of 32 or 64 weight rows, 4 or 8 of them.
+  const auto eachShape = [](auto visit) {
+    visit(std::integral_constant<int, 32>(), std::integral_constant<int, 4>());
+    visit(std::integral_constant<int, 32>(), std::integral_constant<int, 8>());
+  };
+  // Shared memory for a kernel's ring, the most the multiprocessor can give to it, and how many of its
+  // blocks a multiprocessor then holds (printed).
+  const auto allow = [](auto kernel, size_t bytes, const char* name) {
+    Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), "cudaFuncSetAttribute");
+    Check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100), "cudaFuncSetAttribute");
+    cudaFuncAttributes attributes;
+    Check(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes");
+    int blocks = 0;
+    Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, attributes.maxThreadsPerBlock, bytes), "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    std::printf("%-22s %3d registers, %6zu bytes of shared memory, %d blocks a multiprocessor\n", name, attributes.numRegs, bytes, blocks);
+  };
+  eachShape([&](auto warpN, auto warps) {
+    constexpr int WN = decltype(warpN)::value, W = decltype(warps)::value;
+    char name[64];
+    std::snprintf(name, sizeof name, "fp16 %dx%d", W, WN);
+    allow(SkinnyKernel<16, WN, W>, kSharedBytes<16, WN, W>, name);
+    std::snprintf(name, sizeof name, "int8 %dx%d", W, WN);
+    allow(SkinnyKernel<8, WN, W>, kSharedBytes<8, WN, W>, name);
+    std::snprintf(name, sizeof name, "int4 %dx%d", W, WN);
+    allow(SkinnyKernel<4, WN, W>, kSharedBytes<4, WN, W>, name);
+  });
+  allow(SkinnyKernel<16, 32, 4, 1>, kSharedBytes<16, 32, 4>, "fp16 4x32 no products");
+  allow(SkinnyKernel<16, 32, 4, 2>, kSharedBytes<16, 32, 4>, "fp16 4x32 copies");
+  allow(SkinnyKernel<8, 32, 4, 1>, kSharedBytes<8, 32, 4>, "int8 4x32 no products");
+  allow(SkinnyKernel<8, 32, 4, 2>, kSharedBytes<8, 32, 4>, "int8 4x32 copies");
   cudaDeviceProp props;
   Check(cudaGetDeviceProperties(&props, 0), "cudaGetDeviceProperties");
   const size_t ltBytes = 4u << 20;
@@ -425,14 +500,14 @@ int main(int argc, char** argv) {
   std::fprintf(json, "{\n \"gpu\": \"%s\",\n \"sms\": %d,\n \"rows\": [\n", props.name, props.multiProcessorCount);
   std::printf("%s, %d SMs; float16 activations, us a launch (%% of 3.35 TB/s for its own weight bytes), weights rotated over >= %zu MiB\n", props.name,
               props.multiProcessorCount, kRotationBytes >> 20);
-  std::printf("%-15s %-8s %6s %6s %4s %6s | %-16s | %-16s | %-16s | %-16s | %9s | %9s | %9s\n", "model", "product", "N", "K", "rows", "splits", "cuBLASLt tuned", "skinny fp16",
-              "skinny int8", "skinny int4", "diff fp16", "diff int8", "diff int4");
+  std::printf("%-15s %-8s %6s %6s %4s %-7s %6s | %-16s | %-16s | %-16s | %-16s | %9s | %9s | %9s\n", "model", "product", "N", "K", "rows", "block", "splits", "cuBLASLt tuned",
+              "skinny fp16", "skinny int8", "skinny int4", "diff fp16", "diff int8", "diff int4");
   bool first = true;
   for (const Shape& s : shapes) {
     const size_t weightBytes = static_cast<size_t>(s.N) * s.K * sizeof(__half);
     // Copies enough that even the 4-bit ones read kRotationBytes a graph.
     const int copies = static_cast<int>(std::max<size_t>(2, (kRotationBytes + weightBytes / 4 - 1) / (weightBytes / 4)));
-    std::vector<__half*> weights(copies);
+    std::vector<__half*> weights(copies), tiled(copies);  // row-major (cuBLASLt's), and in tiles
     // The int8 and uint4 copies, their scales (and zero points), and copy 0's dequantized float16 (the
     // references' weights).
     const size_t groupCount = static_cast<size_t>(s.N) * (s.K / kGroup);
@@ -444,12 +519,14 @@ int main(int argc, char** argv) {
     Check(cudaMalloc(&dequantized4, weightBytes), "cudaMalloc");
     for (int c = 0; c < copies; c++) {
       Check(cudaMalloc(&weights[c], weightBytes), "cudaMalloc");
+      Check(cudaMalloc(&tiled[c], weightBytes), "cudaMalloc");
       Check(cudaMalloc(&quantized[c], weightBytes / 2), "cudaMalloc");
       Check(cudaMalloc(&scales[c], s.N * sizeof(__half)), "cudaMalloc");
       Check(cudaMalloc(&quantized4[c], weightBytes / 4), "cudaMalloc");
       Check(cudaMalloc(&scales4[c], groupCount * sizeof(__half)), "cudaMalloc");
       Check(cudaMalloc(&zeros4[c], groupCount * sizeof(__half)), "cudaMalloc");
       bench::FillKernel<__half><<<1024, 256, 0, stream>>>(weights[c], weightBytes / sizeof(__half), 17u + c, 2.0f / std::sqrt(static_cast<float>(s.K)));
+      TileRows<<<s.N, 256, 0, stream>>>(weights[c], s.K, tiled[c]);
       QuantizeRows<<<s.N, 256, 0, stream>>>(weights[c], s.K, quantized[c], scales[c], dequantized);
       QuantizeRows4<<<s.N, 256, 0, stream>>>(weights[c], s.K, quantized4[c], scales4[c], zeros4[c], dequantized4);
     }
@@ -462,8 +539,9 @@ int main(int argc, char** argv) {
       __half* y = static_cast<__half*>(bench::Zeros(static_cast<size_t>(rows) * s.N * sizeof(__half), owned));
       __half* yRef = static_cast<__half*>(bench::Zeros(static_cast<size_t>(rows) * s.N * sizeof(__half), owned));
       __half* yRef4 = static_cast<__half*>(bench::Zeros(static_cast<size_t>(rows) * s.N * sizeof(__half), owned));
-      const int splits = SplitsFor(s.N, s.K, props.multiProcessorCount);
-      float* workspace = static_cast<float*>(bench::Zeros((static_cast<size_t>(splits) * kM * s.N + kMaxTiles) * sizeof(float), owned));
+      // The workspace holds the most parts any block shape takes (the narrowest's).
+      const int mostSplits = SplitsFor(s.N, s.K, props.multiProcessorCount, kBN<32, 4>, 2);
+      float* workspace = static_cast<float*>(bench::Zeros((static_cast<size_t>(mostSplits) * kM * s.N + kMaxTiles) * sizeof(float), owned));
       bench::FillKernel<__half><<<256, 256, 0, stream>>>(x, static_cast<size_t>(rows) * s.K, 99u, 2.0f);
       Check(cudaStreamSynchronize(stream), "the fills");
       chorus::SetLinearLtTune(1 << 30);
@@ -482,32 +560,54 @@ int main(int argc, char** argv) {
       product(weights[0], yLt);  // outside a capture: the candidates timed
       product(dequantized, yRef);
       product(dequantized4, yRef4);
-      Launch<16>(x, weights[0], nullptr, nullptr, y, rows, s.K, s.N, splits, workspace, stream);
-      Check(cudaStreamSynchronize(stream), "the first products");
-      const double diff = Difference(y, yLt, static_cast<size_t>(rows) * s.N);
-      Launch<8>(x, quantized[0], scales[0], nullptr, y, rows, s.K, s.N, splits, workspace, stream);
-      Check(cudaStreamSynchronize(stream), "the first int8 product");
-      const double diff8 = Difference(y, yRef, static_cast<size_t>(rows) * s.N);
-      Launch<4>(x, quantized4[0], scales4[0], zeros4[0], y, rows, s.K, s.N, splits, workspace, stream);
-      Check(cudaStreamSynchronize(stream), "the first int4 product");
-      const double diff4 = Difference(y, yRef4, static_cast<size_t>(rows) * s.N);
+      Check(cudaStreamSynchronize(stream), "the references");
       const double ltUs = TimeLaunches(stream, copies, [&](int c) { product(weights[c], yLt); });
-      const double us = TimeLaunches(stream, copies, [&](int c) { Launch<16>(x, weights[c], nullptr, nullptr, y, rows, s.K, s.N, splits, workspace, stream); });
-      const double us8 = TimeLaunches(stream, copies, [&](int c) { Launch<8>(x, quantized[c], scales[c], nullptr, y, rows, s.K, s.N, splits, workspace, stream); });
-      const double us4 = TimeLaunches(stream, copies, [&](int c) { Launch<4>(x, quantized4[c], scales4[c], zeros4[c], y, rows, s.K, s.N, splits, workspace, stream); });
+      product(weights[0], yLt);  // the timed launches left the last copy's product
       const double activations = static_cast<double>(rows) * (s.K + s.N) * sizeof(__half);
       const auto share = [&](double t, double weightShare) { return (static_cast<double>(weightBytes) * weightShare + activations) / (t * 1e-6) / kPeakBytesPerSecond; };
-      std::printf("%-15s %-8s %6d %6d %4d %6d | %7.2f (%3.0f%%)   | %7.2f (%3.0f%%)   | %7.2f (%3.0f%%)   | %7.2f (%3.0f%%)   | %9.2e | %9.2e | %9.2e\n", s.model, s.product, s.N, s.K,
-                  rows, splits, ltUs, 100 * share(ltUs, 1), us, 100 * share(us, 1), us8, 100 * share(us8, 0.5), us4, 100 * share(us4, 0.25), diff, diff8, diff4);
-      std::fflush(stdout);
-      std::fprintf(json,
-                   "%s  {\"model\": \"%s\", \"product\": \"%s\", \"N\": %d, \"K\": %d, \"rows\": %d, \"splits\": %d, \"lt_tuned_us\": %.3f, \"skinny_us\": %.3f, "
-                   "\"skinny_int8_us\": %.3f, \"skinny_int4_us\": %.3f, \"relative_difference\": %.3e, \"int8_relative_difference\": %.3e, \"int4_relative_difference\": %.3e}",
-                   first ? "" : ",\n", s.model, s.product, s.N, s.K, rows, splits, ltUs, us, us8, us4, diff, diff8, diff4);
-      first = false;
+      eachShape([&](auto warpN, auto warps) {
+        constexpr int WN = decltype(warpN)::value, W = decltype(warps)::value;
+        if (s.N % kBN<WN, W> != 0) return;
+        const int splits = std::min(mostSplits, SplitsFor(s.N, s.K, props.multiProcessorCount, kBN<WN, W>, kBlocksPerSm<WN, W>));
+        Launch<16, WN, W>(x, tiled[0], nullptr, nullptr, y, rows, s.K, s.N, splits, workspace, stream);
+        Check(cudaStreamSynchronize(stream), "the first products");
+        const double diff = Difference(y, yLt, static_cast<size_t>(rows) * s.N);
+        Launch<8, WN, W>(x, quantized[0], scales[0], nullptr, y, rows, s.K, s.N, splits, workspace, stream);
+        Check(cudaStreamSynchronize(stream), "the first int8 product");
+        const double diff8 = Difference(y, yRef, static_cast<size_t>(rows) * s.N);
+        Launch<4, WN, W>(x, quantized4[0], scales4[0], zeros4[0], y, rows, s.K, s.N, splits, workspace, stream);
+        Check(cudaStreamSynchronize(stream), "the first int4 product");
+        const double diff4 = Difference(y, yRef4, static_cast<size_t>(rows) * s.N);
+        const double us = TimeLaunches(stream, copies, [&](int c) { Launch<16, WN, W>(x, tiled[c], nullptr, nullptr, y, rows, s.K, s.N, splits, workspace, stream); });
+        const double us8 = TimeLaunches(stream, copies, [&](int c) { Launch<8, WN, W>(x, quantized[c], scales[c], nullptr, y, rows, s.K, s.N, splits, workspace, stream); });
+        const double us4 = TimeLaunches(stream, copies, [&](int c) { Launch<4, WN, W>(x, quantized4[c], scales4[c], zeros4[c], y, rows, s.K, s.N, splits, workspace, stream); });
+        char block[16];
+        std::snprintf(block, sizeof block, "%dx%d", W, WN);
+        std::printf("%-15s %-8s %6d %6d %4d %-7s %6d | %7.2f (%3.0f%%)   | %7.2f (%3.0f%%)   | %7.2f (%3.0f%%)   | %7.2f (%3.0f%%)   | %9.2e | %9.2e | %9.2e\n", s.model, s.product, s.N,
+                    s.K, rows, block, splits, ltUs, 100 * share(ltUs, 1), us, 100 * share(us, 1), us8, 100 * share(us8, 0.5), us4, 100 * share(us4, 0.25), diff, diff8, diff4);
+        std::fflush(stdout);
+        std::fprintf(json,
+                     "%s  {\"model\": \"%s\", \"product\": \"%s\", \"N\": %d, \"K\": %d, \"rows\": %d, \"warps\": %d, \"warp_rows\": %d, \"splits\": %d, \"lt_tuned_us\": %.3f, "
+                     "\"skinny_us\": %.3f, \"skinny_int8_us\": %.3f, \"skinny_int4_us\": %.3f, \"relative_difference\": %.3e, \"int8_relative_difference\": %.3e, "
+                     "\"int4_relative_difference\": %.3e}",
+                     first ? "" : ",\n", s.model, s.product, s.N, s.K, rows, W, WN, splits, ltUs, us, us8, us4, diff, diff8, diff4);
+        first = false;
+      });
+      if (s.N % kBN<32, 4> == 0) {
+        const int splits = SplitsFor(s.N, s.K, props.multiProcessorCount, kBN<32, 4>, 2);
+        const double p16a = TimeLaunches(stream, copies, [&](int c) { Launch<16, 32, 4, 1>(x, tiled[c], nullptr, nullptr, y, rows, s.K, s.N, splits, workspace, stream); });
+        const double p16b = TimeLaunches(stream, copies, [&](int c) { Launch<16, 32, 4, 2>(x, tiled[c], nullptr, nullptr, y, rows, s.K, s.N, splits, workspace, stream); });
+        const double p8a = TimeLaunches(stream, copies, [&](int c) { Launch<8, 32, 4, 1>(x, quantized[c], scales[c], nullptr, y, rows, s.K, s.N, splits, workspace, stream); });
+        const double p8b = TimeLaunches(stream, copies, [&](int c) { Launch<8, 32, 4, 2>(x, quantized[c], scales[c], nullptr, y, rows, s.K, s.N, splits, workspace, stream); });
+        std::printf("%-15s %-8s %6d %6d %4d probes 4x32: fp16 no products %.2f, copies %.2f; int8 no products %.2f, copies %.2f\n", s.model, s.product, s.N, s.K, rows, p16a, p16b, p8a,
+                    p8b);
+        std::fprintf(json, ",\n  {\"model\": \"%s\", \"product\": \"%s\", \"rows\": %d, \"probe_fp16_no_products_us\": %.3f, \"probe_fp16_copies_us\": %.3f, "
+                     "\"probe_int8_no_products_us\": %.3f, \"probe_int8_copies_us\": %.3f}", s.model, s.product, rows, p16a, p16b, p8a, p8b);
+      }
       for (void* p : owned) cudaFree(p);
     }
     for (__half* w : weights) cudaFree(w);
+    for (__half* w : tiled) cudaFree(w);
     for (unsigned char* q : quantized) cudaFree(q);
     for (unsigned char* q : quantized4) cudaFree(q);
     for (__half* h : scales) cudaFree(h);
