@@ -25,23 +25,30 @@
 // - Bits 4: uint4 with a float16 scale and zero point a weight row and group of 128 values of K (as
 //   AWQ and GPTQ checkpoints have them): a lane's 8 bytes read at once (PermutedK4), widened by masks
 //   into float16's mantissa, (q - zero) * scale in float16 pairs.
-// Probes time the 4 x 32 kernel without its products, and with its copies alone.
+// Probes time the 4 x 32 kernel without its products, and with its copies alone. Copy modes (kABytesOf):
+// 0, every thread's cp.async; 1, the weights' tiles by the bulk copy engine; 2, x's rows by it too; 3, x
+// by the tensor copy engine. WgmmaKernel is the same product with int8 weights on Hopper's warpgroup
+// instructions (sm_90a), the form that went into the engine (src/native/quant-wgmma.cu).
 //
-// What it measured (docs/lab/2026-11-28-skinny-gemm.md): slower than cuBLASLt at every shape, and its
-// copies alone as slow as the whole kernel; at 64 rows each block re-reads x from L2 for its 128
-// weight rows, as many bytes as its int8 weights.
+// What it measured (docs/lab/2026-11-28-skinny-gemm.md): on mma.sync, its copies alone about as slow as
+// the whole kernel at first, every block reading x again for its 128 weight rows; bulk copies of the
+// weights' tiles brought int8 to cuBLASLt's float16 on the largest product, and the warpgroup kernel
+// past it (Llama-2-7B's gate and up at 64 rows: 41.4 us against 66.8).
 //
-// Build here (nvcc): bash lab/skinny-gemm/build.sh; run on the GPU host with cuBLAS 13 on the library
-// path: ./build/skinny-gemm [out.json]. SKINNY_SPLITS=n forces n parts of K for every shape,
+// Build here (nvcc, sm_90a): bash lab/skinny-gemm/build.sh; run on the GPU host with cuBLAS 13 on the library
+// path: ./build/skinny-gemm [out.json]. SKINNY_ONLY=llama-2-7b/o takes one shape; SKINNY_SPLITS=n forces n parts of K for every shape,
 // SKINNY_WAVES=n takes parts enough for n waves of blocks, SKINNY_STAGGER=1 starts neighbouring block
 // columns at different tiles of K.
+#include <cuda.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
+#include <cudaTypedefs.h>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -68,12 +75,22 @@ template <int WarpN, int Warps>
 constexpr int kBlocksPerSm = WarpN * Warps >= 512 ? 1 : 2;
 template <int Bits, int WarpN, int Warps>
 constexpr int kBBytes = kBN<WarpN, Warps> * kBK * Bits / 8;
-template <int Bits, int WarpN, int Warps>
-constexpr int kStageBytes = kABytes + kBBytes<Bits, WarpN, Warps>;
-template <int Bits, int WarpN, int Warps>
-constexpr int kStages = std::min(8, std::max(3, (kBlocksPerSm<WarpN, Warps> == 1 ? 200 : 96) * 1024 / kStageBytes<Bits, WarpN, Warps>));
-template <int Bits, int WarpN, int Warps>
-constexpr size_t kSharedBytes = static_cast<size_t>(kStages<Bits, WarpN, Warps>) * kStageBytes<Bits, WarpN, Warps>;
+// Copy modes: 0, every thread copies 16 bytes at a time (cp.async); 1, the weights in bulk (a copy a
+// tile, counted on the stage's mbarrier); 2, x's rows in bulk too, into rows padded to kAPitch bytes
+// (ldmatrix's 8 rows then fall in distinct banks), and the stages handed back through mbarriers
+// rather than a barrier over the block; 3, x's tile by the tensor copy engine (a 64 x 64 box of a
+// tensor map, swizzled by it as ldmatrix wants), the weights in bulk, a barrier over the block.
+constexpr int kAPitch = kBK * 2 + 16;
+template <int Mode>
+constexpr int kABytesOf = Mode == 2 ? kM * kAPitch : kABytes;
+template <int Bits, int WarpN, int Warps, int Mode = 0>
+constexpr int kStageBytes = kABytesOf<Mode> + kBBytes<Bits, WarpN, Warps>;
+template <int Bits, int WarpN, int Warps, int Mode = 0>
+constexpr int kStages = std::min(8, std::max(3, (kBlocksPerSm<WarpN, Warps> == 1 ? 200 : 96) * 1024 / kStageBytes<Bits, WarpN, Warps, Mode>));
+// The stages start at a multiple of 1024 bytes (the tensor copy's 128-byte swizzle repeats every 1024):
+// 1024 bytes more than they take.
+template <int Bits, int WarpN, int Warps, int Mode = 0>
+constexpr size_t kSharedBytes = static_cast<size_t>(kStages<Bits, WarpN, Warps, Mode>) * kStageBytes<Bits, WarpN, Warps, Mode> + 1024;
 constexpr int kMaxTiles = 4096;  // counters in the workspace (block columns)
 constexpr size_t kRotationBytes = 256u << 20;  // weights read per graph: five times the H100's L2
 constexpr double kPeakBytesPerSecond = 3.35e12;
@@ -159,57 +176,162 @@ __device__ inline void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, u
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// K tile `kt` of x (rows past `rows` zeros) and of weight rows n0 .. n0 + BN - 1 into `stage` (float16
-// weights swizzled as x; quantized rows of 64 values as they are).
+// The bulk-copy engine (Hopper's cp.async.bulk): a stage's weight tiles copied by one thread each, their
+// arrival counted on the stage's mbarrier in bytes.
+__device__ inline unsigned SharedAddress(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ inline void BarrierInit(uint64_t* barrier, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SharedAddress(barrier)), "r"(count));
+}
+__device__ inline void BarrierExpectBytes(uint64_t* barrier, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SharedAddress(barrier)), "r"(bytes) : "memory");
+}
+__device__ inline void BarrierWait(uint64_t* barrier, int phase) {
+  asm volatile(
+      "{\n .reg .pred done;\n wait:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n @!done bra wait;\n}\n" ::"r"(SharedAddress(barrier)), "r"(phase)
+      : "memory");
+}
+__device__ inline void BarrierArrive(uint64_t* barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SharedAddress(barrier)) : "memory");
+}
+// Box {k0, 0} of `map` (64 values of K of x's 64 rows; rows past x's are zeros) into `shared`.
+__device__ inline void TensorCopy(void* shared, const CUtensorMap* map, int k0, uint64_t* barrier) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(SharedAddress(shared)),
+               "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(0), "r"(SharedAddress(barrier))
+               : "memory");
+}
+__device__ inline void BulkCopy(void* shared, const void* global, int bytes, uint64_t* barrier) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(SharedAddress(shared)), "l"(global), "r"(bytes),
+               "r"(SharedAddress(barrier))
+               : "memory");
+}
+
+// K tile `kt` of x (rows past `rows` zeros) and of weight rows n0 .. n0 + BN - 1 into `stage`. The
+// weights' stage is their tiles (of kTileRows rows) as they are in memory: float16 tiles are kept
+// swizzled as the x tiles are, quantized ones in PermutedK order. With `barrier`, thread 0 copies the
+// weights in bulk (a copy a tile) and counts them on it; else every thread copies 16 bytes at a time.
 template <int Bits, int BN, int Threads>
-__device__ inline void LoadStage(unsigned char* stage, const __half* x, const void* w, int rows, int K, int n0, int kt) {
+__device__ inline void LoadStage(unsigned char* stage, const __half* x, const void* w, int rows, int K, int n0, int kt, uint64_t* barrier, const CUtensorMap* xMap = nullptr) {
   const int k0 = kt * kBK;
   __half* a = reinterpret_cast<__half*>(stage);
-  for (int c = threadIdx.x; c < kM * 8; c += Threads) {
+  for (int c = threadIdx.x; xMap == nullptr && c < kM * 8; c += Threads) {
     const int row = c >> 3;
     const int chunk = c & 7;
     const bool inside = row < rows;
     CopyAsync16(a + Swizzled(row, chunk), x + static_cast<size_t>(inside ? row : 0) * K + k0 + chunk * 8, inside);
   }
-  if constexpr (Bits < 16) {
-    // Rows of kBK * Bits / 8 bytes, 16 a copy, as they are.
-    constexpr int kRowBytes = kBK * Bits / 8;
-    constexpr int kChunks = kRowBytes / 16;
-    unsigned char* b = stage + kABytes;
-    const unsigned char* q = static_cast<const unsigned char*>(w);
+  constexpr int kRowBytes = kBK * Bits / 8;
+  constexpr int kTileBytes = kTileRows * kRowBytes;
+  unsigned char* b = stage + kABytes;
+  const unsigned char* q = static_cast<const unsigned char*>(w);
+  if (barrier != nullptr) {
+    if (threadIdx.x == 0) {
+      BarrierExpectBytes(barrier, BN * kRowBytes + (xMap != nullptr ? kABytes : 0));
+      if (xMap != nullptr) TensorCopy(a, xMap, k0, barrier);
 #pragma unroll
-    for (int c = threadIdx.x; c < BN * kChunks; c += Threads) {
-      const int row = c / kChunks;
-      const int chunk = c % kChunks;
-      CopyAsync16(b + row * kRowBytes + chunk * 16, q + TiledOffset(n0 + row, kt, K / kBK, kRowBytes) + chunk * 16, true);
+      for (int tile = 0; tile < BN / kTileRows; tile++) BulkCopy(b + tile * kTileBytes, q + TiledOffset(n0 + tile * kTileRows, kt, K / kBK, kRowBytes), kTileBytes, barrier);
     }
-  } else {
-    __half* b = reinterpret_cast<__half*>(stage + kABytes);
-    const __half* h = static_cast<const __half*>(w);
-#pragma unroll
-    for (int c = threadIdx.x; c < BN * 8; c += Threads) {
-      const int row = c >> 3;
-      const int chunk = c & 7;
-      CopyAsync16(b + Swizzled(row, chunk), h + TiledOffset(n0 + row, kt, K / kBK, kBK * 2) / 2 + chunk * 8, true);
-    }
+    return;
   }
+#pragma unroll
+  for (int c = threadIdx.x; c < BN * kRowBytes / 16; c += Threads) {
+    const int tile = c * 16 / kTileBytes;
+    const int within = c * 16 % kTileBytes;
+    CopyAsync16(b + c * 16, q + TiledOffset(n0 + tile * kTileRows, kt, K / kBK, kRowBytes) + within, true);
+  }
+}
+
+// Mode 2's copies of K tile `kt` into `stage`, by warp 0: x's first `rows` rows (128 bytes each, a
+// lane's rows at a time) into rows of kAPitch bytes, and the weights' tiles, all counted on `barrier`.
+template <int Bits, int BN>
+__device__ inline void IssueStage(unsigned char* stage, const __half* x, const void* w, int rows, int K, int n0, int kt, uint64_t* barrier) {
+  constexpr int kRowBytes = kBK * Bits / 8;
+  constexpr int kTileBytes = kTileRows * kRowBytes;
+  const int lane = threadIdx.x % 32;
+  if (lane == 0) BarrierExpectBytes(barrier, rows * kBK * 2 + BN * kRowBytes);
+  __syncwarp();
+  for (int r = lane; r < rows; r += 32) BulkCopy(stage + r * kAPitch, x + static_cast<size_t>(r) * K + kt * kBK, kBK * 2, barrier);
+  const unsigned char* q = static_cast<const unsigned char*>(w);
+  for (int tile = lane; tile < BN / kTileRows; tile += 32)
+    BulkCopy(stage + kABytesOf<2> + tile * kTileBytes, q + TiledOffset(n0 + tile * kTileRows, kt, K / kBK, kRowBytes), kTileBytes, barrier);
 }
 
 // Block (column of BN weight rows, part of K). `workspace`: [splits][kM][N] float sums, then kMaxTiles
 // counters (zeros, left at zero). `scales`: int8's, one a weight row; 4 bits' [N][K / kGroup], with
 // `zeros` beside them (float16 integers).
+// Outputs col and col + 1 of a row of y from their sums (int8: times their weight rows' scales).
+template <int Bits>
+__device__ inline void WriteOut(__half* y, const __half* scales, int N, int row, int col, float first, float second) {
+  if constexpr (Bits == 8) {
+    first *= __half2float(scales[col]);
+    second *= __half2float(scales[col + 1]);
+  }
+  *reinterpret_cast<__half2*>(y + static_cast<size_t>(row) * N + col) = __floats2half2_rn(first, second);
+}
+
+// After a block's part of K has written its float32 sums to workspace [split][kM][N]: the last part of
+// block column n0 to finish (a counter a column, left at zero) adds every part's sums and writes y,
+// four columns a thread at a time, four of them at once (every part's sums of a round read before any
+// is written).
+template <int Bits, int BN, int Threads>
+__device__ inline void JoinParts(const float* workspace, const __half* scales, __half* y, int rows, int N, int n0, int splits) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  int* counter = reinterpret_cast<int*>(const_cast<float*>(workspace) + static_cast<size_t>(splits) * kM * N) + blockIdx.x;
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  constexpr int kQuads = BN / 4;
+  const int total = rows * kQuads;
+  for (int first = threadIdx.x; first < total; first += 4 * Threads) {
+    float4 sum[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) sum[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int s = 0; s < splits; s++) {
+      float4 part[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const int e = first + u * Threads;
+        part[u] = e < total ? __ldcg(reinterpret_cast<const float4*>(workspace + (static_cast<size_t>(s) * kM + e / kQuads) * N + n0 + 4 * (e % kQuads)))
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        sum[u].x += part[u].x;
+        sum[u].y += part[u].y;
+        sum[u].z += part[u].z;
+        sum[u].w += part[u].w;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const int e = first + u * Threads;
+      if (e >= total) continue;
+      const int row = e / kQuads;
+      const int col = n0 + 4 * (e % kQuads);
+      WriteOut<Bits>(y, scales, N, row, col, sum[u].x, sum[u].y);
+      WriteOut<Bits>(y, scales, N, row, col + 2, sum[u].z, sum[u].w);
+    }
+  }
+  if (threadIdx.x == 0) *counter = 0;
+}
+
 // Probe 1 leaves out the products (the copies, fragment loads and widening alone), probe 2 the
 // fragments too (the copies alone): where a block's time goes.
-template <int Bits, int WarpN, int Warps, int Probe = 0>
+template <int Bits, int WarpN, int Warps, int Probe = 0, int Bulk = 0>
 __global__ void __launch_bounds__(Warps * 32, (kBlocksPerSm<WarpN, Warps>)) SkinnyKernel(const __half* x, const void* w, const __half* scales, const __half* zeros, __half* y, int rows,
-                                                                                       int K, int N, int splits, float* workspace, bool stagger) {
-  constexpr int S = kStages<Bits, WarpN, Warps>;
+                                                                                       int K, int N, int splits, float* workspace, bool stagger,
+                                                                                       const __grid_constant__ CUtensorMap xMap) {
+  constexpr int S = kStages<Bits, WarpN, Warps, Bulk>;
   constexpr int BN = kBN<WarpN, Warps>;
   constexpr int Threads = Warps * 32;
   constexpr int J = WarpN / 8;  // n8 tiles a warp
-  constexpr int kStage = kStageBytes<Bits, WarpN, Warps>;
+  constexpr int kStage = kStageBytes<Bits, WarpN, Warps, Bulk>;
+  constexpr int kA = kABytesOf<Bulk>;
   extern __shared__ float4 sharedWords[];
-  unsigned char* stages = reinterpret_cast<unsigned char*>(sharedWords);
+  unsigned char* stages = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(sharedWords) + 1023) & ~uintptr_t{1023});
+  const CUtensorMap* const map = Bulk == 3 ? &xMap : nullptr;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
@@ -225,6 +347,46 @@ __global__ void __launch_bounds__(Warps * 32, (kBlocksPerSm<WarpN, Warps>)) Skin
   const int rotation = stagger ? (blockIdx.x * 5) % count : 0;
   const auto tileAt = [&](int i) { return firstK + (i + rotation) % count; };
 
+  // Bulk: each stage's weights arrive on its mbarrier (a phase a use of the stage).
+  // Mode 2: each stage handed back on its `empty` mbarrier by every warp, and x's rows past `rows`
+  // zeroed in every stage once (no copy writes them).
+  __shared__ uint64_t full[S], empty[S];
+  if constexpr (Bulk > 0) {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < S; s++) {
+        BarrierInit(&full[s], 1);
+        BarrierInit(&empty[s], Warps);
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    if constexpr (Bulk == 2) {
+      for (int e = threadIdx.x; e < S * (kM - rows) * (kAPitch / 16); e += Threads) {
+        const int s = e / ((kM - rows) * (kAPitch / 16));
+        const int r = rows + e / (kAPitch / 16) % (kM - rows);
+        *reinterpret_cast<uint4*>(stages + s * kStage + r * kAPitch + 16 * (e % (kAPitch / 16))) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    __syncthreads();
+  }
+  uint64_t* const noBarrier = nullptr;
+  // Row tiles of x that hold rows (the rest are zeros and take no products).
+  const int mTiles = (rows + 15) / 16;
+  // 4 bits: each of the lane's rows' scale and zero point for stage i's group, read a stage ahead.
+  __half nextScale[J], nextZero[J];
+  const auto loadGroup = [&](int i) {
+    if constexpr (Bits == 4) {
+      const int group = tileAt(i) * kBK / kGroup;
+      const int groups = K / kGroup;
+#pragma unroll
+      for (int j = 0; j < J; j++) {
+        const size_t at = static_cast<size_t>(n0 + WarpN * warp + 8 * j + g) * groups + group;
+        nextScale[j] = __ldg(scales + at);
+        nextZero[j] = __ldg(zeros + at);
+      }
+    }
+  };
+  loadGroup(0);
+
   float acc[4][J][4];
 #pragma unroll
   for (int i = 0; i < 4; i++)
@@ -233,48 +395,82 @@ __global__ void __launch_bounds__(Warps * 32, (kBlocksPerSm<WarpN, Warps>)) Skin
 #pragma unroll
       for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
 
+  if constexpr (Bulk == 2) {
+    if (warp == 0)
+      for (int s = 0; s < S - 1 && s < count; s++) IssueStage<Bits, BN>(stages + s * kStage, x, w, rows, K, n0, tileAt(s), &full[s]);
+  } else {
 #pragma unroll
-  for (int s = 0; s < S - 1; s++) {
-    if (s < count) LoadStage<Bits, BN, Threads>(stages + s * kStage, x, w, rows, K, n0, tileAt(s));
-    Commit();
+    for (int s = 0; s < S - 1; s++) {
+      if (s < count) LoadStage<Bits, BN, Threads>(stages + s * kStage, x, w, rows, K, n0, tileAt(s), Bulk ? &full[s] : noBarrier, map);
+      Commit();
+    }
   }
   for (int i = 0; i < count; i++) {
-    WaitGroups<S - 2>();
-    __syncthreads();  // stage i is in; every warp is done with the stage the next copy overwrites
     const int ahead = i + S - 1;
-    if (ahead < count) LoadStage<Bits, BN, Threads>(stages + (ahead % S) * kStage, x, w, rows, K, n0, tileAt(ahead));
-    Commit();
+    if constexpr (Bulk == 2) {
+      // Warp 0 refills the slot stage i - 1 had once every warp has handed it back.
+      if (warp == 0 && ahead < count) {
+        if (ahead >= S && lane == 0) BarrierWait(&empty[ahead % S], (ahead / S - 1) & 1);
+        __syncwarp();
+        IssueStage<Bits, BN>(stages + (ahead % S) * kStage, x, w, rows, K, n0, tileAt(ahead), &full[ahead % S]);
+      }
+      BarrierWait(&full[i % S], (i / S) & 1);
+    } else {
+      WaitGroups<S - 2>();
+      if constexpr (Bulk != 0) BarrierWait(&full[i % S], (i / S) & 1);
+      __syncthreads();  // stage i is in; every warp is done with the stage the next copy overwrites
+      if (ahead < count) {
+        if (Bulk != 0 && threadIdx.x == 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        LoadStage<Bits, BN, Threads>(stages + (ahead % S) * kStage, x, w, rows, K, n0, tileAt(ahead), Bulk ? &full[ahead % S] : noBarrier, map);
+      }
+      Commit();
+    }
     const unsigned char* stage = stages + (i % S) * kStage;
     const __half* a = reinterpret_cast<const __half*>(stage);
-    if constexpr (Probe == 2) continue;
+    // Where the lane's ldmatrix row of x's row tile m starts, for the stage's 16 values kk.
+    const auto aAt = [&](int m, int kk) {
+      const int row = 16 * m + (lane & 15);
+      const int chunk = 2 * kk + (lane >> 4);
+      return Bulk == 2 ? a + row * (kAPitch / 2) + chunk * 8 : a + Swizzled(row, chunk);
+    };
+    // Mode 2: the warp hands the stage back once its reads of it are done.
+    const auto handBack = [&]() {
+      if constexpr (Bulk == 2) {
+        __syncwarp();
+        if (lane == 0) BarrierArrive(&empty[i % S]);
+      }
+    };
+    if constexpr (Probe == 2) {
+      handBack();
+      continue;
+    }
     // int8: the lane's 16 bytes of each of its fragments' rows (a word for each 16 values of K).
     uint4 words[J];
     if constexpr (Bits == 8) {
 #pragma unroll
-      for (int j = 0; j < J; j++) words[j] = *reinterpret_cast<const uint4*>(stage + kABytes + (WarpN * warp + 8 * j + g) * kBK + 16 * t);
+      for (int j = 0; j < J; j++) words[j] = *reinterpret_cast<const uint4*>(stage + kA + (WarpN * warp + 8 * j + g) * kBK + 16 * t);
     }
     // 4 bits: the lane's 8 bytes of each row, and the row's group's scale and zero point.
     uint2 nibbles[J];
     __half2 zero1024[J], zero64[J], scale[J];
     if constexpr (Bits == 4) {
-      const int group = tileAt(i) * kBK / kGroup;
-      const int groups = K / kGroup;
 #pragma unroll
       for (int j = 0; j < J; j++) {
-        const int n = n0 + WarpN * warp + 8 * j + g;
-        nibbles[j] = *reinterpret_cast<const uint2*>(stage + kABytes + (WarpN * warp + 8 * j + g) * (kBK / 2) + 8 * t);
-        const float zero = __half2float(__ldg(zeros + static_cast<size_t>(n) * groups + group));
-        scale[j] = __half2half2(__ldg(scales + static_cast<size_t>(n) * groups + group));
+        nibbles[j] = *reinterpret_cast<const uint2*>(stage + kA + (WarpN * warp + 8 * j + g) * (kBK / 2) + 8 * t);
+        const float zero = __half2float(nextZero[j]);
+        scale[j] = __half2half2(nextScale[j]);
         zero1024[j] = __float2half2_rn(1024.0f + zero);
         zero64[j] = __float2half2_rn(64.0f + zero);
       }
+      if (i + 1 < count) loadGroup(i + 1);  // the next stage's, a stage ahead
     }
     uint32_t wide[J][4];
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; kk++) {
       uint32_t af[4][4];
 #pragma unroll
-      for (int m = 0; m < 4; m++) LoadMatrices(af[m], a + Swizzled(16 * m + (lane & 15), 2 * kk + (lane >> 4)));
+      for (int m = 0; m < 4; m++)
+        if (m < mTiles) LoadMatrices(af[m], aAt(m, kk));
       uint32_t bf[J][2];
       if constexpr (Bits == 8) {
 #pragma unroll
@@ -287,7 +483,7 @@ __global__ void __launch_bounds__(Warps * 32, (kBlocksPerSm<WarpN, Warps>)) Skin
           bf[j][1] = wide[j][2 * (kk % 2) + 1];
         }
       } else {
-        const __half* b = reinterpret_cast<const __half*>(stage + kABytes);
+        const __half* b = reinterpret_cast<const __half*>(stage + kA);
 #pragma unroll
         for (int jj = 0; jj < J / 2; jj++) {
           uint32_t r[4];
@@ -305,21 +501,15 @@ __global__ void __launch_bounds__(Warps * 32, (kBlocksPerSm<WarpN, Warps>)) Skin
       } else {
 #pragma unroll
         for (int m = 0; m < 4; m++)
+          if (m < mTiles)
 #pragma unroll
-          for (int j = 0; j < J; j++) Mma(acc[m][j], af[m], bf[j][0], bf[j][1]);
+            for (int j = 0; j < J; j++) Mma(acc[m][j], af[m], bf[j][0], bf[j][1]);
       }
     }
+    handBack();
   }
   WaitGroups<0>();
 
-  // Outputs col and col + 1 of a row from their sums (int8: times their rows' scales).
-  const auto out = [&](int row, int col, float first, float second) {
-    if constexpr (Bits == 8) {
-      first *= __half2float(scales[col]);
-      second *= __half2float(scales[col + 1]);
-    }
-    *reinterpret_cast<__half2*>(y + static_cast<size_t>(row) * N + col) = __floats2half2_rn(first, second);
-  };
   // Each of the lane's pairs of sums (row, columns col and col + 1) that falls in x's rows, to `take`.
   const auto eachPair = [&](auto take) {
 #pragma unroll
@@ -333,31 +523,129 @@ __global__ void __launch_bounds__(Warps * 32, (kBlocksPerSm<WarpN, Warps>)) Skin
       }
   };
   if (splits == 1) {
-    eachPair(out);
+    eachPair([&](int row, int col, float first, float second) { WriteOut<Bits>(y, scales, N, row, col, first, second); });
     return;
   }
   float* mine = workspace + static_cast<size_t>(split) * kM * N;
   eachPair([&](int row, int col, float first, float second) { *reinterpret_cast<float2*>(mine + static_cast<size_t>(row) * N + col) = make_float2(first, second); });
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  int* counter = reinterpret_cast<int*>(workspace + static_cast<size_t>(splits) * kM * N) + blockIdx.x;
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == splits - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int e = threadIdx.x; e < rows * (BN / 2); e += Threads) {
-    const int row = e / (BN / 2);
-    const int col = n0 + 2 * (e % (BN / 2));
-    float2 sum = make_float2(0.0f, 0.0f);
-    for (int s = 0; s < splits; s++) {
-      const float2 part = __ldcg(reinterpret_cast<const float2*>(workspace + (static_cast<size_t>(s) * kM + row) * N + col));
-      sum.x += part.x;
-      sum.y += part.y;
-    }
-    out(row, col, sum.x, sum.y);
+  JoinParts<Bits, BN, Threads>(workspace, scales, y, rows, N, n0, splits);
+}
+
+// The same product on Hopper's warpgroup instructions (sm_90a): int8 weights as the A operand of
+// wgmma.m64n64k16, from registers (each warp's 16 weight rows widened as mma.m16n8k16's A fragments),
+// against x's tile as B straight from shared memory (the tensor copy's 128-byte swizzle, K-major). A
+// block takes 128 weight rows (two warpgroups of 64) and all 64 rows of x; stages as copy mode 3 (x's
+// tile by the tensor copy, the weights in bulk, an mbarrier a stage, a barrier over the block).
+constexpr int kWgStages = 6;
+constexpr int kWgStageBytes = kABytes + kTileRows * kBK;  // 16 KiB: 8 of x, 8 of int8 weights
+constexpr size_t kWgSharedBytes = static_cast<size_t>(kWgStages) * kWgStageBytes + 1024;
+
+// A shared-memory matrix descriptor for a K-major tile in 128-byte swizzle (8-row groups 1024 bytes
+// apart), starting `address` bytes into shared memory.
+__device__ inline uint64_t SwizzledDescriptor(unsigned address) {
+  return (static_cast<uint64_t>((address & 0x3FFFF) >> 4)) | (static_cast<uint64_t>(1) << 16) | (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
+}
+
+// d (64 x 64, float32, this thread's 32) += a (64 x 16, this thread's 4 pairs) . b (descriptor).
+__device__ inline void Wgmma(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred accumulate;\n"
+      "setp.ne.b32 accumulate, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, accumulate, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
+        "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+__device__ inline void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ inline void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ inline void WgmmaWaitAll() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+template <int Probe = 0>
+__global__ void __launch_bounds__(256, 2) WgmmaKernel(const __half* x, const void* w, const __half* scales, __half* y, int rows, int K, int N, int splits, float* workspace,
+                                                      const __grid_constant__ CUtensorMap xMap) {
+  constexpr int S = kWgStages;
+  constexpr int BN = kTileRows;
+  constexpr int Threads = 256;
+  extern __shared__ float4 sharedWords[];
+  unsigned char* stages = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(sharedWords) + 1023) & ~uintptr_t{1023});
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int n0 = blockIdx.x * BN;
+  const int tilesK = K / kBK;
+  const int split = blockIdx.y;
+  const int firstK = static_cast<int>(static_cast<long>(tilesK) * split / splits);
+  const int count = static_cast<int>(static_cast<long>(tilesK) * (split + 1) / splits) - firstK;
+  __shared__ uint64_t full[S];
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; s++) BarrierInit(&full[s], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  if (threadIdx.x == 0) *counter = 0;
+  __syncthreads();
+  for (int s = 0; s < S - 1 && s < count; s++) LoadStage<8, BN, Threads>(stages + s * kWgStageBytes, x, w, rows, K, n0, firstK + s, &full[s], &xMap);
+
+  float acc[32];
+#pragma unroll
+  for (int e = 0; e < 32; e++) acc[e] = 0.0f;
+  // This warp's weight rows: 16 of its warpgroup's 64.
+  const int wrow = 16 * warp + g;
+  for (int i = 0; i < count; i++) {
+    BarrierWait(&full[i % S], (i / S) & 1);
+    __syncthreads();  // stage i is in; every warp is done with the stage the next copy overwrites
+    const int ahead = i + S - 1;
+    if (ahead < count) {
+      if (threadIdx.x == 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      LoadStage<8, BN, Threads>(stages + (ahead % S) * kWgStageBytes, x, w, rows, K, n0, firstK + ahead, &full[ahead % S], &xMap);
+    }
+    if constexpr (Probe == 2) continue;
+    const unsigned char* stage = stages + (i % S) * kWgStageBytes;
+    const uint4 upper = *reinterpret_cast<const uint4*>(stage + kABytes + wrow * kBK + 16 * t);
+    const uint4 lower = *reinterpret_cast<const uint4*>(stage + kABytes + (wrow + 8) * kBK + 16 * t);
+    const unsigned xAddress = SharedAddress(stage);
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; kk++) {
+      uint32_t a[4];
+      const uint32_t wu = kk == 0 ? upper.x : kk == 1 ? upper.y : kk == 2 ? upper.z : upper.w;
+      const uint32_t wl = kk == 0 ? lower.x : kk == 1 ? lower.y : kk == 2 ? lower.z : lower.w;
+      WidenInt8(wu, a[0], a[2]);
+      WidenInt8(wl, a[1], a[3]);
+      WgmmaFence();
+      Wgmma(acc, a, SwizzledDescriptor(xAddress + 32 * kk));
+    }
+    WgmmaCommit();
+    WgmmaWaitAll();
+  }
+
+  // acc[4 j + e]: weight rows wrow (e 0, 1) and wrow + 8 (e 2, 3), x's rows 8 j + 2 t (e even) and + 1.
+  const int nUpper = n0 + 64 * (warp / 4) + 16 * (warp % 4) + g;
+  const auto each = [&](auto take) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const int row = 8 * j + 2 * t;
+      if (row < rows) {
+        take(row, nUpper, acc[4 * j]);
+        take(row, nUpper + 8, acc[4 * j + 2]);
+      }
+      if (row + 1 < rows) {
+        take(row + 1, nUpper, acc[4 * j + 1]);
+        take(row + 1, nUpper + 8, acc[4 * j + 3]);
+      }
+    }
+  };
+  if (splits == 1) {
+    each([&](int row, int n, float v) { y[static_cast<size_t>(row) * N + n] = __float2half_rn(v * __half2float(scales[n])); });
+    return;
+  }
+  float* mine = workspace + static_cast<size_t>(split) * kM * N;
+  each([&](int row, int n, float v) { mine[static_cast<size_t>(row) * N + n] = v; });
+  JoinParts<8, BN, Threads>(workspace, scales, y, rows, N, n0, splits);
 }
 
 // Parts of K for N's block columns: enough blocks to fill the multiprocessors where N alone makes fewer.
@@ -372,16 +660,48 @@ int SplitsFor(int N, int K, int multiprocessors, int bn, int blocksPerSm) {
   return std::max(1, std::min(splits, K / kBK));
 }
 
-template <int Bits, int WarpN, int Warps, int Probe = 0>
+// The tensor map mode 3 reads x through (set for each x before its launches).
+CUtensorMap xMapNow{};
+
+template <int Bits, int WarpN, int Warps, int Probe = 0, int Bulk = 0>
 void Launch(const __half* x, const void* w, const __half* scales, const __half* zeros, __half* y, int rows, int K, int N, int splits, float* workspace, cudaStream_t stream) {
-  SkinnyKernel<Bits, WarpN, Warps, Probe><<<dim3(N / kBN<WarpN, Warps>, splits), Warps * 32, kSharedBytes<Bits, WarpN, Warps>, stream>>>(x, w, scales, zeros, y, rows, K, N, splits, workspace,
-                                                                                                                                 std::getenv("SKINNY_STAGGER") != nullptr);
+  SkinnyKernel<Bits, WarpN, Warps, Probe, Bulk><<<dim3(N / kBN<WarpN, Warps>, splits), Warps * 32, kSharedBytes<Bits, WarpN, Warps, Bulk>, stream>>>(x, w, scales, zeros, y, rows, K, N, splits, workspace,
+                                                                                                                                 std::getenv("SKINNY_STAGGER") != nullptr, xMapNow);
 }
 
-// Weight rows [N][K] of float16 in tiles (TiledOffset): a block a row.
+// xMapNow for x [rows][K] of float16: boxes of 64 values by 64 rows, swizzled 128 bytes; rows past
+// `rows` read as zeros.
+void MapX(const __half* x, int rows, int K) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  if (encode == nullptr) {
+    cudaDriverEntryPointQueryResult found;
+    Check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode), 12000, cudaEnableDefault, &found), "cuTensorMapEncodeTiled");
+  }
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(K) * 2};
+  const cuuint32_t box[2] = {kBK, kM};
+  const cuuint32_t elementStrides[2] = {1, 1};
+  const CUresult status = encode(&xMapNow, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<__half*>(x), dims, strides, box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (status != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled: %d\n", static_cast<int>(status));
+    std::exit(2);
+  }
+}
+
+template <int Probe = 0>
+void LaunchWgmma(const __half* x, const void* w, const __half* scales, __half* y, int rows, int K, int N, int splits, float* workspace, cudaStream_t stream) {
+  WgmmaKernel<Probe><<<dim3(N / kTileRows, splits), 256, kWgSharedBytes, stream>>>(x, w, scales, y, rows, K, N, splits, workspace, xMapNow);
+}
+
+// Weight rows [N][K] of float16 in tiles (TiledOffset), each row's 16-byte chunks swizzled as the
+// kernel's shared tiles have them: a block a row.
 __global__ void TileRows(const __half* w, int K, __half* tiled) {
   const int row = blockIdx.x;
-  for (int k = threadIdx.x; k < K; k += blockDim.x) tiled[TiledOffset(row, k / kBK, K / kBK, kBK * 2) / 2 + k % kBK] = w[static_cast<size_t>(row) * K + k];
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+    const int chunk = k % kBK / 8;
+    tiled[TiledOffset(row, k / kBK, K / kBK, kBK * 2) / 2 + ((chunk ^ (row & 7)) << 3) + k % 8] = w[static_cast<size_t>(row) * K + k];
+  }
 }
 
 // Weight rows [N][K] of float16 as int8 (symmetric, a float16 scale a row, max |w| / 127) in the
@@ -483,6 +803,29 @@ int main(int argc, char** argv) {
     std::snprintf(name, sizeof name, "int4 %dx%d", W, WN);
     allow(SkinnyKernel<4, WN, W>, kSharedBytes<4, WN, W>, name);
   });
+  // Copy modes 1 and 2 (bulk weights; bulk weights and x with stages handed back by mbarriers).
+  const auto eachMode = [](auto visit) {
+    visit(std::integral_constant<int, 1>());
+    visit(std::integral_constant<int, 3>());
+  };
+  eachMode([&](auto mode) {
+    constexpr int M = decltype(mode)::value;
+    char name[64];
+    std::snprintf(name, sizeof name, "fp16 4x32 mode %d", M);
+    allow(SkinnyKernel<16, 32, 4, 0, M>, kSharedBytes<16, 32, 4, M>, name);
+    std::snprintf(name, sizeof name, "int8 4x32 mode %d", M);
+    allow(SkinnyKernel<8, 32, 4, 0, M>, kSharedBytes<8, 32, 4, M>, name);
+    std::snprintf(name, sizeof name, "int4 4x32 mode %d", M);
+    allow(SkinnyKernel<4, 32, 4, 0, M>, kSharedBytes<4, 32, 4, M>, name);
+    std::snprintf(name, sizeof name, "int8 4x32 mode %d copies", M);
+    allow(SkinnyKernel<8, 32, 4, 2, M>, kSharedBytes<8, 32, 4, M>, name);
+    std::snprintf(name, sizeof name, "fp16 8x32 mode %d", M);
+    allow(SkinnyKernel<16, 32, 8, 0, M>, kSharedBytes<16, 32, 8, M>, name);
+    std::snprintf(name, sizeof name, "int8 8x32 mode %d", M);
+    allow(SkinnyKernel<8, 32, 8, 0, M>, kSharedBytes<8, 32, 8, M>, name);
+  });
+  allow(WgmmaKernel<0>, kWgSharedBytes, "int8 wgmma");
+  allow(WgmmaKernel<2>, kWgSharedBytes, "int8 wgmma copies");
   allow(SkinnyKernel<16, 32, 4, 1>, kSharedBytes<16, 32, 4>, "fp16 4x32 no products");
   allow(SkinnyKernel<16, 32, 4, 2>, kSharedBytes<16, 32, 4>, "fp16 4x32 copies");
   allow(SkinnyKernel<8, 32, 4, 1>, kSharedBytes<8, 32, 4>, "int8 4x32 no products");
@@ -503,7 +846,10 @@ int main(int argc, char** argv) {
   std::printf("%-15s %-8s %6s %6s %4s %-7s %6s | %-16s | %-16s | %-16s | %-16s | %9s | %9s | %9s\n", "model", "product", "N", "K", "rows", "block", "splits", "cuBLASLt tuned",
               "skinny fp16", "skinny int8", "skinny int4", "diff fp16", "diff int8", "diff int4");
   bool first = true;
+  // SKINNY_ONLY=model/product (as printed): that shape alone.
+  const char* only = std::getenv("SKINNY_ONLY");
   for (const Shape& s : shapes) {
+    if (only != nullptr && std::string(only) != std::string(s.model) + "/" + s.product) continue;
     const size_t weightBytes = static_cast<size_t>(s.N) * s.K * sizeof(__half);
     // Copies enough that even the 4-bit ones read kRotationBytes a graph.
     const int copies = static_cast<int>(std::max<size_t>(2, (kRotationBytes + weightBytes / 4 - 1) / (weightBytes / 4)));
@@ -543,6 +889,7 @@ int main(int argc, char** argv) {
       const int mostSplits = SplitsFor(s.N, s.K, props.multiProcessorCount, kBN<32, 4>, 2);
       float* workspace = static_cast<float*>(bench::Zeros((static_cast<size_t>(mostSplits) * kM * s.N + kMaxTiles) * sizeof(float), owned));
       bench::FillKernel<__half><<<256, 256, 0, stream>>>(x, static_cast<size_t>(rows) * s.K, 99u, 2.0f);
+      MapX(x, rows, s.K);
       Check(cudaStreamSynchronize(stream), "the fills");
       chorus::SetLinearLtTune(1 << 30);
       auto product = [&](const __half* weight, __half* out) {
@@ -561,6 +908,18 @@ int main(int argc, char** argv) {
       product(dequantized, yRef);
       product(dequantized4, yRef4);
       Check(cudaStreamSynchronize(stream), "the references");
+      // SKINNY_PROFILE=1 (under a profiler): at 64 rows, one int8 launch in copy mode 1 and its copies
+      // alone, nothing timed.
+      if (std::getenv("SKINNY_PROFILE") != nullptr) {
+        if (rows == 64) {
+          const int splits = SplitsFor(s.N, s.K, props.multiProcessorCount, kBN<32, 4>, 2);
+          Launch<8, 32, 4, 0, 1>(x, quantized[0], scales[0], nullptr, y, rows, s.K, s.N, splits, workspace, stream);
+          Launch<8, 32, 4, 2, 1>(x, quantized[1], scales[1], nullptr, y, rows, s.K, s.N, splits, workspace, stream);
+          Check(cudaStreamSynchronize(stream), "the profiled launches");
+        }
+        for (void* p : owned) cudaFree(p);
+        continue;
+      }
       const double ltUs = TimeLaunches(stream, copies, [&](int c) { product(weights[c], yLt); });
       product(weights[0], yLt);  // the timed launches left the last copy's product
       const double activations = static_cast<double>(rows) * (s.K + s.N) * sizeof(__half);
@@ -603,6 +962,46 @@ int main(int argc, char** argv) {
                     p8b);
         std::fprintf(json, ",\n  {\"model\": \"%s\", \"product\": \"%s\", \"rows\": %d, \"probe_fp16_no_products_us\": %.3f, \"probe_fp16_copies_us\": %.3f, "
                      "\"probe_int8_no_products_us\": %.3f, \"probe_int8_copies_us\": %.3f}", s.model, s.product, rows, p16a, p16b, p8a, p8b);
+        // Copy modes 1 and 2, each checked against its reference, then timed.
+        const size_t outputs = static_cast<size_t>(rows) * s.N;
+        eachMode([&](auto mode) {
+          constexpr int M = decltype(mode)::value;
+          Launch<16, 32, 4, 0, M>(x, tiled[0], nullptr, nullptr, y, rows, s.K, s.N, splits, workspace, stream);
+          Check(cudaStreamSynchronize(stream), "the first bulk product");
+          const double d16 = Difference(y, yLt, outputs);
+          Launch<8, 32, 4, 0, M>(x, quantized[0], scales[0], nullptr, y, rows, s.K, s.N, splits, workspace, stream);
+          Check(cudaStreamSynchronize(stream), "the first bulk int8 product");
+          const double d8 = Difference(y, yRef, outputs);
+          Launch<4, 32, 4, 0, M>(x, quantized4[0], scales4[0], zeros4[0], y, rows, s.K, s.N, splits, workspace, stream);
+          Check(cudaStreamSynchronize(stream), "the first bulk int4 product");
+          const double d4 = Difference(y, yRef4, outputs);
+          const double t16 = TimeLaunches(stream, copies, [&](int c) { Launch<16, 32, 4, 0, M>(x, tiled[c], nullptr, nullptr, y, rows, s.K, s.N, splits, workspace, stream); });
+          const double t8 = TimeLaunches(stream, copies, [&](int c) { Launch<8, 32, 4, 0, M>(x, quantized[c], scales[c], nullptr, y, rows, s.K, s.N, splits, workspace, stream); });
+          const double t4 = TimeLaunches(stream, copies, [&](int c) { Launch<4, 32, 4, 0, M>(x, quantized4[c], scales4[c], zeros4[c], y, rows, s.K, s.N, splits, workspace, stream); });
+          const double t8c = TimeLaunches(stream, copies, [&](int c) { Launch<8, 32, 4, 2, M>(x, quantized[c], scales[c], nullptr, y, rows, s.K, s.N, splits, workspace, stream); });
+          double w16 = 0, w8 = 0;
+          if (s.N % kBN<32, 8> == 0) {
+            const int wideSplits = std::min(mostSplits, SplitsFor(s.N, s.K, props.multiProcessorCount, kBN<32, 8>, 2));
+            w16 = TimeLaunches(stream, copies, [&](int c) { Launch<16, 32, 8, 0, M>(x, tiled[c], nullptr, nullptr, y, rows, s.K, s.N, wideSplits, workspace, stream); });
+            w8 = TimeLaunches(stream, copies, [&](int c) { Launch<8, 32, 8, 0, M>(x, quantized[c], scales[c], nullptr, y, rows, s.K, s.N, wideSplits, workspace, stream); });
+          }
+          std::printf("%-15s %-8s %6d %6d %4d mode %d 4x32: fp16 %.2f, int8 %.2f, int4 %.2f (diffs %.2e %.2e %.2e); int8 copies %.2f; 8x32 fp16 %.2f, int8 %.2f\n", s.model,
+                      s.product, s.N, s.K, rows, M, t16, t8, t4, d16, d8, d4, t8c, w16, w8);
+          std::fprintf(json,
+                       ",\n  {\"model\": \"%s\", \"product\": \"%s\", \"rows\": %d, \"mode\": %d, \"fp16_us\": %.3f, \"int8_us\": %.3f, \"int4_us\": %.3f, "
+                       "\"fp16_relative_difference\": %.3e, \"int8_relative_difference\": %.3e, \"int4_relative_difference\": %.3e, \"int8_copies_us\": %.3f, "
+                       "\"fp16_8x32_us\": %.3f, \"int8_8x32_us\": %.3f}",
+                       s.model, s.product, rows, M, t16, t8, t4, d16, d8, d4, t8c, w16, w8);
+        });
+        // Warpgroup products (int8), with 2 blocks a multiprocessor's parts of K.
+        LaunchWgmma(x, quantized[0], scales[0], y, rows, s.K, s.N, splits, workspace, stream);
+        Check(cudaStreamSynchronize(stream), "the first wgmma product");
+        const double dw = Difference(y, yRef, outputs);
+        const double tw = TimeLaunches(stream, copies, [&](int c) { LaunchWgmma(x, quantized[c], scales[c], y, rows, s.K, s.N, splits, workspace, stream); });
+        const double twc = TimeLaunches(stream, copies, [&](int c) { LaunchWgmma<2>(x, quantized[c], scales[c], y, rows, s.K, s.N, splits, workspace, stream); });
+        std::printf("%-15s %-8s %6d %6d %4d wgmma int8: %.2f (diff %.2e); copies %.2f\n", s.model, s.product, s.N, s.K, rows, tw, dw, twc);
+        std::fprintf(json, ",\n  {\"model\": \"%s\", \"product\": \"%s\", \"rows\": %d, \"wgmma_int8_us\": %.3f, \"wgmma_int8_relative_difference\": %.3e, \"wgmma_int8_copies_us\": %.3f}",
+                     s.model, s.product, rows, tw, dw, twc);
       }
       for (void* p : owned) cudaFree(p);
     }
