@@ -103,6 +103,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
     gemv_ = Knob("CHORUS_QUANT_GEMV", {"plain", "mma", "wide"});
     tiles_ = Knob("CHORUS_QUANT_TILES", {"mma", "wmma"});
     tileWarps8_ = Knob("CHORUS_QUANT_TILE_WARPS", {"4", "8"}) == "8";
+    wgmma_ = Knob("CHORUS_QUANT_WGMMA", {"0", "1"}) != "0";
     const std::string pipe = Knob("CHORUS_QUANT_TILE_PIPE", {"0", "1"});
     tilePipe_ = pipe.empty() ? -1 : pipe == "1" ? 1 : 0;
     bytesAsFloats_ = Knob("CHORUS_QUANT_BYTE_PAIRS", {"0", "1"}) == "0";
@@ -202,9 +203,11 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
   }
 
   // Whether the tensor-core tiles of weights dequantized in registers took args (more rows than a decode
-  // step's kernels take, up to kQuantTileRows; CHORUS_QUANT_TILES unset or mma), on `stream`.
+  // step's kernels take, up to kQuantTileRows; CHORUS_QUANT_TILES unset or mma), on `stream`: on Hopper,
+  // 8-bit steps of up to 64 rows on its warpgroup instructions where they take them.
   bool MmaTiles(const QuantLinearArgs& args, void* stream) {
-    return args.rows > kQuantRowsKernelRows && args.rows <= kQuantTileRows && tiles_ != "wmma" && QuantMmaTilesDevice(args, Multiprocessors(), stream);
+    if (args.rows <= kQuantRowsKernelRows || args.rows > kQuantTileRows || tiles_ == "wmma") return false;
+    return (wgmma_ && QuantWgmmaDevice(args, Multiprocessors(), stream)) || QuantMmaTilesDevice(args, Multiprocessors(), stream);
   }
 
   int Multiprocessors() {
@@ -332,6 +335,7 @@ struct QuantLinearKernel : KernelBase<QuantLinearKernel> {
   std::string tiles_;  // CHORUS_QUANT_TILES: mma (the default), or wmma (the tiles of weights dequantized in shared memory)
   bool int8Avx2_ = false;
   bool tileWarps8_ = false;  // CHORUS_QUANT_TILE_WARPS=8
+  bool wgmma_ = true;        // 8-bit batch steps on Hopper's warpgroup instructions (CHORUS_QUANT_WGMMA=0: not)
   int tilePipe_ = -1;        // CHORUS_QUANT_TILE_PIPE: 1 always, 0 never, unset where faster
   bool bytesAsFloats_ = false;  // CHORUS_QUANT_BYTE_PAIRS=0
   int pairThreads_ = 0;          // CHORUS_QUANT_PAIR_THREADS

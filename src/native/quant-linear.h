@@ -141,6 +141,10 @@ bool QuantMmaRowsDevice(const QuantLinearArgs& args, void* stream);
 // takes them (float16, or bfloat16 of 4 bits; K a multiple of 16; no pre-norm; x and the weights
 // 16-byte aligned); false, running nothing, where not. `multiprocessors`: the device's.
 bool QuantMmaTilesDevice(const QuantLinearArgs& args, int multiprocessors, void* stream);
+// Device: y of x on Hopper's warpgroup instructions (quant-wgmma.cu), where it takes them: 8-bit
+// weights, float16, 17 to 64 rows, no pre-norm, K and block_size multiples of 64, outputs a multiple of
+// 128 (gated: 64), on a GPU of compute capability 9.0; false where it does not (nothing launched).
+bool QuantWgmmaDevice(const QuantLinearArgs& args, int multiprocessors, void* stream);
 // Device: y of x by tensor-core tiles in `splits` splits (float16 or bfloat16; at most kQuantTileRows
 // rows), the partial sums in `scratch` (QuantTileScratchBytes), on `stream`.
 void QuantTilesDevice(const QuantLinearArgs& args, int splits, void* scratch, void* stream);

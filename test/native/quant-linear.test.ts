@@ -214,6 +214,40 @@ function preNormModels(c: Case, q: Quantized, norm: Float32Array, gated = false)
   return { normed: path(true), plain: path(false) };
 }
 
+// 8-bit float16 steps of 17 to 64 rows run on Hopper's warpgroup instructions (quant-wgmma.cu) where the
+// GPU has them and the shape fits (outputs a multiple of 128, gated 64; K and the block a multiple of
+// 64), and on the register tiles with CHORUS_QUANT_WGMMA=0 or elsewhere. K 512 in blocks of 128 splits
+// K over a cluster of 4 blocks, K 4096 in blocks of 256 over 8; the zero points vary by block.
+describe('8-bit QuantLinear at batch decode steps (17 to 64 rows)', { skip }, () => {
+  test('on CUDA: ungated and gated, on warpgroup instructions and on the register tiles, against the CPU', { skip: cuda ? false : 'no CUDA device' }, () => {
+    for (const [K, blockSize, N, zeroPoints] of [[512, 128, 256, true], [4096, 256, 256, false], [4096, 256, 384, true]] as const) {
+      for (const M of [17, 40, 64]) {
+        const c: Case = { M, K, N, bits: 8, blockSize, zeroPoints, type: 'float16' };
+        const { x, q } = inputs(c);
+        const { gated, ungated } = gatedModels(c, q, roundTo(seeded(c.N, 5, 0.5), 'float16'));
+        const want = runGated(ungated, x, c, c.N, 'cpu');
+        const onTiles = (path: string, outputs: number): Float32Array => {
+          process.env.CHORUS_QUANT_WGMMA = '0';
+          try {
+            return runGated(path, x, c, outputs, 'cuda');
+          } finally {
+            delete process.env.CHORUS_QUANT_WGMMA;
+          }
+        };
+        const products = runGated(ungated, x, c, c.N, 'cuda');
+        const label = `K ${K}, N ${N}, ${M} rows`;
+        assertClose(products, want, 4e-3, `${label}: the products`);
+        assertClose(onTiles(ungated, c.N), want, 4e-3, `${label}: the products on the tiles`);
+        const half = c.N / 2;
+        // Each path's gate against the gate of its own products (one float16 rounding of the SiLU apart
+        // at most, times the up projection).
+        assertClose(runGated(gated, x, c, half, 'cuda'), gateOf(products, M, c.N, 'float16'), 2e-3, `${label}: the gate`);
+        assertClose(onTiles(gated, half), gateOf(onTiles(ungated, c.N), M, c.N, 'float16'), 2e-3, `${label}: the gate on the tiles`);
+      }
+    }
+  });
+});
+
 describe('QuantLinear with a pre-norm (a residual norm folded into it)', { skip }, () => {
   const type = 'float16';
   const tensors = (c: Case, x: Float32Array, residual?: Float32Array): GraphTensor[] => [
