@@ -54,11 +54,24 @@
 #include <vector>
 
 #include "../../bench/gpu/cuda-bench.cuh"
+#include "../../src/native/hopper.cuh"
 #include "../../src/native/linear.h"
+#include "../../src/native/quant-linear.h"
 
 namespace {
 
 using bench::Check;
+using chorus::BarrierArrive;
+using chorus::BarrierExpectBytes;
+using chorus::BarrierInit;
+using chorus::BarrierWait;
+using chorus::SharedAddress;
+using chorus::SwizzledDescriptor;
+using chorus::TensorCopy;
+using chorus::Wgmma;
+using chorus::WgmmaCommit;
+using chorus::WgmmaFence;
+using chorus::WgmmaWaitAll;
 using bench::Difference;
 using bench::TimeLaunches;
 
@@ -176,29 +189,17 @@ __device__ inline void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, u
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Part `split` of `splits` of K's `tiles` tiles: its first tile and how many it takes.
+struct Part {
+  int first, count;
+};
+__device__ inline Part PartOf(int tiles, int split, int splits) {
+  const int first = static_cast<int>(static_cast<long>(tiles) * split / splits);
+  return {first, static_cast<int>(static_cast<long>(tiles) * (split + 1) / splits) - first};
+}
+
 // The bulk-copy engine (Hopper's cp.async.bulk): a stage's weight tiles copied by one thread each, their
 // arrival counted on the stage's mbarrier in bytes.
-__device__ inline unsigned SharedAddress(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-__device__ inline void BarrierInit(uint64_t* barrier, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SharedAddress(barrier)), "r"(count));
-}
-__device__ inline void BarrierExpectBytes(uint64_t* barrier, int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SharedAddress(barrier)), "r"(bytes) : "memory");
-}
-__device__ inline void BarrierWait(uint64_t* barrier, int phase) {
-  asm volatile(
-      "{\n .reg .pred done;\n wait:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n @!done bra wait;\n}\n" ::"r"(SharedAddress(barrier)), "r"(phase)
-      : "memory");
-}
-__device__ inline void BarrierArrive(uint64_t* barrier) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SharedAddress(barrier)) : "memory");
-}
-// Box {k0, 0} of `map` (64 values of K of x's 64 rows; rows past x's are zeros) into `shared`.
-__device__ inline void TensorCopy(void* shared, const CUtensorMap* map, int k0, uint64_t* barrier) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(SharedAddress(shared)),
-               "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(0), "r"(SharedAddress(barrier))
-               : "memory");
-}
 __device__ inline void BulkCopy(void* shared, const void* global, int bytes, uint64_t* barrier) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(SharedAddress(shared)), "l"(global), "r"(bytes),
                "r"(SharedAddress(barrier))
@@ -226,7 +227,7 @@ __device__ inline void LoadStage(unsigned char* stage, const __half* x, const vo
   if (barrier != nullptr) {
     if (threadIdx.x == 0) {
       BarrierExpectBytes(barrier, BN * kRowBytes + (xMap != nullptr ? kABytes : 0));
-      if (xMap != nullptr) TensorCopy(a, xMap, k0, barrier);
+      if (xMap != nullptr) TensorCopy(a, xMap, k0, 0, barrier);
 #pragma unroll
       for (int tile = 0; tile < BN / kTileRows; tile++) BulkCopy(b + tile * kTileBytes, q + TiledOffset(n0 + tile * kTileRows, kt, K / kBK, kRowBytes), kTileBytes, barrier);
     }
@@ -337,11 +338,10 @@ __global__ void __launch_bounds__(Warps * 32, (kBlocksPerSm<WarpN, Warps>)) Skin
   const int g = lane / 4;
   const int t = lane % 4;
   const int n0 = blockIdx.x * BN;
-  const int tilesK = K / kBK;
   const int split = blockIdx.y;
-  const int firstK = static_cast<int>(static_cast<long>(tilesK) * split / splits);
-  const int endK = static_cast<int>(static_cast<long>(tilesK) * (split + 1) / splits);
-  const int count = endK - firstK;
+  const Part part = PartOf(K / kBK, split, splits);
+  const int firstK = part.first;
+  const int count = part.count;
   // With `stagger`, block column b starts its run of K at a different tile than its neighbours (and
   // wraps), so that the blocks at work at once read different tiles of x rather than the same ones.
   const int rotation = stagger ? (blockIdx.x * 5) % count : 0;
@@ -540,32 +540,6 @@ constexpr int kWgStages = 6;
 constexpr int kWgStageBytes = kABytes + kTileRows * kBK;  // 16 KiB: 8 of x, 8 of int8 weights
 constexpr size_t kWgSharedBytes = static_cast<size_t>(kWgStages) * kWgStageBytes + 1024;
 
-// A shared-memory matrix descriptor for a K-major tile in 128-byte swizzle (8-row groups 1024 bytes
-// apart), starting `address` bytes into shared memory.
-__device__ inline uint64_t SwizzledDescriptor(unsigned address) {
-  return (static_cast<uint64_t>((address & 0x3FFFF) >> 4)) | (static_cast<uint64_t>(1) << 16) | (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
-}
-
-// d (64 x 64, float32, this thread's 32) += a (64 x 16, this thread's 4 pairs) . b (descriptor).
-__device__ inline void Wgmma(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred accumulate;\n"
-      "setp.ne.b32 accumulate, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, accumulate, 1, 1, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
-        "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-}
-__device__ inline void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ inline void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ inline void WgmmaWaitAll() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-
 template <int Probe = 0>
 __global__ void __launch_bounds__(256, 2) WgmmaKernel(const __half* x, const void* w, const __half* scales, __half* y, int rows, int K, int N, int splits, float* workspace,
                                                       const __grid_constant__ CUtensorMap xMap) {
@@ -579,10 +553,10 @@ __global__ void __launch_bounds__(256, 2) WgmmaKernel(const __half* x, const voi
   const int g = lane / 4;
   const int t = lane % 4;
   const int n0 = blockIdx.x * BN;
-  const int tilesK = K / kBK;
   const int split = blockIdx.y;
-  const int firstK = static_cast<int>(static_cast<long>(tilesK) * split / splits);
-  const int count = static_cast<int>(static_cast<long>(tilesK) * (split + 1) / splits) - firstK;
+  const Part part = PartOf(K / kBK, split, splits);
+  const int firstK = part.first;
+  const int count = part.count;
   __shared__ uint64_t full[S];
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; s++) BarrierInit(&full[s], 1);
@@ -1000,6 +974,45 @@ int main(int argc, char** argv) {
         const double tw = TimeLaunches(stream, copies, [&](int c) { LaunchWgmma(x, quantized[c], scales[c], y, rows, s.K, s.N, splits, workspace, stream); });
         const double twc = TimeLaunches(stream, copies, [&](int c) { LaunchWgmma<2>(x, quantized[c], scales[c], y, rows, s.K, s.N, splits, workspace, stream); });
         std::printf("%-15s %-8s %6d %6d %4d wgmma int8: %.2f (diff %.2e); copies %.2f\n", s.model, s.product, s.N, s.K, rows, tw, dw, twc);
+        // The engine's kernel (src/native/quant-wgmma.cu) on the same bytes as QuantLinear keeps them
+        // (rows of K bytes, a scale a row and 256 values; gate and up as one gated product), timed alone.
+        if (rows == 64) {
+          const bool gated = std::string(s.product) == "gate+up";
+          const int blockSize = 256;
+          chorus::QuantLinearArgs qa{};
+          qa.x = x;
+          qa.scales = nullptr;
+          qa.y = y;
+          qa.rows = rows;
+          qa.in = s.K;
+          qa.out = gated ? s.N / 2 : s.N;
+          qa.bits = 8;
+          qa.blockSize = blockSize;
+          qa.blocks = s.K / blockSize;
+          qa.blobBytes = blockSize;
+          qa.activation = gated ? chorus::Activation::kSilu : chorus::Activation::kNone;
+          qa.type = chorus::FloatType::kFloat16;
+          qa.gated = gated;
+          std::vector<void*> engineOwned;
+          __half* blockScales = static_cast<__half*>(bench::Zeros(static_cast<size_t>(s.N) * qa.blocks * sizeof(__half), engineOwned));
+          bench::FillKernel<__half><<<256, 256, 0, stream>>>(blockScales, static_cast<size_t>(s.N) * qa.blocks, 5u, 0.01f);
+          qa.scales = blockScales;
+          const auto engine = [&](int c) {
+            chorus::QuantLinearArgs b = qa;
+            b.weight = quantized[c];
+            if (!chorus::QuantWgmmaDevice(b, props.multiProcessorCount, stream)) {
+              std::fprintf(stderr, "the engine's kernel declined %s\n", s.product);
+              std::exit(2);
+            }
+          };
+          engine(0);
+          Check(cudaStreamSynchronize(stream), "the engine's kernel");
+          const double te = TimeLaunches(stream, copies, engine);
+          std::printf("%-15s %-8s %6d %6d %4d engine wgmma int8%s: %.2f\n", s.model, s.product, s.N, s.K, rows, gated ? " (gated)" : "", te);
+          std::fprintf(json, ",\n  {\"model\": \"%s\", \"product\": \"%s\", \"rows\": %d, \"engine_wgmma_int8_us\": %.3f, \"gated\": %s}", s.model, s.product, rows, te,
+                       gated ? "true" : "false");
+          for (void* p : engineOwned) cudaFree(p);
+        }
         std::fprintf(json, ",\n  {\"model\": \"%s\", \"product\": \"%s\", \"rows\": %d, \"wgmma_int8_us\": %.3f, \"wgmma_int8_relative_difference\": %.3e, \"wgmma_int8_copies_us\": %.3f}",
                      s.model, s.product, rows, tw, dw, twc);
       }

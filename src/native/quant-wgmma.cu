@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "device.cuh"
+#include "hopper.cuh"
 #include "quant-device.cuh"
 #include "quant-linear.h"
 
@@ -43,50 +44,6 @@ constexpr int kStageBytes = kXBytes + 2 * kBoxBytes;    // 16 KiB
 constexpr size_t kSharedBytes = kStages * static_cast<size_t>(kStageBytes) + 1024;  // + 1024 to align
 constexpr int kMaxSplits = 8;
 constexpr int kPartialStride = 2 * kBoxRows + 4;  // floats a row of x's sums staged (skewed)
-
-__device__ inline unsigned SharedAddress(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-
-__device__ inline void BarrierInit(uint64_t* barrier, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SharedAddress(barrier)), "r"(count));
-}
-__device__ inline void BarrierExpectBytes(uint64_t* barrier, int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SharedAddress(barrier)), "r"(bytes) : "memory");
-}
-__device__ inline void BarrierWait(uint64_t* barrier, int phase) {
-  asm volatile(
-      "{\n .reg .pred done;\n wait:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n @!done bra wait;\n}\n" ::"r"(SharedAddress(barrier)), "r"(phase)
-      : "memory");
-}
-// Box {x0, y0} of `map` into `shared`, counted on `barrier`.
-__device__ inline void TensorCopy(void* shared, const CUtensorMap* map, int x0, int y0, uint64_t* barrier) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(SharedAddress(shared)),
-               "l"(reinterpret_cast<uint64_t>(map)), "r"(x0), "r"(y0), "r"(SharedAddress(barrier))
-               : "memory");
-}
-
-// A shared-memory matrix descriptor of a K-major tile in 128-byte swizzle (8-row groups 1024 bytes
-// apart) at shared address `address`.
-__device__ inline uint64_t SwizzledDescriptor(unsigned address) {
-  return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | (static_cast<uint64_t>(1) << 16) | (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
-}
-
-// d (64 weight rows x 64 rows of x, this thread's 32 float32 sums) += a (the warp's 16 rows x 16
-// values, 4 float16 pairs) . b (x's 16 values of its 64 rows, a descriptor).
-__device__ inline void Wgmma(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred accumulate;\n"
-      "setp.ne.b32 accumulate, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, accumulate, 1, 1, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
-        "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-}
 
 // Bytes 2t, 2t + 1, 2t + 8 and 2t + 9 of a weight row's 16 values (a lane's share of an A fragment's
 // row), as (q - zero) * scale in two float16 pairs: q as the low byte of 1024's mantissa, less 1024 +
@@ -178,11 +135,11 @@ __global__ void __launch_bounds__(kThreads, 2) QuantWgmmaKernel(QuantLinearArgs 
       uint32_t f[4];
       WidenRow(rows + boxRow * kStepK + 16 * kk, t, zero0, scale0, f[0], f[2]);
       WidenRow(rows + (boxRow + 8) * kStepK + 16 * kk, t, zero1, scale1, f[1], f[3]);
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+      WgmmaFence();
       Wgmma(acc, f, SwizzledDescriptor(xAddress + 32 * kk));
     }
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    WgmmaCommit();
+    WgmmaWaitAll();
   }
   LetDependentsStart();
 
