@@ -394,6 +394,7 @@ describe('QuantLinear on the CPU', { skip }, () => {
       ['CHORUS_QUANT_TILES', 'tensor', /CHORUS_QUANT_TILES must be mma or wmma, not tensor/],
       ['CHORUS_QUANT_TILE_WARPS', '6', /CHORUS_QUANT_TILE_WARPS must be 4 or 8, not 6/],
       ['CHORUS_QUANT_BYTE_PAIRS', 'no', /CHORUS_QUANT_BYTE_PAIRS must be 0 or 1, not no/],
+      ['CHORUS_QUANT_WGMMA', 'off', /CHORUS_QUANT_WGMMA must be 0 or 1, not off/],
     ] as const) {
       process.env[name] = value;
       try {
@@ -405,11 +406,13 @@ describe('QuantLinear on the CPU', { skip }, () => {
     // The same knobs at their known values run.
     process.env.CHORUS_QUANT_TILE_WARPS = '8';
     process.env.CHORUS_QUANT_BYTE_PAIRS = '0';
+    process.env.CHORUS_QUANT_WGMMA = '0';
     try {
       assert.equal(runAddon(path, x, c).length, c.M * c.N);
     } finally {
       delete process.env.CHORUS_QUANT_TILE_WARPS;
       delete process.env.CHORUS_QUANT_BYTE_PAIRS;
+      delete process.env.CHORUS_QUANT_WGMMA;
     }
   });
 });
