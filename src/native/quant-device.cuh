@@ -150,4 +150,26 @@ __device__ inline __nv_bfloat162 Both<__nv_bfloat162>(float v) { return __float2
 template <typename T2>
 __device__ inline uint32_t Dequant(uint32_t h, T2 zero, T2 scale) { return Bits32(__hmul2(__hsub2(*reinterpret_cast<T2*>(&h), zero), scale)); }
 
+// The sums a cluster's `splits` ranks (at most MaxSplits) staged in shared memory `partial` at `at`
+// (and, gated, the up projection's at `upAt`), added up in rank order: every rank's value read at once
+// (their latencies overlap), a rank past the splits adding 0. One rank: its own memory.
+template <int MaxSplits, bool Gated>
+__device__ inline void RankSums(float* partial, int at, int upAt, int splits, float& sum, float& up) {
+  float sums[MaxSplits];
+  float ups[MaxSplits];
+#pragma unroll
+  for (int r = 0; r < MaxSplits; r++) {
+    const float* from = splits > 1 ? RankShared(partial, r < splits ? r : 0) : partial;
+    sums[r] = r < splits ? from[at] : 0.0f;
+    ups[r] = Gated && r < splits ? from[upAt] : 0.0f;
+  }
+  sum = 0;
+  up = 0;
+#pragma unroll
+  for (int r = 0; r < MaxSplits; r++) {
+    sum += sums[r];
+    up += ups[r];
+  }
+}
+
 }  // namespace chorus

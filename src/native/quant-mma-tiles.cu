@@ -408,23 +408,8 @@ __global__ void __launch_bounds__(W * 32, kBlocksPerMultiprocessor<W>) QuantMmaT
       const int o = Gated ? outputBlock * W * F * 8 + F * 8 * (local / 8) + 8 * f + local % 8 : outputBlock * W * F * 16 + F * 16 * (local / 16) + 16 * f + local % 16;
       if (row >= a.rows || o >= a.out) continue;
       const int at = xRow * S::kPartialStride + (Gated ? 16 * (local / 8) + local % 8 : local);
-      // Every rank's value read at once (their latencies overlap), then added in rank order (a rank
-      // past the splits adds 0).
-      float gates[kMaxSplits];
-      float ups[kMaxSplits];
-#pragma unroll
-      for (int r = 0; r < kMaxSplits; r++) {
-        const float* from = splits > 1 ? RankShared(partial, r < splits ? r : 0) : partial;
-        gates[r] = r < splits ? from[at] : 0.0f;
-        ups[r] = Gated && r < splits ? from[at + 8] : 0.0f;
-      }
-      float sum = 0;
-      float up = 0;
-#pragma unroll
-      for (int r = 0; r < kMaxSplits; r++) {
-        sum += gates[r];
-        up += ups[r];
-      }
+      float sum, up;
+      RankSums<kMaxSplits, Gated>(partial, at, at + 8, splits, sum, up);
       y[static_cast<size_t>(row) * a.out + o] = Gated ? Gate<T>(sum, up, bias, o, a.out, a.activation) : Finish<T>(sum, bias, o, a.activation);
     }
   }

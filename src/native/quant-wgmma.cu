@@ -46,17 +46,12 @@ constexpr int kMaxSplits = 8;
 constexpr int kPartialStride = 2 * kBoxRows + 4;  // floats a row of x's sums staged (skewed)
 
 // Bytes 2t, 2t + 1, 2t + 8 and 2t + 9 of a weight row's 16 values (a lane's share of an A fragment's
-// row), as (q - zero) * scale in two float16 pairs: q as the low byte of 1024's mantissa, less 1024 +
-// zero (exact), times the scale.
+// row), as (q - zero) * scale in two float16 pairs: q as the low byte of 1024's mantissa (Dequant).
 __device__ inline void WidenRow(const unsigned char* values, int t, __half2 zero, __half2 scale, uint32_t& first, uint32_t& second) {
   const uint32_t low = *reinterpret_cast<const uint16_t*>(values + 2 * t);
   const uint32_t high = *reinterpret_cast<const uint16_t*>(values + 2 * t + 8);
-  uint32_t a = __byte_perm(low, 0x64646464u, 0x5140);
-  uint32_t b = __byte_perm(high, 0x64646464u, 0x5140);
-  const __half2 ha = __hmul2(__hsub2(*reinterpret_cast<__half2*>(&a), zero), scale);
-  const __half2 hb = __hmul2(__hsub2(*reinterpret_cast<__half2*>(&b), zero), scale);
-  first = *reinterpret_cast<const uint32_t*>(&ha);
-  second = *reinterpret_cast<const uint32_t*>(&hb);
+  first = Dequant(__byte_perm(low, 0x64646464u, 0x5140), zero, scale);
+  second = Dequant(__byte_perm(high, 0x64646464u, 0x5140), zero, scale);
 }
 
 // Block (output block, split; splits along x as one cluster). `xMap`: x [rows][K] float16 in boxes of
@@ -105,7 +100,7 @@ __global__ void __launch_bounds__(kThreads, 2) QuantWgmmaKernel(QuantLinearArgs 
   const __half* scales = static_cast<const __half*>(a.scales);
   // Block b of K's scale and zero point (as 1024 + zero) of rows weightRow and weightRow + 8.
   const auto scaleOf = [&](int row, int block) { return __half2half2(scales[static_cast<size_t>(row) * a.blocks + block]); };
-  const auto zeroOf = [&](int row, int block) { return __float2half2_rn(1024.0f + static_cast<float>(QuantZeroPoint(a, row, block))); };
+  const auto zeroOf = [&](int row, int block) { return Both<__half2>(Pair<__half>::kBase + static_cast<float>(QuantZeroPoint(a, row, block))); };
   int block = -1;
   __half2 scale0 = __float2half2_rn(0.0f), scale1 = scale0, zero0 = scale0, zero1 = scale0;
 
@@ -167,21 +162,8 @@ __global__ void __launch_bounds__(kThreads, 2) QuantWgmmaKernel(QuantLinearArgs 
     const int xRow = i / outputs;
     const int local = i % outputs;
     const int at = xRow * kPartialStride + local;
-    float sums[kMaxSplits];
-    float ups[kMaxSplits];
-#pragma unroll
-    for (int r = 0; r < kMaxSplits; r++) {
-      const float* from = splits > 1 ? RankShared(partial, r < splits ? r : 0) : partial;
-      sums[r] = r < splits ? from[at] : 0.0f;
-      ups[r] = Gated && r < splits ? from[at + kBoxRows] : 0.0f;
-    }
-    float sum = 0;
-    float up = 0;
-#pragma unroll
-    for (int r = 0; r < kMaxSplits; r++) {
-      sum += sums[r];
-      up += ups[r];
-    }
+    float sum, up;
+    RankSums<kMaxSplits, Gated>(partial, at, at + kBoxRows, splits, sum, up);
     const int o = firstOutput + local;
     y[static_cast<size_t>(xRow) * a.out + o] = Gated ? Gate<__half>(sum, up, bias, o, a.out, a.activation) : Finish<__half>(sum, bias, o, a.activation);
   }
