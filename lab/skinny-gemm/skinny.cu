@@ -62,6 +62,7 @@ namespace {
 
 using bench::Check;
 using chorus::BarrierArrive;
+using chorus::CopyAsync16;
 using chorus::BarrierExpectBytes;
 using chorus::BarrierInit;
 using chorus::BarrierWait;
@@ -166,16 +167,6 @@ __device__ inline int Swizzled(int row, int chunk) { return row * kBK + ((chunk 
 constexpr int kTileRows = 128;
 __host__ __device__ inline size_t TiledOffset(int n, int kt, int tilesK, int rowStageBytes) {
   return ((static_cast<size_t>(n / kTileRows) * tilesK + kt) * kTileRows + n % kTileRows) * rowStageBytes;
-}
-
-__device__ inline void CopyAsync16(void* shared, const void* global, bool full) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(global), "r"(full ? 16 : 0));
-}
-__device__ inline void Commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ inline void WaitGroups() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 __device__ inline void LoadMatrices(uint32_t (&r)[4], const __half* at) {
@@ -402,7 +393,7 @@ __global__ void __launch_bounds__(Warps * 32, (kBlocksPerSm<WarpN, Warps>)) Skin
 #pragma unroll
     for (int s = 0; s < S - 1; s++) {
       if (s < count) LoadStage<Bits, BN, Threads>(stages + s * kStage, x, w, rows, K, n0, tileAt(s), Bulk ? &full[s] : noBarrier, map);
-      Commit();
+      chorus::CommitAsync();
     }
   }
   for (int i = 0; i < count; i++) {
@@ -416,14 +407,14 @@ __global__ void __launch_bounds__(Warps * 32, (kBlocksPerSm<WarpN, Warps>)) Skin
       }
       BarrierWait(&full[i % S], (i / S) & 1);
     } else {
-      WaitGroups<S - 2>();
+      chorus::WaitAsync<S - 2>();
       if constexpr (Bulk != 0) BarrierWait(&full[i % S], (i / S) & 1);
       __syncthreads();  // stage i is in; every warp is done with the stage the next copy overwrites
       if (ahead < count) {
         if (Bulk != 0 && threadIdx.x == 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         LoadStage<Bits, BN, Threads>(stages + (ahead % S) * kStage, x, w, rows, K, n0, tileAt(ahead), Bulk ? &full[ahead % S] : noBarrier, map);
       }
-      Commit();
+      chorus::CommitAsync();
     }
     const unsigned char* stage = stages + (i % S) * kStage;
     const __half* a = reinterpret_cast<const __half*>(stage);
@@ -508,7 +499,7 @@ __global__ void __launch_bounds__(Warps * 32, (kBlocksPerSm<WarpN, Warps>)) Skin
     }
     handBack();
   }
-  WaitGroups<0>();
+  chorus::WaitAsync<0>();
 
   // Each of the lane's pairs of sums (row, columns col and col + 1) that falls in x's rows, to `take`.
   const auto eachPair = [&](auto take) {
